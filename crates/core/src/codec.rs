@@ -1,0 +1,37 @@
+//! Versioned encoding of the lock table for snapshots.
+//!
+//! Format: one version byte, then the table in postcard. A reader refuses versions it does not
+//! know rather than misreading them.
+
+use crate::LockTable;
+
+/// Version of the snapshot encoding written by this build.
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("snapshot is empty")]
+    Empty,
+    #[error("snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_VERSION})")]
+    UnknownVersion(u8),
+    #[error("snapshot is corrupt: {0}")]
+    Corrupt(#[from] postcard::Error),
+    #[error("snapshot breaks an invariant: {0}")]
+    Invalid(String),
+}
+
+pub fn encode_table(table: &LockTable) -> Vec<u8> {
+    let mut out = vec![SNAPSHOT_FORMAT_VERSION];
+    out.extend(postcard::to_stdvec(table).expect("serializing to memory cannot fail"));
+    out
+}
+
+pub fn decode_table(bytes: &[u8]) -> Result<LockTable, DecodeError> {
+    let (&v, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
+    if v != SNAPSHOT_FORMAT_VERSION {
+        return Err(DecodeError::UnknownVersion(v));
+    }
+    let table: LockTable = postcard::from_bytes(rest)?;
+    table.check_invariants().map_err(DecodeError::Invalid)?;
+    Ok(table)
+}

@@ -1,0 +1,19 @@
+//! The latchkey lock table: a pure, deterministic state machine.
+//!
+//! Layout:
+//! - [`types`]: commands the leader proposes, outcomes the table returns, read-only views.
+//! - [`table`]: [`LockTable`], whose `apply` is the whole state machine, plus queries.
+//! - [`codec`]: the versioned byte encoding of snapshots.
+//! - [`limits`]: every bound in the system, with the reason for its value.
+//!
+//! Nothing here does I/O, reads a clock or draws a random number: the leader stamps time and
+//! randomness into each [`Command`], so every member applies the same entries to the same result.
+//! Fencing tokens are log indexes, which is why they increase across failovers and restarts.
+
+pub mod codec;
+pub mod limits;
+pub mod table;
+pub mod types;
+
+pub use table::{validate_name, validate_ttl_ms, LockTable};
+pub use types::*;

@@ -1,0 +1,65 @@
+//! Every bound in latchkey, with the reason for its value.
+//!
+//! The state machine enforces the ones that concern replicated state; the server enforces the
+//! ones that concern messages and connections. Relations between them are checked at compile time.
+
+/// A lock name is at most this many bytes of UTF-8. Long enough for a path-like name with a
+/// tenant and an id (`payments/tenant-42/invoice-...`), short enough that a full queue of names
+/// stays small in a snapshot.
+pub const LOCK_NAME_BYTES_MAX: usize = 512;
+
+/// Shortest session lease. Below one second a renewal every third of the lease (333 ms) leaves
+/// no room for a network blip or a leader election; holders would lose locks spuriously.
+pub const SESSION_TTL_MS_MIN: u64 = 1_000;
+/// Longest session lease. A crashed holder blocks its locks for up to this long (and up to twice
+/// this across leader changes); an hour is already longer than anyone should wait.
+pub const SESSION_TTL_MS_MAX: u64 = 3_600_000;
+/// The lease a client gets when it does not ask for one: 15 s, the usual compromise between
+/// freeing locks soon after a crash and surviving GC pauses.
+pub const SESSION_TTL_MS_DEFAULT: u64 = 15_000;
+
+/// Live sessions in one group. Each costs a few hundred bytes of state and a deadline on the
+/// leader; 100k sessions keeps a snapshot in the tens of megabytes.
+pub const SESSIONS_MAX: usize = 100_000;
+/// Locks one session may hold or wait for at once. A session that needs more is a design smell
+/// (see "when not to use a lock"), and the bound keeps a session close/expiry entry cheap.
+pub const LOCKS_PER_SESSION_MAX: usize = 1_024;
+/// Waiters in one lock's queue. Thousands of workers fighting over one lock means the lock is
+/// the wrong tool; a full queue answers `QueueFull` instead of growing without bound.
+pub const WAITERS_PER_LOCK_MAX: usize = 1_024;
+/// Locks (held or with waiters) in one group.
+pub const LOCKS_MAX: usize = 1_000_000;
+/// Outcomes of finished requests remembered per session, so that a retry gets the original
+/// answer. Must exceed the requests a client keeps in flight at once (see the client library).
+pub const SESSION_OUTCOMES_MAX: usize = 256;
+/// Requests one client session keeps in flight at once; the client library enforces it.
+pub const SESSION_REQUESTS_IN_FLIGHT_MAX: usize = 64;
+const _: () = assert!(SESSION_REQUESTS_IN_FLIGHT_MAX * 2 <= SESSION_OUTCOMES_MAX);
+const _: () = assert!(SESSION_TTL_MS_MIN <= SESSION_TTL_MS_DEFAULT);
+const _: () = assert!(SESSION_TTL_MS_DEFAULT <= SESSION_TTL_MS_MAX);
+
+/// Sessions expired by one replicated command; the leader splits larger batches.
+pub const EXPIRE_BATCH_MAX: usize = 1_024;
+/// Sessions renewed by one keepalive request.
+pub const KEEPALIVE_SESSIONS_MAX: usize = 1_024;
+/// Locks returned by one `List` request.
+pub const LIST_RESULTS_MAX: usize = 10_000;
+
+/// A wait that asks for longer than this is cut to it. A day is "forever" for any caller that
+/// should be using a lock; the client library re-sends to wait longer.
+pub const WAIT_TIMEOUT_MS_MAX: u64 = 86_400_000;
+/// A single Acquire call long-polls at most this long before the server answers `Pending` and the
+/// client re-attaches with the same sequence number. Keeps connections and server tasks short.
+pub const ACQUIRE_POLL_MS_MAX: u64 = 10_000;
+const _: () = assert!(ACQUIRE_POLL_MS_MAX < WAIT_TIMEOUT_MS_MAX);
+
+/// Bytes of one client gRPC message (request or response). The largest is a `List` answer:
+/// `LIST_RESULTS_MAX` names of at most 512 bytes plus fields.
+pub const CLIENT_MESSAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
+const _: () = assert!(LIST_RESULTS_MAX * (LOCK_NAME_BYTES_MAX + 64) <= CLIENT_MESSAGE_BYTES_MAX);
+/// Bytes of one peer (Raft) gRPC message: a batch of log entries or a snapshot chunk.
+pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Client requests served at once by one node; beyond it requests wait in tonic's queue.
+pub const CLIENT_CONCURRENT_REQUESTS_MAX: usize = 4_096;
+/// Acquire calls long-polling at once on one node (each holds a task and a registry slot).
+pub const WAITING_ACQUIRES_MAX: usize = 100_000;

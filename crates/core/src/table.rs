@@ -1,0 +1,540 @@
+//! The lock table: sessions, locks, queues and the outcomes of recent requests.
+//!
+//! `LockTable::apply` is the whole state machine. It is deterministic: the same entries in the
+//! same order give the same table on every member, which is what lets Raft replicate it.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits;
+use crate::types::*;
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct LockTable {
+    /// Index of the last applied entry. Fencing tokens are entry indexes, so every token issued
+    /// so far is at most this.
+    last_index: u64,
+    sessions: BTreeMap<SessionId, Session>,
+    /// Only locks that are held. A lock with waiters is always held: a release hands it over in
+    /// the same entry, so "free with a queue" is a state that cannot exist.
+    locks: BTreeMap<String, Lock>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+struct Session {
+    secret: u64,
+    ttl_ms: u64,
+    /// Locks held, with the token of each grant.
+    held: BTreeMap<String, u64>,
+    /// Pending Acquire requests by sequence number, with the lock each waits for.
+    waiting: BTreeMap<u64, String>,
+    /// Final outcomes of recent requests, for exactly-once retries.
+    outcomes: BTreeMap<u64, Outcome>,
+    /// The highest sequence number whose outcome was forgotten to keep `outcomes` bounded.
+    evicted_max: Option<u64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+struct Lock {
+    holder: Holder,
+    waiters: VecDeque<Waiter>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+struct Holder {
+    session: SessionId,
+    token: u64,
+    granted_at_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+struct Waiter {
+    session: SessionId,
+    seq: u64,
+}
+
+/// What a session-bearing request found when it looked its sequence number up.
+enum Seen {
+    New,
+    Waiting,
+    Done(Outcome),
+    TooOld,
+}
+
+/// Validate a lock name: non-empty UTF-8 (guaranteed by `&str`) of bounded length.
+pub fn validate_name(name: &str) -> Result<(), Rejection> {
+    if name.is_empty() {
+        return Err(Rejection::NameEmpty);
+    }
+    if name.len() > limits::LOCK_NAME_BYTES_MAX {
+        return Err(Rejection::NameTooLong {
+            len: name.len(),
+            max: limits::LOCK_NAME_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
+/// Validate a requested session TTL.
+pub fn validate_ttl_ms(ttl_ms: u64) -> Result<(), Rejection> {
+    if !(limits::SESSION_TTL_MS_MIN..=limits::SESSION_TTL_MS_MAX).contains(&ttl_ms) {
+        return Err(Rejection::TtlOutOfRange {
+            ttl_ms,
+            min: limits::SESSION_TTL_MS_MIN,
+            max: limits::SESSION_TTL_MS_MAX,
+        });
+    }
+    Ok(())
+}
+
+impl LockTable {
+    pub fn new() -> LockTable {
+        LockTable::default()
+    }
+
+    /// Index of the last applied entry (0 before any).
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    /// Apply the entry at log `index`. Indexes must strictly increase; the fencing token of any
+    /// grant made by this entry is `index`.
+    pub fn apply(&mut self, index: u64, cmd: &Command) -> Applied {
+        assert!(
+            index > self.last_index,
+            "entries applied out of order: {index} after {}",
+            self.last_index
+        );
+        self.last_index = index;
+        let mut fx = Applied::just(Outcome::NotGranted);
+        fx.outcome = match &cmd.op {
+            Op::CreateSession { ttl_ms, secret } => self.create_session(index, *ttl_ms, *secret),
+            Op::CloseSession { session } => match self.authenticate(session) {
+                Err(r) => Outcome::Rejected(r),
+                Ok(()) => {
+                    self.remove_sessions(&[session.id], index, cmd.now_ms, &mut fx);
+                    Outcome::SessionClosed
+                }
+            },
+            Op::ExpireSessions { ids } => {
+                let live: Vec<SessionId> = ids
+                    .iter()
+                    .copied()
+                    .filter(|id| self.sessions.contains_key(id))
+                    .collect();
+                self.remove_sessions(&live, index, cmd.now_ms, &mut fx);
+                Outcome::SessionsExpired { ids: live }
+            }
+            Op::Acquire {
+                session,
+                seq,
+                name,
+                wait,
+            } => match self.authenticate(session) {
+                Err(r) => Outcome::Rejected(r),
+                Ok(()) => match self.seen(session.id, *seq) {
+                    Seen::Done(o) => o,
+                    Seen::Waiting => Outcome::Queued {
+                        position: self.position(session.id, *seq),
+                    },
+                    Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
+                    Seen::New => {
+                        let o = self.acquire(session.id, *seq, name, *wait, index, cmd.now_ms);
+                        if !matches!(o, Outcome::Queued { .. }) {
+                            self.record(session.id, *seq, o.clone());
+                        }
+                        o
+                    }
+                },
+            },
+            Op::CancelWait { session, seq } => match self.authenticate(session) {
+                Err(r) => Outcome::Rejected(r),
+                Ok(()) => match self.seen(session.id, *seq) {
+                    Seen::Done(o) => o,
+                    Seen::Waiting => {
+                        self.cancel_wait(session.id, *seq);
+                        self.record(session.id, *seq, Outcome::NotGranted);
+                        Outcome::NotGranted
+                    }
+                    Seen::TooOld | Seen::New => {
+                        Outcome::Rejected(Rejection::UnknownRequest { seq: *seq })
+                    }
+                },
+            },
+            Op::Release {
+                session,
+                seq,
+                name,
+                token,
+            } => match self.authenticate(session) {
+                Err(r) => Outcome::Rejected(r),
+                Ok(()) => match self.seen(session.id, *seq) {
+                    Seen::Done(o) => o,
+                    // A release never waits; a Waiting seq means the client reused an Acquire's
+                    // sequence number for a release. Answer as the Acquire would.
+                    Seen::Waiting => Outcome::Queued {
+                        position: self.position(session.id, *seq),
+                    },
+                    Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
+                    Seen::New => {
+                        let o = self.release(session.id, name, *token, index, cmd.now_ms, &mut fx);
+                        self.record(session.id, *seq, o.clone());
+                        o
+                    }
+                },
+            },
+        };
+        #[cfg(debug_assertions)]
+        if let Err(e) = self.check_invariants() {
+            panic!("invariant broken after entry {index} ({cmd:?}): {e}");
+        }
+        fx
+    }
+
+    fn create_session(&mut self, index: u64, ttl_ms: u64, secret: u64) -> Outcome {
+        if let Err(r) = validate_ttl_ms(ttl_ms) {
+            return Outcome::Rejected(r);
+        }
+        if self.sessions.len() >= limits::SESSIONS_MAX {
+            return Outcome::Rejected(Rejection::TooManySessions {
+                max: limits::SESSIONS_MAX,
+            });
+        }
+        let id = SessionId(index);
+        let prev = self.sessions.insert(
+            id,
+            Session {
+                secret,
+                ttl_ms,
+                held: BTreeMap::new(),
+                waiting: BTreeMap::new(),
+                outcomes: BTreeMap::new(),
+                evicted_max: None,
+            },
+        );
+        assert!(prev.is_none(), "session id {id} reused");
+        Outcome::SessionCreated { id, ttl_ms }
+    }
+
+    fn authenticate(&self, key: &SessionKey) -> Result<(), Rejection> {
+        match self.sessions.get(&key.id) {
+            // A wrong secret answers like a missing session: no oracle for guessing ids.
+            Some(s) if s.secret == key.secret => Ok(()),
+            _ => Err(Rejection::SessionNotFound { id: key.id }),
+        }
+    }
+
+    fn seen(&self, sid: SessionId, seq: u64) -> Seen {
+        let s = &self.sessions[&sid];
+        if s.waiting.contains_key(&seq) {
+            Seen::Waiting
+        } else if let Some(o) = s.outcomes.get(&seq) {
+            Seen::Done(o.clone())
+        } else if s.evicted_max.is_some_and(|m| seq <= m) {
+            Seen::TooOld
+        } else {
+            Seen::New
+        }
+    }
+
+    fn record(&mut self, sid: SessionId, seq: u64, outcome: Outcome) {
+        let s = self.sessions.get_mut(&sid).expect("recording for a live session");
+        s.outcomes.insert(seq, outcome);
+        while s.outcomes.len() > limits::SESSION_OUTCOMES_MAX {
+            let (old, _) = s.outcomes.pop_first().expect("non-empty");
+            s.evicted_max = Some(s.evicted_max.map_or(old, |m| m.max(old)));
+        }
+    }
+
+    fn position(&self, sid: SessionId, seq: u64) -> u32 {
+        let name = &self.sessions[&sid].waiting[&seq];
+        let lock = &self.locks[name];
+        let i = lock
+            .waiters
+            .iter()
+            .position(|w| w.session == sid && w.seq == seq)
+            .expect("a waiting request is in its lock's queue");
+        (i + 1) as u32
+    }
+
+    fn acquire(
+        &mut self,
+        sid: SessionId,
+        seq: u64,
+        name: &str,
+        wait: bool,
+        index: u64,
+        now_ms: u64,
+    ) -> Outcome {
+        if let Err(r) = validate_name(name) {
+            return Outcome::Rejected(r);
+        }
+        let s = &self.sessions[&sid];
+        if let Some(&token) = s.held.get(name) {
+            return Outcome::Rejected(Rejection::AlreadyHeld { token });
+        }
+        if let Some((&seq, _)) = s.waiting.iter().find(|(_, n)| n.as_str() == name) {
+            return Outcome::Rejected(Rejection::AlreadyWaiting { seq });
+        }
+        if s.held.len() + s.waiting.len() >= limits::LOCKS_PER_SESSION_MAX {
+            return Outcome::Rejected(Rejection::TooManyLocksForSession {
+                max: limits::LOCKS_PER_SESSION_MAX,
+            });
+        }
+        match self.locks.get_mut(name) {
+            None => {
+                if self.locks.len() >= limits::LOCKS_MAX {
+                    return Outcome::Rejected(Rejection::TooManyLocks {
+                        max: limits::LOCKS_MAX,
+                    });
+                }
+                self.locks.insert(
+                    name.to_owned(),
+                    Lock {
+                        holder: Holder {
+                            session: sid,
+                            token: index,
+                            granted_at_ms: now_ms,
+                        },
+                        waiters: VecDeque::new(),
+                    },
+                );
+                let s = self.sessions.get_mut(&sid).expect("live");
+                s.held.insert(name.to_owned(), index);
+                Outcome::Granted { token: index }
+            }
+            Some(_) if !wait => Outcome::NotGranted,
+            Some(lock) => {
+                if lock.waiters.len() >= limits::WAITERS_PER_LOCK_MAX {
+                    return Outcome::Rejected(Rejection::QueueFull {
+                        max: limits::WAITERS_PER_LOCK_MAX,
+                    });
+                }
+                lock.waiters.push_back(Waiter { session: sid, seq });
+                let position = lock.waiters.len() as u32;
+                let s = self.sessions.get_mut(&sid).expect("live");
+                s.waiting.insert(seq, name.to_owned());
+                Outcome::Queued { position }
+            }
+        }
+    }
+
+    fn cancel_wait(&mut self, sid: SessionId, seq: u64) {
+        let s = self.sessions.get_mut(&sid).expect("live");
+        let name = s.waiting.remove(&seq).expect("waiting");
+        let lock = self.locks.get_mut(&name).expect("a queue belongs to a held lock");
+        let before = lock.waiters.len();
+        lock.waiters.retain(|w| !(w.session == sid && w.seq == seq));
+        assert_eq!(lock.waiters.len() + 1, before, "waiter queued exactly once");
+    }
+
+    fn release(
+        &mut self,
+        sid: SessionId,
+        name: &str,
+        token: u64,
+        index: u64,
+        now_ms: u64,
+        fx: &mut Applied,
+    ) -> Outcome {
+        match self.locks.get(name) {
+            Some(lock) if lock.holder.session == sid && lock.holder.token == token => {
+                self.hand_over(name, index, now_ms, fx);
+                Outcome::Released
+            }
+            _ => Outcome::NotHolder,
+        }
+    }
+
+    /// Take `name` from its holder and give it to the first waiter, or free it.
+    fn hand_over(&mut self, name: &str, index: u64, now_ms: u64, fx: &mut Applied) {
+        let lock = self.locks.get_mut(name).expect("held");
+        let old = lock.holder;
+        let removed = self
+            .sessions
+            .get_mut(&old.session)
+            .expect("holder's session is live")
+            .held
+            .remove(name);
+        assert_eq!(removed, Some(old.token));
+        let Some(next) = lock.waiters.pop_front() else {
+            self.locks.remove(name);
+            return;
+        };
+        // Tokens are entry indexes, and one entry hands a lock over at most once (sessions
+        // leaving in this entry drop their waits before their holds), so this is strict.
+        assert!(index > old.token, "token did not increase for {name}");
+        lock.holder = Holder {
+            session: next.session,
+            token: index,
+            granted_at_ms: now_ms,
+        };
+        let s = self
+            .sessions
+            .get_mut(&next.session)
+            .expect("every waiter belongs to a live session");
+        let waited_for = s.waiting.remove(&next.seq);
+        assert_eq!(waited_for.as_deref(), Some(name));
+        s.held.insert(name.to_owned(), index);
+        self.record(next.session, next.seq, Outcome::Granted { token: index });
+        fx.handoffs.push(Handoff {
+            name: name.to_owned(),
+            session: next.session,
+            seq: next.seq,
+            token: index,
+        });
+    }
+
+    /// Remove sessions: first every wait of every one of them (so that no lock is handed to a
+    /// session that is leaving in this same entry), then every hold.
+    fn remove_sessions(&mut self, ids: &[SessionId], index: u64, now_ms: u64, fx: &mut Applied) {
+        for id in ids {
+            let waits: Vec<u64> = self.sessions[id].waiting.keys().copied().collect();
+            for seq in waits {
+                self.cancel_wait(*id, seq);
+                fx.dropped_waits.push((*id, seq));
+            }
+        }
+        for id in ids {
+            let held: Vec<String> = self.sessions[id].held.keys().cloned().collect();
+            for name in held {
+                self.hand_over(&name, index, now_ms, fx);
+            }
+            let s = self.sessions.remove(id).expect("live");
+            debug_assert!(s.held.is_empty() && s.waiting.is_empty());
+        }
+    }
+
+    // ---- read-only queries ----
+
+    pub fn describe(&self, name: &str) -> Option<LockInfo> {
+        self.locks.get(name).map(|l| lock_info(name, l))
+    }
+
+    /// Held locks whose names start with `prefix`, in name order, at most `limit`.
+    pub fn list(&self, prefix: &str, limit: usize) -> Vec<LockInfo> {
+        self.locks
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .take_while(|(n, _)| n.starts_with(prefix))
+            .take(limit)
+            .map(|(n, l)| lock_info(n, l))
+            .collect()
+    }
+
+    pub fn sessions(&self) -> impl Iterator<Item = SessionInfo> + '_ {
+        self.sessions.iter().map(|(id, s)| SessionInfo {
+            id: *id,
+            ttl_ms: s.ttl_ms,
+        })
+    }
+
+    pub fn session(&self, id: SessionId) -> Option<SessionInfo> {
+        self.sessions.get(&id).map(|s| SessionInfo { id, ttl_ms: s.ttl_ms })
+    }
+
+    /// Whether `key` names a live session with the right secret.
+    pub fn session_valid(&self, key: &SessionKey) -> bool {
+        self.authenticate(key).is_ok()
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn lock_count(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// Where request `(session, seq)` stands, if the table knows it.
+    pub fn request_state(&self, sid: SessionId, seq: u64) -> Option<RequestState> {
+        let s = self.sessions.get(&sid)?;
+        if let Some(name) = s.waiting.get(&seq) {
+            return Some(RequestState::Waiting {
+                name: name.clone(),
+                position: self.position(sid, seq),
+            });
+        }
+        s.outcomes.get(&seq).cloned().map(RequestState::Done)
+    }
+
+    /// Check every structural invariant; `Err` names the first broken one. Cheap enough to run
+    /// after every entry in tests and debug builds.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut held = 0usize;
+        let mut waiting = 0usize;
+        for (name, lock) in &self.locks {
+            validate_name(name).map_err(|e| format!("lock {name:?}: {e}"))?;
+            let h = lock.holder;
+            if h.token > self.last_index {
+                return Err(format!("{name}: token {} > last index", h.token));
+            }
+            let s = self
+                .sessions
+                .get(&h.session)
+                .ok_or_else(|| format!("{name}: holder session {} is not live", h.session))?;
+            if s.held.get(name) != Some(&h.token) {
+                return Err(format!("{name}: holder's session does not record the hold"));
+            }
+            if lock.waiters.len() > limits::WAITERS_PER_LOCK_MAX {
+                return Err(format!("{name}: queue over its limit"));
+            }
+            for w in &lock.waiters {
+                let s = self
+                    .sessions
+                    .get(&w.session)
+                    .ok_or_else(|| format!("{name}: waiter session {} not live", w.session))?;
+                if s.waiting.get(&w.seq).map(String::as_str) != Some(name.as_str()) {
+                    return Err(format!("{name}: waiter {}/{} not recorded", w.session, w.seq));
+                }
+                if w.session == h.session {
+                    return Err(format!("{name}: holder also waits"));
+                }
+            }
+            let mut ids: Vec<SessionId> = lock.waiters.iter().map(|w| w.session).collect();
+            ids.sort();
+            ids.dedup();
+            if ids.len() != lock.waiters.len() {
+                return Err(format!("{name}: a session waits twice"));
+            }
+        }
+        for (id, s) in &self.sessions {
+            held += s.held.len();
+            waiting += s.waiting.len();
+            if s.held.len() + s.waiting.len() > limits::LOCKS_PER_SESSION_MAX {
+                return Err(format!("session {id}: over its lock limit"));
+            }
+            if s.outcomes.len() > limits::SESSION_OUTCOMES_MAX {
+                return Err(format!("session {id}: too many outcomes kept"));
+            }
+            for name in s.held.keys() {
+                if self.locks.get(name).map(|l| l.holder.session) != Some(*id) {
+                    return Err(format!("session {id}: records a hold of {name} it lacks"));
+                }
+            }
+        }
+        if held != self.locks.len() {
+            return Err(format!("{held} holds recorded for {} locks", self.locks.len()));
+        }
+        let queued: usize = self.locks.values().map(|l| l.waiters.len()).sum();
+        if waiting != queued {
+            return Err(format!("{waiting} waits recorded, {queued} queued"));
+        }
+        if self.sessions.len() > limits::SESSIONS_MAX || self.locks.len() > limits::LOCKS_MAX {
+            return Err("over a table limit".into());
+        }
+        Ok(())
+    }
+}
+
+fn lock_info(name: &str, l: &Lock) -> LockInfo {
+    LockInfo {
+        name: name.to_owned(),
+        holder: Some(HolderInfo {
+            session: l.holder.session,
+            token: l.holder.token,
+            granted_at_ms: l.holder.granted_at_ms,
+        }),
+        waiters: l.waiters.len() as u32,
+    }
+}

@@ -1,0 +1,186 @@
+//! The vocabulary of the state machine: commands in, outcomes out.
+//!
+//! These types are what the Raft log stores (through serde), so their encoding is part of the
+//! on-disk format: add enum variants only at the end, never reorder or remove one.
+
+use serde::{Deserialize, Serialize};
+
+/// A session's id: the log index of the entry that created it, so ids are unique and never reused.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SessionId(pub u64);
+
+impl std::fmt::Display for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What a client presents to act in a session: the id and the secret the leader drew for it.
+/// The secret keeps one client from closing or releasing through another's session by guessing
+/// the (sequential) id.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SessionKey {
+    pub id: SessionId,
+    pub secret: u64,
+}
+
+/// One replicated command. The leader stamps `now_ms` (its wall clock, Unix milliseconds) and any
+/// randomness into the command, so that applying it is deterministic on every member.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Command {
+    /// Wall-clock time on the proposing leader. Informational only ("held for"): no decision in
+    /// the state machine depends on it, because leaders' clocks disagree.
+    pub now_ms: u64,
+    pub op: Op,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Open a session with a lease of `ttl_ms`. `secret` was drawn at random by the leader.
+    CreateSession { ttl_ms: u64, secret: u64 },
+    /// The client ends its session: its locks are released (each handed to its next waiter) and
+    /// its waits leave their queues.
+    CloseSession { session: SessionKey },
+    /// The leader saw these sessions' leases run out. Same effect as a close.
+    ExpireSessions { ids: Vec<SessionId> },
+    /// Take `name`, or join its queue when `wait` is set and the lock is held.
+    Acquire {
+        session: SessionKey,
+        seq: u64,
+        name: String,
+        wait: bool,
+    },
+    /// End the wait started by the Acquire with sequence number `seq` (its wait timeout passed).
+    /// If the lock was granted first, the outcome is that grant.
+    CancelWait { session: SessionKey, seq: u64 },
+    /// Release `name` if, and only if, this session holds it under `token`.
+    Release {
+        session: SessionKey,
+        seq: u64,
+        name: String,
+        token: u64,
+    },
+}
+
+impl Op {
+    /// The (session, sequence number) that makes this command exactly-once, if any.
+    pub fn request_id(&self) -> Option<(SessionId, u64)> {
+        match self {
+            Op::Acquire { session, seq, .. } | Op::Release { session, seq, .. } => {
+                Some((session.id, *seq))
+            }
+            Op::CancelWait { session, seq } => Some((session.id, *seq)),
+            Op::CreateSession { .. } | Op::CloseSession { .. } | Op::ExpireSessions { .. } => None,
+        }
+    }
+}
+
+/// The result of one command, as the proposer sees it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    SessionCreated { id: SessionId, ttl_ms: u64 },
+    SessionClosed,
+    /// The sessions of an `ExpireSessions` that still existed and are now gone.
+    SessionsExpired { ids: Vec<SessionId> },
+    /// The lock is yours; `token` is the fencing token of this grant.
+    Granted { token: u64 },
+    /// You are in the queue at this 1-based position; a later entry will grant or cancel.
+    Queued { position: u32 },
+    /// Not granted: the lock was held and the request did not wait, or its wait was cancelled.
+    NotGranted,
+    Released,
+    /// The release named a grant that is not current (already released, expired, or another
+    /// token): nothing changed. Releases are idempotent by token.
+    NotHolder,
+    Rejected(Rejection),
+}
+
+/// Why a command changed nothing. Each is a client error: a retry with the same input gets the
+/// same answer.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    #[error("lock name is empty")]
+    NameEmpty,
+    #[error("lock name is {len} bytes, the limit is {max}")]
+    NameTooLong { len: usize, max: usize },
+    #[error("session TTL {ttl_ms} ms is outside {min}..={max} ms")]
+    TtlOutOfRange { ttl_ms: u64, min: u64, max: u64 },
+    #[error("session {id} does not exist (expired, closed, or never created)")]
+    SessionNotFound { id: SessionId },
+    #[error("too many sessions (limit {max})")]
+    TooManySessions { max: usize },
+    #[error("session holds or waits for too many locks (limit {max})")]
+    TooManyLocksForSession { max: usize },
+    #[error("too many locks in this group (limit {max})")]
+    TooManyLocks { max: usize },
+    #[error("the queue of this lock is full (limit {max} waiters)")]
+    QueueFull { max: usize },
+    #[error("this session already holds the lock (token {token})")]
+    AlreadyHeld { token: u64 },
+    #[error("this session is already waiting for the lock (request {seq})")]
+    AlreadyWaiting { seq: u64 },
+    #[error("request {seq} is older than the outcomes this session remembers")]
+    RequestTooOld { seq: u64 },
+    #[error("no acquire with request {seq} is known in this session")]
+    UnknownRequest { seq: u64 },
+}
+
+/// A queued waiter that was granted the lock by this entry (a release, close or expiry handed
+/// it over). The server wakes the Acquire call waiting for `(session, seq)`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Handoff {
+    pub name: String,
+    pub session: SessionId,
+    pub seq: u64,
+    pub token: u64,
+}
+
+/// Everything one applied entry produced.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub outcome: Outcome,
+    /// Grants to queued waiters made by this entry, in the order they were made.
+    pub handoffs: Vec<Handoff>,
+    /// Waits that ended without a grant because their session went away in this entry.
+    pub dropped_waits: Vec<(SessionId, u64)>,
+}
+
+impl Applied {
+    pub(crate) fn just(outcome: Outcome) -> Applied {
+        Applied {
+            outcome,
+            handoffs: Vec::new(),
+            dropped_waits: Vec::new(),
+        }
+    }
+}
+
+/// A read-only view of one lock.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct LockInfo {
+    pub name: String,
+    pub holder: Option<HolderInfo>,
+    pub waiters: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct HolderInfo {
+    pub session: SessionId,
+    pub token: u64,
+    /// Leader wall-clock time of the grant (Unix ms); "held for" is measured from it.
+    pub granted_at_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub id: SessionId,
+    pub ttl_ms: u64,
+}
+
+/// Where a request stands, for a retried Acquire that re-attaches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestState {
+    /// Still queued for `name` at this 1-based position.
+    Waiting { name: String, position: u32 },
+    Done(Outcome),
+}
