@@ -1,21 +1,26 @@
 //! Versioned encoding of the lock table for snapshots.
 //!
-//! Format: one version byte, then the table in postcard. A reader refuses versions it does not
+//! Format: one version byte, then the table in postcard, then nothing. A reader refuses versions it does not
 //! know rather than misreading them.
 
 use crate::LockTable;
 
 /// Version of the snapshot encoding written by this build.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 1;
+/// 2: sessions record the order of their remembered outcomes (`Session::recorded`).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
     #[error("snapshot is empty")]
     Empty,
-    #[error("snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_VERSION})")]
+    #[error(
+        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_VERSION})"
+    )]
     UnknownVersion(u8),
     #[error("snapshot is corrupt: {0}")]
     Corrupt(#[from] postcard::Error),
+    #[error("snapshot has {0} bytes after the table")]
+    Trailing(usize),
     #[error("snapshot breaks an invariant: {0}")]
     Invalid(String),
 }
@@ -31,7 +36,11 @@ pub fn decode_table(bytes: &[u8]) -> Result<LockTable, DecodeError> {
     if v != SNAPSHOT_FORMAT_VERSION {
         return Err(DecodeError::UnknownVersion(v));
     }
-    let table: LockTable = postcard::from_bytes(rest)?;
+    let (table, trailing): (LockTable, _) = postcard::take_from_bytes(rest)?;
+    if !trailing.is_empty() {
+        // Not what was written: a torn or concatenated file.
+        return Err(DecodeError::Trailing(trailing.len()));
+    }
     table.check_invariants().map_err(DecodeError::Invalid)?;
     Ok(table)
 }

@@ -31,6 +31,10 @@ struct Session {
     waiting: BTreeMap<u64, String>,
     /// Final outcomes of recent requests, for exactly-once retries.
     outcomes: BTreeMap<u64, Outcome>,
+    /// The keys of `outcomes` in the order they were recorded. The oldest outcome is forgotten
+    /// first, not the lowest seq: a long wait's grant is recorded late under a low seq, and must
+    /// be remembered as long as any other fresh outcome.
+    recorded: VecDeque<u64>,
     /// The highest sequence number whose outcome was forgotten to keep `outcomes` bounded.
     evicted_max: Option<u64>,
 }
@@ -118,11 +122,13 @@ impl LockTable {
                 }
             },
             Op::ExpireSessions { ids } => {
-                let live: Vec<SessionId> = ids
-                    .iter()
-                    .copied()
-                    .filter(|id| self.sessions.contains_key(id))
-                    .collect();
+                // An id listed twice is expired once: removing it again would find no session.
+                let mut live: Vec<SessionId> = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if self.sessions.contains_key(id) && !live.contains(id) {
+                        live.push(*id);
+                    }
+                }
                 self.remove_sessions(&live, index, cmd.now_ms, &mut fx);
                 Outcome::SessionsExpired { ids: live }
             }
@@ -210,6 +216,7 @@ impl LockTable {
                 held: BTreeMap::new(),
                 waiting: BTreeMap::new(),
                 outcomes: BTreeMap::new(),
+                recorded: VecDeque::new(),
                 evicted_max: None,
             },
         );
@@ -239,10 +246,16 @@ impl LockTable {
     }
 
     fn record(&mut self, sid: SessionId, seq: u64, outcome: Outcome) {
-        let s = self.sessions.get_mut(&sid).expect("recording for a live session");
-        s.outcomes.insert(seq, outcome);
-        while s.outcomes.len() > limits::SESSION_OUTCOMES_MAX {
-            let (old, _) = s.outcomes.pop_first().expect("non-empty");
+        let s = self
+            .sessions
+            .get_mut(&sid)
+            .expect("recording for a live session");
+        let prev = s.outcomes.insert(seq, outcome);
+        assert!(prev.is_none(), "outcome of {sid}/{seq} recorded twice");
+        s.recorded.push_back(seq);
+        while s.recorded.len() > limits::SESSION_OUTCOMES_MAX {
+            let old = s.recorded.pop_front().expect("non-empty");
+            s.outcomes.remove(&old);
             s.evicted_max = Some(s.evicted_max.map_or(old, |m| m.max(old)));
         }
     }
@@ -323,7 +336,10 @@ impl LockTable {
     fn cancel_wait(&mut self, sid: SessionId, seq: u64) {
         let s = self.sessions.get_mut(&sid).expect("live");
         let name = s.waiting.remove(&seq).expect("waiting");
-        let lock = self.locks.get_mut(&name).expect("a queue belongs to a held lock");
+        let lock = self
+            .locks
+            .get_mut(&name)
+            .expect("a queue belongs to a held lock");
         let before = lock.waiters.len();
         lock.waiters.retain(|w| !(w.session == sid && w.seq == seq));
         assert_eq!(lock.waiters.len() + 1, before, "waiter queued exactly once");
@@ -415,7 +431,10 @@ impl LockTable {
     /// Held locks whose names start with `prefix`, in name order, at most `limit`.
     pub fn list(&self, prefix: &str, limit: usize) -> Vec<LockInfo> {
         self.locks
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(n, _)| n.starts_with(prefix))
             .take(limit)
             .map(|(n, l)| lock_info(n, l))
@@ -430,7 +449,10 @@ impl LockTable {
     }
 
     pub fn session(&self, id: SessionId) -> Option<SessionInfo> {
-        self.sessions.get(&id).map(|s| SessionInfo { id, ttl_ms: s.ttl_ms })
+        self.sessions.get(&id).map(|s| SessionInfo {
+            id,
+            ttl_ms: s.ttl_ms,
+        })
     }
 
     /// Whether `key` names a live session with the right secret.
@@ -485,7 +507,10 @@ impl LockTable {
                     .get(&w.session)
                     .ok_or_else(|| format!("{name}: waiter session {} not live", w.session))?;
                 if s.waiting.get(&w.seq).map(String::as_str) != Some(name.as_str()) {
-                    return Err(format!("{name}: waiter {}/{} not recorded", w.session, w.seq));
+                    return Err(format!(
+                        "{name}: waiter {}/{} not recorded",
+                        w.session, w.seq
+                    ));
                 }
                 if w.session == h.session {
                     return Err(format!("{name}: holder also waits"));
@@ -507,6 +532,16 @@ impl LockTable {
             if s.outcomes.len() > limits::SESSION_OUTCOMES_MAX {
                 return Err(format!("session {id}: too many outcomes kept"));
             }
+            if s.recorded.len() != s.outcomes.len()
+                || s.recorded.iter().any(|seq| !s.outcomes.contains_key(seq))
+            {
+                return Err(format!("session {id}: outcomes and their order disagree"));
+            }
+            if let Some(seq) = s.waiting.keys().find(|seq| s.outcomes.contains_key(seq)) {
+                return Err(format!(
+                    "session {id}: request {seq} both waits and is done"
+                ));
+            }
             for name in s.held.keys() {
                 if self.locks.get(name).map(|l| l.holder.session) != Some(*id) {
                     return Err(format!("session {id}: records a hold of {name} it lacks"));
@@ -514,7 +549,10 @@ impl LockTable {
             }
         }
         if held != self.locks.len() {
-            return Err(format!("{held} holds recorded for {} locks", self.locks.len()));
+            return Err(format!(
+                "{held} holds recorded for {} locks",
+                self.locks.len()
+            ));
         }
         let queued: usize = self.locks.values().map(|l| l.waiters.len()).sum();
         if waiting != queued {
@@ -536,5 +574,120 @@ fn lock_info(name: &str, l: &Lock) -> LockInfo {
             granted_at_ms: l.holder.granted_at_ms,
         }),
         waiters: l.waiters.len() as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{decode_table, encode_table, DecodeError};
+
+    fn create(ttl_ms: u64, secret: u64) -> Command {
+        Command {
+            now_ms: 0,
+            op: Op::CreateSession { ttl_ms, secret },
+        }
+    }
+
+    /// The sessions limit, through the same `create_session` that `apply` calls. Filling the
+    /// table through `apply` would run its debug-build `check_invariants` (O(sessions)) after
+    /// each of the 100k entries: minutes of quadratic work in a test build.
+    #[test]
+    fn sessions_limit_is_enforced_at_sessions_max() {
+        let mut t = LockTable::new();
+        for index in 1..limits::SESSIONS_MAX as u64 {
+            let o = t.create_session(index, limits::SESSION_TTL_MS_DEFAULT, index);
+            assert!(matches!(o, Outcome::SessionCreated { .. }), "{o:?}");
+            t.last_index = index;
+        }
+        let last = limits::SESSIONS_MAX as u64;
+        let o = t
+            .apply(last, &create(limits::SESSION_TTL_MS_DEFAULT, 0))
+            .outcome;
+        assert!(matches!(o, Outcome::SessionCreated { id: SessionId(i), .. } if i == last));
+        assert_eq!(t.session_count(), limits::SESSIONS_MAX);
+        let full = Outcome::Rejected(Rejection::TooManySessions {
+            max: limits::SESSIONS_MAX,
+        });
+        assert_eq!(t.apply(last + 1, &create(1_000, 0)).outcome, full);
+        assert_eq!(t.session_count(), limits::SESSIONS_MAX);
+        t.check_invariants().expect("a full table is valid");
+        // Expiring one makes room for one.
+        let expire = Command {
+            now_ms: 0,
+            op: Op::ExpireSessions {
+                ids: vec![SessionId(7)],
+            },
+        };
+        t.apply(last + 2, &expire);
+        let o = t.apply(last + 3, &create(1_000, 0)).outcome;
+        assert!(matches!(o, Outcome::SessionCreated { .. }), "{o:?}");
+        assert_eq!(t.apply(last + 4, &create(1_000, 0)).outcome, full);
+    }
+
+    /// A valid table with a holder, a waiter and a remembered outcome, to break in various ways.
+    fn valid() -> LockTable {
+        let mut t = LockTable::new();
+        let key = |i| SessionKey {
+            id: SessionId(i),
+            secret: i,
+        };
+        let acquire = |i, name: &str| Command {
+            now_ms: 0,
+            op: Op::Acquire {
+                session: key(i),
+                seq: 1,
+                name: name.into(),
+                wait: true,
+            },
+        };
+        t.apply(1, &create(1_000, 1));
+        t.apply(2, &create(1_000, 2));
+        t.apply(3, &acquire(1, "L"));
+        t.apply(4, &acquire(2, "L"));
+        t.check_invariants().expect("valid");
+        t
+    }
+
+    #[test]
+    fn snapshots_that_break_an_invariant_are_refused() {
+        type Breaker = fn(&mut LockTable);
+        let breakers: [(&str, Breaker); 7] = [
+            ("holder's session is gone", |t| {
+                t.sessions.remove(&SessionId(1));
+            }),
+            ("token above the last index", |t| t.last_index = 2),
+            ("holder also waits", |t| {
+                let l = t.locks.get_mut("L").unwrap();
+                l.waiters[0].session = SessionId(1);
+            }),
+            ("a hold not recorded in its session", |t| {
+                t.sessions.get_mut(&SessionId(1)).unwrap().held.clear();
+            }),
+            ("a queued waiter the session does not know", |t| {
+                t.sessions.get_mut(&SessionId(2)).unwrap().waiting.clear();
+            }),
+            ("an invalid lock name", |t| {
+                let l = t.locks.remove("L").unwrap();
+                t.locks.insert(String::new(), l);
+            }),
+            ("a request both waiting and done", |t| {
+                let s = t.sessions.get_mut(&SessionId(2)).unwrap();
+                s.outcomes.insert(1, Outcome::NotGranted);
+                s.recorded.push_back(1);
+            }),
+        ];
+        assert!(decode_table(&encode_table(&valid())).is_ok());
+        for (what, brk) in breakers {
+            let mut t = valid();
+            brk(&mut t);
+            assert!(
+                matches!(
+                    decode_table(&encode_table(&t)),
+                    Err(DecodeError::Invalid(_))
+                ),
+                "a snapshot where {what} was accepted"
+            );
+        }
     }
 }

@@ -78,14 +78,23 @@ impl Op {
 /// The result of one command, as the proposer sees it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    SessionCreated { id: SessionId, ttl_ms: u64 },
+    SessionCreated {
+        id: SessionId,
+        ttl_ms: u64,
+    },
     SessionClosed,
     /// The sessions of an `ExpireSessions` that still existed and are now gone.
-    SessionsExpired { ids: Vec<SessionId> },
+    SessionsExpired {
+        ids: Vec<SessionId>,
+    },
     /// The lock is yours; `token` is the fencing token of this grant.
-    Granted { token: u64 },
+    Granted {
+        token: u64,
+    },
     /// You are in the queue at this 1-based position; a later entry will grant or cancel.
-    Queued { position: u32 },
+    Queued {
+        position: u32,
+    },
     /// Not granted: the lock was held and the request did not wait, or its wait was cancelled.
     NotGranted,
     Released,
@@ -181,6 +190,9 @@ pub struct SessionInfo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RequestState {
     /// Still queued for `name` at this 1-based position.
-    Waiting { name: String, position: u32 },
+    Waiting {
+        name: String,
+        position: u32,
+    },
     Done(Outcome),
 }

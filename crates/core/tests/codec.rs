@@ -1,0 +1,97 @@
+//! The snapshot encoding: round trip, and refusal of what this build cannot trust. (Tables that
+//! decode but break an invariant are crafted in `table.rs`'s unit tests, which see the fields.)
+
+mod support;
+
+use latchkey_core::codec::{decode_table, encode_table, DecodeError, SNAPSHOT_FORMAT_VERSION};
+use latchkey_core::*;
+use support::*;
+
+/// A table with every kind of state: holders, queues, remembered outcomes, a closed session.
+fn busy_sim() -> Sim {
+    let mut sim = Sim::new();
+    sim.run(&[
+        open(1, "a"),
+        open(2, "b"),
+        open(3, "c"),
+        open(4, "d"),
+        step(5, acq("a", 1, "L"), granted(5)),
+        step(6, acq("b", 1, "L"), queued(1)),
+        step(7, acq("c", 1, "L"), queued(2)),
+        step(8, acq("c", 2, "M"), granted(8)),
+        step(9, try_acq("a", 2, "M"), Outcome::NotGranted),
+        step(10, acq("a", 3, ""), rejected(Rejection::NameEmpty)),
+        step(11, close("d"), Outcome::SessionClosed),
+    ]);
+    sim
+}
+
+#[test]
+fn a_snapshot_decodes_to_an_equal_table_that_behaves_the_same() {
+    let mut sim = busy_sim();
+    let bytes = sim.encoding();
+    assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION);
+    let restored = decode_table(&bytes).expect("decodes");
+    assert_eq!(restored, sim.table);
+    assert_eq!(encode_table(&restored), bytes);
+    assert_eq!(restored.last_index(), 11);
+
+    // The restored table continues exactly where the original would: queue, tokens, outcomes.
+    // (`busy_sim()` only binds the session labels; its table is replaced by the decoded one.)
+    let mut labelled = busy_sim();
+    labelled.table = restored;
+    let more = [
+        step(12, rel("a", 4, "L", 5), Outcome::Released).hands(&[("L", "b", 1)]),
+        step(13, acq("a", 1, "L"), granted(5)),
+        step(14, acq("c", 1, "L"), queued(1)),
+        step(15, close("b"), Outcome::SessionClosed).hands(&[("L", "c", 1)]),
+    ];
+    labelled.run(&more);
+    sim.run(&more);
+    assert_eq!(labelled.table, sim.table);
+    assert_eq!(labelled.encoding(), sim.encoding());
+}
+
+#[test]
+fn an_empty_table_round_trips() {
+    let t = LockTable::new();
+    assert_eq!(decode_table(&encode_table(&t)).expect("decodes"), t);
+}
+
+#[test]
+fn unknown_versions_are_refused() {
+    let bytes = busy_sim().encoding();
+    for v in [0u8, SNAPSHOT_FORMAT_VERSION + 1, u8::MAX] {
+        let mut other = bytes.clone();
+        other[0] = v;
+        assert!(
+            matches!(decode_table(&other), Err(DecodeError::UnknownVersion(x)) if x == v),
+            "version {v} was not refused"
+        );
+    }
+}
+
+#[test]
+fn empty_and_truncated_snapshots_are_refused() {
+    assert!(matches!(decode_table(&[]), Err(DecodeError::Empty)));
+    let bytes = busy_sim().encoding();
+    for len in 1..bytes.len() {
+        assert!(
+            decode_table(&bytes[..len]).is_err(),
+            "a snapshot cut to {len} of {} bytes decoded",
+            bytes.len()
+        );
+    }
+}
+
+/// Regression: trailing bytes after the table were ignored, so a snapshot with garbage appended
+/// (a torn or concatenated write) decoded as if it were whole.
+#[test]
+fn trailing_bytes_after_the_table_are_refused() {
+    let mut bytes = busy_sim().encoding();
+    bytes.push(0);
+    assert!(matches!(
+        decode_table(&bytes),
+        Err(DecodeError::Trailing(1))
+    ));
+}
