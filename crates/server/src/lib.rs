@@ -1,1 +1,199 @@
-//! placeholder
+//! The latchkey server: one member of a Raft group serving the lock API.
+//!
+//! Layout:
+//! - [`run`] serves a node on a listener until a shutdown signal; tests call it directly.
+//! - `node`: storage, the openraft node, leases and the leader's duties (restart leases on
+//!   election, propose expiries).
+//! - `service`: the client `Locks` gRPC service; `peer`: the `RaftPeer` service and the network
+//!   client openraft uses. Separate services, separate message limits.
+//! - `leases`: session deadlines on the leader's monotonic clock.
+//! - `waiters`: long-polling Acquire calls, woken by the apply observer.
+//! - `clock`: the seam through which the server reads time.
+//! - `error`: the one place server errors become gRPC statuses.
+
+pub mod clock;
+mod error;
+pub mod leases;
+mod node;
+mod peer;
+mod service;
+mod waiters;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use latchkey_core::limits;
+use latchkey_proto::v1::locks_server::LocksServer;
+use latchkey_proto::v1::raft_peer_server::RaftPeerServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+pub use clock::{Clock, SharedClock, SystemClock};
+pub use node::StartError;
+
+/// How one node runs. Build with [`ServerConfig::single`] or [`ServerConfig::cluster`], then
+/// adjust the timing fields if needed; [`ServerConfig::validate`] runs at start.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub id: u64,
+    /// The address clients and peers reach this node at (also what is recorded as its address
+    /// in the group's membership).
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Every member of the group, this node included: id -> address. Empty means "just me".
+    pub peers: BTreeMap<u64, String>,
+    /// Raft heartbeat interval.
+    pub heartbeat_ms: u64,
+    /// Raft election timeout range; a follower that hears no leader for a random time in it
+    /// starts an election.
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Entries between snapshots; the log before a snapshot is purged.
+    pub snapshot_every_entries: u64,
+}
+
+impl ServerConfig {
+    pub fn single(id: u64, listen: SocketAddr, data_dir: PathBuf) -> ServerConfig {
+        ServerConfig {
+            id,
+            listen,
+            data_dir,
+            peers: BTreeMap::new(),
+            heartbeat_ms: 150,
+            election_timeout_min_ms: 1_000,
+            election_timeout_max_ms: 2_000,
+            snapshot_every_entries: 10_000,
+        }
+    }
+
+    pub fn cluster(
+        id: u64,
+        listen: SocketAddr,
+        data_dir: PathBuf,
+        peers: BTreeMap<u64, String>,
+    ) -> ServerConfig {
+        ServerConfig {
+            peers,
+            ..ServerConfig::single(id, listen, data_dir)
+        }
+    }
+
+    /// The group's members, this node included.
+    pub fn members(&self) -> BTreeMap<u64, String> {
+        if self.peers.is_empty() {
+            BTreeMap::from([(self.id, self.listen.to_string())])
+        } else {
+            self.peers.clone()
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.id == 0 {
+            return Err("node id must be at least 1".into());
+        }
+        if !self.peers.is_empty() && !self.peers.contains_key(&self.id) {
+            return Err(format!(
+                "this node's id {} is not in --peers ({})",
+                self.id,
+                self.peers
+                    .keys()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
+        if self.heartbeat_ms == 0 || self.heartbeat_ms * 3 > self.election_timeout_min_ms {
+            return Err(
+                "heartbeat must be non-zero and at most a third of the election timeout".into(),
+            );
+        }
+        if self.election_timeout_min_ms >= self.election_timeout_max_ms {
+            return Err("election timeout min must be below max".into());
+        }
+        if self.election_timeout_max_ms >= limits::SESSION_TTL_MS_MIN {
+            // A leader change must fit well inside the shortest lease, or failovers would
+            // expire sessions that renewed on time.
+            tracing::warn!("election timeout is not below the shortest session TTL");
+        }
+        if self.snapshot_every_entries == 0 {
+            return Err("snapshot interval must be at least one entry".into());
+        }
+        Ok(())
+    }
+
+    fn raft_config(&self) -> openraft::Config {
+        openraft::Config {
+            cluster_name: "latchkey".into(),
+            heartbeat_interval: self.heartbeat_ms,
+            election_timeout_min: self.election_timeout_min_ms,
+            election_timeout_max: self.election_timeout_max_ms,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every_entries),
+            max_in_snapshot_log_to_keep: 1_000,
+            ..Default::default()
+        }
+    }
+
+    /// How often the leader re-checks leases even when no deadline is near.
+    fn lease_tick(&self) -> Duration {
+        Duration::from_millis(100)
+    }
+}
+
+/// Serve one node on `listener` until `shutdown` completes, then stop every task and return.
+pub async fn run(
+    listener: TcpListener,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    run_with_clock(listener, config, Arc::new(SystemClock), shutdown).await
+}
+
+/// [`run`] with the clock supplied (simulations give each node its own).
+pub async fn run_with_clock(
+    listener: TcpListener,
+    config: ServerConfig,
+    clock: SharedClock,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
+    let node = node::Node::start(config, clock).await?;
+    tracing::info!(
+        id = node.id,
+        addr = %node.config.listen,
+        data_dir = %node.config.data_dir.display(),
+        "latchkey node serving"
+    );
+    let duties = tokio::spawn(node.clone().leader_duties());
+
+    let locks = LocksServer::new(service::LocksService::new(node.clone()))
+        .max_decoding_message_size(limits::CLIENT_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(limits::CLIENT_MESSAGE_BYTES_MAX);
+    let peer = RaftPeerServer::new(peer::PeerService::new(node.raft.clone()))
+        .max_decoding_message_size(limits::PEER_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(limits::PEER_MESSAGE_BYTES_MAX);
+    let stop = node.shutdown.clone();
+    let served = tonic::transport::Server::builder()
+        .concurrency_limit_per_connection(limits::CLIENT_CONCURRENT_REQUESTS_MAX)
+        .add_service(locks)
+        .add_service(peer)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            shutdown.await;
+            // End long-polls first, so that graceful shutdown does not wait for them.
+            stop.cancel();
+        })
+        .await;
+
+    node.shutdown.cancel();
+    let _ = duties.await;
+    if let Err(e) = node.raft.shutdown().await {
+        tracing::warn!("raft shutdown: {e}");
+    }
+    tracing::info!("latchkey node stopped");
+    served.map_err(Into::into)
+}

@@ -1,0 +1,39 @@
+//! The on-disk encoding of every value in the log store: one format-version byte, then postcard.
+//!
+//! A reader refuses a version it does not know instead of misreading it, so a later format can be
+//! introduced by bumping the byte and keeping a decoder for the old one.
+
+use std::io;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Version of the value encoding written by this build.
+pub const VALUE_FORMAT_VERSION: u8 = 1;
+
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, io::Error> {
+    let out = vec![VALUE_FORMAT_VERSION];
+    postcard::to_extend(value, out).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+/// `what` names the value in the error ("log entry 17", "vote"), so a corrupt file is diagnosable.
+pub(crate) fn decode<T: DeserializeOwned>(
+    bytes: &[u8],
+    what: &dyn std::fmt::Display,
+) -> Result<T, io::Error> {
+    let corrupt = |msg: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{what} is corrupt: {msg}"),
+        )
+    };
+    let (&version, rest) = bytes
+        .split_first()
+        .ok_or_else(|| corrupt("empty value".into()))?;
+    if version != VALUE_FORMAT_VERSION {
+        return Err(corrupt(format!(
+            "format version {version} is not supported (this build reads {VALUE_FORMAT_VERSION})"
+        )));
+    }
+    postcard::from_bytes(rest).map_err(|e| corrupt(e.to_string()))
+}

@@ -1,0 +1,358 @@
+//! [`LockStateMachine`]: openraft's state machine around the pure lock table.
+//!
+//! The table lives in memory behind an `RwLock`; it is made durable by the Raft log plus the
+//! latest snapshot file. On start-up the table is loaded from the snapshot and openraft replays
+//! the log entries after it, so a restart (also after `kill -9`) recovers every session, lock,
+//! queue and the token counter (tokens are log indexes).
+
+use std::fmt::Debug;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use futures::{Stream, TryStreamExt};
+use latchkey_core::{Applied, Command, LockTable, Outcome};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+
+use crate::snapshot::{self, SnapshotDecodeError};
+use crate::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
+
+/// Told about every applied command, after the table changed and outside its lock (so it may
+/// read through a [`StateHandle`]). The server uses it to wake long-polling acquires named in
+/// `applied.handoffs`. It runs on openraft's apply path: it must be quick and must not block.
+pub trait ApplyObserver: Send + Sync + 'static {
+    fn applied(&self, index: u64, cmd: &Command, applied: &Applied);
+}
+
+/// An observer that ignores everything (tests, tools).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoopObserver;
+
+impl ApplyObserver for NoopObserver {
+    fn applied(&self, _index: u64, _cmd: &Command, _applied: &Applied) {}
+}
+
+#[derive(Debug, Default)]
+struct State {
+    table: LockTable,
+    /// Last entry applied, of any kind; openraft resumes after it.
+    last_applied: Option<LogId>,
+    last_membership: StoredMembership,
+}
+
+/// Cheap, cloneable read access to the table for the server.
+#[derive(Clone)]
+pub struct StateHandle {
+    state: Arc<RwLock<State>>,
+}
+
+impl StateHandle {
+    /// Runs `f` on the table under the read lock. Keep `f` short: applying waits for it.
+    pub fn read<T>(&self, f: impl FnOnce(&LockTable) -> T) -> T {
+        f(&read(&self.state).table)
+    }
+
+    /// Index of the last applied log entry (0 before any). Every fencing token issued so far is
+    /// at most this.
+    pub fn applied_index(&self) -> u64 {
+        read(&self.state)
+            .last_applied
+            .as_ref()
+            .map_or(0, |l| l.index)
+    }
+}
+
+impl Debug for StateHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateHandle")
+            .field("applied_index", &self.applied_index())
+            .finish()
+    }
+}
+
+fn read(state: &RwLock<State>) -> RwLockReadGuard<'_, State> {
+    // Apply panics only on a bug (a broken table invariant); serving from that table is worse
+    // than stopping.
+    state
+        .read()
+        .expect("lock table poisoned by a panic while applying")
+}
+
+fn write(state: &RwLock<State>) -> RwLockWriteGuard<'_, State> {
+    state
+        .write()
+        .expect("lock table poisoned by a panic while applying")
+}
+
+struct Inner {
+    state: Arc<RwLock<State>>,
+    snapshot_dir: PathBuf,
+    /// Meta of the snapshot in the file. Held while the file is replaced, so a build and an
+    /// install never interleave their writes.
+    current: Mutex<Option<SnapshotMeta>>,
+}
+
+/// openraft's state machine for latchkey. Owned by openraft once handed to `Raft::new`; keep a
+/// [`StateHandle`] (from [`LockStateMachine::handle`]) to read the table.
+pub struct LockStateMachine {
+    inner: Arc<Inner>,
+    observer: Arc<dyn ApplyObserver>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateMachineError {
+    #[error("snapshot directory {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    /// Fatal: the snapshot on disk cannot be trusted; the node must not start from it.
+    #[error("snapshot {path} is unusable: {source}")]
+    Corrupt {
+        path: PathBuf,
+        source: SnapshotDecodeError,
+    },
+}
+
+/// The response for entries that carry no command (blank and membership entries). Core has no
+/// "nothing happened" outcome; `NotGranted` with no effects is the most neutral one, and nobody
+/// reads it: clients never propose these entries.
+fn no_command_response() -> Applied {
+    Applied {
+        outcome: Outcome::NotGranted,
+        handoffs: Vec::new(),
+        dropped_waits: Vec::new(),
+    }
+}
+
+impl LockStateMachine {
+    /// Opens the state machine whose snapshots live in `snapshot_dir` (created if missing), and
+    /// loads the latest snapshot, if any.
+    pub fn open(
+        snapshot_dir: &Path,
+        observer: Arc<dyn ApplyObserver>,
+    ) -> Result<Self, StateMachineError> {
+        let io_err = |source| StateMachineError::Io {
+            path: snapshot_dir.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(snapshot_dir).map_err(io_err)?;
+        let (state, current) = match snapshot::read(snapshot_dir).map_err(io_err)? {
+            None => (State::default(), None),
+            Some(bytes) => {
+                let contents =
+                    snapshot::decode(&bytes).map_err(|source| StateMachineError::Corrupt {
+                        path: snapshot::snapshot_path(snapshot_dir),
+                        source,
+                    })?;
+                let meta = SnapshotMeta {
+                    last_log_id: contents.last_applied,
+                    last_membership: contents.last_membership.clone(),
+                };
+                tracing::info!(last_log_id = ?meta.last_log_id, "loaded snapshot");
+                let state = State {
+                    table: contents.table,
+                    last_applied: contents.last_applied,
+                    last_membership: contents.last_membership,
+                };
+                (state, Some(meta))
+            }
+        };
+        Ok(LockStateMachine {
+            inner: Arc::new(Inner {
+                state: Arc::new(RwLock::new(state)),
+                snapshot_dir: snapshot_dir.to_path_buf(),
+                current: Mutex::new(current),
+            }),
+            observer,
+        })
+    }
+
+    pub fn handle(&self) -> StateHandle {
+        StateHandle {
+            state: self.inner.state.clone(),
+        }
+    }
+
+    fn apply_one(&self, entry: crate::Entry) -> Result<Applied, io::Error> {
+        let log_id = entry.log_id;
+        let index = log_id.index;
+        let applied = {
+            let mut state = write(&self.inner.state);
+            let applied = match &entry.payload {
+                EntryPayload::Normal(cmd) => {
+                    if index <= state.table.last_index() {
+                        // openraft resumes after `last_applied`, so this means the log and the
+                        // table disagree; applying twice would break exactly-once.
+                        return Err(io::Error::other(format!(
+                            "entry {index} replayed but the table is already at {}",
+                            state.table.last_index()
+                        )));
+                    }
+                    Some(state.table.apply(index, cmd))
+                }
+                EntryPayload::Membership(membership) => {
+                    state.last_membership = StoredMembership::new(Some(log_id), membership.clone());
+                    None
+                }
+                EntryPayload::Blank => None,
+            };
+            state.last_applied = Some(log_id);
+            applied
+        };
+        match (applied, &entry.payload) {
+            (Some(applied), EntryPayload::Normal(cmd)) => {
+                self.observer.applied(index, cmd, &applied);
+                Ok(applied)
+            }
+            _ => Ok(no_command_response()),
+        }
+    }
+
+    fn snapshot_builder(&self) -> LockSnapshotBuilder {
+        LockSnapshotBuilder {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl Inner {
+    /// Writes `bytes` as the current snapshot and records `meta`, on a blocking thread.
+    /// `replace_newer` is false for built snapshots: a build that finished after an install of a
+    /// later snapshot must not put the older state back.
+    async fn store(
+        self: &Arc<Self>,
+        meta: SnapshotMeta,
+        bytes: Arc<Vec<u8>>,
+        replace_newer: bool,
+    ) -> io::Result<()> {
+        let inner = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut current = inner.current.lock().expect("snapshot lock poisoned");
+            let newer_on_disk = current
+                .as_ref()
+                .is_some_and(|c| c.last_log_id > meta.last_log_id);
+            if newer_on_disk && !replace_newer {
+                return Ok(());
+            }
+            snapshot::write_atomically(&inner.snapshot_dir, &bytes)?;
+            *current = Some(meta);
+            Ok(())
+        })
+        .await
+        .map_err(io::Error::other)?
+    }
+
+    async fn current_snapshot(self: &Arc<Self>) -> io::Result<Option<Snapshot>> {
+        let inner = self.clone();
+        tokio::task::spawn_blocking(move || {
+            // Under the lock, so the file and the meta belong to the same snapshot.
+            let current = inner.current.lock().expect("snapshot lock poisoned");
+            let Some(meta) = current.clone() else {
+                return Ok(None);
+            };
+            let bytes = snapshot::read(&inner.snapshot_dir)?.ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, "snapshot file disappeared")
+            })?;
+            Ok(Some(Snapshot {
+                meta,
+                snapshot: SnapshotData::new(bytes),
+            }))
+        })
+        .await
+        .map_err(io::Error::other)?
+    }
+}
+
+/// Builds a snapshot of the table as it is when `build_snapshot` starts.
+pub struct LockSnapshotBuilder {
+    inner: Arc<Inner>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for LockSnapshotBuilder {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        // Encoded under the read lock: table, applied log id and membership must agree. Applying
+        // waits meanwhile; reads do not.
+        let (meta, bytes) = {
+            let state = read(&self.inner.state);
+            let meta = SnapshotMeta {
+                last_log_id: state.last_applied,
+                last_membership: state.last_membership.clone(),
+            };
+            let bytes = snapshot::encode(&state.last_applied, &state.last_membership, &state.table);
+            (meta, Arc::new(bytes))
+        };
+        self.inner.store(meta.clone(), bytes.clone(), false).await?;
+        tracing::info!(last_log_id = ?meta.last_log_id, bytes = bytes.len(), "built snapshot");
+        let bytes = Arc::try_unwrap(bytes).unwrap_or_else(|shared| (*shared).clone());
+        Ok(Snapshot {
+            meta,
+            snapshot: SnapshotData::new(bytes),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for LockStateMachine {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = LockSnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        let state = read(&self.inner.state);
+        Ok((state.last_applied, state.last_membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let applied = self.apply_one(entry)?;
+            if let Some(responder) = responder {
+                responder.send(applied);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.snapshot_builder()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
+    ) -> Result<(), io::Error> {
+        let bytes = snapshot.into_inner();
+        let contents =
+            snapshot::decode(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        if contents.last_applied != meta.last_log_id
+            || contents.last_membership != meta.last_membership
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "snapshot data is at {:?} but its meta says {:?}",
+                    contents.last_applied, meta.last_log_id
+                ),
+            ));
+        }
+        // File first: once openraft learns the snapshot is installed it may purge the log it
+        // covers, and a restart must then find this snapshot, not an older one.
+        self.inner
+            .store(meta.clone(), Arc::new(bytes), true)
+            .await?;
+        let mut state = write(&self.inner.state);
+        *state = State {
+            table: contents.table,
+            last_applied: contents.last_applied,
+            last_membership: contents.last_membership,
+        };
+        tracing::info!(last_log_id = ?meta.last_log_id, "installed snapshot");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        self.inner.current_snapshot().await
+    }
+}

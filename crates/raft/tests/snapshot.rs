@@ -1,0 +1,287 @@
+//! The lock state machine across restarts and snapshot transfers.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use futures::stream;
+use latchkey_core::{Applied, Command, Handoff, LockTable, Op, SessionId, SessionKey};
+use latchkey_raft::snapshot::SNAPSHOT_FILE_NAME;
+use latchkey_raft::{
+    ApplyObserver, Entry, LockStateMachine, LogCommand, LogId, Membership, NoopObserver,
+    SnapshotData, TypeConfig,
+};
+use openraft::entry::RaftEntry;
+use openraft::storage::RaftStateMachine;
+use openraft::vote::RaftLeaderId;
+use openraft::{RaftSnapshotBuilder, RaftTypeConfig};
+
+#[derive(Default)]
+struct Recorder(Mutex<Vec<(u64, Applied)>>);
+
+impl ApplyObserver for Recorder {
+    fn applied(&self, index: u64, _cmd: &Command, applied: &Applied) {
+        self.0.lock().unwrap().push((index, applied.clone()));
+    }
+}
+
+fn log_id(index: u64) -> LogId {
+    LogId::new(
+        <TypeConfig as RaftTypeConfig>::LeaderId::new(1, 1).to_committed(),
+        index,
+    )
+}
+
+fn normal(index: u64, op: Op) -> Entry {
+    Entry::new_normal(
+        log_id(index),
+        LogCommand(Command {
+            now_ms: 1_000 + index,
+            op,
+        }),
+    )
+}
+
+fn key(id: u64) -> SessionKey {
+    SessionKey {
+        id: SessionId(id),
+        secret: 7,
+    }
+}
+
+/// Blank, membership, then two sessions contending for "x": A holds it, B queues, A releases
+/// and the lock is handed to B at index 7.
+fn history() -> Vec<Entry> {
+    vec![
+        Entry::new_blank(log_id(1)),
+        Entry::new_membership(
+            log_id(2),
+            Membership::new_with_defaults(vec![BTreeSet::from([1])], []),
+        ),
+        normal(
+            3,
+            Op::CreateSession {
+                ttl_ms: 15_000,
+                secret: 7,
+            },
+        ),
+        normal(
+            4,
+            Op::CreateSession {
+                ttl_ms: 15_000,
+                secret: 7,
+            },
+        ),
+        normal(
+            5,
+            Op::Acquire {
+                session: key(3),
+                seq: 1,
+                name: "x".into(),
+                wait: false,
+            },
+        ),
+        normal(
+            6,
+            Op::Acquire {
+                session: key(4),
+                seq: 1,
+                name: "x".into(),
+                wait: true,
+            },
+        ),
+        normal(
+            7,
+            Op::Release {
+                session: key(3),
+                seq: 2,
+                name: "x".into(),
+                token: 5,
+            },
+        ),
+    ]
+}
+
+async fn apply(sm: &mut LockStateMachine, entries: Vec<Entry>) -> std::io::Result<()> {
+    sm.apply(stream::iter(entries.into_iter().map(|e| Ok((e, None)))))
+        .await
+}
+
+fn open(dir: &Path) -> LockStateMachine {
+    LockStateMachine::open(dir, Arc::new(NoopObserver)).unwrap()
+}
+
+#[tokio::test]
+async fn restart_recovers_the_table_from_the_snapshot_and_tokens_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let mut sm = LockStateMachine::open(dir.path(), recorder.clone()).unwrap();
+    apply(&mut sm, history()).await.unwrap();
+
+    // The observer saw each command once, in order, and the hand-over to B.
+    let seen = recorder.0.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        vec![3, 4, 5, 6, 7]
+    );
+    assert_eq!(
+        seen[4].1.handoffs,
+        vec![Handoff {
+            name: "x".into(),
+            session: SessionId(4),
+            seq: 1,
+            token: 7
+        }]
+    );
+
+    let before: LockTable = sm.handle().read(|t| t.clone());
+    let applied_before = sm.applied_state().await.unwrap();
+    assert_eq!(sm.handle().applied_index(), 7);
+    let built = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    assert_eq!(built.meta.last_log_id, Some(log_id(7)));
+    drop(sm);
+
+    let mut sm = open(dir.path());
+    assert_eq!(sm.handle().read(|t| t.clone()), before);
+    assert_eq!(sm.applied_state().await.unwrap(), applied_before);
+    assert_eq!(sm.handle().applied_index(), 7);
+    let current = sm
+        .get_current_snapshot()
+        .await
+        .unwrap()
+        .expect("snapshot after restart");
+    assert_eq!(current.meta, built.meta);
+
+    // The entry after the snapshot grants with a higher token than any before the restart.
+    apply(
+        &mut sm,
+        vec![normal(
+            8,
+            Op::Acquire {
+                session: key(3),
+                seq: 3,
+                name: "y".into(),
+                wait: false,
+            },
+        )],
+    )
+    .await
+    .unwrap();
+    let holder = sm
+        .handle()
+        .read(|t| t.describe("y"))
+        .unwrap()
+        .holder
+        .unwrap();
+    assert_eq!(holder.token, 8);
+}
+
+#[tokio::test]
+async fn install_snapshot_rejects_corrupt_data_and_keeps_the_state() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let follower_dir = tempfile::tempdir().unwrap();
+    let mut leader = open(leader_dir.path());
+    apply(&mut leader, history()).await.unwrap();
+    let snapshot = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let bytes = snapshot.snapshot.into_inner();
+
+    let mut follower = open(follower_dir.path());
+    for i in [0, 3, bytes.len() / 2, bytes.len() - 1] {
+        let mut bad = bytes.clone();
+        bad[i] ^= 0x01;
+        let err = follower
+            .install_snapshot(&snapshot.meta, SnapshotData::new(bad))
+            .await
+            .expect_err("a corrupt snapshot was installed");
+        assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::InvalidData,
+            "byte {i}: {err}"
+        );
+    }
+    let truncated = bytes[..bytes.len() - 1].to_vec();
+    assert!(follower
+        .install_snapshot(&snapshot.meta, SnapshotData::new(truncated))
+        .await
+        .is_err());
+    assert_eq!(follower.applied_state().await.unwrap().0, None);
+    assert!(follower.get_current_snapshot().await.unwrap().is_none());
+    assert!(!follower_dir.path().join(SNAPSHOT_FILE_NAME).exists());
+
+    // Data that does not match the meta it came with is refused too.
+    let mut wrong_meta = snapshot.meta.clone();
+    wrong_meta.last_log_id = Some(log_id(6));
+    assert!(follower
+        .install_snapshot(&wrong_meta, SnapshotData::new(bytes.clone()))
+        .await
+        .is_err());
+
+    follower
+        .install_snapshot(&snapshot.meta, SnapshotData::new(bytes))
+        .await
+        .unwrap();
+    let table = leader.handle().read(|t| t.clone());
+    assert_eq!(follower.handle().read(|t| t.clone()), table);
+    drop(follower);
+    // The installed snapshot is what a restart starts from.
+    let follower = open(follower_dir.path());
+    assert_eq!(follower.handle().read(|t| t.clone()), table);
+    assert_eq!(follower.handle().applied_index(), 7);
+}
+
+#[tokio::test]
+async fn open_refuses_a_corrupt_snapshot_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sm = open(dir.path());
+    apply(&mut sm, history()).await.unwrap();
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    drop(sm);
+    let path = dir.path().join(SNAPSHOT_FILE_NAME);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x80;
+    std::fs::write(&path, bytes).unwrap();
+    assert!(LockStateMachine::open(dir.path(), Arc::new(NoopObserver)).is_err());
+}
+
+#[tokio::test]
+async fn a_replayed_command_is_an_error_not_a_second_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sm = open(dir.path());
+    apply(&mut sm, history()).await.unwrap();
+    let before = sm.handle().read(|t| t.clone());
+    let replay = normal(
+        7,
+        Op::CreateSession {
+            ttl_ms: 15_000,
+            secret: 9,
+        },
+    );
+    assert!(apply(&mut sm, vec![replay]).await.is_err());
+    assert_eq!(sm.handle().read(|t| t.clone()), before);
+}
+
+#[tokio::test]
+async fn blank_and_membership_entries_leave_the_table_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sm = open(dir.path());
+    apply(&mut sm, history()[..2].to_vec()).await.unwrap();
+    assert_eq!(sm.handle().read(|t| t.last_index()), 0);
+    assert_eq!(sm.handle().applied_index(), 2);
+    let (_, membership) = sm.applied_state().await.unwrap();
+    assert_eq!(membership.log_id(), &Some(log_id(2)));
+}

@@ -1,0 +1,36 @@
+//! The seam through which the server reads time.
+//!
+//! Lease decisions use the monotonic clock (`now`); the wall clock (`wall_ms`) is only stamped
+//! into commands for display ("held for"). A simulation replaces this with clocks that have
+//! their own offset and drift.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+pub trait Clock: Send + Sync + 'static {
+    /// Monotonic time. Every lease deadline on the leader is measured on it.
+    fn now(&self) -> Instant;
+    /// Wall-clock Unix milliseconds, for display only.
+    fn wall_ms(&self) -> u64;
+}
+
+/// The real clocks of the machine (tokio's `Instant`, so paused-time tests also work).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn wall_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+pub type SharedClock = Arc<dyn Clock>;

@@ -1,0 +1,130 @@
+//! The one place where server-side errors become gRPC statuses.
+
+use latchkey_core::Rejection;
+use latchkey_proto::{ERROR_REASON_KEY, LEADER_ADDR_KEY, LEADER_ID_KEY};
+use latchkey_raft::TypeConfig;
+use openraft::errors::{ClientWriteError, ForwardToLeader, LinearizableReadError, RaftError};
+use tonic::{Code, Status};
+
+/// Everything a client request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("not the leader")]
+    NotLeader {
+        leader_id: Option<u64>,
+        leader_addr: Option<String>,
+    },
+    #[error("no quorum: cannot confirm leadership")]
+    NoQuorum,
+    #[error("too many acquire calls waiting on this node")]
+    TooManyWaiting,
+    #[error("node is shutting down")]
+    ShuttingDown,
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+impl ApiError {
+    fn reason(&self) -> &'static str {
+        match self {
+            ApiError::Rejected(r) => match r {
+                Rejection::NameEmpty => "name-empty",
+                Rejection::NameTooLong { .. } => "name-too-long",
+                Rejection::TtlOutOfRange { .. } => "ttl-out-of-range",
+                Rejection::SessionNotFound { .. } => "session-not-found",
+                Rejection::TooManySessions { .. } => "too-many-sessions",
+                Rejection::TooManyLocksForSession { .. } => "too-many-locks-for-session",
+                Rejection::TooManyLocks { .. } => "too-many-locks",
+                Rejection::QueueFull { .. } => "queue-full",
+                Rejection::AlreadyHeld { .. } => "already-held",
+                Rejection::AlreadyWaiting { .. } => "already-waiting",
+                Rejection::RequestTooOld { .. } => "request-too-old",
+                Rejection::UnknownRequest { .. } => "unknown-request",
+            },
+            ApiError::Invalid(_) => "invalid-request",
+            ApiError::NotLeader { .. } => "not-leader",
+            ApiError::NoQuorum => "no-quorum",
+            ApiError::TooManyWaiting => "too-many-waiting",
+            ApiError::ShuttingDown => "shutting-down",
+            ApiError::Raft(_) => "raft",
+        }
+    }
+
+    fn code(&self) -> Code {
+        match self {
+            ApiError::Rejected(r) => match r {
+                Rejection::NameEmpty
+                | Rejection::NameTooLong { .. }
+                | Rejection::TtlOutOfRange { .. } => Code::InvalidArgument,
+                Rejection::SessionNotFound { .. } => Code::NotFound,
+                Rejection::TooManySessions { .. }
+                | Rejection::TooManyLocksForSession { .. }
+                | Rejection::TooManyLocks { .. }
+                | Rejection::QueueFull { .. } => Code::ResourceExhausted,
+                Rejection::AlreadyHeld { .. }
+                | Rejection::AlreadyWaiting { .. }
+                | Rejection::RequestTooOld { .. }
+                | Rejection::UnknownRequest { .. } => Code::FailedPrecondition,
+            },
+            ApiError::Invalid(_) => Code::InvalidArgument,
+            ApiError::TooManyWaiting => Code::ResourceExhausted,
+            ApiError::NotLeader { .. }
+            | ApiError::NoQuorum
+            | ApiError::ShuttingDown
+            | ApiError::Raft(_) => Code::Unavailable,
+        }
+    }
+
+    fn forward(f: &ForwardToLeader<TypeConfig>) -> ApiError {
+        ApiError::NotLeader {
+            leader_id: f.leader_id,
+            leader_addr: f.leader_node.as_ref().map(|n| n.addr.clone()),
+        }
+    }
+}
+
+impl From<ApiError> for Status {
+    fn from(e: ApiError) -> Status {
+        let mut status = Status::new(e.code(), e.to_string());
+        let md = status.metadata_mut();
+        md.insert(ERROR_REASON_KEY, e.reason().parse().expect("ascii reason"));
+        if let ApiError::NotLeader {
+            leader_id,
+            leader_addr,
+        } = &e
+        {
+            if let Some(id) = leader_id {
+                md.insert(LEADER_ID_KEY, id.to_string().parse().expect("ascii id"));
+            }
+            if let Some(addr) = leader_addr.as_ref().and_then(|a| a.parse().ok()) {
+                md.insert(LEADER_ADDR_KEY, addr);
+            }
+        }
+        status
+    }
+}
+
+impl From<RaftError<TypeConfig, ClientWriteError<TypeConfig>>> for ApiError {
+    fn from(e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> ApiError {
+        match &e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f))
+            | RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => ApiError::forward(f),
+            RaftError::Fatal(_) => ApiError::ShuttingDown,
+            _ => ApiError::Raft(e.to_string()),
+        }
+    }
+}
+
+impl From<RaftError<TypeConfig, LinearizableReadError<TypeConfig>>> for ApiError {
+    fn from(e: RaftError<TypeConfig, LinearizableReadError<TypeConfig>>) -> ApiError {
+        match &e {
+            RaftError::APIError(LinearizableReadError::ForwardToLeader(f)) => ApiError::forward(f),
+            RaftError::APIError(LinearizableReadError::QuorumNotEnough(_)) => ApiError::NoQuorum,
+            RaftError::Fatal(_) => ApiError::ShuttingDown,
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! One member of a Raft group: storage, the openraft node, the lease table, and the leader's
+//! duties (restarting leases on election, proposing expiries).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use latchkey_core::Op;
+use latchkey_log_store::LogStore;
+use latchkey_proto::v1 as pb;
+use latchkey_raft::{LockStateMachine, Raft, StateHandle, TypeConfig};
+use openraft::async_runtime::WatchReceiver;
+use openraft::{BasicNode, ServerState};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::SharedClock;
+use crate::leases::Leases;
+use crate::waiters::{Observer, Waiters};
+use crate::ServerConfig;
+
+/// Log-store metadata key under which the member list this data dir belongs to is recorded.
+const META_MEMBERS: &str = "members";
+
+pub struct Node {
+    pub id: u64,
+    pub raft: Raft,
+    pub state: StateHandle,
+    pub clock: SharedClock,
+    pub leases: Arc<Mutex<Leases>>,
+    pub waiters: Arc<Waiters>,
+    /// Cancelled when the server begins to shut down; long-polls end on it.
+    pub shutdown: CancellationToken,
+    pub config: ServerConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("data dir {dir}: {source}")]
+    DataDir { dir: String, source: std::io::Error },
+    #[error("log store: {0}")]
+    LogStore(String),
+    #[error("state machine: {0}")]
+    StateMachine(String),
+    #[error(
+        "data dir {dir} belongs to a cluster with members {recorded}, but this node was started \
+         with members {given}; refusing to start (use the original --peers, or a fresh data dir)"
+    )]
+    MembersMismatch {
+        dir: String,
+        recorded: String,
+        given: String,
+    },
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+fn members_text(members: &BTreeMap<u64, String>) -> String {
+    members
+        .iter()
+        .map(|(id, addr)| format!("{id}={addr}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl Node {
+    pub async fn start(config: ServerConfig, clock: SharedClock) -> Result<Arc<Node>, StartError> {
+        let dir = config.data_dir.clone();
+        std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
+            dir: dir.display().to_string(),
+            source,
+        })?;
+        let log_store = LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
+            .map_err(|e| StartError::LogStore(e.to_string()))?;
+
+        // A data dir belongs to one member list for life: a node restarted with another list
+        // would form a different cluster around the same log.
+        let members = config.members();
+        let given = members_text(&members);
+        match log_store
+            .read_meta(META_MEMBERS)
+            .map_err(|e| StartError::LogStore(e.to_string()))?
+        {
+            Some(recorded) => {
+                let recorded = String::from_utf8_lossy(&recorded).into_owned();
+                if recorded != given {
+                    return Err(StartError::MembersMismatch {
+                        dir: dir.display().to_string(),
+                        recorded,
+                        given,
+                    });
+                }
+            }
+            None => log_store
+                .write_meta(META_MEMBERS, given.as_bytes())
+                .map_err(|e| StartError::LogStore(e.to_string()))?,
+        }
+
+        let leases = Arc::new(Mutex::new(Leases::default()));
+        let waiters = Arc::new(Waiters::default());
+        let observer = Arc::new(Observer {
+            waiters: waiters.clone(),
+            leases: leases.clone(),
+            clock: clock.clone(),
+        });
+        let sm = LockStateMachine::open(&dir.join("snapshots"), observer)
+            .map_err(|e| StartError::StateMachine(e.to_string()))?;
+        let state = sm.handle();
+        // Sessions recovered from the snapshot get a lease from now; the entries replayed after
+        // it add theirs through the observer.
+        {
+            let now = clock.now();
+            let mut l = leases.lock().expect("leases lock");
+            state.read(|t| {
+                for s in t.sessions() {
+                    l.created(s.id, s.ttl_ms, now);
+                }
+            });
+        }
+
+        let raft_config = Arc::new(
+            config
+                .raft_config()
+                .validate()
+                .map_err(|e| StartError::Raft(e.to_string()))?,
+        );
+        let raft = Raft::new(
+            config.id,
+            raft_config,
+            crate::peer::PeerNetwork,
+            log_store,
+            sm,
+        )
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+
+        if !raft
+            .is_initialized()
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?
+        {
+            let nodes: BTreeMap<u64, BasicNode> = members
+                .iter()
+                .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+                .collect();
+            // Every member of a new cluster may call this with the same list; openraft lets
+            // only one initialization win and the others join its term.
+            if let Err(e) = raft.initialize(nodes).await {
+                tracing::info!("initialize: {e} (another member may have initialized first)");
+            }
+        }
+
+        Ok(Arc::new(Node {
+            id: config.id,
+            raft,
+            state,
+            clock,
+            leases,
+            waiters,
+            shutdown: CancellationToken::new(),
+            config,
+        }))
+    }
+
+    fn is_leader(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        m.state == ServerState::Leader && m.current_leader == Some(self.id)
+    }
+
+    /// The leader's duties, for as long as the node runs: when this node becomes leader,
+    /// restart every lease; while it is leader, expire sessions whose lease ran out.
+    pub async fn leader_duties(self: Arc<Node>) {
+        let mut metrics = self.raft.metrics();
+        let mut led_term: Option<u64> = None;
+        loop {
+            let (leader_now, term) = {
+                let m = metrics.borrow_and_update();
+                (
+                    m.state == ServerState::Leader && m.current_leader == Some(self.id),
+                    m.current_term,
+                )
+            };
+            if leader_now && led_term != Some(term) {
+                tracing::info!(term, "became leader: restarting every session lease");
+                self.leases
+                    .lock()
+                    .expect("leases lock")
+                    .restart_all(self.clock.now());
+                led_term = Some(term);
+            } else if !leader_now {
+                led_term = None;
+            }
+            if led_term.is_some() {
+                self.expire_due().await;
+            }
+            let wake = {
+                let l = self.leases.lock().expect("leases lock");
+                let cap = self.clock.now() + self.config.lease_tick();
+                l.next_deadline().map_or(cap, |d| d.min(cap))
+            };
+            tokio::select! {
+                changed = metrics.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    async fn expire_due(&self) {
+        let due = self
+            .leases
+            .lock()
+            .expect("leases lock")
+            .take_expired(self.clock.now());
+        if due.is_empty() || !self.is_leader() {
+            if !due.is_empty() {
+                self.leases.lock().expect("leases lock").expiry_failed(&due);
+            }
+            return;
+        }
+        tracing::info!(sessions = ?due, "session leases ran out: expiring");
+        match self.propose(Op::ExpireSessions { ids: due.clone() }).await {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!("expiry not committed: {e}");
+                self.leases.lock().expect("leases lock").expiry_failed(&due);
+            }
+        }
+    }
+
+    pub fn status(&self) -> pb::NodeStatusResponse {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let role = match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        };
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .filter(|(id, _)| voters.contains(id))
+            .map(|(id, n)| pb::Member {
+                id: *id,
+                addr: n.addr.clone(),
+            })
+            .collect();
+        let (sessions, locks) = self
+            .state
+            .read(|t| (t.session_count() as u64, t.lock_count() as u64));
+        pb::NodeStatusResponse {
+            id: self.id,
+            role: role.to_owned(),
+            term: m.current_term,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            applied_index: m.last_applied.map(|l| l.index).unwrap_or(0),
+            leader_id: m.current_leader.unwrap_or(0),
+            members,
+            sessions,
+            locks,
+        }
+    }
+}
+
+/// Bounded waits for proposals: a minority leader must answer "unavailable", not hang.
+pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -1,0 +1,227 @@
+//! Raft between members: the `RaftPeer` gRPC service and the network client openraft uses to
+//! call it.
+//!
+//! Payloads are openraft's own messages, serialized with postcard behind a one-byte format
+//! version; protobuf only frames them. Every call has a deadline (openraft's `RPCOption`).
+
+use std::future::Future;
+use std::io::Cursor;
+use std::time::Duration;
+
+use latchkey_core::limits;
+use latchkey_proto::v1 as pb;
+use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
+use latchkey_raft::{Raft, TypeConfig};
+use openraft::errors::{
+    NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::storage::{Snapshot, SnapshotMeta};
+use openraft::{BasicNode, RaftNetworkFactory};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+
+/// Version of the peer payload encoding. Members of one cluster must speak the same one.
+const PEER_FORMAT_VERSION: u8 = 1;
+
+type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+type Meta =
+    SnapshotMeta<openraft::type_config::alias::CommittedLeaderIdOf<TypeConfig>, u64, BasicNode>;
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut out = vec![PEER_FORMAT_VERSION];
+    out.extend(postcard::to_stdvec(v).expect("serializing to memory cannot fail"));
+    out
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    match bytes.split_first() {
+        Some((&PEER_FORMAT_VERSION, rest)) => {
+            postcard::from_bytes(rest).map_err(|e| format!("bad peer payload: {e}"))
+        }
+        Some((v, _)) => Err(format!(
+            "peer payload version {v} is not {PEER_FORMAT_VERSION}"
+        )),
+        None => Err("empty peer payload".into()),
+    }
+}
+
+/// The server side: hands each message to the local Raft node.
+pub struct PeerService {
+    raft: Raft,
+}
+
+impl PeerService {
+    pub fn new(raft: Raft) -> PeerService {
+        PeerService { raft }
+    }
+}
+
+fn reply<T: Serialize>(v: &T) -> Result<Response<pb::PeerMessage>, Status> {
+    Ok(Response::new(pb::PeerMessage { payload: encode(v) }))
+}
+
+fn bad(e: String) -> Status {
+    Status::invalid_argument(e)
+}
+
+#[tonic::async_trait]
+impl pb::raft_peer_server::RaftPeer for PeerService {
+    async fn vote(
+        &self,
+        request: Request<pb::PeerMessage>,
+    ) -> Result<Response<pb::PeerMessage>, Status> {
+        let req: VoteRequest<TypeConfig> = decode(&request.into_inner().payload).map_err(bad)?;
+        let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> =
+            self.raft.vote(req).await;
+        reply(&res)
+    }
+
+    async fn append(
+        &self,
+        request: Request<pb::PeerMessage>,
+    ) -> Result<Response<pb::PeerMessage>, Status> {
+        let req: AppendEntriesRequest<TypeConfig> =
+            decode(&request.into_inner().payload).map_err(bad)?;
+        let res = self.raft.append_entries(req).await;
+        reply(&res)
+    }
+
+    async fn snapshot(
+        &self,
+        request: Request<pb::PeerMessage>,
+    ) -> Result<Response<pb::PeerMessage>, Status> {
+        let (vote, meta, data): (Vote, Meta, Vec<u8>) =
+            decode(&request.into_inner().payload).map_err(bad)?;
+        let snapshot = Snapshot {
+            meta,
+            snapshot: Cursor::new(data),
+        };
+        let res = self
+            .raft
+            .install_full_snapshot(vote, snapshot)
+            .await
+            .map_err(RaftError::<TypeConfig>::Fatal);
+        reply(&res)
+    }
+}
+
+/// Creates one client per target member; openraft calls it.
+#[derive(Clone, Default)]
+pub struct PeerNetwork;
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
+        let channel = Endpoint::from_shared(format!("http://{}", node.addr))
+            .map(|e| {
+                e.connect_timeout(Duration::from_secs(1))
+                    .tcp_nodelay(true)
+                    .connect_lazy()
+            })
+            .map_err(|e| e.to_string());
+        PeerClient { target, channel }
+    }
+}
+
+pub struct PeerClient {
+    target: u64,
+    channel: Result<Channel, String>,
+}
+
+impl PeerClient {
+    fn client(&self) -> Result<RaftPeerClient<Channel>, Unreachable<TypeConfig>> {
+        match &self.channel {
+            Ok(c) => Ok(RaftPeerClient::new(c.clone())
+                .max_decoding_message_size(limits::PEER_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(limits::PEER_MESSAGE_BYTES_MAX)),
+            Err(e) => Err(Unreachable::from_string(format!(
+                "bad address of member {}: {e}",
+                self.target
+            ))),
+        }
+    }
+
+    fn request(payload: Vec<u8>, option: &RPCOption) -> Request<pb::PeerMessage> {
+        let mut r = Request::new(pb::PeerMessage { payload });
+        r.set_timeout(option.hard_ttl());
+        r
+    }
+
+    /// Call, decode, and turn a remote `Fatal` into "unreachable": the member is shutting down.
+    async fn call<T, F, Fut>(
+        &self,
+        payload: Vec<u8>,
+        option: &RPCOption,
+        f: F,
+    ) -> Result<T, RPCError<TypeConfig>>
+    where
+        T: DeserializeOwned,
+        F: FnOnce(RaftPeerClient<Channel>, Request<pb::PeerMessage>) -> Fut,
+        Fut: Future<Output = Result<Response<pb::PeerMessage>, Status>>,
+    {
+        let client = self.client()?;
+        let resp = f(client, Self::request(payload, option))
+            .await
+            .map_err(|s| {
+                if s.code() == tonic::Code::Unavailable {
+                    RPCError::Unreachable(Unreachable::new(&s))
+                } else {
+                    RPCError::Network(NetworkError::new(&s))
+                }
+            })?;
+        let res: Result<T, RaftError<TypeConfig>> = decode(&resp.into_inner().payload)
+            .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
+        res.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerClient {
+    type SnapshotData = Cursor<Vec<u8>>;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(encode(&rpc), &option, |mut c, r| async move {
+            c.append(r).await
+        })
+        .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(
+            encode(&rpc),
+            &option,
+            |mut c, r| async move { c.vote(r).await },
+        )
+        .await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: openraft::type_config::alias::SnapshotOf<TypeConfig, Cursor<Vec<u8>>>,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let payload = encode(&(vote, snapshot.meta, snapshot.snapshot.into_inner()));
+        tokio::select! {
+            res = self.call(payload, &option, |mut c, r| async move { c.snapshot(r).await }) => {
+                res.map_err(StreamingError::from)
+            }
+            closed = cancel => Err(StreamingError::Closed(closed)),
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Acquire calls that are long-polling for a queued request, and the apply observer that wakes
+//! them.
+//!
+//! One registry slot per (session, seq). A grant reaches exactly the call waiting for that
+//! request; no other waiter is woken (no herd inside the server either).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use latchkey_core::{limits, Applied, Command, Op, Outcome, SessionId};
+use latchkey_raft::ApplyObserver;
+use tokio::sync::oneshot;
+
+use crate::clock::SharedClock;
+use crate::leases::Leases;
+
+/// How a queued request ended, as seen by the waiting call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitEnd {
+    Granted {
+        token: u64,
+    },
+    /// The session left (closed or expired) while the request waited.
+    SessionGone,
+}
+
+#[derive(Default)]
+pub struct Waiters {
+    slots: Mutex<HashMap<(SessionId, u64), oneshot::Sender<WaitEnd>>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "too many acquire calls waiting on this node (limit {})",
+    limits::WAITING_ACQUIRES_MAX
+)]
+pub struct TooManyWaiting;
+
+impl Waiters {
+    /// Reserve the slot for `(session, seq)`. A second call for the same request replaces the
+    /// first, whose receiver then sees a closed channel and answers "pending" (the client re-sent
+    /// the request, so only the newest call is listened to).
+    pub fn register(
+        &self,
+        session: SessionId,
+        seq: u64,
+    ) -> Result<oneshot::Receiver<WaitEnd>, TooManyWaiting> {
+        let (tx, rx) = oneshot::channel();
+        let mut slots = self.slots.lock().expect("waiters lock");
+        if slots.len() >= limits::WAITING_ACQUIRES_MAX && !slots.contains_key(&(session, seq)) {
+            return Err(TooManyWaiting);
+        }
+        slots.insert((session, seq), tx);
+        Ok(rx)
+    }
+
+    pub fn unregister(&self, session: SessionId, seq: u64) {
+        self.slots
+            .lock()
+            .expect("waiters lock")
+            .remove(&(session, seq));
+    }
+
+    fn wake(&self, session: SessionId, seq: u64, end: WaitEnd) {
+        let tx = self
+            .slots
+            .lock()
+            .expect("waiters lock")
+            .remove(&(session, seq));
+        if let Some(tx) = tx {
+            // The call may have gone (client disconnected); its retry will read the outcome.
+            let _ = tx.send(end);
+        }
+    }
+}
+
+/// Runs after every applied entry on every member: keeps the lease table in step with the
+/// session table, and wakes long-polling acquires whose request was granted or dropped.
+pub struct Observer {
+    pub waiters: Arc<Waiters>,
+    pub leases: Arc<Mutex<Leases>>,
+    pub clock: SharedClock,
+}
+
+impl ApplyObserver for Observer {
+    fn applied(&self, _index: u64, cmd: &Command, applied: &Applied) {
+        match (&cmd.op, &applied.outcome) {
+            (Op::CreateSession { .. }, Outcome::SessionCreated { id, ttl_ms }) => {
+                let now = self.clock.now();
+                self.leases
+                    .lock()
+                    .expect("leases lock")
+                    .created(*id, *ttl_ms, now);
+            }
+            (Op::CloseSession { session }, Outcome::SessionClosed) => {
+                self.leases.lock().expect("leases lock").removed(session.id);
+            }
+            (Op::ExpireSessions { .. }, Outcome::SessionsExpired { ids }) => {
+                let mut leases = self.leases.lock().expect("leases lock");
+                for id in ids {
+                    leases.removed(*id);
+                }
+            }
+            _ => {}
+        }
+        for h in &applied.handoffs {
+            self.waiters
+                .wake(h.session, h.seq, WaitEnd::Granted { token: h.token });
+        }
+        for (session, seq) in &applied.dropped_waits {
+            self.waiters.wake(*session, *seq, WaitEnd::SessionGone);
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! The server's gRPC API, in process: `run()` on a loopback listener with a temp data dir, driven
+//! through the generated client. Covers the lock semantics end to end through Raft and storage.
+
+use std::path::Path;
+use std::time::Duration;
+
+use latchkey_proto::v1 as pb;
+use latchkey_proto::v1::locks_client::LocksClient;
+use latchkey_server::ServerConfig;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+use tonic::Code;
+
+struct TestNode {
+    addr: std::net::SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestNode {
+    async fn start(dir: &Path, addr: Option<std::net::SocketAddr>) -> TestNode {
+        let listener = tokio::net::TcpListener::bind(addr.unwrap_or(([127, 0, 0, 1], 0).into()))
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let config = ServerConfig::single(1, addr, dir.to_path_buf());
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(latchkey_server::run(listener, config, async move {
+            let _ = rx.await;
+        }));
+        TestNode {
+            addr,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    async fn client(&mut self) -> LocksClient<Channel> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect_lazy();
+        let mut c = LocksClient::new(channel);
+        // Wait (bounded) until the single node has elected itself.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(s) = c.node_status(pb::NodeStatusRequest {}).await {
+                if s.get_ref().role == "leader" && s.get_ref().applied_index > 0 {
+                    return c;
+                }
+            }
+            if self.task.as_ref().unwrap().is_finished() {
+                let r = self.task.take().unwrap().await.expect("join");
+                panic!("server stopped on its own: {r:?}");
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node never became leader: {:?}",
+                c.node_status(pb::NodeStatusRequest {}).await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        let r = tokio::time::timeout(Duration::from_secs(20), self.task.take().unwrap())
+            .await
+            .expect("server stops within 20 s");
+        r.expect("join").expect("server ran cleanly");
+    }
+}
+
+async fn session(c: &mut LocksClient<Channel>, ttl_ms: u64) -> pb::Session {
+    c.create_session(pb::CreateSessionRequest { ttl_ms })
+        .await
+        .expect("create session")
+        .into_inner()
+        .session
+        .unwrap()
+}
+
+async fn acquire(
+    c: &mut LocksClient<Channel>,
+    s: &pb::Session,
+    seq: u64,
+    name: &str,
+    wait_ms: u64,
+) -> Result<pb::AcquireResponse, tonic::Status> {
+    c.acquire(pb::AcquireRequest {
+        session: Some(*s),
+        seq,
+        name: name.into(),
+        wait_timeout_ms: wait_ms,
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+fn granted(r: &pb::AcquireResponse) -> u64 {
+    assert_eq!(r.result, pb::AcquireResult::Granted as i32, "{r:?}");
+    r.token
+}
+
+fn reason(s: &tonic::Status) -> String {
+    s.metadata()
+        .get(latchkey_proto::ERROR_REASON_KEY)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_queued_waiter_with_a_higher_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = TestNode::start(dir.path(), None).await;
+    let mut c = node.client().await;
+    let a = session(&mut c, 10_000).await;
+    let b = session(&mut c, 10_000).await;
+    let t1 = granted(&acquire(&mut c, &a, 1, "job", 0).await.unwrap());
+
+    // b queues (long-poll in the background), then a releases.
+    let mut cb = c.clone();
+    let waiter = tokio::spawn(async move { acquire(&mut cb, &b, 1, "job", 8_000).await });
+    // Wait until b is visibly queued, then release.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = c
+            .describe(pb::DescribeRequest { name: "job".into() })
+            .await
+            .unwrap()
+            .into_inner()
+            .lock
+            .unwrap();
+        if d.waiters == 1 {
+            assert_eq!(d.token, t1);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "b never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rel = c
+        .release(pb::ReleaseRequest {
+            session: Some(a),
+            seq: 2,
+            name: "job".into(),
+            token: t1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(rel.released);
+    let t2 = granted(&waiter.await.unwrap().unwrap());
+    assert!(t2 > t1, "token {t2} after {t1}");
+
+    // A stale release (a's old token) does not free b's grant.
+    let stale = c
+        .release(pb::ReleaseRequest {
+            session: Some(a),
+            seq: 3,
+            name: "job".into(),
+            token: t1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!stale.released);
+    let d = c
+        .describe(pb::DescribeRequest { name: "job".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .lock
+        .unwrap();
+    assert!(d.held);
+    assert_eq!((d.session, d.token), (b.id, t2));
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_lock_and_wait_timeout_answer_not_granted_and_leave_no_waiter() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = TestNode::start(dir.path(), None).await;
+    let mut c = node.client().await;
+    let a = session(&mut c, 10_000).await;
+    let b = session(&mut c, 10_000).await;
+    granted(&acquire(&mut c, &a, 1, "x", 0).await.unwrap());
+    let r = acquire(&mut c, &b, 1, "x", 0).await.unwrap();
+    assert_eq!(r.result, pb::AcquireResult::NotGranted as i32);
+    let r = acquire(&mut c, &b, 2, "x", 300).await.unwrap();
+    assert_eq!(r.result, pb::AcquireResult::NotGranted as i32);
+    // The timed-out wait left the queue through the log.
+    let d = c
+        .describe(pb::DescribeRequest { name: "x".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .lock
+        .unwrap();
+    assert_eq!(d.waiters, 0);
+    // A retry of the timed-out request returns its original outcome.
+    let r = acquire(&mut c, &b, 2, "x", 300).await.unwrap();
+    assert_eq!(r.result, pb::AcquireResult::NotGranted as i32);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = TestNode::start(dir.path(), None).await;
+    let mut c = node.client().await;
+    let e = c
+        .create_session(pb::CreateSessionRequest { ttl_ms: 10 })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), reason(&e).as_str()),
+        (Code::InvalidArgument, "ttl-out-of-range")
+    );
+    let a = session(&mut c, 10_000).await;
+    let e = acquire(&mut c, &a, 1, "", 0).await.unwrap_err();
+    assert_eq!(
+        (e.code(), reason(&e).as_str()),
+        (Code::InvalidArgument, "name-empty")
+    );
+    let long = "n".repeat(513);
+    let e = acquire(&mut c, &a, 2, &long, 0).await.unwrap_err();
+    assert_eq!(
+        (e.code(), reason(&e).as_str()),
+        (Code::InvalidArgument, "name-too-long")
+    );
+    let ghost = pb::Session {
+        id: 999_999,
+        secret: 1,
+    };
+    let e = acquire(&mut c, &ghost, 1, "x", 0).await.unwrap_err();
+    assert_eq!(
+        (e.code(), reason(&e).as_str()),
+        (Code::NotFound, "session-not-found")
+    );
+    let wrong_secret = pb::Session {
+        id: a.id,
+        secret: a.secret ^ 1,
+    };
+    let e = acquire(&mut c, &wrong_secret, 3, "x", 0).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    let e = c
+        .keep_alive(pb::KeepAliveRequest {
+            sessions: vec![a; latchkey_core::limits::KEEPALIVE_SESSIONS_MAX + 1],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let list = c
+        .list(pb::ListRequest {
+            prefix: String::new(),
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.locks.is_empty(), "nothing was taken by bad requests");
+    // Keepalive answers for every session, alive or not.
+    let ka = c
+        .keep_alive(pb::KeepAliveRequest {
+            sessions: vec![a, ghost],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        ka.leases
+            .iter()
+            .map(|l| (l.id, l.alive))
+            .collect::<Vec<_>>(),
+        vec![(a.id, true), (ghost.id, false)]
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrenewed_session_expires_and_its_lock_goes_to_the_next_waiter() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = TestNode::start(dir.path(), None).await;
+    let mut c = node.client().await;
+    let a = session(&mut c, 1_000).await; // never renewed
+    let b = session(&mut c, 30_000).await;
+    let t1 = granted(&acquire(&mut c, &a, 1, "lease", 0).await.unwrap());
+    let started = tokio::time::Instant::now();
+    let r = acquire(&mut c, &b, 1, "lease", 9_000).await.unwrap();
+    let t2 = granted(&r);
+    assert!(t2 > t1);
+    // Not before the TTL: the lease is a promise to the holder.
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "expired early"
+    );
+    let ka = c
+        .keep_alive(pb::KeepAliveRequest { sessions: vec![a] })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!ka.leases[0].alive);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_sessions_locks_queues_and_the_token_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = TestNode::start(dir.path(), None).await;
+    let addr = node.addr;
+    let mut c = node.client().await;
+    let a = session(&mut c, 30_000).await;
+    let b = session(&mut c, 30_000).await;
+    let t1 = granted(&acquire(&mut c, &a, 1, "keep", 0).await.unwrap());
+    let r = acquire(&mut c, &b, 1, "keep", 200).await.unwrap();
+    assert_eq!(r.result, pb::AcquireResult::NotGranted as i32);
+    node.stop().await;
+
+    let mut node = TestNode::start(dir.path(), Some(addr)).await;
+    let mut c = node.client().await;
+    let d = c
+        .describe(pb::DescribeRequest {
+            name: "keep".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .lock
+        .unwrap();
+    assert_eq!((d.held, d.session, d.token), (true, a.id, t1));
+    // a's seq 1 retry still answers its original grant.
+    assert_eq!(
+        granted(&acquire(&mut c, &a, 1, "keep", 0).await.unwrap()),
+        t1
+    );
+    let rel = c
+        .release(pb::ReleaseRequest {
+            session: Some(a),
+            seq: 2,
+            name: "keep".into(),
+            token: t1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(rel.released);
+    let t2 = granted(&acquire(&mut c, &b, 2, "keep", 0).await.unwrap());
+    assert!(t2 > t1);
+    node.stop().await;
+}
