@@ -26,14 +26,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::Stream;
 use latchkey_core::limits;
 use latchkey_proto::v1::locks_server::LocksServer;
 use latchkey_proto::v1::raft_peer_server::RaftPeerServer;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::Connected;
 
 pub use clock::{Clock, SharedClock, SystemClock};
 pub use node::StartError;
+pub use peer::{PeerConnector, SharedConnector, TcpConnector};
 
 /// How one node runs. Build with [`ServerConfig::single`] or [`ServerConfig::cluster`], then
 /// adjust the timing fields if needed; [`ServerConfig::validate`] runs at start.
@@ -149,20 +153,51 @@ pub async fn run(
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    run_with_clock(listener, config, Arc::new(SystemClock), shutdown).await
+    run_with(
+        TcpListenerStream::new(listener),
+        config,
+        Env::real(),
+        shutdown,
+    )
+    .await
 }
 
-/// [`run`] with the clock supplied (simulations give each node its own).
-pub async fn run_with_clock(
-    listener: TcpListener,
+/// What the server needs from the world besides its data dir: time and the network. Tests and
+/// simulations replace both.
+#[derive(Clone)]
+pub struct Env {
+    pub clock: SharedClock,
+    pub connector: SharedConnector,
+}
+
+impl Env {
+    /// The machine's clocks and TCP.
+    pub fn real() -> Env {
+        Env {
+            clock: Arc::new(SystemClock),
+            connector: Arc::new(TcpConnector),
+        }
+    }
+}
+
+/// [`run`] with the connections and the environment supplied: `incoming` yields accepted
+/// client and peer connections (any transport tonic can serve), `env` gives the clock and the
+/// connector used to reach peers.
+pub async fn run_with<I, IO, IE>(
+    incoming: I,
     config: ServerConfig,
-    clock: SharedClock,
+    env: Env,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<()>
+where
+    I: Stream<Item = Result<IO, IE>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
-    let node = node::Node::start(config, clock).await?;
+    let node = node::Node::start(config, env).await?;
     tracing::info!(
         id = node.id,
         addr = %node.config.listen,
@@ -182,7 +217,7 @@ pub async fn run_with_clock(
         .concurrency_limit_per_connection(limits::CLIENT_CONCURRENT_REQUESTS_MAX)
         .add_service(locks)
         .add_service(peer)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+        .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;
             // End long-polls first, so that graceful shutdown does not wait for them.
             stop.cancel();

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::SharedClock;
 use crate::leases::Leases;
 use crate::waiters::{Observer, Waiters};
-use crate::ServerConfig;
+use crate::{Env, ServerConfig};
 
 /// Log-store metadata key under which the member list this data dir belongs to is recorded.
 const META_MEMBERS: &str = "members";
@@ -63,7 +63,8 @@ fn members_text(members: &BTreeMap<u64, String>) -> String {
 }
 
 impl Node {
-    pub async fn start(config: ServerConfig, clock: SharedClock) -> Result<Arc<Node>, StartError> {
+    pub async fn start(config: ServerConfig, env: Env) -> Result<Arc<Node>, StartError> {
+        let clock = env.clock.clone();
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
             dir: dir.display().to_string(),
@@ -126,7 +127,9 @@ impl Node {
         let raft = Raft::new(
             config.id,
             raft_config,
-            crate::peer::PeerNetwork,
+            crate::peer::PeerNetwork {
+                connector: env.connector.clone(),
+            },
             log_store,
             sm,
         )

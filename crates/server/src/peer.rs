@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::io::Cursor;
+use std::sync::Arc;
 use std::time::Duration;
 
 use latchkey_core::limits;
@@ -111,22 +112,44 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
     }
 }
 
-/// Creates one client per target member; openraft calls it.
-#[derive(Clone, Default)]
-pub struct PeerNetwork;
+/// The seam through which a node reaches its peers: given a member's address, a gRPC channel
+/// to it. The real one dials TCP; a simulation dials its simulated network.
+pub trait PeerConnector: Send + Sync + 'static {
+    fn channel(&self, addr: &str) -> Result<Channel, String>;
+}
 
-impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
-    type Network = PeerClient;
+pub type SharedConnector = Arc<dyn PeerConnector>;
 
-    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
-        let channel = Endpoint::from_shared(format!("http://{}", node.addr))
+/// Dials peers over TCP, lazily: a member that is down costs nothing until it is needed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpConnector;
+
+impl PeerConnector for TcpConnector {
+    fn channel(&self, addr: &str) -> Result<Channel, String> {
+        Endpoint::from_shared(format!("http://{addr}"))
             .map(|e| {
                 e.connect_timeout(Duration::from_secs(1))
                     .tcp_nodelay(true)
                     .connect_lazy()
             })
-            .map_err(|e| e.to_string());
-        PeerClient { target, channel }
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Creates one client per target member; openraft calls it.
+#[derive(Clone)]
+pub struct PeerNetwork {
+    pub connector: SharedConnector,
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            target,
+            channel: self.connector.channel(&node.addr),
+        }
     }
 }
 
