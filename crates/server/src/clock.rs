@@ -1,4 +1,4 @@
-//! The seam through which the server reads time.
+//! The seams through which the server reads time and draws random numbers.
 //!
 //! Lease decisions use the monotonic clock (`now`); the wall clock (`wall_ms`) is only stamped
 //! into commands for display ("held for"). A simulation replaces this with clocks that have
@@ -34,3 +34,20 @@ impl Clock for SystemClock {
 }
 
 pub type SharedClock = Arc<dyn Clock>;
+
+/// Where the leader draws random numbers (session secrets). A simulation seeds it.
+pub trait Entropy: Send + Sync + 'static {
+    fn next_u64(&self) -> u64;
+}
+
+/// The operating system's randomness.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OsEntropy;
+
+impl Entropy for OsEntropy {
+    fn next_u64(&self) -> u64 {
+        rand::random()
+    }
+}
+
+pub type SharedEntropy = Arc<dyn Entropy>;

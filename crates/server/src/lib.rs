@@ -35,7 +35,8 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::Connected;
 
-pub use clock::{Clock, SharedClock, SystemClock};
+pub use clock::{Clock, Entropy, OsEntropy, SharedClock, SharedEntropy, SystemClock};
+pub use node::NodeLogStore;
 pub use node::StartError;
 pub use peer::{PeerConnector, SharedConnector, TcpConnector};
 
@@ -168,6 +169,7 @@ pub async fn run(
 pub struct Env {
     pub clock: SharedClock,
     pub connector: SharedConnector,
+    pub entropy: SharedEntropy,
 }
 
 impl Env {
@@ -176,6 +178,7 @@ impl Env {
         Env {
             clock: Arc::new(SystemClock),
             connector: Arc::new(TcpConnector),
+            entropy: Arc::new(OsEntropy),
         }
     }
 }
@@ -197,7 +200,28 @@ where
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
-    let node = node::Node::start(config, env).await?;
+    let log_store = node::Node::open_log_store(&config)?;
+    run_with_store(incoming, config, env, log_store, shutdown).await
+}
+
+/// [`run_with`] on a log store supplied by the caller (a simulation's fault-injecting one).
+pub async fn run_with_store<I, IO, IE, LS>(
+    incoming: I,
+    config: ServerConfig,
+    env: Env,
+    log_store: LS,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()>
+where
+    I: Stream<Item = Result<IO, IE>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    LS: NodeLogStore,
+{
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
+    let node = node::Node::start(config, env, log_store).await?;
     tracing::info!(
         id = node.id,
         addr = %node.config.listen,

@@ -13,10 +13,27 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, ServerState};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::SharedClock;
+use crate::clock::{SharedClock, SharedEntropy};
 use crate::leases::Leases;
 use crate::waiters::{Observer, Waiters};
 use crate::{Env, ServerConfig};
+
+/// The log storage a node runs on: openraft's log storage plus a little durable metadata. The
+/// redb store is the real one; a simulation supplies one that can lose unsynced writes.
+pub trait NodeLogStore: openraft::storage::RaftLogStorage<TypeConfig> {
+    fn read_node_meta(&self, key: &str) -> Result<Option<Vec<u8>>, String>;
+    fn write_node_meta(&self, key: &str, value: &[u8]) -> Result<(), String>;
+}
+
+impl NodeLogStore for LogStore<TypeConfig> {
+    fn read_node_meta(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        self.read_meta(key).map_err(|e| e.to_string())
+    }
+
+    fn write_node_meta(&self, key: &str, value: &[u8]) -> Result<(), String> {
+        self.write_meta(key, value).map_err(|e| e.to_string())
+    }
+}
 
 /// Log-store metadata key under which the member list this data dir belongs to is recorded.
 const META_MEMBERS: &str = "members";
@@ -26,6 +43,7 @@ pub struct Node {
     pub raft: Raft,
     pub state: StateHandle,
     pub clock: SharedClock,
+    pub entropy: SharedEntropy,
     pub leases: Arc<Mutex<Leases>>,
     pub waiters: Arc<Waiters>,
     /// Cancelled when the server begins to shut down; long-polls end on it.
@@ -63,23 +81,36 @@ fn members_text(members: &BTreeMap<u64, String>) -> String {
 }
 
 impl Node {
-    pub async fn start(config: ServerConfig, env: Env) -> Result<Arc<Node>, StartError> {
+    /// Open the redb log in the data dir.
+    pub fn open_log_store(config: &ServerConfig) -> Result<LogStore<TypeConfig>, StartError> {
+        let dir = &config.data_dir;
+        std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir {
+            dir: dir.display().to_string(),
+            source,
+        })?;
+        LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
+            .map_err(|e| StartError::LogStore(e.to_string()))
+    }
+
+    pub async fn start<LS: NodeLogStore>(
+        config: ServerConfig,
+        env: Env,
+        log_store: LS,
+    ) -> Result<Arc<Node>, StartError> {
         let clock = env.clock.clone();
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
             dir: dir.display().to_string(),
             source,
         })?;
-        let log_store = LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
-            .map_err(|e| StartError::LogStore(e.to_string()))?;
 
         // A data dir belongs to one member list for life: a node restarted with another list
         // would form a different cluster around the same log.
         let members = config.members();
         let given = members_text(&members);
         match log_store
-            .read_meta(META_MEMBERS)
-            .map_err(|e| StartError::LogStore(e.to_string()))?
+            .read_node_meta(META_MEMBERS)
+            .map_err(StartError::LogStore)?
         {
             Some(recorded) => {
                 let recorded = String::from_utf8_lossy(&recorded).into_owned();
@@ -92,8 +123,8 @@ impl Node {
                 }
             }
             None => log_store
-                .write_meta(META_MEMBERS, given.as_bytes())
-                .map_err(|e| StartError::LogStore(e.to_string()))?,
+                .write_node_meta(META_MEMBERS, given.as_bytes())
+                .map_err(StartError::LogStore)?,
         }
 
         let leases = Arc::new(Mutex::new(Leases::default()));
@@ -157,6 +188,7 @@ impl Node {
             raft,
             state,
             clock,
+            entropy: env.entropy.clone(),
             leases,
             waiters,
             shutdown: CancellationToken::new(),

@@ -171,7 +171,7 @@ impl pb::locks_server::Locks for LocksService {
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
         let req = request.into_inner();
         latchkey_core::validate_ttl_ms(req.ttl_ms).map_err(ApiError::from)?;
-        let secret: u64 = rand::random();
+        let secret = self.node.entropy.next_u64();
         match self
             .node
             .propose(Op::CreateSession {
