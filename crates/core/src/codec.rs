@@ -7,7 +7,7 @@ use crate::LockTable;
 
 /// Version of the snapshot encoding written by this build.
 /// 2: sessions record the order of their remembered outcomes (`Session::recorded`).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 2;
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {

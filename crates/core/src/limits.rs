@@ -40,6 +40,13 @@ const _: () = assert!(SESSION_TTL_MS_DEFAULT <= SESSION_TTL_MS_MAX);
 
 /// Sessions expired by one replicated command; the leader splits larger batches.
 pub const EXPIRE_BATCH_MAX: usize = 1_024;
+/// The clock rate error latchkey assumes of any member or client, in parts per million (1 %).
+/// Ordinary quartz clocks drift by tens of ppm; NTP slews at most 500 ppm. Durations measured
+/// on one machine and used on another are stretched by twice this.
+pub const CLOCK_DRIFT_PPM_MAX: u64 = 10_000;
+
+/// Sessions marked by one lease-checkpoint entry; the leader splits larger batches.
+pub const LEASE_MARK_BATCH_MAX: usize = 4_096;
 /// Sessions renewed by one keepalive request.
 pub const KEEPALIVE_SESSIONS_MAX: usize = 1_024;
 /// Locks returned by one `List` request.

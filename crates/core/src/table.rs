@@ -37,6 +37,9 @@ struct Session {
     recorded: VecDeque<u64>,
     /// The highest sequence number whose outcome was forgotten to keep `outcomes` bounded.
     evicted_max: Option<u64>,
+    /// Lease checkpoint: unrenewed for this long (ms, leader's clock) when the mark was made;
+    /// `None` once a logged renewal cleared it. See `Op::MarkLeases`.
+    lease_mark_ms: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -132,6 +135,26 @@ impl LockTable {
                 self.remove_sessions(&live, index, cmd.now_ms, &mut fx);
                 Outcome::SessionsExpired { ids: live }
             }
+            Op::MarkLeases { marks } => {
+                let mut ids = Vec::with_capacity(marks.len());
+                for (id, unrenewed_ms) in marks {
+                    if let Some(s) = self.sessions.get_mut(id) {
+                        s.lease_mark_ms = Some(*unrenewed_ms);
+                        ids.push(*id);
+                    }
+                }
+                Outcome::LeasesMarked { ids }
+            }
+            Op::RenewLeases { ids } => {
+                let mut live = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if let Some(s) = self.sessions.get_mut(id) {
+                        s.lease_mark_ms = None;
+                        live.push(*id);
+                    }
+                }
+                Outcome::LeasesRenewed { ids: live }
+            }
             Op::Acquire {
                 session,
                 seq,
@@ -217,6 +240,7 @@ impl LockTable {
                 waiting: BTreeMap::new(),
                 outcomes: BTreeMap::new(),
                 recorded: VecDeque::new(),
+                lease_mark_ms: None,
                 evicted_max: None,
             },
         );
@@ -445,6 +469,7 @@ impl LockTable {
         self.sessions.iter().map(|(id, s)| SessionInfo {
             id: *id,
             ttl_ms: s.ttl_ms,
+            lease_mark_ms: s.lease_mark_ms,
         })
     }
 
@@ -452,6 +477,7 @@ impl LockTable {
         self.sessions.get(&id).map(|s| SessionInfo {
             id,
             ttl_ms: s.ttl_ms,
+            lease_mark_ms: s.lease_mark_ms,
         })
     }
 

@@ -60,6 +60,14 @@ pub enum Op {
         name: String,
         token: u64,
     },
+    /// Lease checkpoint: the leader records that each listed session had gone unrenewed for
+    /// `unrenewed_ms` when it proposed this. While a mark stands, the leader renews the session
+    /// only through the log ([`Op::RenewLeases`]), so a later leader can trust the mark and
+    /// need not restart that lease at a full TTL. This bounds how long repeated leader changes
+    /// can keep a dead client's session alive.
+    MarkLeases { marks: Vec<(SessionId, u64)> },
+    /// A keepalive renewed these marked sessions: their marks are cleared.
+    RenewLeases { ids: Vec<SessionId> },
 }
 
 impl Op {
@@ -70,7 +78,11 @@ impl Op {
                 Some((session.id, *seq))
             }
             Op::CancelWait { session, seq } => Some((session.id, *seq)),
-            Op::CreateSession { .. } | Op::CloseSession { .. } | Op::ExpireSessions { .. } => None,
+            Op::CreateSession { .. }
+            | Op::CloseSession { .. }
+            | Op::ExpireSessions { .. }
+            | Op::MarkLeases { .. }
+            | Op::RenewLeases { .. } => None,
         }
     }
 }
@@ -102,6 +114,14 @@ pub enum Outcome {
     /// token): nothing changed. Releases are idempotent by token.
     NotHolder,
     Rejected(Rejection),
+    /// The live sessions of a `MarkLeases`, now marked.
+    LeasesMarked {
+        ids: Vec<SessionId>,
+    },
+    /// The live sessions of a `RenewLeases`, now unmarked.
+    LeasesRenewed {
+        ids: Vec<SessionId>,
+    },
 }
 
 /// Why a command changed nothing. Each is a client error: a retry with the same input gets the
@@ -184,6 +204,8 @@ pub struct HolderInfo {
 pub struct SessionInfo {
     pub id: SessionId,
     pub ttl_ms: u64,
+    /// The lease checkpoint standing for this session: unrenewed for this long when marked.
+    pub lease_mark_ms: Option<u64>,
 }
 
 /// Where a request stands, for a retried Acquire that re-attaches.

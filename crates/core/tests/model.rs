@@ -107,6 +107,21 @@ impl Model {
         };
         let now = cmd.now_ms;
         fx.outcome = match &cmd.op {
+            // Lease marks change no lock state; tests/lease_marks.rs covers them.
+            Op::MarkLeases { marks } => Outcome::LeasesMarked {
+                ids: marks
+                    .iter()
+                    .map(|(id, _)| *id)
+                    .filter(|id| self.sessions.contains_key(id))
+                    .collect(),
+            },
+            Op::RenewLeases { ids } => Outcome::LeasesRenewed {
+                ids: ids
+                    .iter()
+                    .copied()
+                    .filter(|id| self.sessions.contains_key(id))
+                    .collect(),
+            },
             Op::CreateSession { ttl_ms, secret } => {
                 if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(ttl_ms) {
                     Outcome::Rejected(Rejection::TtlOutOfRange {

@@ -637,15 +637,18 @@ fn session_queries_follow_creation_and_removal() {
         [
             SessionInfo {
                 id: SessionId(1),
-                ttl_ms: TTL_MS
+                ttl_ms: TTL_MS,
+                lease_mark_ms: None,
             },
             SessionInfo {
                 id: SessionId(2),
-                ttl_ms: 60_000
+                ttl_ms: 60_000,
+                lease_mark_ms: None,
             },
             SessionInfo {
                 id: SessionId(3),
-                ttl_ms: TTL_MS
+                ttl_ms: TTL_MS,
+                lease_mark_ms: None,
             },
         ]
     );

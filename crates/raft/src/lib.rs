@@ -74,6 +74,8 @@ impl fmt::Display for LogCommand {
                 name,
                 token,
             } => write!(f, "Release({}#{seq}, {name:?}, token={token})", session.id),
+            Op::MarkLeases { marks } => write!(f, "MarkLeases({} sessions)", marks.len()),
+            Op::RenewLeases { ids } => write!(f, "RenewLeases({} sessions)", ids.len()),
         }
     }
 }

@@ -1,13 +1,25 @@
 //! Session leases, as the leader keeps them.
 //!
 //! Every member tracks a deadline per session (the apply observer adds and removes sessions as
-//! entries apply), but only the leader's deadlines mean anything: when a node becomes leader it
-//! restarts every deadline at a full TTL from that moment (leases are extended across a
-//! failover, never cut short), and only the leader proposes expiries.
+//! entries apply), but only the leader's deadlines mean anything, and only the leader proposes
+//! expiries.
 //!
-//! Safety rests on one inequality: the leader's deadline for a session is at least the client's
-//! own. The client counts from the *send* time of its last acknowledged renewal; the leader
-//! counts from the *arrival* time of that renewal, which is later.
+//! Safety rests on one inequality: the leader's deadline for a session is never earlier than
+//! the client's own. The client counts from the *send* time of its last acknowledged renewal;
+//! the leader from the *arrival* time of that renewal, which is later.
+//!
+//! Failover. A new leader cannot know when the old one last renewed a session (keepalives do
+//! not write the log), so it must restart the lease at a full TTL, unless the session carries a
+//! lease *mark* in the log: `MarkLeases` records that the session had gone unrenewed for `u`
+//! when the mark was proposed, and while a mark stands the leader renews that session only
+//! through the log (`RenewLeases`). A standing mark therefore proves "no renewal since", and the
+//! new leader gives the session only its remaining `TTL − u` (stretched for clock drift),
+//! counted from when it applied the mark, which is after the mark was made.
+//!
+//! The leader marks a session when half its TTL passes without renewal, and marks every session
+//! when it takes office. So a session whose client is gone expires within about
+//! `TTL + max(TTL/2, election time)` of its last renewal, however often leaders change
+//! (etcd issues #9888/#9395 describe the unbounded version of this problem).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -27,6 +39,36 @@ pub struct Leases {
 struct Lease {
     ttl: Duration,
     deadline: Instant,
+    /// This leader has proposed (or inherited) a mark for the session: renew through the log.
+    marked: bool,
+    /// The mark standing in the applied state: unrenewed for this long when marked, and the
+    /// local time this member applied the mark.
+    applied_mark: Option<(Duration, Instant)>,
+    /// Arrival time of the last renewal this node granted (as a confirmed leader, in any
+    /// term). A new term never moves the deadline before it plus the TTL: a keepalive may
+    /// have been answered in the moment between winning the election and this task noticing.
+    renewed_at: Option<Instant>,
+}
+
+/// What a keepalive may do for one session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renew {
+    /// Renewed in memory; answer alive.
+    Renewed,
+    /// A mark may stand in the log: renew through a `RenewLeases` entry first.
+    NeedsLog,
+    /// Unknown here, or its expiry is under way.
+    Gone,
+}
+
+/// Stretch a duration measured on another member's clock so that it is not shorter in real
+/// time on ours: both clocks may be off by `CLOCK_DRIFT_PPM_MAX`.
+fn stretched(d: Duration) -> Duration {
+    d + d * (2 * limits::CLOCK_DRIFT_PPM_MAX) as u32 / 1_000_000
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
 }
 
 impl Leases {
@@ -38,8 +80,19 @@ impl Leases {
             Lease {
                 ttl,
                 deadline: now + ttl,
+                marked: false,
+                applied_mark: None,
+                renewed_at: None,
             },
         );
+    }
+
+    /// A session recovered at start-up (from a snapshot), with the mark it carries.
+    pub fn recovered(&mut self, id: SessionId, ttl_ms: u64, mark_ms: Option<u64>, now: Instant) {
+        self.created(id, ttl_ms, now);
+        if let Some(u) = mark_ms {
+            self.mark_applied(id, u, now);
+        }
     }
 
     /// A session left the table (closed or expired).
@@ -48,30 +101,98 @@ impl Leases {
         self.expiring.remove(&id);
     }
 
-    /// This node just became leader: restart every lease at a full TTL from now, and forget any
-    /// expiry an earlier term of ours proposed (it either applied, or it will be re-decided).
-    pub fn restart_all(&mut self, now: Instant) {
-        self.expiring.clear();
-        for lease in self.sessions.values_mut() {
-            lease.deadline = now + lease.ttl;
+    /// A `MarkLeases` entry applied here at `now`.
+    pub fn mark_applied(&mut self, id: SessionId, unrenewed_ms: u64, now: Instant) {
+        if let Some(l) = self.sessions.get_mut(&id) {
+            l.applied_mark = Some((Duration::from_millis(unrenewed_ms), now));
         }
     }
 
-    /// Renew a session from a keepalive that arrived at `arrived`. False when the session is
-    /// unknown here or its expiry is already under way.
-    pub fn renew(&mut self, id: SessionId, arrived: Instant) -> bool {
+    /// A `RenewLeases` entry applied here.
+    pub fn renew_applied(&mut self, id: SessionId) {
+        if let Some(l) = self.sessions.get_mut(&id) {
+            l.applied_mark = None;
+        }
+    }
+
+    /// This node just became leader. Restart every unmarked lease at a full TTL from now
+    /// (extend, never cut short); give a marked one its remaining time from its mark. Every
+    /// session is then marked by this leader; the returned marks are to be proposed.
+    pub fn restart_all(&mut self, now: Instant) -> Vec<(SessionId, u64)> {
+        self.expiring.clear();
+        let mut marks: Vec<(SessionId, u64)> = self
+            .sessions
+            .iter_mut()
+            .map(|(id, l)| {
+                let resumed = match l.applied_mark {
+                    Some((unrenewed, applied_at)) => {
+                        applied_at + stretched(l.ttl.saturating_sub(unrenewed))
+                    }
+                    None => now + l.ttl,
+                };
+                l.deadline = match l.renewed_at {
+                    Some(r) => resumed.max(r + l.ttl),
+                    None => resumed,
+                };
+                l.marked = true;
+                let left = l.deadline.saturating_duration_since(now);
+                (*id, ms(l.ttl.saturating_sub(left)))
+            })
+            .collect();
+        marks.sort();
+        marks
+    }
+
+    /// A keepalive that arrived at `arrived`, after leadership was confirmed.
+    pub fn renew(&mut self, id: SessionId, arrived: Instant) -> Renew {
+        if self.expiring.contains(&id) {
+            return Renew::Gone;
+        }
+        match self.sessions.get_mut(&id) {
+            None => Renew::Gone,
+            Some(l) if l.marked => Renew::NeedsLog,
+            Some(l) => {
+                // Never move a deadline backwards: a slow keepalive that arrives after a newer
+                // one must not shorten the lease.
+                l.deadline = l.deadline.max(arrived + l.ttl);
+                l.renewed_at = Some(l.renewed_at.map_or(arrived, |r| r.max(arrived)));
+                Renew::Renewed
+            }
+        }
+    }
+
+    /// A `RenewLeases` entry for the session committed: renew it and lift this leader's mark.
+    pub fn renew_logged(&mut self, id: SessionId, arrived: Instant) -> bool {
         if self.expiring.contains(&id) {
             return false;
         }
         match self.sessions.get_mut(&id) {
-            Some(lease) => {
-                // Never move a deadline backwards: a slow keepalive that arrives after a newer
-                // one must not shorten the lease.
-                lease.deadline = lease.deadline.max(arrived + lease.ttl);
+            None => false,
+            Some(l) => {
+                l.marked = false;
+                l.deadline = l.deadline.max(arrived + l.ttl);
+                l.renewed_at = Some(l.renewed_at.map_or(arrived, |r| r.max(arrived)));
                 true
             }
-            None => false,
         }
+    }
+
+    /// Mark the unmarked sessions that have gone unrenewed for half their TTL; the returned
+    /// marks are to be proposed. At most `LEASE_MARK_BATCH_MAX`.
+    pub fn take_newly_stale(&mut self, now: Instant) -> Vec<(SessionId, u64)> {
+        let mut marks = Vec::new();
+        for (id, l) in self.sessions.iter_mut() {
+            if marks.len() >= limits::LEASE_MARK_BATCH_MAX {
+                break;
+            }
+            let left = l.deadline.saturating_duration_since(now);
+            if !l.marked && left * 2 <= l.ttl {
+                l.marked = true;
+                marks.push((*id, ms(l.ttl.saturating_sub(left))));
+            }
+        }
+        marks.sort();
+        marks
     }
 
     /// Take the sessions whose deadline has passed and mark them expiring. At most
@@ -96,14 +217,6 @@ impl Leases {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.sessions.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.sessions.is_empty()
-    }
-
     /// The earliest deadline of a session not already expiring, to sleep until.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.sessions
@@ -118,41 +231,111 @@ impl Leases {
 mod tests {
     use super::*;
 
+    const S: SessionId = SessionId(1);
+
+    fn at(t0: Instant, ms: u64) -> Instant {
+        t0 + Duration::from_millis(ms)
+    }
+
     #[test]
-    fn restart_all_extends_and_never_shortens_a_lease() {
+    fn a_new_leader_restarts_an_unmarked_lease_at_a_full_ttl() {
         let t0 = Instant::now();
         let mut l = Leases::default();
-        l.created(SessionId(1), 1_000, t0);
+        l.created(S, 1_000, t0);
         // Just before the deadline a new leader takes over: the lease runs a full TTL again.
-        l.restart_all(t0 + Duration::from_millis(900));
-        assert!(l.take_expired(t0 + Duration::from_millis(1_500)).is_empty());
-        assert_eq!(
-            l.take_expired(t0 + Duration::from_millis(1_900)),
-            vec![SessionId(1)]
+        assert_eq!(l.restart_all(at(t0, 900)), vec![(S, 0)]);
+        assert!(l.take_expired(at(t0, 1_800)).is_empty());
+        assert_eq!(l.take_expired(at(t0, 1_900)), vec![S]);
+    }
+
+    #[test]
+    fn a_new_leader_gives_a_marked_lease_only_its_remaining_time() {
+        let t0 = Instant::now();
+        let mut l = Leases::default();
+        l.created(S, 10_000, t0);
+        // The old leader marked the session unrenewed for 6 s; this member applied it at 6 s.
+        l.mark_applied(S, 6_000, at(t0, 6_000));
+        l.restart_all(at(t0, 9_000));
+        // Remaining 4 s from the mark, stretched by the drift allowance (2 %): 10.08 s.
+        assert!(l.take_expired(at(t0, 10_000)).is_empty());
+        assert_eq!(l.take_expired(at(t0, 10_100)), vec![S]);
+    }
+
+    #[test]
+    fn repeated_leader_changes_do_not_keep_a_dead_session_alive() {
+        let t0 = Instant::now();
+        let mut l = Leases::default();
+        l.created(S, 10_000, t0);
+        // Leaders change every 3 s; each marks every session as it takes office and the marks
+        // reach the log and are applied right away.
+        let mut now = at(t0, 3_000);
+        let mut expired_at = None;
+        for _ in 0..20 {
+            let marks = l.restart_all(now);
+            for (id, u) in marks {
+                l.mark_applied(id, u, now);
+            }
+            if !l.take_expired(now).is_empty() {
+                expired_at = Some(now);
+                break;
+            }
+            now += Duration::from_millis(3_000);
+        }
+        let expired_at = expired_at.expect("the session expired");
+        assert!(
+            expired_at <= at(t0, 2 * 10_000),
+            "expired {:?} after the last renewal",
+            expired_at - t0
         );
+    }
+
+    #[test]
+    fn a_new_term_never_cuts_short_a_renewal_this_node_granted() {
+        let t0 = Instant::now();
+        let mut l = Leases::default();
+        l.created(S, 10_000, t0);
+        l.mark_applied(S, 6_000, at(t0, 6_000));
+        // A keepalive answered at 8 s (as leader) before the lease task ran restart_all.
+        assert_eq!(l.renew(S, at(t0, 8_000)), Renew::Renewed);
+        l.restart_all(at(t0, 8_100));
+        assert!(l.take_expired(at(t0, 17_999)).is_empty());
+    }
+
+    #[test]
+    fn a_marked_session_renews_only_through_the_log() {
+        let t0 = Instant::now();
+        let mut l = Leases::default();
+        l.created(S, 1_000, t0);
+        assert!(l.take_newly_stale(at(t0, 400)).is_empty());
+        assert_eq!(l.take_newly_stale(at(t0, 500)), vec![(S, 500)]);
+        assert_eq!(l.renew(S, at(t0, 600)), Renew::NeedsLog);
+        assert!(l.renew_logged(S, at(t0, 600)));
+        assert_eq!(l.renew(S, at(t0, 700)), Renew::Renewed);
+        assert!(l.take_expired(at(t0, 1_650)).is_empty());
     }
 
     #[test]
     fn a_late_keepalive_does_not_move_the_deadline_back() {
         let t0 = Instant::now();
         let mut l = Leases::default();
-        l.created(SessionId(1), 1_000, t0);
-        assert!(l.renew(SessionId(1), t0 + Duration::from_millis(500)));
-        assert!(l.renew(SessionId(1), t0 + Duration::from_millis(100)));
-        assert!(l.take_expired(t0 + Duration::from_millis(1_400)).is_empty());
+        l.created(S, 1_000, t0);
+        assert_eq!(l.renew(S, at(t0, 400)), Renew::Renewed);
+        assert_eq!(l.renew(S, at(t0, 100)), Renew::Renewed);
+        assert!(l.take_expired(at(t0, 1_350)).is_empty());
     }
 
     #[test]
     fn an_expiring_session_cannot_be_renewed_until_the_expiry_fails() {
         let t0 = Instant::now();
         let mut l = Leases::default();
-        l.created(SessionId(7), 1_000, t0);
-        let later = t0 + Duration::from_millis(1_000);
-        assert_eq!(l.take_expired(later), vec![SessionId(7)]);
-        assert!(!l.renew(SessionId(7), later));
+        l.created(S, 1_000, t0);
+        let later = at(t0, 1_000);
+        assert_eq!(l.take_expired(later), vec![S]);
+        assert_eq!(l.renew(S, later), Renew::Gone);
+        assert!(!l.renew_logged(S, later));
         // The same session is not proposed twice while its expiry is in flight.
         assert!(l.take_expired(later).is_empty());
-        l.expiry_failed(&[SessionId(7)]);
-        assert!(l.renew(SessionId(7), later));
+        l.expiry_failed(&[S]);
+        assert_eq!(l.renew(S, later), Renew::Renewed);
     }
 }

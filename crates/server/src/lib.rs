@@ -221,14 +221,14 @@ where
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
-    let node = node::Node::start(config, env, log_store).await?;
+    let (node, renewals) = node::Node::start(config, env, log_store).await?;
     tracing::info!(
         id = node.id,
         addr = %node.config.listen,
         data_dir = %node.config.data_dir.display(),
         "latchkey node serving"
     );
-    let duties = tokio::spawn(node.clone().leader_duties());
+    let duties = tokio::spawn(node.clone().lease_duties(renewals));
 
     let locks = LocksServer::new(service::LocksService::new(node.clone()))
         .max_decoding_message_size(limits::CLIENT_MESSAGE_BYTES_MAX)

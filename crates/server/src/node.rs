@@ -5,7 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use latchkey_core::Op;
+use latchkey_core::{limits, Op, Outcome, SessionId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::ApiError;
 use latchkey_log_store::LogStore;
 use latchkey_proto::v1 as pb;
 use latchkey_raft::{LockStateMachine, Raft, StateHandle, TypeConfig};
@@ -49,6 +52,8 @@ pub struct Node {
     /// Cancelled when the server begins to shut down; long-polls end on it.
     pub shutdown: CancellationToken,
     pub config: ServerConfig,
+    /// Keepalives of marked sessions go to the lease task, which writes their renewal.
+    pub renewals: mpsc::Sender<RenewRequest>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +101,7 @@ impl Node {
         config: ServerConfig,
         env: Env,
         log_store: LS,
-    ) -> Result<Arc<Node>, StartError> {
+    ) -> Result<(Arc<Node>, mpsc::Receiver<RenewRequest>), StartError> {
         let clock = env.clock.clone();
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
@@ -144,7 +149,7 @@ impl Node {
             let mut l = leases.lock().expect("leases lock");
             state.read(|t| {
                 for s in t.sessions() {
-                    l.created(s.id, s.ttl_ms, now);
+                    l.recovered(s.id, s.ttl_ms, s.lease_mark_ms, now);
                 }
             });
         }
@@ -183,7 +188,8 @@ impl Node {
             }
         }
 
-        Ok(Arc::new(Node {
+        let (renew_tx, renew_rx) = mpsc::channel(RENEW_QUEUE_CAPACITY);
+        let node = Arc::new(Node {
             id: config.id,
             raft,
             state,
@@ -193,18 +199,16 @@ impl Node {
             waiters,
             shutdown: CancellationToken::new(),
             config,
-        }))
+            renewals: renew_tx,
+        });
+        Ok((node, renew_rx))
     }
 
-    fn is_leader(&self) -> bool {
-        let m = self.raft.metrics();
-        let m = m.borrow_watched();
-        m.state == ServerState::Leader && m.current_leader == Some(self.id)
-    }
-
-    /// The leader's duties, for as long as the node runs: when this node becomes leader,
-    /// restart every lease; while it is leader, expire sessions whose lease ran out.
-    pub async fn leader_duties(self: Arc<Node>) {
+    /// The leader's duties, for as long as the node runs, in one task so that their log
+    /// writes are ordered: when this node becomes leader, restart (or resume) every lease and
+    /// mark every session; while it is leader, write logged renewals for marked sessions, mark
+    /// sessions that go unrenewed for half their TTL, and expire sessions whose lease ran out.
+    pub async fn lease_duties(self: Arc<Node>, mut renewals: mpsc::Receiver<RenewRequest>) {
         let mut metrics = self.raft.metrics();
         let mut led_term: Option<u64> = None;
         loop {
@@ -216,29 +220,71 @@ impl Node {
                 )
             };
             if leader_now && led_term != Some(term) {
-                tracing::info!(term, "became leader: restarting every session lease");
-                self.leases
+                tracing::info!(term, "became leader: resuming every session lease");
+                let marks = self
+                    .leases
                     .lock()
                     .expect("leases lock")
                     .restart_all(self.clock.now());
+                self.propose_marks(marks).await;
                 led_term = Some(term);
             } else if !leader_now {
                 led_term = None;
             }
             if led_term.is_some() {
+                let marks = self
+                    .leases
+                    .lock()
+                    .expect("leases lock")
+                    .take_newly_stale(self.clock.now());
+                self.propose_marks(marks).await;
                 self.expire_due().await;
             }
             let wake = {
-                let l = self.leases.lock().expect("leases lock");
                 let cap = self.clock.now() + self.config.lease_tick();
-                l.next_deadline().map_or(cap, |d| d.min(cap))
+                let next = self.leases.lock().expect("leases lock").next_deadline();
+                next.map_or(cap, |d| d.min(cap))
             };
             tokio::select! {
                 changed = metrics.changed() => if changed.is_err() { return },
+                Some(req) = renewals.recv() => self.renew_through_log(req).await,
                 _ = tokio::time::sleep_until(wake) => {}
                 _ = self.shutdown.cancelled() => return,
             }
         }
+    }
+
+    async fn propose_marks(&self, marks: Vec<(SessionId, u64)>) {
+        for chunk in marks.chunks(limits::LEASE_MARK_BATCH_MAX) {
+            let op = Op::MarkLeases {
+                marks: chunk.to_vec(),
+            };
+            // A mark that fails to commit leaves only this leader's in-memory marks, which
+            // make it more careful, never less: nothing to undo.
+            if let Err(e) = self.propose(op).await {
+                tracing::warn!("lease marks not committed: {e}");
+                return;
+            }
+        }
+    }
+
+    /// Renew marked sessions through the log, then in memory; answer with those renewed.
+    async fn renew_through_log(&self, req: RenewRequest) {
+        let ids: Vec<SessionId> = req.sessions.iter().map(|(id, _)| *id).collect();
+        let result = match self.propose(Op::RenewLeases { ids }).await {
+            Ok(Outcome::LeasesRenewed { ids: live }) => {
+                let mut leases = self.leases.lock().expect("leases lock");
+                Ok(req
+                    .sessions
+                    .iter()
+                    .filter(|(id, arrived)| live.contains(id) && leases.renew_logged(*id, *arrived))
+                    .map(|(id, _)| *id)
+                    .collect())
+            }
+            Ok(other) => Err(ApiError::Raft(format!("unexpected outcome {other:?}"))),
+            Err(e) => Err(e),
+        };
+        let _ = req.reply.send(result);
     }
 
     async fn expire_due(&self) {
@@ -247,19 +293,13 @@ impl Node {
             .lock()
             .expect("leases lock")
             .take_expired(self.clock.now());
-        if due.is_empty() || !self.is_leader() {
-            if !due.is_empty() {
-                self.leases.lock().expect("leases lock").expiry_failed(&due);
-            }
+        if due.is_empty() {
             return;
         }
         tracing::info!(sessions = ?due, "session leases ran out: expiring");
-        match self.propose(Op::ExpireSessions { ids: due.clone() }).await {
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!("expiry not committed: {e}");
-                self.leases.lock().expect("leases lock").expiry_failed(&due);
-            }
+        if let Err(e) = self.propose(Op::ExpireSessions { ids: due.clone() }).await {
+            tracing::warn!("expiry not committed: {e}");
+            self.leases.lock().expect("leases lock").expiry_failed(&due);
         }
     }
 
@@ -298,6 +338,17 @@ impl Node {
         }
     }
 }
+
+/// Marked sessions that a keepalive found, to renew through the log; answered with the ids
+/// renewed.
+pub struct RenewRequest {
+    pub sessions: Vec<(SessionId, tokio::time::Instant)>,
+    pub reply: oneshot::Sender<Result<Vec<SessionId>, ApiError>>,
+}
+
+/// Keepalive batches queued for the lease task; beyond it keepalives wait (and, past their
+/// deadline, the client retries).
+pub const RENEW_QUEUE_CAPACITY: usize = 256;
 
 /// Bounded waits for proposals: a minority leader must answer "unavailable", not hang.
 pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);

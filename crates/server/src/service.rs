@@ -12,8 +12,11 @@ use openraft::ReadPolicy;
 use tonic::{Request, Response, Status};
 
 use crate::error::ApiError;
+use crate::leases::Renew;
 use crate::node::Node;
+use crate::node::RenewRequest;
 use crate::waiters::WaitEnd;
+use tokio::sync::oneshot;
 
 pub struct LocksService {
     node: Arc<Node>,
@@ -211,31 +214,58 @@ impl pb::locks_server::Locks for LocksService {
             .ensure_linearizable(ReadPolicy::ReadIndex)
             .await
             .map_err(ApiError::from)?;
-        let leases = req
-            .sessions
+        // Decide each session: renewed in memory, needs a logged renewal, or gone.
+        let mut decisions: Vec<(pb::Session, u64, Renew)> = Vec::with_capacity(req.sessions.len());
+        for s in &req.sessions {
+            let key = SessionKey {
+                id: SessionId(s.id),
+                secret: s.secret,
+            };
+            let ttl_ms = self.node.state.read(|t| {
+                t.session_valid(&key)
+                    .then(|| t.session(key.id).map(|i| i.ttl_ms))
+                    .flatten()
+            });
+            let decision = match ttl_ms {
+                None => Renew::Gone,
+                Some(_) => self
+                    .node
+                    .leases
+                    .lock()
+                    .expect("leases lock")
+                    .renew(key.id, arrived),
+            };
+            decisions.push((*s, ttl_ms.unwrap_or(0), decision));
+        }
+        let marked: Vec<(SessionId, tokio::time::Instant)> = decisions
             .iter()
-            .map(|s| {
-                let key = SessionKey {
-                    id: SessionId(s.id),
-                    secret: s.secret,
-                };
-                let ttl_ms = self.node.state.read(|t| {
-                    t.session_valid(&key)
-                        .then(|| t.session(key.id).map(|i| i.ttl_ms))
-                        .flatten()
-                });
-                let alive = ttl_ms.is_some()
-                    && self
-                        .node
-                        .leases
-                        .lock()
-                        .expect("leases lock")
-                        .renew(key.id, arrived);
-                pb::SessionLease {
-                    id: s.id,
-                    alive,
-                    ttl_ms: ttl_ms.unwrap_or(0),
-                }
+            .filter(|(_, _, d)| *d == Renew::NeedsLog)
+            .map(|(s, _, _)| (SessionId(s.id), arrived))
+            .collect();
+        let renewed_through_log = if marked.is_empty() {
+            Vec::new()
+        } else {
+            let (reply, answer) = oneshot::channel();
+            self.node
+                .renewals
+                .send(RenewRequest {
+                    sessions: marked,
+                    reply,
+                })
+                .await
+                .map_err(|_| ApiError::ShuttingDown)?;
+            answer.await.map_err(|_| ApiError::ShuttingDown)??
+        };
+        let leases = decisions
+            .into_iter()
+            .map(|(s, ttl_ms, d)| pb::SessionLease {
+                id: s.id,
+                alive: match d {
+                    Renew::Renewed => true,
+                    Renew::NeedsLog => renewed_through_log.contains(&SessionId(s.id)),
+                    Renew::Gone => false,
+                },
+                ttl_ms,
             })
             .collect();
         Ok(Response::new(pb::KeepAliveResponse { leases }))

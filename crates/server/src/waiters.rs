@@ -101,6 +101,19 @@ impl ApplyObserver for Observer {
                     leases.removed(*id);
                 }
             }
+            (Op::MarkLeases { marks }, Outcome::LeasesMarked { .. }) => {
+                let now = self.clock.now();
+                let mut leases = self.leases.lock().expect("leases lock");
+                for (id, unrenewed_ms) in marks {
+                    leases.mark_applied(*id, *unrenewed_ms, now);
+                }
+            }
+            (Op::RenewLeases { .. }, Outcome::LeasesRenewed { ids }) => {
+                let mut leases = self.leases.lock().expect("leases lock");
+                for id in ids {
+                    leases.renew_applied(*id);
+                }
+            }
             _ => {}
         }
         for h in &applied.handoffs {
