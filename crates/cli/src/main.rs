@@ -1,1 +1,295 @@
-fn main() {}
+//! `latchkey`: the server and the command-line client in one binary.
+//!
+//! Layout:
+//! - this file: the command-line interface and the one place errors become exit codes;
+//! - [`serve`]: `latchkey serve`, a thin wrapper around `latchkey_server::run`;
+//! - [`lock`]: `latchkey lock`, running a command under a lock;
+//! - [`query`]: `status`, `list` and `cluster status`;
+//! - [`bench`]: a small acquire/release load generator;
+//! - [`duration`]: `15s`-style durations.
+
+mod bench;
+mod duration;
+mod lock;
+mod query;
+mod serve;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration::{parse_duration, parse_ttl};
+
+/// Exit status when the wait for a lock timed out.
+pub const EXIT_WAIT_TIMED_OUT: u8 = 3;
+/// Exit status when the lock may have been lost and COMMAND was stopped.
+pub const EXIT_LOCK_LOST: u8 = 4;
+/// Exit status of every other failure (usage errors are clap's 2).
+pub const EXIT_FAILURE: u8 = 1;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "latchkey",
+    version,
+    about = "A distributed lock service with leases and fencing tokens"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a latchkey node (logs to stderr; stops cleanly on SIGINT/SIGTERM).
+    Serve(ServeArgs),
+    /// Wait for a lock, run COMMAND while holding it, release it when COMMAND ends.
+    ///
+    /// COMMAND gets LATCHKEY_LOCK=NAME and LATCHKEY_TOKEN=<fencing token> in its environment.
+    /// If the lock may be lost, COMMAND gets SIGTERM at once and SIGKILL shortly after.
+    /// Exit status: COMMAND's own (128+N if it died by signal N); 3 if the wait timed out;
+    /// 4 if the lock was lost and COMMAND stopped; 1 for other errors; 2 for usage errors.
+    Lock(LockArgs),
+    /// Show one lock: holder (session, token, held for) and number of waiters.
+    Status(StatusArgs),
+    /// List held locks, optionally only those whose names start with PREFIX.
+    List(ListArgs),
+    /// Cluster-wide commands.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+    /// Measure acquire/release cycles per second and their latency.
+    Bench(BenchArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Ask every endpoint for its role, term and log indexes.
+    Status(ClusterStatusArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// This node's id (at least 1).
+    #[arg(long, default_value_t = 1)]
+    pub id: u64,
+    /// Address to serve clients and peers on.
+    #[arg(long, default_value = "127.0.0.1:7420")]
+    pub listen: SocketAddr,
+    /// Where the Raft log and snapshots live.
+    #[arg(long, default_value = "./latchkey-data")]
+    pub data_dir: PathBuf,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Endpoints {
+    /// Servers to talk to, comma-separated host:port.
+    #[arg(
+        long,
+        env = "LATCHKEY_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:7420"
+    )]
+    pub endpoints: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct LockArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Session lease: how long the lock outlives this process if it stops renewing.
+    #[arg(long, default_value = "15s", value_parser = parse_ttl)]
+    pub ttl: Duration,
+    /// Give up waiting after this long (default: wait forever; 0: try once).
+    #[arg(long, value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+    /// The lock's name.
+    pub name: String,
+    /// The command to run under the lock, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    pub name: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Print one JSON array.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(default_value = "")]
+    pub prefix: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterStatusArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Acquire/release cycles in total.
+    #[arg(long, default_value_t = 1_000)]
+    pub ops: u64,
+    /// Sessions working at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: u32,
+    /// All sessions contend for one lock (default: one lock per session).
+    #[arg(long)]
+    pub shared: bool,
+    /// Prefix of the lock names used.
+    #[arg(long, default_value = "bench/")]
+    pub prefix: String,
+}
+
+/// Failures with an exit status of their own.
+#[derive(Debug, thiserror::Error)]
+pub enum Stopped {
+    #[error("lock {name:?} may have been lost ({why}); COMMAND was stopped")]
+    LockLost { name: String, why: String },
+}
+
+/// The one place an error becomes an exit status.
+fn exit_code(error: &anyhow::Error) -> u8 {
+    if let Some(Stopped::LockLost { .. }) = error.downcast_ref::<Stopped>() {
+        return EXIT_LOCK_LOST;
+    }
+    match error.downcast_ref::<latchkey_client::Error>() {
+        Some(latchkey_client::Error::WaitTimedOut { .. }) => EXIT_WAIT_TIMED_OUT,
+        _ => EXIT_FAILURE,
+    }
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(match cli.command {
+        Command::Serve(_) => "info",
+        // Client commands speak through their own messages; the library's warnings (failed
+        // renewals) are still worth seeing.
+        _ => "warn",
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("latchkey: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(args) => serve::serve(args).await.map(|()| 0),
+            Command::Lock(args) => lock::lock(args).await,
+            Command::Status(args) => query::status(args).await.map(|()| 0),
+            Command::List(args) => query::list(args).await.map(|()| 0),
+            Command::Cluster {
+                command: ClusterCommand::Status(args),
+            } => query::cluster_status(args).await.map(|()| 0),
+            Command::Bench(args) => bench::bench(args).await.map(|()| 0),
+        }
+    });
+    // Do not wait for best-effort background calls of the client library.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("latchkey: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn lock_takes_the_command_after_double_dash() {
+        let cli = Cli::try_parse_from([
+            "latchkey", "lock", "--ttl", "2s", "--wait", "0", "jobs/a", "--", "sh", "-c", "true",
+        ])
+        .unwrap();
+        let Command::Lock(args) = cli.command else {
+            panic!("not lock")
+        };
+        assert_eq!(args.ttl, Duration::from_secs(2));
+        assert_eq!(args.wait, Some(Duration::ZERO));
+        assert_eq!(args.name, "jobs/a");
+        assert_eq!(args.command, ["sh", "-c", "true"]);
+    }
+
+    #[test]
+    fn lock_without_command_or_with_bad_ttl_is_a_usage_error() {
+        for argv in [
+            &["latchkey", "lock", "a"][..],
+            &["latchkey", "lock", "--ttl", "100ms", "a", "--", "true"][..],
+            &["latchkey", "lock", "--wait", "5", "a", "--", "true"][..],
+        ] {
+            let e = Cli::try_parse_from(argv).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn endpoints_split_on_commas() {
+        let cli =
+            Cli::try_parse_from(["latchkey", "status", "--endpoints", "a:1,b:2", "x"]).unwrap();
+        let Command::Status(args) = cli.command else {
+            panic!("not status")
+        };
+        assert_eq!(args.endpoints.endpoints, ["a:1", "b:2"]);
+    }
+
+    #[test]
+    fn exit_codes() {
+        let timed_out =
+            anyhow::Error::new(latchkey_client::Error::WaitTimedOut { name: "a".into() });
+        assert_eq!(exit_code(&timed_out), EXIT_WAIT_TIMED_OUT);
+        let lost = anyhow::Error::new(Stopped::LockLost {
+            name: "a".into(),
+            why: "x".into(),
+        });
+        assert_eq!(exit_code(&lost), EXIT_LOCK_LOST);
+        assert_eq!(exit_code(&anyhow::anyhow!("boom")), EXIT_FAILURE);
+        let wrapped = anyhow::Error::new(latchkey_client::Error::WaitTimedOut { name: "a".into() })
+            .context("waiting");
+        assert_eq!(exit_code(&wrapped), EXIT_WAIT_TIMED_OUT);
+    }
+}

@@ -51,6 +51,9 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// Every member of the group, this node included: id -> address. Empty means "just me".
     pub peers: BTreeMap<u64, String>,
+    /// Where this node dials a member, when not at its address in `peers` (a proxy, NAT).
+    /// Tests route peer traffic through fault-injecting proxies this way.
+    pub peer_dial: BTreeMap<u64, String>,
     /// Raft heartbeat interval.
     pub heartbeat_ms: u64,
     /// Raft election timeout range; a follower that hears no leader for a random time in it
@@ -68,6 +71,7 @@ impl ServerConfig {
             listen,
             data_dir,
             peers: BTreeMap::new(),
+            peer_dial: BTreeMap::new(),
             heartbeat_ms: 150,
             election_timeout_min_ms: 1_000,
             election_timeout_max_ms: 2_000,

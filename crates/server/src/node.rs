@@ -165,6 +165,7 @@ impl Node {
             raft_config,
             crate::peer::PeerNetwork {
                 connector: env.connector.clone(),
+                dial: config.peer_dial.clone(),
             },
             log_store,
             sm,

@@ -4,6 +4,7 @@
 //! Payloads are openraft's own messages, serialized with postcard behind a one-byte format
 //! version; protobuf only frames them. Every call has a deadline (openraft's `RPCOption`).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Cursor;
 use std::sync::Arc;
@@ -140,15 +141,18 @@ impl PeerConnector for TcpConnector {
 #[derive(Clone)]
 pub struct PeerNetwork {
     pub connector: SharedConnector,
+    /// Per-member dial addresses that override the member's recorded address (a proxy, NAT).
+    pub dial: BTreeMap<u64, String>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
+        let addr = self.dial.get(&target).unwrap_or(&node.addr);
         PeerClient {
             target,
-            channel: self.connector.channel(&node.addr),
+            channel: self.connector.channel(addr),
         }
     }
 }

@@ -1,0 +1,201 @@
+//! `latchkey lock NAME -- COMMAND`: run COMMAND while holding NAME.
+//!
+//! Stopping rule: when the guard reports the lock may be lost (the session's client-side
+//! deadline passed, or the server dropped the session), COMMAND gets SIGTERM at once and
+//! SIGKILL after [`kill_grace`], which is half the session's safety margin. The client deadline
+//! is at least the margin before the server can expire the session and grant the lock again,
+//! so COMMAND is dead before anyone else can hold the lock (clock drift and scheduling delays
+//! get the other half). Signals go to COMMAND's process only: a shell wrapper should `exec`.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use anyhow::Context;
+use latchkey_client::{Client, LockGuard, Session};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::process::Child;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::{LockArgs, Stopped};
+
+/// Between SIGTERM and SIGKILL: half the safety margin (see the module comment).
+pub fn kill_grace(safety_margin: Duration) -> Duration {
+    safety_margin / 2
+}
+
+/// The exit status `sh` would report: the code, or 128 + the signal that killed it.
+pub fn shell_status(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code & 0xff) as u8,
+        (None, Some(signal)) => (128 + signal).min(255) as u8,
+        (None, None) => crate::EXIT_FAILURE,
+    }
+}
+
+pub async fn lock(args: LockArgs) -> anyhow::Result<u8> {
+    let mut terminate = signal(SignalKind::terminate()).context("installing signal handlers")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing signal handlers")?;
+
+    let client = Client::connect(args.endpoints.endpoints.clone()).await?;
+    let session = client
+        .session(args.ttl)
+        .await
+        .context("cannot open a session")?;
+
+    let waited = tokio::select! {
+        r = session.lock(args.name.clone()).wait(args.wait) => r,
+        _ = terminate.recv() => return abandon(session, "SIGTERM while waiting for the lock").await,
+        _ = interrupt.recv() => return abandon(session, "SIGINT while waiting for the lock").await,
+    };
+    let guard = match waited {
+        Ok(guard) => guard,
+        Err(e) => {
+            close_quietly(session).await;
+            return Err(anyhow::Error::new(e).context(format!("lock {:?}", args.name)));
+        }
+    };
+    tracing::debug!(lock = %args.name, token = guard.token(), "granted");
+
+    let child = tokio::process::Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .env("LATCHKEY_LOCK", &args.name)
+        .env("LATCHKEY_TOKEN", guard.token().to_string())
+        .spawn();
+    let child = match child {
+        Ok(child) => child,
+        Err(e) => {
+            release_quietly(guard).await;
+            close_quietly(session).await;
+            return Err(e).with_context(|| format!("cannot run {:?}", args.command[0]));
+        }
+    };
+    let grace = kill_grace(session.safety_margin());
+    supervise(child, guard, session, grace, &mut terminate, &mut interrupt).await
+}
+
+/// Waits for COMMAND to end or for the lock to be lost, whichever comes first.
+async fn supervise(
+    mut child: Child,
+    guard: LockGuard,
+    session: Session,
+    grace: Duration,
+    terminate: &mut tokio::signal::unix::Signal,
+    interrupt: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<u8> {
+    let pid = child.id().map(|id| Pid::from_raw(id as i32));
+    let name = guard.name().to_owned();
+    loop {
+        tokio::select! {
+            biased;
+            status = child.wait() => {
+                let status = status.context("waiting for COMMAND")?;
+                if let Some(why) = guard.lost_reason() {
+                    // It ended, but maybe not under the lock: do not report it as a success.
+                    close_quietly(session).await;
+                    eprintln!("latchkey: COMMAND ended ({status}) after lock {name:?} may have been lost");
+                    return Err(Stopped::LockLost { name, why }.into());
+                }
+                let code = shell_status(status);
+                if let Err(e) = guard.release().await {
+                    eprintln!("latchkey: warning: releasing lock {name:?}: {e}");
+                }
+                close_quietly(session).await;
+                return Ok(code);
+            }
+            _ = guard.lost() => break,
+            // COMMAND is in our process group: a terminal's Ctrl-C reaches it directly, so
+            // SIGINT is not forwarded (it would arrive twice); we keep holding the lock until
+            // COMMAND ends. SIGTERM is usually aimed at us alone: pass it on.
+            _ = terminate.recv() => signal_child(pid, Signal::SIGTERM),
+            _ = interrupt.recv() => {}
+        }
+    }
+
+    let why = guard
+        .lost_reason()
+        .unwrap_or_else(|| "the session ended".into());
+    eprintln!(
+        "latchkey: lock {name:?} (token {}) may be lost: {why}; sending SIGTERM to COMMAND, SIGKILL in {} ms",
+        guard.token(),
+        grace.as_millis()
+    );
+    signal_child(pid, Signal::SIGTERM);
+    let status = match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            eprintln!(
+                "latchkey: COMMAND still running after {} ms: SIGKILL",
+                grace.as_millis()
+            );
+            let _ = child.start_kill();
+            child.wait().await
+        }
+    };
+    match status {
+        Ok(status) => eprintln!("latchkey: COMMAND stopped ({status})"),
+        Err(e) => eprintln!("latchkey: waiting for COMMAND: {e}"),
+    }
+    // The server may still hold the lock for us: closing the session frees it for the next
+    // waiter sooner than the expiry would.
+    drop(guard);
+    close_quietly(session).await;
+    Err(Stopped::LockLost { name, why }.into())
+}
+
+fn signal_child(pid: Option<Pid>, signal: Signal) {
+    if let Some(pid) = pid {
+        // ESRCH: it has just exited; the wait arm will see it.
+        let _ = kill(pid, signal);
+    }
+}
+
+async fn abandon(session: Session, why: &str) -> anyhow::Result<u8> {
+    close_quietly(session).await;
+    anyhow::bail!("{why}: gave up")
+}
+
+async fn release_quietly(guard: LockGuard) {
+    if let Err(e) = guard.release().await {
+        eprintln!("latchkey: warning: releasing the lock: {e}");
+    }
+}
+
+/// Closing is a courtesy (the server expires the session anyway), so it gets a short bound:
+/// an unresponsive server must not hold up the exit.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+async fn close_quietly(session: Session) {
+    let why = match tokio::time::timeout(CLOSE_TIMEOUT, session.close()).await {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {CLOSE_TIMEOUT:?}"),
+    };
+    eprintln!(
+        "latchkey: warning: closing the session: {why} (the server expires it after its TTL)"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grace_fits_inside_the_margin_for_every_ttl() {
+        for ttl_ms in [1_000, 2_000, 15_000, 3_600_000] {
+            let margin = latchkey_client::safety_margin(Duration::from_millis(ttl_ms));
+            let grace = kill_grace(margin);
+            assert!(grace > Duration::ZERO && grace < margin, "ttl {ttl_ms} ms");
+        }
+    }
+
+    #[test]
+    fn shell_status_follows_sh() {
+        assert_eq!(shell_status(ExitStatus::from_raw(0)), 0);
+        assert_eq!(shell_status(ExitStatus::from_raw(7 << 8)), 7);
+        // Killed by SIGTERM (15) and SIGKILL (9).
+        assert_eq!(shell_status(ExitStatus::from_raw(15)), 143);
+        assert_eq!(shell_status(ExitStatus::from_raw(9)), 137);
+    }
+}

@@ -1,0 +1,304 @@
+//! `latchkey status`, `latchkey list` and `latchkey cluster status`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use latchkey_client::{Client, LockInfo, NodeStatus};
+use serde::Serialize;
+
+use crate::{ClusterStatusArgs, ListArgs, StatusArgs};
+
+/// One lock, as printed with `--json`. `token`, `session` and `held_for_ms` are null when the
+/// lock is free.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct LockJson {
+    pub name: String,
+    pub held: bool,
+    pub token: Option<u64>,
+    pub session: Option<u64>,
+    pub held_for_ms: Option<u64>,
+    pub waiters: u32,
+}
+
+impl From<&LockInfo> for LockJson {
+    fn from(lock: &LockInfo) -> LockJson {
+        LockJson {
+            name: lock.name.clone(),
+            held: lock.holder.is_some(),
+            token: lock.holder.as_ref().map(|h| h.token),
+            session: lock.holder.as_ref().map(|h| h.session),
+            held_for_ms: lock
+                .holder
+                .as_ref()
+                .map(|h| u64::try_from(h.held_for.as_millis()).unwrap_or(u64::MAX)),
+            waiters: lock.waiters,
+        }
+    }
+}
+
+fn human(lock: &LockInfo) -> String {
+    match &lock.holder {
+        Some(h) => format!(
+            "{}: held by session {} with token {} for {}; {} waiting",
+            lock.name,
+            h.session,
+            h.token,
+            human_duration(h.held_for),
+            lock.waiters
+        ),
+        None => format!("{}: free; {} waiting", lock.name, lock.waiters),
+    }
+}
+
+fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 10_000 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if ms < 3_600_000 {
+        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+    }
+}
+
+pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let client = Client::connect(args.endpoints.endpoints).await?;
+    let lock = client.describe(&args.name).await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&LockJson::from(&lock))?);
+    } else {
+        println!("{}", human(&lock));
+    }
+    Ok(())
+}
+
+pub async fn list(args: ListArgs) -> anyhow::Result<()> {
+    let client = Client::connect(args.endpoints.endpoints).await?;
+    let list = client.list(&args.prefix).await?;
+    if args.json {
+        let locks: Vec<LockJson> = list.locks.iter().map(LockJson::from).collect();
+        println!("{}", serde_json::to_string(&locks)?);
+    } else {
+        for lock in &list.locks {
+            println!("{}", human(lock));
+        }
+    }
+    if list.truncated {
+        eprintln!("latchkey: more locks match than the server returns at once; narrow the prefix");
+    }
+    Ok(())
+}
+
+/// One row of `cluster status`.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct MemberJson {
+    pub id: Option<u64>,
+    pub addr: String,
+    /// "leader", "follower", ... as the node says, or "unreachable".
+    pub role: String,
+    pub term: Option<u64>,
+    pub last_log_index: Option<u64>,
+    pub applied_index: Option<u64>,
+}
+
+#[derive(Serialize, Debug, PartialEq)]
+pub struct ClusterJson {
+    pub leader: Option<u64>,
+    pub members: Vec<MemberJson>,
+}
+
+fn bare(addr: &str) -> String {
+    addr.trim()
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// Builds the report from what each address answered (`None`: unreachable).
+pub fn cluster_report(answers: &BTreeMap<String, Option<NodeStatus>>) -> ClusterJson {
+    // Ids of members by address, from every node's view of the membership.
+    let mut ids: BTreeMap<String, u64> = BTreeMap::new();
+    for status in answers.values().flatten() {
+        for m in &status.members {
+            ids.insert(bare(&m.addr), m.id);
+        }
+    }
+    let mut members: Vec<MemberJson> = answers
+        .iter()
+        .map(|(addr, answer)| match answer {
+            Some(s) => MemberJson {
+                id: Some(s.id),
+                addr: addr.clone(),
+                role: s.role.clone(),
+                term: Some(s.term),
+                last_log_index: Some(s.last_log_index),
+                applied_index: Some(s.applied_index),
+            },
+            None => MemberJson {
+                id: ids.get(addr).copied(),
+                addr: addr.clone(),
+                role: "unreachable".into(),
+                term: None,
+                last_log_index: None,
+                applied_index: None,
+            },
+        })
+        .collect();
+    members.sort_by(|a, b| (a.id.is_none(), a.id, &a.addr).cmp(&(b.id.is_none(), b.id, &b.addr)));
+    // The leader of the highest term any node reports itself leader in.
+    let leader = members
+        .iter()
+        .filter(|m| m.role == "leader")
+        .max_by_key(|m| m.term)
+        .and_then(|m| m.id);
+    ClusterJson { leader, members }
+}
+
+pub async fn cluster_status(args: ClusterStatusArgs) -> anyhow::Result<()> {
+    let client = Client::connect(args.endpoints.endpoints.clone()).await?;
+    let mut answers: BTreeMap<String, Option<NodeStatus>> = BTreeMap::new();
+    let mut to_ask: BTreeSet<String> = args.endpoints.endpoints.iter().map(|e| bare(e)).collect();
+    // Two rounds: the endpoints given, then members they report that were not given.
+    for _ in 0..2 {
+        let mut asks = tokio::task::JoinSet::new();
+        for addr in std::mem::take(&mut to_ask) {
+            let client = client.clone();
+            asks.spawn(async move {
+                let answer = client.node_status(&addr).await;
+                (addr, answer)
+            });
+        }
+        while let Some(joined) = asks.join_next().await {
+            let (addr, answer) = joined?;
+            let answer = match answer {
+                Ok(status) => Some(status),
+                Err(e) => {
+                    tracing::info!(%addr, error = %e, "node unreachable");
+                    None
+                }
+            };
+            answers.insert(addr, answer);
+        }
+        for status in answers.values().flatten() {
+            for m in &status.members {
+                let addr = bare(&m.addr);
+                if !answers.contains_key(&addr) {
+                    to_ask.insert(addr);
+                }
+            }
+        }
+        if to_ask.is_empty() {
+            break;
+        }
+    }
+    let report = cluster_report(&answers);
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        let dash = || "-".to_owned();
+        let show = |v: Option<u64>| v.map_or_else(dash, |v| v.to_string());
+        println!(
+            "{:<6} {:<24} {:<12} {:>8} {:>14} {:>14}",
+            "ID", "ADDR", "ROLE", "TERM", "LAST_LOG", "APPLIED"
+        );
+        for m in &report.members {
+            println!(
+                "{:<6} {:<24} {:<12} {:>8} {:>14} {:>14}",
+                show(m.id),
+                m.addr,
+                m.role,
+                show(m.term),
+                show(m.last_log_index),
+                show(m.applied_index)
+            );
+        }
+        match report.leader {
+            Some(id) => println!("leader: {id}"),
+            None => println!("leader: none known"),
+        }
+    }
+    if answers.values().all(Option::is_none) {
+        anyhow::bail!("no endpoint answered");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latchkey_client::{Holder, Member};
+
+    #[test]
+    fn free_lock_has_null_holder_fields() {
+        let free = LockInfo {
+            name: "a".into(),
+            holder: None,
+            waiters: 0,
+        };
+        let json = serde_json::to_value(LockJson::from(&free)).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"name":"a","held":false,"token":null,"session":null,"held_for_ms":null,"waiters":0})
+        );
+        let held = LockInfo {
+            name: "b".into(),
+            holder: Some(Holder {
+                session: 3,
+                token: 17,
+                held_for: Duration::from_millis(1500),
+            }),
+            waiters: 2,
+        };
+        let json = serde_json::to_value(LockJson::from(&held)).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"name":"b","held":true,"token":17,"session":3,"held_for_ms":1500,"waiters":2})
+        );
+        assert_eq!(
+            human(&held),
+            "b: held by session 3 with token 17 for 1.5s; 2 waiting"
+        );
+    }
+
+    #[test]
+    fn cluster_report_names_the_leader_and_the_unreachable() {
+        let status = |id, role: &str, term| NodeStatus {
+            id,
+            role: role.into(),
+            term,
+            last_log_index: 10,
+            applied_index: 9,
+            leader_id: Some(1),
+            members: vec![
+                Member {
+                    id: 1,
+                    addr: "h:1".into(),
+                },
+                Member {
+                    id: 2,
+                    addr: "h:2".into(),
+                },
+                Member {
+                    id: 3,
+                    addr: "h:3".into(),
+                },
+            ],
+            sessions: 0,
+            locks: 0,
+        };
+        let answers = BTreeMap::from([
+            ("h:1".to_string(), Some(status(1, "leader", 4))),
+            ("h:2".to_string(), Some(status(2, "follower", 4))),
+            ("h:3".to_string(), None),
+        ]);
+        let report = cluster_report(&answers);
+        assert_eq!(report.leader, Some(1));
+        assert_eq!(report.members.len(), 3);
+        assert_eq!(report.members[2].id, Some(3));
+        assert_eq!(report.members[2].role, "unreachable");
+        assert_eq!(report.members[2].term, None);
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["members"][0]["last_log_index"], 10);
+    }
+}

@@ -1,0 +1,425 @@
+//! Process test harness: real `latchkey` servers and clients as child processes.
+//!
+//! - [`Server`]: `latchkey serve` on a free port with its own data directory; kill -9, pause
+//!   (SIGSTOP), resume and restart on the same port and directory.
+//! - [`Proc`]: any `latchkey` client command in its own process group, so that the whole tree
+//!   (the CLI and the COMMAND it runs) can be paused or killed at once.
+//! - [`wait_until`]: polls a condition with a deadline; tests synchronise on events this way,
+//!   never on sleeps.
+//!
+//! Every child is killed when its handle drops, also when a test panics (a failing test then
+//! prints the server's log).
+
+// Each test binary uses a different part of the harness.
+#![allow(dead_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+
+/// How long a server gets to start and elect itself.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a short CLI command (`status`, `cluster status`) may take.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(20);
+/// Poll interval of [`wait_until`].
+const POLL: Duration = Duration::from_millis(20);
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_latchkey")
+}
+
+/// Polls `condition` until it holds; panics with `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
+/// A port nobody listened on a moment ago. Another process may take it before the server
+/// binds; [`Server::start`] retries with a new one then.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding an ephemeral port");
+    listener.local_addr().expect("local address").port()
+}
+
+fn read(path: &Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut f) = File::open(path) {
+        let _ = f.read_to_string(&mut text);
+    }
+    text
+}
+
+/// The last `n` lines of a file, for failure messages.
+fn tail(path: &Path, n: usize) -> String {
+    let text = read(path);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn signal(pid: i32, sig: Signal) {
+    let _ = kill(Pid::from_raw(pid), sig);
+}
+
+/// A `latchkey serve` process.
+pub struct Server {
+    pub addr: String,
+    dir: TempDir,
+    child: Option<Child>,
+    paused: bool,
+    starts: u32,
+}
+
+impl Server {
+    /// Starts a server on a free port and waits until it answers as leader.
+    pub fn start() -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut last_error = String::new();
+        let mut server = Server {
+            addr: String::new(),
+            dir,
+            child: None,
+            paused: false,
+            starts: 0,
+        };
+        for _ in 0..5 {
+            server.addr = format!("127.0.0.1:{}", free_port());
+            server.spawn();
+            match server.wait_ready() {
+                Ok(()) => return server,
+                Err(e) => {
+                    // Most likely the port was taken meanwhile: try another.
+                    last_error = e;
+                    server.kill9();
+                }
+            }
+        }
+        panic!("server did not start: {last_error}\n{}", server.log_tail());
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    pub fn log_tail(&self) -> String {
+        tail(&self.log_path(), 60)
+    }
+
+    fn spawn(&mut self) {
+        assert!(self.child.is_none(), "server already running");
+        self.starts += 1;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("server log");
+        use std::io::Write;
+        let mut header = log.try_clone().expect("log handle");
+        let _ = writeln!(header, "=== start {} on {} ===", self.starts, self.addr);
+        let child = Command::new(bin())
+            .arg("serve")
+            .args(["--listen", &self.addr])
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawning latchkey serve");
+        self.child = Some(child);
+        self.paused = false;
+    }
+
+    /// Waits until the node answers NodeStatus as leader and serves a read.
+    pub fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("server exited during start-up: {status}"));
+                }
+            }
+            let out = self.cli(&["cluster", "status", "--json"]);
+            if out.status.success() {
+                let report: serde_json::Value = serde_json::from_str(&out.stdout)
+                    .map_err(|e| format!("{e}: {}", out.stdout))?;
+                if !report["leader"].is_null()
+                    && self.cli(&["status", "probe/ready"]).status.success()
+                {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "not ready within {READY_TIMEOUT:?}: {}",
+                    out.stderr
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    /// Starts again on the same port and data directory, and waits until it is ready.
+    pub fn restart(&mut self) {
+        self.spawn();
+        if let Err(e) = self.wait_ready() {
+            panic!("restart failed: {e}\n{}", self.log_tail());
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("server running").id() as i32
+    }
+
+    /// SIGSTOP: the node stops answering, but its connections stay open.
+    pub fn pause(&mut self) {
+        signal(self.pid(), Signal::SIGSTOP);
+        self.paused = true;
+    }
+
+    /// SIGCONT.
+    pub fn resume(&mut self) {
+        signal(self.pid(), Signal::SIGCONT);
+        self.paused = false;
+    }
+
+    /// Runs a short `latchkey` client command against this server, bounded by [`CLI_TIMEOUT`].
+    pub fn cli(&self, args: &[&str]) -> Output {
+        run(&self.with_endpoints(args), self.dir.path(), CLI_TIMEOUT)
+    }
+
+    /// `args` with `--endpoints ADDR` added: at the end, or before `--` if there is one
+    /// (clap takes a subcommand's options anywhere before `--`).
+    fn with_endpoints(&self, args: &[&str]) -> Vec<String> {
+        let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+        let mut full: Vec<String> = args[..at].iter().map(|s| s.to_string()).collect();
+        full.push("--endpoints".into());
+        full.push(self.addr.clone());
+        full.extend(args[at..].iter().map(|s| s.to_string()));
+        full
+    }
+
+    /// `latchkey status --json NAME`, parsed.
+    pub fn status(&self, name: &str) -> serde_json::Value {
+        let out = self.cli(&["status", "--json", name]);
+        assert!(
+            out.status.success(),
+            "status {name} failed: {}\n{}",
+            out.stderr,
+            self.log_tail()
+        );
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", out.stdout))
+    }
+
+    /// Starts `latchkey lock [options] NAME -- sh -c SCRIPT` in `dir`.
+    pub fn lock(&self, name: &str, options: &[&str], script: &str, dir: &Path) -> Proc {
+        let mut args = vec!["lock".to_string(), "--endpoints".into(), self.addr.clone()];
+        args.extend(options.iter().map(|s| s.to_string()));
+        args.extend([
+            name.into(),
+            "--".into(),
+            "sh".into(),
+            "-c".into(),
+            script.into(),
+        ]);
+        Proc::spawn(&args, dir)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- server log ({}) ---\n{}", self.addr, self.log_tail());
+        }
+        self.kill9();
+    }
+}
+
+/// What a finished short command printed.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `latchkey ARGS` in `dir` to completion, killing it after `timeout`.
+pub fn run(args: &[String], dir: &Path, timeout: Duration) -> Output {
+    let mut proc = Proc::spawn(args, dir);
+    let status = proc.wait(timeout);
+    Output {
+        status,
+        stdout: proc.stdout(),
+        stderr: proc.stderr(),
+    }
+}
+
+static PROC_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A `latchkey` client process, leader of its own process group. Killed (the whole group)
+/// on drop.
+pub struct Proc {
+    child: Child,
+    pub args: Vec<String>,
+    out: PathBuf,
+    err: PathBuf,
+    status: Option<ExitStatus>,
+}
+
+impl Proc {
+    pub fn spawn(args: &[String], dir: &Path) -> Proc {
+        let id = PROC_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let out = dir.join(format!(".proc-{}-{id}.out", std::process::id()));
+        let err = dir.join(format!(".proc-{}-{id}.err", std::process::id()));
+        let child = Command::new(bin())
+            .args(args)
+            .current_dir(dir)
+            .env_remove("LATCHKEY_ENDPOINTS")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(File::create(&out).expect("stdout file"))
+            .stderr(File::create(&err).expect("stderr file"))
+            .process_group(0)
+            .spawn()
+            .expect("spawning latchkey");
+        Proc {
+            child,
+            args: args.to_vec(),
+            out,
+            err,
+            status: None,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends `sig` to the whole group (the CLI and its COMMAND).
+    pub fn signal_group(&self, sig: Signal) {
+        let _ = kill(Pid::from_raw(-self.pid()), sig);
+    }
+
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().expect("try_wait");
+        }
+        self.status
+    }
+
+    /// Waits for the exit; panics (printing its stderr) after `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_status() {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                self.signal_group(Signal::SIGKILL);
+                panic!(
+                    "latchkey {:?} still running after {timeout:?}; stderr:\n{}",
+                    self.args,
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Waits for the exit and returns its code; panics if it died by a signal.
+    pub fn wait_code(&mut self, timeout: Duration) -> i32 {
+        let status = self.wait(timeout);
+        status.code().unwrap_or_else(|| {
+            panic!(
+                "latchkey {:?} died by signal {:?}; stderr:\n{}",
+                self.args,
+                status.signal(),
+                self.stderr()
+            )
+        })
+    }
+
+    pub fn stdout(&self) -> String {
+        read(&self.out)
+    }
+
+    pub fn stderr(&self) -> String {
+        read(&self.err)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // The group outlives its leader when COMMAND is still running: kill it in any case.
+        self.signal_group(Signal::SIGKILL);
+        if self.status.is_none() {
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A scratch directory for a test's COMMANDs: the files they write and wait for.
+pub struct Work {
+    pub dir: TempDir,
+}
+
+impl Work {
+    pub fn new() -> Work {
+        Work {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The lines of a file (none if it does not exist yet).
+    pub fn lines(&self, name: &str) -> Vec<String> {
+        read(&self.path(name)).lines().map(str::to_owned).collect()
+    }
+
+    /// Creates an empty file (the signal a holding COMMAND waits for).
+    pub fn touch(&self, name: &str) {
+        File::create(self.path(name)).expect("touch");
+    }
+}
+
+/// Parses a line `TAG TOKEN` written by a COMMAND as `echo TAG $LATCHKEY_TOKEN`.
+pub fn token_of(line: &str) -> u64 {
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no token in {line:?}"))
+}

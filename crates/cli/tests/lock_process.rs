@@ -1,0 +1,240 @@
+//! End-to-end tests of `latchkey lock` against a real `latchkey serve` process: FIFO order and
+//! fencing tokens, durability across kill -9, lease expiry of a paused holder, wait timeouts,
+//! and the CLI stopping its COMMAND when the lock may be lost.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{token_of, wait_until, Server, Work};
+use nix::sys::signal::Signal;
+
+/// Generous bound for anything that should take a second or two.
+const T: Duration = Duration::from_secs(30);
+
+/// A COMMAND that records its token under `tag`, then holds the lock until file `release`
+/// exists.
+fn hold_until_released(work: &Work, tag: &str) -> String {
+    format!(
+        "echo {tag} $LATCHKEY_TOKEN >> '{out}'; while [ ! -e '{release}' ]; do sleep 0.02; done",
+        out = work.path("out").display(),
+        release = work.path("release").display(),
+    )
+}
+
+/// A COMMAND that records its token under `tag` and ends.
+fn record(work: &Work, tag: &str) -> String {
+    format!(
+        "echo {tag} $LATCHKEY_TOKEN >> '{}'",
+        work.path("out").display()
+    )
+}
+
+#[test]
+fn contenders_get_the_lock_in_fifo_order_with_increasing_tokens() {
+    let server = Server::start();
+    let work = Work::new();
+    let dir = work.dir.path();
+
+    let mut a = server.lock(
+        "fifo",
+        &["--ttl", "10s"],
+        &hold_until_released(&work, "A"),
+        dir,
+    );
+    wait_until("A holds the lock", T, || work.lines("out").len() == 1);
+    let token_a = token_of(&work.lines("out")[0]);
+    let status = server.status("fifo");
+    assert_eq!(status["held"], true);
+    assert_eq!(status["token"], token_a);
+    assert_eq!(status["waiters"], 0);
+
+    let mut b = server.lock("fifo", &[], &record(&work, "B"), dir);
+    wait_until("B queued", T, || server.status("fifo")["waiters"] == 1);
+    let mut c = server.lock("fifo", &[], &record(&work, "C"), dir);
+    wait_until("C queued behind B", T, || {
+        server.status("fifo")["waiters"] == 2
+    });
+
+    work.touch("release");
+    assert_eq!(a.wait_code(T), 0, "A: {}", a.stderr());
+    assert_eq!(b.wait_code(T), 0, "B: {}", b.stderr());
+    assert_eq!(c.wait_code(T), 0, "C: {}", c.stderr());
+
+    let lines = work.lines("out");
+    let tags: Vec<&str> = lines.iter().map(|l| &l[..1]).collect();
+    assert_eq!(tags, ["A", "B", "C"], "grant order: {lines:?}");
+    let tokens: Vec<u64> = lines.iter().map(|l| token_of(l)).collect();
+    assert!(
+        tokens[0] < tokens[1] && tokens[1] < tokens[2],
+        "tokens: {tokens:?}"
+    );
+
+    let status = server.status("fifo");
+    assert_eq!(status["held"], false);
+    assert!(status["token"].is_null());
+    assert_eq!(status["waiters"], 0);
+}
+
+#[test]
+fn command_exit_status_and_environment_pass_through() {
+    let server = Server::start();
+    let work = Work::new();
+    let dir = work.dir.path();
+
+    let env = format!(
+        "echo \"$LATCHKEY_LOCK\" > '{}'; exit 7",
+        work.path("env").display()
+    );
+    let mut p = server.lock("jobs/env", &[], &env, dir);
+    assert_eq!(p.wait_code(T), 7, "{}", p.stderr());
+    assert_eq!(work.lines("env"), ["jobs/env"]);
+
+    // Died by SIGTERM: reported as the shell would, 128 + 15.
+    let mut p = server.lock("jobs/env", &[], "kill -TERM $$", dir);
+    assert_eq!(p.wait_code(T), 143, "{}", p.stderr());
+
+    // Both runs released the lock.
+    assert_eq!(server.status("jobs/env")["held"], false);
+}
+
+#[test]
+fn wait_times_out_with_status_3() {
+    let server = Server::start();
+    let work = Work::new();
+    let dir = work.dir.path();
+
+    let _a = server.lock("busy", &[], &hold_until_released(&work, "A"), dir);
+    wait_until("A holds the lock", T, || work.lines("out").len() == 1);
+
+    for wait in ["200ms", "0"] {
+        let started = Instant::now();
+        let mut b = server.lock("busy", &["--wait", wait], &record(&work, "B"), dir);
+        assert_eq!(b.wait_code(T), 3, "--wait {wait}: {}", b.stderr());
+        if wait == "200ms" {
+            assert!(
+                started.elapsed() >= Duration::from_millis(200),
+                "gave up early"
+            );
+        }
+        assert!(b.stderr().contains("timed out"), "{}", b.stderr());
+    }
+    assert_eq!(work.lines("out").len(), 1, "B's COMMAND must not run");
+    wait_until("the timed-out waiters left the queue", T, || {
+        server.status("busy")["waiters"] == 0
+    });
+    work.touch("release");
+}
+
+#[test]
+fn held_lock_and_token_sequence_survive_kill_9_of_the_server() {
+    let mut server = Server::start();
+    let work = Work::new();
+    let dir = work.dir.path();
+
+    // A TTL long enough to ride out the restart with renewals failing meanwhile.
+    let mut a = server.lock(
+        "durable",
+        &["--ttl", "30s"],
+        &hold_until_released(&work, "A"),
+        dir,
+    );
+    wait_until("A holds the lock", T, || work.lines("out").len() == 1);
+    let token_a = token_of(&work.lines("out")[0]);
+    let before = server.status("durable");
+    assert_eq!(before["token"], token_a);
+
+    server.kill9();
+    server.restart();
+
+    let after = server.status("durable");
+    assert_eq!(after["held"], true, "{after}");
+    assert_eq!(after["session"], before["session"], "{after}");
+    assert_eq!(after["token"], token_a, "{after}");
+
+    // A kept its lease through the outage and releases normally.
+    work.touch("release");
+    assert_eq!(a.wait_code(T), 0, "A: {}", a.stderr());
+
+    let mut b = server.lock("durable", &[], &record(&work, "B"), dir);
+    assert_eq!(b.wait_code(T), 0, "B: {}", b.stderr());
+    let token_b = token_of(&work.lines("out")[1]);
+    assert!(
+        token_b > token_a,
+        "token after restart {token_b} <= {token_a}"
+    );
+}
+
+#[test]
+fn paused_holder_loses_the_lock_after_its_ttl_and_the_next_waiter_gets_a_higher_token() {
+    let server = Server::start();
+    let work = Work::new();
+    let dir = work.dir.path();
+    let ttl = Duration::from_secs(2);
+
+    let mut a = server.lock(
+        "paused",
+        &["--ttl", "2s"],
+        &hold_until_released(&work, "A"),
+        dir,
+    );
+    wait_until("A holds the lock", T, || work.lines("out").len() == 1);
+    let mut b = server.lock("paused", &[], &record(&work, "B"), dir);
+    wait_until("B queued", T, || server.status("paused")["waiters"] == 1);
+
+    // Freeze A's CLI and COMMAND: renewals stop.
+    a.signal_group(Signal::SIGSTOP);
+    let paused_at = Instant::now();
+    assert_eq!(b.wait_code(T), 0, "B: {}", b.stderr());
+    let waited = paused_at.elapsed();
+    // A renews every TTL/3, so its lease outlives the pause by about 2/3 of the TTL; half the
+    // TTL leaves room for a late renewal on a loaded machine and still catches a handover
+    // that does not wait for the lease.
+    assert!(
+        waited >= ttl / 2,
+        "the lock changed hands {waited:?} after the holder paused, before its TTL could pass"
+    );
+    let lines = work.lines("out");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(token_of(&lines[1]) > token_of(&lines[0]), "{lines:?}");
+
+    // Resumed, A's CLI sees that its deadline passed and stops its COMMAND.
+    a.signal_group(Signal::SIGCONT);
+    assert_eq!(a.wait_code(T), 4, "A: {}", a.stderr());
+    assert!(a.stderr().contains("may be lost"), "{}", a.stderr());
+}
+
+#[test]
+fn cli_stops_its_command_when_the_server_stops_answering() {
+    let mut server = Server::start();
+    let work = Work::new();
+    let dir = work.dir.path();
+
+    // One COMMAND exits on SIGTERM; the other ignores it and must be SIGKILLed.
+    let polite = format!(
+        "trap 'echo TERM >> \"{out}\"; exit 0' TERM; echo started >> '{out}'; while true; do sleep 0.02; done",
+        out = work.path("polite").display()
+    );
+    let stubborn = format!(
+        "trap '' TERM; echo started >> '{}'; while true; do sleep 0.02; done",
+        work.path("stubborn").display()
+    );
+    let mut p = server.lock("stop/polite", &["--ttl", "2s"], &polite, dir);
+    let mut s = server.lock("stop/stubborn", &["--ttl", "2s"], &stubborn, dir);
+    wait_until("both COMMANDs run", T, || {
+        work.lines("polite").len() == 1 && work.lines("stubborn").len() == 1
+    });
+
+    server.pause();
+    assert_eq!(p.wait_code(T), 4, "polite: {}", p.stderr());
+    assert_eq!(s.wait_code(T), 4, "stubborn: {}", s.stderr());
+    server.resume();
+
+    assert_eq!(
+        work.lines("polite"),
+        ["started", "TERM"],
+        "COMMAND got SIGTERM"
+    );
+    assert!(p.stderr().contains("may be lost"), "{}", p.stderr());
+    assert!(s.stderr().contains("SIGKILL"), "{}", s.stderr());
+}

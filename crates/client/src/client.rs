@@ -1,0 +1,409 @@
+//! [`Client`]: endpoints, leader routing, and the retry loop every RPC goes through.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use latchkey_core::limits;
+use latchkey_proto::v1::locks_client::LocksClient;
+use latchkey_proto::v1::{self as pb};
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{classify, Error, Failure};
+use crate::retry::{Backoff, RetryPolicy};
+use crate::session::Session;
+use crate::types::{LockInfo, LockList, Member, NodeStatus};
+
+/// Settings of a [`Client`]. `Default` is what [`Client::connect`] uses.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Time to open a TCP connection to one endpoint.
+    pub connect_timeout: Duration,
+    /// Deadline of one attempt of a short RPC (everything but the Acquire long-poll, which gets
+    /// its poll time on top of this).
+    pub rpc_timeout: Duration,
+    /// Retries on UNAVAILABLE and transport errors.
+    pub retry: RetryPolicy,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            connect_timeout: Duration::from_secs(2),
+            // A healthy node answers in milliseconds; 5 s covers an fsync under load without
+            // letting a paused node hold a caller for long.
+            rpc_timeout: Duration::from_secs(5),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// A handle on a latchkey cluster. Cheap to clone; clones share connections and the leader
+/// hint.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ClientConfig,
+    /// The endpoints given to `connect`, as URIs.
+    seeds: Vec<String>,
+    route: Mutex<Route>,
+}
+
+/// Where the next attempt goes.
+#[derive(Default)]
+struct Route {
+    /// One lazily connected channel per endpoint URI (seeds and leader hints).
+    channels: HashMap<String, Channel>,
+    /// The node believed to lead: the last one that answered, or the last hint.
+    leader: Option<String>,
+    /// Round-robin position in `seeds` when no leader is known.
+    next_seed: usize,
+}
+
+/// Turns `host:port` into `http://host:port`; keeps a URI that already has a scheme.
+pub(crate) fn endpoint_uri(endpoint: &str) -> Result<String, Error> {
+    let endpoint = endpoint.trim();
+    if endpoint.is_empty() {
+        return Err(Error::InvalidArgument {
+            message: "empty endpoint".into(),
+        });
+    }
+    let uri = if endpoint.contains("://") {
+        endpoint.to_owned()
+    } else {
+        format!("http://{endpoint}")
+    };
+    Endpoint::from_shared(uri.clone()).map_err(|e| Error::InvalidArgument {
+        message: format!("endpoint {endpoint:?}: {e}"),
+    })?;
+    Ok(uri)
+}
+
+/// Options of one logical request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallOpts {
+    /// Deadline of each attempt.
+    pub attempt_timeout: Duration,
+}
+
+impl Client {
+    /// A client for the cluster reachable at `endpoints` (`host:port`, or a URI with a scheme),
+    /// with [`ClientConfig::default`]. Connections are opened lazily, so this does not fail
+    /// when no server is up yet; the first RPC does, after its retries.
+    pub async fn connect(
+        endpoints: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<Client, Error> {
+        Client::with_config(endpoints, ClientConfig::default())
+    }
+
+    /// Like [`Client::connect`] with explicit settings.
+    pub fn with_config(
+        endpoints: impl IntoIterator<Item = impl Into<String>>,
+        config: ClientConfig,
+    ) -> Result<Client, Error> {
+        let seeds = endpoints
+            .into_iter()
+            .map(|e| endpoint_uri(&e.into()))
+            .collect::<Result<Vec<_>, _>>()?;
+        if seeds.is_empty() {
+            return Err(Error::InvalidArgument {
+                message: "no endpoints".into(),
+            });
+        }
+        Ok(Client {
+            inner: Arc::new(Inner {
+                config,
+                seeds,
+                route: Mutex::new(Route::default()),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// Opens a session with lease `ttl` (1 s to 1 h) and starts its background renewal.
+    pub async fn session(&self, ttl: Duration) -> Result<Session, Error> {
+        Session::create(self.clone(), ttl).await
+    }
+
+    /// One lock's holder and queue length, read on the leader.
+    pub async fn describe(&self, name: &str) -> Result<LockInfo, Error> {
+        latchkey_core::validate_name(name).map_err(|e| Error::InvalidArgument {
+            message: e.to_string(),
+        })?;
+        let request = pb::DescribeRequest {
+            name: name.to_owned(),
+        };
+        let response = self
+            .call(self.short(), request, |mut c, r| async move {
+                c.describe(r).await
+            })
+            .await?;
+        let lock = response
+            .lock
+            .ok_or_else(|| Error::Protocol("Describe answered without a lock".into()))?;
+        Ok(LockInfo::from_pb(lock))
+    }
+
+    /// The held locks whose names start with `prefix` (all with an empty prefix), read on the
+    /// leader, at most the server's maximum.
+    pub async fn list(&self, prefix: &str) -> Result<LockList, Error> {
+        let request = pb::ListRequest {
+            prefix: prefix.to_owned(),
+            limit: 0,
+        };
+        let response = self
+            .call(
+                self.short(),
+                request,
+                |mut c, r| async move { c.list(r).await },
+            )
+            .await?;
+        Ok(LockList {
+            locks: response.locks.into_iter().map(LockInfo::from_pb).collect(),
+            truncated: response.truncated,
+        })
+    }
+
+    /// What the node at `endpoint` says about itself and its group. Asks that node only, once
+    /// (a status probe must report an unreachable node rather than retry elsewhere).
+    pub async fn node_status(&self, endpoint: &str) -> Result<NodeStatus, Error> {
+        let uri = endpoint_uri(endpoint)?;
+        let start = Instant::now();
+        let timeout = self.inner.config.rpc_timeout;
+        let mut client = self.locks_client(&uri);
+        let mut request = tonic::Request::new(pb::NodeStatusRequest {});
+        request.set_timeout(timeout);
+        let result = tokio::time::timeout(timeout, client.node_status(request)).await;
+        let failure = match result {
+            Ok(Ok(response)) => {
+                let s = response.into_inner();
+                return Ok(NodeStatus {
+                    id: s.id,
+                    role: s.role,
+                    term: s.term,
+                    last_log_index: s.last_log_index,
+                    applied_index: s.applied_index,
+                    leader_id: (s.leader_id != 0).then_some(s.leader_id),
+                    members: s
+                        .members
+                        .into_iter()
+                        .map(|m| Member {
+                            id: m.id,
+                            addr: m.addr,
+                        })
+                        .collect(),
+                    sessions: s.sessions,
+                    locks: s.locks,
+                });
+            }
+            Ok(Err(status)) => classify(&status),
+            Err(_) => Failure::Transport {
+                message: format!("no answer within {timeout:?}"),
+            },
+        };
+        Err(give_up(failure, 1, start.elapsed()))
+    }
+
+    fn short(&self) -> CallOpts {
+        CallOpts {
+            attempt_timeout: self.inner.config.rpc_timeout,
+        }
+    }
+
+    /// A gRPC client on the channel for `uri`, created on first use.
+    fn locks_client(&self, uri: &str) -> LocksClient<Channel> {
+        let channel = {
+            let mut route = self.inner.route.lock().expect("route lock poisoned");
+            route
+                .channels
+                .entry(uri.to_owned())
+                .or_insert_with(|| {
+                    Endpoint::from_shared(uri.to_owned())
+                        .expect("endpoint URIs are validated before use")
+                        .connect_timeout(self.inner.config.connect_timeout)
+                        .tcp_nodelay(true)
+                        .connect_lazy()
+                })
+                .clone()
+        };
+        LocksClient::new(channel)
+            .max_decoding_message_size(limits::CLIENT_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(limits::CLIENT_MESSAGE_BYTES_MAX)
+    }
+
+    /// The endpoint the next attempt goes to.
+    fn pick(&self) -> String {
+        let route = self.inner.route.lock().expect("route lock poisoned");
+        match &route.leader {
+            Some(leader) => leader.clone(),
+            None => self.inner.seeds[route.next_seed % self.inner.seeds.len()].clone(),
+        }
+    }
+
+    fn answered(&self, uri: &str) {
+        let mut route = self.inner.route.lock().expect("route lock poisoned");
+        if route.leader.as_deref() != Some(uri) {
+            route.leader = Some(uri.to_owned());
+        }
+    }
+
+    /// `uri` failed or is not the leader: go to the hint, or to the next seed.
+    fn reroute(&self, uri: &str, hint: Option<&str>) {
+        let mut route = self.inner.route.lock().expect("route lock poisoned");
+        match hint.map(endpoint_uri) {
+            Some(Ok(h)) if h != uri => route.leader = Some(h),
+            _ => {
+                route.leader = None;
+                // Move off `uri` if it is the seed we are on.
+                let seeds = &self.inner.seeds;
+                if seeds[route.next_seed % seeds.len()] == uri {
+                    route.next_seed = route.next_seed.wrapping_add(1);
+                }
+            }
+        }
+    }
+
+    /// Runs one logical request: the same `request` (same sequence number, if it has one) is
+    /// sent on every attempt, until an answer, a non-retryable error, or the end of the retry
+    /// budget. Each attempt has its own deadline, sent to the server as `grpc-timeout` too.
+    pub(crate) async fn call<Req, Resp, F, Fut>(
+        &self,
+        opts: CallOpts,
+        request: Req,
+        mut send: F,
+    ) -> Result<Resp, Error>
+    where
+        Req: Clone,
+        F: FnMut(LocksClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let policy = &self.inner.config.retry;
+        let start = Instant::now();
+        let mut backoff = Backoff::new(policy);
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let uri = self.pick();
+            let mut req = tonic::Request::new(request.clone());
+            req.set_timeout(opts.attempt_timeout);
+            let result =
+                tokio::time::timeout(opts.attempt_timeout, send(self.locks_client(&uri), req))
+                    .await;
+            let failure = match result {
+                Ok(Ok(response)) => {
+                    self.answered(&uri);
+                    return Ok(response.into_inner());
+                }
+                Ok(Err(status)) => classify(&status),
+                Err(_) => Failure::Transport {
+                    message: format!("{uri}: no answer within {:?}", opts.attempt_timeout),
+                },
+            };
+            let hinted = match &failure {
+                Failure::Fatal(e) => return Err(e.clone()),
+                Failure::Unavailable { leader_addr, .. } => {
+                    self.reroute(&uri, leader_addr.as_deref());
+                    leader_addr.is_some()
+                }
+                Failure::Transport { .. } => {
+                    self.reroute(&uri, None);
+                    false
+                }
+            };
+            if attempts >= policy.attempts_max || start.elapsed() >= policy.elapsed_max {
+                return Err(give_up(failure, attempts, start.elapsed()));
+            }
+            tracing::debug!(attempt = attempts, ?failure, "retrying");
+            // A fresh leader hint is worth trying at once, but only the first time in a row:
+            // hints that bounce between nodes during an election get the backoff.
+            if !(hinted && attempts == 1) {
+                let delay = backoff.next_delay(&mut rand::rng());
+                let budget_left = policy.elapsed_max.saturating_sub(start.elapsed());
+                tokio::time::sleep(delay.min(budget_left)).await;
+            }
+        }
+    }
+}
+
+fn give_up(failure: Failure, attempts: u32, elapsed: Duration) -> Error {
+    match failure {
+        Failure::Fatal(e) => e,
+        Failure::Unavailable { message, .. } => Error::Unavailable {
+            attempts,
+            elapsed,
+            last: message,
+        },
+        Failure::Transport { message } => Error::Transport {
+            attempts,
+            elapsed,
+            last: message,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_get_a_scheme() {
+        assert_eq!(
+            endpoint_uri("127.0.0.1:7420").unwrap(),
+            "http://127.0.0.1:7420"
+        );
+        assert_eq!(
+            endpoint_uri(" http://h:1 ").unwrap(),
+            "http://h:1".to_string()
+        );
+        assert!(matches!(
+            endpoint_uri(""),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(matches!(
+            endpoint_uri("bad host:1"),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn routing_follows_hints_and_rotates_seeds() {
+        let client = Client::connect(["a:1", "b:2"]).await.unwrap();
+        assert_eq!(client.pick(), "http://a:1");
+        client.reroute("http://a:1", None);
+        assert_eq!(client.pick(), "http://b:2");
+        client.reroute("http://b:2", Some("c:3"));
+        assert_eq!(client.pick(), "http://c:3");
+        // The hinted node failing sends us back to the seeds, where we left off.
+        client.reroute("http://c:3", None);
+        assert_eq!(client.pick(), "http://b:2");
+        client.answered("http://b:2");
+        assert_eq!(client.pick(), "http://b:2");
+    }
+
+    #[tokio::test]
+    async fn no_server_is_a_bounded_transport_error() {
+        // Port 1 on localhost refuses connections at once.
+        let config = ClientConfig {
+            retry: RetryPolicy {
+                attempts_max: 3,
+                elapsed_max: Duration::from_secs(5),
+                backoff_initial: Duration::from_millis(1),
+                backoff_max: Duration::from_millis(2),
+            },
+            ..ClientConfig::default()
+        };
+        let client = Client::with_config(["127.0.0.1:1"], config).unwrap();
+        match client.list("").await {
+            Err(Error::Transport { attempts, .. }) => assert_eq!(attempts, 3),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! Taking a lock ([`LockRequest`]) and holding it ([`LockGuard`]).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use latchkey_core::limits::{ACQUIRE_POLL_MS_MAX, WAIT_TIMEOUT_MS_MAX};
+use latchkey_proto::v1 as pb;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::client::CallOpts;
+use crate::error::Error;
+use crate::session::{wait_lost, SessionShared};
+
+/// Header that carries the fencing token to a fenced resource (see the `latchkey-fence` crate).
+pub const TOKEN_HEADER: &str = "latchkey-token";
+/// Header that carries the lock name to a fenced resource.
+pub const LOCK_HEADER: &str = "latchkey-lock";
+
+/// After its wait timeout, a request still answered PENDING is given up after this much more.
+/// The server cancels the wait at its own deadline, so this only fires if the server does not;
+/// two long-polls is plenty for the replicated cancel to land.
+const PENDING_AFTER_DEADLINE_MAX: Duration = Duration::from_millis(2 * ACQUIRE_POLL_MS_MAX);
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A request for one lock in a session; made by [`Session::lock`](crate::Session::lock).
+pub struct LockRequest<'a> {
+    shared: &'a Arc<SessionShared>,
+    name: String,
+}
+
+impl<'a> LockRequest<'a> {
+    pub(crate) fn new(shared: &'a Arc<SessionShared>, name: String) -> LockRequest<'a> {
+        LockRequest { shared, name }
+    }
+
+    /// Takes the lock, waiting in its FIFO queue for at most `timeout` (`None`: until granted;
+    /// `Some(Duration::ZERO)`: try once, never queue).
+    ///
+    /// Fails with [`Error::WaitTimedOut`] when the wait ends without a grant and with
+    /// [`Error::SessionLost`] if the session is lost meanwhile. The request keeps one sequence
+    /// number across its long-polls and retries, so it keeps its place in the queue through
+    /// reconnects and leader changes.
+    ///
+    /// If this future is dropped while queued, the server still has the waiter; a background
+    /// task of the session keeps polling it and releases the lock if it is granted after all
+    /// (until the wait times out on the server or the session is closed).
+    pub async fn wait(self, timeout: Option<Duration>) -> Result<LockGuard, Error> {
+        let shared = self.shared;
+        latchkey_core::validate_name(&self.name).map_err(|e| Error::InvalidArgument {
+            message: e.to_string(),
+        })?;
+        if let Some(e) = shared.lost_error() {
+            return Err(e);
+        }
+        let _permit = shared
+            .in_flight
+            .acquire()
+            .await
+            .expect("the in-flight semaphore is never closed");
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            // One logical request: its seq is fixed here and reused by every re-send.
+            let mut pending = PendingAcquire {
+                shared: shared.clone(),
+                name: self.name.clone(),
+                seq: shared.next_seq(),
+                deadline,
+                armed: true,
+            };
+            loop {
+                let now = Instant::now();
+                let response = tokio::select! {
+                    r = acquire_once(shared, &self.name, pending.seq, deadline) => r?,
+                    _ = wait_lost(shared.watch_lost()) => {
+                        pending.armed = false;
+                        return Err(shared.lost_error().expect("lost"));
+                    }
+                };
+                match pb::AcquireResult::try_from(response.result) {
+                    Ok(pb::AcquireResult::Granted) => {
+                        pending.armed = false;
+                        return Ok(LockGuard::new(shared.clone(), self.name, response.token));
+                    }
+                    Ok(pb::AcquireResult::NotGranted) => {
+                        pending.armed = false;
+                        if deadline.is_none() {
+                            // Only after the server's own cap on a wait (a day): start again.
+                            break;
+                        }
+                        return Err(Error::WaitTimedOut { name: self.name });
+                    }
+                    Ok(pb::AcquireResult::Pending) => {
+                        if deadline.is_some_and(|d| now > d + PENDING_AFTER_DEADLINE_MAX) {
+                            // Still armed: the background task settles it.
+                            return Err(Error::WaitTimedOut { name: self.name });
+                        }
+                    }
+                    Ok(pb::AcquireResult::Unspecified) | Err(_) => {
+                        return Err(Error::Protocol(format!(
+                            "Acquire answered an unknown result {}",
+                            response.result
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes the lock if it is free now; `Ok(None)` if it is held.
+    pub async fn try_acquire(self) -> Result<Option<LockGuard>, Error> {
+        match self.wait(Some(Duration::ZERO)).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(Error::WaitTimedOut { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// One Acquire call (with its retries) for request `seq`, waiting until `deadline`.
+async fn acquire_once(
+    shared: &SessionShared,
+    name: &str,
+    seq: u64,
+    deadline: Option<Instant>,
+) -> Result<pb::AcquireResponse, Error> {
+    let wait_timeout_ms = match deadline {
+        None => WAIT_TIMEOUT_MS_MAX,
+        Some(d) => ms(d.saturating_duration_since(Instant::now())).min(WAIT_TIMEOUT_MS_MAX),
+    };
+    // The server long-polls at most ACQUIRE_POLL_MS_MAX whatever we ask (a re-attach may go by
+    // the original wait), so every attempt allows a full poll.
+    let opts = CallOpts {
+        attempt_timeout: Duration::from_millis(ACQUIRE_POLL_MS_MAX)
+            + shared.client.config().rpc_timeout,
+    };
+    let request = pb::AcquireRequest {
+        session: shared.key.pb(),
+        seq,
+        name: name.to_owned(),
+        wait_timeout_ms,
+    };
+    shared
+        .client
+        .call(opts, request, |mut c, r| async move { c.acquire(r).await })
+        .await
+        .map_err(|e| shared.check(e))
+}
+
+/// An Acquire whose outcome the caller will never see. On drop, while armed, a background task
+/// keeps re-sending it until it is decided and releases a late grant, so that a lock nobody
+/// holds a guard for does not stay held until the session ends.
+struct PendingAcquire {
+    shared: Arc<SessionShared>,
+    name: String,
+    seq: u64,
+    deadline: Option<Instant>,
+    armed: bool,
+}
+
+impl Drop for PendingAcquire {
+    fn drop(&mut self) {
+        if !self.armed || self.shared.lost_error().is_some() {
+            return;
+        }
+        let shared = self.shared.clone();
+        let (name, seq, deadline) = (self.name.clone(), self.seq, self.deadline);
+        self.shared.spawn_background(async move {
+            loop {
+                if shared.lost_error().is_some() {
+                    return;
+                }
+                let response = match acquire_once(&shared, &name, seq, deadline).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::debug!(lock = %name, seq, error = %e, "abandoned wait not settled");
+                        return;
+                    }
+                };
+                match pb::AcquireResult::try_from(response.result) {
+                    Ok(pb::AcquireResult::Pending) => continue,
+                    Ok(pb::AcquireResult::Granted) => {
+                        let _ = release_on_server(&shared, &name, response.token).await;
+                        return;
+                    }
+                    _ => return,
+                }
+            }
+        });
+    }
+}
+
+/// A held lock. Its fencing token goes with every write to the protected resource.
+///
+/// Dropping a guard without [`LockGuard::release`] sends a best-effort release in the
+/// background (owned by the session, so it is abandoned if the session closes first, which
+/// releases everything anyway). Call `release` to learn whether it worked.
+#[must_use = "dropping a guard releases the lock in the background"]
+pub struct LockGuard {
+    shared: Arc<SessionShared>,
+    name: String,
+    token: u64,
+    lost: watch::Receiver<Option<String>>,
+    released: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("token", &self.token)
+            .field("session", &self.shared.key.id)
+            .finish()
+    }
+}
+
+impl LockGuard {
+    fn new(shared: Arc<SessionShared>, name: String, token: u64) -> LockGuard {
+        let lost = shared.watch_lost();
+        LockGuard {
+            shared,
+            name,
+            token,
+            lost,
+            released: false,
+        }
+    }
+
+    /// The fencing token of this grant: larger than that of every earlier grant of the lock.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The session that holds the lock.
+    pub fn session_id(&self) -> u64 {
+        self.shared.key.id
+    }
+
+    /// Completes when the lock may be lost: the session's deadline on this client's monotonic
+    /// clock passed without an acknowledged renewal, the server said the session is gone, or
+    /// the session was closed. Stop working under the lock at once; the server keeps it for
+    /// the session's safety margin at most.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        wait_lost(self.lost.clone())
+    }
+
+    /// Whether [`LockGuard::lost`] has completed.
+    pub fn is_lost(&self) -> bool {
+        self.lost.borrow().is_some()
+    }
+
+    /// Why the lock may be lost, once it may be.
+    pub fn lost_reason(&self) -> Option<String> {
+        self.lost.borrow().clone()
+    }
+
+    /// Releases the lock. Fails with [`Error::NotHeld`] if the grant was no longer current
+    /// (the lock had been lost), and with [`Error::SessionLost`] if the session is gone.
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.released = true;
+        release_on_server(&self.shared, &self.name, self.token).await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let shared = self.shared.clone();
+        let (name, token) = (self.name.clone(), self.token);
+        self.shared.spawn_background(async move {
+            if let Err(e) = release_on_server(&shared, &name, token).await {
+                tracing::debug!(lock = %name, token, error = %e, "best-effort release failed");
+            }
+        });
+    }
+}
+
+async fn release_on_server(shared: &SessionShared, name: &str, token: u64) -> Result<(), Error> {
+    let _permit = shared
+        .in_flight
+        .acquire()
+        .await
+        .expect("the in-flight semaphore is never closed");
+    let request = pb::ReleaseRequest {
+        session: shared.key.pb(),
+        seq: shared.next_seq(),
+        name: name.to_owned(),
+        token,
+    };
+    let opts = CallOpts {
+        attempt_timeout: shared.client.config().rpc_timeout,
+    };
+    let response = shared
+        .client
+        .call(opts, request, |mut c, r| async move { c.release(r).await })
+        .await
+        .map_err(|e| shared.check(e))?;
+    if response.released {
+        Ok(())
+    } else {
+        Err(Error::NotHeld {
+            name: name.to_owned(),
+            token,
+        })
+    }
+}
+
+/// The header that carries `guard`'s fencing token to a fenced resource:
+/// `("latchkey-token", "<token>")`. Send [`fencing_headers`] to name the lock as well.
+pub fn fencing_header(guard: &LockGuard) -> (&'static str, String) {
+    (TOKEN_HEADER, guard.token().to_string())
+}
+
+/// Both fencing headers: `latchkey-lock: <name>` and `latchkey-token: <token>`.
+pub fn fencing_headers(guard: &LockGuard) -> [(&'static str, String); 2] {
+    [
+        (LOCK_HEADER, guard.name().to_owned()),
+        fencing_header(guard),
+    ]
+}

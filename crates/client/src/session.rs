@@ -1,0 +1,500 @@
+//! [`Session`]: a lease on the server, renewed in the background, and the client's own idea of
+//! when it may have run out.
+//!
+//! The server expires a session `ttl` after it last received a renewal. The client cannot see
+//! that clock, so it keeps a conservative one of its own: the send instant of the last renewal
+//! the server acknowledged, plus the TTL, minus a safety margin ([`Lease`]). The server received
+//! that renewal after it was sent, so the server's deadline is later than the client's by at
+//! least the margin. When the client's deadline passes, every [`LockGuard`](crate::LockGuard)
+//! of the session reports `lost()`, while the server still holds the locks for the margin:
+//! that is the time a holder has to stop working.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use latchkey_proto::v1 as pb;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::{sleep_until, Instant};
+
+use crate::client::{CallOpts, Client};
+use crate::error::Error;
+use crate::lock::LockRequest;
+
+/// The least safety margin. Covers a late timer and scheduling on a loaded client, and leaves
+/// a holder time to stop (the CLI's kill grace is half the margin).
+pub const SAFETY_MARGIN_MIN: Duration = Duration::from_millis(200);
+/// The margin is at least TTL / this: 20 % of the lease. Monotonic clocks drift by parts per
+/// million, so the rest is room for the holder to stop before the server can grant again.
+pub const SAFETY_MARGIN_TTL_DIVISOR: u32 = 5;
+/// Renewals are sent every TTL / this (the usual third: two renewals can be lost in a row
+/// before the lease is in danger).
+pub const RENEWAL_TTL_DIVISOR: u32 = 3;
+
+const _: () = assert!(
+    SAFETY_MARGIN_MIN.as_millis() as u64 <= latchkey_core::limits::SESSION_TTL_MS_MIN / 5,
+    "the margin must leave room for a renewal even at the shortest TTL"
+);
+
+/// The safety margin for a lease of `ttl`: `max(ttl / 5, 200 ms)`.
+pub fn safety_margin(ttl: Duration) -> Duration {
+    (ttl / SAFETY_MARGIN_TTL_DIVISOR).max(SAFETY_MARGIN_MIN)
+}
+
+/// Why a session ended on purpose (not worth a warning).
+const WHY_CLOSED: &str = "the session was closed";
+const WHY_DROPPED: &str = "the session was dropped";
+
+/// A session's lease as the client sees it: pure arithmetic on instants, no I/O.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Lease {
+    ttl: Duration,
+    margin: Duration,
+    /// Send instant of the newest acknowledged renewal (or of the CreateSession).
+    acked_sent: Instant,
+    /// After a failed renewal: when to try again (sooner than the regular schedule).
+    retry_at: Option<Instant>,
+}
+
+impl Lease {
+    pub(crate) fn new(sent: Instant, ttl: Duration) -> Lease {
+        Lease {
+            ttl,
+            margin: safety_margin(ttl),
+            acked_sent: sent,
+            retry_at: None,
+        }
+    }
+
+    /// After this instant the locks may be lost.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.acked_sent + self.ttl.saturating_sub(self.margin)
+    }
+
+    /// When to send the next renewal.
+    pub(crate) fn next_renewal(&self) -> Instant {
+        self.retry_at
+            .unwrap_or(self.acked_sent + self.ttl / RENEWAL_TTL_DIVISOR)
+    }
+
+    /// The server acknowledged a renewal sent at `sent`, granting `server_ttl`. An older
+    /// acknowledgement never moves the deadline back; a shorter server TTL is believed.
+    pub(crate) fn acknowledged(&mut self, sent: Instant, server_ttl: Duration) {
+        if sent >= self.acked_sent {
+            self.acked_sent = sent;
+        }
+        if !server_ttl.is_zero() && server_ttl < self.ttl {
+            self.ttl = server_ttl;
+            self.margin = safety_margin(server_ttl);
+        }
+        self.retry_at = None;
+    }
+
+    /// A renewal failed at `now`: try again after a tenth of the TTL (at least 100 ms), but
+    /// never later than the deadline.
+    pub(crate) fn failed(&mut self, now: Instant) {
+        let step = (self.ttl / 10).max(Duration::from_millis(100));
+        self.retry_at = Some((now + step).min(self.deadline()));
+    }
+}
+
+/// What identifies a session to the server.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionKey {
+    pub id: u64,
+    pub secret: u64,
+}
+
+impl SessionKey {
+    pub(crate) fn pb(self) -> Option<pb::Session> {
+        Some(pb::Session {
+            id: self.id,
+            secret: self.secret,
+        })
+    }
+}
+
+/// State shared by a session, its renewal task and its lock guards.
+pub(crate) struct SessionShared {
+    pub client: Client,
+    pub key: SessionKey,
+    pub ttl: Duration,
+    next_seq: AtomicU64,
+    /// Bounds mutating requests in flight, so that the server's memory of outcomes
+    /// (`SESSION_OUTCOMES_MAX`) always covers every request that may still be retried.
+    pub in_flight: Semaphore,
+    lost: watch::Sender<Option<String>>,
+    deadline: Mutex<Instant>,
+    /// Best-effort clean-ups (releases of dropped guards, abandoned waits); aborted on close.
+    background: Mutex<Option<JoinSet<()>>>,
+}
+
+impl SessionShared {
+    /// A fresh sequence number for a new logical request. Retries reuse theirs.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn mark_lost(&self, why: &str) {
+        self.lost.send_if_modified(|lost| {
+            if lost.is_some() {
+                return false;
+            }
+            if why == WHY_CLOSED || why == WHY_DROPPED {
+                tracing::debug!(session = self.key.id, why, "session ended");
+            } else {
+                tracing::warn!(session = self.key.id, why, "session lost");
+            }
+            *lost = Some(why.to_owned());
+            true
+        });
+    }
+
+    pub(crate) fn lost_error(&self) -> Option<Error> {
+        self.lost.borrow().as_ref().map(|why| Error::SessionLost {
+            id: self.key.id,
+            why: why.clone(),
+        })
+    }
+
+    pub(crate) fn watch_lost(&self) -> watch::Receiver<Option<String>> {
+        self.lost.subscribe()
+    }
+
+    /// Turns a server's "no such session" into the session being lost.
+    pub(crate) fn check(&self, e: Error) -> Error {
+        if let Error::SessionNotFound { message } = &e {
+            self.mark_lost(&format!("the server does not know the session: {message}"));
+            return self.lost_error().unwrap_or(e);
+        }
+        e
+    }
+
+    /// Runs `task` in the background until it ends or the session closes. Does nothing once
+    /// the session is closed: closing released everything anyway.
+    pub(crate) fn spawn_background(
+        &self,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut background = self.background.lock().expect("background lock poisoned");
+        if let Some(set) = background.as_mut() {
+            while set.try_join_next().is_some() {}
+            set.spawn_on(task, &handle);
+        }
+    }
+
+    fn close_background(&self) -> Option<JoinSet<()>> {
+        self.background
+            .lock()
+            .expect("background lock poisoned")
+            .take()
+    }
+}
+
+/// A session: a lease on the server that keeps this client's locks alive.
+///
+/// One background task renews it every TTL / 3 and is stopped when the session is closed or
+/// dropped. Dropping a session without [`Session::close`] stops the renewal, marks every guard
+/// lost and sends a best-effort CloseSession in the background (if a tokio runtime is running);
+/// if that fails too, the server expires the session after its TTL.
+pub struct Session {
+    shared: Arc<SessionShared>,
+    renewal: Option<JoinHandle<()>>,
+}
+
+impl Session {
+    pub(crate) async fn create(client: Client, ttl: Duration) -> Result<Session, Error> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        latchkey_core::validate_ttl_ms(ttl_ms).map_err(|e| Error::InvalidArgument {
+            message: e.to_string(),
+        })?;
+        let opts = CallOpts {
+            attempt_timeout: client.config().rpc_timeout,
+        };
+        // Before the first attempt: the lease starts no earlier than this on the server.
+        // A retry after a lost answer may leave an orphan session on the server; it holds
+        // nothing and expires after its TTL.
+        let sent = Instant::now();
+        let response = client
+            .call(
+                opts,
+                pb::CreateSessionRequest { ttl_ms },
+                |mut c, r| async move { c.create_session(r).await },
+            )
+            .await?;
+        let session = response
+            .session
+            .ok_or_else(|| Error::Protocol("CreateSession answered without a session".into()))?;
+        let mut lease = Lease::new(sent, ttl);
+        lease.acknowledged(sent, Duration::from_millis(response.ttl_ms));
+        let (lost, _) = watch::channel(None);
+        let shared = Arc::new(SessionShared {
+            client,
+            key: SessionKey {
+                id: session.id,
+                secret: session.secret,
+            },
+            ttl: lease.ttl,
+            next_seq: AtomicU64::new(1),
+            in_flight: Semaphore::new(latchkey_core::limits::SESSION_REQUESTS_IN_FLIGHT_MAX),
+            lost,
+            deadline: Mutex::new(lease.deadline()),
+            background: Mutex::new(Some(JoinSet::new())),
+        });
+        let renewal = tokio::spawn(renew(shared.clone(), lease));
+        Ok(Session {
+            shared,
+            renewal: Some(renewal),
+        })
+    }
+
+    /// The session id (as shown by `latchkey status`).
+    pub fn id(&self) -> u64 {
+        self.shared.key.id
+    }
+
+    /// The lease length the server granted.
+    pub fn ttl(&self) -> Duration {
+        self.shared.ttl
+    }
+
+    /// How long before the server's earliest possible expiry this client declares the session
+    /// lost.
+    pub fn safety_margin(&self) -> Duration {
+        safety_margin(self.shared.ttl)
+    }
+
+    /// The client-side deadline: if no renewal is acknowledged before it, the session is lost.
+    pub fn deadline(&self) -> Instant {
+        *self.shared.deadline.lock().expect("deadline lock poisoned")
+    }
+
+    /// Whether the session may have been lost.
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.borrow().is_some()
+    }
+
+    /// Completes when the session may have been lost.
+    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        wait_lost(self.shared.watch_lost())
+    }
+
+    /// Starts a request for the lock `name`; see [`LockRequest::wait`].
+    pub fn lock(&self, name: impl Into<String>) -> LockRequest<'_> {
+        LockRequest::new(&self.shared, name.into())
+    }
+
+    /// Ends the session: stops the renewal, then asks the server to release its locks and
+    /// drop its waits. Every guard reports `lost()` from here on.
+    pub async fn close(mut self) -> Result<(), Error> {
+        self.stop_renewal().await;
+        let shared = self.shared.clone();
+        close_on_server(&shared).await
+    }
+
+    async fn stop_renewal(&mut self) {
+        if let Some(renewal) = self.renewal.take() {
+            renewal.abort();
+            let _ = renewal.await;
+        }
+        if let Some(mut set) = self.shared.close_background() {
+            set.shutdown().await;
+        }
+        self.shared.mark_lost(WHY_CLOSED);
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let Some(renewal) = self.renewal.take() else {
+            return; // closed
+        };
+        renewal.abort();
+        if let Some(set) = self.shared.close_background() {
+            drop(set); // aborts its tasks
+        }
+        self.shared.mark_lost(WHY_DROPPED);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            // Detached on purpose: nothing is left to own it, and the call ends within the
+            // client's retry budget.
+            let shared = self.shared.clone();
+            handle.spawn(async move {
+                if let Err(e) = close_on_server(&shared).await {
+                    tracing::debug!(session = shared.key.id, error = %e, "best-effort close failed");
+                }
+            });
+        }
+    }
+}
+
+async fn close_on_server(shared: &SessionShared) -> Result<(), Error> {
+    let opts = CallOpts {
+        attempt_timeout: shared.client.config().rpc_timeout,
+    };
+    let request = pb::CloseSessionRequest {
+        session: shared.key.pb(),
+    };
+    match shared
+        .client
+        .call(
+            opts,
+            request,
+            |mut c, r| async move { c.close_session(r).await },
+        )
+        .await
+    {
+        // Already gone (expired, or a retry of a close that went through): closed all the same.
+        Ok(_) | Err(Error::SessionNotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+pub(crate) async fn wait_lost(mut rx: watch::Receiver<Option<String>>) {
+    // A dropped sender means the session is gone: lost as well.
+    let _ = rx.wait_for(|lost| lost.is_some()).await;
+}
+
+/// The renewal task: one per session, owned by its [`Session`].
+async fn renew(shared: Arc<SessionShared>, mut lease: Lease) {
+    let key = shared.key;
+    loop {
+        tokio::select! {
+            _ = sleep_until(lease.deadline()) => break,
+            _ = sleep_until(lease.next_renewal()) => {}
+        }
+        let sent = Instant::now();
+        let until_deadline = lease.deadline().saturating_duration_since(sent);
+        let opts = CallOpts {
+            attempt_timeout: shared.client.config().rpc_timeout.min(until_deadline),
+        };
+        let request = pb::KeepAliveRequest {
+            sessions: vec![pb::Session {
+                id: key.id,
+                secret: key.secret,
+            }],
+        };
+        let call = shared.client.call(
+            opts,
+            request,
+            |mut c, r| async move { c.keep_alive(r).await },
+        );
+        let result = tokio::select! {
+            r = call => r,
+            _ = sleep_until(lease.deadline()) => break,
+        };
+        match result {
+            Ok(response) => match response.leases.iter().find(|l| l.id == key.id) {
+                Some(l) if l.alive => {
+                    lease.acknowledged(sent, Duration::from_millis(l.ttl_ms));
+                    *shared.deadline.lock().expect("deadline lock poisoned") = lease.deadline();
+                }
+                Some(_) => {
+                    shared.mark_lost("the server says the session has expired");
+                    return;
+                }
+                None => {
+                    tracing::warn!(session = key.id, "KeepAlive answer without this session");
+                    lease.failed(Instant::now());
+                }
+            },
+            Err(Error::SessionNotFound { message }) => {
+                shared.mark_lost(&format!("the server does not know the session: {message}"));
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(session = key.id, error = %e, "renewal failed; retrying");
+                lease.failed(Instant::now());
+            }
+        }
+    }
+    shared.mark_lost(
+        "no renewal was acknowledged before the lease deadline (TTL minus safety margin)",
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn margin_is_a_fifth_of_the_ttl_with_a_floor() {
+        assert_eq!(
+            safety_margin(Duration::from_secs(15)),
+            Duration::from_secs(3)
+        );
+        assert_eq!(safety_margin(Duration::from_secs(2)), 400 * MS);
+        assert_eq!(safety_margin(Duration::from_secs(1)), 200 * MS);
+        assert_eq!(safety_margin(500 * MS), 200 * MS);
+    }
+
+    #[test]
+    fn deadline_is_acked_send_plus_ttl_minus_margin() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(15);
+        let mut lease = Lease::new(t0, ttl);
+        assert_eq!(lease.deadline(), t0 + Duration::from_secs(12));
+        assert_eq!(lease.next_renewal(), t0 + Duration::from_secs(5));
+
+        // A renewal sent at t0+5 s and acknowledged (whenever) moves the deadline to t0+17 s.
+        lease.acknowledged(t0 + Duration::from_secs(5), ttl);
+        assert_eq!(lease.deadline(), t0 + Duration::from_secs(17));
+        assert_eq!(lease.next_renewal(), t0 + Duration::from_secs(10));
+
+        // A late acknowledgement of an older renewal never moves it back.
+        lease.acknowledged(t0 + Duration::from_secs(1), ttl);
+        assert_eq!(lease.deadline(), t0 + Duration::from_secs(17));
+    }
+
+    #[test]
+    fn server_ttl_shorter_than_asked_is_believed() {
+        let t0 = Instant::now();
+        let mut lease = Lease::new(t0, Duration::from_secs(15));
+        lease.acknowledged(t0, Duration::from_secs(10));
+        assert_eq!(lease.deadline(), t0 + Duration::from_secs(8));
+        // Zero means "not said": keep ours.
+        lease.acknowledged(t0, Duration::ZERO);
+        assert_eq!(lease.deadline(), t0 + Duration::from_secs(8));
+        // Longer than asked: keep ours (the smaller is safe).
+        lease.acknowledged(t0, Duration::from_secs(60));
+        assert_eq!(lease.deadline(), t0 + Duration::from_secs(8));
+    }
+
+    #[test]
+    fn failed_renewal_retries_sooner_but_not_past_the_deadline() {
+        let t0 = Instant::now();
+        let mut lease = Lease::new(t0, Duration::from_secs(2));
+        assert_eq!(lease.deadline(), t0 + 1600 * MS);
+        lease.failed(t0 + 700 * MS);
+        assert_eq!(lease.next_renewal(), t0 + 900 * MS);
+        lease.failed(t0 + 1550 * MS);
+        assert_eq!(lease.next_renewal(), t0 + 1600 * MS);
+        // An acknowledgement returns to the regular schedule.
+        lease.acknowledged(t0 + 1550 * MS, Duration::from_secs(2));
+        assert_eq!(
+            lease.next_renewal(),
+            t0 + 1550 * MS + Duration::from_secs(2) / 3
+        );
+    }
+
+    #[test]
+    fn first_renewal_comes_before_the_deadline_for_every_ttl() {
+        let t0 = Instant::now();
+        for ttl_ms in [
+            latchkey_core::limits::SESSION_TTL_MS_MIN,
+            2_000,
+            15_000,
+            latchkey_core::limits::SESSION_TTL_MS_MAX,
+        ] {
+            let lease = Lease::new(t0, Duration::from_millis(ttl_ms));
+            assert!(lease.next_renewal() < lease.deadline(), "ttl {ttl_ms} ms");
+            // The margin leaves room for the CLI's kill grace (half the margin) and more.
+            assert!(lease.margin >= SAFETY_MARGIN_MIN);
+        }
+    }
+}

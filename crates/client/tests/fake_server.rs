@@ -1,0 +1,352 @@
+//! The client against a scripted in-process gRPC server: leader hints, sequence numbers kept
+//! across retries and long-polls, and the client-side lease deadline. No latchkey server needed.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use latchkey_client::{Client, Error};
+use latchkey_proto::v1::locks_server::{Locks, LocksServer};
+use latchkey_proto::v1::*;
+use latchkey_proto::{ERROR_REASON_KEY, LEADER_ADDR_KEY};
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+
+#[derive(Default)]
+struct Script {
+    /// Answer everything with UNAVAILABLE + this leader hint.
+    redirect_to: Option<String>,
+    /// Acquire: answer PENDING this many times, then the final answer.
+    pending: u32,
+    /// Acquire's final answer: GRANTED (token 7) or NOT_GRANTED.
+    grant: bool,
+    /// Fail the first Acquire attempt as a broken transport would (no latchkey-error).
+    drop_first_acquire: bool,
+    /// KeepAlive: never answer / answer "not alive".
+    keepalive_hangs: bool,
+    keepalive_dead: bool,
+}
+
+#[derive(Default)]
+struct Seen {
+    acquires: Vec<(u64, u64)>, // (seq, wait_timeout_ms)
+    releases: Vec<u64>,
+    keepalives: u32,
+    closes: u32,
+}
+
+#[derive(Clone, Default)]
+struct Fake {
+    script: Arc<Mutex<Script>>,
+    seen: Arc<Mutex<Seen>>,
+}
+
+fn error(code: tonic::Code, reason: &'static str) -> Status {
+    let mut s = Status::new(code, reason);
+    s.metadata_mut()
+        .insert(ERROR_REASON_KEY, reason.parse().unwrap());
+    s
+}
+
+impl Fake {
+    fn redirect(&self) -> Result<(), Status> {
+        match &self.script.lock().unwrap().redirect_to {
+            Some(addr) => {
+                let mut s = error(tonic::Code::Unavailable, "not-leader");
+                s.metadata_mut()
+                    .insert(LEADER_ADDR_KEY, addr.parse().unwrap());
+                Err(s)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Locks for Fake {
+    async fn create_session(
+        &self,
+        request: Request<CreateSessionRequest>,
+    ) -> Result<Response<CreateSessionResponse>, Status> {
+        self.redirect()?;
+        Ok(Response::new(CreateSessionResponse {
+            session: Some(Session { id: 1, secret: 42 }),
+            ttl_ms: request.into_inner().ttl_ms,
+        }))
+    }
+
+    async fn keep_alive(
+        &self,
+        request: Request<KeepAliveRequest>,
+    ) -> Result<Response<KeepAliveResponse>, Status> {
+        self.redirect()?;
+        self.seen.lock().unwrap().keepalives += 1;
+        let (hangs, dead) = {
+            let s = self.script.lock().unwrap();
+            (s.keepalive_hangs, s.keepalive_dead)
+        };
+        if hangs {
+            std::future::pending::<()>().await;
+        }
+        let leases = request
+            .into_inner()
+            .sessions
+            .iter()
+            .map(|s| SessionLease {
+                id: s.id,
+                alive: !dead && s.secret == 42,
+                ttl_ms: 1_000,
+            })
+            .collect();
+        Ok(Response::new(KeepAliveResponse { leases }))
+    }
+
+    async fn close_session(
+        &self,
+        _: Request<CloseSessionRequest>,
+    ) -> Result<Response<CloseSessionResponse>, Status> {
+        self.redirect()?;
+        self.seen.lock().unwrap().closes += 1;
+        Ok(Response::new(CloseSessionResponse {}))
+    }
+
+    async fn acquire(
+        &self,
+        request: Request<AcquireRequest>,
+    ) -> Result<Response<AcquireResponse>, Status> {
+        self.redirect()?;
+        let r = request.into_inner();
+        self.seen
+            .lock()
+            .unwrap()
+            .acquires
+            .push((r.seq, r.wait_timeout_ms));
+        let mut script = self.script.lock().unwrap();
+        if script.drop_first_acquire {
+            script.drop_first_acquire = false;
+            return Err(Status::unavailable("connection reset"));
+        }
+        let result = if script.pending > 0 {
+            script.pending -= 1;
+            AcquireResult::Pending
+        } else if script.grant {
+            AcquireResult::Granted
+        } else {
+            AcquireResult::NotGranted
+        };
+        Ok(Response::new(AcquireResponse {
+            result: result as i32,
+            token: if result == AcquireResult::Granted {
+                7
+            } else {
+                0
+            },
+            position: 1,
+        }))
+    }
+
+    async fn release(
+        &self,
+        request: Request<ReleaseRequest>,
+    ) -> Result<Response<ReleaseResponse>, Status> {
+        self.redirect()?;
+        self.seen
+            .lock()
+            .unwrap()
+            .releases
+            .push(request.into_inner().seq);
+        Ok(Response::new(ReleaseResponse { released: true }))
+    }
+
+    async fn describe(
+        &self,
+        request: Request<DescribeRequest>,
+    ) -> Result<Response<DescribeResponse>, Status> {
+        self.redirect()?;
+        Ok(Response::new(DescribeResponse {
+            lock: Some(LockInfo {
+                name: request.into_inner().name,
+                held: true,
+                session: 1,
+                token: 7,
+                held_for_ms: 1500,
+                waiters: 2,
+            }),
+        }))
+    }
+
+    async fn list(&self, _: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        self.redirect()?;
+        Ok(Response::new(ListResponse {
+            locks: vec![],
+            truncated: false,
+        }))
+    }
+
+    async fn node_status(
+        &self,
+        _: Request<NodeStatusRequest>,
+    ) -> Result<Response<NodeStatusResponse>, Status> {
+        Ok(Response::new(NodeStatusResponse {
+            id: 1,
+            role: "leader".into(),
+            term: 3,
+            last_log_index: 10,
+            applied_index: 10,
+            leader_id: 1,
+            members: vec![Member {
+                id: 1,
+                addr: "x".into(),
+            }],
+            sessions: 1,
+            locks: 1,
+        }))
+    }
+}
+
+async fn serve(fake: Fake) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(LocksServer::new(fake))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    addr
+}
+
+/// A leader and a follower that points at it; the client only knows the follower first.
+async fn cluster(script: Script) -> (Fake, Client) {
+    let leader = Fake {
+        script: Arc::new(Mutex::new(script)),
+        ..Fake::default()
+    };
+    let leader_addr = serve(leader.clone()).await;
+    let follower = Fake::default();
+    follower.script.lock().unwrap().redirect_to = Some(leader_addr.to_string());
+    let follower_addr = serve(follower).await;
+    let client = Client::connect([follower_addr.to_string(), leader_addr.to_string()])
+        .await
+        .unwrap();
+    (leader, client)
+}
+
+#[tokio::test]
+async fn wait_follows_the_leader_hint_and_keeps_one_seq_across_polls_and_retries() {
+    let (leader, client) = cluster(Script {
+        pending: 2,
+        grant: true,
+        drop_first_acquire: true,
+        ..Script::default()
+    })
+    .await;
+    let session = client.session(Duration::from_secs(10)).await.unwrap();
+    let guard = session
+        .lock("a")
+        .wait(Some(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(guard.token(), 7);
+    assert_eq!(guard.name(), "a");
+    assert_eq!(
+        latchkey_client::fencing_header(&guard),
+        ("latchkey-token", "7".to_string())
+    );
+    let acquires = leader.seen.lock().unwrap().acquires.clone();
+    // Dropped attempt, two PENDING long-polls, the grant: one logical request, one seq.
+    assert_eq!(acquires.len(), 4, "{acquires:?}");
+    assert!(
+        acquires.iter().all(|(seq, _)| *seq == acquires[0].0),
+        "{acquires:?}"
+    );
+    // Each re-send asks for the remaining time, never more.
+    assert!(
+        acquires.windows(2).all(|w| w[1].1 <= w[0].1),
+        "{acquires:?}"
+    );
+    assert!(acquires[0].1 <= 60_000 && acquires[0].1 > 50_000);
+
+    guard.release().await.unwrap();
+    let releases = leader.seen.lock().unwrap().releases.clone();
+    assert_eq!(releases.len(), 1);
+    assert_ne!(releases[0], acquires[0].0, "a new request gets a new seq");
+    session.close().await.unwrap();
+    assert_eq!(leader.seen.lock().unwrap().closes, 1);
+}
+
+#[tokio::test]
+async fn not_granted_is_wait_timed_out_and_try_acquire_is_none() {
+    let (_leader, client) = cluster(Script::default()).await;
+    let session = client.session(Duration::from_secs(10)).await.unwrap();
+    match session
+        .lock("a")
+        .wait(Some(Duration::from_millis(200)))
+        .await
+    {
+        Err(Error::WaitTimedOut { name }) => assert_eq!(name, "a"),
+        other => panic!("{other:?}"),
+    }
+    assert!(session.lock("a").try_acquire().await.unwrap().is_none());
+    assert!(matches!(
+        session.lock("").try_acquire().await,
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
+#[tokio::test]
+async fn unanswered_renewals_lose_the_lock_at_ttl_minus_margin() {
+    let (leader, client) = cluster(Script {
+        grant: true,
+        ..Script::default()
+    })
+    .await;
+    let before_create = Instant::now();
+    let session = client.session(Duration::from_secs(1)).await.unwrap();
+    let guard = session.lock("a").wait(None).await.unwrap();
+    leader.script.lock().unwrap().keepalive_hangs = true;
+    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("lost() must complete");
+    let lost_after = before_create.elapsed();
+    // The deadline is the last acknowledged send + TTL - margin; one renewal may have been
+    // acknowledged (at TTL/3) before the hang, so no earlier than 800 ms after the create.
+    assert!(lost_after >= Duration::from_millis(800), "{lost_after:?}");
+    assert!(guard.is_lost());
+    assert!(session.is_lost());
+    assert!(matches!(
+        session.lock("b").wait(None).await,
+        Err(Error::SessionLost { .. })
+    ));
+}
+
+#[tokio::test]
+async fn server_saying_the_session_is_gone_loses_it_at_once() {
+    let (leader, client) = cluster(Script {
+        grant: true,
+        keepalive_dead: true,
+        ..Script::default()
+    })
+    .await;
+    let session = client.session(Duration::from_secs(3)).await.unwrap();
+    let guard = session.lock("a").wait(None).await.unwrap();
+    // The first renewal (at TTL/3 = 1 s) hears "not alive", long before the 2.4 s deadline.
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("lost() must complete");
+    assert!(started.elapsed() < Duration::from_millis(2_000));
+    assert!(guard.lost_reason().unwrap().contains("expired"));
+    assert_eq!(leader.seen.lock().unwrap().keepalives, 1);
+}
+
+#[tokio::test]
+async fn reads_map_to_plain_structs() {
+    let (_leader, client) = cluster(Script::default()).await;
+    let lock = client.describe("x").await.unwrap();
+    assert_eq!(lock.name, "x");
+    let holder = lock.holder.unwrap();
+    assert_eq!((holder.session, holder.token), (1, 7));
+    assert_eq!(holder.held_for, Duration::from_millis(1500));
+    assert_eq!(lock.waiters, 2);
+    assert!(client.list("").await.unwrap().locks.is_empty());
+}
