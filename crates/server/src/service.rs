@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::leases::Renew;
 use crate::node::Node;
 use crate::node::RenewRequest;
-use crate::waiters::WaitEnd;
+use crate::waiters::{Slot, WaitEnd};
 use tokio::sync::oneshot;
 
 pub struct LocksService {
@@ -72,14 +72,13 @@ impl LocksService {
         let started = node.clock.now();
         // Register before proposing, so a grant applied between the proposal's answer and our
         // wait cannot be missed.
-        let rx = node
+        let (slot, rx) = node
             .waiters
             .register(session.id, req.seq)
             .map_err(|_| ApiError::TooManyWaiting)?;
         let _slot = SlotGuard {
             node: node.clone(),
-            session: session.id,
-            seq: req.seq,
+            slot,
         };
         let outcome = node
             .propose(Op::Acquire {
@@ -132,13 +131,12 @@ impl LocksService {
 /// Frees the waiter slot however the call ends (including when the client goes away).
 struct SlotGuard {
     node: Arc<Node>,
-    session: SessionId,
-    seq: u64,
+    slot: Slot,
 }
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        self.node.waiters.unregister(self.session, self.seq);
+        self.node.waiters.unregister(self.slot);
     }
 }
 

@@ -26,7 +26,18 @@ pub enum WaitEnd {
 
 #[derive(Default)]
 pub struct Waiters {
-    slots: Mutex<HashMap<(SessionId, u64), oneshot::Sender<WaitEnd>>>,
+    /// Each slot remembers which registration made it, so that a replaced call's cleanup does
+    /// not remove its replacement's slot.
+    slots: Mutex<HashMap<(SessionId, u64), (u64, oneshot::Sender<WaitEnd>)>>,
+    registrations: std::sync::atomic::AtomicU64,
+}
+
+/// A registered slot: unregister with it when the call ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub session: SessionId,
+    pub seq: u64,
+    registration: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,21 +55,32 @@ impl Waiters {
         &self,
         session: SessionId,
         seq: u64,
-    ) -> Result<oneshot::Receiver<WaitEnd>, TooManyWaiting> {
+    ) -> Result<(Slot, oneshot::Receiver<WaitEnd>), TooManyWaiting> {
         let (tx, rx) = oneshot::channel();
+        let registration = self
+            .registrations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut slots = self.slots.lock().expect("waiters lock");
         if slots.len() >= limits::WAITING_ACQUIRES_MAX && !slots.contains_key(&(session, seq)) {
             return Err(TooManyWaiting);
         }
-        slots.insert((session, seq), tx);
-        Ok(rx)
+        slots.insert((session, seq), (registration, tx));
+        let slot = Slot {
+            session,
+            seq,
+            registration,
+        };
+        Ok((slot, rx))
     }
 
-    pub fn unregister(&self, session: SessionId, seq: u64) {
-        self.slots
-            .lock()
-            .expect("waiters lock")
-            .remove(&(session, seq));
+    /// Free `slot`, unless a newer call for the same request has replaced it.
+    pub fn unregister(&self, slot: Slot) {
+        let mut slots = self.slots.lock().expect("waiters lock");
+        if let Some((registration, _)) = slots.get(&(slot.session, slot.seq)) {
+            if *registration == slot.registration {
+                slots.remove(&(slot.session, slot.seq));
+            }
+        }
     }
 
     fn wake(&self, session: SessionId, seq: u64, end: WaitEnd) {
@@ -67,7 +89,7 @@ impl Waiters {
             .lock()
             .expect("waiters lock")
             .remove(&(session, seq));
-        if let Some(tx) = tx {
+        if let Some((_, tx)) = tx {
             // The call may have gone (client disconnected); its retry will read the outcome.
             let _ = tx.send(end);
         }
@@ -123,5 +145,27 @@ impl ApplyObserver for Observer {
         for (session, seq) in &applied.dropped_waits {
             self.waiters.wake(*session, *seq, WaitEnd::SessionGone);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a client that re-sent a waiting Acquire replaced the first call's slot, and
+    /// the first call's cleanup then removed the replacement's slot, so the grant woke nobody.
+    #[test]
+    fn a_replaced_call_does_not_unregister_its_replacement() {
+        let w = Waiters::default();
+        let (first, mut first_rx) = w.register(SessionId(1), 7).unwrap();
+        let (_second, mut second_rx) = w.register(SessionId(1), 7).unwrap();
+        // The first call sees its channel closed (it answers "pending") and cleans up.
+        assert!(first_rx.try_recv().is_err());
+        w.unregister(first);
+        w.wake(SessionId(1), 7, WaitEnd::Granted { token: 42 });
+        assert_eq!(
+            second_rx.try_recv().unwrap(),
+            WaitEnd::Granted { token: 42 }
+        );
     }
 }
