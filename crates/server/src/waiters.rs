@@ -28,9 +28,12 @@ pub enum WaitEnd {
 pub struct Waiters {
     /// Each slot remembers which registration made it, so that a replaced call's cleanup does
     /// not remove its replacement's slot.
-    slots: Mutex<HashMap<(SessionId, u64), (u64, oneshot::Sender<WaitEnd>)>>,
+    slots: Mutex<HashMap<(SessionId, u64), Registered>>,
     registrations: std::sync::atomic::AtomicU64,
 }
+
+/// The registration number of a slot and the sender that wakes its call.
+type Registered = (u64, oneshot::Sender<WaitEnd>);
 
 /// A registered slot: unregister with it when the call ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
