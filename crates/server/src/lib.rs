@@ -14,6 +14,7 @@
 pub mod clock;
 mod error;
 pub mod leases;
+mod metrics;
 mod node;
 mod peer;
 mod service;
@@ -62,6 +63,8 @@ pub struct ServerConfig {
     pub election_timeout_max_ms: u64,
     /// Entries between snapshots; the log before a snapshot is purged.
     pub snapshot_every_entries: u64,
+    /// Where to serve Prometheus metrics (`/metrics`) and `/healthz` over HTTP; off when `None`.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ServerConfig {
@@ -76,6 +79,7 @@ impl ServerConfig {
             election_timeout_min_ms: 1_000,
             election_timeout_max_ms: 2_000,
             snapshot_every_entries: 10_000,
+            metrics_listen: None,
         }
     }
 
@@ -225,6 +229,18 @@ where
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
+    // Bind everything that can fail before the node starts, so a refused start leaves no
+    // task behind.
+    let metrics_listener = match config.metrics_listen {
+        None => None,
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+            tracing::info!(%addr, "serving metrics at /metrics");
+            Some(listener)
+        }
+    };
     let (node, renewals) = node::Node::start(config, env, log_store).await?;
     tracing::info!(
         id = node.id,
@@ -233,6 +249,12 @@ where
         "latchkey node serving"
     );
     let duties = tokio::spawn(node.clone().lease_duties(renewals));
+    let metrics = metrics_listener.map(|listener| {
+        let stop = node.shutdown.clone();
+        tokio::spawn(metrics::serve(listener, node.clone(), async move {
+            stop.cancelled().await
+        }))
+    });
 
     let locks = LocksServer::new(service::LocksService::new(node.clone()))
         .max_decoding_message_size(limits::CLIENT_MESSAGE_BYTES_MAX)
@@ -254,6 +276,9 @@ where
 
     node.shutdown.cancel();
     let _ = duties.await;
+    if let Some(m) = metrics {
+        let _ = m.await;
+    }
     if let Err(e) = node.raft.shutdown().await {
         tracing::warn!("raft shutdown: {e}");
     }

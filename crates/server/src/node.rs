@@ -9,6 +9,7 @@ use latchkey_core::{limits, Op, Outcome, SessionId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 use latchkey_log_store::LogStore;
 use latchkey_proto::v1 as pb;
 use latchkey_raft::{LockStateMachine, Raft, StateHandle, TypeConfig};
@@ -40,6 +41,19 @@ impl NodeLogStore for LogStore<TypeConfig> {
 
 /// Log-store metadata key under which the member list this data dir belongs to is recorded.
 const META_MEMBERS: &str = "members";
+/// The same record as a file in the data dir, readable without opening the log.
+const MEMBERS_FILE: &str = "members";
+
+/// Writes `dir/name` atomically and durably: temp file, fsync, rename, fsync the dir.
+fn write_durably(dir: &std::path::Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(name))?;
+    std::fs::File::open(dir)?.sync_all()
+}
 
 pub struct Node {
     pub id: u64,
@@ -54,6 +68,7 @@ pub struct Node {
     pub config: ServerConfig,
     /// Keepalives of marked sessions go to the lease task, which writes their renewal.
     pub renewals: mpsc::Sender<RenewRequest>,
+    pub metrics: Arc<Metrics>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -86,15 +101,52 @@ fn members_text(members: &BTreeMap<u64, String>) -> String {
 }
 
 impl Node {
-    /// Open the redb log in the data dir.
+    /// Open the redb log in the data dir, after checking that the dir belongs to this member
+    /// list.
+    ///
+    /// The check comes first and reads only `members`, a small file next to the log: opening
+    /// the log may write to it (redb repairs a log after a crash), and a refused start must
+    /// leave the data dir as it was. The log's own record (`META_MEMBERS`) stays the authority
+    /// for data dirs from before the file existed.
     pub fn open_log_store(config: &ServerConfig) -> Result<LogStore<TypeConfig>, StartError> {
         let dir = &config.data_dir;
-        std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir {
+        let data_dir_error = |source| StartError::DataDir {
             dir: dir.display().to_string(),
             source,
-        })?;
-        LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
-            .map_err(|e| StartError::LogStore(e.to_string()))
+        };
+        let given = members_text(&config.members());
+        let members_file = dir.join(MEMBERS_FILE);
+        let mismatch = |recorded: String| StartError::MembersMismatch {
+            dir: dir.display().to_string(),
+            recorded,
+            given: given.clone(),
+        };
+        let recorded = match std::fs::read_to_string(&members_file) {
+            Ok(recorded) => Some(recorded.trim().to_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(data_dir_error(e)),
+        };
+        if let Some(recorded) = &recorded {
+            if *recorded != given {
+                return Err(mismatch(recorded.clone()));
+            }
+        }
+        std::fs::create_dir_all(dir).map_err(data_dir_error)?;
+        let store = LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
+            .map_err(|e| StartError::LogStore(e.to_string()))?;
+        if recorded.is_none() {
+            if let Some(in_log) = store
+                .read_meta(META_MEMBERS)
+                .map_err(|e| StartError::LogStore(e.to_string()))?
+            {
+                let in_log = String::from_utf8_lossy(&in_log).into_owned();
+                if in_log != given {
+                    return Err(mismatch(in_log));
+                }
+            }
+            write_durably(dir, MEMBERS_FILE, given.as_bytes()).map_err(data_dir_error)?;
+        }
+        Ok(store)
     }
 
     pub async fn start<LS: NodeLogStore>(
@@ -134,10 +186,12 @@ impl Node {
 
         let leases = Arc::new(Mutex::new(Leases::default()));
         let waiters = Arc::new(Waiters::default());
+        let metrics = Arc::new(Metrics::new());
         let observer = Arc::new(Observer {
             waiters: waiters.clone(),
             leases: leases.clone(),
             clock: clock.clone(),
+            metrics: metrics.clone(),
         });
         let sm = LockStateMachine::open(&dir.join("snapshots"), observer)
             .map_err(|e| StartError::StateMachine(e.to_string()))?;
@@ -201,6 +255,7 @@ impl Node {
             shutdown: CancellationToken::new(),
             config,
             renewals: renew_tx,
+            metrics,
         });
         Ok((node, renew_rx))
     }
@@ -274,6 +329,7 @@ impl Node {
         let ids: Vec<SessionId> = req.sessions.iter().map(|(id, _)| *id).collect();
         let result = match self.propose(Op::RenewLeases { ids }).await {
             Ok(Outcome::LeasesRenewed { ids: live }) => {
+                self.metrics.logged_renewals.inc_by(live.len() as u64);
                 let mut leases = self.leases.lock().expect("leases lock");
                 Ok(req
                     .sessions

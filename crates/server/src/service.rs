@@ -254,6 +254,12 @@ impl pb::locks_server::Locks for LocksService {
                 .map_err(|_| ApiError::ShuttingDown)?;
             answer.await.map_err(|_| ApiError::ShuttingDown)??
         };
+        let renewed = decisions
+            .iter()
+            .filter(|(_, _, d)| *d == Renew::Renewed)
+            .count()
+            + renewed_through_log.len();
+        self.node.metrics.keepalive_sessions.inc_by(renewed as u64);
         let leases = decisions
             .into_iter()
             .map(|(s, ttl_ms, d)| pb::SessionLease {

@@ -105,10 +105,12 @@ pub struct Observer {
     pub waiters: Arc<Waiters>,
     pub leases: Arc<Mutex<Leases>>,
     pub clock: SharedClock,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl ApplyObserver for Observer {
     fn applied(&self, _index: u64, cmd: &Command, applied: &Applied) {
+        self.metrics.applied(&cmd.op, applied);
         match (&cmd.op, &applied.outcome) {
             (Op::CreateSession { .. }, Outcome::SessionCreated { id, ttl_ms }) => {
                 let now = self.clock.now();

@@ -20,11 +20,20 @@ struct TestNode {
 
 impl TestNode {
     async fn start(dir: &Path, addr: Option<std::net::SocketAddr>) -> TestNode {
+        TestNode::start_with(dir, addr, |_| {}).await
+    }
+
+    async fn start_with(
+        dir: &Path,
+        addr: Option<std::net::SocketAddr>,
+        tweak: impl FnOnce(&mut ServerConfig),
+    ) -> TestNode {
         let listener = tokio::net::TcpListener::bind(addr.unwrap_or(([127, 0, 0, 1], 0).into()))
             .await
             .expect("bind");
         let addr = listener.local_addr().unwrap();
-        let config = ServerConfig::single(1, addr, dir.to_path_buf());
+        let mut config = ServerConfig::single(1, addr, dir.to_path_buf());
+        tweak(&mut config);
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(latchkey_server::run(listener, config, async move {
             let _ = rx.await;
@@ -346,5 +355,48 @@ async fn a_restart_keeps_sessions_locks_queues_and_the_token_sequence() {
     assert!(rel.released);
     let t2 = granted(&acquire(&mut c, &b, 2, "keep", 0).await.unwrap());
     assert!(t2 > t1);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_applied_grants_and_report_leadership() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    // A free port for the metrics listener (bound and released; the node binds it again).
+    let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut node =
+        TestNode::start_with(dir.path(), None, |c| c.metrics_listen = Some(metrics_addr)).await;
+    let mut c = node.client().await;
+    let a = session(&mut c, 10_000).await;
+    granted(&acquire(&mut c, &a, 1, "m", 0).await.unwrap());
+    let body = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(metrics_addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    })
+    .await
+    .unwrap();
+    assert!(
+        body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"),
+        "{body}"
+    );
+    for line in [
+        "latchkey_grants_total 1",
+        "latchkey_sessions_created_total 1",
+        "latchkey_raft_is_leader 1",
+        "latchkey_locks 1",
+    ] {
+        assert!(
+            body.lines().any(|l| l == line),
+            "missing {line:?} in:\n{body}"
+        );
+    }
     node.stop().await;
 }

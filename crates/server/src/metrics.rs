@@ -1,0 +1,179 @@
+//! Prometheus metrics of one node, served as text on `GET /metrics` (and `GET /healthz`) when
+//! `ServerConfig::metrics_listen` is set.
+//!
+//! Counters count applied entries on this member (every member applies every entry, so a
+//! follower's counters track the leader's); gauges are read from the node when scraped.
+
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use latchkey_core::{Applied, Op, Outcome};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use crate::node::Node;
+
+type Count = Counter<u64, AtomicU64>;
+
+#[derive(Default)]
+pub struct Metrics {
+    registry: Registry,
+    pub grants: Count,
+    pub handoffs: Count,
+    pub releases: Count,
+    pub sessions_created: Count,
+    pub sessions_closed: Count,
+    pub sessions_expired: Count,
+    pub rejections: Count,
+    pub keepalive_sessions: Count,
+    pub logged_renewals: Count,
+    sessions: Gauge,
+    locks: Gauge,
+    term: Gauge,
+    is_leader: Gauge,
+    last_log_index: Gauge,
+    applied_index: Gauge,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut m = Metrics::default();
+        let r = &mut m.registry;
+        r.register(
+            "latchkey_grants",
+            "Grants applied (direct and handed over)",
+            m.grants.clone(),
+        );
+        r.register(
+            "latchkey_handoffs",
+            "Grants to queued waiters on release, close or expiry",
+            m.handoffs.clone(),
+        );
+        r.register("latchkey_releases", "Releases applied", m.releases.clone());
+        r.register(
+            "latchkey_sessions_created",
+            "Sessions created",
+            m.sessions_created.clone(),
+        );
+        r.register(
+            "latchkey_sessions_closed",
+            "Sessions closed by their client",
+            m.sessions_closed.clone(),
+        );
+        r.register(
+            "latchkey_sessions_expired",
+            "Sessions expired by the leader",
+            m.sessions_expired.clone(),
+        );
+        r.register(
+            "latchkey_rejections",
+            "Commands rejected by the lock table",
+            m.rejections.clone(),
+        );
+        r.register(
+            "latchkey_keepalive_sessions",
+            "Sessions renewed by keepalives on this node",
+            m.keepalive_sessions.clone(),
+        );
+        r.register(
+            "latchkey_logged_renewals",
+            "Marked sessions renewed through the log",
+            m.logged_renewals.clone(),
+        );
+        r.register("latchkey_sessions", "Live sessions", m.sessions.clone());
+        r.register("latchkey_locks", "Held locks", m.locks.clone());
+        r.register("latchkey_raft_term", "Current Raft term", m.term.clone());
+        r.register(
+            "latchkey_raft_is_leader",
+            "1 when this node is the leader",
+            m.is_leader.clone(),
+        );
+        r.register(
+            "latchkey_raft_last_log_index",
+            "Last log index",
+            m.last_log_index.clone(),
+        );
+        r.register(
+            "latchkey_raft_applied_index",
+            "Last applied log index",
+            m.applied_index.clone(),
+        );
+        m
+    }
+
+    /// Count one applied entry.
+    pub fn applied(&self, cmd: &Op, applied: &Applied) {
+        match (&cmd, &applied.outcome) {
+            (Op::Acquire { .. }, Outcome::Granted { .. }) => {
+                self.grants.inc();
+            }
+            (_, Outcome::Released) => {
+                self.releases.inc();
+            }
+            (_, Outcome::SessionCreated { .. }) => {
+                self.sessions_created.inc();
+            }
+            (_, Outcome::SessionClosed) => {
+                self.sessions_closed.inc();
+            }
+            (_, Outcome::SessionsExpired { ids }) => {
+                self.sessions_expired.inc_by(ids.len() as u64);
+            }
+            (_, Outcome::Rejected(_)) => {
+                self.rejections.inc();
+            }
+            _ => {}
+        }
+        let handed = applied.handoffs.len() as u64;
+        self.grants.inc_by(handed);
+        self.handoffs.inc_by(handed);
+    }
+}
+
+async fn scrape(State(node): State<Arc<Node>>) -> impl IntoResponse {
+    let s = node.status();
+    let m = &node.metrics;
+    m.sessions.set(s.sessions as i64);
+    m.locks.set(s.locks as i64);
+    m.term.set(s.term as i64);
+    m.is_leader.set(i64::from(s.role == "leader"));
+    m.last_log_index.set(s.last_log_index as i64);
+    m.applied_index.set(s.applied_index as i64);
+    let mut body = String::new();
+    match encode(&mut body, &m.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// Serve `/metrics` and `/healthz` until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    node: Arc<Node>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/metrics", get(scrape))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(node);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
