@@ -134,32 +134,9 @@ pub fn read(dir: &Path) -> io::Result<Option<Vec<u8>>> {
     }
 }
 
-/// CRC-32 (IEEE 802.3, as in zlib), table-driven.
+/// CRC-32 (IEEE 802.3, as in zlib).
 fn crc32(bytes: &[u8]) -> u32 {
-    const TABLE: [u32; 256] = {
-        let mut table = [0u32; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut c = i as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 != 0 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-                k += 1;
-            }
-            table[i] = c;
-            i += 1;
-        }
-        table
-    };
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc = TABLE[((crc ^ b as u32) & 0xFF) as usize] ^ (crc >> 8);
-    }
-    !crc
+    crc32fast::hash(bytes)
 }
 
 #[cfg(test)]
