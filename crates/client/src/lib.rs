@@ -12,6 +12,36 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Sending the fencing token to the resource
+//!
+//! A lock cannot stop a holder that paused past its lease from writing; the resource can, if
+//! every write carries the grant's token (README, "Fencing your resource"). Over HTTP, send
+//! [`fencing_headers`] (`latchkey-lock` and `latchkey-token`, what `latchkey_fence`'s gate and
+//! example service read) with every write; for SQL, bind the token in a conditional update:
+//!
+//! ```no_run
+//! # async fn demo(session: &latchkey_client::Session) -> Result<(), Box<dyn std::error::Error>> {
+//! let guard = session.lock("orders").wait(None).await?;
+//!
+//! // HTTP: one header per pair, whatever the HTTP client
+//! // (reqwest: `request = request.header(name, value)`).
+//! let mut request = String::from("PUT /kv/total HTTP/1.1\r\ncontent-length: 2\r\n");
+//! for (name, value) in latchkey_client::fencing_headers(&guard) {
+//!     request.push_str(&format!("{name}: {value}\r\n"));
+//! }
+//!
+//! // SQL: the token as a parameter of the fenced update; SQL integers are signed, so refuse a
+//! // token that does not fit rather than let it wrap (`latchkey_fence::sql::token_to_sql`).
+//! let sql = "UPDATE accounts SET total = $2, fence = $3 WHERE id = $1 AND fence <= $3";
+//! let token = i64::try_from(guard.token())?;
+//! // 0 rows updated and `fence > token` on re-read: stale, a newer holder has written; stop.
+//! # let _ = (sql, token);
+//! # Ok(()) }
+//! ```
+//!
+//! The `pause_scenario` example (`cargo run -p latchkey-client --example pause_scenario`)
+//! shows a paused holder's late write refused this way.
+//!
 //! Layout:
 //! - [`client`]: [`Client`]: endpoints, leader hints, and the retry loop every RPC goes
 //!   through (a mutating request keeps its sequence number across retries).
