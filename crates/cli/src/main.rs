@@ -82,6 +82,20 @@ pub struct ServeArgs {
     /// Where the Raft log and snapshots live.
     #[arg(long, default_value = "./latchkey-data")]
     pub data_dir: PathBuf,
+    /// Every member of the cluster, this node included: ID=HOST:PORT,... (default: a
+    /// single-node cluster of just this node). A data dir stays with the list it was first
+    /// started with; a different list is refused.
+    #[arg(long, value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
+    pub peers: Option<serve::MemberList>,
+    /// Dial these members at another address than their --peers one (a proxy): ID=ADDR,...
+    #[arg(long, hide = true, value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
+    pub peer_dial: Option<serve::MemberList>,
+    /// Raft heartbeat interval, in milliseconds.
+    #[arg(long, default_value_t = 150)]
+    pub heartbeat_ms: u64,
+    /// Raft election timeout range MIN..MAX, in milliseconds.
+    #[arg(long, default_value = "1000..2000", value_parser = serve::parse_ms_range, value_name = "MIN..MAX")]
+    pub election_timeout_ms: (u64, u64),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -264,6 +278,49 @@ mod tests {
         ] {
             let e = Cli::try_parse_from(argv).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn serve_takes_the_cluster_flags() {
+        let cli = Cli::try_parse_from([
+            "latchkey",
+            "serve",
+            "--id",
+            "2",
+            "--peers",
+            "1=h:1,2=h:2,3=h:3",
+            "--peer-dial",
+            "1=p:1",
+            "--heartbeat-ms",
+            "100",
+            "--election-timeout-ms",
+            "800..1600",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        let config = serve::config(&args, args.listen);
+        assert_eq!(config.id, 2);
+        assert_eq!(config.peers.len(), 3);
+        assert_eq!(config.peer_dial[&1], "p:1");
+        assert_eq!(config.heartbeat_ms, 100);
+        assert_eq!(
+            (
+                config.election_timeout_min_ms,
+                config.election_timeout_max_ms
+            ),
+            (800, 1600)
+        );
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_member_lists_are_usage_errors() {
+        for peers in ["1=h:1,1=h:2", "1=h:1,x", "0=h:1"] {
+            let e = Cli::try_parse_from(["latchkey", "serve", "--peers", peers]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{peers}");
         }
     }
 

@@ -1,4 +1,11 @@
-//! `latchkey serve`: bind, then hand over to the server crate until SIGINT or SIGTERM.
+//! `latchkey serve`: parse the cluster flags, check the configuration, bind, then hand over to
+//! the server crate until SIGINT or SIGTERM.
+//!
+//! Order matters: the configuration is checked before anything touches the data dir, so a
+//! refused start (exit 1) leaves no trace; the server then checks the member list the data dir
+//! records before it writes anything.
+
+use std::collections::BTreeMap;
 
 use anyhow::Context;
 use latchkey_server::ServerConfig;
@@ -6,7 +13,91 @@ use tokio::net::TcpListener;
 
 use crate::ServeArgs;
 
+/// A member list on the command line: `ID=ADDR,ID=ADDR,...`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MemberList(pub BTreeMap<u64, String>);
+
+/// Parses `1=10.0.0.1:7420,2=10.0.0.2:7420`. Refuses ids below 1, empty addresses and
+/// duplicate ids, naming the offending entry (clap reports it as a usage error, exit 2).
+pub fn parse_members(text: &str) -> Result<MemberList, String> {
+    let mut members = BTreeMap::new();
+    for entry in text.split(',').map(str::trim) {
+        if entry.is_empty() {
+            return Err(format!("empty entry in {text:?}; write ID=HOST:PORT,..."));
+        }
+        let (id, addr) = entry
+            .split_once('=')
+            .ok_or_else(|| format!("{entry:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("{entry:?}: the id must be a whole number"))?;
+        if id == 0 {
+            return Err(format!("{entry:?}: member ids start at 1"));
+        }
+        let addr = addr.trim();
+        if addr.is_empty() || !addr.contains(':') {
+            return Err(format!("{entry:?}: the address must be HOST:PORT"));
+        }
+        if let Some(first) = members.insert(id, addr.to_owned()) {
+            return Err(format!(
+                "member id {id} appears twice ({id}={first} and {entry}); ids must be unique"
+            ));
+        }
+    }
+    Ok(MemberList(members))
+}
+
+/// Parses an election timeout range `MIN..MAX` in milliseconds, e.g. `1000..2000`.
+pub fn parse_ms_range(text: &str) -> Result<(u64, u64), String> {
+    let (min, max) = text
+        .split_once("..")
+        .ok_or_else(|| format!("{text:?} is not MIN..MAX (milliseconds, e.g. 1000..2000)"))?;
+    let number = |s: &str| {
+        s.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{s:?} in {text:?} is not a whole number of milliseconds"))
+    };
+    let (min, max) = (number(min)?, number(max)?);
+    if min >= max {
+        return Err(format!("{text:?}: MIN must be below MAX"));
+    }
+    Ok((min, max))
+}
+
+/// The server configuration the flags describe (not yet validated).
+pub fn config(args: &ServeArgs, listen: std::net::SocketAddr) -> ServerConfig {
+    let mut config = ServerConfig::cluster(
+        args.id,
+        listen,
+        args.data_dir.clone(),
+        args.peers.clone().unwrap_or_default().0,
+    );
+    config.peer_dial = args.peer_dial.clone().unwrap_or_default().0;
+    config.heartbeat_ms = args.heartbeat_ms;
+    (
+        config.election_timeout_min_ms,
+        config.election_timeout_max_ms,
+    ) = args.election_timeout_ms;
+    config
+}
+
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Refuse a bad configuration before binding or touching the data dir.
+    config(&args, args.listen)
+        .validate()
+        .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+    if let Some(peers) = &args.peers {
+        if let Some(mine) = peers.0.get(&args.id) {
+            if args.listen.port() != 0 && mine.parse().ok() != Some(args.listen) {
+                // Not fatal (NAT, 0.0.0.0), but usually a typo that leaves the node unreachable.
+                tracing::warn!(
+                    "--listen {} differs from this node's address {mine} in --peers",
+                    args.listen
+                );
+            }
+        }
+    }
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -14,11 +105,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listen = listener
         .local_addr()
         .context("reading the listen address")?;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
-    let config = ServerConfig::single(args.id, listen, args.data_dir);
     let shutdown = shutdown_signal().context("installing signal handlers")?;
-    latchkey_server::run(listener, config, shutdown).await
+    latchkey_server::run(listener, config(&args, listen), shutdown).await
 }
 
 /// Completes on the first SIGINT or SIGTERM.
@@ -32,4 +120,29 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + 
             _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_parse_and_refuse_duplicates_and_junk() {
+        let m = parse_members("1=a:1, 2=b:2,3=b:3").unwrap();
+        assert_eq!(m.0.len(), 3);
+        assert_eq!(m.0[&2], "b:2");
+        let dup = parse_members("1=a:1,2=b:2,1=c:3").unwrap_err();
+        assert!(dup.contains("member id 1 appears twice"), "{dup}");
+        for bad in ["", "1=a:1,", "x=a:1", "0=a:1", "1", "1=", "1=nohostport"] {
+            assert!(parse_members(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn election_timeout_is_a_range() {
+        assert_eq!(parse_ms_range("1000..2000"), Ok((1000, 2000)));
+        assert!(parse_ms_range("2000..1000").is_err());
+        assert!(parse_ms_range("1000").is_err());
+        assert!(parse_ms_range("a..b").is_err());
+    }
 }

@@ -89,6 +89,9 @@ pub(crate) fn endpoint_uri(endpoint: &str) -> Result<String, Error> {
 pub(crate) struct CallOpts {
     /// Deadline of each attempt.
     pub attempt_timeout: Duration,
+    /// A lower cap on the backoff between attempts than the policy's, for calls that must
+    /// keep trying often (renewals racing their lease deadline).
+    pub backoff_max: Option<Duration>,
 }
 
 impl Client {
@@ -215,6 +218,7 @@ impl Client {
     fn short(&self) -> CallOpts {
         CallOpts {
             attempt_timeout: self.inner.config.rpc_timeout,
+            backoff_max: None,
         }
     }
 
@@ -278,8 +282,26 @@ impl Client {
         &self,
         opts: CallOpts,
         request: Req,
-        mut send: F,
+        send: F,
     ) -> Result<Resp, Error>
+    where
+        Req: Clone,
+        F: FnMut(LocksClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        self.call_traced(opts, request, send)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    /// [`Client::call`], also saying which endpoint answered and after how many failed
+    /// attempts (the session's failover signal is built on it).
+    pub(crate) async fn call_traced<Req, Resp, F, Fut>(
+        &self,
+        opts: CallOpts,
+        request: Req,
+        mut send: F,
+    ) -> Result<(Resp, Answered), Error>
     where
         Req: Clone,
         F: FnMut(LocksClient<Channel>, tonic::Request<Req>) -> Fut,
@@ -287,7 +309,14 @@ impl Client {
     {
         let policy = &self.inner.config.retry;
         let start = Instant::now();
-        let mut backoff = Backoff::new(policy);
+        let mut backoff = match opts.backoff_max {
+            Some(max) => Backoff::new(&RetryPolicy {
+                backoff_initial: policy.backoff_initial.min(max),
+                backoff_max: policy.backoff_max.min(max),
+                ..policy.clone()
+            }),
+            None => Backoff::new(policy),
+        };
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -300,7 +329,11 @@ impl Client {
             let failure = match result {
                 Ok(Ok(response)) => {
                     self.answered(&uri);
-                    return Ok(response.into_inner());
+                    let answered = Answered {
+                        endpoint: uri,
+                        failed_attempts: attempts - 1,
+                    };
+                    return Ok((response.into_inner(), answered));
                 }
                 Ok(Err(status)) => classify(&status),
                 Err(_) => Failure::Transport {
@@ -331,6 +364,15 @@ impl Client {
             }
         }
     }
+}
+
+/// Who answered a request, and after how many failed attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Answered {
+    /// The endpoint URI that answered.
+    pub endpoint: String,
+    /// Attempts that failed (UNAVAILABLE, not the leader, transport) before the answer.
+    pub failed_attempts: u32,
 }
 
 fn give_up(failure: Failure, attempts: u32, elapsed: Duration) -> Error {

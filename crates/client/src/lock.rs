@@ -23,6 +23,11 @@ pub const LOCK_HEADER: &str = "latchkey-lock";
 /// two long-polls is plenty for the replicated cancel to land.
 const PENDING_AFTER_DEADLINE_MAX: Duration = Duration::from_millis(2 * ACQUIRE_POLL_MS_MAX);
 
+/// How long after the caller's wait timeout a wait gives up on its own when no server answers
+/// (an election, a partition). A reachable leader answers at the deadline itself (its cancel
+/// goes through the log first); this is the room for that answer to arrive.
+pub const UNANSWERED_AFTER_DEADLINE_MAX: Duration = Duration::from_secs(1);
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -46,9 +51,15 @@ impl<'a> LockRequest<'a> {
     /// number across its long-polls and retries, so it keeps its place in the queue through
     /// reconnects and leader changes.
     ///
-    /// If this future is dropped while queued, the server still has the waiter; a background
-    /// task of the session keeps polling it and releases the lock if it is granted after all
-    /// (until the wait times out on the server or the session is closed).
+    /// Elections and unreachable nodes only make the wait longer: the request is re-sent (same
+    /// sequence number) to whichever node leads, until an answer, the session is lost, or
+    /// `timeout` plus [`UNANSWERED_AFTER_DEADLINE_MAX`] passes without an answer (then
+    /// [`Error::WaitTimedOut`]).
+    ///
+    /// If this future is dropped while queued, or gives up unanswered, the server may still
+    /// have the waiter; a background task of the session keeps polling it and releases the
+    /// lock if it is granted after all (until the wait times out on the server or the session
+    /// is closed).
     pub async fn wait(self, timeout: Option<Duration>) -> Result<LockGuard, Error> {
         let shared = self.shared;
         latchkey_core::validate_name(&self.name).map_err(|e| Error::InvalidArgument {
@@ -74,12 +85,28 @@ impl<'a> LockRequest<'a> {
             };
             loop {
                 let now = Instant::now();
-                let response = tokio::select! {
-                    r = acquire_once(shared, &self.name, pending.seq, deadline) => r?,
+                let give_up_at = deadline.map(|d| d + UNANSWERED_AFTER_DEADLINE_MAX);
+                let answer = tokio::select! {
+                    r = acquire_once(shared, &self.name, pending.seq, deadline) => r,
                     _ = wait_lost(shared.watch_lost()) => {
                         pending.armed = false;
                         return Err(shared.lost_error().expect("lost"));
                     }
+                    // Still armed: the background task settles the request.
+                    _ = sleep_until_some(give_up_at) => {
+                        return Err(Error::WaitTimedOut { name: self.name });
+                    }
+                };
+                let response = match answer {
+                    Ok(response) => response,
+                    // The retry budget of one call ran out (a long election, a partition):
+                    // keep trying under the same seq while the session and the wait last.
+                    Err(Error::Unavailable { .. } | Error::Transport { .. })
+                        if give_up_at.is_none_or(|t| Instant::now() < t) =>
+                    {
+                        continue
+                    }
+                    Err(e) => return Err(e),
                 };
                 match pb::AcquireResult::try_from(response.result) {
                     Ok(pb::AcquireResult::Granted) => {
@@ -121,6 +148,17 @@ impl<'a> LockRequest<'a> {
     }
 }
 
+/// Cap of the backoff between attempts of one Acquire.
+const ACQUIRE_BACKOFF_MAX: Duration = Duration::from_millis(250);
+
+/// Sleeps until `at`, or forever.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// One Acquire call (with its retries) for request `seq`, waiting until `deadline`.
 async fn acquire_once(
     shared: &SessionShared,
@@ -137,6 +175,9 @@ async fn acquire_once(
     let opts = CallOpts {
         attempt_timeout: Duration::from_millis(ACQUIRE_POLL_MS_MAX)
             + shared.client.config().rpc_timeout,
+        // A waiter should reach a new leader soon after an election; when the call's retry
+        // budget runs out first, `wait` sends it again (same seq).
+        backoff_max: Some(ACQUIRE_BACKOFF_MAX),
     };
     let request = pb::AcquireRequest {
         session: shared.key.pb(),
@@ -300,6 +341,7 @@ async fn release_on_server(shared: &SessionShared, name: &str, token: u64) -> Re
     };
     let opts = CallOpts {
         attempt_timeout: shared.client.config().rpc_timeout,
+        backoff_max: None,
     };
     let response = shared
         .client

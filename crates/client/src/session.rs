@@ -8,6 +8,12 @@
 //! least the margin. When the client's deadline passes, every [`LockGuard`](crate::LockGuard)
 //! of the session reports `lost()`, while the server still holds the locks for the margin:
 //! that is the time a holder has to stop working.
+//!
+//! Failover signal. Like Chubby's clients, a session tells its owner when the cluster behind it
+//! changed hands: [`Session::failovers`] counts renewals that were acknowledged by a different
+//! node than the previous one, or only after failed attempts (UNAVAILABLE, no leader, a node
+//! gone). Nothing is lost by a failover as long as `lost()` has not fired (the new leader
+//! resumes the lease), but a holder may want to re-check the resource it protects or log it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,6 +42,18 @@ const _: () = assert!(
     SAFETY_MARGIN_MIN.as_millis() as u64 <= latchkey_core::limits::SESSION_TTL_MS_MIN / 5,
     "the margin must leave room for a renewal even at the shortest TTL"
 );
+
+/// Deadline of one renewal attempt: a fifth of the TTL (at least 200 ms). A healthy leader
+/// answers in milliseconds, a logged renewal in one fsync.
+pub(crate) fn renewal_attempt_timeout(ttl: Duration) -> Duration {
+    (ttl / 5).max(Duration::from_millis(200))
+}
+
+/// Cap of the backoff between renewal attempts: a twentieth of the TTL (at least 50 ms), so
+/// that a renewal reaches a new leader within a few hundred ms of its election.
+pub(crate) fn renewal_backoff_max(ttl: Duration) -> Duration {
+    (ttl / 20).max(Duration::from_millis(50))
+}
 
 /// The safety margin for a lease of `ttl`: `max(ttl / 5, 200 ms)`.
 pub fn safety_margin(ttl: Duration) -> Duration {
@@ -125,6 +143,8 @@ pub(crate) struct SessionShared {
     /// (`SESSION_OUTCOMES_MAX`) always covers every request that may still be retried.
     pub in_flight: Semaphore,
     lost: watch::Sender<Option<String>>,
+    /// Failovers seen by the renewal task (see the module comment).
+    failovers: watch::Sender<u64>,
     deadline: Mutex<Instant>,
     /// Best-effort clean-ups (releases of dropped guards, abandoned waits); aborted on close.
     background: Mutex<Option<JoinSet<()>>>,
@@ -214,13 +234,14 @@ impl Session {
         })?;
         let opts = CallOpts {
             attempt_timeout: client.config().rpc_timeout,
+            backoff_max: None,
         };
         // Before the first attempt: the lease starts no earlier than this on the server.
         // A retry after a lost answer may leave an orphan session on the server; it holds
         // nothing and expires after its TTL.
         let sent = Instant::now();
-        let response = client
-            .call(
+        let (response, answered) = client
+            .call_traced(
                 opts,
                 pb::CreateSessionRequest { ttl_ms },
                 |mut c, r| async move { c.create_session(r).await },
@@ -242,10 +263,11 @@ impl Session {
             next_seq: AtomicU64::new(1),
             in_flight: Semaphore::new(latchkey_core::limits::SESSION_REQUESTS_IN_FLIGHT_MAX),
             lost,
+            failovers: watch::channel(0).0,
             deadline: Mutex::new(lease.deadline()),
             background: Mutex::new(Some(JoinSet::new())),
         });
-        let renewal = tokio::spawn(renew(shared.clone(), lease));
+        let renewal = tokio::spawn(renew(shared.clone(), lease, answered.endpoint));
         Ok(Session {
             shared,
             renewal: Some(renewal),
@@ -271,6 +293,27 @@ impl Session {
     /// The client-side deadline: if no renewal is acknowledged before it, the session is lost.
     pub fn deadline(&self) -> Instant {
         *self.shared.deadline.lock().expect("deadline lock poisoned")
+    }
+
+    /// How many failovers the session has lived through: renewals acknowledged by another
+    /// node than the previous renewal, or only after failed attempts (an election, a node
+    /// down). Starts at 0; never decreases.
+    pub fn failovers(&self) -> u64 {
+        *self.shared.failovers.borrow()
+    }
+
+    /// Completes at the next failover after the call (see [`Session::failovers`]), with the new
+    /// count; never, if the session ends first.
+    pub fn next_failover(&self) -> impl std::future::Future<Output = u64> + Send + 'static {
+        let mut rx = self.shared.failovers.subscribe();
+        let seen = *rx.borrow_and_update();
+        async move {
+            let next = rx.wait_for(|n| *n > seen).await.map(|n| *n);
+            match next {
+                Ok(n) => n,
+                Err(_) => std::future::pending().await,
+            }
+        }
     }
 
     /// Whether the session may have been lost.
@@ -334,6 +377,7 @@ impl Drop for Session {
 async fn close_on_server(shared: &SessionShared) -> Result<(), Error> {
     let opts = CallOpts {
         attempt_timeout: shared.client.config().rpc_timeout,
+        backoff_max: None,
     };
     let request = pb::CloseSessionRequest {
         session: shared.key.pb(),
@@ -358,9 +402,42 @@ pub(crate) async fn wait_lost(mut rx: watch::Receiver<Option<String>>) {
     let _ = rx.wait_for(|lost| lost.is_some()).await;
 }
 
+/// Decides whether an acknowledged renewal marks a failover: another node answered than the
+/// last time, or renewals failed since the last acknowledgement.
+#[derive(Debug)]
+pub(crate) struct FailoverDetector {
+    last_endpoint: String,
+    disrupted: bool,
+}
+
+impl FailoverDetector {
+    pub(crate) fn new(endpoint: String) -> FailoverDetector {
+        FailoverDetector {
+            last_endpoint: endpoint,
+            disrupted: false,
+        }
+    }
+
+    /// A renewal failed after its retries.
+    pub(crate) fn failed(&mut self) {
+        self.disrupted = true;
+    }
+
+    /// A renewal was acknowledged by `endpoint` after `failed_attempts`: was it a failover?
+    pub(crate) fn acknowledged(&mut self, endpoint: &str, failed_attempts: u32) -> bool {
+        let failover = self.disrupted || failed_attempts > 0 || endpoint != self.last_endpoint;
+        self.disrupted = false;
+        if endpoint != self.last_endpoint {
+            self.last_endpoint = endpoint.to_owned();
+        }
+        failover
+    }
+}
+
 /// The renewal task: one per session, owned by its [`Session`].
-async fn renew(shared: Arc<SessionShared>, mut lease: Lease) {
+async fn renew(shared: Arc<SessionShared>, mut lease: Lease, endpoint: String) {
     let key = shared.key;
+    let mut failovers = FailoverDetector::new(endpoint);
     loop {
         tokio::select! {
             _ = sleep_until(lease.deadline()) => break,
@@ -368,8 +445,17 @@ async fn renew(shared: Arc<SessionShared>, mut lease: Lease) {
         }
         let sent = Instant::now();
         let until_deadline = lease.deadline().saturating_duration_since(sent);
+        // A renewal races its deadline: short attempts (a paused or partitioned node must not
+        // hold it for long) and frequent retries, so that it reaches a new leader soon after
+        // an election. Keepalives are idempotent; re-sending one costs nothing.
         let opts = CallOpts {
-            attempt_timeout: shared.client.config().rpc_timeout.min(until_deadline),
+            attempt_timeout: shared
+                .client
+                .config()
+                .rpc_timeout
+                .min(renewal_attempt_timeout(lease.ttl))
+                .min(until_deadline),
+            backoff_max: Some(renewal_backoff_max(lease.ttl)),
         };
         let request = pb::KeepAliveRequest {
             sessions: vec![pb::Session {
@@ -377,20 +463,29 @@ async fn renew(shared: Arc<SessionShared>, mut lease: Lease) {
                 secret: key.secret,
             }],
         };
-        let call = shared.client.call(
-            opts,
-            request,
-            |mut c, r| async move { c.keep_alive(r).await },
-        );
+        let call =
+            shared.client.call_traced(
+                opts,
+                request,
+                |mut c, r| async move { c.keep_alive(r).await },
+            );
         let result = tokio::select! {
             r = call => r,
             _ = sleep_until(lease.deadline()) => break,
         };
         match result {
-            Ok(response) => match response.leases.iter().find(|l| l.id == key.id) {
+            Ok((response, answered)) => match response.leases.iter().find(|l| l.id == key.id) {
                 Some(l) if l.alive => {
                     lease.acknowledged(sent, Duration::from_millis(l.ttl_ms));
                     *shared.deadline.lock().expect("deadline lock poisoned") = lease.deadline();
+                    if failovers.acknowledged(&answered.endpoint, answered.failed_attempts) {
+                        shared.failovers.send_modify(|n| *n += 1);
+                        tracing::info!(
+                            session = key.id,
+                            endpoint = %answered.endpoint,
+                            "session renewed after a failover"
+                        );
+                    }
                 }
                 Some(_) => {
                     shared.mark_lost("the server says the session has expired");
@@ -407,6 +502,7 @@ async fn renew(shared: Arc<SessionShared>, mut lease: Lease) {
             }
             Err(e) => {
                 tracing::warn!(session = key.id, error = %e, "renewal failed; retrying");
+                failovers.failed();
                 lease.failed(Instant::now());
             }
         }
@@ -421,6 +517,18 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_failover_is_another_node_or_a_retry() {
+        let mut f = FailoverDetector::new("http://a".into());
+        assert!(!f.acknowledged("http://a", 0));
+        assert!(f.acknowledged("http://b", 0), "another node answered");
+        assert!(!f.acknowledged("http://b", 0));
+        assert!(f.acknowledged("http://b", 2), "answered after retries");
+        f.failed();
+        assert!(f.acknowledged("http://b", 0), "a renewal failed before");
+        assert!(!f.acknowledged("http://b", 0));
+    }
 
     #[test]
     fn margin_is_a_fifth_of_the_ttl_with_a_floor() {

@@ -7,11 +7,17 @@
 //! - [`wait_until`]: polls a condition with a deadline; tests synchronise on events this way,
 //!   never on sleeps.
 //!
+//! - [`cluster::Cluster`]: N members with fault-injecting proxies on their peer links
+//!   ([`proxy::Proxy`]).
+//!
 //! Every child is killed when its handle drops, also when a test panics (a failing test then
 //! prints the server's log).
 
 // Each test binary uses a different part of the harness.
 #![allow(dead_code)]
+
+pub mod cluster;
+pub mod proxy;
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
@@ -67,13 +73,13 @@ fn read(path: &Path) -> String {
 }
 
 /// The last `n` lines of a file, for failure messages.
-fn tail(path: &Path, n: usize) -> String {
+pub(crate) fn tail(path: &Path, n: usize) -> String {
     let text = read(path);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-fn signal(pid: i32, sig: Signal) {
+pub(crate) fn signal(pid: i32, sig: Signal) {
     let _ = kill(Pid::from_raw(pid), sig);
 }
 

@@ -1,0 +1,418 @@
+//! A cluster of real `latchkey serve` processes on loopback, with a fault-injecting proxy on
+//! every directed peer link.
+//!
+//! - [`Cluster::start`]: N members on free ports, each with its own data dir; member i dials
+//!   member j through proxy `P(i→j)` (`--peer-dial`), clients dial members directly.
+//! - Faults: [`Cluster::kill9`], [`Cluster::sigterm`], [`Cluster::pause`] (SIGSTOP),
+//!   [`Cluster::resume`], [`Cluster::restart`]; [`Cluster::cut`] one link,
+//!   [`Cluster::isolate`] a member (all its links both ways), [`Cluster::heal`].
+//! - Observation: [`Cluster::node_status`] (one member's own view), [`Cluster::wait_leader`]
+//!   (polls with a deadline, never sleeps blindly).
+//!
+//! Every process is killed when the cluster drops; a failing test prints each member's log.
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use tempfile::TempDir;
+
+use super::proxy::{Mode, Proxy};
+use super::{bin, free_port, run, signal, tail, Output, CLI_TIMEOUT, READY_TIMEOUT};
+
+/// Timing of the members. The defaults are the server's.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    pub heartbeat_ms: u64,
+    pub election_timeout_ms: (u64, u64),
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing {
+            heartbeat_ms: 150,
+            election_timeout_ms: (1_000, 2_000),
+        }
+    }
+}
+
+pub struct Member {
+    pub id: u64,
+    pub addr: String,
+    child: Option<Child>,
+    starts: u32,
+}
+
+pub struct Cluster {
+    pub members: Vec<Member>,
+    /// `(from, to)` -> the proxy `from` dials `to` through.
+    proxies: BTreeMap<(u64, u64), Proxy>,
+    timing: Timing,
+    dir: TempDir,
+}
+
+impl Cluster {
+    /// Starts `n` members and waits until they agree on a leader that serves reads.
+    pub fn start(n: u64) -> Cluster {
+        Cluster::start_with(n, Timing::default())
+    }
+
+    pub fn start_with(n: u64, timing: Timing) -> Cluster {
+        let mut last = String::new();
+        // A free port can be taken by someone else before the member binds it: then start
+        // over on new ports (the member list is fixed at first start).
+        for _ in 0..3 {
+            let mut cluster = Cluster::spawn_all(n, timing.clone());
+            match cluster.wait_healthy(READY_TIMEOUT) {
+                Ok(()) => return cluster,
+                Err(e) => {
+                    last = format!("{e}\n{}", cluster.logs());
+                }
+            }
+        }
+        panic!("cluster did not start: {last}");
+    }
+
+    fn spawn_all(n: u64, timing: Timing) -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let members: Vec<Member> = (1..=n)
+            .map(|id| Member {
+                id,
+                addr: format!("127.0.0.1:{}", free_port()),
+                child: None,
+                starts: 0,
+            })
+            .collect();
+        let mut proxies = BTreeMap::new();
+        for from in &members {
+            for to in &members {
+                if from.id != to.id {
+                    proxies.insert((from.id, to.id), Proxy::start(&to.addr));
+                }
+            }
+        }
+        let mut cluster = Cluster {
+            members,
+            proxies,
+            timing,
+            dir,
+        };
+        for id in 1..=n {
+            cluster.spawn(id);
+        }
+        cluster
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.members.iter().map(|m| m.id).collect()
+    }
+
+    fn member(&self, id: u64) -> &Member {
+        &self.members[(id - 1) as usize]
+    }
+
+    fn member_mut(&mut self, id: u64) -> &mut Member {
+        &mut self.members[(id - 1) as usize]
+    }
+
+    pub fn addr(&self, id: u64) -> String {
+        self.member(id).addr.clone()
+    }
+
+    /// Every member's client address, comma-separated (for `--endpoints`).
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| m.addr.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `--peers` of this cluster.
+    pub fn peers_flag(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}={}", m.id, m.addr))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("data-{id}"))
+    }
+
+    fn log_path(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}.log"))
+    }
+
+    /// A scratch directory for CLI processes.
+    pub fn work_dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    /// Every member's log tail, for failure messages.
+    pub fn logs(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| {
+                format!(
+                    "--- node {} ({}) ---\n{}",
+                    m.id,
+                    m.addr,
+                    tail(&self.log_path(m.id), 40)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn spawn(&mut self, id: u64) {
+        let dial = self
+            .ids()
+            .into_iter()
+            .filter(|&j| j != id)
+            .map(|j| format!("{j}={}", self.proxies[&(id, j)].addr))
+            .collect::<Vec<_>>()
+            .join(",");
+        let (min, max) = self.timing.election_timeout_ms;
+        let mut command = Command::new(bin());
+        command
+            .arg("serve")
+            .args(["--id", &id.to_string()])
+            .args(["--listen", &self.addr(id)])
+            .arg("--data-dir")
+            .arg(self.data_dir(id))
+            .args(["--peers", &self.peers_flag()])
+            .args(["--peer-dial", &dial])
+            .args(["--heartbeat-ms", &self.timing.heartbeat_ms.to_string()])
+            .args(["--election-timeout-ms", &format!("{min}..{max}")]);
+        let log_path = self.log_path(id);
+        let member = self.member_mut(id);
+        assert!(member.child.is_none(), "member {id} already running");
+        member.starts += 1;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("node log");
+        use std::io::Write;
+        let _ = writeln!(
+            log.try_clone().expect("log"),
+            "=== start {} of node {id} on {} ===",
+            member.starts,
+            member.addr
+        );
+        let child = command
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawning latchkey serve");
+        member.child = Some(child);
+    }
+
+    pub fn is_running(&self, id: u64) -> bool {
+        self.member(id).child.is_some()
+    }
+
+    fn pid(&self, id: u64) -> i32 {
+        self.member(id).child.as_ref().expect("member running").id() as i32
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill9(&mut self, id: u64) {
+        if let Some(mut child) = self.member_mut(id).child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then wait (bounded) for the clean exit; SIGKILL if it does not come.
+    pub fn sigterm(&mut self, id: u64) {
+        if let Some(mut child) = self.member_mut(id).child.take() {
+            signal(child.id() as i32, Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while child.try_wait().ok().flatten().is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("node {id} did not stop within 10 s of SIGTERM");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// SIGSTOP: the member stops, its connections stay open.
+    pub fn pause(&self, id: u64) {
+        signal(self.pid(id), Signal::SIGSTOP);
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self, id: u64) {
+        signal(self.pid(id), Signal::SIGCONT);
+    }
+
+    /// Starts a stopped member again on its address and data dir (does not wait).
+    pub fn restart(&mut self, id: u64) {
+        self.spawn(id);
+    }
+
+    /// Sets the proxy of the link `from → to`.
+    pub fn cut(&self, from: u64, to: u64, mode: Mode) {
+        self.proxies[&(from, to)].set(mode);
+    }
+
+    /// Sets every link from and to `id`.
+    pub fn isolate(&self, id: u64, mode: Mode) {
+        for ((from, to), proxy) in &self.proxies {
+            if *from == id || *to == id {
+                proxy.set(mode);
+            }
+        }
+    }
+
+    /// Every link passes again.
+    pub fn heal(&self) {
+        for proxy in self.proxies.values() {
+            proxy.set(Mode::Pass);
+        }
+    }
+
+    /// Runs `latchkey ARGS` (a client command; add `--endpoints`) to completion.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        run(&args, self.dir.path(), CLI_TIMEOUT)
+    }
+
+    /// `latchkey cluster status --json` against all members, parsed (`None` if it failed).
+    pub fn cluster_status(&self) -> Option<Value> {
+        let out = self.cli(&[
+            "cluster",
+            "status",
+            "--json",
+            "--endpoints",
+            &self.endpoints(),
+        ]);
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_str(&out.stdout).ok()
+    }
+
+    /// What member `id` says about itself (role, term, indexes), `None` if it does not answer.
+    pub fn node_status(&self, id: u64) -> Option<Value> {
+        let out = self.cli(&["cluster", "status", "--json", "--endpoints", &self.addr(id)]);
+        let report: Value = serde_json::from_str(&out.stdout).ok()?;
+        report["members"]
+            .as_array()?
+            .iter()
+            .find(|m| m["addr"] == self.addr(id).as_str() && m["role"] != "unreachable")
+            .cloned()
+    }
+
+    /// The member that says it leads at the highest term, among those running and not in
+    /// `except`, with that term.
+    pub fn leader(&self, except: &[u64]) -> Option<(u64, u64)> {
+        let status = self.cluster_status()?;
+        status["members"]
+            .as_array()?
+            .iter()
+            .filter(|m| m["role"] == "leader")
+            .filter_map(|m| Some((m["id"].as_u64()?, m["term"].as_u64()?)))
+            .filter(|(id, _)| !except.contains(id) && self.is_running(*id))
+            .max_by_key(|(_, term)| *term)
+    }
+
+    /// Polls until a member outside `except` leads and serves a read; its id and term.
+    pub fn wait_leader(&self, except: &[u64], timeout: Duration) -> (u64, u64) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((id, term)) = self.leader(except) {
+                let read = self.cli(&["status", "probe/ready", "--endpoints", &self.addr(id)]);
+                if read.status.success() {
+                    return (id, term);
+                }
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "no leader outside {except:?} within {timeout:?}\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until every running member answers, one of them leads, all agree on the term,
+    /// and the leader serves a read.
+    pub fn wait_healthy(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for m in &mut self.members {
+                if let Some(child) = m.child.as_mut() {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        m.child = None;
+                        return Err(format!("node {} exited: {status}", m.id));
+                    }
+                }
+            }
+            if let Some(report) = self.cluster_status() {
+                let members = report["members"].as_array().cloned().unwrap_or_default();
+                let running: Vec<&Value> = members
+                    .iter()
+                    .filter(|m| m["id"].as_u64().is_some_and(|id| self.is_running(id)))
+                    .collect();
+                let all_answer = running.iter().all(|m| m["role"] != "unreachable");
+                let terms: std::collections::BTreeSet<u64> =
+                    running.iter().filter_map(|m| m["term"].as_u64()).collect();
+                if let Some(leader) = report["leader"].as_u64() {
+                    if all_answer && terms.len() == 1 {
+                        let read =
+                            self.cli(&["status", "probe/ready", "--endpoints", &self.addr(leader)]);
+                        if read.status.success() {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!("not healthy within {timeout:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+            // Keep the whole logs of a failed test for a closer look.
+            let keep = std::env::temp_dir().join(format!(
+                "latchkey-failed-{}-{}",
+                std::process::id(),
+                self.members[0].addr.replace([':', '.'], "-")
+            ));
+            if std::fs::create_dir_all(&keep).is_ok() {
+                for m in &self.members {
+                    let _ =
+                        std::fs::copy(self.log_path(m.id), keep.join(format!("node-{}.log", m.id)));
+                }
+                eprintln!("full logs kept in {}", keep.display());
+            }
+        }
+        for m in &mut self.members {
+            if let Some(mut child) = m.child.take() {
+                // A paused process dies of SIGKILL all the same.
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
