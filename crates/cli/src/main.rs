@@ -96,6 +96,9 @@ pub struct ServeArgs {
     /// Raft election timeout range MIN..MAX, in milliseconds.
     #[arg(long, default_value = "1000..2000", value_parser = serve::parse_ms_range, value_name = "MIN..MAX")]
     pub election_timeout_ms: (u64, u64),
+    /// Serve Prometheus metrics at http://ADDR/metrics (and /healthz); off unless given.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(Args, Debug, Clone)]

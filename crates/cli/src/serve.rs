@@ -75,6 +75,7 @@ pub fn config(args: &ServeArgs, listen: std::net::SocketAddr) -> ServerConfig {
     );
     config.peer_dial = args.peer_dial.clone().unwrap_or_default().0;
     config.heartbeat_ms = args.heartbeat_ms;
+    config.metrics_listen = args.metrics_listen;
     (
         config.election_timeout_min_ms,
         config.election_timeout_max_ms,

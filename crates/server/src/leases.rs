@@ -33,6 +33,9 @@ pub struct Leases {
     /// Sessions whose expiry has been proposed and not yet applied: a keepalive can no longer
     /// save them, because the expiry entry may already be committed.
     expiring: HashSet<SessionId>,
+    /// Sessions this leader marked whose mark is not yet committed. Their marks are computed
+    /// afresh each time they are proposed (never re-sent stale), until one commits.
+    unlogged_marks: HashSet<SessionId>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -99,6 +102,7 @@ impl Leases {
     pub fn removed(&mut self, id: SessionId) {
         self.sessions.remove(&id);
         self.expiring.remove(&id);
+        self.unlogged_marks.remove(&id);
     }
 
     /// A `MarkLeases` entry applied here at `now`.
@@ -117,30 +121,50 @@ impl Leases {
 
     /// This node just became leader. Restart every unmarked lease at a full TTL from now
     /// (extend, never cut short); give a marked one its remaining time from its mark. Every
-    /// session is then marked by this leader; the returned marks are to be proposed.
-    pub fn restart_all(&mut self, now: Instant) -> Vec<(SessionId, u64)> {
+    /// session is then marked by this leader; [`Leases::marks_to_log`] gives the marks to
+    /// propose.
+    pub fn restart_all(&mut self, now: Instant) {
         self.expiring.clear();
+        self.unlogged_marks.clear();
+        for (id, l) in self.sessions.iter_mut() {
+            let resumed = match l.applied_mark {
+                Some((unrenewed, applied_at)) => {
+                    applied_at + stretched(l.ttl.saturating_sub(unrenewed))
+                }
+                None => now + l.ttl,
+            };
+            l.deadline = match l.renewed_at {
+                Some(r) => resumed.max(r + l.ttl),
+                None => resumed,
+            };
+            l.marked = true;
+            self.unlogged_marks.insert(*id);
+        }
+    }
+
+    /// The marks to propose now: every session this leader marked whose mark has not committed,
+    /// with how long it has gone unrenewed as of `now`. At most `LEASE_MARK_BATCH_MAX`.
+    pub fn marks_to_log(&self, now: Instant) -> Vec<(SessionId, u64)> {
         let mut marks: Vec<(SessionId, u64)> = self
-            .sessions
-            .iter_mut()
+            .unlogged_marks
+            .iter()
+            .filter_map(|id| self.sessions.get(id).map(|l| (id, l)))
+            .filter(|(_, l)| l.marked)
             .map(|(id, l)| {
-                let resumed = match l.applied_mark {
-                    Some((unrenewed, applied_at)) => {
-                        applied_at + stretched(l.ttl.saturating_sub(unrenewed))
-                    }
-                    None => now + l.ttl,
-                };
-                l.deadline = match l.renewed_at {
-                    Some(r) => resumed.max(r + l.ttl),
-                    None => resumed,
-                };
-                l.marked = true;
                 let left = l.deadline.saturating_duration_since(now);
                 (*id, ms(l.ttl.saturating_sub(left)))
             })
             .collect();
         marks.sort();
+        marks.truncate(limits::LEASE_MARK_BATCH_MAX);
         marks
+    }
+
+    /// These marks committed.
+    pub fn marks_logged(&mut self, marks: &[(SessionId, u64)]) {
+        for (id, _) in marks {
+            self.unlogged_marks.remove(id);
+        }
     }
 
     /// A keepalive that arrived at `arrived`, after leadership was confirmed.
@@ -170,6 +194,7 @@ impl Leases {
             None => false,
             Some(l) => {
                 l.marked = false;
+                self.unlogged_marks.remove(&id);
                 l.deadline = l.deadline.max(arrived + l.ttl);
                 l.renewed_at = Some(l.renewed_at.map_or(arrived, |r| r.max(arrived)));
                 true
@@ -177,22 +202,16 @@ impl Leases {
         }
     }
 
-    /// Mark the unmarked sessions that have gone unrenewed for half their TTL; the returned
-    /// marks are to be proposed. At most `LEASE_MARK_BATCH_MAX`.
-    pub fn take_newly_stale(&mut self, now: Instant) -> Vec<(SessionId, u64)> {
-        let mut marks = Vec::new();
+    /// Mark the unmarked sessions that have gone unrenewed for half their TTL (their marks are
+    /// then among [`Leases::marks_to_log`]).
+    pub fn mark_stale(&mut self, now: Instant) {
         for (id, l) in self.sessions.iter_mut() {
-            if marks.len() >= limits::LEASE_MARK_BATCH_MAX {
-                break;
-            }
             let left = l.deadline.saturating_duration_since(now);
             if !l.marked && left * 2 <= l.ttl {
                 l.marked = true;
-                marks.push((*id, ms(l.ttl.saturating_sub(left))));
+                self.unlogged_marks.insert(*id);
             }
         }
-        marks.sort();
-        marks
     }
 
     /// Take the sessions whose deadline has passed and mark them expiring. At most
@@ -243,7 +262,8 @@ mod tests {
         let mut l = Leases::default();
         l.created(S, 1_000, t0);
         // Just before the deadline a new leader takes over: the lease runs a full TTL again.
-        assert_eq!(l.restart_all(at(t0, 900)), vec![(S, 0)]);
+        l.restart_all(at(t0, 900));
+        assert_eq!(l.marks_to_log(at(t0, 900)), vec![(S, 0)]);
         assert!(l.take_expired(at(t0, 1_800)).is_empty());
         assert_eq!(l.take_expired(at(t0, 1_900)), vec![S]);
     }
@@ -271,7 +291,9 @@ mod tests {
         let mut now = at(t0, 3_000);
         let mut expired_at = None;
         for _ in 0..20 {
-            let marks = l.restart_all(now);
+            l.restart_all(now);
+            let marks = l.marks_to_log(now);
+            l.marks_logged(&marks);
             for (id, u) in marks {
                 l.mark_applied(id, u, now);
             }
@@ -306,12 +328,33 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Leases::default();
         l.created(S, 1_000, t0);
-        assert!(l.take_newly_stale(at(t0, 400)).is_empty());
-        assert_eq!(l.take_newly_stale(at(t0, 500)), vec![(S, 500)]);
+        l.mark_stale(at(t0, 400));
+        assert!(l.marks_to_log(at(t0, 400)).is_empty());
+        l.mark_stale(at(t0, 500));
+        assert_eq!(l.marks_to_log(at(t0, 500)), vec![(S, 500)]);
         assert_eq!(l.renew(S, at(t0, 600)), Renew::NeedsLog);
         assert!(l.renew_logged(S, at(t0, 600)));
+        // Renewed through the log before its mark committed: the mark is not proposed at all.
+        assert!(l.marks_to_log(at(t0, 600)).is_empty());
         assert_eq!(l.renew(S, at(t0, 700)), Renew::Renewed);
         assert!(l.take_expired(at(t0, 1_650)).is_empty());
+    }
+
+    /// Regression: a new leader's first mark proposal can fail ("not the leader" a moment after
+    /// the election); its marks were then never written, so a quick second failover restarted
+    /// those leases at a full TTL. Uncommitted marks are now proposed again, computed afresh.
+    #[test]
+    fn a_mark_that_failed_to_commit_is_proposed_again_with_a_fresh_value() {
+        let t0 = Instant::now();
+        let mut l = Leases::default();
+        l.created(S, 10_000, t0);
+        l.restart_all(at(t0, 1_000));
+        assert_eq!(l.marks_to_log(at(t0, 1_000)), vec![(S, 0)]);
+        // The proposal failed: nothing was logged. A tick later the mark is still due, and it
+        // says how long the session has gone unrenewed by then.
+        assert_eq!(l.marks_to_log(at(t0, 1_300)), vec![(S, 300)]);
+        l.marks_logged(&[(S, 300)]);
+        assert!(l.marks_to_log(at(t0, 1_400)).is_empty());
     }
 
     #[test]

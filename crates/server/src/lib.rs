@@ -127,10 +127,13 @@ impl ServerConfig {
         if self.election_timeout_min_ms >= self.election_timeout_max_ms {
             return Err("election timeout min must be below max".into());
         }
-        if self.election_timeout_max_ms >= limits::SESSION_TTL_MS_MIN {
-            // A leader change must fit well inside the shortest lease, or failovers would
-            // expire sessions that renewed on time.
-            tracing::warn!("election timeout is not below the shortest session TTL");
+        if self.election_timeout_max_ms * 2 > limits::SESSION_TTL_MS_DEFAULT {
+            // A leader change must fit well inside a lease, or failovers would expire sessions
+            // that renewed on time.
+            tracing::warn!(
+                "election timeout {} ms is over half the default session TTL",
+                self.election_timeout_max_ms
+            );
         }
         if self.snapshot_every_entries == 0 {
             return Err("snapshot interval must be at least one entry".into());

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use latchkey_core::{limits, Op, Outcome, SessionId};
+use latchkey_core::{Op, Outcome, SessionId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
@@ -277,29 +277,30 @@ impl Node {
             };
             if leader_now && led_term != Some(term) {
                 tracing::info!(term, "became leader: resuming every session lease");
-                let marks = self
-                    .leases
+                self.leases
                     .lock()
                     .expect("leases lock")
                     .restart_all(self.clock.now());
-                self.propose_marks(marks).await;
                 led_term = Some(term);
             } else if !leader_now {
                 led_term = None;
             }
             if led_term.is_some() {
-                let marks = self
-                    .leases
+                self.leases
                     .lock()
                     .expect("leases lock")
-                    .take_newly_stale(self.clock.now());
-                self.propose_marks(marks).await;
+                    .mark_stale(self.clock.now());
+                self.log_marks().await;
                 self.expire_due().await;
             }
+            // Only a leader acts on deadlines (a follower's are stale and would wake it in a
+            // busy loop); never sleep less than a millisecond, so a deadline that could not be
+            // acted on (an expiry that failed to commit) is retried at a bounded rate.
             let wake = {
-                let cap = self.clock.now() + self.config.lease_tick();
-                let next = self.leases.lock().expect("leases lock").next_deadline();
-                next.map_or(cap, |d| d.min(cap))
+                let now = self.clock.now();
+                let cap = now + self.config.lease_tick();
+                let next = led_term.and(self.leases.lock().expect("leases lock").next_deadline());
+                next.map_or(cap, |d| d.clamp(now + Duration::from_millis(1), cap))
             };
             tokio::select! {
                 changed = metrics.changed() => if changed.is_err() { return },
@@ -310,16 +311,33 @@ impl Node {
         }
     }
 
-    async fn propose_marks(&self, marks: Vec<(SessionId, u64)>) {
-        for chunk in marks.chunks(limits::LEASE_MARK_BATCH_MAX) {
-            let op = Op::MarkLeases {
-                marks: chunk.to_vec(),
-            };
-            // A mark that fails to commit leaves only this leader's in-memory marks, which
-            // make it more careful, never less: nothing to undo.
-            if let Err(e) = self.propose(op).await {
-                tracing::warn!("lease marks not committed: {e}");
+    /// Propose the marks this leader made that have not committed yet, in batches. A batch
+    /// that fails stays due; it is computed afresh and proposed again on the next tick.
+    async fn log_marks(&self) {
+        loop {
+            let marks = self
+                .leases
+                .lock()
+                .expect("leases lock")
+                .marks_to_log(self.clock.now());
+            if marks.is_empty() {
                 return;
+            }
+            match self
+                .propose(Op::MarkLeases {
+                    marks: marks.clone(),
+                })
+                .await
+            {
+                Ok(_) => self
+                    .leases
+                    .lock()
+                    .expect("leases lock")
+                    .marks_logged(&marks),
+                Err(e) => {
+                    tracing::debug!("lease marks not committed yet, will retry: {e}");
+                    return;
+                }
             }
         }
     }
