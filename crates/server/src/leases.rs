@@ -24,7 +24,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use latchkey_core::{limits, SessionId};
+use latchkey_core::{limits, SessionId, SessionInfo};
 use tokio::time::Instant;
 
 #[derive(Debug, Default)]
@@ -96,6 +96,24 @@ impl Leases {
         if let Some(u) = mark_ms {
             self.mark_applied(id, u, now);
         }
+    }
+
+    /// Make the lease table hold exactly the table's sessions. The apply observer keeps the two
+    /// in step entry by entry, but a snapshot installed from the leader replaces the table
+    /// without entries; a node taking office reconciles first, so that no session goes without
+    /// a lease (it would never expire) and no dead one lingers. Sessions found only now start
+    /// their lease (and their mark's clock) at `now`: later, never earlier.
+    pub fn reconcile(&mut self, live: impl IntoIterator<Item = SessionInfo>, now: Instant) {
+        let mut seen = HashSet::new();
+        for s in live {
+            seen.insert(s.id);
+            if !self.sessions.contains_key(&s.id) {
+                self.recovered(s.id, s.ttl_ms, s.lease_mark_ms, now);
+            }
+        }
+        self.sessions.retain(|id, _| seen.contains(id));
+        self.expiring.retain(|id| seen.contains(id));
+        self.unlogged_marks.retain(|id| seen.contains(id));
     }
 
     /// A session left the table (closed or expired).
@@ -355,6 +373,28 @@ mod tests {
         assert_eq!(l.marks_to_log(at(t0, 1_300)), vec![(S, 300)]);
         l.marks_logged(&[(S, 300)]);
         assert!(l.marks_to_log(at(t0, 1_400)).is_empty());
+    }
+
+    /// Regression: a follower that caught up through an installed snapshot never saw the
+    /// snapshot's sessions created (no entries were applied), so as leader it had no lease for
+    /// them and they never expired.
+    #[test]
+    fn reconcile_adds_sessions_only_the_table_knows_and_drops_gone_ones() {
+        let t0 = Instant::now();
+        let mut l = Leases::default();
+        l.created(SessionId(5), 1_000, t0);
+        let live = [SessionInfo {
+            id: S,
+            ttl_ms: 1_000,
+            lease_mark_ms: None,
+        }];
+        l.reconcile(live, at(t0, 100));
+        l.restart_all(at(t0, 100));
+        assert_eq!(l.take_expired(at(t0, 1_100)), vec![S]);
+        assert!(
+            l.take_expired(at(t0, 5_000)).is_empty(),
+            "session 5 is gone"
+        );
     }
 
     #[test]

@@ -277,10 +277,15 @@ impl Node {
             };
             if leader_now && led_term != Some(term) {
                 tracing::info!(term, "became leader: resuming every session lease");
-                self.leases
-                    .lock()
-                    .expect("leases lock")
-                    .restart_all(self.clock.now());
+                let now = self.clock.now();
+                // Read the table with the lease table locked: an entry applied meanwhile then
+                // reaches the lease table only after the reconcile (the observer runs after the
+                // state machine released the table), never before it to be undone by it.
+                let mut leases = self.leases.lock().expect("leases lock");
+                let live: Vec<_> = self.state.read(|t| t.sessions().collect());
+                leases.reconcile(live, now);
+                leases.restart_all(now);
+                drop(leases);
                 led_term = Some(term);
             } else if !leader_now {
                 led_term = None;
