@@ -17,9 +17,12 @@
 //! counted from when it applied the mark, which is after the mark was made.
 //!
 //! The leader marks a session when half its TTL passes without renewal, and marks every session
-//! when it takes office. So a session whose client is gone expires within about
-//! `TTL + max(TTL/2, election time)` of its last renewal, however often leaders change
-//! (etcd issues #9888/#9395 describe the unbounded version of this problem).
+//! when it takes office. So however often leaders change, a session whose client is gone
+//! expires within `TTL/2 + election + TTL (+ one more election if its deadline falls while
+//! there is no leader)` of its last renewal: a leader that dies just before marking leaves the
+//! next one no mark, so that one restarts the lease at a full TTL, and every later leader
+//! resumes from its mark. That is within 2 × TTL when the TTL is at least about twice the
+//! election time (the 15 s default is; etcd issues #9888/#9395 describe the unbounded version).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

@@ -267,6 +267,7 @@ impl Node {
     pub async fn lease_duties(self: Arc<Node>, mut renewals: mpsc::Receiver<RenewRequest>) {
         let mut metrics = self.raft.metrics();
         let mut led_term: Option<u64> = None;
+        let mut retry_at: Option<tokio::time::Instant> = None;
         loop {
             let (leader_now, term) = {
                 let m = metrics.borrow_and_update();
@@ -290,21 +291,26 @@ impl Node {
             } else if !leader_now {
                 led_term = None;
             }
-            if led_term.is_some() {
+            if led_term.is_some() && retry_at.is_none_or(|t| self.clock.now() >= t) {
                 self.leases
                     .lock()
                     .expect("leases lock")
                     .mark_stale(self.clock.now());
-                self.log_marks().await;
-                self.expire_due().await;
+                let written = self.log_marks().await && self.expire_due().await;
+                // A write that failed (typically "not the leader" in the moment around an
+                // election) is retried after a pause, not in a tight loop.
+                retry_at = (!written).then(|| self.clock.now() + LEASE_WRITE_RETRY);
             }
             // Only a leader acts on deadlines (a follower's are stale and would wake it in a
-            // busy loop); never sleep less than a millisecond, so a deadline that could not be
-            // acted on (an expiry that failed to commit) is retried at a bounded rate.
+            // busy loop).
             let wake = {
                 let now = self.clock.now();
                 let cap = now + self.config.lease_tick();
-                let next = led_term.and(self.leases.lock().expect("leases lock").next_deadline());
+                let next = match (led_term, retry_at) {
+                    (None, _) => None,
+                    (Some(_), Some(t)) => Some(t),
+                    (Some(_), None) => self.leases.lock().expect("leases lock").next_deadline(),
+                };
                 next.map_or(cap, |d| d.clamp(now + Duration::from_millis(1), cap))
             };
             tokio::select! {
@@ -317,8 +323,8 @@ impl Node {
     }
 
     /// Propose the marks this leader made that have not committed yet, in batches. A batch
-    /// that fails stays due; it is computed afresh and proposed again on the next tick.
-    async fn log_marks(&self) {
+    /// that fails stays due; it is computed afresh and proposed again later. False on failure.
+    async fn log_marks(&self) -> bool {
         loop {
             let marks = self
                 .leases
@@ -326,7 +332,7 @@ impl Node {
                 .expect("leases lock")
                 .marks_to_log(self.clock.now());
             if marks.is_empty() {
-                return;
+                return true;
             }
             match self
                 .propose(Op::MarkLeases {
@@ -341,7 +347,7 @@ impl Node {
                     .marks_logged(&marks),
                 Err(e) => {
                     tracing::debug!("lease marks not committed yet, will retry: {e}");
-                    return;
+                    return false;
                 }
             }
         }
@@ -367,19 +373,26 @@ impl Node {
         let _ = req.reply.send(result);
     }
 
-    async fn expire_due(&self) {
+    /// Propose the expiry of every session whose lease ran out. False if it did not commit.
+    async fn expire_due(&self) -> bool {
         let due = self
             .leases
             .lock()
             .expect("leases lock")
             .take_expired(self.clock.now());
         if due.is_empty() {
-            return;
+            return true;
         }
-        tracing::info!(sessions = ?due, "session leases ran out: expiring");
-        if let Err(e) = self.propose(Op::ExpireSessions { ids: due.clone() }).await {
-            tracing::warn!("expiry not committed: {e}");
-            self.leases.lock().expect("leases lock").expiry_failed(&due);
+        match self.propose(Op::ExpireSessions { ids: due.clone() }).await {
+            Ok(_) => {
+                tracing::info!(sessions = ?due, "session leases ran out: expired");
+                true
+            }
+            Err(e) => {
+                tracing::debug!(sessions = ?due, "expiry not committed yet, will retry: {e}");
+                self.leases.lock().expect("leases lock").expiry_failed(&due);
+                false
+            }
         }
     }
 
@@ -429,6 +442,9 @@ pub struct RenewRequest {
 /// Keepalive batches queued for the lease task; beyond it keepalives wait (and, past their
 /// deadline, the client retries).
 pub const RENEW_QUEUE_CAPACITY: usize = 256;
+
+/// Pause before the lease task retries a mark or expiry that failed to commit.
+const LEASE_WRITE_RETRY: Duration = Duration::from_millis(50);
 
 /// Bounded waits for proposals: a minority leader must answer "unavailable", not hang.
 pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -154,6 +154,16 @@ impl Cluster {
         self.dir.path().to_path_buf()
     }
 
+    /// The lines of member `id`'s log (all its starts) that contain `pattern`.
+    pub fn log_lines(&self, id: u64, pattern: &str) -> Vec<String> {
+        std::fs::read_to_string(self.log_path(id))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(pattern))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Every member's log tail, for failure messages.
     pub fn logs(&self) -> String {
         self.members

@@ -9,6 +9,8 @@
 //!
 //! - [`cluster::Cluster`]: N members with fault-injecting proxies on their peer links
 //!   ([`proxy::Proxy`]).
+//! - [`rpc`]: in-process observation: a tokio runtime, raw gRPC clients pinned to one member,
+//!   every member's own status at once.
 //!
 //! Every child is killed when its handle drops, also when a test panics (a failing test then
 //! prints the server's log).
@@ -18,6 +20,7 @@
 
 pub mod cluster;
 pub mod proxy;
+pub mod rpc;
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
@@ -305,10 +308,17 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(args: &[String], dir: &Path) -> Proc {
+        Proc::spawn_with(args, dir, |_| {})
+    }
+
+    /// [`Proc::spawn`], with `configure` applied last to the command (extra environment for
+    /// COMMAND, a piped stdin, ...).
+    pub fn spawn_with(args: &[String], dir: &Path, configure: impl FnOnce(&mut Command)) -> Proc {
         let id = PROC_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let out = dir.join(format!(".proc-{}-{id}.out", std::process::id()));
         let err = dir.join(format!(".proc-{}-{id}.err", std::process::id()));
-        let child = Command::new(bin())
+        let mut command = Command::new(bin());
+        command
             .args(args)
             .current_dir(dir)
             .env_remove("LATCHKEY_ENDPOINTS")
@@ -316,9 +326,9 @@ impl Proc {
             .stdin(Stdio::null())
             .stdout(File::create(&out).expect("stdout file"))
             .stderr(File::create(&err).expect("stderr file"))
-            .process_group(0)
-            .spawn()
-            .expect("spawning latchkey");
+            .process_group(0);
+        configure(&mut command);
+        let child = command.spawn().expect("spawning latchkey");
         Proc {
             child,
             args: args.to_vec(),
@@ -330,6 +340,11 @@ impl Proc {
 
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
+    }
+
+    /// The write end of the process's stdin, if it was spawned with a piped one (taken once).
+    pub fn take_stdin(&mut self) -> Option<std::process::ChildStdin> {
+        self.child.stdin.take()
     }
 
     /// Sends `sig` to the whole group (the CLI and its COMMAND).
