@@ -1,0 +1,92 @@
+//! Per-host clocks and seeded randomness.
+//!
+//! Every host (server node or client) reads time through a [`DriftClock`]: turmoil's simulated
+//! time, running faster or slower by a fixed rate within [`DRIFT_PPM_MAX`]. The monotonic clock
+//! has no offset: a monotonic clock's absolute value means nothing across hosts, and the server
+//! sleeps with `tokio::time::sleep_until` on instants it got from its clock, so an offset would
+//! only shift its timers (see the report on the `Clock` seam). The wall clock, display only,
+//! gets an offset as well.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use latchkey_server::{Clock, Entropy};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+/// The documented bound on clock drift between any two hosts' monotonic clocks: ±1 %.
+/// (Real quartz drifts by tens of parts per million; 1 % is a generous bound, well inside the
+/// client's safety margin of a fifth of the TTL.)
+pub const DRIFT_PPM_MAX: i64 = 10_000;
+
+/// Unix time at which every simulation starts (wall clocks are display only).
+const EPOCH_MS: u64 = 1_700_000_000_000;
+
+/// True time since the simulation started, the same for every host: what histories record.
+pub fn true_now() -> Duration {
+    turmoil::sim_elapsed().unwrap_or_default()
+}
+
+/// A clock that runs `drift_ppm` parts per million fast (or slow, if negative).
+#[derive(Debug)]
+pub struct DriftClock {
+    /// Turmoil instant at which this clock was made; drift accumulates from here.
+    origin: Instant,
+    drift_ppm: i64,
+    wall_offset_ms: i64,
+}
+
+impl DriftClock {
+    pub fn new(drift_ppm: i64, wall_offset_ms: i64) -> DriftClock {
+        assert!(
+            drift_ppm.abs() <= DRIFT_PPM_MAX,
+            "drift beyond the documented bound"
+        );
+        DriftClock {
+            origin: Instant::now(),
+            drift_ppm,
+            wall_offset_ms,
+        }
+    }
+
+    /// `elapsed` true time as this clock measures it.
+    fn skew(&self, elapsed: Duration) -> Duration {
+        let nanos = elapsed.as_nanos() as i128;
+        let skewed = nanos + nanos * self.drift_ppm as i128 / 1_000_000;
+        Duration::from_nanos(skewed.max(0) as u64)
+    }
+
+    /// The true duration this clock needs to measure `local` (to sleep on turmoil time).
+    pub fn true_duration(&self, local: Duration) -> Duration {
+        let nanos = local.as_nanos() as i128;
+        Duration::from_nanos((nanos * 1_000_000 / (1_000_000 + self.drift_ppm as i128)) as u64)
+    }
+}
+
+impl Clock for DriftClock {
+    fn now(&self) -> Instant {
+        self.origin + self.skew(Instant::now() - self.origin)
+    }
+
+    fn wall_ms(&self) -> u64 {
+        let local = self.skew(true_now()).as_millis() as i64;
+        (EPOCH_MS as i64 + self.wall_offset_ms + local).max(0) as u64
+    }
+}
+
+/// Session secrets from a seed.
+#[derive(Debug)]
+pub struct SeededEntropy(Mutex<StdRng>);
+
+impl SeededEntropy {
+    pub fn new(seed: u64) -> SeededEntropy {
+        SeededEntropy(Mutex::new(StdRng::seed_from_u64(seed)))
+    }
+}
+
+impl Entropy for SeededEntropy {
+    fn next_u64(&self) -> u64 {
+        self.0.lock().expect("entropy lock").random()
+    }
+}

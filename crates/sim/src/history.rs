@@ -1,0 +1,246 @@
+//! What happened in one run: the clients' operations, the resource's decisions, and what the
+//! servers wrote to their logs. Times are true simulation time (the same for every host), so
+//! checkers can order events that hosts measured on drifting clocks.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use latchkey_core::Op;
+
+/// Who issued an operation: a client and the generation of its session (a client that lost
+/// its session starts a new one, a new "thread" for the linearizability tester).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Actor {
+    pub client: u32,
+    pub generation: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpKind {
+    Acquire,
+    Release { token: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ret {
+    Granted {
+        token: u64,
+    },
+    /// A wait that ended without a grant.
+    NotGranted,
+    Released,
+    NotHolder,
+}
+
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A client operation started. `id` pairs it with its [`Event::Return`].
+    Invoke {
+        id: u64,
+        actor: Actor,
+        session: u64,
+        lock: String,
+        op: OpKind,
+        at: Duration,
+    },
+    /// A client operation answered. Operations without a Return are indeterminate.
+    Return { id: u64, ret: Ret, at: Duration },
+    /// The client checked its own deadline and found it still held its locks.
+    HoldCheck {
+        actor: Actor,
+        session: u64,
+        lock: String,
+        token: u64,
+        at: Duration,
+    },
+    /// The client's deadline passed: it reported its locks lost.
+    Lost {
+        actor: Actor,
+        session: u64,
+        at: Duration,
+    },
+}
+
+/// One write of a critical section to the fenced resource.
+#[derive(Debug, Clone)]
+pub struct ResourceOp {
+    pub actor: Actor,
+    pub lock: String,
+    pub token: u64,
+    pub at: Duration,
+    /// `Begin` reads the value, `Commit` writes the value read plus one.
+    pub step: Step,
+    pub accepted: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Begin { read: u64 },
+    Commit { wrote: u64 },
+}
+
+/// A log entry some server appended, by log id.
+#[derive(Debug, Clone)]
+pub struct Appended {
+    pub index: u64,
+    /// `(term, leader node)` of the entry's log id.
+    pub leader: (u64, u64),
+    pub op: Option<Op>,
+    /// When the first member appended it (the leader, normally).
+    pub first_at: Duration,
+}
+
+/// A committed entry, as the first member that learned of the commit saw it.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub leader: (u64, u64),
+    pub op: Option<Op>,
+    /// When a member first saved a commit index covering it: the entry was committed by then.
+    pub known_at: Duration,
+}
+
+#[derive(Debug, Default)]
+pub struct HistoryData {
+    pub events: Vec<Event>,
+    pub resource: Vec<ResourceOp>,
+    /// Keyed by `(index, term, leader node)`.
+    pub appended: BTreeMap<(u64, u64, u64), Appended>,
+    pub committed: BTreeMap<u64, Committed>,
+    /// Violations found while recording (a committed index whose entry changed).
+    pub recorded_violations: Vec<String>,
+    /// The newest leader seen appending its own entries: `(term, node)`.
+    pub leader: Option<(u64, u64)>,
+    /// The final state of each lock after the cluster restarted at the end: `(session, token)`.
+    pub final_holders: BTreeMap<String, Option<(u64, u64)>>,
+    /// When the faults stopped.
+    pub healed_at: Option<Duration>,
+    next_id: u64,
+}
+
+/// The shared, append-only record of a run.
+#[derive(Debug, Clone, Default)]
+pub struct History(Arc<Mutex<HistoryData>>);
+
+impl History {
+    pub fn with<T>(&self, f: impl FnOnce(&mut HistoryData) -> T) -> T {
+        f(&mut self.0.lock().expect("history lock"))
+    }
+
+    pub fn invoke(&self, actor: Actor, session: u64, lock: &str, op: OpKind, at: Duration) -> u64 {
+        self.with(|h| {
+            h.next_id += 1;
+            let id = h.next_id;
+            h.events.push(Event::Invoke {
+                id,
+                actor,
+                session,
+                lock: lock.to_owned(),
+                op,
+                at,
+            });
+            id
+        })
+    }
+
+    pub fn ret(&self, id: u64, ret: Ret, at: Duration) {
+        self.with(|h| h.events.push(Event::Return { id, ret, at }));
+    }
+
+    pub fn event(&self, e: Event) {
+        self.with(|h| h.events.push(e));
+    }
+
+    pub fn snapshot(&self) -> HistoryData {
+        self.with(|h| HistoryData {
+            events: h.events.clone(),
+            resource: h.resource.clone(),
+            appended: h.appended.clone(),
+            committed: h.committed.clone(),
+            recorded_violations: h.recorded_violations.clone(),
+            leader: h.leader,
+            final_holders: h.final_holders.clone(),
+            healed_at: h.healed_at,
+            next_id: h.next_id,
+        })
+    }
+}
+
+impl HistoryData {
+    /// Every operation with its answer (if any), in invocation order.
+    pub fn operations(&self) -> Vec<Operation> {
+        let mut ops: Vec<Operation> = Vec::new();
+        let mut by_id = BTreeMap::new();
+        for e in &self.events {
+            match e {
+                Event::Invoke {
+                    id,
+                    actor,
+                    session,
+                    lock,
+                    op,
+                    at,
+                } => {
+                    by_id.insert(*id, ops.len());
+                    ops.push(Operation {
+                        actor: *actor,
+                        session: *session,
+                        lock: lock.clone(),
+                        op: op.clone(),
+                        invoked: *at,
+                        ret: None,
+                    });
+                }
+                Event::Return { id, ret, at } => {
+                    if let Some(&i) = by_id.get(id) {
+                        ops[i].ret = Some((ret.clone(), *at));
+                    }
+                }
+                _ => {}
+            }
+        }
+        ops
+    }
+
+    /// Sessions each committed expiry or close removed, with the entry's index and when it was
+    /// first appended and known committed.
+    pub fn committed_session_ends(&self) -> Vec<SessionEnd> {
+        let mut out = Vec::new();
+        for (&index, c) in &self.committed {
+            let sessions: Vec<u64> = match &c.op {
+                Some(Op::ExpireSessions { ids }) => ids.iter().map(|s| s.0).collect(),
+                Some(Op::CloseSession { session }) => vec![session.id.0],
+                _ => continue,
+            };
+            let first_at = self
+                .appended
+                .get(&(index, c.leader.0, c.leader.1))
+                .map_or(c.known_at, |a| a.first_at);
+            out.push(SessionEnd {
+                index,
+                sessions,
+                first_at,
+                known_at: c.known_at,
+            });
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Operation {
+    pub actor: Actor,
+    pub session: u64,
+    pub lock: String,
+    pub op: OpKind,
+    pub invoked: Duration,
+    pub ret: Option<(Ret, Duration)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SessionEnd {
+    pub index: u64,
+    pub sessions: Vec<u64>,
+    pub first_at: Duration,
+    pub known_at: Duration,
+}

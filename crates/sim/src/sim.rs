@@ -1,0 +1,612 @@
+//! One run: a cluster of turmoil hosts, clients, the fault schedule, and the final checks.
+//!
+//! Timeline (true simulation time):
+//! 1. `0 .. safety_end`: the safety phase. Clients work; the seeded fault schedule partitions
+//!    (both ways and one way), isolates the leader, crashes and restarts nodes (losing unsynced
+//!    writes), holds a node's messages (a paused process, seen from the network), drops and
+//!    delays messages, and pauses or kills clients.
+//! 2. `safety_end`: every fault heals: links repaired, held messages delivered, crashed nodes
+//!    restarted.
+//! 3. The liveness phase: no faults; acquires must be granted.
+//! 4. `stop_at`: clients stop starting operations (they keep their sessions and any held
+//!    lock). Every node is crashed and restarted at once, then an observer reads every lock.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use latchkey_proto::v1 as pb;
+use latchkey_proto::v1::locks_client::LocksClient;
+use latchkey_server::{run_with_store, Env, ServerConfig};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::checkers::{self, CheckConfig, Violation};
+use crate::client::{self, ClientControl, ClientSetup};
+use crate::clock::{DriftClock, SeededEntropy, DRIFT_PPM_MAX};
+use crate::history::History;
+use crate::net::{self, SimConnector, PORT};
+use crate::resource::Resource;
+use crate::store::{Disk, DiskConfig, SharedDisk, SimLogStore};
+
+/// Everything a run does, derived from its seed.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub seed: u64,
+    pub nodes: u64,
+    pub clients: u32,
+    pub locks: usize,
+    pub ttl: Duration,
+    pub safety: Duration,
+    pub settle: Duration,
+    pub liveness: Duration,
+    pub snapshot_every_entries: u64,
+    pub disk: DiskConfig,
+    /// Mean time between two faults in the safety phase.
+    pub fault_every_ms: (u64, u64),
+}
+
+impl RunConfig {
+    pub fn from_seed(seed: u64) -> RunConfig {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_c0f1);
+        let ttl = Duration::from_millis(rng.random_range(2_000..=3_000));
+        RunConfig {
+            seed,
+            nodes: if rng.random_bool(0.25) { 5 } else { 3 },
+            clients: rng.random_range(3..=4),
+            locks: rng.random_range(1..=2),
+            ttl,
+            safety: Duration::from_secs(rng.random_range(15..=25)),
+            // Leases of clients that died in the faults run out (a pause lasts up to 3 TTLs and
+            // a new leader restarts a lease at a full TTL), and an election completes.
+            settle: ttl * 4 + Duration::from_secs(3),
+            liveness: Duration::from_secs(8),
+            snapshot_every_entries: rng.random_range(20..=200),
+            disk: DiskConfig {
+                fsync_ms: (1, rng.random_range(2..=10)),
+                ack_before_fsync: false,
+            },
+            fault_every_ms: (300, rng.random_range(800..=2_500)),
+        }
+    }
+
+    fn stop_at(&self) -> Duration {
+        self.safety + self.settle + self.liveness + Duration::from_millis(client::WAIT_MS * 2)
+    }
+}
+
+/// The outcome of one run.
+#[derive(Debug)]
+pub struct RunReport {
+    pub config: RunConfig,
+    pub violations: Vec<Violation>,
+    /// Faults injected, in order, for the failure report.
+    pub faults: Vec<String>,
+    pub operations: usize,
+    pub grants: usize,
+    pub committed_entries: usize,
+    pub sim_error: Option<String>,
+}
+
+impl RunReport {
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty() && self.sim_error.is_none()
+    }
+}
+
+fn node_name(id: u64) -> String {
+    format!("n{id}")
+}
+
+fn client_name(id: u32) -> String {
+    format!("c{id}")
+}
+
+struct NodeSetup {
+    id: u64,
+    disk: SharedDisk,
+    dir: std::path::PathBuf,
+    peers: BTreeMap<u64, String>,
+    drift_ppm: i64,
+    wall_offset_ms: i64,
+    seed: u64,
+    lives: Arc<AtomicU64>,
+}
+
+fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, history: &History) {
+    let config = config.clone();
+    let history = history.clone();
+    let setup = Rc::new(setup);
+    sim.host(node_name(setup.id), move || {
+        let setup = setup.clone();
+        let config = config.clone();
+        let history = history.clone();
+        async move {
+            let life = setup.lives.fetch_add(1, Ordering::Relaxed);
+            let seed = setup
+                .seed
+                .wrapping_add(life.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
+            let store = SimLogStore::open(setup.id, setup.disk.clone(), history, config.disk, seed);
+            let mut server = ServerConfig::cluster(
+                setup.id,
+                format!("0.0.0.0:{PORT}").parse().expect("address"),
+                setup.dir.clone(),
+                setup.peers.clone(),
+            );
+            server.heartbeat_ms = 100;
+            server.election_timeout_min_ms = 500;
+            server.election_timeout_max_ms = 1_000;
+            server.snapshot_every_entries = config.snapshot_every_entries;
+            let env = Env {
+                clock: Arc::new(DriftClock::new(setup.drift_ppm, setup.wall_offset_ms)),
+                connector: Arc::new(SimConnector),
+                entropy: Arc::new(SeededEntropy::new(seed)),
+            };
+            run_with_store(
+                net::incoming(listener),
+                server,
+                env,
+                store,
+                std::future::pending(),
+            )
+            .await
+            .map_err(|e| -> Box<dyn std::error::Error> { e.into() })
+        }
+    });
+}
+
+/// Active faults and when they heal.
+struct Faults {
+    rng: StdRng,
+    log: Vec<String>,
+    crashed: BTreeMap<u64, Duration>,
+    /// (a, b, one_way, heal_at)
+    cut: Vec<(String, String, bool, Duration)>,
+    held: Vec<(String, Duration)>,
+    lossy: Vec<(String, String, Duration)>,
+    next_at: Duration,
+    /// Every host's name (nodes and clients).
+    hosts: Vec<String>,
+}
+
+pub fn run(config: &RunConfig) -> RunReport {
+    let history = History::default();
+    let resource = Resource::new(history.clone());
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    let mut sim = turmoil::Builder::new()
+        .simulation_duration(Duration::from_secs(600))
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_micros(100))
+        .max_message_latency(Duration::from_millis(2))
+        .tcp_capacity(1 << 16)
+        .rng_seed(rng.random())
+        .build();
+
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let peers: BTreeMap<u64, String> = (1..=config.nodes)
+        .map(|id| (id, format!("{}:{PORT}", node_name(id))))
+        .collect();
+    let mut disks = BTreeMap::new();
+    for id in 1..=config.nodes {
+        let disk = Disk::new();
+        disks.insert(id, disk.clone());
+        start_node(
+            &mut sim,
+            NodeSetup {
+                id,
+                disk,
+                dir: tmp.path().join(node_name(id)),
+                peers: peers.clone(),
+                // Server clocks only run fast: the server sleeps with `sleep_until` on instants
+                // of its `Clock`, so a slow clock would put its timers in the past (see
+                // `clock`). Clients drift both ways, so the worst case of the deadline rule
+                // (fast leader, slow client) is covered.
+                drift_ppm: rng.random_range(0..=DRIFT_PPM_MAX),
+                wall_offset_ms: rng.random_range(-5_000..=5_000),
+                seed: rng.random(),
+                lives: Arc::default(),
+            },
+            config,
+            &history,
+        );
+    }
+
+    let locks: Vec<String> = (0..config.locks).map(|i| format!("lock-{i}")).collect();
+    let stop_at = config.stop_at();
+    let mut controls = Vec::new();
+    for id in 1..=config.clients {
+        let control = Arc::new(ClientControl::default());
+        controls.push(control.clone());
+        let setup = ClientSetup {
+            id,
+            nodes: peers.values().cloned().collect(),
+            locks: locks.clone(),
+            ttl: config.ttl,
+            drift_ppm: rng.random_range(-DRIFT_PPM_MAX..=DRIFT_PPM_MAX),
+            seed: rng.random(),
+            stop_at,
+            work_ms: (5, 150),
+        };
+        sim.client(
+            client_name(id),
+            client::run(setup, history.clone(), resource.clone(), control),
+        );
+    }
+
+    let mut faults = Faults {
+        rng: StdRng::seed_from_u64(rng.random()),
+        log: Vec::new(),
+        crashed: BTreeMap::new(),
+        cut: Vec::new(),
+        held: Vec::new(),
+        lossy: Vec::new(),
+        next_at: Duration::from_secs(2),
+        hosts: (1..=config.nodes)
+            .map(node_name)
+            .chain((1..=config.clients).map(client_name))
+            .collect(),
+    };
+    let mut crash_rng = StdRng::seed_from_u64(rng.random());
+    let final_read: Rc<RefCell<bool>> = Rc::default();
+    let mut healed = false;
+    let mut restarted_all = false;
+    let end = stop_at + Duration::from_secs(15);
+    let mut sim_error = None;
+    let watchdog = Watchdog::start(config.seed);
+    let progress = std::env::var_os("LATCHKEY_SIM_PROGRESS").is_some();
+    let wall = std::time::Instant::now();
+    let mut next_progress = Duration::ZERO;
+    let mut logged = 0;
+    loop {
+        let now = sim.elapsed();
+        if progress && now >= next_progress {
+            next_progress += Duration::from_secs(1);
+            let (events, committed) = history.with(|h| (h.events.len(), h.committed.len()));
+            eprintln!(
+                "sim {:.0}s wall {:.1}s: {events} events, {committed} committed",
+                now.as_secs_f64(),
+                wall.elapsed().as_secs_f64()
+            );
+        }
+        if now >= end || *final_read.borrow() {
+            break;
+        }
+        if now < config.safety {
+            inject(
+                &mut sim,
+                &mut faults,
+                config,
+                &history,
+                &disks,
+                &controls,
+                &mut crash_rng,
+                now,
+            );
+        } else if !healed {
+            heal_all(&mut sim, &mut faults, config);
+            history.with(|h| h.healed_at = Some(now));
+            faults
+                .log
+                .push(format!("{:.3}s heal everything", now.as_secs_f64()));
+            healed = true;
+        }
+        if now >= stop_at + Duration::from_secs(1) && !restarted_all {
+            restarted_all = true;
+            faults.log.push(format!(
+                "{:.3}s crash and restart every node",
+                now.as_secs_f64()
+            ));
+            for (id, disk) in &disks {
+                sim.crash(node_name(*id));
+                disk.lock().expect("disk lock").crash(&mut crash_rng);
+                sim.bounce(node_name(*id));
+            }
+            let history = history.clone();
+            let nodes: Vec<String> = peers.values().cloned().collect();
+            let locks = locks.clone();
+            let done = final_read.clone();
+            sim.client("observer", async move {
+                let holders = read_final(&nodes, &locks).await;
+                history.with(|h| h.final_holders = holders);
+                *done.borrow_mut() = true;
+                Ok(())
+            });
+        }
+        if progress && faults.log.len() > logged {
+            for l in &faults.log[logged..] {
+                eprintln!("fault: {l}");
+            }
+            logged = faults.log.len();
+        }
+        watchdog.stepped(now, &faults.log);
+        if let Err(e) = sim.step() {
+            sim_error = Some(e.to_string());
+            break;
+        }
+    }
+    if restarted_all && !*final_read.borrow() && sim_error.is_none() {
+        sim_error = Some("the observer could not read the locks after the final restart".into());
+    }
+    watchdog.stop();
+    drop(sim);
+
+    let data = history.snapshot();
+    let check = CheckConfig {
+        settle: config.settle,
+        liveness_until: stop_at - Duration::from_millis(client::WAIT_MS * 2),
+    };
+    let violations = if sim_error.is_none() {
+        checkers::check_all(&data, &check)
+    } else {
+        Vec::new()
+    };
+    let ops = data.operations();
+    RunReport {
+        config: config.clone(),
+        violations,
+        faults: faults.log,
+        operations: ops.len(),
+        grants: ops
+            .iter()
+            .filter(|o| matches!(o.ret, Some((crate::history::Ret::Granted { .. }, _))))
+            .count(),
+        committed_entries: data.committed.len(),
+        sim_error,
+    }
+}
+
+/// Reads every lock's holder after the final restart, retrying until a leader answers.
+async fn read_final(nodes: &[String], locks: &[String]) -> BTreeMap<String, Option<(u64, u64)>> {
+    let mut out = BTreeMap::new();
+    let mut i = 0;
+    for lock in locks {
+        loop {
+            let mut c = LocksClient::new(net::channel(&nodes[i % nodes.len()]).expect("address"));
+            let mut req = tonic::Request::new(pb::DescribeRequest { name: lock.clone() });
+            req.set_timeout(Duration::from_secs(1));
+            let answer = tokio::time::timeout(Duration::from_secs(1), c.describe(req)).await;
+            if let Ok(Ok(resp)) = answer {
+                let info = resp.into_inner().lock.unwrap_or_default();
+                out.insert(
+                    lock.clone(),
+                    info.held.then_some((info.session, info.token)),
+                );
+                break;
+            }
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn inject(
+    sim: &mut turmoil::Sim<'_>,
+    f: &mut Faults,
+    config: &RunConfig,
+    history: &History,
+    disks: &BTreeMap<u64, SharedDisk>,
+    controls: &[Arc<ClientControl>],
+    crash_rng: &mut StdRng,
+    now: Duration,
+) {
+    let stamp = |s: String| format!("{:.3}s {s}", now.as_secs_f64());
+    // Heal what is due.
+    let due: Vec<u64> = f
+        .crashed
+        .iter()
+        .filter(|(_, t)| **t <= now)
+        .map(|(id, _)| *id)
+        .collect();
+    for id in due {
+        f.crashed.remove(&id);
+        sim.bounce(node_name(id));
+        f.log.push(stamp(format!("restart n{id}")));
+    }
+    f.cut.retain(|(a, b, one_way, t)| {
+        if *t > now {
+            return true;
+        }
+        if *one_way {
+            sim.repair_oneway(a.as_str(), b.as_str());
+        } else {
+            sim.repair(a.as_str(), b.as_str());
+        }
+        false
+    });
+    f.held.retain(|(n, t)| {
+        if *t > now {
+            return true;
+        }
+        for h in f.hosts.iter().filter(|h| *h != n) {
+            sim.release(n.as_str(), h.as_str());
+        }
+        false
+    });
+    f.lossy.retain(|(a, b, t)| {
+        if *t > now {
+            return true;
+        }
+        sim.set_link_fail_rate(a.as_str(), b.as_str(), 0.0);
+        sim.set_link_max_message_latency(a.as_str(), b.as_str(), Duration::from_millis(2));
+        false
+    });
+    if now < f.next_at {
+        return;
+    }
+    let (lo, hi) = config.fault_every_ms;
+    f.next_at = now + Duration::from_millis(f.rng.random_range(lo..=hi));
+    let rng = &mut f.rng;
+    let node = rng.random_range(1..=config.nodes);
+    let other = (node + rng.random_range(1..config.nodes) - 1) % config.nodes + 1;
+    let last = Duration::from_millis(rng.random_range(300..=5_000));
+    let (a, b) = (node_name(node), node_name(other));
+    match rng.random_range(0..100) {
+        0..=19 => {
+            let one_way = rng.random_bool(0.4);
+            if one_way {
+                sim.partition_oneway(a.as_str(), b.as_str());
+            } else {
+                sim.partition(a.as_str(), b.as_str());
+            }
+            f.log.push(stamp(format!(
+                "cut {a} {} {b} for {last:?}",
+                if one_way { "->" } else { "<->" }
+            )));
+            f.cut.push((a, b, one_way, now + last));
+        }
+        20..=31 => {
+            let Some((_, leader)) = history.with(|h| h.leader) else {
+                return;
+            };
+            let l = node_name(leader);
+            for other in (1..=config.nodes).filter(|o| *o != leader) {
+                let o = node_name(other);
+                sim.partition(l.as_str(), o.as_str());
+                f.cut.push((l.clone(), o, false, now + last));
+            }
+            f.log.push(stamp(format!(
+                "isolate leader {l} from its peers for {last:?}"
+            )));
+        }
+        32..=49 => {
+            // Mostly keep a majority up; sometimes take it down too.
+            let down = f.crashed.len() as u64;
+            if f.crashed.contains_key(&node)
+                || (down + 1 > config.nodes / 2 && rng.random_bool(0.8))
+            {
+                return;
+            }
+            sim.crash(a.as_str());
+            let lost = disks[&node].lock().expect("disk lock").crash(crash_rng);
+            f.crashed.insert(node, now + last);
+            f.log.push(stamp(format!(
+                "crash {a} ({lost} unsynced writes lost) for {last:?}"
+            )));
+        }
+        50..=61 => {
+            for h in f.hosts.iter().filter(|h| **h != a) {
+                sim.hold(a.as_str(), h.as_str());
+            }
+            f.held.push((a.clone(), now + last));
+            f.log.push(stamp(format!(
+                "pause {a} (hold all its messages) for {last:?}"
+            )));
+        }
+        62..=76 => {
+            let rate = rng.random_range(0.01..0.2);
+            let delay = Duration::from_millis(rng.random_range(5..=300));
+            sim.set_link_fail_rate(a.as_str(), b.as_str(), rate);
+            sim.set_link_max_message_latency(a.as_str(), b.as_str(), delay);
+            f.log.push(stamp(format!(
+                "lossy link {a}<->{b}: loss {rate:.2}, delay up to {delay:?}, for {last:?}"
+            )));
+            f.lossy.push((a, b, now + last));
+        }
+        77..=88 => {
+            let c = rng.random_range(0..controls.len());
+            let pause = config.ttl.as_millis() as u64 * rng.random_range(12..=30) / 10;
+            controls[c].pause_ms.store(pause, Ordering::Relaxed);
+            f.log.push(stamp(format!(
+                "pause client c{} for {pause} ms at its next write",
+                c + 1
+            )));
+        }
+        _ => {
+            let c = rng.random_range(0..controls.len());
+            controls[c]
+                .crash
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            f.log
+                .push(stamp(format!("kill client c{} at its next grant", c + 1)));
+        }
+    }
+}
+
+fn heal_all(sim: &mut turmoil::Sim<'_>, f: &mut Faults, config: &RunConfig) {
+    for (id, _) in std::mem::take(&mut f.crashed) {
+        sim.bounce(node_name(id));
+    }
+    for (a, b, _, _) in std::mem::take(&mut f.cut) {
+        sim.repair(a.as_str(), b.as_str());
+    }
+    for (n, _) in std::mem::take(&mut f.held) {
+        for h in f.hosts.iter().filter(|h| **h != n) {
+            sim.release(n.as_str(), h.as_str());
+        }
+    }
+    for (a, b, _) in std::mem::take(&mut f.lossy) {
+        sim.set_link_fail_rate(a.as_str(), b.as_str(), 0.0);
+        sim.set_link_max_message_latency(a.as_str(), b.as_str(), Duration::from_millis(2));
+    }
+    let _ = config;
+}
+
+/// Wall-clock time one simulation step may take before the run is declared livelocked: some
+/// host keeps itself busy without letting simulated time advance (a task that spins). In a real
+/// process that is a core burning at 100 %.
+const STEP_WALL_MAX: Duration = Duration::from_secs(60);
+
+/// Fails the run (and the process: a step cannot be interrupted) when a step never returns.
+/// Steps taken, the simulated time, the faults so far, and whether the run ended.
+type WatchState = (u64, Duration, Vec<String>, bool);
+
+struct Watchdog {
+    state: Arc<std::sync::Mutex<WatchState>>,
+}
+
+impl Watchdog {
+    fn start(seed: u64) -> Watchdog {
+        let state: Arc<std::sync::Mutex<WatchState>> = Arc::new(std::sync::Mutex::new((
+            0,
+            Duration::ZERO,
+            Vec::new(),
+            false,
+        )));
+        let watched = state.clone();
+        std::thread::spawn(move || {
+            let mut last = (u64::MAX, std::time::Instant::now());
+            loop {
+                std::thread::sleep(Duration::from_millis(500));
+                let s = watched.lock().expect("watchdog lock");
+                if s.3 {
+                    return;
+                }
+                if s.0 != last.0 {
+                    last = (s.0, std::time::Instant::now());
+                } else if last.1.elapsed() > STEP_WALL_MAX {
+                    eprintln!(
+                        "=== latchkey-sim: seed {seed} FAILED ===\nreplay: {}\nviolation: [livelock] \
+                         a host spun for {STEP_WALL_MAX:?} of wall time without letting simulated \
+                         time pass, at simulated time {:.3}s\nfaults:",
+                        crate::sweep::replay_command(seed),
+                        s.1.as_secs_f64()
+                    );
+                    for f in &s.2 {
+                        eprintln!("  {f}");
+                    }
+                    std::process::exit(3);
+                }
+            }
+        });
+        Watchdog { state }
+    }
+
+    fn stepped(&self, now: Duration, faults: &[String]) {
+        let mut s = self.state.lock().expect("watchdog lock");
+        s.0 += 1;
+        s.1 = now;
+        if s.2.len() != faults.len() {
+            s.2 = faults.to_vec();
+        }
+    }
+
+    fn stop(&self) {
+        self.state.lock().expect("watchdog lock").3 = true;
+    }
+}

@@ -1,0 +1,65 @@
+//! Running seeds and reporting failures reproducibly.
+
+use std::time::Instant;
+
+use crate::sim::{run, RunConfig, RunReport};
+
+const VIOLATIONS_SHOWN_PER_CHECKER: usize = 5;
+
+/// The command that replays `seed`.
+pub fn replay_command(seed: u64) -> String {
+    format!("cargo run --release -p latchkey-sim -- --reproduce {seed}")
+}
+
+/// A human report of a failed run: seed, replay command, violations, the fault schedule.
+pub fn failure_text(r: &RunReport) -> String {
+    let mut s = format!(
+        "=== latchkey-sim: seed {} FAILED ===\nreplay: {}\nconfig: {:?}\n",
+        r.config.seed,
+        replay_command(r.config.seed),
+        r.config
+    );
+    if let Some(e) = &r.sim_error {
+        s.push_str(&format!("simulation error: {e}\n"));
+    }
+    // At most a few per checker: one broken entry tends to break many after it.
+    let mut shown: std::collections::BTreeMap<&str, usize> = Default::default();
+    for v in &r.violations {
+        let n = shown.entry(v.checker).or_default();
+        *n += 1;
+        if *n <= VIOLATIONS_SHOWN_PER_CHECKER {
+            s.push_str(&format!("violation: {v}\n"));
+        }
+    }
+    for (checker, n) in shown {
+        if n > VIOLATIONS_SHOWN_PER_CHECKER {
+            s.push_str(&format!("({n} violations of {checker} in all)\n"));
+        }
+    }
+    s.push_str("faults:\n");
+    for f in &r.faults {
+        s.push_str(&format!("  {f}\n"));
+    }
+    s
+}
+
+/// Runs one seed and prints a one-line summary (or the failure report).
+pub fn run_seed(seed: u64) -> RunReport {
+    let started = Instant::now();
+    let report = run(&RunConfig::from_seed(seed));
+    if report.ok() {
+        println!(
+            "seed {seed}: ok ({} nodes, {} clients, {} ops, {} grants, {} committed entries, {} faults) in {:.1}s",
+            report.config.nodes,
+            report.config.clients,
+            report.operations,
+            report.grants,
+            report.committed_entries,
+            report.faults.len(),
+            started.elapsed().as_secs_f64()
+        );
+    } else {
+        println!("{}", failure_text(&report));
+    }
+    report
+}
