@@ -35,6 +35,13 @@ impl Clock for SystemClock {
 
 pub type SharedClock = Arc<dyn Clock>;
 
+/// Sleep until `clock` reads `deadline`. Timers run on tokio's clock, so sleep for the
+/// *duration* left on `clock` rather than until the instant: an instant taken from a clock that
+/// runs slow or fast would lie in tokio's past (a busy loop) or too far ahead.
+pub async fn sleep_until(clock: &dyn Clock, deadline: Instant) {
+    tokio::time::sleep(deadline.saturating_duration_since(clock.now())).await
+}
+
 /// Where the leader draws random numbers (session secrets). A simulation seeds it.
 pub trait Entropy: Send + Sync + 'static {
     fn next_u64(&self) -> u64;

@@ -316,7 +316,7 @@ impl Node {
             tokio::select! {
                 changed = metrics.changed() => if changed.is_err() { return },
                 Some(req) = renewals.recv() => self.renew_through_log(req).await,
-                _ = tokio::time::sleep_until(wake) => {}
+                _ = crate::clock::sleep_until(&*self.clock, wake) => {}
                 _ = self.shutdown.cancelled() => return,
             }
         }

@@ -106,7 +106,7 @@ impl LocksService {
                 // Replaced by a newer call for the same request: that one listens now.
                 Err(_) => return Ok(pending(position)),
             },
-            _ = tokio::time::sleep_until(poll_end) => {}
+            _ = crate::clock::sleep_until(&*node.clock, poll_end) => {}
             _ = node.shutdown.cancelled() => return Err(ApiError::ShuttingDown),
         }
         if !cancel_at_end {

@@ -2,10 +2,9 @@
 //!
 //! Every host (server node or client) reads time through a [`DriftClock`]: turmoil's simulated
 //! time, running faster or slower by a fixed rate within [`DRIFT_PPM_MAX`]. The monotonic clock
-//! has no offset: a monotonic clock's absolute value means nothing across hosts, and the server
-//! sleeps with `tokio::time::sleep_until` on instants it got from its clock, so an offset would
-//! only shift its timers (see the report on the `Clock` seam). The wall clock, display only,
-//! gets an offset as well.
+//! has no offset: a monotonic clock's absolute value means nothing across hosts (the server
+//! sleeps for durations measured on its clock, `latchkey_server::clock::sleep_until`). The wall
+//! clock, display only, gets an offset as well.
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -201,11 +201,9 @@ pub fn run(config: &RunConfig) -> RunReport {
                 disk,
                 dir: tmp.path().join(node_name(id)),
                 peers: peers.clone(),
-                // Server clocks only run fast: the server sleeps with `sleep_until` on instants
-                // of its `Clock`, so a slow clock would put its timers in the past (see
-                // `clock`). Clients drift both ways, so the worst case of the deadline rule
-                // (fast leader, slow client) is covered.
-                drift_ppm: rng.random_range(0..=DRIFT_PPM_MAX),
+                // Server and client clocks drift both ways within the bound, so the worst case
+                // of the deadline rule (fast leader, slow client) is covered.
+                drift_ppm: rng.random_range(-DRIFT_PPM_MAX..=DRIFT_PPM_MAX),
                 wall_offset_ms: rng.random_range(-5_000..=5_000),
                 seed: rng.random(),
                 lives: Arc::default(),
