@@ -167,6 +167,38 @@ impl History {
 }
 
 impl HistoryData {
+    /// Records that `node` found entry `index`, from `leader`, under its commit index `upto`.
+    /// The first sighting fixes the committed entry; a later one from another leader means a
+    /// committed entry was replaced, which [`crate::checkers`] reports.
+    pub fn record_commit(
+        &mut self,
+        node: u64,
+        upto: u64,
+        index: u64,
+        leader: (u64, u64),
+        op: impl FnOnce() -> Option<Op>,
+        at: Duration,
+    ) {
+        match self.committed.get(&index) {
+            Some(c) if c.leader != leader => self.recorded_violations.push(format!(
+                "committed entry {index} changed: it was from leader {:?}, node {node} now has \
+                 one from leader {leader:?} under commit index {upto}",
+                c.leader
+            )),
+            Some(_) => {}
+            None => {
+                self.committed.insert(
+                    index,
+                    Committed {
+                        leader,
+                        op: op(),
+                        known_at: at,
+                    },
+                );
+            }
+        }
+    }
+
     /// Every operation with its answer (if any), in invocation order.
     pub fn operations(&self) -> Vec<Operation> {
         let mut ops: Vec<Operation> = Vec::new();

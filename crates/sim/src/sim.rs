@@ -88,6 +88,9 @@ pub struct RunReport {
     pub operations: usize,
     pub grants: usize,
     pub committed_entries: usize,
+    /// Hold checks within a second before their session's expiry was proposed: evidence that
+    /// the deadline checker judged close calls.
+    pub hold_checks_near_expiry: usize,
     pub sim_error: Option<String>,
 }
 
@@ -353,6 +356,7 @@ pub fn run(config: &RunConfig) -> RunReport {
             .filter(|o| matches!(o.ret, Some((crate::history::Ret::Granted { .. }, _))))
             .count(),
         committed_entries: data.committed.len(),
+        hold_checks_near_expiry: checkers::hold_checks_before_end(&data, Duration::from_secs(1)),
         sim_error,
     }
 }

@@ -27,7 +27,7 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::true_now;
-use crate::history::{Appended, Committed, History};
+use crate::history::{Appended, History};
 
 #[derive(Debug, Clone, Default)]
 struct DiskState {
@@ -224,24 +224,7 @@ impl SimLogStore {
                 .min(upto.index);
             for (&index, e) in disk.view.log.range(from..=upto.index) {
                 let leader = (e.log_id.leader_id.term, e.log_id.leader_id.node_id);
-                match h.committed.get(&index) {
-                    Some(c) if c.leader != leader => h.recorded_violations.push(format!(
-                        "committed entry {index} changed: it was from leader {:?}, node {node} \
-                         now has one from leader {leader:?} under commit index {}",
-                        c.leader, upto.index
-                    )),
-                    Some(_) => {}
-                    None => {
-                        h.committed.insert(
-                            index,
-                            Committed {
-                                leader,
-                                op: op_of(e),
-                                known_at: at,
-                            },
-                        );
-                    }
-                }
+                h.record_commit(node, upto.index, index, leader, || op_of(e), at);
             }
         });
     }

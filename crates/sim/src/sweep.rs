@@ -49,12 +49,13 @@ pub fn run_seed(seed: u64) -> RunReport {
     let report = run(&RunConfig::from_seed(seed));
     if report.ok() {
         println!(
-            "seed {seed}: ok ({} nodes, {} clients, {} ops, {} grants, {} committed entries, {} faults) in {:.1}s",
+            "seed {seed}: ok ({} nodes, {} clients, {} ops, {} grants, {} committed entries, {} hold checks within 1s of their expiry, {} faults) in {:.1}s",
             report.config.nodes,
             report.config.clients,
             report.operations,
             report.grants,
             report.committed_entries,
+            report.hold_checks_near_expiry,
             report.faults.len(),
             started.elapsed().as_secs_f64()
         );

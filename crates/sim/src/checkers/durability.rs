@@ -1,8 +1,8 @@
 //! Every acknowledged grant and release is reflected in the cluster after failovers and a
 //! restart of every node:
 //! - an acknowledged grant's token is the index of a committed entry that could make that
-//!   grant (an Acquire by that session for that lock, or a release, cancel, close or expiry
-//!   that handed the lock over);
+//!   grant (an Acquire by that session for that lock, a release of that lock, or a cancel,
+//!   close or expiry that handed the lock over);
 //! - no committed entry was ever replaced by another (recorded by the log stores);
 //! - after the final restart of every node, a lock is not held under a token whose release was
 //!   acknowledged, nor under a token older than the newest acknowledged grant; and a lock whose
@@ -44,11 +44,10 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
                     Some(Op::Acquire { session, name, .. }) => {
                         session.id.0 == op.session && *name == op.lock
                     }
+                    // A release hands over only the lock it names.
+                    Some(Op::Release { name, .. }) => *name == op.lock,
                     Some(
-                        Op::Release { .. }
-                        | Op::CancelWait { .. }
-                        | Op::CloseSession { .. }
-                        | Op::ExpireSessions { .. },
+                        Op::CancelWait { .. } | Op::CloseSession { .. } | Op::ExpireSessions { .. },
                     ) => true,
                     _ => false,
                 };
@@ -94,4 +93,99 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check;
+    use crate::checkers::testkit::{acquire, expire, messages, release, t, Hist};
+    use crate::history::OpKind;
+
+    /// Client 1 takes `a` (token 5), client 2 waits and gets it when 1 releases (token 8);
+    /// client 3 takes `b` (token 9) and its session expires (entry 12).
+    fn valid() -> Hist {
+        let mut h = Hist::default();
+        h.commit(5, acquire(1, "a"), 100, 105);
+        h.granted(1, "a", 100, 5, 110);
+        h.commit(6, acquire(2, "a"), 120, 125);
+        h.commit(8, release(1, "a", 5), 200, 205);
+        h.released(1, "a", 5, 200, 210);
+        h.granted(2, "a", 120, 8, 210);
+        h.commit(9, acquire(3, "b"), 300, 305);
+        h.granted(3, "b", 300, 9, 310);
+        h.commit(12, expire(&[3]), 900, 905);
+        h.h.final_holders.insert("a".into(), Some((2, 8)));
+        h.h.final_holders.insert("b".into(), None);
+        h
+    }
+
+    #[test]
+    fn accepts_grants_backed_by_committed_entries_and_kept_after_restart() {
+        assert!(check(&valid().h).is_empty());
+    }
+
+    #[test]
+    fn rejects_an_acknowledged_grant_with_no_committed_entry_at_its_index() {
+        let mut h = valid();
+        h.granted(4, "c", 1000, 20, 1010);
+        let m = messages(&check(&h.h), "durability");
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].contains("token 20") && m[0].contains("None"), "{m:?}");
+    }
+
+    #[test]
+    fn rejects_a_grant_whose_index_holds_another_sessions_acquire() {
+        let mut h = valid();
+        h.commit(20, acquire(5, "c"), 1000, 1005);
+        h.granted(4, "c", 1000, 20, 1010);
+        assert_eq!(messages(&check(&h.h), "durability").len(), 1);
+    }
+
+    #[test]
+    fn rejects_a_grant_whose_index_holds_a_release_of_another_lock() {
+        let mut h = valid();
+        // Entry 8 released `a`; it cannot have handed over `b`.
+        h.granted(4, "b", 150, 8, 210);
+        let m = messages(&check(&h.h), "durability");
+        assert!(m.iter().any(|m| m.contains("token 8")), "{m:?}");
+    }
+
+    #[test]
+    fn rejects_a_committed_entry_that_changed() {
+        let mut h = valid();
+        h.h.record_commit(2, 13, 13, (1, 1), || Some(acquire(4, "c")), t(1000));
+        h.h.record_commit(3, 13, 13, (1, 1), || None, t(1001));
+        assert!(
+            check(&h.h).is_empty(),
+            "the same log id seen again is no change"
+        );
+        h.h.record_commit(3, 14, 13, (2, 3), || Some(acquire(5, "c")), t(1100));
+        let m = messages(&check(&h.h), "durability");
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].contains("committed entry 13 changed"), "{m:?}");
+    }
+
+    #[test]
+    fn rejects_a_lock_held_after_restart_under_a_released_token() {
+        let mut h = valid();
+        h.h.final_holders.insert("a".into(), Some((1, 5)));
+        let m = messages(&check(&h.h), "durability");
+        assert!(
+            m.iter()
+                .any(|m| m.contains("whose release was acknowledged")),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn rejects_a_lock_free_after_restart_whose_holder_never_released_nor_expired() {
+        let mut h = valid();
+        h.h.final_holders.insert("a".into(), None);
+        let m = messages(&check(&h.h), "durability");
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].contains("never released"), "{m:?}");
+        // A release that was tried but not answered may have taken effect.
+        h.op(2, "a", OpKind::Release { token: 8 }, 400, None);
+        assert!(check(&h.h).is_empty());
+    }
 }

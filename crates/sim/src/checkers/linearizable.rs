@@ -196,3 +196,78 @@ fn check_lock(h: &HistoryData, lock: &str) -> Option<Violation> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check;
+    use crate::checkers::testkit::{expire, messages, Hist};
+    use crate::history::{OpKind, Ret};
+
+    /// Client 1 takes `a` (5) and releases it; client 2, waiting meanwhile, gets it (8) and
+    /// keeps it until its session expires (entry 12); then client 3 gets it (14).
+    fn valid() -> Hist {
+        let mut h = Hist::default();
+        h.granted(1, "a", 100, 5, 110);
+        h.op(
+            2,
+            "a",
+            OpKind::Acquire,
+            150,
+            Some((Ret::Granted { token: 8 }, 260)),
+        );
+        h.released(1, "a", 5, 200, 250);
+        h.op(3, "a", OpKind::Acquire, 300, Some((Ret::NotGranted, 800)));
+        h.commit(12, expire(&[2]), 1_000, 1_050);
+        h.granted(3, "a", 1_100, 14, 1_110);
+        // A release by a non-holder is refused.
+        h.op(
+            1,
+            "a",
+            OpKind::Release { token: 5 },
+            1_200,
+            Some((Ret::NotHolder, 1_210)),
+        );
+        h
+    }
+
+    #[test]
+    fn accepts_a_lock_history_with_release_expiry_and_handover() {
+        assert!(check(&valid().h).is_empty());
+    }
+
+    #[test]
+    fn rejects_a_second_grant_while_the_holder_neither_released_nor_expired() {
+        let mut h = Hist::default();
+        h.granted(1, "a", 100, 5, 110);
+        h.granted(2, "a", 200, 8, 210);
+        let m = messages(&check(&h.h), "linearizable");
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].contains("not linearizable"), "{m:?}");
+    }
+
+    #[test]
+    fn rejects_a_grant_before_the_holders_expiry_was_proposed() {
+        let mut h = Hist::default();
+        h.granted(1, "a", 100, 5, 110);
+        h.granted(2, "a", 200, 8, 210);
+        h.commit(9, expire(&[1]), 300, 350);
+        assert_eq!(messages(&check(&h.h), "linearizable").len(), 1);
+    }
+
+    #[test]
+    fn rejects_a_grant_token_lower_than_a_previous_one() {
+        let mut h = Hist::default();
+        h.granted(1, "a", 100, 7, 110);
+        h.released(1, "a", 7, 200, 210);
+        h.granted(2, "a", 300, 5, 310);
+        assert_eq!(messages(&check(&h.h), "linearizable").len(), 1);
+    }
+
+    #[test]
+    fn rejects_a_release_acknowledged_to_a_non_holder() {
+        let mut h = Hist::default();
+        h.granted(1, "a", 100, 5, 110);
+        h.released(2, "a", 5, 200, 210);
+        assert_eq!(messages(&check(&h.h), "linearizable").len(), 1);
+    }
+}

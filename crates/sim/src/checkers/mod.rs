@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use crate::history::HistoryData;
 
+pub use deadline::hold_checks_before_end;
+
 #[derive(Debug, Clone)]
 pub struct Violation {
     pub checker: &'static str,
@@ -53,4 +55,192 @@ pub fn check_all(h: &HistoryData, config: &CheckConfig) -> Vec<Violation> {
 
 fn ms(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())
+}
+
+/// Hand-made histories for the checkers' unit tests. Times are in milliseconds of true time.
+#[cfg(test)]
+mod testkit {
+    use std::time::Duration;
+
+    use latchkey_core::{Op, SessionId, SessionKey};
+
+    use crate::history::{
+        Actor, Appended, Committed, Event, HistoryData, OpKind, ResourceOp, Ret, Step,
+    };
+
+    pub fn t(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    /// Client `c`'s first session generation.
+    pub fn actor(c: u32) -> Actor {
+        Actor {
+            client: c,
+            generation: 1,
+        }
+    }
+
+    pub fn key(session: u64) -> SessionKey {
+        SessionKey {
+            id: SessionId(session),
+            secret: 0,
+        }
+    }
+
+    pub fn acquire(session: u64, lock: &str) -> Op {
+        Op::Acquire {
+            session: key(session),
+            seq: 1,
+            name: lock.to_owned(),
+            wait: true,
+        }
+    }
+
+    pub fn release(session: u64, lock: &str, token: u64) -> Op {
+        Op::Release {
+            session: key(session),
+            seq: 2,
+            name: lock.to_owned(),
+            token,
+        }
+    }
+
+    pub fn expire(sessions: &[u64]) -> Op {
+        Op::ExpireSessions {
+            ids: sessions.iter().copied().map(SessionId).collect(),
+        }
+    }
+
+    #[derive(Default)]
+    pub struct Hist {
+        pub h: HistoryData,
+        next_id: u64,
+    }
+
+    impl Hist {
+        /// Client `c` (session `session`, named after the client: session `c`) invokes `op` at
+        /// `invoked`, answered with `ret` at its time, or never.
+        pub fn op(
+            &mut self,
+            c: u32,
+            lock: &str,
+            op: OpKind,
+            invoked: u64,
+            ret: Option<(Ret, u64)>,
+        ) {
+            self.op_in(actor(c), u64::from(c), lock, op, invoked, ret);
+        }
+
+        pub fn op_in(
+            &mut self,
+            actor: Actor,
+            session: u64,
+            lock: &str,
+            op: OpKind,
+            invoked: u64,
+            ret: Option<(Ret, u64)>,
+        ) {
+            self.next_id += 1;
+            let id = self.next_id;
+            self.h.events.push(Event::Invoke {
+                id,
+                actor,
+                session,
+                lock: lock.to_owned(),
+                op,
+                at: t(invoked),
+            });
+            if let Some((ret, at)) = ret {
+                self.h.events.push(Event::Return { id, ret, at: t(at) });
+            }
+        }
+
+        pub fn granted(&mut self, c: u32, lock: &str, invoked: u64, token: u64, at: u64) {
+            self.op(
+                c,
+                lock,
+                OpKind::Acquire,
+                invoked,
+                Some((Ret::Granted { token }, at)),
+            );
+        }
+
+        pub fn released(&mut self, c: u32, lock: &str, token: u64, invoked: u64, at: u64) {
+            self.op(
+                c,
+                lock,
+                OpKind::Release { token },
+                invoked,
+                Some((Ret::Released, at)),
+            );
+        }
+
+        /// Client `c` (holding `token`) wrote to the resource.
+        pub fn resource(
+            &mut self,
+            c: u32,
+            lock: &str,
+            token: u64,
+            at: u64,
+            step: Step,
+            accepted: bool,
+        ) {
+            self.h.resource.push(ResourceOp {
+                actor: actor(c),
+                lock: lock.to_owned(),
+                token,
+                at: t(at),
+                step,
+                accepted,
+            });
+        }
+
+        /// A critical section of client `c` the resource accepted: read `read` at `begin`,
+        /// wrote `read + 1` at `end`.
+        pub fn section(&mut self, c: u32, lock: &str, token: u64, begin: u64, end: u64, read: u64) {
+            self.resource(c, lock, token, begin, Step::Begin { read }, true);
+            self.resource(c, lock, token, end, Step::Commit { wrote: read + 1 }, true);
+        }
+
+        /// Entry `index` of leader (term 1, node 1), first appended at `appended` and known
+        /// committed at `known`.
+        pub fn commit(&mut self, index: u64, op: Op, appended: u64, known: u64) {
+            let leader = (1, 1);
+            self.h.appended.insert(
+                (index, leader.0, leader.1),
+                Appended {
+                    index,
+                    leader,
+                    op: Some(op.clone()),
+                    first_at: t(appended),
+                },
+            );
+            self.h.committed.insert(
+                index,
+                Committed {
+                    leader,
+                    op: Some(op),
+                    known_at: t(known),
+                },
+            );
+        }
+
+        pub fn hold_check(&mut self, c: u32, lock: &str, token: u64, at: u64) {
+            self.h.events.push(Event::HoldCheck {
+                actor: actor(c),
+                session: u64::from(c),
+                lock: lock.to_owned(),
+                token,
+                at: t(at),
+            });
+        }
+    }
+
+    /// The messages of `violations`, all from `checker`.
+    pub fn messages(violations: &[super::Violation], checker: &str) -> Vec<String> {
+        for v in violations {
+            assert_eq!(v.checker, checker, "{v}");
+        }
+        violations.iter().map(|v| v.message.clone()).collect()
+    }
 }
