@@ -106,6 +106,15 @@ async fn acquire(
     .map(|r| r.into_inner())
 }
 
+async fn describe(c: &mut LocksClient<Channel>, name: &str) -> pb::LockInfo {
+    c.describe(pb::DescribeRequest { name: name.into() })
+        .await
+        .expect("describe")
+        .into_inner()
+        .lock
+        .expect("describe answers with a lock")
+}
+
 fn granted(r: &pb::AcquireResponse) -> u64 {
     assert_eq!(r.result, pb::AcquireResult::Granted as i32, "{r:?}");
     r.token
@@ -133,13 +142,7 @@ async fn a_release_hands_the_lock_to_the_queued_waiter_with_a_higher_token() {
     // Wait until b is visibly queued, then release.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let d = c
-            .describe(pb::DescribeRequest { name: "job".into() })
-            .await
-            .unwrap()
-            .into_inner()
-            .lock
-            .unwrap();
+        let d = describe(&mut c, "job").await;
         if d.waiters == 1 {
             assert_eq!(d.token, t1);
             break;
@@ -173,13 +176,7 @@ async fn a_release_hands_the_lock_to_the_queued_waiter_with_a_higher_token() {
         .unwrap()
         .into_inner();
     assert!(!stale.released);
-    let d = c
-        .describe(pb::DescribeRequest { name: "job".into() })
-        .await
-        .unwrap()
-        .into_inner()
-        .lock
-        .unwrap();
+    let d = describe(&mut c, "job").await;
     assert!(d.held);
     assert_eq!((d.session, d.token), (b.id, t2));
     node.stop().await;
@@ -198,13 +195,7 @@ async fn try_lock_and_wait_timeout_answer_not_granted_and_leave_no_waiter() {
     let r = acquire(&mut c, &b, 2, "x", 300).await.unwrap();
     assert_eq!(r.result, pb::AcquireResult::NotGranted as i32);
     // The timed-out wait left the queue through the log.
-    let d = c
-        .describe(pb::DescribeRequest { name: "x".into() })
-        .await
-        .unwrap()
-        .into_inner()
-        .lock
-        .unwrap();
+    let d = describe(&mut c, "x").await;
     assert_eq!(d.waiters, 0);
     // A retry of the timed-out request returns its original outcome.
     let r = acquire(&mut c, &b, 2, "x", 300).await.unwrap();
@@ -327,15 +318,7 @@ async fn a_restart_keeps_sessions_locks_queues_and_the_token_sequence() {
 
     let mut node = TestNode::start(dir.path(), Some(addr)).await;
     let mut c = node.client().await;
-    let d = c
-        .describe(pb::DescribeRequest {
-            name: "keep".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .lock
-        .unwrap();
+    let d = describe(&mut c, "keep").await;
     assert_eq!((d.held, d.session, d.token), (true, a.id, t1));
     // a's seq 1 retry still answers its original grant.
     assert_eq!(
