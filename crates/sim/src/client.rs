@@ -9,8 +9,11 @@
 //!
 //! Faults the harness injects through [`ClientControl`]: a *pause* (the whole client stops
 //! between reading and writing the resource for longer than the TTL, renewals included, then
-//! writes without looking at the clock, as a process resuming from a GC pause would) and a
-//! *crash* (the client abandons its session while holding a lock).
+//! writes without looking at the clock, as a process resuming from a GC pause would), a
+//! *crash* (the client abandons its session while holding a lock) and a *partition* (at its
+//! next critical section the client asks the harness to cut it off from every node for longer
+//! than the TTL, and keeps working: it checks its hold every 50–100 ms and stops at once when
+//! its deadline has passed).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -59,6 +62,11 @@ pub struct ClientControl {
     /// Pause for this many milliseconds (0: none).
     pub pause_ms: AtomicU64,
     pub crash: AtomicBool,
+    /// At the next critical section, be cut off from every node for this many milliseconds
+    /// (0: none).
+    pub cut_ms: AtomicU64,
+    /// The client's request to the harness: cut me off now, for this many milliseconds.
+    pub cut_now_ms: AtomicU64,
     /// True-time nanoseconds until which the whole client is paused.
     paused_until_ns: AtomicU64,
 }
@@ -338,6 +346,21 @@ pub async fn run(
                 // A newer holder wrote already: we lost the lock, whatever our clock says.
                 continue 'sessions;
             };
+            let cut_ms = control.cut_ms.swap(0, Ordering::Relaxed);
+            if cut_ms > 0 {
+                // Cut off from the cluster mid-critical-section: keep working, checking the hold
+                // often, and stop at once when the deadline has passed. (Should the harness not
+                // cut, e.g. the safety phase ended, the section just ends normally.)
+                control.cut_now_ms.store(cut_ms, Ordering::Relaxed);
+                let until = true_now() + Duration::from_millis(cut_ms);
+                while true_now() < until {
+                    let step = rng.random_range(50..=100);
+                    tokio::time::sleep(Duration::from_millis(step)).await;
+                    if !hold_check(&history, actor, &lease, key.id, &lock, token) {
+                        continue 'sessions;
+                    }
+                }
+            }
             let pause_ms = control.pause_ms.swap(0, Ordering::Relaxed);
             if pause_ms > 0 {
                 let until = true_now() + Duration::from_millis(pause_ms);

@@ -4,7 +4,8 @@
 //! 1. `0 .. safety_end`: the safety phase. Clients work; the seeded fault schedule partitions
 //!    (both ways and one way), isolates the leader, crashes and restarts nodes (losing unsynced
 //!    writes), holds a node's messages (a paused process, seen from the network), drops and
-//!    delays messages, and pauses or kills clients.
+//!    delays messages, pauses or kills clients, and cuts a client off from every node for longer
+//!    than its TTL while it works in a critical section.
 //! 2. `safety_end`: every fault heals: links repaired, held messages delivered, crashed nodes
 //!    restarted.
 //! 3. The liveness phase: no faults; acquires must be granted.
@@ -174,6 +175,18 @@ struct Faults {
     next_at: Duration,
     /// Every host's name (nodes and clients).
     hosts: Vec<String>,
+    /// Client cuts drawn but not yet asked for by their client (it asks at its next critical
+    /// section): client index -> direction.
+    client_cuts: BTreeMap<usize, CutDirection>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum CutDirection {
+    Both,
+    /// The client's messages to the nodes are lost; their answers would arrive.
+    FromClient,
+    /// The nodes' messages to the client are lost; its requests arrive.
+    ToClient,
 }
 
 pub fn run(config: &RunConfig) -> RunReport {
@@ -250,6 +263,7 @@ pub fn run(config: &RunConfig) -> RunReport {
             .map(node_name)
             .chain((1..=config.clients).map(client_name))
             .collect(),
+        client_cuts: BTreeMap::new(),
     };
     let mut crash_rng = StdRng::seed_from_u64(rng.random());
     let final_read: Rc<RefCell<bool>> = Rc::default();
@@ -288,6 +302,11 @@ pub fn run(config: &RunConfig) -> RunReport {
                 now,
             );
         } else if !healed {
+            for c in &controls {
+                c.cut_ms.store(0, Ordering::Relaxed);
+                c.cut_now_ms.store(0, Ordering::Relaxed);
+            }
+            faults.client_cuts.clear();
             heal_all(&mut sim, &mut faults, config);
             history.with(|h| h.healed_at = Some(now));
             faults
@@ -438,6 +457,37 @@ fn inject(
         sim.set_link_max_message_latency(a.as_str(), b.as_str(), Duration::from_millis(2));
         false
     });
+    // Cut off the clients that asked for it (they reached the critical section of a cut drawn
+    // earlier).
+    for (i, control) in controls.iter().enumerate() {
+        let ms = control.cut_now_ms.swap(0, Ordering::Relaxed);
+        if ms == 0 {
+            continue;
+        }
+        let direction = f.client_cuts.remove(&i).unwrap_or(CutDirection::Both);
+        let c = client_name(i as u32 + 1);
+        let heal_at = now + Duration::from_millis(ms);
+        for n in (1..=config.nodes).map(node_name) {
+            match direction {
+                CutDirection::Both => {
+                    sim.partition(c.as_str(), n.as_str());
+                    f.cut.push((c.clone(), n, false, heal_at));
+                }
+                CutDirection::FromClient => {
+                    sim.partition_oneway(c.as_str(), n.as_str());
+                    f.cut.push((c.clone(), n, true, heal_at));
+                }
+                CutDirection::ToClient => {
+                    sim.partition_oneway(n.as_str(), c.as_str());
+                    f.cut.push((n, c.clone(), true, heal_at));
+                }
+            }
+        }
+        f.log.push(stamp(format!(
+            "cut client {c} off from every node ({direction:?}) for {ms} ms, in its critical \
+             section"
+        )));
+    }
     if now < f.next_at {
         return;
     }
@@ -448,7 +498,7 @@ fn inject(
     let other = (node + rng.random_range(1..config.nodes) - 1) % config.nodes + 1;
     let last = Duration::from_millis(rng.random_range(300..=5_000));
     let (a, b) = (node_name(node), node_name(other));
-    match rng.random_range(0..100) {
+    match rng.random_range(0..124) {
         0..=19 => {
             let one_way = rng.random_bool(0.4);
             if one_way {
@@ -516,6 +566,25 @@ fn inject(
             controls[c].pause_ms.store(pause, Ordering::Relaxed);
             f.log.push(stamp(format!(
                 "pause client c{} for {pause} ms at its next write",
+                c + 1
+            )));
+        }
+        100..=123 => {
+            let c = rng.random_range(0..controls.len());
+            if f.client_cuts.contains_key(&c) {
+                return;
+            }
+            let ms = config.ttl.as_millis() as u64 * rng.random_range(12..=25) / 10;
+            let direction = match rng.random_range(0..10) {
+                0..=4 => CutDirection::Both,
+                5..=7 => CutDirection::FromClient,
+                _ => CutDirection::ToClient,
+            };
+            controls[c].cut_ms.store(ms, Ordering::Relaxed);
+            f.client_cuts.insert(c, direction);
+            f.log.push(stamp(format!(
+                "cut client c{} off from every node ({direction:?}) for {ms} ms at its next \
+                 critical section",
                 c + 1
             )));
         }
