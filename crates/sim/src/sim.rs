@@ -302,9 +302,14 @@ pub fn run(config: &RunConfig) -> RunReport {
                 now,
             );
         } else if !healed {
+            // Client faults armed "at the next write/grant/critical section" that have not
+            // fired yet are disarmed too: firing in the liveness phase they would be faults
+            // after the heal (a holder paused or killed there legitimately starves waiters).
             for c in &controls {
                 c.cut_ms.store(0, Ordering::Relaxed);
                 c.cut_now_ms.store(0, Ordering::Relaxed);
+                c.pause_ms.store(0, Ordering::Relaxed);
+                c.crash.store(false, Ordering::Relaxed);
             }
             faults.client_cuts.clear();
             heal_all(&mut sim, &mut faults, config);
