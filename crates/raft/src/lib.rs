@@ -8,10 +8,13 @@
 //!   [`StateHandle`], the server's read handle; [`ApplyObserver`], told of every applied command.
 //! - [`snapshot`]: the snapshot file format (versioned header, checksum, postcard) and its atomic
 //!   write.
+//! - [`runtime`]: [`LatchkeyRuntime`], openraft's tokio runtime with a seedable RNG
+//!   ([`seed_thread_rng`]), so the simulation can replay openraft's random election timeouts.
 //!
 //! The log itself lives in `latchkey-log-store` ([`LogStore`]). A node is assembled as
 //! `Raft::new(id, config, network, LogStore::open(..)?, LockStateMachine::open(..)?)`.
 
+pub mod runtime;
 pub mod snapshot;
 pub mod state_machine;
 
@@ -20,18 +23,21 @@ use std::fmt;
 use latchkey_core::{Command, Op};
 use serde::{Deserialize, Serialize};
 
+pub use runtime::{seed_thread_rng, LatchkeyRuntime};
 pub use state_machine::{
     ApplyObserver, LockSnapshotBuilder, LockStateMachine, NoopObserver, StateHandle,
 };
 
 openraft::declare_raft_types!(
     /// The types of latchkey's Raft group: lock commands in, their outcomes out, `u64` node ids,
-    /// nodes addressed by `BasicNode { addr }`, on tokio.
+    /// nodes addressed by `BasicNode { addr }`, on tokio ([`LatchkeyRuntime`]: tokio with an RNG
+    /// the simulation can seed; OS-seeded unless [`seed_thread_rng`] is called).
     pub TypeConfig:
         D = LogCommand,
         R = latchkey_core::Applied,
         NodeId = u64,
         Node = openraft::BasicNode,
+        AsyncRuntime = LatchkeyRuntime,
 );
 
 /// A [`Command`] as the Raft log carries it. openraft requires `Display` of log data (it logs
