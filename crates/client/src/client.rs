@@ -8,9 +8,11 @@ use std::time::Duration;
 use latchkey_core::limits;
 use latchkey_proto::v1::locks_client::LocksClient;
 use latchkey_proto::v1::{self as pb};
-use tokio::time::Instant;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::env::{ClientEnv, Clock};
 use crate::error::{classify, Error, Failure};
 use crate::retry::{Backoff, RetryPolicy};
 use crate::session::Session;
@@ -49,6 +51,9 @@ pub struct Client {
 
 struct Inner {
     config: ClientConfig,
+    env: ClientEnv,
+    /// Jitter of retries, seeded by `env.seed`.
+    rng: Mutex<StdRng>,
     /// The endpoints given to `connect`, as URIs.
     seeds: Vec<String>,
     route: Mutex<Route>,
@@ -109,6 +114,16 @@ impl Client {
         endpoints: impl IntoIterator<Item = impl Into<String>>,
         config: ClientConfig,
     ) -> Result<Client, Error> {
+        Client::with_env(endpoints, config, ClientEnv::default())
+    }
+
+    /// Like [`Client::with_config`], reading time, opening connections and drawing jitter
+    /// through `env` (the simulation's seams).
+    pub fn with_env(
+        endpoints: impl IntoIterator<Item = impl Into<String>>,
+        config: ClientConfig,
+        env: ClientEnv,
+    ) -> Result<Client, Error> {
         let seeds = endpoints
             .into_iter()
             .map(|e| endpoint_uri(&e.into()))
@@ -121,6 +136,11 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Inner {
                 config,
+                rng: Mutex::new(match env.seed {
+                    Some(seed) => StdRng::seed_from_u64(seed),
+                    None => StdRng::from_os_rng(),
+                }),
+                env,
                 seeds,
                 route: Mutex::new(Route::default()),
             }),
@@ -129,6 +149,11 @@ impl Client {
 
     pub fn config(&self) -> &ClientConfig {
         &self.inner.config
+    }
+
+    /// The clock every deadline of this client is measured on.
+    pub(crate) fn clock(&self) -> &dyn Clock {
+        &*self.inner.env.clock
     }
 
     /// Opens a session with lease `ttl` (1 s to 1 h) and starts its background renewal.
@@ -179,7 +204,7 @@ impl Client {
     /// (a status probe must report an unreachable node rather than retry elsewhere).
     pub async fn node_status(&self, endpoint: &str) -> Result<NodeStatus, Error> {
         let uri = endpoint_uri(endpoint)?;
-        let start = Instant::now();
+        let start = self.clock().now();
         let timeout = self.inner.config.rpc_timeout;
         let mut client = self.locks_client(&uri);
         let mut request = tonic::Request::new(pb::NodeStatusRequest {});
@@ -212,7 +237,7 @@ impl Client {
                 message: format!("no answer within {timeout:?}"),
             },
         };
-        Err(give_up(failure, 1, start.elapsed()))
+        Err(give_up(failure, 1, self.clock().now() - start))
     }
 
     fn short(&self) -> CallOpts {
@@ -229,13 +254,7 @@ impl Client {
             route
                 .channels
                 .entry(uri.to_owned())
-                .or_insert_with(|| {
-                    Endpoint::from_shared(uri.to_owned())
-                        .expect("endpoint URIs are validated before use")
-                        .connect_timeout(self.inner.config.connect_timeout)
-                        .tcp_nodelay(true)
-                        .connect_lazy()
-                })
+                .or_insert_with(|| self.inner.env.connector.channel(uri, &self.inner.config))
                 .clone()
         };
         LocksClient::new(channel)
@@ -308,7 +327,8 @@ impl Client {
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
         let policy = &self.inner.config.retry;
-        let start = Instant::now();
+        let clock = self.clock();
+        let start = clock.now();
         let mut backoff = match opts.backoff_max {
             Some(max) => Backoff::new(&RetryPolicy {
                 backoff_initial: policy.backoff_initial.min(max),
@@ -351,16 +371,20 @@ impl Client {
                     false
                 }
             };
-            if attempts >= policy.attempts_max || start.elapsed() >= policy.elapsed_max {
-                return Err(give_up(failure, attempts, start.elapsed()));
+            let elapsed = clock.now() - start;
+            if attempts >= policy.attempts_max || elapsed >= policy.elapsed_max {
+                return Err(give_up(failure, attempts, elapsed));
             }
             tracing::debug!(attempt = attempts, ?failure, "retrying");
             // A fresh leader hint is worth trying at once, but only the first time in a row:
             // hints that bounce between nodes during an election get the backoff.
             if !(hinted && attempts == 1) {
-                let delay = backoff.next_delay(&mut rand::rng());
-                let budget_left = policy.elapsed_max.saturating_sub(start.elapsed());
-                tokio::time::sleep(delay.min(budget_left)).await;
+                let delay = {
+                    let mut rng = self.inner.rng.lock().expect("rng lock poisoned");
+                    backoff.next_delay(&mut *rng)
+                };
+                let budget_left = policy.elapsed_max.saturating_sub(clock.now() - start);
+                tokio::time::sleep(clock.timer_duration(delay.min(budget_left))).await;
             }
         }
     }

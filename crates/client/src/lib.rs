@@ -51,8 +51,11 @@
 //! - [`types`]: plain answers of the read-only calls (no protobuf types in this API).
 //! - [`error`]: [`Error`], and the one mapping from gRPC statuses.
 //! - [`retry`]: [`RetryPolicy`] and the jittered exponential backoff.
+//! - [`env`]: [`ClientEnv`], the seams for time, connections and jitter (the simulation runs
+//!   this library through them).
 
 pub mod client;
+pub mod env;
 pub mod error;
 pub mod lock;
 pub mod retry;
@@ -60,6 +63,7 @@ pub mod session;
 pub mod types;
 
 pub use client::{Client, ClientConfig};
+pub use env::{ClientEnv, Clock, Connector, SystemClock, TcpConnector};
 pub use error::Error;
 pub use lock::{
     fencing_header, fencing_headers, LockGuard, LockRequest, LOCK_HEADER, TOKEN_HEADER,

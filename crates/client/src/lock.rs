@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::client::CallOpts;
+use crate::env::{sleep_until, Clock};
 use crate::error::Error;
 use crate::session::{wait_lost, SessionShared};
 
@@ -73,7 +74,8 @@ impl<'a> LockRequest<'a> {
             .acquire()
             .await
             .expect("the in-flight semaphore is never closed");
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let clock = shared.client.clock();
+        let deadline = timeout.map(|t| clock.now() + t);
         loop {
             // One logical request: its seq is fixed here and reused by every re-send.
             let mut pending = PendingAcquire {
@@ -84,7 +86,7 @@ impl<'a> LockRequest<'a> {
                 armed: true,
             };
             loop {
-                let now = Instant::now();
+                let now = clock.now();
                 let give_up_at = deadline.map(|d| d + UNANSWERED_AFTER_DEADLINE_MAX);
                 let answer = tokio::select! {
                     r = acquire_once(shared, &self.name, pending.seq, deadline) => r,
@@ -93,7 +95,7 @@ impl<'a> LockRequest<'a> {
                         return Err(shared.lost_error().expect("lost"));
                     }
                     // Still armed: the background task settles the request.
-                    _ = sleep_until_some(give_up_at) => {
+                    _ = sleep_until_some(clock, give_up_at) => {
                         return Err(Error::WaitTimedOut { name: self.name });
                     }
                 };
@@ -102,7 +104,7 @@ impl<'a> LockRequest<'a> {
                     // The retry budget of one call ran out (a long election, a partition):
                     // keep trying under the same seq while the session and the wait last.
                     Err(Error::Unavailable { .. } | Error::Transport { .. })
-                        if give_up_at.is_none_or(|t| Instant::now() < t) =>
+                        if give_up_at.is_none_or(|t| clock.now() < t) =>
                     {
                         continue
                     }
@@ -151,10 +153,10 @@ impl<'a> LockRequest<'a> {
 /// Cap of the backoff between attempts of one Acquire.
 const ACQUIRE_BACKOFF_MAX: Duration = Duration::from_millis(250);
 
-/// Sleeps until `at`, or forever.
-async fn sleep_until_some(at: Option<Instant>) {
+/// Sleeps until `clock` reads `at`, or forever.
+async fn sleep_until_some(clock: &dyn Clock, at: Option<Instant>) {
     match at {
-        Some(at) => tokio::time::sleep_until(at).await,
+        Some(at) => sleep_until(clock, at).await,
         None => std::future::pending().await,
     }
 }
@@ -168,7 +170,9 @@ async fn acquire_once(
 ) -> Result<pb::AcquireResponse, Error> {
     let wait_timeout_ms = match deadline {
         None => WAIT_TIMEOUT_MS_MAX,
-        Some(d) => ms(d.saturating_duration_since(Instant::now())).min(WAIT_TIMEOUT_MS_MAX),
+        Some(d) => {
+            ms(d.saturating_duration_since(shared.client.clock().now())).min(WAIT_TIMEOUT_MS_MAX)
+        }
     };
     // The server long-polls at most ACQUIRE_POLL_MS_MAX whatever we ask (a re-attach may go by
     // the original wait), so every attempt allows a full poll.
@@ -294,9 +298,12 @@ impl LockGuard {
         wait_lost(self.lost.clone())
     }
 
-    /// Whether [`LockGuard::lost`] has completed.
+    /// Whether the lock may be lost: [`LockGuard::lost`] has completed, or the session's
+    /// deadline has passed on this client's clock. The second is checked here, not left to the
+    /// renewal task's timer, so that a holder that resumes from a pause and asks before
+    /// writing gets the true answer.
     pub fn is_lost(&self) -> bool {
-        self.lost.borrow().is_some()
+        self.lost.borrow().is_some() || self.shared.may_be_lost()
     }
 
     /// Why the lock may be lost, once it may be.

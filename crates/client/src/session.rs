@@ -22,9 +22,10 @@ use std::time::Duration;
 use latchkey_proto::v1 as pb;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::{sleep_until, Instant};
+use tokio::time::Instant;
 
 use crate::client::{CallOpts, Client};
+use crate::env::sleep_until;
 use crate::error::Error;
 use crate::lock::LockRequest;
 
@@ -171,6 +172,12 @@ impl SessionShared {
         });
     }
 
+    /// Lost, or past the deadline on the client's clock.
+    pub(crate) fn may_be_lost(&self) -> bool {
+        self.lost.borrow().is_some()
+            || self.client.clock().now() >= *self.deadline.lock().expect("deadline lock poisoned")
+    }
+
     pub(crate) fn lost_error(&self) -> Option<Error> {
         self.lost.borrow().as_ref().map(|why| Error::SessionLost {
             id: self.key.id,
@@ -239,7 +246,7 @@ impl Session {
         // Before the first attempt: the lease starts no earlier than this on the server.
         // A retry after a lost answer may leave an orphan session on the server; it holds
         // nothing and expires after its TTL.
-        let sent = Instant::now();
+        let sent = client.clock().now();
         let (response, answered) = client
             .call_traced(
                 opts,
@@ -316,9 +323,11 @@ impl Session {
         }
     }
 
-    /// Whether the session may have been lost.
+    /// Whether the session may have been lost: [`Session::lost`] has completed, or the
+    /// deadline has passed on this client's clock (exact even when the renewal task has not
+    /// run since, as after a process pause).
     pub fn is_lost(&self) -> bool {
-        self.shared.lost.borrow().is_some()
+        self.shared.may_be_lost()
     }
 
     /// Completes when the session may have been lost.
@@ -437,13 +446,14 @@ impl FailoverDetector {
 /// The renewal task: one per session, owned by its [`Session`].
 async fn renew(shared: Arc<SessionShared>, mut lease: Lease, endpoint: String) {
     let key = shared.key;
+    let clock = shared.client.clock();
     let mut failovers = FailoverDetector::new(endpoint);
     loop {
         tokio::select! {
-            _ = sleep_until(lease.deadline()) => break,
-            _ = sleep_until(lease.next_renewal()) => {}
+            _ = sleep_until(clock, lease.deadline()) => break,
+            _ = sleep_until(clock, lease.next_renewal()) => {}
         }
-        let sent = Instant::now();
+        let sent = clock.now();
         let until_deadline = lease.deadline().saturating_duration_since(sent);
         // A renewal races its deadline: short attempts (a paused or partitioned node must not
         // hold it for long) and frequent retries, so that it reaches a new leader soon after
@@ -471,7 +481,7 @@ async fn renew(shared: Arc<SessionShared>, mut lease: Lease, endpoint: String) {
             );
         let result = tokio::select! {
             r = call => r,
-            _ = sleep_until(lease.deadline()) => break,
+            _ = sleep_until(clock, lease.deadline()) => break,
         };
         match result {
             Ok((response, answered)) => match response.leases.iter().find(|l| l.id == key.id) {
@@ -493,7 +503,7 @@ async fn renew(shared: Arc<SessionShared>, mut lease: Lease, endpoint: String) {
                 }
                 None => {
                     tracing::warn!(session = key.id, "KeepAlive answer without this session");
-                    lease.failed(Instant::now());
+                    lease.failed(clock.now());
                 }
             },
             Err(Error::SessionNotFound { message }) => {
@@ -503,7 +513,7 @@ async fn renew(shared: Arc<SessionShared>, mut lease: Lease, endpoint: String) {
             Err(e) => {
                 tracing::warn!(session = key.id, error = %e, "renewal failed; retrying");
                 failovers.failed();
-                lease.failed(Instant::now());
+                lease.failed(clock.now());
             }
         }
     }

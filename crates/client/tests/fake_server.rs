@@ -350,3 +350,50 @@ async fn reads_map_to_plain_structs() {
     assert_eq!(lock.waiters, 2);
     assert!(client.list("").await.unwrap().locks.is_empty());
 }
+
+/// tokio's clock plus an offset the test moves forward: a process that was paused, as its
+/// monotonic clock sees it on resuming.
+#[derive(Default)]
+struct JumpClock(Mutex<Duration>);
+
+impl latchkey_client::Clock for JumpClock {
+    fn now(&self) -> Instant {
+        Instant::now() + *self.0.lock().unwrap()
+    }
+}
+
+#[tokio::test]
+async fn is_lost_reads_the_clock_so_a_resumed_holder_sees_its_deadline_passed() {
+    let (leader, _) = cluster(Script {
+        grant: true,
+        ..Script::default()
+    })
+    .await;
+    let addr = serve(leader).await;
+    let clock = Arc::new(JumpClock::default());
+    let env = latchkey_client::ClientEnv {
+        clock: clock.clone(),
+        ..latchkey_client::ClientEnv::default()
+    };
+    let client = Client::with_env(
+        [addr.to_string()],
+        latchkey_client::ClientConfig::default(),
+        env,
+    )
+    .unwrap();
+    let session = client.session(Duration::from_secs(10)).await.unwrap();
+    let guard = session.lock("a").wait(None).await.unwrap();
+    assert!(!guard.is_lost());
+    // 9 s pass on the client's clock while no task runs: past the 8 s deadline (TTL - TTL/5).
+    *clock.0.lock().unwrap() = Duration::from_secs(9);
+    assert!(
+        guard.is_lost(),
+        "the deadline has passed on the client's clock"
+    );
+    assert!(session.is_lost());
+    // The renewal task notices at its next wake-up and says why.
+    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("lost() must complete");
+    assert!(guard.lost_reason().is_some());
+}
