@@ -74,6 +74,17 @@ impl Clock for DriftClock {
     }
 }
 
+/// The client library reads the same clock through its own seam.
+impl latchkey_client::Clock for DriftClock {
+    fn now(&self) -> Instant {
+        <DriftClock as Clock>::now(self)
+    }
+
+    fn timer_duration(&self, local: Duration) -> Duration {
+        self.true_duration(local)
+    }
+}
+
 /// Session secrets from a seed.
 #[derive(Debug)]
 pub struct SeededEntropy(Mutex<StdRng>);

@@ -3,6 +3,9 @@
 //! checkers can order events that hosts measured on drifting clocks.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::{DefaultHasher, Hasher};
+use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -98,6 +101,40 @@ pub struct Committed {
     pub op: Option<Op>,
     /// When a member first saved a commit index covering it: the entry was committed by then.
     pub known_at: Duration,
+    /// [`entry_digest`] of the whole entry (log id's leader and payload, including what `op`
+    /// leaves out: the leader's timestamp, membership changes), compared with every later
+    /// sighting of this index.
+    pub digest: u64,
+    /// The member that first saw it committed.
+    pub seen_by: u64,
+}
+
+/// One entry in a member's log, as [`HistoryData::record_commits`] compares it.
+pub trait LogEntry {
+    /// `(term, leader node)` of the entry's log id.
+    fn leader(&self) -> (u64, u64);
+    /// [`entry_digest`] of the entry.
+    fn digest(&self) -> u64;
+    /// The lock-table operation it carries, if any.
+    fn op(&self) -> Option<Op>;
+}
+
+/// A digest of a log entry: its log id's `(term, leader node)` and the `Debug` rendering of its
+/// whole payload (every payload type in the log renders all its fields, and only from ordered
+/// collections, so equal entries give equal digests). Only compared within one run.
+pub fn entry_digest(leader: (u64, u64), payload: &dyn fmt::Debug) -> u64 {
+    struct Feed<'a>(&'a mut DefaultHasher);
+    impl fmt::Write for Feed<'_> {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            self.0.write(s.as_bytes());
+            Ok(())
+        }
+    }
+    let mut hasher = DefaultHasher::new();
+    hasher.write_u64(leader.0);
+    hasher.write_u64(leader.1);
+    fmt::write(&mut Feed(&mut hasher), format_args!("{payload:?}")).expect("hashing never fails");
+    hasher.finish()
 }
 
 #[derive(Debug, Default)]
@@ -106,7 +143,14 @@ pub struct HistoryData {
     pub resource: Vec<ResourceOp>,
     /// Keyed by `(index, term, leader node)`.
     pub appended: BTreeMap<(u64, u64, u64), Appended>,
+    /// Every index any member saw committed, with the entry it saw first. Bounded by the
+    /// number of entries one run commits (a run is minutes of simulated time), so it is kept
+    /// whole; the grant checks need the entries anyway. Each member's sighting is compared
+    /// with it and then dropped, so members add nothing per index.
     pub committed: BTreeMap<u64, Committed>,
+    /// Per member, `(life, index)`: the highest index compared against [`Self::committed`] in
+    /// that life of the member (its disk's crash generation). One element per member.
+    pub commit_checked: BTreeMap<u64, (u64, u64)>,
     /// Violations found while recording (a committed index whose entry changed).
     pub recorded_violations: Vec<String>,
     /// The newest leader seen appending its own entries: `(term, node)`.
@@ -157,6 +201,7 @@ impl History {
             resource: h.resource.clone(),
             appended: h.appended.clone(),
             committed: h.committed.clone(),
+            commit_checked: h.commit_checked.clone(),
             recorded_violations: h.recorded_violations.clone(),
             leader: h.leader,
             final_holders: h.final_holders.clone(),
@@ -167,32 +212,67 @@ impl History {
 }
 
 impl HistoryData {
-    /// Records that `node` found entry `index`, from `leader`, under its commit index `upto`.
-    /// The first sighting fixes the committed entry; a later one from another leader means a
-    /// committed entry was replaced, which [`crate::checkers`] reports.
+    /// Records that `node`, in its life `life`, saved commit index `upto` (openraft then
+    /// applies up to it), and compares every entry that became committed for it: every index
+    /// above the last one it compared in this life, up to `upto`, not only the newest (a
+    /// lagging member learns of many at once, most of them already seen committed by others).
+    /// `held(range)` yields the entries the member's log holds in `range`, by index. In a new
+    /// life the member's log may have lost and refetched entries, so everything it holds up to
+    /// `upto` is compared again. Entries it no longer holds (purged into a snapshot) are
+    /// skipped.
+    pub fn record_commits<E: LogEntry, I: IntoIterator<Item = (u64, E)>>(
+        &mut self,
+        node: u64,
+        life: u64,
+        upto: u64,
+        held: impl FnOnce(RangeInclusive<u64>) -> I,
+        at: Duration,
+    ) {
+        let from = match self.commit_checked.get(&node) {
+            Some(&(l, checked)) if l == life => checked.saturating_add(1),
+            _ => 0,
+        };
+        if from > upto {
+            return;
+        }
+        self.commit_checked.insert(node, (life, upto));
+        for (index, e) in held(from..=upto) {
+            self.record_commit(node, upto, index, &e, at);
+        }
+    }
+
+    /// Records that `node` holds `entry` at `index`, under its commit index `upto`. The first
+    /// sighting fixes the committed entry; a later one with another digest means a committed
+    /// entry was replaced, which [`crate::checkers`] reports.
     pub fn record_commit(
         &mut self,
         node: u64,
         upto: u64,
         index: u64,
-        leader: (u64, u64),
-        op: impl FnOnce() -> Option<Op>,
+        entry: &impl LogEntry,
         at: Duration,
     ) {
+        let digest = entry.digest();
         match self.committed.get(&index) {
-            Some(c) if c.leader != leader => self.recorded_violations.push(format!(
-                "committed entry {index} changed: it was from leader {:?}, node {node} now has \
-                 one from leader {leader:?} under commit index {upto}",
-                c.leader
+            Some(c) if c.digest != digest => self.recorded_violations.push(format!(
+                "committed entry {index} changed: node {} saw it committed by {} as {}, node \
+                 {node} now has {} under commit index {upto} at {}",
+                c.seen_by,
+                secs(c.known_at),
+                describe(c.leader, &c.op, c.digest),
+                describe(entry.leader(), &entry.op(), digest),
+                secs(at),
             )),
             Some(_) => {}
             None => {
                 self.committed.insert(
                     index,
                     Committed {
-                        leader,
-                        op: op(),
+                        leader: entry.leader(),
+                        op: entry.op(),
                         known_at: at,
+                        digest,
+                        seen_by: node,
                     },
                 );
             }
@@ -257,6 +337,14 @@ impl HistoryData {
         }
         out
     }
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.3}s", d.as_secs_f64())
+}
+
+fn describe(leader: (u64, u64), op: &Option<Op>, digest: u64) -> String {
+    format!("{{leader {leader:?}, op {op:?}, digest {digest:016x}}}")
 }
 
 #[derive(Debug, Clone)]

@@ -2,7 +2,8 @@
 //!
 //! - [`incoming`]: the accepted connections of a turmoil listener, as the stream
 //!   `latchkey_server::run_with_store` serves.
-//! - [`channel`] / [`SimConnector`]: lazily connected tonic channels that dial turmoil TCP. Every
+//! - [`channel`] / [`SimConnector`]: lazily connected tonic channels that dial turmoil TCP, for
+//!   the servers' peer traffic and for the client library. Every
 //!   channel has HTTP/2 keepalives: turmoil's TCP does not retransmit, so a partition can eat a
 //!   segment and wedge a connection that never errors; the keepalive notices and reconnects.
 
@@ -82,12 +83,19 @@ pub fn channel(addr: &str) -> Result<Channel, String> {
         })))
 }
 
-/// The server's peer connector in the simulation.
+/// The server's peer connector and the client library's connector in the simulation.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SimConnector;
 
 impl PeerConnector for SimConnector {
     fn channel(&self, addr: &str) -> Result<Channel, String> {
         channel(addr)
+    }
+}
+
+impl latchkey_client::Connector for SimConnector {
+    fn channel(&self, uri: &str, _config: &latchkey_client::ClientConfig) -> Channel {
+        let addr = uri.strip_prefix("http://").unwrap_or(uri);
+        channel(addr).expect("the client validated the endpoint")
     }
 }

@@ -168,6 +168,8 @@ struct Faults {
     rng: StdRng,
     log: Vec<String>,
     crashed: BTreeMap<u64, Duration>,
+    /// Crashed clients (index) and when their hosts restart.
+    crashed_clients: BTreeMap<usize, Duration>,
     /// (a, b, one_way, heal_at)
     cut: Vec<(String, String, bool, Duration)>,
     held: Vec<(String, Duration)>,
@@ -193,6 +195,9 @@ pub fn run(config: &RunConfig) -> RunReport {
     let history = History::default();
     let resource = Resource::new(history.clone());
     let mut rng = StdRng::seed_from_u64(config.seed);
+    // openraft's election timeouts and ticker phases come from this thread's RNG (every host
+    // runs on it); seed it from the run's seed, without drawing from `rng`, so the run replays.
+    latchkey_raft::seed_thread_rng(config.seed ^ 0x6f70_656e_7261_6674);
     let mut sim = turmoil::Builder::new()
         .simulation_duration(Duration::from_secs(600))
         .tick_duration(Duration::from_millis(1))
@@ -245,16 +250,24 @@ pub fn run(config: &RunConfig) -> RunReport {
             stop_at,
             work_ms: (5, 150),
         };
-        sim.client(
-            client_name(id),
-            client::run(setup, history.clone(), resource.clone(), control),
-        );
+        // A host, not a turmoil client, so that it can be crashed like a process; every life
+        // runs the same software.
+        let (history, resource) = (history.clone(), resource.clone());
+        sim.host(client_name(id), move || {
+            client::run(
+                setup.clone(),
+                history.clone(),
+                resource.clone(),
+                control.clone(),
+            )
+        });
     }
 
     let mut faults = Faults {
         rng: StdRng::seed_from_u64(rng.random()),
         log: Vec::new(),
         crashed: BTreeMap::new(),
+        crashed_clients: BTreeMap::new(),
         cut: Vec::new(),
         held: Vec::new(),
         lossy: Vec::new(),
@@ -290,6 +303,7 @@ pub fn run(config: &RunConfig) -> RunReport {
         if now >= end || *final_read.borrow() {
             break;
         }
+        serve_client_requests(&mut sim, &mut faults, config, &controls, now, healed);
         if now < config.safety {
             inject(
                 &mut sim,
@@ -306,10 +320,7 @@ pub fn run(config: &RunConfig) -> RunReport {
             // fired yet are disarmed too: firing in the liveness phase they would be faults
             // after the heal (a holder paused or killed there legitimately starves waiters).
             for c in &controls {
-                c.cut_ms.store(0, Ordering::Relaxed);
-                c.cut_now_ms.store(0, Ordering::Relaxed);
-                c.pause_ms.store(0, Ordering::Relaxed);
-                c.crash.store(false, Ordering::Relaxed);
+                c.disarm();
             }
             faults.client_cuts.clear();
             heal_all(&mut sim, &mut faults, config);
@@ -462,37 +473,6 @@ fn inject(
         sim.set_link_max_message_latency(a.as_str(), b.as_str(), Duration::from_millis(2));
         false
     });
-    // Cut off the clients that asked for it (they reached the critical section of a cut drawn
-    // earlier).
-    for (i, control) in controls.iter().enumerate() {
-        let ms = control.cut_now_ms.swap(0, Ordering::Relaxed);
-        if ms == 0 {
-            continue;
-        }
-        let direction = f.client_cuts.remove(&i).unwrap_or(CutDirection::Both);
-        let c = client_name(i as u32 + 1);
-        let heal_at = now + Duration::from_millis(ms);
-        for n in (1..=config.nodes).map(node_name) {
-            match direction {
-                CutDirection::Both => {
-                    sim.partition(c.as_str(), n.as_str());
-                    f.cut.push((c.clone(), n, false, heal_at));
-                }
-                CutDirection::FromClient => {
-                    sim.partition_oneway(c.as_str(), n.as_str());
-                    f.cut.push((c.clone(), n, true, heal_at));
-                }
-                CutDirection::ToClient => {
-                    sim.partition_oneway(n.as_str(), c.as_str());
-                    f.cut.push((n, c.clone(), true, heal_at));
-                }
-            }
-        }
-        f.log.push(stamp(format!(
-            "cut client {c} off from every node ({direction:?}) for {ms} ms, in its critical \
-             section"
-        )));
-    }
     if now < f.next_at {
         return;
     }
@@ -601,6 +581,85 @@ fn inject(
             f.log
                 .push(stamp(format!("kill client c{} at its next grant", c + 1)));
         }
+    }
+}
+
+/// Carries out what clients asked for at their critical sections (cut me off, hold my
+/// messages, crash me) and restarts crashed clients that are due. Runs every step: a client
+/// may ask in the step the faults heal; after the heal, a crash it asked for restarts at once.
+fn serve_client_requests(
+    sim: &mut turmoil::Sim<'_>,
+    f: &mut Faults,
+    config: &RunConfig,
+    controls: &[Arc<ClientControl>],
+    now: Duration,
+    healed: bool,
+) {
+    let stamp = |s: String| format!("{:.3}s {s}", now.as_secs_f64());
+    let due: Vec<usize> = f
+        .crashed_clients
+        .iter()
+        .filter(|(_, t)| **t <= now || healed)
+        .map(|(i, _)| *i)
+        .collect();
+    for i in due {
+        f.crashed_clients.remove(&i);
+        let c = client_name(i as u32 + 1);
+        sim.bounce(c.as_str());
+        f.log.push(stamp(format!("restart client {c}")));
+    }
+    for (i, control) in controls.iter().enumerate() {
+        let c = client_name(i as u32 + 1);
+        if control.crash_now.swap(false, Ordering::Relaxed) {
+            sim.crash(c.as_str());
+            let down = Duration::from_millis(f.rng.random_range(200..=3_000));
+            f.crashed_clients
+                .insert(i, if healed { now } else { now + down });
+            f.log.push(stamp(format!(
+                "kill client {c} (holding a lock); restart after {down:?}"
+            )));
+        }
+        let ms = control.pause_now_ms.swap(0, Ordering::Relaxed);
+        if ms > 0 && !healed {
+            for h in f.hosts.iter().filter(|h| **h != c) {
+                sim.hold(c.as_str(), h.as_str());
+            }
+            f.held.push((c.clone(), now + Duration::from_millis(ms)));
+            f.log.push(stamp(format!(
+                "pause client {c} for {ms} ms (hold its messages), between its read and write"
+            )));
+        }
+    }
+    // Cut off the clients that asked for it (they reached the critical section of a cut drawn
+    // earlier).
+    for (i, control) in controls.iter().enumerate() {
+        let ms = control.cut_now_ms.swap(0, Ordering::Relaxed);
+        if ms == 0 || healed {
+            continue;
+        }
+        let direction = f.client_cuts.remove(&i).unwrap_or(CutDirection::Both);
+        let c = client_name(i as u32 + 1);
+        let heal_at = now + Duration::from_millis(ms);
+        for n in (1..=config.nodes).map(node_name) {
+            match direction {
+                CutDirection::Both => {
+                    sim.partition(c.as_str(), n.as_str());
+                    f.cut.push((c.clone(), n, false, heal_at));
+                }
+                CutDirection::FromClient => {
+                    sim.partition_oneway(c.as_str(), n.as_str());
+                    f.cut.push((c.clone(), n, true, heal_at));
+                }
+                CutDirection::ToClient => {
+                    sim.partition_oneway(n.as_str(), c.as_str());
+                    f.cut.push((n, c.clone(), true, heal_at));
+                }
+            }
+        }
+        f.log.push(stamp(format!(
+            "cut client {c} off from every node ({direction:?}) for {ms} ms, in its critical \
+             section"
+        )));
     }
 }
 

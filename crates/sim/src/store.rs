@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
 use std::io;
-use std::ops::RangeBounds;
+use std::ops::{RangeBounds, RangeInclusive};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::true_now;
-use crate::history::{Appended, History};
+use crate::history::{entry_digest, Appended, History, LogEntry};
 
 #[derive(Debug, Clone, Default)]
 struct DiskState {
@@ -211,22 +211,34 @@ impl SimLogStore {
         });
     }
 
+    /// Compares every entry that became committed for this node with what any node saw
+    /// committed at its index before (see [`crate::history::HistoryData::record_commits`]).
     fn record_committed(&self, upto: &LogId) {
         let at = true_now();
         let disk = self.disk();
-        let node = self.node;
         self.history.with(|h| {
-            let from = h
-                .committed
-                .keys()
-                .next_back()
-                .map_or(0, |i| i + 1)
-                .min(upto.index);
-            for (&index, e) in disk.view.log.range(from..=upto.index) {
-                let leader = (e.log_id.leader_id.term, e.log_id.leader_id.node_id);
-                h.record_commit(node, upto.index, index, leader, || op_of(e), at);
-            }
+            let held =
+                |range: RangeInclusive<u64>| disk.view.log.range(range).map(|(&i, e)| (i, Held(e)));
+            h.record_commits(self.node, self.generation, upto.index, held, at)
         });
+    }
+}
+
+/// An entry of a node's log, as the history compares it.
+struct Held<'a>(&'a Entry);
+
+impl LogEntry for Held<'_> {
+    fn leader(&self) -> (u64, u64) {
+        let id = &self.0.log_id.leader_id;
+        (id.term, id.node_id)
+    }
+
+    fn digest(&self) -> u64 {
+        entry_digest(self.leader(), &self.0.payload)
+    }
+
+    fn op(&self) -> Option<latchkey_core::Op> {
+        op_of(self.0)
     }
 }
 

@@ -3,7 +3,11 @@
 //! - an acknowledged grant's token is the index of a committed entry that could make that
 //!   grant (an Acquire by that session for that lock, a release of that lock, or a cancel,
 //!   close or expiry that handed the lock over);
-//! - no committed entry was ever replaced by another (recorded by the log stores);
+//! - no committed entry was ever replaced by another: for every log index, every member that
+//!   saw it committed held the same entry (same log id and payload digest) as the first one
+//!   that did. The log stores record it ([`HistoryData::record_commits`]) each time a member
+//!   saves a new commit index, for every index that became committed for it, not only the
+//!   newest;
 //! - after the final restart of every node, a lock is not held under a token whose release was
 //!   acknowledged, nor under a token older than the newest acknowledged grant; and a lock whose
 //!   newest acknowledged grant was neither released nor ended by its session's end is still held.
@@ -97,8 +101,11 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+    use std::ops::RangeInclusive;
+
     use super::check;
-    use crate::checkers::testkit::{acquire, expire, messages, release, t, Hist};
+    use crate::checkers::testkit::{acquire, expire, messages, release, t, Entry, Hist};
     use crate::history::OpKind;
 
     /// Client 1 takes `a` (token 5), client 2 waits and gets it when 1 releases (token 8);
@@ -153,16 +160,107 @@ mod tests {
     #[test]
     fn rejects_a_committed_entry_that_changed() {
         let mut h = valid();
-        h.h.record_commit(2, 13, 13, (1, 1), || Some(acquire(4, "c")), t(1000));
-        h.h.record_commit(3, 13, 13, (1, 1), || None, t(1001));
+        let first = Entry::new((1, 1), acquire(4, "c"));
+        h.h.record_commit(2, 13, 13, &first, t(1000));
+        h.h.record_commit(3, 13, 13, &first, t(1001));
         assert!(
             check(&h.h).is_empty(),
-            "the same log id seen again is no change"
+            "the same entry seen again is no change"
         );
-        h.h.record_commit(3, 14, 13, (2, 3), || Some(acquire(5, "c")), t(1100));
+        h.h.record_commit(3, 14, 13, &Entry::new((2, 3), acquire(5, "c")), t(1100));
         let m = messages(&check(&h.h), "durability");
         assert_eq!(m.len(), 1, "{m:?}");
         assert!(m[0].contains("committed entry 13 changed"), "{m:?}");
+    }
+
+    /// Node `node` in life `life` saves commit index `upto` at `at`, holding `log`.
+    fn commits(h: &mut Hist, node: u64, life: u64, upto: u64, log: &BTreeMap<u64, Entry>, at: u64) {
+        let held = |range: RangeInclusive<u64>| log.range(range).map(|(&i, e)| (i, e.clone()));
+        h.h.record_commits(node, life, upto, held, t(at));
+    }
+
+    /// Entries 20..=30 of leader (2, 1), each an acquire of `d` by the session named after
+    /// its index.
+    fn log() -> BTreeMap<u64, Entry> {
+        (20..=30)
+            .map(|i| (i, Entry::new((2, 1), acquire(i, "d"))))
+            .collect()
+    }
+
+    #[test]
+    fn rejects_a_diverging_entry_below_the_newest_committed_index() {
+        let mut h = valid();
+        commits(&mut h, 1, 0, 25, &log(), 1000);
+        assert!(check(&h.h).is_empty());
+        // Node 2 lags: one commit index tells it 20..=23 are committed, and it holds another
+        // entry at 21. Comparing only the newest index (23) would miss it.
+        let mut bad = log();
+        bad.insert(21, Entry::new((2, 1), acquire(7, "d")));
+        commits(&mut h, 2, 0, 23, &bad, 1100);
+        let m = messages(&check(&h.h), "durability");
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].contains("committed entry 21 changed"), "{m:?}");
+        // Both entries are described, with who saw them.
+        assert!(
+            m[0].contains("node 1 saw it") && m[0].contains("SessionId(21)"),
+            "{m:?}"
+        );
+        assert!(
+            m[0].contains("node 2 now has") && m[0].contains("SessionId(7)"),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn rejects_a_committed_entry_that_differs_outside_its_op() {
+        let mut h = valid();
+        commits(&mut h, 1, 0, 25, &log(), 1000);
+        // Same log id, same op, another leader timestamp: not the same entry.
+        let mut bad = log();
+        bad.get_mut(&22).expect("entry 22").now_ms = 5;
+        commits(&mut h, 2, 0, 30, &bad, 1100);
+        let m = messages(&check(&h.h), "durability");
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].contains("committed entry 22 changed"), "{m:?}");
+    }
+
+    #[test]
+    fn rejects_a_diverging_entry_a_restarted_member_holds_below_what_it_compared_before() {
+        let mut h = valid();
+        commits(&mut h, 1, 0, 25, &log(), 1000);
+        commits(&mut h, 2, 0, 25, &log(), 1010);
+        assert!(check(&h.h).is_empty());
+        // Node 2 crashed (its disk's next life) and now holds another entry at 21, which its
+        // previous life had already compared: the new life compares its whole log again.
+        let mut bad = log();
+        bad.insert(21, Entry::new((3, 2), acquire(7, "d")));
+        commits(&mut h, 2, 1, 26, &bad, 2000);
+        let m = messages(&check(&h.h), "durability");
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].contains("committed entry 21 changed"), "{m:?}");
+    }
+
+    #[test]
+    fn accepts_the_same_committed_entries_seen_by_lagging_purged_and_restarted_members() {
+        let mut h = valid();
+        let log = log();
+        commits(&mut h, 1, 0, 24, &log, 1000);
+        commits(&mut h, 1, 0, 30, &log, 1010);
+        // Node 2 lags, then catches up; a commit index that does not advance changes nothing.
+        commits(&mut h, 2, 0, 22, &log, 1020);
+        commits(&mut h, 2, 0, 30, &log, 1030);
+        commits(&mut h, 2, 0, 30, &log, 1031);
+        // Node 3 installed a snapshot up to 25: its log holds only the entries after it.
+        let tail: BTreeMap<u64, Entry> = log.range(26..).map(|(&i, e)| (i, e.clone())).collect();
+        commits(&mut h, 3, 0, 30, &tail, 1040);
+        // Node 2 restarted with a saved commit index behind the one it had reached.
+        commits(&mut h, 2, 1, 27, &log, 1050);
+        assert!(check(&h.h).is_empty(), "{:?}", check(&h.h));
+        assert_eq!(h.h.committed.range(20..).count(), 11);
+        assert_eq!(h.h.committed[&25].seen_by, 1);
+        assert_eq!(h.h.committed[&25].known_at, t(1010));
+        assert_eq!(h.h.commit_checked[&2], (1, 27));
+        assert_eq!(h.h.commit_checked[&3], (0, 30));
     }
 
     #[test]

@@ -65,7 +65,8 @@ mod testkit {
     use latchkey_core::{Op, SessionId, SessionKey};
 
     use crate::history::{
-        Actor, Appended, Committed, Event, HistoryData, OpKind, ResourceOp, Ret, Step,
+        entry_digest, Actor, Appended, Committed, Event, HistoryData, LogEntry, OpKind, ResourceOp,
+        Ret, Step,
     };
 
     pub fn t(ms: u64) -> Duration {
@@ -215,12 +216,15 @@ mod testkit {
                     first_at: t(appended),
                 },
             );
+            let digest = Entry::new(leader, op.clone()).digest();
             self.h.committed.insert(
                 index,
                 Committed {
                     leader,
                     op: Some(op),
                     known_at: t(known),
+                    digest,
+                    seen_by: leader.1,
                 },
             );
         }
@@ -233,6 +237,39 @@ mod testkit {
                 token,
                 at: t(at),
             });
+        }
+    }
+
+    /// A log entry as a member holds it, for [`HistoryData::record_commits`].
+    #[derive(Debug, Clone)]
+    pub struct Entry {
+        pub leader: (u64, u64),
+        /// The leader's timestamp: part of the entry, not of its op.
+        pub now_ms: u64,
+        pub op: Option<Op>,
+    }
+
+    impl Entry {
+        pub fn new(leader: (u64, u64), op: Op) -> Entry {
+            Entry {
+                leader,
+                now_ms: 0,
+                op: Some(op),
+            }
+        }
+    }
+
+    impl LogEntry for Entry {
+        fn leader(&self) -> (u64, u64) {
+            self.leader
+        }
+
+        fn digest(&self) -> u64 {
+            entry_digest(self.leader, &(self.now_ms, &self.op))
+        }
+
+        fn op(&self) -> Option<Op> {
+            self.op.clone()
         }
     }
 
