@@ -25,6 +25,8 @@
 //!   the harness holds every message between it and the nodes meanwhile (a paused process,
 //!   seen from the network); it then writes without looking at its guard, as a process
 //!   resuming from a GC pause would, so only the fence can stop the write;
+//! - *long holds* (not a fault): in the safety phase a tenth of the critical sections last 1–2.5
+//!   TTLs, renewals running, so that faults hit holders whose sessions must stay renewed;
 //! - *partition*: in its critical section the harness cuts it off from every node (both ways
 //!   or one way) for 1.2–2.5 TTLs while it keeps working and checking its guard.
 
@@ -43,6 +45,8 @@ use crate::resource::Resource;
 
 /// How long one Acquire waits in the queue.
 pub const WAIT_MS: u64 = 3_000;
+/// The share of critical sections in the safety phase that are long.
+const LONG_HOLD_P: f64 = 0.1;
 
 #[derive(Debug, Clone)]
 pub struct ClientSetup {
@@ -54,6 +58,9 @@ pub struct ClientSetup {
     pub seed: u64,
     /// True time after which no new operation starts.
     pub stop_at: Duration,
+    /// True time until which some critical sections are long (the safety phase): 1–2.5 TTLs,
+    /// renewals running, the guard asked every 50–100 ms. After it they would starve waiters.
+    pub long_holds_until: Duration,
     pub work_ms: (u64, u64),
 }
 
@@ -239,13 +246,15 @@ async fn critical_section(
         // Cut off mid-critical-section: keep working, checking the guard often, and stop at
         // once when it says the lock may be lost.
         control.cut_now_ms.store(cut_ms, Ordering::Relaxed);
-        let until = true_now() + Duration::from_millis(cut_ms);
-        while true_now() < until {
-            let step = rng.random_range(50..=100);
-            tokio::time::sleep(Duration::from_millis(step)).await;
-            if !hold_check(history, actor, &guard) {
-                return Next::NewSession;
-            }
+        if !keep_working(history, actor, &guard, rng, Duration::from_millis(cut_ms)).await {
+            return Next::NewSession;
+        }
+    } else if true_now() < setup.long_holds_until && rng.random_bool(LONG_HOLD_P) {
+        // A long holder (a leader elected through the lock, a long job): its session must stay
+        // renewed through whatever the faults do, or the guard must say so in time.
+        let hold = setup.ttl.mul_f64(rng.random_range(1.0..2.5));
+        if !keep_working(history, actor, &guard, rng, hold).await {
+            return Next::NewSession;
         }
     }
     let pause_ms = control.pause_ms.swap(0, Ordering::Relaxed);
@@ -279,6 +288,26 @@ async fn critical_section(
         Err(_) => return Next::NewSession,
     }
     Next::Continue
+}
+
+/// Works under `guard` for `how_long`, asking it every 50–100 ms; false as soon as it says the
+/// lock may be lost.
+async fn keep_working(
+    history: &History,
+    actor: Actor,
+    guard: &LockGuard,
+    rng: &mut StdRng,
+    how_long: Duration,
+) -> bool {
+    let until = true_now() + how_long;
+    while true_now() < until {
+        let step = rng.random_range(50..=100);
+        tokio::time::sleep(Duration::from_millis(step)).await;
+        if !hold_check(history, actor, guard) {
+            return false;
+        }
+    }
+    true
 }
 
 /// Records whether the client, asking its guard, still holds the lock; false if it may not.

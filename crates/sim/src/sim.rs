@@ -248,6 +248,7 @@ pub fn run(config: &RunConfig) -> RunReport {
             drift_ppm: rng.random_range(-DRIFT_PPM_MAX..=DRIFT_PPM_MAX),
             seed: rng.random(),
             stop_at,
+            long_holds_until: config.safety,
             work_ms: (5, 150),
         };
         // A host, not a turmoil client, so that it can be crashed like a process; every life
