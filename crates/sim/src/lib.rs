@@ -6,7 +6,8 @@
 //! - [`net`]: turmoil TCP under tonic (server incoming stream, client and peer channels).
 //! - [`store`]: the fault-injecting in-memory log store (unsynced writes lost on a crash).
 //! - [`clock`]: per-host drifting clocks and seeded entropy.
-//! - [`client`]: the simulated client (sessions, renewals, the deadline rule, faults).
+//! - [`client`]: a simulated client: `latchkey_client` itself on a crashable host, doing
+//!   read-modify-writes under locks; what it records; the client faults.
 //! - [`resource`]: the fenced resource (`latchkey_fence::MemoryGate` over counters).
 //! - [`history`]: what happened, in true simulation time.
 //! - [`checkers`]: one invariant per file.

@@ -4,8 +4,10 @@
 //! 1. `0 .. safety_end`: the safety phase. Clients work; the seeded fault schedule partitions
 //!    (both ways and one way), isolates the leader, crashes and restarts nodes (losing unsynced
 //!    writes), holds a node's messages (a paused process, seen from the network), drops and
-//!    delays messages, pauses or kills clients, and cuts a client off from every node for longer
-//!    than its TTL while it works in a critical section.
+//!    delays messages, crashes client hosts holding a lock (and restarts them), pauses a client
+//!    mid-write while holding its messages, and cuts a client off from every node for longer
+//!    than its TTL while it works in a critical section. A tenth of the critical sections are
+//!    long (1–2.5 TTLs), so faults hit holders whose sessions must stay renewed.
 //! 2. `safety_end`: every fault heals: links repaired, held messages delivered, crashed nodes
 //!    restarted.
 //! 3. The liveness phase: no faults; acquires must be granted.
