@@ -505,6 +505,13 @@ fn inject(
                 return;
             };
             let l = node_name(leader);
+            // Half the time long enough for a new leader to be elected and a full lease to run
+            // out under it while the old one, still reachable by clients, believes it leads.
+            let last = if rng.random_bool(0.5) {
+                config.ttl.mul_f64(rng.random_range(1.5..3.0))
+            } else {
+                last
+            };
             for other in (1..=config.nodes).filter(|o| *o != leader) {
                 let o = node_name(other);
                 sim.partition(l.as_str(), o.as_str());
