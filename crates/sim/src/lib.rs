@@ -12,6 +12,15 @@
 //! - [`history`]: what happened, in true simulation time.
 //! - [`checkers`]: one invariant per file.
 //! - [`sweep`]: running many seeds and reporting a failure with the command that replays it.
+//!
+//! Determinism: a run's seed derives the cluster and workload shape, the fault schedule, every
+//! host's clock drift, the servers' entropy, the clients' jitter (`ClientEnv::seed`), turmoil's
+//! network randomness, openraft's election timeouts (`latchkey_raft::seed_thread_rng`) and,
+//! with `--cfg tokio_unstable` (set in the repository's `.cargo/config.toml`), tokio's choice
+//! among ready `select!` branches. Then a seed replays exactly: the same interleaving, the same
+//! history. Without that cfg (a `RUSTFLAGS` variable replaces the config's flags) a replay
+//! repeats the faults and the workload but may interleave differently, and a failure report
+//! says so.
 
 pub mod checkers;
 pub mod client;

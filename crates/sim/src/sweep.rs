@@ -19,6 +19,13 @@ pub fn failure_text(r: &RunReport) -> String {
         replay_command(r.config.seed),
         r.config
     );
+    if !cfg!(tokio_unstable) {
+        s.push_str(
+            "note: built without --cfg tokio_unstable (a RUSTFLAGS variable replaces \
+             .cargo/config.toml): the replay repeats the faults and workload, not necessarily \
+             the exact interleaving\n",
+        );
+    }
     if let Some(e) = &r.sim_error {
         s.push_str(&format!("simulation error: {e}\n"));
     }

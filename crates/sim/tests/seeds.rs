@@ -64,3 +64,39 @@ fn a_planted_early_ack_is_caught() {
         report.violations[0]
     );
 }
+
+/// One seed, one history: two runs of a (shortened) seed inject the same faults at the same
+/// instants and agree on the operations, grants and commits. Needs tokio's select order seeded
+/// too (`--cfg tokio_unstable`, set in `.cargo/config.toml`); without it, nothing is compared.
+#[test]
+fn a_seed_replays_exactly() {
+    let mut config = RunConfig::from_seed(3);
+    config.safety = std::time::Duration::from_secs(8);
+    config.liveness = std::time::Duration::from_secs(4);
+    let a = run(&config);
+    let b = run(&config);
+    assert!(a.ok() && b.ok(), "{:?}\n{:?}", a.violations, b.violations);
+    if !cfg!(tokio_unstable) {
+        println!("built without --cfg tokio_unstable: interleavings may differ, not compared");
+        return;
+    }
+    assert_eq!(
+        a.faults, b.faults,
+        "two runs of one seed injected different faults"
+    );
+    assert_eq!(
+        (
+            a.operations,
+            a.grants,
+            a.committed_entries,
+            a.hold_checks_near_expiry
+        ),
+        (
+            b.operations,
+            b.grants,
+            b.committed_entries,
+            b.hold_checks_near_expiry
+        ),
+        "two runs of one seed differ"
+    );
+}
