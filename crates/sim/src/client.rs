@@ -154,11 +154,13 @@ pub async fn run(
             client: setup.id,
             generation: control.generation.fetch_add(1, Ordering::Relaxed) + 1,
         };
-        match work(
-            &setup, &history, &resource, &control, &mut rng, actor, &session,
-        )
-        .await
-        {
+        let worker = Worker {
+            setup: &setup,
+            history: &history,
+            resource: &resource,
+            control: &control,
+        };
+        match work(&worker, &mut rng, actor, &session).await {
             Next::Keep(guard) => {
                 // Hold on to both until the simulation ends.
                 std::future::pending::<()>().await;
@@ -172,16 +174,17 @@ pub async fn run(
     Ok(())
 }
 
+/// What one life of a client works with.
+struct Worker<'a> {
+    setup: &'a ClientSetup,
+    history: &'a History,
+    resource: &'a Resource,
+    control: &'a ClientControl,
+}
+
 /// Operations in one session, until it must be dropped or the run is over.
-async fn work(
-    setup: &ClientSetup,
-    history: &History,
-    resource: &Resource,
-    control: &ClientControl,
-    rng: &mut StdRng,
-    actor: Actor,
-    session: &Session,
-) -> Next {
+async fn work(w: &Worker<'_>, rng: &mut StdRng, actor: Actor, session: &Session) -> Next {
+    let Worker { setup, history, .. } = *w;
     while true_now() < setup.stop_at {
         if session.is_lost() {
             history.event(Event::Lost {
@@ -207,7 +210,7 @@ async fn work(
         };
         let token = guard.token();
         history.ret(op, Ret::Granted { token }, true_now());
-        match critical_section(setup, history, resource, control, rng, actor, guard).await {
+        match critical_section(w, rng, actor, guard).await {
             Next::Continue => {}
             other => return other,
         }
@@ -219,14 +222,17 @@ async fn work(
 
 /// Read-modify-write of the resource under `guard`, then the release.
 async fn critical_section(
-    setup: &ClientSetup,
-    history: &History,
-    resource: &Resource,
-    control: &ClientControl,
+    w: &Worker<'_>,
     rng: &mut StdRng,
     actor: Actor,
     guard: LockGuard,
 ) -> Next {
+    let Worker {
+        setup,
+        history,
+        resource,
+        control,
+    } = *w;
     let (lock, token) = (guard.name().to_owned(), guard.token());
     if control.crash.swap(false, Ordering::Relaxed) {
         // Ask to be killed while holding the lock; the harness crashes the host at its next
