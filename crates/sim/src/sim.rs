@@ -287,6 +287,7 @@ pub fn run(config: &RunConfig) -> RunReport {
     let mut restarted_all = false;
     let end = stop_at + Duration::from_secs(15);
     let mut sim_error = None;
+    let mut panicked = false;
     let watchdog = Watchdog::start(config.seed);
     let progress = std::env::var_os("LATCHKEY_SIM_PROGRESS").is_some();
     let wall = std::time::Instant::now();
@@ -362,26 +363,48 @@ pub fn run(config: &RunConfig) -> RunReport {
             logged = faults.log.len();
         }
         watchdog.stepped(now, &faults.log);
-        if let Err(e) = sim.step() {
-            sim_error = Some(e.to_string());
-            break;
+        // A panic in any task of a simulated host (turmoil's runtimes shut down on one under
+        // tokio_unstable) unwinds out of the step: a failed run, reported with its seed, not
+        // a crashed sweep.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.step())) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                sim_error = Some(e.to_string());
+                break;
+            }
+            Err(panic) => {
+                sim_error = Some(format!(
+                    "a simulated host panicked: {}",
+                    panic_message(panic.as_ref())
+                ));
+                panicked = true;
+                break;
+            }
         }
     }
     if restarted_all && !*final_read.borrow() && sim_error.is_none() {
         sim_error = Some("the observer could not read the locks after the final restart".into());
     }
     watchdog.stop();
-    drop(sim);
+    if panicked {
+        // Its runtimes are mid-panic (borrowed cells, half-dropped tasks): dropping them could
+        // panic again. Leak this one failed run instead.
+        std::mem::forget(sim);
+    } else {
+        drop(sim);
+    }
 
     let data = history.snapshot();
     let check = CheckConfig {
         settle: config.settle,
         liveness_until: stop_at - Duration::from_millis(client::WAIT_MS * 2),
     };
+    // A run cut short by an error still had its safety checked up to there (liveness and
+    // the final restart did not happen).
     let violations = if sim_error.is_none() {
         checkers::check_all(&data, &check)
     } else {
-        Vec::new()
+        checkers::check_safety(&data)
     };
     let ops = data.operations();
     RunReport {
@@ -752,6 +775,24 @@ impl Watchdog {
     }
 
     fn stop(&self) {
-        self.state.lock().expect("watchdog lock").3 = true;
+        if let Ok(mut s) = self.state.lock() {
+            s.3 = true;
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    /// Also when a run unwinds: a panicking run must not look like a livelock.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_owned(),
+        (_, Some(s)) => s.clone(),
+        _ => "(not a string)".to_owned(),
     }
 }
