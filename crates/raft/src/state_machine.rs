@@ -214,6 +214,19 @@ impl LockStateMachine {
     }
 }
 
+/// Runs snapshot file I/O off the async workers: on tokio's blocking pool under a multi-thread
+/// runtime (`latchkey serve`), and inline under a current-thread runtime (tests and the
+/// simulation), where it completes in order with the rest of the runtime's work: a pool thread
+/// finishes at a wall-clock moment the simulation cannot replay.
+async fn run_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    match tokio::runtime::Handle::current().runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::CurrentThread => Ok(f()),
+        _ => tokio::task::spawn_blocking(f).await,
+    }
+}
+
 impl Inner {
     /// Writes `bytes` as the current snapshot and records `meta`, on a blocking thread.
     /// `replace_newer` is false for built snapshots: a build that finished after an install of a
@@ -225,7 +238,7 @@ impl Inner {
         replace_newer: bool,
     ) -> io::Result<()> {
         let inner = self.clone();
-        tokio::task::spawn_blocking(move || {
+        run_blocking(move || {
             let mut current = inner.current.lock().expect("snapshot lock poisoned");
             let newer_on_disk = current
                 .as_ref()
@@ -243,7 +256,7 @@ impl Inner {
 
     async fn current_snapshot(self: &Arc<Self>) -> io::Result<Option<Snapshot>> {
         let inner = self.clone();
-        tokio::task::spawn_blocking(move || {
+        run_blocking(move || {
             // Under the lock, so the file and the meta belong to the same snapshot.
             let current = inner.current.lock().expect("snapshot lock poisoned");
             let Some(meta) = current.clone() else {
