@@ -38,16 +38,22 @@ impl Clock for SystemClock {
 
 /// Sleeps until `clock` reads `at` (at once if it already does). Sleeps for durations rather
 /// than until tokio instants, since `at` is an instant of `clock`, and checks the clock again
-/// on waking: a timer may fire early on a clock that runs slow.
+/// on waking: a timer may fire early on a clock that runs slow. Each sleep is at least tokio's
+/// 1 ms timer tick: a converted remainder that rounds down to zero must not spin the loop
+/// without letting time pass.
 pub(crate) async fn sleep_until(clock: &dyn Clock, at: Instant) {
     loop {
         let now = clock.now();
         if now >= at {
             return;
         }
-        tokio::time::sleep(clock.timer_duration(at - now)).await;
+        let timer = clock.timer_duration(at - now).max(TIMER_TICK);
+        tokio::time::sleep(timer).await;
     }
 }
+
+/// The resolution of tokio's timers.
+const TIMER_TICK: Duration = Duration::from_millis(1);
 
 /// Opens the channel to one endpoint.
 pub trait Connector: Send + Sync + 'static {

@@ -303,7 +303,7 @@ impl LockGuard {
     /// renewal task's timer, so that a holder that resumes from a pause and asks before
     /// writing gets the true answer.
     pub fn is_lost(&self) -> bool {
-        self.lost.borrow().is_some() || self.shared.may_be_lost()
+        self.shared.may_be_lost()
     }
 
     /// Why the lock may be lost, once it may be.

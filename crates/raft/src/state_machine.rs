@@ -228,7 +228,8 @@ async fn run_blocking<T: Send + 'static>(
 }
 
 impl Inner {
-    /// Writes `bytes` as the current snapshot and records `meta`, on a blocking thread.
+    /// Writes `bytes` as the current snapshot and records `meta`, off the async workers
+    /// ([`run_blocking`]).
     /// `replace_newer` is false for built snapshots: a build that finished after an install of a
     /// later snapshot must not put the older state back.
     async fn store(
