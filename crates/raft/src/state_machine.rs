@@ -23,6 +23,11 @@ use crate::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeC
 /// `applied.handoffs`. It runs on openraft's apply path: it must be quick and must not block.
 pub trait ApplyObserver: Send + Sync + 'static {
     fn applied(&self, index: u64, cmd: &Command, applied: &Applied);
+    /// The table was replaced by an installed snapshot covering the log up to `last_index`: no
+    /// entries were applied, so whatever the observer derived from entries must be derived
+    /// from `table` again. Called under the table's read lock: do not read through a
+    /// [`StateHandle`] here.
+    fn installed(&self, last_index: u64, table: &LockTable);
 }
 
 /// An observer that ignores everything (tests, tools).
@@ -31,6 +36,7 @@ pub struct NoopObserver;
 
 impl ApplyObserver for NoopObserver {
     fn applied(&self, _index: u64, _cmd: &Command, _applied: &Applied) {}
+    fn installed(&self, _last_index: u64, _table: &LockTable) {}
 }
 
 #[derive(Debug, Default)]
@@ -356,13 +362,20 @@ impl RaftStateMachine<TypeConfig> for LockStateMachine {
         self.inner
             .store(meta.clone(), Arc::new(bytes), true)
             .await?;
-        let mut state = write(&self.inner.state);
-        *state = State {
-            table: contents.table,
-            last_applied: contents.last_applied,
-            last_membership: contents.last_membership,
-        };
+        {
+            let mut state = write(&self.inner.state);
+            *state = State {
+                table: contents.table,
+                last_applied: contents.last_applied,
+                last_membership: contents.last_membership,
+            };
+        }
         tracing::info!(last_log_id = ?meta.last_log_id, "installed snapshot");
+        // No entry is applied between the write above and this read: openraft drives apply and
+        // install from one task.
+        let state = read(&self.inner.state);
+        let last_index = state.last_applied.as_ref().map_or(0, |l| l.index);
+        self.observer.installed(last_index, &state.table);
         Ok(())
     }
 

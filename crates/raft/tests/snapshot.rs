@@ -17,11 +17,22 @@ use openraft::vote::RaftLeaderId;
 use openraft::{RaftSnapshotBuilder, RaftTypeConfig};
 
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(u64, Applied)>>);
+struct Recorder {
+    applied: Mutex<Vec<(u64, Applied)>>,
+    /// The tables the state machine reported as installed, with the index they cover.
+    installed: Mutex<Vec<(u64, LockTable)>>,
+}
 
 impl ApplyObserver for Recorder {
     fn applied(&self, index: u64, _cmd: &Command, applied: &Applied) {
-        self.0.lock().unwrap().push((index, applied.clone()));
+        self.applied.lock().unwrap().push((index, applied.clone()));
+    }
+
+    fn installed(&self, last_index: u64, table: &LockTable) {
+        self.installed
+            .lock()
+            .unwrap()
+            .push((last_index, table.clone()));
     }
 }
 
@@ -119,7 +130,7 @@ async fn restart_recovers_the_table_from_the_snapshot_and_tokens_continue() {
     apply(&mut sm, history()).await.unwrap();
 
     // The observer saw each command once, in order, and the hand-over to B.
-    let seen = recorder.0.lock().unwrap().clone();
+    let seen = recorder.applied.lock().unwrap().clone();
     assert_eq!(
         seen.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
         vec![3, 4, 5, 6, 7]
@@ -195,7 +206,8 @@ async fn install_snapshot_rejects_corrupt_data_and_keeps_the_state() {
         .unwrap();
     let bytes = snapshot.snapshot.into_inner();
 
-    let mut follower = open(follower_dir.path());
+    let recorder = Arc::new(Recorder::default());
+    let mut follower = LockStateMachine::open(follower_dir.path(), recorder.clone()).unwrap();
     for i in [0, 3, bytes.len() / 2, bytes.len() - 1] {
         let mut bad = bytes.clone();
         bad[i] ^= 0x01;
@@ -232,6 +244,12 @@ async fn install_snapshot_rejects_corrupt_data_and_keeps_the_state() {
         .unwrap();
     let table = leader.handle().read(|t| t.clone());
     assert_eq!(follower.handle().read(|t| t.clone()), table);
+    // Refused installs told the observer nothing; the installed one told it the whole table
+    // (the server rebuilds its lease table from it: issue #9, bug 1).
+    assert_eq!(
+        *recorder.installed.lock().unwrap(),
+        vec![(7, table.clone())]
+    );
     drop(follower);
     // The installed snapshot is what a restart starts from.
     let follower = open(follower_dir.path());

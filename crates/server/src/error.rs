@@ -24,6 +24,9 @@ pub enum ApiError {
     TooManyWaiting,
     #[error("node is shutting down")]
     ShuttingDown,
+    /// A new leader has not resumed session leases yet; ask again in a moment.
+    #[error("leader just elected: session leases not resumed yet, retry")]
+    LeasesNotResumed,
     #[error("raft: {0}")]
     Raft(String),
 }
@@ -50,6 +53,7 @@ impl ApiError {
             ApiError::NoQuorum => "no-quorum",
             ApiError::TooManyWaiting => "too-many-waiting",
             ApiError::ShuttingDown => "shutting-down",
+            ApiError::LeasesNotResumed => "leases-not-resumed",
             ApiError::Raft(_) => "raft",
         }
     }
@@ -75,6 +79,7 @@ impl ApiError {
             ApiError::NotLeader { .. }
             | ApiError::NoQuorum
             | ApiError::ShuttingDown
+            | ApiError::LeasesNotResumed
             | ApiError::Raft(_) => Code::Unavailable,
         }
     }

@@ -28,6 +28,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use latchkey_core::{limits, SessionId, SessionInfo};
+
+use crate::probe::Plant;
 use tokio::time::Instant;
 
 #[derive(Debug, Default)]
@@ -39,6 +41,11 @@ pub struct Leases {
     /// Sessions this leader marked whose mark is not yet committed. Their marks are computed
     /// afresh each time they are proposed (never re-sent stale), until one commits.
     unlogged_marks: HashSet<SessionId>,
+    /// The term in which this node, as leader, resumed every lease ([`Leases::resume`]). Only
+    /// then do its deadlines mean anything: a keepalive of any other term is told to retry.
+    resumed_term: Option<u64>,
+    /// Fixed bugs put back on purpose, for the checkers' own tests.
+    plant: Plant,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -48,11 +55,11 @@ struct Lease {
     /// This leader has proposed (or inherited) a mark for the session: renew through the log.
     marked: bool,
     /// The mark standing in the applied state: unrenewed for this long when marked, and the
-    /// local time this member applied the mark.
+    /// local time this member applied the mark (or, for a mark it found in an installed
+    /// snapshot or at start-up, the time it found it: later than the mark was made).
     applied_mark: Option<(Duration, Instant)>,
     /// Arrival time of the last renewal this node granted (as a confirmed leader, in any
-    /// term). A new term never moves the deadline before it plus the TTL: a keepalive may
-    /// have been answered in the moment between winning the election and this task noticing.
+    /// term). A new term never moves the deadline before it plus the TTL.
     renewed_at: Option<Instant>,
 }
 
@@ -65,6 +72,10 @@ pub enum Renew {
     NeedsLog,
     /// Unknown here, or its expiry is under way.
     Gone,
+    /// This node has not resumed the leases of the term the keepalive was confirmed in (it was
+    /// just elected and has not applied the old leader's tail yet, or just lost office): the
+    /// client must ask again.
+    NotResumed,
 }
 
 /// Stretch a duration measured on another member's clock so that it is not shorter in real
@@ -78,6 +89,13 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl Leases {
+    pub fn new(plant: Plant) -> Leases {
+        Leases {
+            plant,
+            ..Leases::default()
+        }
+    }
+
     /// A session was created (an entry applied): its lease starts now.
     pub fn created(&mut self, id: SessionId, ttl_ms: u64, now: Instant) {
         let ttl = Duration::from_millis(ttl_ms);
@@ -101,12 +119,46 @@ impl Leases {
         }
     }
 
-    /// Make the lease table hold exactly the table's sessions. The apply observer keeps the two
-    /// in step entry by entry, but a snapshot installed from the leader replaces the table
-    /// without entries; a node taking office reconciles first, so that no session goes without
-    /// a lease (it would never expire) and no dead one lingers. Sessions found only now start
-    /// their lease (and their mark's clock) at `now`: later, never earlier.
-    pub fn reconcile(&mut self, live: impl IntoIterator<Item = SessionInfo>, now: Instant) {
+    /// The state machine installed a snapshot: the table was replaced without entries. The
+    /// lease table becomes a function of the installed table: exactly its sessions, each with
+    /// the mark the table carries (found `now`, so counted from `now`: later, never earlier),
+    /// and nothing this node applied before the install. A mark applied here and lifted by a
+    /// `RenewLeases` this node never applied would otherwise stand, and a later term would
+    /// resume the lease from it and expire a live session (issue #9, bug 1).
+    pub fn installed(&mut self, live: impl IntoIterator<Item = SessionInfo>, now: Instant) {
+        if self.plant.stale_mark_after_install {
+            self.reconcile_keeping_marks(live, now);
+            return;
+        }
+        let mut sessions = HashMap::new();
+        for s in live {
+            let renewed_at = self.sessions.get(&s.id).and_then(|l| l.renewed_at);
+            let ttl = Duration::from_millis(s.ttl_ms);
+            sessions.insert(
+                s.id,
+                Lease {
+                    ttl,
+                    deadline: now + ttl,
+                    marked: false,
+                    applied_mark: s.lease_mark_ms.map(|u| (Duration::from_millis(u), now)),
+                    renewed_at,
+                },
+            );
+        }
+        self.sessions = sessions;
+        self.expiring.clear();
+        self.unlogged_marks.clear();
+        // Only a follower installs snapshots; a leader's resumed term cannot survive one.
+        self.resumed_term = None;
+    }
+
+    /// The pre-fix reconcile, kept only for the planted bug: add missing sessions, drop gone
+    /// ones, keep every known session's old mark.
+    fn reconcile_keeping_marks(
+        &mut self,
+        live: impl IntoIterator<Item = SessionInfo>,
+        now: Instant,
+    ) {
         let mut seen = HashSet::new();
         for s in live {
             seen.insert(s.id);
@@ -117,6 +169,55 @@ impl Leases {
         self.sessions.retain(|id, _| seen.contains(id));
         self.expiring.retain(|id| seen.contains(id));
         self.unlogged_marks.retain(|id| seen.contains(id));
+    }
+
+    /// Make the lease table hold exactly the table's sessions, each with the table's mark. The
+    /// apply observer keeps the two in step entry by entry and [`Leases::installed`] after a
+    /// snapshot, so this changes nothing unless something was missed; it runs as a node takes
+    /// office, as a last line. A mark that differs from the table's is taken from the table,
+    /// counted from `now`; a matching one keeps the time it was applied.
+    pub fn reconcile(&mut self, live: impl IntoIterator<Item = SessionInfo>, now: Instant) {
+        if self.plant.stale_mark_after_install {
+            self.reconcile_keeping_marks(live, now);
+            return;
+        }
+        let mut seen = HashSet::new();
+        for s in live {
+            seen.insert(s.id);
+            match self.sessions.get_mut(&s.id) {
+                None => self.recovered(s.id, s.ttl_ms, s.lease_mark_ms, now),
+                Some(l) => {
+                    let want = s.lease_mark_ms.map(Duration::from_millis);
+                    if l.applied_mark.map(|(u, _)| u) != want {
+                        tracing::warn!(session = %s.id, "lease mark out of step with the table; taken from the table");
+                        l.applied_mark = want.map(|u| (u, now));
+                    }
+                }
+            }
+        }
+        self.sessions.retain(|id, _| seen.contains(id));
+        self.expiring.retain(|id| seen.contains(id));
+        self.unlogged_marks.retain(|id| seen.contains(id));
+    }
+
+    /// This node, leader of `term`, has applied every entry up to its own first entry of the
+    /// term (so every mark and logged renewal the old leaders committed): reconcile with the
+    /// table and restart every lease ([`Leases::restart_all`]). Keepalives confirmed in `term`
+    /// are renewed from now on.
+    pub fn resume(&mut self, term: u64, live: impl IntoIterator<Item = SessionInfo>, now: Instant) {
+        self.reconcile(live, now);
+        self.restart_all(now);
+        self.resumed_term = Some(term);
+    }
+
+    /// This node is no longer the leader that resumed the leases.
+    pub fn stepped_down(&mut self) {
+        self.resumed_term = None;
+    }
+
+    /// The term whose leases this node resumed, if it leads.
+    pub fn resumed_term(&self) -> Option<u64> {
+        self.resumed_term
     }
 
     /// A session left the table (closed or expired).
@@ -188,8 +289,11 @@ impl Leases {
         }
     }
 
-    /// A keepalive that arrived at `arrived`, after leadership was confirmed.
-    pub fn renew(&mut self, id: SessionId, arrived: Instant) -> Renew {
+    /// A keepalive that arrived at `arrived`, after leadership was confirmed in `term`.
+    pub fn renew(&mut self, id: SessionId, arrived: Instant, term: u64) -> Renew {
+        if self.resumed_term != Some(term) {
+            return Renew::NotResumed;
+        }
         if self.expiring.contains(&id) {
             return Renew::Gone;
         }
@@ -277,13 +381,33 @@ mod tests {
         t0 + Duration::from_millis(ms)
     }
 
+    /// The table's view of the lease table's sessions (as a node taking office reads it).
+    fn table_of(l: &Leases) -> Vec<SessionInfo> {
+        l.sessions
+            .iter()
+            .map(|(id, s)| SessionInfo {
+                id: *id,
+                ttl_ms: ms(s.ttl),
+                lease_mark_ms: s.applied_mark.map(|(u, _)| ms(u)),
+            })
+            .collect()
+    }
+
+    /// Take office in the next term with the table agreeing with the lease table.
+    fn take_office(l: &mut Leases, term: &mut u64, now: Instant) {
+        *term += 1;
+        let live = table_of(l);
+        l.resume(*term, live, now);
+    }
+
     #[test]
     fn a_new_leader_restarts_an_unmarked_lease_at_a_full_ttl() {
         let t0 = Instant::now();
         let mut l = Leases::default();
+        let mut term = 0;
         l.created(S, 1_000, t0);
         // Just before the deadline a new leader takes over: the lease runs a full TTL again.
-        l.restart_all(at(t0, 900));
+        take_office(&mut l, &mut term, at(t0, 900));
         assert_eq!(l.marks_to_log(at(t0, 900)), vec![(S, 0)]);
         assert!(l.take_expired(at(t0, 1_800)).is_empty());
         assert_eq!(l.take_expired(at(t0, 1_900)), vec![S]);
@@ -293,10 +417,11 @@ mod tests {
     fn a_new_leader_gives_a_marked_lease_only_its_remaining_time() {
         let t0 = Instant::now();
         let mut l = Leases::default();
+        let mut term = 0;
         l.created(S, 10_000, t0);
         // The old leader marked the session unrenewed for 6 s; this member applied it at 6 s.
         l.mark_applied(S, 6_000, at(t0, 6_000));
-        l.restart_all(at(t0, 9_000));
+        take_office(&mut l, &mut term, at(t0, 9_000));
         // Remaining 4 s from the mark, stretched by the drift allowance (2 %): 10.08 s.
         assert!(l.take_expired(at(t0, 10_000)).is_empty());
         assert_eq!(l.take_expired(at(t0, 10_100)), vec![S]);
@@ -306,13 +431,14 @@ mod tests {
     fn repeated_leader_changes_do_not_keep_a_dead_session_alive() {
         let t0 = Instant::now();
         let mut l = Leases::default();
+        let mut term = 0;
         l.created(S, 10_000, t0);
         // Leaders change every 3 s; each marks every session as it takes office and the marks
         // reach the log and are applied right away.
         let mut now = at(t0, 3_000);
         let mut expired_at = None;
         for _ in 0..20 {
-            l.restart_all(now);
+            take_office(&mut l, &mut term, now);
             let marks = l.marks_to_log(now);
             l.marks_logged(&marks);
             for (id, u) in marks {
@@ -332,32 +458,45 @@ mod tests {
         );
     }
 
+    /// Office taken at `t0` and every session's first mark lifted by a logged renewal at `t0`:
+    /// a leader in steady state.
+    fn steady_leader(ttl_ms: u64, t0: Instant) -> (Leases, u64) {
+        let mut l = Leases::default();
+        let mut term = 0;
+        l.created(S, ttl_ms, t0);
+        take_office(&mut l, &mut term, t0);
+        let marks = l.marks_to_log(t0);
+        l.marks_logged(&marks);
+        assert!(l.renew_logged(S, t0));
+        (l, term)
+    }
+
     #[test]
     fn a_new_term_never_cuts_short_a_renewal_this_node_granted() {
         let t0 = Instant::now();
-        let mut l = Leases::default();
-        l.created(S, 10_000, t0);
+        let (mut l, mut term) = steady_leader(10_000, t0);
+        // Renewed here at 8 s as leader; another leader then marked it unrenewed for 6 s (its
+        // clock), and this node applied the mark at 6 s... then took office again.
+        assert_eq!(l.renew(S, at(t0, 8_000), term), Renew::Renewed);
         l.mark_applied(S, 6_000, at(t0, 6_000));
-        // A keepalive answered at 8 s (as leader) before the lease task ran restart_all.
-        assert_eq!(l.renew(S, at(t0, 8_000)), Renew::Renewed);
-        l.restart_all(at(t0, 8_100));
+        l.stepped_down();
+        take_office(&mut l, &mut term, at(t0, 8_100));
         assert!(l.take_expired(at(t0, 17_999)).is_empty());
     }
 
     #[test]
     fn a_marked_session_renews_only_through_the_log() {
         let t0 = Instant::now();
-        let mut l = Leases::default();
-        l.created(S, 1_000, t0);
+        let (mut l, term) = steady_leader(1_000, t0);
         l.mark_stale(at(t0, 400));
         assert!(l.marks_to_log(at(t0, 400)).is_empty());
         l.mark_stale(at(t0, 500));
         assert_eq!(l.marks_to_log(at(t0, 500)), vec![(S, 500)]);
-        assert_eq!(l.renew(S, at(t0, 600)), Renew::NeedsLog);
+        assert_eq!(l.renew(S, at(t0, 600), term), Renew::NeedsLog);
         assert!(l.renew_logged(S, at(t0, 600)));
         // Renewed through the log before its mark committed: the mark is not proposed at all.
         assert!(l.marks_to_log(at(t0, 600)).is_empty());
-        assert_eq!(l.renew(S, at(t0, 700)), Renew::Renewed);
+        assert_eq!(l.renew(S, at(t0, 700), term), Renew::Renewed);
         assert!(l.take_expired(at(t0, 1_650)).is_empty());
     }
 
@@ -368,8 +507,9 @@ mod tests {
     fn a_mark_that_failed_to_commit_is_proposed_again_with_a_fresh_value() {
         let t0 = Instant::now();
         let mut l = Leases::default();
+        let mut term = 0;
         l.created(S, 10_000, t0);
-        l.restart_all(at(t0, 1_000));
+        take_office(&mut l, &mut term, at(t0, 1_000));
         assert_eq!(l.marks_to_log(at(t0, 1_000)), vec![(S, 0)]);
         // The proposal failed: nothing was logged. A tick later the mark is still due, and it
         // says how long the session has gone unrenewed by then.
@@ -382,7 +522,7 @@ mod tests {
     /// snapshot's sessions created (no entries were applied), so as leader it had no lease for
     /// them and they never expired.
     #[test]
-    fn reconcile_adds_sessions_only_the_table_knows_and_drops_gone_ones() {
+    fn taking_office_adds_sessions_only_the_table_knows_and_drops_gone_ones() {
         let t0 = Instant::now();
         let mut l = Leases::default();
         l.created(SessionId(5), 1_000, t0);
@@ -391,8 +531,7 @@ mod tests {
             ttl_ms: 1_000,
             lease_mark_ms: None,
         }];
-        l.reconcile(live, at(t0, 100));
-        l.restart_all(at(t0, 100));
+        l.resume(1, live, at(t0, 100));
         assert_eq!(l.take_expired(at(t0, 1_100)), vec![S]);
         assert!(
             l.take_expired(at(t0, 5_000)).is_empty(),
@@ -403,25 +542,105 @@ mod tests {
     #[test]
     fn a_late_keepalive_does_not_move_the_deadline_back() {
         let t0 = Instant::now();
-        let mut l = Leases::default();
-        l.created(S, 1_000, t0);
-        assert_eq!(l.renew(S, at(t0, 400)), Renew::Renewed);
-        assert_eq!(l.renew(S, at(t0, 100)), Renew::Renewed);
+        let (mut l, term) = steady_leader(1_000, t0);
+        assert_eq!(l.renew(S, at(t0, 400), term), Renew::Renewed);
+        assert_eq!(l.renew(S, at(t0, 100), term), Renew::Renewed);
         assert!(l.take_expired(at(t0, 1_350)).is_empty());
     }
 
     #[test]
     fn an_expiring_session_cannot_be_renewed_until_the_expiry_fails() {
         let t0 = Instant::now();
-        let mut l = Leases::default();
-        l.created(S, 1_000, t0);
+        let (mut l, term) = steady_leader(1_000, t0);
         let later = at(t0, 1_000);
         assert_eq!(l.take_expired(later), vec![S]);
-        assert_eq!(l.renew(S, later), Renew::Gone);
+        assert_eq!(l.renew(S, later, term), Renew::Gone);
         assert!(!l.renew_logged(S, later));
         // The same session is not proposed twice while its expiry is in flight.
         assert!(l.take_expired(later).is_empty());
         l.expiry_failed(&[S]);
-        assert_eq!(l.renew(S, later), Renew::Renewed);
+        assert_eq!(l.renew(S, later, term), Renew::Renewed);
+    }
+
+    /// Regression (issue #9, bug 1): a follower applied a new leader's mark, fell behind before
+    /// the `RenewLeases` that lifted it, and caught up by a snapshot whose table has no mark.
+    /// Elected later, it resumed the lease from the stale mark (applied long ago) and expired the
+    /// live session at once.
+    #[test]
+    fn a_snapshot_install_drops_a_mark_the_installed_table_does_not_have() {
+        let t0 = Instant::now();
+        let mut l = Leases::default();
+        l.created(S, 10_000, t0);
+        l.mark_applied(S, 0, at(t0, 1_000));
+        // Renewed through the log elsewhere; this node gets the table by snapshot at 60 s.
+        let installed = [SessionInfo {
+            id: S,
+            ttl_ms: 10_000,
+            lease_mark_ms: None,
+        }];
+        l.installed(installed, at(t0, 60_000));
+        l.resume(7, installed, at(t0, 61_000));
+        assert!(
+            l.take_expired(at(t0, 61_000 + 9_999)).is_empty(),
+            "a live session expired from a mark the table no longer has"
+        );
+        assert_eq!(l.take_expired(at(t0, 71_000)), vec![S]);
+    }
+
+    /// The planted version of bug 1 is really the bug (the switch the checkers' tests use).
+    #[test]
+    fn the_planted_stale_mark_expires_the_session_at_once() {
+        let t0 = Instant::now();
+        let mut l = Leases::new(Plant {
+            stale_mark_after_install: true,
+            ..Plant::default()
+        });
+        l.created(S, 10_000, t0);
+        l.mark_applied(S, 0, at(t0, 1_000));
+        let installed = [SessionInfo {
+            id: S,
+            ttl_ms: 10_000,
+            lease_mark_ms: None,
+        }];
+        l.installed(installed, at(t0, 60_000));
+        l.resume(7, installed, at(t0, 61_000));
+        assert_eq!(l.take_expired(at(t0, 61_000)), vec![S]);
+    }
+
+    /// A snapshot whose table carries a mark gives the lease only its remaining time, counted
+    /// from the install (later than the mark was made).
+    #[test]
+    fn a_mark_found_in_an_installed_snapshot_counts_from_the_install() {
+        let t0 = Instant::now();
+        let mut l = Leases::default();
+        let installed = [SessionInfo {
+            id: S,
+            ttl_ms: 10_000,
+            lease_mark_ms: Some(4_000),
+        }];
+        l.installed(installed, at(t0, 1_000));
+        l.resume(2, installed, at(t0, 2_000));
+        // 6 s left from 1 s, stretched by 2 %: 7.12 s.
+        assert!(l.take_expired(at(t0, 7_100)).is_empty());
+        assert_eq!(l.take_expired(at(t0, 7_200)), vec![S]);
+    }
+
+    /// Issue #9: between winning an election and resuming the leases, a keepalive confirmed in
+    /// the new term is neither renewed (a previous leader's mark may stand) nor answered gone.
+    #[test]
+    fn a_keepalive_before_the_term_resumed_is_told_to_retry() {
+        let t0 = Instant::now();
+        let (mut l, term) = steady_leader(10_000, t0);
+        l.stepped_down();
+        assert_eq!(l.renew(S, at(t0, 100), term), Renew::NotResumed);
+        assert_eq!(l.renew(S, at(t0, 100), term + 1), Renew::NotResumed);
+        assert_eq!(
+            l.renew(SessionId(99), at(t0, 100), term + 1),
+            Renew::NotResumed
+        );
+        let live = table_of(&l);
+        l.resume(term + 1, live, at(t0, 200));
+        assert_eq!(l.renew(S, at(t0, 300), term), Renew::NotResumed);
+        assert_eq!(l.renew(S, at(t0, 300), term + 1), Renew::NeedsLog);
     }
 }

@@ -17,6 +17,7 @@ pub mod leases;
 mod metrics;
 mod node;
 mod peer;
+pub mod probe;
 mod service;
 mod waiters;
 
@@ -40,6 +41,7 @@ pub use clock::{Clock, Entropy, OsEntropy, SharedClock, SharedEntropy, SystemClo
 pub use node::NodeLogStore;
 pub use node::StartError;
 pub use peer::{PeerConnector, SharedConnector, TcpConnector};
+pub use probe::{NoProbe, Plant, Probe, ProbeEvent, SharedProbe};
 
 /// How one node runs. Build with [`ServerConfig::single`] or [`ServerConfig::cluster`], then
 /// adjust the timing fields if needed; [`ServerConfig::validate`] runs at start.
@@ -63,8 +65,14 @@ pub struct ServerConfig {
     pub election_timeout_max_ms: u64,
     /// Entries between snapshots; the log before a snapshot is purged.
     pub snapshot_every_entries: u64,
+    /// Entries kept in the log behind a snapshot, so that a follower a little behind catches
+    /// up by entries rather than by a snapshot install.
+    pub log_kept_after_snapshot: u64,
     /// Where to serve Prometheus metrics (`/metrics`) and `/healthz` over HTTP; off when `None`.
     pub metrics_listen: Option<SocketAddr>,
+    /// Fixed bugs put back on purpose (the simulation's checker tests); all off by default.
+    #[doc(hidden)]
+    pub plant: Plant,
 }
 
 impl ServerConfig {
@@ -79,7 +87,9 @@ impl ServerConfig {
             election_timeout_min_ms: 1_000,
             election_timeout_max_ms: 2_000,
             snapshot_every_entries: 10_000,
+            log_kept_after_snapshot: 1_000,
             metrics_listen: None,
+            plant: Plant::default(),
         }
     }
 
@@ -148,7 +158,7 @@ impl ServerConfig {
             election_timeout_min: self.election_timeout_min_ms,
             election_timeout_max: self.election_timeout_max_ms,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every_entries),
-            max_in_snapshot_log_to_keep: 1_000,
+            max_in_snapshot_log_to_keep: self.log_kept_after_snapshot,
             // A restarted leader must win an election, never resume its old term. The lock
             // table is in memory and the committed index is saved without waiting for an fsync,
             // so after a crash a node may reload an older committed index than the one it
@@ -190,6 +200,8 @@ pub struct Env {
     pub clock: SharedClock,
     pub connector: SharedConnector,
     pub entropy: SharedEntropy,
+    /// Told about lease-relevant events (the simulation counts them); [`NoProbe`] otherwise.
+    pub probe: SharedProbe,
 }
 
 impl Env {
@@ -199,6 +211,7 @@ impl Env {
             clock: Arc::new(SystemClock),
             connector: Arc::new(TcpConnector),
             entropy: Arc::new(OsEntropy),
+            probe: Arc::new(NoProbe),
         }
     }
 }

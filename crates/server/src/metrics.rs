@@ -36,6 +36,7 @@ pub struct Metrics {
     pub rejections: Count,
     pub keepalive_sessions: Count,
     pub logged_renewals: Count,
+    pub snapshots_installed: Count,
     sessions: Gauge,
     locks: Gauge,
     term: Gauge,
@@ -59,6 +60,11 @@ impl Metrics {
             m.handoffs.clone(),
         );
         r.register("latchkey_releases", "Releases applied", m.releases.clone());
+        r.register(
+            "latchkey_snapshots_installed",
+            "Snapshots installed from the leader (the table replaced without entries)",
+            m.snapshots_installed.clone(),
+        );
         r.register(
             "latchkey_sessions_created",
             "Sessions created",

@@ -14,11 +14,12 @@ use latchkey_log_store::LogStore;
 use latchkey_proto::v1 as pb;
 use latchkey_raft::{LockStateMachine, Raft, StateHandle, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
-use openraft::{BasicNode, ServerState};
+use openraft::{BasicNode, ReadPolicy, ServerState};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{SharedClock, SharedEntropy};
 use crate::leases::Leases;
+use crate::probe::ProbeEvent;
 use crate::waiters::{Observer, Waiters};
 use crate::{Env, ServerConfig};
 
@@ -69,6 +70,7 @@ pub struct Node {
     /// Keepalives of marked sessions go to the lease task, which writes their renewal.
     pub renewals: mpsc::Sender<RenewRequest>,
     pub metrics: Arc<Metrics>,
+    pub probe: crate::SharedProbe,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -184,7 +186,7 @@ impl Node {
                 .map_err(StartError::LogStore)?,
         }
 
-        let leases = Arc::new(Mutex::new(Leases::default()));
+        let leases = Arc::new(Mutex::new(Leases::new(config.plant)));
         let waiters = Arc::new(Waiters::default());
         let metrics = Arc::new(Metrics::new());
         let observer = Arc::new(Observer {
@@ -192,6 +194,8 @@ impl Node {
             leases: leases.clone(),
             clock: clock.clone(),
             metrics: metrics.clone(),
+            probe: env.probe.clone(),
+            node: config.id,
         });
         let sm = LockStateMachine::open(&dir.join("snapshots"), observer)
             .map_err(|e| StartError::StateMachine(e.to_string()))?;
@@ -256,6 +260,7 @@ impl Node {
             config,
             renewals: renew_tx,
             metrics,
+            probe: env.probe.clone(),
         });
         Ok((node, renew_rx))
     }
@@ -276,20 +281,19 @@ impl Node {
                     m.current_term,
                 )
             };
-            if leader_now && led_term != Some(term) {
-                tracing::info!(term, "became leader: resuming every session lease");
-                let now = self.clock.now();
-                // Read the table with the lease table locked: an entry applied meanwhile then
-                // reaches the lease table only after the reconcile (the observer runs after the
-                // state machine released the table), never before it to be undone by it.
-                let mut leases = self.leases.lock().expect("leases lock");
-                let live: Vec<_> = self.state.read(|t| t.sessions().collect());
-                leases.reconcile(live, now);
-                leases.restart_all(now);
-                drop(leases);
-                led_term = Some(term);
-            } else if !leader_now {
+            if led_term.is_some() && (!leader_now || led_term != Some(term)) {
+                // Out of office, or re-elected in a later term: this term's deadlines are not
+                // the new term's until it resumes them.
+                self.leases.lock().expect("leases lock").stepped_down();
                 led_term = None;
+            }
+            if leader_now && led_term.is_none() && retry_at.is_none_or(|t| self.clock.now() >= t) {
+                if self.resume_leases(term).await {
+                    led_term = Some(term);
+                    retry_at = None;
+                } else {
+                    retry_at = Some(self.clock.now() + LEASE_WRITE_RETRY);
+                }
             }
             if led_term.is_some() && retry_at.is_none_or(|t| self.clock.now() >= t) {
                 self.leases
@@ -320,6 +324,54 @@ impl Node {
                 _ = self.shutdown.cancelled() => return,
             }
         }
+    }
+
+    /// This node leads `term`: resume every lease, but only once it has applied everything up
+    /// to its own first entry of the term. Entries the old leader committed (a mark, a logged
+    /// renewal that lifted one) may not be applied here yet when the election is won; a lease
+    /// resumed from the table before them would start from a mark already lifted, and the
+    /// too-short deadline would be logged as this leader's own mark (issue #9, bug 2). openraft's
+    /// read index is that first entry (or a later committed one) and `ensure_linearizable`
+    /// returns once it is applied. False if leadership of `term` could not be confirmed.
+    async fn resume_leases(&self, term: u64) -> bool {
+        if !self.config.plant.resume_before_applied {
+            let confirmed = tokio::time::timeout(
+                PROPOSE_TIMEOUT,
+                self.raft.ensure_linearizable(ReadPolicy::ReadIndex),
+            )
+            .await;
+            match confirmed {
+                Ok(Ok(read)) if read.committed_leader_id().term == term => {}
+                Ok(Ok(read)) => {
+                    tracing::debug!(term, read = %read, "leadership moved on before leases resumed");
+                    return false;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(term, "cannot confirm leadership to resume leases yet: {e}");
+                    return false;
+                }
+                Err(_) => return false,
+            }
+        }
+        tracing::info!(term, "became leader: resuming every session lease");
+        let now = self.clock.now();
+        // Read the table with the lease table locked: an entry applied meanwhile then reaches
+        // the lease table only after the resume (the observer runs after the state machine
+        // released the table), never before it to be undone by it.
+        let mut leases = self.leases.lock().expect("leases lock");
+        let (live, applied_index): (Vec<_>, u64) = self
+            .state
+            .read(|t| (t.sessions().collect(), t.last_index()));
+        leases.resume(term, live, now);
+        drop(leases);
+        self.probe.event(
+            self.id,
+            ProbeEvent::LeasesResumed {
+                term,
+                applied_index,
+            },
+        );
+        true
     }
 
     /// Propose the marks this leader made that have not committed yet, in batches. A batch
@@ -359,6 +411,12 @@ impl Node {
         let result = match self.propose(Op::RenewLeases { ids }).await {
             Ok(Outcome::LeasesRenewed { ids: live }) => {
                 self.metrics.logged_renewals.inc_by(live.len() as u64);
+                self.probe.event(
+                    self.id,
+                    ProbeEvent::LeasesRenewedThroughLog {
+                        sessions: live.clone(),
+                    },
+                );
                 let mut leases = self.leases.lock().expect("leases lock");
                 Ok(req
                     .sessions
@@ -384,8 +442,14 @@ impl Node {
             return true;
         }
         match self.propose(Op::ExpireSessions { ids: due.clone() }).await {
-            Ok(_) => {
-                tracing::info!(sessions = ?due, "session leases ran out: expired");
+            Ok(Outcome::SessionsExpired { ids }) => {
+                tracing::info!(sessions = ?ids, "session leases ran out: expired");
+                self.probe
+                    .event(self.id, ProbeEvent::SessionsExpired { sessions: ids });
+                true
+            }
+            Ok(other) => {
+                tracing::warn!(sessions = ?due, "unexpected outcome of an expiry: {other:?}");
                 true
             }
             Err(e) => {

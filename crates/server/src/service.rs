@@ -103,6 +103,7 @@ impl LocksService {
                 Ok(WaitEnd::SessionGone) => {
                     return Err(Rejection::SessionNotFound { id: session.id }.into())
                 }
+                Ok(WaitEnd::NotGranted) => return Ok(not_granted()),
                 // Replaced by a newer call for the same request: that one listens now.
                 Err(_) => return Ok(pending(position)),
             },
@@ -207,11 +208,14 @@ impl pb::locks_server::Locks for LocksService {
         }
         // Confirm leadership with a majority *after* the request arrived: a deposed leader
         // fails here and never extends a lease.
-        self.node
+        let term = self
+            .node
             .raft
             .ensure_linearizable(ReadPolicy::ReadIndex)
             .await
-            .map_err(ApiError::from)?;
+            .map_err(ApiError::from)?
+            .committed_leader_id()
+            .term;
         // Decide each session: renewed in memory, needs a logged renewal, or gone.
         let mut decisions: Vec<(pb::Session, u64, Renew)> = Vec::with_capacity(req.sessions.len());
         for s in &req.sessions {
@@ -231,9 +235,14 @@ impl pb::locks_server::Locks for LocksService {
                     .leases
                     .lock()
                     .expect("leases lock")
-                    .renew(key.id, arrived),
+                    .renew(key.id, arrived, term),
             };
             decisions.push((*s, ttl_ms.unwrap_or(0), decision));
+        }
+        // Elected, but the leases of this term are not resumed yet (the old leader's tail is
+        // still being applied): no session may be renewed or declared gone on this table yet.
+        if decisions.iter().any(|(_, _, d)| *d == Renew::NotResumed) {
+            return Err(ApiError::LeasesNotResumed.into());
         }
         let marked: Vec<(SessionId, tokio::time::Instant)> = decisions
             .iter()
@@ -268,6 +277,7 @@ impl pb::locks_server::Locks for LocksService {
                     Renew::Renewed => true,
                     Renew::NeedsLog => renewed_through_log.contains(&SessionId(s.id)),
                     Renew::Gone => false,
+                    Renew::NotResumed => unreachable!("answered above"),
                 },
                 ttl_ms,
             })

@@ -7,12 +7,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use latchkey_core::{limits, Applied, Command, Op, Outcome, SessionId};
+use latchkey_core::{limits, Applied, Command, LockTable, Op, Outcome, RequestState, SessionId};
 use latchkey_raft::ApplyObserver;
 use tokio::sync::oneshot;
 
 use crate::clock::SharedClock;
 use crate::leases::Leases;
+use crate::probe::{ProbeEvent, SharedProbe};
 
 /// How a queued request ended, as seen by the waiting call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +23,8 @@ pub enum WaitEnd {
     },
     /// The session left (closed or expired) while the request waited.
     SessionGone,
+    /// The wait ended without a grant (found so in an installed snapshot).
+    NotGranted,
 }
 
 #[derive(Default)]
@@ -86,6 +89,32 @@ impl Waiters {
         }
     }
 
+    /// A snapshot replaced the table without entries: wake every call whose request the new
+    /// table shows as ended, with how it ended. A request still queued, or not in the table
+    /// yet (its Acquire not applied), keeps waiting.
+    fn recheck(&self, table: &LockTable) {
+        let mut slots = self.slots.lock().expect("waiters lock");
+        let ended: Vec<((SessionId, u64), WaitEnd)> = slots
+            .keys()
+            .filter_map(|&(session, seq)| {
+                let end = match table.request_state(session, seq) {
+                    _ if table.session(session).is_none() => WaitEnd::SessionGone,
+                    Some(RequestState::Done(Outcome::Granted { token })) => {
+                        WaitEnd::Granted { token }
+                    }
+                    Some(RequestState::Done(_)) => WaitEnd::NotGranted,
+                    Some(RequestState::Waiting { .. }) | None => return None,
+                };
+                Some(((session, seq), end))
+            })
+            .collect();
+        for (key, end) in ended {
+            if let Some((_, tx)) = slots.remove(&key) {
+                let _ = tx.send(end);
+            }
+        }
+    }
+
     fn wake(&self, session: SessionId, seq: u64, end: WaitEnd) {
         let tx = self
             .slots
@@ -106,9 +135,24 @@ pub struct Observer {
     pub leases: Arc<Mutex<Leases>>,
     pub clock: SharedClock,
     pub metrics: Arc<crate::metrics::Metrics>,
+    pub probe: SharedProbe,
+    /// This member's id, for the probe.
+    pub node: u64,
 }
 
 impl ApplyObserver for Observer {
+    fn installed(&self, last_index: u64, table: &LockTable) {
+        let now = self.clock.now();
+        self.leases
+            .lock()
+            .expect("leases lock")
+            .installed(table.sessions(), now);
+        self.waiters.recheck(table);
+        self.metrics.snapshots_installed.inc();
+        self.probe
+            .event(self.node, ProbeEvent::SnapshotInstalled { last_index });
+    }
+
     fn applied(&self, _index: u64, cmd: &Command, applied: &Applied) {
         self.metrics.applied(&cmd.op, applied);
         match (&cmd.op, &applied.outcome) {

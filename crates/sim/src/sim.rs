@@ -151,6 +151,7 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
                 clock: Arc::new(DriftClock::new(setup.drift_ppm, setup.wall_offset_ms)),
                 connector: Arc::new(SimConnector),
                 entropy: Arc::new(SeededEntropy::new(seed)),
+                probe: Arc::new(latchkey_server::NoProbe),
             };
             run_with_store(
                 net::incoming(listener),

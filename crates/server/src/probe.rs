@@ -1,0 +1,54 @@
+//! What a node tells an observer that is not a client: the states the lease rules depend on
+//! (a snapshot installed, leases resumed by a new leader, logged renewals, expiries), so a
+//! simulation can count that its faults reached them. Production runs with [`NoProbe`].
+//!
+//! Also the planted bugs: switches that put back a fixed bug, for the simulation and the model
+//! to prove that their checkers catch it. Off in every real configuration.
+
+use std::sync::Arc;
+
+use latchkey_core::SessionId;
+
+/// One event on one node, in the order the node saw them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeEvent {
+    /// The state machine replaced its table with a snapshot sent by the leader, covering the
+    /// log up to `last_index`.
+    SnapshotInstalled { last_index: u64 },
+    /// This node, leader of `term`, resumed every lease after applying up to `applied_index`
+    /// (its own first entry of the term or later).
+    LeasesResumed { term: u64, applied_index: u64 },
+    /// This leader committed a `RenewLeases` for these sessions.
+    LeasesRenewedThroughLog { sessions: Vec<SessionId> },
+    /// This leader committed the expiry of these sessions (their lease ran out here).
+    SessionsExpired { sessions: Vec<SessionId> },
+    /// This leader committed the end of this many waits whose wait timeout had passed.
+    WaitsExpired { count: usize },
+}
+
+pub trait Probe: Send + Sync + 'static {
+    fn event(&self, node: u64, event: ProbeEvent);
+}
+
+pub type SharedProbe = Arc<dyn Probe>;
+
+/// Tells nobody.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoProbe;
+
+impl Probe for NoProbe {
+    fn event(&self, _node: u64, _event: ProbeEvent) {}
+}
+
+/// Bugs that latchkey fixed, put back on purpose so that a checker can show it catches them.
+/// Every field is false outside the simulation and the lease model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[doc(hidden)]
+pub struct Plant {
+    /// After a snapshot install, keep the lease marks this node applied before the install
+    /// (issue #9, bug 1): a new leader then resumes a lease from a mark the table no longer has.
+    pub stale_mark_after_install: bool,
+    /// A new leader resumes leases as soon as it is elected, before it applied the entries the
+    /// old leader committed (issue #9, bug 2).
+    pub resume_before_applied: bool,
+}
