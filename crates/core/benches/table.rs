@@ -82,11 +82,16 @@ impl Log {
 }
 
 fn acquire(session: SessionKey, seq: u64, name: String, wait: bool) -> Command {
+    let wait_ms = if wait {
+        latchkey_core::limits::WAIT_TIMEOUT_MS_MAX
+    } else {
+        0
+    };
     cmd(Op::Acquire {
         session,
         seq,
         name,
-        wait,
+        wait_ms,
     })
 }
 

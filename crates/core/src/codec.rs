@@ -7,7 +7,8 @@ use crate::LockTable;
 
 /// Version of the snapshot encoding written by this build.
 /// 2: sessions record the order of their remembered outcomes (`Session::recorded`).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 3;
+/// 4: each waiter carries the time its wait ends, and the table indexes waits by it.
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {

@@ -47,6 +47,11 @@ pub const CLOCK_DRIFT_PPM_MAX: u64 = 10_000;
 
 /// Sessions marked by one lease-checkpoint entry; the leader splits larger batches.
 pub const LEASE_MARK_BATCH_MAX: usize = 4_096;
+/// Sessions renewed by one `RenewLeases` entry. After a failover every session needs a logged
+/// renewal at its next keepalive; the leader gathers every keepalive waiting for one into a
+/// single entry up to this many sessions (about 40 KiB of ids), so thousands of sessions renew
+/// in a few commits instead of one commit each.
+pub const LEASE_RENEW_BATCH_MAX: usize = 8_192;
 /// Sessions renewed by one keepalive request.
 pub const KEEPALIVE_SESSIONS_MAX: usize = 1_024;
 /// Locks returned by one `List` request.
@@ -59,6 +64,9 @@ pub const WAIT_TIMEOUT_MS_MAX: u64 = 86_400_000;
 /// client re-attaches with the same sequence number. Keeps connections and server tasks short.
 pub const ACQUIRE_POLL_MS_MAX: u64 = 10_000;
 const _: () = assert!(ACQUIRE_POLL_MS_MAX < WAIT_TIMEOUT_MS_MAX);
+/// Waits ended by one `ExpireWaits` entry; the leader proposes another for the rest. Keeps an
+/// entry's apply time and its answer small when many waits end at once.
+pub const WAITS_EXPIRED_PER_ENTRY_MAX: usize = 4_096;
 
 /// Bytes of one client gRPC message (request or response). The largest is a `List` answer:
 /// `LIST_RESULTS_MAX` names of at most 512 bytes plus fields.

@@ -3,7 +3,7 @@
 //! `LockTable::apply` is the whole state machine. It is deterministic: the same entries in the
 //! same order give the same table on every member, which is what lets Raft replicate it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +19,9 @@ pub struct LockTable {
     /// Only locks that are held. A lock with waiters is always held: a release hands it over in
     /// the same entry, so "free with a queue" is a state that cannot exist.
     locks: BTreeMap<String, Lock>,
+    /// Every queued wait by the time it ends (leader wall-clock ms): (until_ms, session, seq).
+    /// An index over the queues, so the leader finds ended waits without a scan.
+    wait_ends: BTreeSet<(u64, SessionId, u64)>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -59,6 +62,8 @@ struct Holder {
 struct Waiter {
     session: SessionId,
     seq: u64,
+    /// The wait ends unserved at this time (ms, the stamped leader wall clock of entries).
+    until_ms: u64,
 }
 
 /// What a session-bearing request found when it looked its sequence number up.
@@ -145,6 +150,22 @@ impl LockTable {
                 }
                 Outcome::LeasesMarked { ids }
             }
+            Op::ExpireWaits => {
+                let ended: Vec<(SessionId, u64)> = self
+                    .wait_ends
+                    .iter()
+                    .take_while(|(until, _, _)| *until <= cmd.now_ms)
+                    .take(limits::WAITS_EXPIRED_PER_ENTRY_MAX)
+                    .map(|&(_, sid, seq)| (sid, seq))
+                    .collect();
+                for &(sid, seq) in &ended {
+                    self.cancel_wait(sid, seq);
+                    self.record(sid, seq, Outcome::NotGranted);
+                }
+                let count = ended.len();
+                fx.ended_waits = ended;
+                Outcome::WaitsExpired { count }
+            }
             Op::RenewLeases { ids } => {
                 let mut live = Vec::with_capacity(ids.len());
                 for id in ids {
@@ -159,17 +180,20 @@ impl LockTable {
                 session,
                 seq,
                 name,
-                wait,
+                wait_ms,
             } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => match self.seen(session.id, *seq) {
+                    Seen::Done(o) if is_release_outcome(&o) => {
+                        Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
+                    }
                     Seen::Done(o) => o,
                     Seen::Waiting => Outcome::Queued {
                         position: self.position(session.id, *seq),
                     },
                     Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
                     Seen::New => {
-                        let o = self.acquire(session.id, *seq, name, *wait, index, cmd.now_ms);
+                        let o = self.acquire(session.id, *seq, name, *wait_ms, index, cmd.now_ms);
                         if !matches!(o, Outcome::Queued { .. }) {
                             self.record(session.id, *seq, o.clone());
                         }
@@ -180,6 +204,9 @@ impl LockTable {
             Op::CancelWait { session, seq } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => match self.seen(session.id, *seq) {
+                    Seen::Done(o) if is_release_outcome(&o) => {
+                        Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
+                    }
                     Seen::Done(o) => o,
                     Seen::Waiting => {
                         self.cancel_wait(session.id, *seq);
@@ -199,12 +226,12 @@ impl LockTable {
             } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => match self.seen(session.id, *seq) {
-                    Seen::Done(o) => o,
-                    // A release never waits; a Waiting seq means the client reused an Acquire's
-                    // sequence number for a release. Answer as the Acquire would.
-                    Seen::Waiting => Outcome::Queued {
-                        position: self.position(session.id, *seq),
-                    },
+                    Seen::Done(o) if is_release_outcome(&o) => o,
+                    // A release never waits and never grants: a Waiting seq, or one whose outcome
+                    // is an acquire's, means the client reused an acquire's sequence number.
+                    Seen::Done(_) | Seen::Waiting => {
+                        Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
+                    }
                     Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
                     Seen::New => {
                         let o = self.release(session.id, name, *token, index, cmd.now_ms, &mut fx);
@@ -300,7 +327,7 @@ impl LockTable {
         sid: SessionId,
         seq: u64,
         name: &str,
-        wait: bool,
+        wait_ms: u64,
         index: u64,
         now_ms: u64,
     ) -> Outcome {
@@ -341,15 +368,21 @@ impl LockTable {
                 s.held.insert(name.to_owned(), index);
                 Outcome::Granted { token: index }
             }
-            Some(_) if !wait => Outcome::NotGranted,
+            Some(_) if wait_ms == 0 => Outcome::NotGranted,
             Some(lock) => {
                 if lock.waiters.len() >= limits::WAITERS_PER_LOCK_MAX {
                     return Outcome::Rejected(Rejection::QueueFull {
                         max: limits::WAITERS_PER_LOCK_MAX,
                     });
                 }
-                lock.waiters.push_back(Waiter { session: sid, seq });
+                let until_ms = now_ms.saturating_add(wait_ms.min(limits::WAIT_TIMEOUT_MS_MAX));
+                lock.waiters.push_back(Waiter {
+                    session: sid,
+                    seq,
+                    until_ms,
+                });
                 let position = lock.waiters.len() as u32;
+                self.wait_ends.insert((until_ms, sid, seq));
                 let s = self.sessions.get_mut(&sid).expect("live");
                 s.waiting.insert(seq, name.to_owned());
                 Outcome::Queued { position }
@@ -364,9 +397,16 @@ impl LockTable {
             .locks
             .get_mut(&name)
             .expect("a queue belongs to a held lock");
-        let before = lock.waiters.len();
-        lock.waiters.retain(|w| !(w.session == sid && w.seq == seq));
-        assert_eq!(lock.waiters.len() + 1, before, "waiter queued exactly once");
+        let i = lock
+            .waiters
+            .iter()
+            .position(|w| w.session == sid && w.seq == seq)
+            .expect("a waiting request is in its lock's queue");
+        let w = lock.waiters.remove(i).expect("found");
+        assert!(
+            self.wait_ends.remove(&(w.until_ms, sid, seq)),
+            "waiter indexed by its end"
+        );
     }
 
     fn release(
@@ -398,10 +438,24 @@ impl LockTable {
             .held
             .remove(name);
         assert_eq!(removed, Some(old.token));
-        let Some(next) = lock.waiters.pop_front() else {
-            self.locks.remove(name);
-            return;
+        // The first waiter whose wait has not ended gets the lock; the ones before it leave the
+        // queue not granted, as an `ExpireWaits` would have made them.
+        let next = loop {
+            let lock = self.locks.get_mut(name).expect("held");
+            let Some(w) = lock.waiters.pop_front() else {
+                self.locks.remove(name);
+                return;
+            };
+            assert!(self.wait_ends.remove(&(w.until_ms, w.session, w.seq)));
+            if w.until_ms > now_ms {
+                break w;
+            }
+            let s = self.sessions.get_mut(&w.session).expect("live waiter");
+            s.waiting.remove(&w.seq).expect("recorded wait");
+            self.record(w.session, w.seq, Outcome::NotGranted);
+            fx.ended_waits.push((w.session, w.seq));
         };
+        let lock = self.locks.get_mut(name).expect("held");
         // Tokens are entry indexes, and one entry hands a lock over at most once (sessions
         // leaving in this entry drop their waits before their holds), so this is strict.
         assert!(index > old.token, "token did not increase for {name}");
@@ -484,6 +538,11 @@ impl LockTable {
     /// Whether `key` names a live session with the right secret.
     pub fn session_valid(&self, key: &SessionKey) -> bool {
         self.authenticate(key).is_ok()
+    }
+
+    /// When the earliest queued wait ends (leader wall-clock ms), if any wait is queued.
+    pub fn next_wait_end_ms(&self) -> Option<u64> {
+        self.wait_ends.first().map(|(until, _, _)| *until)
     }
 
     pub fn session_count(&self) -> usize {
@@ -584,11 +643,25 @@ impl LockTable {
         if waiting != queued {
             return Err(format!("{waiting} waits recorded, {queued} queued"));
         }
+        if self.wait_ends.len() != queued
+            || self
+                .locks
+                .values()
+                .flat_map(|l| &l.waiters)
+                .any(|w| !self.wait_ends.contains(&(w.until_ms, w.session, w.seq)))
+        {
+            return Err("the index of wait ends disagrees with the queues".into());
+        }
         if self.sessions.len() > limits::SESSIONS_MAX || self.locks.len() > limits::LOCKS_MAX {
             return Err("over a table limit".into());
         }
         Ok(())
     }
+}
+
+/// Whether `o` is what a release answers (so not an acquire's or a cancel's).
+fn is_release_outcome(o: &Outcome) -> bool {
+    matches!(o, Outcome::Released | Outcome::NotHolder)
 }
 
 fn lock_info(name: &str, l: &Lock) -> LockInfo {
@@ -664,7 +737,7 @@ mod tests {
                 session: key(i),
                 seq: 1,
                 name: name.into(),
-                wait: true,
+                wait_ms: limits::WAIT_TIMEOUT_MS_MAX,
             },
         };
         t.apply(1, &create(1_000, 1));

@@ -43,12 +43,15 @@ pub enum Op {
     CloseSession { session: SessionKey },
     /// The leader saw these sessions' leases run out. Same effect as a close.
     ExpireSessions { ids: Vec<SessionId> },
-    /// Take `name`, or join its queue when `wait` is set and the lock is held.
+    /// Take `name`, or, when `wait_ms` is not zero and the lock is held, join its queue for at
+    /// most `wait_ms` (cut to `WAIT_TIMEOUT_MS_MAX`) from this entry's `now_ms`. A wait that
+    /// ends unserved ends on the server, through [`Op::ExpireWaits`] or a release that finds it
+    /// ended, whether or not the client is still there.
     Acquire {
         session: SessionKey,
         seq: u64,
         name: String,
-        wait: bool,
+        wait_ms: u64,
     },
     /// End the wait started by the Acquire with sequence number `seq` (its wait timeout passed).
     /// If the lock was granted first, the outcome is that grant.
@@ -68,6 +71,10 @@ pub enum Op {
     MarkLeases { marks: Vec<(SessionId, u64)> },
     /// A keepalive renewed these marked sessions: their marks are cleared.
     RenewLeases { ids: Vec<SessionId> },
+    /// End every wait whose timeout has passed by this entry's `now_ms` (at most
+    /// `WAITS_EXPIRED_PER_ENTRY_MAX`, earliest first): each leaves its queue not granted. The
+    /// leader proposes it when a wait's end passes on its clock.
+    ExpireWaits,
 }
 
 impl Op {
@@ -82,7 +89,8 @@ impl Op {
             | Op::CloseSession { .. }
             | Op::ExpireSessions { .. }
             | Op::MarkLeases { .. }
-            | Op::RenewLeases { .. } => None,
+            | Op::RenewLeases { .. }
+            | Op::ExpireWaits => None,
         }
     }
 }
@@ -122,6 +130,10 @@ pub enum Outcome {
     LeasesRenewed {
         ids: Vec<SessionId>,
     },
+    /// An `ExpireWaits` ended this many waits.
+    WaitsExpired {
+        count: usize,
+    },
 }
 
 /// Why a command changed nothing. Each is a client error: a retry with the same input gets the
@@ -152,6 +164,10 @@ pub enum Rejection {
     RequestTooOld { seq: u64 },
     #[error("no acquire with request {seq} is known in this session")]
     UnknownRequest { seq: u64 },
+    /// A request reused the sequence number of another kind of request (a release with an
+    /// acquire's): a client bug, never retried into success.
+    #[error("request {seq} reuses the sequence number of another request")]
+    SequenceReused { seq: u64 },
 }
 
 /// A queued waiter that was granted the lock by this entry (a release, close or expiry handed
@@ -172,6 +188,8 @@ pub struct Applied {
     pub handoffs: Vec<Handoff>,
     /// Waits that ended without a grant because their session went away in this entry.
     pub dropped_waits: Vec<(SessionId, u64)>,
+    /// Waits that ended without a grant because their wait timeout had passed.
+    pub ended_waits: Vec<(SessionId, u64)>,
 }
 
 impl Applied {
@@ -180,6 +198,7 @@ impl Applied {
             outcome,
             handoffs: Vec::new(),
             dropped_waits: Vec::new(),
+            ended_waits: Vec::new(),
         }
     }
 }

@@ -85,7 +85,7 @@ fn marks_do_not_touch_locks_or_outcomes() {
                 session: a,
                 seq: 1,
                 name: "L".into(),
-                wait: false,
+                wait_ms: 0,
             }),
         )
         .outcome;

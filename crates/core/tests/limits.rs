@@ -93,7 +93,7 @@ fn a_session_holds_or_waits_for_at_most_locks_per_session_max() {
             session: key,
             seq,
             name,
-            wait,
+            wait_ms: if wait { WAIT_TIMEOUT_MS_MAX } else { 0 },
         })
     };
     let mut index = 2;
@@ -166,7 +166,7 @@ fn a_full_queue_rejects_the_next_waiter_with_queue_full() {
             session: key(i),
             seq: 1,
             name: "L".into(),
-            wait,
+            wait_ms: if wait { WAIT_TIMEOUT_MS_MAX } else { 0 },
         })
     };
     let mut index = sessions;
@@ -208,7 +208,7 @@ fn a_full_queue_rejects_the_next_waiter_with_queue_full() {
         session: key(sessions),
         seq: 2,
         name: "L".into(),
-        wait: false,
+        wait_ms: 0,
     });
     assert_eq!(
         apply_checked(&mut t, index, &try_lock).outcome,

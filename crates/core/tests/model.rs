@@ -89,6 +89,13 @@ struct Model {
     holders: BTreeMap<String, (SessionId, u64, u64)>,
     queues: BTreeMap<String, VecDeque<(SessionId, u64)>>,
     outcomes: BTreeMap<(SessionId, u64), Outcome>,
+    /// When each queued wait ends (the `now_ms` of its Acquire plus its capped `wait_ms`).
+    until: BTreeMap<(SessionId, u64), u64>,
+}
+
+/// What a release answers, as opposed to an acquire or a cancel.
+fn release_outcome(o: &Outcome) -> bool {
+    matches!(o, Outcome::Released | Outcome::NotHolder)
 }
 
 enum MSeen {
@@ -104,6 +111,7 @@ impl Model {
             outcome: Outcome::NotGranted,
             handoffs: vec![],
             dropped_waits: vec![],
+            ended_waits: vec![],
         };
         let now = cmd.now_ms;
         fx.outcome = match &cmd.op {
@@ -122,6 +130,22 @@ impl Model {
                     .filter(|id| self.sessions.contains_key(id))
                     .collect(),
             },
+            Op::ExpireWaits => {
+                let mut ended: Vec<(u64, SessionId, u64)> = self
+                    .until
+                    .iter()
+                    .filter(|(_, u)| **u <= now)
+                    .map(|(&(sid, seq), &u)| (u, sid, seq))
+                    .collect();
+                ended.sort();
+                ended.truncate(WAITS_EXPIRED_PER_ENTRY_MAX);
+                for &(_, sid, seq) in &ended {
+                    self.unqueue(sid, seq);
+                    self.record(sid, seq, Outcome::NotGranted);
+                    fx.ended_waits.push((sid, seq));
+                }
+                Outcome::WaitsExpired { count: ended.len() }
+            }
             Op::CreateSession { ttl_ms, secret } => {
                 if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(ttl_ms) {
                     Outcome::Rejected(Rejection::TtlOutOfRange {
@@ -165,15 +189,18 @@ impl Model {
                 session,
                 seq,
                 name,
-                wait,
+                wait_ms,
             } => match self.auth(session) {
                 Some(r) => r,
                 None => match self.seen(session.id, *seq) {
                     MSeen::Waiting(_, position) => Outcome::Queued { position },
+                    MSeen::Done(o) if release_outcome(&o) => {
+                        Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
+                    }
                     MSeen::Done(o) => o,
                     MSeen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
                     MSeen::New => {
-                        let o = self.acquire(session.id, *seq, name, *wait, index, now);
+                        let o = self.acquire(session.id, *seq, name, *wait_ms, index, now);
                         if !matches!(o, Outcome::Queued { .. }) {
                             self.record(session.id, *seq, o.clone());
                         }
@@ -184,11 +211,13 @@ impl Model {
             Op::CancelWait { session, seq } => match self.auth(session) {
                 Some(r) => r,
                 None => match self.seen(session.id, *seq) {
-                    MSeen::Waiting(name, _) => {
-                        let q = self.queues.get_mut(&name).unwrap();
-                        q.retain(|w| *w != (session.id, *seq));
+                    MSeen::Waiting(_, _) => {
+                        self.unqueue(session.id, *seq);
                         self.record(session.id, *seq, Outcome::NotGranted);
                         Outcome::NotGranted
+                    }
+                    MSeen::Done(o) if release_outcome(&o) => {
+                        Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
                     }
                     MSeen::Done(o) => o,
                     MSeen::TooOld | MSeen::New => {
@@ -204,8 +233,10 @@ impl Model {
             } => match self.auth(session) {
                 Some(r) => r,
                 None => match self.seen(session.id, *seq) {
-                    MSeen::Waiting(_, position) => Outcome::Queued { position },
-                    MSeen::Done(o) => o,
+                    MSeen::Done(o) if release_outcome(&o) => o,
+                    MSeen::Waiting(_, _) | MSeen::Done(_) => {
+                        Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
+                    }
                     MSeen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
                     MSeen::New => {
                         let holds = self
@@ -225,6 +256,14 @@ impl Model {
             },
         };
         fx
+    }
+
+    /// Take a queued wait out of its queue and out of `until`.
+    fn unqueue(&mut self, sid: SessionId, seq: u64) {
+        for q in self.queues.values_mut() {
+            q.retain(|w| *w != (sid, seq));
+        }
+        self.until.remove(&(sid, seq));
     }
 
     fn auth(&self, key: &SessionKey) -> Option<Outcome> {
@@ -275,7 +314,7 @@ impl Model {
         sid: SessionId,
         seq: u64,
         name: &str,
-        wait: bool,
+        wait_ms: u64,
         index: u64,
         now: u64,
     ) -> Outcome {
@@ -301,19 +340,36 @@ impl Model {
             self.holders.insert(name.to_owned(), (sid, index, now));
             return Outcome::Granted { token: index };
         }
-        if !wait {
+        if wait_ms == 0 {
             return Outcome::NotGranted;
         }
         // (The per-session and per-queue limits are out of reach with a handful of sessions and
         // names; `limits.rs` tests them.)
         queue.push_back((sid, seq));
-        Outcome::Queued {
-            position: queue.len() as u32,
-        }
+        let position = queue.len() as u32;
+        self.until.insert(
+            (sid, seq),
+            now.saturating_add(wait_ms.min(WAIT_TIMEOUT_MS_MAX)),
+        );
+        Outcome::Queued { position }
     }
 
     fn hand_over(&mut self, name: &str, index: u64, now: u64, fx: &mut Applied) {
-        let next = self.queues.get_mut(name).and_then(|q| q.pop_front());
+        // Waiters whose wait has ended are passed over: they leave not granted.
+        let next = loop {
+            let Some((sid, seq)) = self.queues.get_mut(name).and_then(|q| q.pop_front()) else {
+                break None;
+            };
+            let until = self
+                .until
+                .remove(&(sid, seq))
+                .expect("queued wait has an end");
+            if until > now {
+                break Some((sid, seq));
+            }
+            self.record(sid, seq, Outcome::NotGranted);
+            fx.ended_waits.push((sid, seq));
+        };
         match next {
             None => {
                 self.holders.remove(name);
@@ -346,6 +402,7 @@ impl Model {
             for q in self.queues.values_mut() {
                 q.retain(|w| w.0 != *id);
             }
+            self.until.retain(|(sid, _), _| sid != id);
             fx.dropped_waits.extend(seqs.into_iter().map(|s| (*id, s)));
         }
         for id in ids {
@@ -419,6 +476,12 @@ impl History {
                 ended.contains(sid),
                 "{ctx}: dropped a wait of a staying session"
             );
+            self.unqueue(*sid, *seq);
+        }
+        // Ended waits leave their queues; in a handover, before the grant to the next waiter.
+        for (sid, seq) in &fx.ended_waits {
+            let queued = self.queues.values().any(|q| q.contains(&(*sid, *seq)));
+            assert!(queued, "{ctx}: ended a wait that was not queued");
             self.unqueue(*sid, *seq);
         }
         self.holders.retain(|_, h| !ended.contains(&h.0));
@@ -597,6 +660,9 @@ impl Run {
             if !ids.is_empty() && self.rng.percent(25) {
                 ids.push(ids[0]);
             }
+            if self.rng.percent(30) {
+                return (Op::ExpireWaits, false);
+            }
             return (Op::ExpireSessions { ids }, false);
         }
         let c = &self.clients[&sid];
@@ -613,12 +679,18 @@ impl Run {
         let roll = self.rng.below(100);
         let (op, fresh) = if roll < 40 {
             let name = self.name();
-            let wait = self.rng.percent(75);
+            // No wait, a wait that ends within a few entries (each entry is 1 s later), or one
+            // that never ends in a run.
+            let wait_ms = match self.rng.below(4) {
+                0 => 0,
+                1 => 1_000 * self.rng.below(6),
+                _ => WAIT_TIMEOUT_MS_MAX,
+            };
             let op = Op::Acquire {
                 session: key,
                 seq,
                 name,
-                wait,
+                wait_ms,
             };
             (op, true)
         } else if roll < 60 {
@@ -670,7 +742,7 @@ impl Run {
                         session: key,
                         seq: old,
                         name: self.name(),
-                        wait: true,
+                        wait_ms: latchkey_core::limits::WAIT_TIMEOUT_MS_MAX,
                     },
                     1 => Op::CancelWait {
                         session: key,
@@ -691,7 +763,7 @@ impl Run {
                 session: self.wrong(key),
                 seq,
                 name,
-                wait: true,
+                wait_ms: latchkey_core::limits::WAIT_TIMEOUT_MS_MAX,
             };
             (op, false)
         };

@@ -659,3 +659,86 @@ fn session_queries_follow_creation_and_removal() {
     assert!(!sim.table.session_valid(&sim.key("b")));
     assert_eq!(sim.table.session_count(), 2);
 }
+
+/// Issue #9: a waiter whose client vanished stayed queued until its session expired, and the
+/// next release handed it the lock, which then sat unused. Its wait now ends on the server.
+#[test]
+fn a_release_passes_over_a_waiter_whose_wait_has_ended() {
+    let mut sim = Sim::new();
+    sim.run(&[
+        open(1, "a"),
+        open(2, "b"),
+        open(3, "c"),
+        step(4, acq("a", 1, "L"), granted(4)),
+        // b waits 50 ms (5 entries), c for as long as it takes.
+        step(5, acq_for("b", 1, "L", 50), queued(1)),
+        step(6, acq("c", 1, "L"), queued(2)),
+    ]);
+    let release = sim.command(20, &rel("a", 2, "L", 4));
+    let got = apply_checked(&mut sim.table, 20, &release);
+    assert_eq!(got.outcome, Outcome::Released);
+    assert_eq!(got.ended_waits, vec![(sim.id("b"), 1)]);
+    assert_eq!(got.handoffs.len(), 1);
+    assert_eq!(sim.holder("L"), Some(("c", 20, 0)));
+    assert_eq!(sim.state("b", 1), done(Outcome::NotGranted));
+}
+
+#[test]
+fn expire_waits_ends_exactly_the_waits_whose_time_has_passed() {
+    let mut sim = Sim::new();
+    sim.run(&[
+        open(1, "a"),
+        open(2, "b"),
+        open(3, "c"),
+        step(4, acq("a", 1, "L"), granted(4)),
+        step(5, acq_for("b", 1, "L", 30), queued(1)),
+        step(6, acq_for("c", 1, "L", 100), queued(2)),
+        // At entry 8 (now = 5's time + 30 ms) b's wait has just ended; c's has not.
+        step(8, Cmd::ExpireWaits, Outcome::WaitsExpired { count: 1 }),
+    ]);
+    assert_eq!(sim.state("b", 1), done(Outcome::NotGranted));
+    assert_eq!(sim.state("c", 1), waiting("L", 1));
+    assert_eq!(sim.table.next_wait_end_ms(), Some(now_ms_at(6) + 100));
+    sim.run(&[step(
+        16,
+        Cmd::ExpireWaits,
+        Outcome::WaitsExpired { count: 1 },
+    )]);
+    assert_eq!(sim.state("c", 1), done(Outcome::NotGranted));
+    assert_eq!(sim.holder("L"), Some(("a", 4, 0)));
+    assert_eq!(sim.table.next_wait_end_ms(), None);
+    // A retry of the ended acquire gets its outcome; a cancel too.
+    sim.run(&[
+        step(17, acq_for("b", 1, "L", 30), Outcome::NotGranted),
+        step(18, cancel("c", 1), Outcome::NotGranted),
+    ]);
+}
+
+/// Issue #9 item 10: a release reusing an acquire's sequence number answered `Queued` (seen by
+/// the client as "unavailable"); it is a client error.
+#[test]
+fn a_request_that_reuses_another_kinds_sequence_number_is_rejected() {
+    let mut sim = Sim::new();
+    sim.run(&[
+        open(1, "a"),
+        open(2, "b"),
+        step(3, acq("a", 1, "L"), granted(3)),
+        step(4, acq("b", 1, "L"), queued(1)),
+        step(
+            5,
+            rel("b", 1, "L", 3),
+            rejected(Rejection::SequenceReused { seq: 1 }),
+        ),
+        step(
+            6,
+            rel("a", 1, "L", 3),
+            rejected(Rejection::SequenceReused { seq: 1 }),
+        ),
+        step(7, rel("a", 2, "L", 3), Outcome::Released).hands(&[("L", "b", 1)]),
+        step(
+            8,
+            acq("a", 2, "L"),
+            rejected(Rejection::SequenceReused { seq: 2 }),
+        ),
+    ]);
+}

@@ -40,7 +40,7 @@ fn entry(index: u64) -> Entry {
         },
         seq: index,
         name: format!("jobs/tenant-{:02}/job-{:06}", index % 64, index % 100_000),
-        wait: true,
+        wait_ms: latchkey_core::limits::WAIT_TIMEOUT_MS_MAX,
     };
     Entry::new_normal(
         log_id,

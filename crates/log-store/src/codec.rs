@@ -8,8 +8,10 @@ use std::io;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-/// Version of the value encoding written by this build.
-pub const VALUE_FORMAT_VERSION: u8 = 1;
+/// Version of the value encoding written by this build (log entries and the vote).
+/// 2: lock commands changed (an Acquire carries its wait timeout, `ExpireWaits`), so a log
+/// written by version 1 is refused rather than misread.
+pub const VALUE_FORMAT_VERSION: u8 = 2;
 
 pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, io::Error> {
     let out = vec![VALUE_FORMAT_VERSION];

@@ -71,8 +71,12 @@ impl fmt::Display for LogCommand {
                 session,
                 seq,
                 name,
-                wait,
-            } => write!(f, "Acquire({}#{seq}, {name:?}, wait={wait})", session.id),
+                wait_ms,
+            } => write!(
+                f,
+                "Acquire({}#{seq}, {name:?}, wait_ms={wait_ms})",
+                session.id
+            ),
             Op::CancelWait { session, seq } => write!(f, "CancelWait({}#{seq})", session.id),
             Op::Release {
                 session,
@@ -82,6 +86,7 @@ impl fmt::Display for LogCommand {
             } => write!(f, "Release({}#{seq}, {name:?}, token={token})", session.id),
             Op::MarkLeases { marks } => write!(f, "MarkLeases({} sessions)", marks.len()),
             Op::RenewLeases { ids } => write!(f, "RenewLeases({} sessions)", ids.len()),
+            Op::ExpireWaits => write!(f, "ExpireWaits"),
         }
     }
 }

@@ -77,7 +77,7 @@ fn acquire(session: SessionKey, seq: u64, name: &str) -> Op {
         session,
         seq,
         name: name.into(),
-        wait: true,
+        wait_ms: latchkey_core::limits::WAIT_TIMEOUT_MS_MAX,
     }
 }
 

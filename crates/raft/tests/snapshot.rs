@@ -89,7 +89,7 @@ fn history() -> Vec<Entry> {
                 session: key(3),
                 seq: 1,
                 name: "x".into(),
-                wait: false,
+                wait_ms: 0,
             },
         ),
         normal(
@@ -98,7 +98,7 @@ fn history() -> Vec<Entry> {
                 session: key(4),
                 seq: 1,
                 name: "x".into(),
-                wait: true,
+                wait_ms: latchkey_core::limits::WAIT_TIMEOUT_MS_MAX,
             },
         ),
         normal(
@@ -177,7 +177,7 @@ async fn restart_recovers_the_table_from_the_snapshot_and_tokens_continue() {
                 session: key(3),
                 seq: 3,
                 name: "y".into(),
-                wait: false,
+                wait_ms: 0,
             },
         )],
     )

@@ -7,7 +7,7 @@ use openraft::errors::{ClientWriteError, ForwardToLeader, LinearizableReadError,
 use tonic::{Code, Status};
 
 /// Everything a client request can fail with.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
     #[error(transparent)]
     Rejected(#[from] Rejection),
@@ -47,6 +47,7 @@ impl ApiError {
                 Rejection::AlreadyWaiting { .. } => "already-waiting",
                 Rejection::RequestTooOld { .. } => "request-too-old",
                 Rejection::UnknownRequest { .. } => "unknown-request",
+                Rejection::SequenceReused { .. } => "sequence-reused",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -72,7 +73,8 @@ impl ApiError {
                 Rejection::AlreadyHeld { .. }
                 | Rejection::AlreadyWaiting { .. }
                 | Rejection::RequestTooOld { .. }
-                | Rejection::UnknownRequest { .. } => Code::FailedPrecondition,
+                | Rejection::UnknownRequest { .. }
+                | Rejection::SequenceReused { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::TooManyWaiting => Code::ResourceExhausted,

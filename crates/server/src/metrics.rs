@@ -37,6 +37,7 @@ pub struct Metrics {
     pub keepalive_sessions: Count,
     pub logged_renewals: Count,
     pub snapshots_installed: Count,
+    pub waits_expired: Count,
     sessions: Gauge,
     locks: Gauge,
     term: Gauge,
@@ -60,6 +61,11 @@ impl Metrics {
             m.handoffs.clone(),
         );
         r.register("latchkey_releases", "Releases applied", m.releases.clone());
+        r.register(
+            "latchkey_waits_expired",
+            "Waits ended by the server because their wait timeout passed",
+            m.waits_expired.clone(),
+        );
         r.register(
             "latchkey_snapshots_installed",
             "Snapshots installed from the leader (the table replaced without entries)",
@@ -139,6 +145,7 @@ impl Metrics {
             }
             _ => {}
         }
+        self.waits_expired.inc_by(applied.ended_waits.len() as u64);
         let handed = applied.handoffs.len() as u64;
         self.grants.inc_by(handed);
         self.handoffs.inc_by(handed);

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use latchkey_core::{Op, Outcome, SessionId};
+use latchkey_core::{limits, Op, Outcome, SessionId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
@@ -300,7 +300,8 @@ impl Node {
                     .lock()
                     .expect("leases lock")
                     .mark_stale(self.clock.now());
-                let written = self.log_marks().await && self.expire_due().await;
+                let written =
+                    self.log_marks().await && self.expire_due().await && self.expire_waits().await;
                 // A write that failed (typically "not the leader" in the moment around an
                 // election) is retried after a pause, not in a tight loop.
                 retry_at = (!written).then(|| self.clock.now() + LEASE_WRITE_RETRY);
@@ -319,7 +320,23 @@ impl Node {
             };
             tokio::select! {
                 changed = metrics.changed() => if changed.is_err() { return },
-                Some(req) = renewals.recv() => self.renew_through_log(req).await,
+                Some(req) = renewals.recv() => {
+                    // Every keepalive waiting for a logged renewal goes into one entry: after a
+                    // failover every session needs one at once, and one commit per keepalive
+                    // would let clients' deadlines pass in the queue.
+                    let mut batch = vec![req];
+                    let mut sessions = batch[0].sessions.len();
+                    while sessions < limits::LEASE_RENEW_BATCH_MAX {
+                        match renewals.try_recv() {
+                            Ok(more) => {
+                                sessions += more.sessions.len();
+                                batch.push(more);
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    self.renew_through_log(batch).await
+                }
                 _ = crate::clock::sleep_until(&*self.clock, wake) => {}
                 _ = self.shutdown.cancelled() => return,
             }
@@ -406,8 +423,13 @@ impl Node {
     }
 
     /// Renew marked sessions through the log, then in memory; answer with those renewed.
-    async fn renew_through_log(&self, req: RenewRequest) {
-        let ids: Vec<SessionId> = req.sessions.iter().map(|(id, _)| *id).collect();
+    async fn renew_through_log(&self, batch: Vec<RenewRequest>) {
+        let mut ids: Vec<SessionId> = batch
+            .iter()
+            .flat_map(|r| r.sessions.iter().map(|(id, _)| *id))
+            .collect();
+        ids.sort();
+        ids.dedup();
         let result = match self.propose(Op::RenewLeases { ids }).await {
             Ok(Outcome::LeasesRenewed { ids: live }) => {
                 self.metrics.logged_renewals.inc_by(live.len() as u64);
@@ -417,18 +439,60 @@ impl Node {
                         sessions: live.clone(),
                     },
                 );
-                let mut leases = self.leases.lock().expect("leases lock");
-                Ok(req
-                    .sessions
-                    .iter()
-                    .filter(|(id, arrived)| live.contains(id) && leases.renew_logged(*id, *arrived))
-                    .map(|(id, _)| *id)
-                    .collect())
+                Ok(live)
             }
             Ok(other) => Err(ApiError::Raft(format!("unexpected outcome {other:?}"))),
             Err(e) => Err(e),
         };
-        let _ = req.reply.send(result);
+        for req in batch {
+            let answer = match &result {
+                Ok(live) => {
+                    let mut leases = self.leases.lock().expect("leases lock");
+                    Ok(req
+                        .sessions
+                        .iter()
+                        .filter(|(id, arrived)| {
+                            live.binary_search(id).is_ok() && leases.renew_logged(*id, *arrived)
+                        })
+                        .map(|(id, _)| *id)
+                        .collect())
+                }
+                Err(e) => Err(e.clone()),
+            };
+            let _ = req.reply.send(answer);
+        }
+    }
+
+    /// End the waits whose wait timeout has passed on this leader's wall clock. A release
+    /// already passes such waiters over; this frees them from their queues (and answers their
+    /// long-polls) when no release comes. False if it did not commit.
+    async fn expire_waits(&self) -> bool {
+        loop {
+            let due = self
+                .state
+                .read(|t| t.next_wait_end_ms())
+                .is_some_and(|end| end <= self.clock.wall_ms());
+            if !due {
+                return true;
+            }
+            match self.propose(Op::ExpireWaits).await {
+                Ok(Outcome::WaitsExpired { count }) => {
+                    self.probe
+                        .event(self.id, ProbeEvent::WaitsExpired { count });
+                    if count == 0 {
+                        return true;
+                    }
+                }
+                Ok(other) => {
+                    tracing::warn!("unexpected outcome of a wait expiry: {other:?}");
+                    return true;
+                }
+                Err(e) => {
+                    tracing::debug!("wait expiry not committed yet, will retry: {e}");
+                    return false;
+                }
+            }
+        }
     }
 
     /// Propose the expiry of every session whose lease ran out. False if it did not commit.

@@ -85,7 +85,7 @@ impl LocksService {
                 session,
                 seq: req.seq,
                 name: req.name.clone(),
-                wait: wait_ms > 0,
+                wait_ms,
             })
             .await?;
         let position = match outcome {

@@ -23,7 +23,8 @@ pub enum WaitEnd {
     },
     /// The session left (closed or expired) while the request waited.
     SessionGone,
-    /// The wait ended without a grant (found so in an installed snapshot).
+    /// The wait ended without a grant: its wait timeout passed on the server (or an installed
+    /// snapshot shows it ended).
     NotGranted,
 }
 
@@ -193,6 +194,9 @@ impl ApplyObserver for Observer {
         }
         for (session, seq) in &applied.dropped_waits {
             self.waiters.wake(*session, *seq, WaitEnd::SessionGone);
+        }
+        for (session, seq) in &applied.ended_waits {
+            self.waiters.wake(*session, *seq, WaitEnd::NotGranted);
         }
     }
 }

@@ -383,3 +383,81 @@ async fn metrics_count_applied_grants_and_report_leadership() {
     }
     node.stop().await;
 }
+
+/// Issue #9: a waiter whose client vanished (its long-poll dropped, no CancelWait ever sent)
+/// stayed queued until its session expired, and a release handed it the lock. The server now
+/// ends the wait when its wait timeout passes: within one lease tick and a commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_ends_on_the_server_when_its_client_vanished() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = TestNode::start(dir.path(), None).await;
+    let mut c = node.client().await;
+    let a = session(&mut c, 60_000).await;
+    let b = session(&mut c, 60_000).await;
+    let holder = granted(&acquire(&mut c, &a, 1, "x", 0).await.unwrap());
+    // b waits up to 1.5 s, but its client gives up on the call after 200 ms and never comes
+    // back: the server's long-poll is dropped with it.
+    let mut vanishing = c.clone();
+    let mut request = tonic::Request::new(pb::AcquireRequest {
+        session: Some(b),
+        seq: 1,
+        name: "x".into(),
+        wait_timeout_ms: 1_500,
+    });
+    request.set_timeout(Duration::from_millis(200));
+    let gone = vanishing.acquire(request).await;
+    assert_eq!(gone.expect_err("the call was cut").code(), Code::Cancelled);
+    assert_eq!(describe(&mut c, "x").await.waiters, 1);
+    // Within the wait and a bound (lease tick + commit, generously 3 s), the queue empties.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if describe(&mut c, "x").await.waiters == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ended wait is still queued"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A retry of the ended request learns it was not granted; the release frees the lock.
+    let r = acquire(&mut c, &b, 1, "x", 1_500).await.unwrap();
+    assert_eq!(r.result, pb::AcquireResult::NotGranted as i32);
+    let released = c
+        .release(pb::ReleaseRequest {
+            session: Some(a),
+            seq: 2,
+            name: "x".into(),
+            token: holder,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(released.released);
+    assert!(!describe(&mut c, "x").await.held, "handed to an ended wait");
+    node.stop().await;
+}
+
+/// Issue #9 item 10: a release that reuses an acquire's sequence number was answered
+/// "unavailable" (the client retried it forever); it is a client error now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_reusing_an_acquires_sequence_number_is_a_client_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = TestNode::start(dir.path(), None).await;
+    let mut c = node.client().await;
+    let a = session(&mut c, 60_000).await;
+    let token = granted(&acquire(&mut c, &a, 1, "x", 0).await.unwrap());
+    let err = c
+        .release(pb::ReleaseRequest {
+            session: Some(a),
+            seq: 1,
+            name: "x".into(),
+            token,
+        })
+        .await
+        .expect_err("a reused sequence number");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert_eq!(reason(&err), "sequence-reused");
+    assert!(describe(&mut c, "x").await.held);
+    node.stop().await;
+}

@@ -32,9 +32,10 @@ pub enum Cmd {
         who: &'static str,
         seq: u64,
         name: String,
-        wait: bool,
+        wait_ms: u64,
     },
     Cancel(&'static str, u64),
+    ExpireWaits,
     Release {
         who: &'static str,
         seq: u64,
@@ -49,7 +50,7 @@ pub fn acq(who: &'static str, seq: u64, name: &str) -> Cmd {
         who,
         seq,
         name: name.to_owned(),
-        wait: true,
+        wait_ms: latchkey_core::limits::WAIT_TIMEOUT_MS_MAX,
     }
 }
 
@@ -59,7 +60,7 @@ pub fn try_acq(who: &'static str, seq: u64, name: &str) -> Cmd {
         who,
         seq,
         name: name.to_owned(),
-        wait: false,
+        wait_ms: 0,
     }
 }
 
@@ -69,6 +70,17 @@ pub fn rel(who: &'static str, seq: u64, name: &str, token: u64) -> Cmd {
         seq,
         name: name.to_owned(),
         token,
+    }
+}
+
+/// Acquire, waiting in the queue for at most `wait_ms` (entries are 10 ms apart).
+#[allow(dead_code)]
+pub fn acq_for(who: &'static str, seq: u64, name: &str, wait_ms: u64) -> Cmd {
+    Cmd::Acquire {
+        who,
+        seq,
+        name: name.to_owned(),
+        wait_ms,
     }
 }
 
@@ -213,13 +225,14 @@ impl Sim {
                 who,
                 seq,
                 name,
-                wait,
+                wait_ms,
             } => Op::Acquire {
                 session: self.key(who),
                 seq: *seq,
                 name: name.clone(),
-                wait: *wait,
+                wait_ms: *wait_ms,
             },
+            Cmd::ExpireWaits => Op::ExpireWaits,
             Cmd::Cancel(who, seq) => Op::CancelWait {
                 session: self.key(who),
                 seq: *seq,

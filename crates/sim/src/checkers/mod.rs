@@ -101,7 +101,7 @@ mod testkit {
             session: key(session),
             seq: 1,
             name: lock.to_owned(),
-            wait: true,
+            wait_ms: latchkey_core::limits::WAIT_TIMEOUT_MS_MAX,
         }
     }
 
