@@ -76,5 +76,12 @@ const _: () = assert!(LIST_RESULTS_MAX * (LOCK_NAME_BYTES_MAX + 64) <= CLIENT_ME
 pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Client requests served at once by one node; beyond it requests wait in tonic's queue.
 pub const CLIENT_CONCURRENT_REQUESTS_MAX: usize = 4_096;
+/// Streams a client may reset before the server accepted them, per connection, before the
+/// server closes the connection (HTTP/2 GOAWAY ENHANCE_YOUR_CALM). h2's default, 20, guards
+/// against the "rapid reset" flood, but one process with thousands of sessions on a slow or busy
+/// node legitimately cancels more than 20 keepalives whose attempt deadline passed: the whole
+/// connection then failed, every session's renewal with it (found by 5,000 sessions across a
+/// leader kill). The concurrency limit per connection still bounds the work a flood can cause.
+pub const CLIENT_PENDING_RESET_STREAMS_MAX: usize = 1_024;
 /// Acquire calls long-polling at once on one node (each holds a task and a registry slot).
 pub const WAITING_ACQUIRES_MAX: usize = 100_000;

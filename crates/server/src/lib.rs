@@ -290,6 +290,7 @@ where
     let stop = node.shutdown.clone();
     let served = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(limits::CLIENT_CONCURRENT_REQUESTS_MAX)
+        .http2_max_pending_accept_reset_streams(Some(limits::CLIENT_PENDING_RESET_STREAMS_MAX))
         .add_service(locks)
         .add_service(peer)
         .serve_with_incoming_shutdown(incoming, async move {
