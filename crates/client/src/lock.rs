@@ -70,10 +70,10 @@ impl<'a> LockRequest<'a> {
             return Err(e);
         }
         let _permit = shared
-            .in_flight
+            .waits
             .acquire()
             .await
-            .expect("the in-flight semaphore is never closed");
+            .expect("the waits semaphore is never closed");
         let clock = shared.client.clock();
         let deadline = timeout.map(|t| clock.now() + t);
         loop {
@@ -336,10 +336,10 @@ impl Drop for LockGuard {
 
 async fn release_on_server(shared: &SessionShared, name: &str, token: u64) -> Result<(), Error> {
     let _permit = shared
-        .in_flight
+        .short_requests
         .acquire()
         .await
-        .expect("the in-flight semaphore is never closed");
+        .expect("the short-requests semaphore is never closed");
     let request = pb::ReleaseRequest {
         session: shared.key.pb(),
         seq: shared.next_seq(),

@@ -140,9 +140,12 @@ pub(crate) struct SessionShared {
     pub key: SessionKey,
     pub ttl: Duration,
     next_seq: AtomicU64,
-    /// Bounds mutating requests in flight, so that the server's memory of outcomes
-    /// (`SESSION_OUTCOMES_MAX`) always covers every request that may still be retried.
-    pub in_flight: Semaphore,
+    /// Bounds the waits (Acquire long-polls) in flight.
+    pub waits: Semaphore,
+    /// Bounds the short sequenced requests (releases) in flight. Separate from `waits` so
+    /// that a release, which may be what ends those waits, never queues behind them.
+    /// Keepalives and the close carry no sequence number and take no permit.
+    pub short_requests: Semaphore,
     lost: watch::Sender<Option<String>>,
     /// Failovers seen by the renewal task (see the module comment).
     failovers: watch::Sender<u64>,
@@ -268,7 +271,10 @@ impl Session {
             },
             ttl: lease.ttl,
             next_seq: AtomicU64::new(1),
-            in_flight: Semaphore::new(latchkey_core::limits::SESSION_REQUESTS_IN_FLIGHT_MAX),
+            waits: Semaphore::new(latchkey_core::limits::SESSION_WAITS_IN_FLIGHT_MAX),
+            short_requests: Semaphore::new(
+                latchkey_core::limits::SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX,
+            ),
             lost,
             failovers: watch::channel(0).0,
             deadline: Mutex::new(lease.deadline()),

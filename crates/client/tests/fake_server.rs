@@ -25,6 +25,8 @@ struct Script {
     /// KeepAlive: never answer / answer "not alive".
     keepalive_hangs: bool,
     keepalive_dead: bool,
+    /// Acquire: never answer (a wait long-polling on a held lock).
+    acquire_hangs: bool,
 }
 
 #[derive(Default)]
@@ -39,6 +41,8 @@ struct Seen {
 struct Fake {
     script: Arc<Mutex<Script>>,
     seen: Arc<Mutex<Seen>>,
+    /// Acquire calls received so far, to await rather than poll.
+    acquire_calls: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 fn error(code: tonic::Code, reason: &'static str) -> Status {
@@ -121,6 +125,10 @@ impl Locks for Fake {
             .unwrap()
             .acquires
             .push((r.seq, r.wait_timeout_ms));
+        self.acquire_calls.send_modify(|n| *n += 1);
+        if self.script.lock().unwrap().acquire_hangs {
+            std::future::pending::<()>().await;
+        }
         let mut script = self.script.lock().unwrap();
         if script.drop_first_acquire {
             script.drop_first_acquire = false;
@@ -396,4 +404,47 @@ async fn is_lost_reads_the_clock_so_a_resumed_holder_sees_its_deadline_passed() 
         .await
         .expect("lost() must complete");
     assert!(guard.lost_reason().is_some());
+}
+
+/// Regression: every wait held a permit of the one in-flight budget, and releases needed one
+/// too, so a session with 64 waits outstanding could never release (nor end those waits).
+#[tokio::test]
+async fn release_and_close_complete_with_the_most_waits_outstanding() {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    use latchkey_core::limits::SESSION_WAITS_IN_FLIGHT_MAX;
+
+    let (leader, client) = cluster(Script {
+        grant: true,
+        ..Script::default()
+    })
+    .await;
+    let session = client.session(Duration::from_secs(10)).await.unwrap();
+    let guard = session.lock("held").wait(None).await.unwrap();
+    leader.script.lock().unwrap().acquire_hangs = true;
+    let mut calls = leader.acquire_calls.subscribe();
+    let first_wait = *calls.borrow_and_update();
+
+    let mut waits: FuturesUnordered<_> = (0..SESSION_WAITS_IN_FLIGHT_MAX)
+        .map(|i| session.lock(format!("wait/{i}")).wait(None))
+        .collect();
+    // Drive the waits until the server has every one of them.
+    let all_sent = calls.wait_for(|n| *n >= first_wait + SESSION_WAITS_IN_FLIGHT_MAX);
+    tokio::select! {
+        r = waits.next() => panic!("a wait ended: {r:?}"),
+        r = tokio::time::timeout(Duration::from_secs(20), all_sent) => {
+            r.expect("all waits reach the server").unwrap();
+        }
+    }
+    let release = tokio::time::timeout(Duration::from_secs(10), guard.release());
+    tokio::select! {
+        r = waits.next() => panic!("a wait ended: {r:?}"),
+        r = release => r.expect("the release must not queue behind the waits").unwrap(),
+    }
+    assert_eq!(leader.seen.lock().unwrap().releases.len(), 1);
+    drop(waits);
+    tokio::time::timeout(Duration::from_secs(10), session.close())
+        .await
+        .expect("the close must not queue behind the abandoned waits")
+        .unwrap();
+    assert_eq!(leader.seen.lock().unwrap().closes, 1);
 }

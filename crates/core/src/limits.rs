@@ -32,8 +32,15 @@ pub const LOCKS_MAX: usize = 1_000_000;
 /// Outcomes of finished requests remembered per session, so that a retry gets the original
 /// answer. Must exceed the requests a client keeps in flight at once (see the client library).
 pub const SESSION_OUTCOMES_MAX: usize = 256;
-/// Requests one client session keeps in flight at once; the client library enforces it.
-pub const SESSION_REQUESTS_IN_FLIGHT_MAX: usize = 64;
+/// Lock waits (Acquire long-polls) one client session keeps in flight at once; the client
+/// library enforces it. A wait lasts up to its timeout, so waits have a budget of their own.
+pub const SESSION_WAITS_IN_FLIGHT_MAX: usize = 64;
+/// Short sequenced requests (releases) one client session keeps in flight at once, apart from
+/// its waits: a session full of waits must still release, since a release is what ends waits.
+pub const SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX: usize = 32;
+/// Sequenced requests one client session keeps in flight at once: both budgets.
+pub const SESSION_REQUESTS_IN_FLIGHT_MAX: usize =
+    SESSION_WAITS_IN_FLIGHT_MAX + SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX;
 const _: () = assert!(SESSION_REQUESTS_IN_FLIGHT_MAX * 2 <= SESSION_OUTCOMES_MAX);
 const _: () = assert!(SESSION_TTL_MS_MIN <= SESSION_TTL_MS_DEFAULT);
 const _: () = assert!(SESSION_TTL_MS_DEFAULT <= SESSION_TTL_MS_MAX);
