@@ -308,6 +308,16 @@ impl Session {
         *self.shared.deadline.lock().expect("deadline lock poisoned")
     }
 
+    /// How long ago the client-side deadline passed on this client's clock; zero before it.
+    /// A holder that learns of a loss late (after a pause) has that much less time to stop.
+    pub fn past_deadline(&self) -> Duration {
+        self.shared
+            .client
+            .clock()
+            .now()
+            .saturating_duration_since(self.deadline())
+    }
+
     /// How many failovers the session has lived through: renewals acknowledged by another
     /// node than the previous renewal, or only after failed attempts (an election, a node
     /// down). Starts at 0; never decreases.

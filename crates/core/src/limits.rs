@@ -56,6 +56,10 @@ pub const CLOCK_DRIFT_PPM_MAX: u64 = 10_000;
 pub const LEASE_MARK_BATCH_MAX: usize = 4_096;
 /// Sessions renewed by one keepalive request.
 pub const KEEPALIVE_SESSIONS_MAX: usize = 1_024;
+/// Log lines `latchkey lock` queues for its stderr writer thread. Beyond it lines are dropped:
+/// an unread stderr must never block the task that logs (see `cli/src/logwriter.rs`); a few
+/// hundred lines cover any burst of warnings a session produces between two writes.
+pub const CLI_LOG_LINES_QUEUED_MAX: usize = 256;
 /// Locks returned by one `List` request.
 pub const LIST_RESULTS_MAX: usize = 10_000;
 
