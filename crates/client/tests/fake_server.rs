@@ -27,6 +27,8 @@ struct Script {
     keepalive_dead: bool,
     /// Acquire: never answer (a wait long-polling on a held lock).
     acquire_hangs: bool,
+    /// Acquire: answer that the request's outcome is forgotten (`request-too-old`).
+    acquire_too_old: bool,
 }
 
 #[derive(Default)]
@@ -43,6 +45,8 @@ struct Fake {
     seen: Arc<Mutex<Seen>>,
     /// Acquire calls received so far, to await rather than poll.
     acquire_calls: Arc<tokio::sync::watch::Sender<usize>>,
+    /// Release calls received so far.
+    release_calls: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 fn error(code: tonic::Code, reason: &'static str) -> Status {
@@ -129,6 +133,9 @@ impl Locks for Fake {
         if self.script.lock().unwrap().acquire_hangs {
             std::future::pending::<()>().await;
         }
+        if self.script.lock().unwrap().acquire_too_old {
+            return Err(error(tonic::Code::FailedPrecondition, "request-too-old"));
+        }
         let mut script = self.script.lock().unwrap();
         if script.drop_first_acquire {
             script.drop_first_acquire = false;
@@ -163,6 +170,7 @@ impl Locks for Fake {
             .unwrap()
             .releases
             .push(request.into_inner().seq);
+        self.release_calls.send_modify(|n| *n += 1);
         Ok(Response::new(ReleaseResponse { released: true }))
     }
 
@@ -447,4 +455,27 @@ async fn release_and_close_complete_with_the_most_waits_outstanding() {
         .expect("the close must not queue behind the abandoned waits")
         .unwrap();
     assert_eq!(leader.seen.lock().unwrap().closes, 1);
+}
+
+/// Regression: an Acquire whose outcome the server had forgotten (`request-too-old`) was given
+/// up, so a grant among those outcomes stayed held by the live session with no guard.
+#[tokio::test]
+async fn an_acquire_answered_too_old_releases_the_grant_the_session_holds() {
+    // The fake's Describe says session 1 (ours) holds the lock with token 7.
+    let (leader, client) = cluster(Script {
+        acquire_too_old: true,
+        ..Script::default()
+    })
+    .await;
+    let session = client.session(Duration::from_secs(10)).await.unwrap();
+    let mut releases = leader.release_calls.subscribe();
+    match session.lock("a").wait(None).await {
+        Err(Error::Conflict { reason, .. }) => assert_eq!(reason, "request-too-old"),
+        other => panic!("{other:?}"),
+    }
+    tokio::time::timeout(Duration::from_secs(10), releases.wait_for(|n| *n == 1))
+        .await
+        .expect("the orphan grant must be released")
+        .unwrap();
+    session.close().await.unwrap();
 }

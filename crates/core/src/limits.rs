@@ -42,6 +42,17 @@ pub const SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX: usize = 32;
 pub const SESSION_REQUESTS_IN_FLIGHT_MAX: usize =
     SESSION_WAITS_IN_FLIGHT_MAX + SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX;
 const _: () = assert!(SESSION_REQUESTS_IN_FLIGHT_MAX * 2 <= SESSION_OUTCOMES_MAX);
+/// A client session starts no request whose sequence number is this far or more past its
+/// oldest unanswered request (which may still be retried, by its wait or by the background
+/// task that settles an abandoned one). Every request that can complete on the server between
+/// the oldest one's outcome and its retry was then unanswered at some moment with it, so its
+/// sequence number lies within this distance on either side: fewer than twice this many
+/// outcomes, which the server's memory holds, so a retry never finds its outcome forgotten.
+pub const SESSION_SEQ_WINDOW_MAX: usize = 128;
+const _: () = assert!(2 * SESSION_SEQ_WINDOW_MAX <= SESSION_OUTCOMES_MAX);
+// The in-flight budgets alone never fill the window: only a request left unanswered while
+// many newer ones finish does.
+const _: () = assert!(SESSION_REQUESTS_IN_FLIGHT_MAX < SESSION_SEQ_WINDOW_MAX);
 const _: () = assert!(SESSION_TTL_MS_MIN <= SESSION_TTL_MS_DEFAULT);
 const _: () = assert!(SESSION_TTL_MS_DEFAULT <= SESSION_TTL_MS_MAX);
 
