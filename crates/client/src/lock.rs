@@ -322,7 +322,7 @@ impl LockGuard {
         self.shared.key.id
     }
 
-    /// Completes when the lock may be lost: the session's deadline on this client's monotonic
+    /// Completes when the lock may be lost: the session's deadline on this client's clock
     /// clock passed without an acknowledged renewal, the server said the session is gone, or
     /// the session was closed. Stop working under the lock at once; the server keeps it for
     /// the session's safety margin at most.
