@@ -1,11 +1,20 @@
 //! `latchkey lock NAME -- COMMAND`: run COMMAND while holding NAME.
 //!
+//! COMMAND runs in a process group of its own, and every signal goes to that group: a shell
+//! script, `make` or a worker pool stops as a whole, not just its first process.
+//!
 //! Stopping rule: when the guard reports the lock may be lost (the session's client-side
-//! deadline passed, or the server dropped the session), COMMAND gets SIGTERM at once and
-//! SIGKILL after [`kill_grace`], which is half the session's safety margin. The client deadline
-//! is at least the margin before the server can expire the session and grant the lock again,
-//! so COMMAND is dead before anyone else can hold the lock (clock drift and scheduling delays
-//! get the other half). Signals go to COMMAND's process only: a shell wrapper should `exec`.
+//! deadline passed, or the server dropped the session), COMMAND's group gets SIGTERM at once and
+//! SIGKILL [`kill_grace`] (half the session's safety margin) after the client deadline: at
+//! once, if the loss was noticed that late (after a pause). The client deadline is at least the
+//! margin before the server can expire the session and grant the lock again, so COMMAND is dead
+//! before anyone else can hold the lock (clock drift and scheduling delays get the other half).
+//! Signals are sent first and reported after: a write to a full stderr pipe must not hold up
+//! the kill.
+//!
+//! SIGINT and SIGTERM received by `latchkey lock` while COMMAND runs are forwarded to COMMAND's
+//! group (in its own group, COMMAND no longer gets a terminal's Ctrl-C directly); the lock is
+//! held until COMMAND ends.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -13,7 +22,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use latchkey_client::{Client, LockGuard, Session};
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::Child;
 use tokio::signal::unix::{signal, SignalKind};
@@ -60,6 +69,9 @@ pub async fn lock(args: LockArgs) -> anyhow::Result<u8> {
 
     let child = tokio::process::Command::new(&args.command[0])
         .args(&args.command[1..])
+        // Its own group, so that signals reach everything COMMAND starts (see the module
+        // comment).
+        .process_group(0)
         .env("LATCHKEY_LOCK", &args.name)
         .env("LATCHKEY_TOKEN", guard.token().to_string())
         .spawn();
@@ -84,7 +96,8 @@ async fn supervise(
     terminate: &mut tokio::signal::unix::Signal,
     interrupt: &mut tokio::signal::unix::Signal,
 ) -> anyhow::Result<u8> {
-    let pid = child.id().map(|id| Pid::from_raw(id as i32));
+    // COMMAND leads its group: the group id is its pid.
+    let group = child.id().map(|id| Pid::from_raw(id as i32));
     let name = guard.name().to_owned();
     loop {
         tokio::select! {
@@ -93,6 +106,8 @@ async fn supervise(
                 let status = status.context("waiting for COMMAND")?;
                 if let Some(why) = guard.lost_reason() {
                     // It ended, but maybe not under the lock: do not report it as a success.
+                    // What it left running in its group is stopped all the same.
+                    signal_group(group, Signal::SIGKILL);
                     close_quietly(session).await;
                     eprintln!("latchkey: COMMAND ended ({status}) after lock {name:?} may have been lost");
                     return Err(Stopped::LockLost { name, why }.into());
@@ -105,34 +120,38 @@ async fn supervise(
                 return Ok(code);
             }
             _ = guard.lost() => break,
-            // COMMAND is in our process group: a terminal's Ctrl-C reaches it directly, so
-            // SIGINT is not forwarded (it would arrive twice); we keep holding the lock until
-            // COMMAND ends. SIGTERM is usually aimed at us alone: pass it on.
-            _ = terminate.recv() => signal_child(pid, Signal::SIGTERM),
-            _ = interrupt.recv() => {}
+            _ = terminate.recv() => signal_group(group, Signal::SIGTERM),
+            _ = interrupt.recv() => signal_group(group, Signal::SIGINT),
         }
     }
+
+    // Signal first, report after (see the module comment).
+    signal_group(group, Signal::SIGTERM);
+    // SIGKILL at the client deadline + grace, however late the loss was noticed.
+    let kill_in = grace.saturating_sub(session.past_deadline());
+    let (status, killed) = match tokio::time::timeout(kill_in, child.wait()).await {
+        Ok(status) => (status, false),
+        Err(_) => {
+            signal_group(group, Signal::SIGKILL);
+            (child.wait().await, true)
+        }
+    };
+    // COMMAND's leader is gone; anything it left in its group goes too.
+    signal_group(group, Signal::SIGKILL);
 
     let why = guard
         .lost_reason()
         .unwrap_or_else(|| "the session ended".into());
     eprintln!(
-        "latchkey: lock {name:?} (token {}) may be lost: {why}; sending SIGTERM to COMMAND, SIGKILL in {} ms",
+        "latchkey: lock {name:?} (token {}) may be lost: {why}; sent SIGTERM to COMMAND's process group",
         guard.token(),
-        grace.as_millis()
     );
-    signal_child(pid, Signal::SIGTERM);
-    let status = match tokio::time::timeout(grace, child.wait()).await {
-        Ok(status) => status,
-        Err(_) => {
-            eprintln!(
-                "latchkey: COMMAND still running after {} ms: SIGKILL",
-                grace.as_millis()
-            );
-            let _ = child.start_kill();
-            child.wait().await
-        }
-    };
+    if killed {
+        eprintln!(
+            "latchkey: COMMAND still running after {} ms: sent SIGKILL",
+            kill_in.as_millis()
+        );
+    }
     match status {
         Ok(status) => eprintln!("latchkey: COMMAND stopped ({status})"),
         Err(e) => eprintln!("latchkey: waiting for COMMAND: {e}"),
@@ -144,10 +163,10 @@ async fn supervise(
     Err(Stopped::LockLost { name, why }.into())
 }
 
-fn signal_child(pid: Option<Pid>, signal: Signal) {
-    if let Some(pid) = pid {
-        // ESRCH: it has just exited; the wait arm will see it.
-        let _ = kill(pid, signal);
+fn signal_group(group: Option<Pid>, signal: Signal) {
+    if let Some(group) = group {
+        // ESRCH: the group is empty already; the wait arm sees COMMAND's exit.
+        let _ = killpg(group, signal);
     }
 }
 

@@ -11,6 +11,7 @@
 mod bench;
 mod duration;
 mod lock;
+mod logwriter;
 mod query;
 mod serve;
 
@@ -185,6 +186,9 @@ pub enum Stopped {
     LockLost { name: String, why: String },
 }
 
+/// How long an exiting `latchkey lock` waits for its queued log lines to reach stderr.
+const LOG_DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// The one place an error becomes an exit status.
 fn exit_code(error: &anyhow::Error) -> u8 {
     if let Some(Stopped::LockLost { .. }) = error.downcast_ref::<Stopped>() {
@@ -196,24 +200,44 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     }
 }
 
-fn init_logging(default: &str) {
+/// Logs to stderr; through a [`logwriter::LossyStderr`] when `lossy` (returned, to drain it
+/// before exiting).
+fn init_logging(default: &str, lossy: bool) -> Option<logwriter::LossyStderr> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_ansi(ansi);
+    match lossy.then(logwriter::LossyStderr::start) {
+        Some(Ok(writer)) => {
+            builder.with_writer(writer.clone()).init();
+            Some(writer)
+        }
+        Some(Err(e)) => {
+            eprintln!("latchkey: warning: cannot start the log thread ({e}); logging directly");
+            builder.with_writer(std::io::stderr).init();
+            None
+        }
+        None => {
+            builder.with_writer(std::io::stderr).init();
+            None
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(match cli.command {
-        Command::Serve(_) => "info",
-        // Client commands speak through their own messages; the library's warnings (failed
-        // renewals) are still worth seeing.
-        _ => "warn",
-    });
+    let log = init_logging(
+        match cli.command {
+            Command::Serve(_) => "info",
+            // Client commands speak through their own messages; the library's warnings (failed
+            // renewals) are still worth seeing.
+            _ => "warn",
+        },
+        // `lock` shares stderr with COMMAND and must never block on it (see logwriter.rs).
+        matches!(cli.command, Command::Lock(_)),
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -238,6 +262,9 @@ fn main() -> ExitCode {
     });
     // Do not wait for best-effort background calls of the client library.
     runtime.shutdown_timeout(Duration::from_millis(100));
+    if let Some(log) = log {
+        log.drain(LOG_DRAIN_TIMEOUT);
+    }
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

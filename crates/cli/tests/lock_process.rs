@@ -238,3 +238,127 @@ fn cli_stops_its_command_when_the_server_stops_answering() {
     assert!(p.stderr().contains("may be lost"), "{}", p.stderr());
     assert!(s.stderr().contains("SIGKILL"), "{}", s.stderr());
 }
+
+/// Whether process `pid` has ended: no such process, or a zombie nobody reaped yet (an orphan
+/// waits for init, which in some containers never reaps).
+fn gone(pid: i32) -> bool {
+    if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+        == Err(nix::errno::Errno::ESRCH)
+    {
+        return true;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // "pid (comm) S ...": the state follows the last ')'.
+    stat.rsplit(')')
+        .next()
+        .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+}
+
+/// A COMMAND whose shell starts a grandchild (`sleep 300`), writes its pid to `pidfile`, runs
+/// `then`, and waits.
+fn with_grandchild(work: &Work, then: &str) -> String {
+    format!(
+        "sleep 300 & echo $! > '{pidfile}.tmp'; mv '{pidfile}.tmp' '{pidfile}'; {then}; wait",
+        pidfile = work.path("pidfile").display()
+    )
+}
+
+fn grandchild_pid(work: &Work) -> i32 {
+    wait_until("COMMAND started its grandchild", T, || {
+        work.lines("pidfile").len() == 1
+    });
+    work.lines("pidfile")[0].trim().parse().expect("a pid")
+}
+
+/// Regression: only COMMAND's own process was signalled, so what a `sh -c` started kept running
+/// after the lock was lost.
+#[test]
+fn lost_lock_stops_the_commands_grandchildren_too() {
+    let mut server = Server::start();
+    let work = Work::new();
+    let mut p = server.lock(
+        "stop/tree",
+        &["--ttl", "2s"],
+        &with_grandchild(&work, "true"),
+        work.dir.path(),
+    );
+    let grandchild = grandchild_pid(&work);
+    assert!(!gone(grandchild));
+
+    server.pause();
+    assert_eq!(p.wait_code(T), 4, "{}", p.stderr());
+    wait_until("the grandchild is gone", T, || gone(grandchild));
+    server.resume();
+}
+
+/// Regression: the CLI reported on stderr before signalling, so with a stderr nobody reads
+/// (a full pipe) it blocked in the report and never stopped COMMAND.
+#[test]
+fn lost_lock_stops_command_even_when_stderr_is_full() {
+    let mut server = Server::start();
+    let work = Work::new();
+    // COMMAND fills the pipe (far more than a pipe holds) and blocks writing to it.
+    let script = with_grandchild(&work, "head -c 4000000 /dev/zero >&2");
+    let args: Vec<String> = [
+        "lock",
+        "--endpoints",
+        &server.addr,
+        "--ttl",
+        "2s",
+        "stop/stderr",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // The read end stays in the test's Child and is never read.
+    let _p = common::Proc::spawn_with(&args, work.dir.path(), |c| {
+        c.stderr(std::process::Stdio::piped());
+    });
+    let grandchild = grandchild_pid(&work);
+
+    server.pause();
+    wait_until("the grandchild is gone", T, || gone(grandchild));
+    server.resume();
+}
+
+/// SIGTERM and SIGINT sent to `latchkey lock` reach COMMAND's group, which runs apart from the
+/// CLI's: SIGTERM stops COMMAND's grandchildren too. (A non-interactive shell starts its
+/// background jobs with SIGINT ignored, so SIGINT is checked on COMMAND itself.)
+#[test]
+fn signals_to_the_cli_are_forwarded_to_commands_group() {
+    let server = Server::start();
+
+    let work = Work::new();
+    let mut p = server.lock(
+        "fwd/term",
+        &[],
+        &with_grandchild(&work, "true"),
+        work.dir.path(),
+    );
+    let grandchild = grandchild_pid(&work);
+    common::signal(p.pid(), Signal::SIGTERM);
+    wait_until("the grandchild is gone", T, || gone(grandchild));
+    // The shell died of the signal; the CLI reports it as sh would.
+    assert_eq!(p.wait_code(T), 143, "{}", p.stderr());
+
+    let mut p = server.lock(
+        "fwd/int",
+        &[],
+        &format!(
+            "echo started > '{}'; while true; do sleep 0.02; done",
+            work.path("int").display()
+        ),
+        work.dir.path(),
+    );
+    wait_until("COMMAND runs", T, || work.lines("int").len() == 1);
+    common::signal(p.pid(), Signal::SIGINT);
+    assert_eq!(p.wait_code(T), 130, "{}", p.stderr());
+
+    // Both released the lock when COMMAND ended.
+    assert_eq!(server.status("fwd/term")["held"], false);
+    assert_eq!(server.status("fwd/int")["held"], false);
+}

@@ -1,6 +1,6 @@
 //! The seams through which a [`Client`](crate::Client) reads time, opens connections and draws
-//! the jitter of its retries: [`ClientEnv`]. The default is the machine (tokio's monotonic
-//! clock, TCP, OS-seeded randomness); the simulation (`latchkey-sim`) gives each simulated
+//! the jitter of its retries: [`ClientEnv`]. The default is the machine ([`BootClock`], TCP,
+//! OS-seeded randomness); the simulation (`latchkey-sim`) gives each simulated
 //! client a drifting clock, turmoil's simulated TCP and a seeded generator, and so runs this
 //! library, unchanged, against a simulated cluster.
 
@@ -13,7 +13,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::client::ClientConfig;
 
-/// The client's monotonic clock. Every lease deadline of a session is measured on it.
+/// The client's clock (monotonic: it never goes back). Every lease deadline of a session is measured on it.
 pub trait Clock: Send + Sync + 'static {
     /// Monotonic time.
     fn now(&self) -> Instant;
@@ -26,9 +26,70 @@ pub trait Clock: Send + Sync + 'static {
     }
 }
 
-/// Tokio's monotonic clock (so paused-time tests work too).
+/// Tokio's monotonic clock (so paused-time tests work too). It stops while the machine is
+/// suspended: a holder resuming from suspend would believe its lease younger than it is.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
+
+/// The default clock of a [`ClientEnv`]: time that keeps running while the machine is
+/// suspended, so that a holder resuming from suspend sees its lease deadline passed at once
+/// (`is_lost()`), as the server does.
+///
+/// On Linux, `now()` is a tokio instant taken at creation plus the `CLOCK_BOOTTIME` time
+/// elapsed since then (`CLOCK_BOOTTIME` counts suspended time, `CLOCK_MONOTONIC`, tokio's,
+/// does not). On other platforms it is tokio's monotonic clock ([`SystemClock`]): whether that
+/// counts suspended time depends on the platform (macOS's does not), so a holder there may
+/// learn of a loss only from its next renewal after a suspend. Timers still run on tokio's
+/// clock, so the background renewal wakes on its monotonic schedule after a resume.
+#[derive(Debug, Clone, Copy)]
+pub struct BootClock {
+    base: Instant,
+    #[cfg(target_os = "linux")]
+    boot_base: Duration,
+}
+
+impl BootClock {
+    pub fn new() -> BootClock {
+        BootClock {
+            base: Instant::now(),
+            #[cfg(target_os = "linux")]
+            boot_base: boot_time(),
+        }
+    }
+}
+
+impl Default for BootClock {
+    fn default() -> Self {
+        BootClock::new()
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn boot_time() -> Duration {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .expect("CLOCK_BOOTTIME exists on every Linux since 2.6.39");
+    Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
+}
+
+/// The instant of `base`'s clock at which `boot_now` reads on the boot clock, `base` having
+/// been taken when it read `boot_base`.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn boot_instant(base: Instant, boot_base: Duration, boot_now: Duration) -> Instant {
+    base + boot_now.saturating_sub(boot_base)
+}
+
+impl Clock for BootClock {
+    #[cfg(target_os = "linux")]
+    fn now(&self) -> Instant {
+        boot_instant(self.base, self.boot_base, boot_time())
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn now(&self) -> Instant {
+        let _ = self.base;
+        Instant::now()
+    }
+}
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
@@ -88,7 +149,7 @@ pub struct ClientEnv {
 impl Default for ClientEnv {
     fn default() -> Self {
         ClientEnv {
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(BootClock::new()),
             connector: Arc::new(TcpConnector),
             seed: None,
         }
@@ -106,6 +167,35 @@ impl fmt::Debug for ClientEnv {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn boot_time_maps_onto_instants_from_the_base() {
+        let base = Instant::now();
+        let boot_base = Duration::from_secs(1_000);
+        assert_eq!(boot_instant(base, boot_base, boot_base), base);
+        // An hour of suspend counts like any other hour.
+        assert_eq!(
+            boot_instant(base, boot_base, boot_base + Duration::from_secs(3_600)),
+            base + Duration::from_secs(3_600)
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn boot_clock_starts_at_tokios_now_and_never_runs_behind_it() {
+        let before = Instant::now();
+        let clock = BootClock::new();
+        let first = clock.now();
+        assert!(first >= before);
+        let second = clock.now();
+        assert!(second >= first);
+        // Without a suspend in between, boot time passes at least as fast as monotonic time
+        // (it counts the same ticks plus suspended time); a broken mapping (a wrong base, a
+        // unit slip) would land far off.
+        let t = Instant::now();
+        let b = clock.now();
+        assert!(b + Duration::from_millis(50) >= t, "{b:?} {t:?}");
+    }
 
     /// A clock that runs at half tokio's speed.
     struct Slow(Instant);

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::client::CallOpts;
 use crate::env::{sleep_until, Clock};
 use crate::error::Error;
-use crate::session::{wait_lost, SessionShared};
+use crate::session::{wait_lost, SeqTicket, SessionShared};
 
 /// Header that carries the fencing token to a fenced resource (see the `latchkey-fence` crate).
 pub const TOKEN_HEADER: &str = "latchkey-token";
@@ -60,7 +60,13 @@ impl<'a> LockRequest<'a> {
     /// If this future is dropped while queued, or gives up unanswered, the server may still
     /// have the waiter; a background task of the session keeps polling it and releases the
     /// lock if it is granted after all (until the wait times out on the server or the session
-    /// is closed).
+    /// is closed). If the server answers that it no longer remembers the request's outcome
+    /// (`request-too-old`, a [`Error::Conflict`]), a grant it may have made is looked up and
+    /// released the same way.
+    ///
+    /// A new request of the session (wait or release) waits while the session's oldest
+    /// unanswered request is `SESSION_SEQ_WINDOW_MAX` requests behind, so that the server
+    /// still remembers that request's outcome when it is retried.
     pub async fn wait(self, timeout: Option<Duration>) -> Result<LockGuard, Error> {
         let shared = self.shared;
         latchkey_core::validate_name(&self.name).map_err(|e| Error::InvalidArgument {
@@ -70,18 +76,20 @@ impl<'a> LockRequest<'a> {
             return Err(e);
         }
         let _permit = shared
-            .in_flight
+            .waits
             .acquire()
             .await
-            .expect("the in-flight semaphore is never closed");
+            .expect("the waits semaphore is never closed");
         let clock = shared.client.clock();
         let deadline = timeout.map(|t| clock.now() + t);
         loop {
             // One logical request: its seq is fixed here and reused by every re-send.
+            let ticket = shared.begin_request().await;
             let mut pending = PendingAcquire {
                 shared: shared.clone(),
                 name: self.name.clone(),
-                seq: shared.next_seq(),
+                seq: ticket.seq,
+                ticket: Some(ticket),
                 deadline,
                 armed: true,
             };
@@ -107,6 +115,14 @@ impl<'a> LockRequest<'a> {
                         if give_up_at.is_none_or(|t| clock.now() < t) =>
                     {
                         continue
+                    }
+                    Err(e) if is_too_old(&e) => {
+                        // Granted or not, the outcome is forgotten: a grant would be held
+                        // with no guard, so look and release it.
+                        pending.armed = false;
+                        let (owner, name) = (shared.clone(), self.name.clone());
+                        shared.spawn_background(async move { release_orphan(&owner, &name).await });
+                        return Err(e);
                     }
                     Err(e) => return Err(e),
                 };
@@ -203,6 +219,8 @@ struct PendingAcquire {
     shared: Arc<SessionShared>,
     name: String,
     seq: u64,
+    /// Keeps `seq` in the session's window until the request is settled.
+    ticket: Option<SeqTicket>,
     deadline: Option<Instant>,
     armed: bool,
 }
@@ -214,13 +232,22 @@ impl Drop for PendingAcquire {
         }
         let shared = self.shared.clone();
         let (name, seq, deadline) = (self.name.clone(), self.seq, self.deadline);
+        let ticket = self.ticket.take();
         self.shared.spawn_background(async move {
+            let _ticket = ticket;
             loop {
                 if shared.lost_error().is_some() {
                     return;
                 }
                 let response = match acquire_once(&shared, &name, seq, deadline).await {
                     Ok(r) => r,
+                    Err(e) if is_too_old(&e) => {
+                        release_orphan(&shared, &name).await;
+                        return;
+                    }
+                    // A grant nobody holds a guard for must not be left behind because of an
+                    // election: keep trying while the session lasts (closing it ends this).
+                    Err(Error::Unavailable { .. } | Error::Transport { .. }) => continue,
                     Err(e) => {
                         tracing::debug!(lock = %name, seq, error = %e, "abandoned wait not settled");
                         return;
@@ -266,6 +293,11 @@ impl std::fmt::Debug for LockGuard {
 impl LockGuard {
     fn new(shared: Arc<SessionShared>, name: String, token: u64) -> LockGuard {
         let lost = shared.watch_lost();
+        shared
+            .guarded
+            .lock()
+            .expect("guarded lock poisoned")
+            .insert(name.clone());
         LockGuard {
             shared,
             name,
@@ -290,7 +322,7 @@ impl LockGuard {
         self.shared.key.id
     }
 
-    /// Completes when the lock may be lost: the session's deadline on this client's monotonic
+    /// Completes when the lock may be lost: the session's deadline on this client's clock
     /// clock passed without an acknowledged renewal, the server said the session is gone, or
     /// the session was closed. Stop working under the lock at once; the server keeps it for
     /// the session's safety margin at most.
@@ -321,6 +353,11 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        self.shared
+            .guarded
+            .lock()
+            .expect("guarded lock poisoned")
+            .remove(&self.name);
         if self.released {
             return;
         }
@@ -334,15 +371,53 @@ impl Drop for LockGuard {
     }
 }
 
-async fn release_on_server(shared: &SessionShared, name: &str, token: u64) -> Result<(), Error> {
+/// Whether the server answered that it no longer remembers the request's outcome.
+fn is_too_old(e: &Error) -> bool {
+    matches!(e, Error::Conflict { reason, .. } if reason == "request-too-old")
+}
+
+/// An Acquire of `name` by this session was granted or not, and its outcome is lost to us:
+/// if the server says the session holds `name` while no guard of ours does, release it, so
+/// that a lock nobody knows about does not stay held until the session ends. (A session holds
+/// a lock at most once, so the guard set tells ours apart from an orphan.)
+async fn release_orphan(shared: &Arc<SessionShared>, name: &str) {
+    let holder = match shared.client.describe(name).await {
+        Ok(info) => info.holder,
+        Err(e) => {
+            tracing::debug!(lock = %name, error = %e, "cannot look for an orphan grant");
+            return;
+        }
+    };
+    let Some(holder) = holder.filter(|h| h.session == shared.key.id) else {
+        return;
+    };
+    if shared
+        .guarded
+        .lock()
+        .expect("guarded lock poisoned")
+        .contains(name)
+    {
+        return;
+    }
+    if let Err(e) = release_on_server(shared, name, holder.token).await {
+        tracing::debug!(lock = %name, token = holder.token, error = %e, "orphan grant not released");
+    }
+}
+
+async fn release_on_server(
+    shared: &Arc<SessionShared>,
+    name: &str,
+    token: u64,
+) -> Result<(), Error> {
     let _permit = shared
-        .in_flight
+        .short_requests
         .acquire()
         .await
-        .expect("the in-flight semaphore is never closed");
+        .expect("the short-requests semaphore is never closed");
+    let ticket = shared.begin_request().await;
     let request = pb::ReleaseRequest {
         session: shared.key.pb(),
-        seq: shared.next_seq(),
+        seq: ticket.seq,
         name: name.to_owned(),
         token,
     };

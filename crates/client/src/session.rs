@@ -15,12 +15,12 @@
 //! gone). Nothing is lost by a failover as long as `lost()` has not fired (the new leader
 //! resumes the lease), but a holder may want to re-check the resource it protects or log it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use latchkey_proto::v1 as pb;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
@@ -139,10 +139,19 @@ pub(crate) struct SessionShared {
     pub client: Client,
     pub key: SessionKey,
     pub ttl: Duration,
-    next_seq: AtomicU64,
-    /// Bounds mutating requests in flight, so that the server's memory of outcomes
-    /// (`SESSION_OUTCOMES_MAX`) always covers every request that may still be retried.
-    pub in_flight: Semaphore,
+    /// Sequence numbers of unanswered requests (see [`SeqWindow`]).
+    window: Mutex<SeqWindow>,
+    /// Woken when a request leaves the window.
+    window_moved: Notify,
+    /// Names of the locks this client holds a live guard for: a grant of any other lock to
+    /// this session is one nobody wants (see `release_orphan`).
+    pub guarded: Mutex<HashSet<String>>,
+    /// Bounds the waits (Acquire long-polls) in flight.
+    pub waits: Semaphore,
+    /// Bounds the short sequenced requests (releases) in flight. Separate from `waits` so
+    /// that a release, which may be what ends those waits, never queues behind them.
+    /// Keepalives and the close carry no sequence number and take no permit.
+    pub short_requests: Semaphore,
     lost: watch::Sender<Option<String>>,
     /// Failovers seen by the renewal task (see the module comment).
     failovers: watch::Sender<u64>,
@@ -152,9 +161,27 @@ pub(crate) struct SessionShared {
 }
 
 impl SessionShared {
-    /// A fresh sequence number for a new logical request. Retries reuse theirs.
-    pub(crate) fn next_seq(&self) -> u64 {
-        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    /// A fresh sequence number for a new logical request (retries reuse theirs), once the
+    /// window allows it. The request counts as unanswered until the ticket is dropped.
+    pub(crate) async fn begin_request(self: &Arc<Self>) -> SeqTicket {
+        loop {
+            let moved = self.window_moved.notified();
+            tokio::pin!(moved);
+            // Registered before looking, so that a move between the look and the wait is seen.
+            moved.as_mut().enable();
+            if let Some(seq) = self
+                .window
+                .lock()
+                .expect("window lock poisoned")
+                .try_begin()
+            {
+                return SeqTicket {
+                    shared: self.clone(),
+                    seq,
+                };
+            }
+            moved.await;
+        }
     }
 
     pub(crate) fn mark_lost(&self, why: &str) {
@@ -222,6 +249,59 @@ impl SessionShared {
     }
 }
 
+/// The sequence numbers of a session's unanswered requests. A new request waits while its
+/// number would be `SESSION_SEQ_WINDOW_MAX` or more past the oldest unanswered one, so that the
+/// server's memory of outcomes (`SESSION_OUTCOMES_MAX`, at least twice that) still holds the
+/// oldest one's outcome when it is retried (the reasoning is at the constant).
+#[derive(Debug)]
+pub(crate) struct SeqWindow {
+    next: u64,
+    unanswered: BTreeSet<u64>,
+}
+
+impl SeqWindow {
+    pub(crate) fn new(first: u64) -> SeqWindow {
+        SeqWindow {
+            next: first,
+            unanswered: BTreeSet::new(),
+        }
+    }
+
+    /// The next sequence number, if the window has room for it.
+    pub(crate) fn try_begin(&mut self) -> Option<u64> {
+        let oldest = self.unanswered.first().copied().unwrap_or(self.next);
+        if self.next - oldest >= latchkey_core::limits::SESSION_SEQ_WINDOW_MAX as u64 {
+            return None;
+        }
+        let seq = self.next;
+        self.next += 1;
+        self.unanswered.insert(seq);
+        Some(seq)
+    }
+
+    /// Request `seq` was answered, or will never be sent again.
+    pub(crate) fn end(&mut self, seq: u64) {
+        self.unanswered.remove(&seq);
+    }
+}
+
+/// A request's place in its session's [`SeqWindow`]; dropping it ends the request.
+pub(crate) struct SeqTicket {
+    shared: Arc<SessionShared>,
+    pub seq: u64,
+}
+
+impl Drop for SeqTicket {
+    fn drop(&mut self) {
+        self.shared
+            .window
+            .lock()
+            .expect("window lock poisoned")
+            .end(self.seq);
+        self.shared.window_moved.notify_waiters();
+    }
+}
+
 /// A session: a lease on the server that keeps this client's locks alive.
 ///
 /// One background task renews it every TTL / 3 and is stopped when the session is closed or
@@ -267,8 +347,13 @@ impl Session {
                 secret: session.secret,
             },
             ttl: lease.ttl,
-            next_seq: AtomicU64::new(1),
-            in_flight: Semaphore::new(latchkey_core::limits::SESSION_REQUESTS_IN_FLIGHT_MAX),
+            window: Mutex::new(SeqWindow::new(1)),
+            window_moved: Notify::new(),
+            guarded: Mutex::new(HashSet::new()),
+            waits: Semaphore::new(latchkey_core::limits::SESSION_WAITS_IN_FLIGHT_MAX),
+            short_requests: Semaphore::new(
+                latchkey_core::limits::SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX,
+            ),
             lost,
             failovers: watch::channel(0).0,
             deadline: Mutex::new(lease.deadline()),
@@ -300,6 +385,16 @@ impl Session {
     /// The client-side deadline: if no renewal is acknowledged before it, the session is lost.
     pub fn deadline(&self) -> Instant {
         *self.shared.deadline.lock().expect("deadline lock poisoned")
+    }
+
+    /// How long ago the client-side deadline passed on this client's clock; zero before it.
+    /// A holder that learns of a loss late (after a pause) has that much less time to stop.
+    pub fn past_deadline(&self) -> Duration {
+        self.shared
+            .client
+            .clock()
+            .now()
+            .saturating_duration_since(self.deadline())
     }
 
     /// How many failovers the session has lived through: renewals acknowledged by another
@@ -527,6 +622,29 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_request_waits_while_the_oldest_unanswered_one_is_a_window_behind() {
+        let window_max = latchkey_core::limits::SESSION_SEQ_WINDOW_MAX as u64;
+        let mut w = SeqWindow::new(1);
+        let oldest = w.try_begin().unwrap();
+        // Newer requests come and go while the oldest stays unanswered...
+        for expected in 2..=window_max {
+            let seq = w.try_begin().unwrap();
+            assert_eq!(seq, expected);
+            w.end(seq);
+        }
+        // ...until the next would be a full window past it.
+        assert_eq!(w.try_begin(), None);
+        w.end(oldest);
+        assert_eq!(w.try_begin(), Some(window_max + 1));
+        // Answered requests never hold the window.
+        let mut w = SeqWindow::new(1);
+        for _ in 0..3 * window_max {
+            let seq = w.try_begin().unwrap();
+            w.end(seq);
+        }
+    }
 
     #[test]
     fn a_failover_is_another_node_or_a_retry() {

@@ -25,6 +25,10 @@ struct Script {
     /// KeepAlive: never answer / answer "not alive".
     keepalive_hangs: bool,
     keepalive_dead: bool,
+    /// Acquire: never answer (a wait long-polling on a held lock).
+    acquire_hangs: bool,
+    /// Acquire: answer that the request's outcome is forgotten (`request-too-old`).
+    acquire_too_old: bool,
 }
 
 #[derive(Default)]
@@ -39,6 +43,10 @@ struct Seen {
 struct Fake {
     script: Arc<Mutex<Script>>,
     seen: Arc<Mutex<Seen>>,
+    /// Acquire calls received so far, to await rather than poll.
+    acquire_calls: Arc<tokio::sync::watch::Sender<usize>>,
+    /// Release calls received so far.
+    release_calls: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 fn error(code: tonic::Code, reason: &'static str) -> Status {
@@ -121,6 +129,13 @@ impl Locks for Fake {
             .unwrap()
             .acquires
             .push((r.seq, r.wait_timeout_ms));
+        self.acquire_calls.send_modify(|n| *n += 1);
+        if self.script.lock().unwrap().acquire_hangs {
+            std::future::pending::<()>().await;
+        }
+        if self.script.lock().unwrap().acquire_too_old {
+            return Err(error(tonic::Code::FailedPrecondition, "request-too-old"));
+        }
         let mut script = self.script.lock().unwrap();
         if script.drop_first_acquire {
             script.drop_first_acquire = false;
@@ -155,6 +170,7 @@ impl Locks for Fake {
             .unwrap()
             .releases
             .push(request.into_inner().seq);
+        self.release_calls.send_modify(|n| *n += 1);
         Ok(Response::new(ReleaseResponse { released: true }))
     }
 
@@ -396,4 +412,70 @@ async fn is_lost_reads_the_clock_so_a_resumed_holder_sees_its_deadline_passed() 
         .await
         .expect("lost() must complete");
     assert!(guard.lost_reason().is_some());
+}
+
+/// Regression: every wait held a permit of the one in-flight budget, and releases needed one
+/// too, so a session with 64 waits outstanding could never release (nor end those waits).
+#[tokio::test]
+async fn release_and_close_complete_with_the_most_waits_outstanding() {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    use latchkey_core::limits::SESSION_WAITS_IN_FLIGHT_MAX;
+
+    let (leader, client) = cluster(Script {
+        grant: true,
+        ..Script::default()
+    })
+    .await;
+    let session = client.session(Duration::from_secs(10)).await.unwrap();
+    let guard = session.lock("held").wait(None).await.unwrap();
+    leader.script.lock().unwrap().acquire_hangs = true;
+    let mut calls = leader.acquire_calls.subscribe();
+    let first_wait = *calls.borrow_and_update();
+
+    let mut waits: FuturesUnordered<_> = (0..SESSION_WAITS_IN_FLIGHT_MAX)
+        .map(|i| session.lock(format!("wait/{i}")).wait(None))
+        .collect();
+    // Drive the waits until the server has every one of them.
+    let all_sent = calls.wait_for(|n| *n >= first_wait + SESSION_WAITS_IN_FLIGHT_MAX);
+    tokio::select! {
+        r = waits.next() => panic!("a wait ended: {r:?}"),
+        r = tokio::time::timeout(Duration::from_secs(20), all_sent) => {
+            r.expect("all waits reach the server").unwrap();
+        }
+    }
+    let release = tokio::time::timeout(Duration::from_secs(10), guard.release());
+    tokio::select! {
+        r = waits.next() => panic!("a wait ended: {r:?}"),
+        r = release => r.expect("the release must not queue behind the waits").unwrap(),
+    }
+    assert_eq!(leader.seen.lock().unwrap().releases.len(), 1);
+    drop(waits);
+    tokio::time::timeout(Duration::from_secs(10), session.close())
+        .await
+        .expect("the close must not queue behind the abandoned waits")
+        .unwrap();
+    assert_eq!(leader.seen.lock().unwrap().closes, 1);
+}
+
+/// Regression: an Acquire whose outcome the server had forgotten (`request-too-old`) was given
+/// up, so a grant among those outcomes stayed held by the live session with no guard.
+#[tokio::test]
+async fn an_acquire_answered_too_old_releases_the_grant_the_session_holds() {
+    // The fake's Describe says session 1 (ours) holds the lock with token 7.
+    let (leader, client) = cluster(Script {
+        acquire_too_old: true,
+        ..Script::default()
+    })
+    .await;
+    let session = client.session(Duration::from_secs(10)).await.unwrap();
+    let mut releases = leader.release_calls.subscribe();
+    match session.lock("a").wait(None).await {
+        Err(Error::Conflict { reason, .. }) => assert_eq!(reason, "request-too-old"),
+        other => panic!("{other:?}"),
+    }
+    tokio::time::timeout(Duration::from_secs(10), releases.wait_for(|n| *n == 1))
+        .await
+        .expect("the orphan grant must be released")
+        .unwrap();
+    session.close().await.unwrap();
 }

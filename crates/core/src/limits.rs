@@ -32,9 +32,27 @@ pub const LOCKS_MAX: usize = 1_000_000;
 /// Outcomes of finished requests remembered per session, so that a retry gets the original
 /// answer. Must exceed the requests a client keeps in flight at once (see the client library).
 pub const SESSION_OUTCOMES_MAX: usize = 256;
-/// Requests one client session keeps in flight at once; the client library enforces it.
-pub const SESSION_REQUESTS_IN_FLIGHT_MAX: usize = 64;
+/// Lock waits (Acquire long-polls) one client session keeps in flight at once; the client
+/// library enforces it. A wait lasts up to its timeout, so waits have a budget of their own.
+pub const SESSION_WAITS_IN_FLIGHT_MAX: usize = 64;
+/// Short sequenced requests (releases) one client session keeps in flight at once, apart from
+/// its waits: a session full of waits must still release, since a release is what ends waits.
+pub const SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX: usize = 32;
+/// Sequenced requests one client session keeps in flight at once: both budgets.
+pub const SESSION_REQUESTS_IN_FLIGHT_MAX: usize =
+    SESSION_WAITS_IN_FLIGHT_MAX + SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX;
 const _: () = assert!(SESSION_REQUESTS_IN_FLIGHT_MAX * 2 <= SESSION_OUTCOMES_MAX);
+/// A client session starts no request whose sequence number is this far or more past its
+/// oldest unanswered request (which may still be retried, by its wait or by the background
+/// task that settles an abandoned one). Every request that can complete on the server between
+/// the oldest one's outcome and its retry was then unanswered at some moment with it, so its
+/// sequence number lies within this distance on either side: fewer than twice this many
+/// outcomes, which the server's memory holds, so a retry never finds its outcome forgotten.
+pub const SESSION_SEQ_WINDOW_MAX: usize = 128;
+const _: () = assert!(2 * SESSION_SEQ_WINDOW_MAX <= SESSION_OUTCOMES_MAX);
+// The in-flight budgets alone never fill the window: only a request left unanswered while
+// many newer ones finish does.
+const _: () = assert!(SESSION_REQUESTS_IN_FLIGHT_MAX < SESSION_SEQ_WINDOW_MAX);
 const _: () = assert!(SESSION_TTL_MS_MIN <= SESSION_TTL_MS_DEFAULT);
 const _: () = assert!(SESSION_TTL_MS_DEFAULT <= SESSION_TTL_MS_MAX);
 
@@ -54,6 +72,10 @@ pub const LEASE_MARK_BATCH_MAX: usize = 4_096;
 pub const LEASE_RENEW_BATCH_MAX: usize = 8_192;
 /// Sessions renewed by one keepalive request.
 pub const KEEPALIVE_SESSIONS_MAX: usize = 1_024;
+/// Log lines `latchkey lock` queues for its stderr writer thread. Beyond it lines are dropped:
+/// an unread stderr must never block the task that logs (see `cli/src/logwriter.rs`); a few
+/// hundred lines cover any burst of warnings a session produces between two writes.
+pub const CLI_LOG_LINES_QUEUED_MAX: usize = 256;
 /// Locks returned by one `List` request.
 pub const LIST_RESULTS_MAX: usize = 10_000;
 

@@ -400,8 +400,34 @@ impl Proc {
     }
 }
 
+/// The pids of `parent`'s children, from `/proc`.
+fn children(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let stat = read(Path::new(&format!("/proc/{pid}/stat")));
+            // "pid (comm) state ppid ...": fields after the last ')'.
+            let ppid = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+            ppid == Some(parent)
+        })
+        .collect()
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
+        // `latchkey lock` runs COMMAND in a group of its own (led by COMMAND): kill those
+        // groups while COMMAND is still known as the CLI's child.
+        if self.status.is_none() {
+            for child in children(self.pid()) {
+                let _ = kill(Pid::from_raw(-child), Signal::SIGKILL);
+            }
+        }
         // The group outlives its leader when COMMAND is still running: kill it in any case.
         self.signal_group(Signal::SIGKILL);
         if self.status.is_none() {
