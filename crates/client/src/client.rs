@@ -57,6 +57,8 @@ struct Inner {
     /// The endpoints given to `connect`, as URIs.
     seeds: Vec<String>,
     route: Mutex<Route>,
+    /// The keepalives of this client's sessions waiting to go out together.
+    keepalives: crate::keepalive::Batcher,
 }
 
 /// Where the next attempt goes.
@@ -143,8 +145,13 @@ impl Client {
                 env,
                 seeds,
                 route: Mutex::new(Route::default()),
+                keepalives: crate::keepalive::Batcher::default(),
             }),
         })
+    }
+
+    pub(crate) fn keepalives(&self) -> &crate::keepalive::Batcher {
+        &self.inner.keepalives
     }
 
     pub fn config(&self) -> &ClientConfig {

@@ -57,6 +57,7 @@
 pub mod client;
 pub mod env;
 pub mod error;
+mod keepalive;
 pub mod lock;
 pub mod retry;
 pub mod session;

@@ -562,24 +562,18 @@ async fn renew(shared: Arc<SessionShared>, mut lease: Lease, endpoint: String) {
                 .min(until_deadline),
             backoff_max: Some(renewal_backoff_max(lease.ttl)),
         };
-        let request = pb::KeepAliveRequest {
-            sessions: vec![pb::Session {
-                id: key.id,
-                secret: key.secret,
-            }],
+        let session = pb::Session {
+            id: key.id,
+            secret: key.secret,
         };
-        let call =
-            shared.client.call_traced(
-                opts,
-                request,
-                |mut c, r| async move { c.keep_alive(r).await },
-            );
+        // Sent together with every other session of this client due now (see `keepalive`).
+        let call = crate::keepalive::keep_alive(&shared.client, session, opts);
         let result = tokio::select! {
             r = call => r,
             _ = sleep_until(clock, lease.deadline()) => break,
         };
         match result {
-            Ok((response, answered)) => match response.leases.iter().find(|l| l.id == key.id) {
+            Ok((lease_answer, answered)) => match lease_answer {
                 Some(l) if l.alive => {
                     lease.acknowledged(sent, Duration::from_millis(l.ttl_ms));
                     *shared.deadline.lock().expect("deadline lock poisoned") = lease.deadline();

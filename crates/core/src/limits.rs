@@ -105,5 +105,9 @@ pub const CLIENT_CONCURRENT_REQUESTS_MAX: usize = 4_096;
 /// connection then failed, every session's renewal with it (found by 5,000 sessions across a
 /// leader kill). The concurrency limit per connection still bounds the work a flood can cause.
 pub const CLIENT_PENDING_RESET_STREAMS_MAX: usize = 1_024;
+/// Reset streams a client connection remembers, so that an answer arriving after its request
+/// was cancelled is ignored rather than counted as a protocol error of the server (h2 keeps 10;
+/// a process with thousands of sessions cancels more than that at once when a node is slow).
+pub const CLIENT_RESET_STREAMS_REMEMBERED: usize = 4_096;
 /// Acquire calls long-polling at once on one node (each holds a task and a registry slot).
 pub const WAITING_ACQUIRES_MAX: usize = 100_000;

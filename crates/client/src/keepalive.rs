@@ -1,0 +1,126 @@
+//! Keepalives of all the sessions of one [`Client`] travel together.
+//!
+//! Each session's renewal task decides *when* to renew (its own lease arithmetic), but the RPC
+//! is shared: a renewal joins the batch that is being gathered, and one `KeepAlive` request
+//! carries every session waiting at that moment (up to `KEEPALIVE_SESSIONS_MAX`). A process
+//! with thousands of sessions then costs the leader one read-index round per batch instead of
+//! one per session, and after a failover its marked sessions reach the new leader's logged
+//! renewal together. Like group commit: the first renewal to join an empty batch starts a
+//! short task that lets the others join (one scheduler turn), takes the batch, and sends it.
+//! The task is detached on purpose: the session that started it may reach its deadline and
+//! stop waiting, and the others' renewal must not be cancelled with it. It ends with its call,
+//! which the retry budget of the batch's shortest attempt deadline bounds.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use latchkey_core::limits;
+use latchkey_proto::v1 as pb;
+use tokio::sync::oneshot;
+
+use crate::client::{Answered, CallOpts, Client};
+use crate::error::Error;
+
+/// One session's answer: its lease (None: the server left it out) and who answered.
+pub(crate) type Renewed = Result<(Option<pb::SessionLease>, Answered), Error>;
+
+struct Waiting {
+    session: pb::Session,
+    opts: CallOpts,
+    reply: oneshot::Sender<Renewed>,
+}
+
+/// The sessions waiting to be renewed in the next batch.
+#[derive(Default)]
+pub(crate) struct Batcher {
+    waiting: Mutex<Vec<Waiting>>,
+}
+
+impl Batcher {
+    fn take(&self) -> Vec<Waiting> {
+        let mut waiting = self.waiting.lock().expect("keepalive batch lock poisoned");
+        let n = waiting.len().min(limits::KEEPALIVE_SESSIONS_MAX);
+        waiting.drain(..n).collect()
+    }
+}
+
+/// Renew `session` with the next batch of this client's keepalives. `opts` bounds this
+/// session's attempts; a batch uses the tightest of its members'.
+pub(crate) async fn keep_alive(client: &Client, session: pb::Session, opts: CallOpts) -> Renewed {
+    let (reply, answer) = oneshot::channel();
+    let first = {
+        let mut waiting = client
+            .keepalives()
+            .waiting
+            .lock()
+            .expect("keepalive batch lock poisoned");
+        waiting.push(Waiting {
+            session,
+            opts,
+            reply,
+        });
+        waiting.len() == 1
+    };
+    if first {
+        let client = client.clone();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return Err(Error::Server {
+                code: "internal".into(),
+                message: "keepalive outside a tokio runtime".into(),
+            });
+        };
+        handle.spawn(async move {
+            // Let every renewal that is due now join before the batch is taken.
+            tokio::task::yield_now().await;
+            loop {
+                let batch = client.keepalives().take();
+                if batch.is_empty() {
+                    return;
+                }
+                send(&client, batch).await;
+            }
+        });
+    }
+    answer.await.unwrap_or_else(|_| {
+        Err(Error::Server {
+            code: "internal".into(),
+            message: "keepalive batch dropped".into(),
+        })
+    })
+}
+
+async fn send(client: &Client, batch: Vec<Waiting>) {
+    let opts = CallOpts {
+        attempt_timeout: batch
+            .iter()
+            .map(|w| w.opts.attempt_timeout)
+            .min()
+            .unwrap_or(Duration::from_secs(1)),
+        backoff_max: batch.iter().filter_map(|w| w.opts.backoff_max).min(),
+    };
+    let request = pb::KeepAliveRequest {
+        sessions: batch.iter().map(|w| w.session).collect(),
+    };
+    let result = client
+        .call_traced(
+            opts,
+            request,
+            |mut c, r| async move { c.keep_alive(r).await },
+        )
+        .await;
+    for w in batch {
+        let answer = match &result {
+            Ok((response, answered)) => Ok((
+                response
+                    .leases
+                    .iter()
+                    .find(|l| l.id == w.session.id)
+                    .copied(),
+                answered.clone(),
+            )),
+            Err(e) => Err(e.clone()),
+        };
+        // The session may have stopped waiting (its deadline passed, it was closed).
+        let _ = w.reply.send(answer);
+    }
+}
