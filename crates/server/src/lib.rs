@@ -168,6 +168,22 @@ impl ServerConfig {
             // under a token whose release was acknowledged). A new term's first entry lies after
             // every entry of the old one, so reads wait until those are applied.
             enable_leader_restore: Some(false),
+            // A member that was paused or cut off must not depose a healthy leader when it is
+            // back (issue #9 item 9). Without pre-vote (openraft's default) its election timer
+            // raises its term on every firing (`Engine::elect`); its vote requests are refused
+            // by the lease rule of `Engine::handle_vote_req` (a follower that heard from the
+            // leader within `election_timeout_max`, the leader itself while a quorum acks it),
+            // but the leader's next AppendEntries to it is answered `HigherVote`, and the
+            // leader adopts that term and steps down (`RaftCore::handle_notification`,
+            // `Notification::HigherVote` -> `VoteHandler::update_vote`). With pre-vote the
+            // timer first runs `Engine::pre_elect`, which asks the others whether they would
+            // grant term + 1 (`Engine::handle_pre_vote_req`: the same lease and log rules,
+            // nothing persisted) and raises the term only once a quorum would. A member that
+            // cannot win keeps its term, so its return disturbs nobody; a dead leader is
+            // replaced one round trip later than before. It needs the real `pre_vote` RPC of
+            // `peer.rs`: openraft's default one answers "granted" unasked, a no-op. (openraft
+            // 0.10.0-alpha.37, `src/engine/engine_impl.rs`, `src/core/raft_core.rs`.)
+            enable_pre_vote: Some(true),
             ..Default::default()
         }
     }
@@ -323,5 +339,13 @@ mod tests {
     fn a_restarted_leader_must_win_an_election() {
         let config = ServerConfig::single(1, "127.0.0.1:0".parse().unwrap(), "unused".into());
         assert_eq!(config.raft_config().enable_leader_restore, Some(false));
+    }
+
+    /// See the comment in `raft_config`: without pre-vote a follower back from a SIGSTOP or a
+    /// partition raised its term and deposed a healthy leader (`cluster_rejoin` tests).
+    #[test]
+    fn a_returning_member_asks_before_it_campaigns() {
+        let config = ServerConfig::single(1, "127.0.0.1:0".parse().unwrap(), "unused".into());
+        assert_eq!(config.raft_config().enable_pre_vote, Some(true));
     }
 }

@@ -24,16 +24,31 @@ use openraft::raft::{
 use openraft::storage::{Snapshot, SnapshotMeta};
 use openraft::{BasicNode, RaftNetworkFactory};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
-/// Version of the peer payload encoding. Members of one cluster must speak the same one.
-const PEER_FORMAT_VERSION: u8 = 1;
+/// Version of the peer payload encoding. Members of one cluster must speak the same one: a
+/// member refuses another version (the caller sees a network error: no vote, no grant, no
+/// append). 2: a `Vote` call carries a [`Ballot`], no longer a bare `VoteRequest`.
+const PEER_FORMAT_VERSION: u8 = 2;
 
 type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
 type Meta =
     SnapshotMeta<openraft::type_config::alias::CommittedLeaderIdOf<TypeConfig>, u64, BasicNode>;
+
+/// What a `Vote` call asks. A pre-vote asks whether the member *would* grant a vote for the
+/// next term, and changes nothing there (openraft's `Raft::pre_vote`); only a real vote may
+/// raise the member's term. The two share one RPC so that the service stays as it is.
+///
+/// openraft's default `RaftNetworkV2::pre_vote` answers "granted" without asking anyone, which
+/// would make pre-vote a no-op: a member that cannot win would still raise its term and, back
+/// in touch, depose a healthy leader (see `raft_config`).
+#[derive(Serialize, Deserialize)]
+enum Ballot {
+    Vote(VoteRequest<TypeConfig>),
+    PreVote(VoteRequest<TypeConfig>),
+}
 
 fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     let mut out = vec![PEER_FORMAT_VERSION];
@@ -78,9 +93,11 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         &self,
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        let req: VoteRequest<TypeConfig> = decode(&request.into_inner().payload).map_err(bad)?;
-        let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> =
-            self.raft.vote(req).await;
+        let ballot: Ballot = decode(&request.into_inner().payload).map_err(bad)?;
+        let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> = match ballot {
+            Ballot::Vote(req) => self.raft.vote(req).await,
+            Ballot::PreVote(req) => self.raft.pre_vote(req).await,
+        };
         reply(&res)
     }
 
@@ -228,8 +245,21 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(encode(&Ballot::Vote(rpc)), &option, |mut c, r| async move {
+            c.vote(r).await
+        })
+        .await
+    }
+
+    /// A real question to the member. A transport failure comes back as an error, which
+    /// openraft does not count as a grant, so an isolated member never gathers a quorum.
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call(
-            encode(&rpc),
+            encode(&Ballot::PreVote(rpc)),
             &option,
             |mut c, r| async move { c.vote(r).await },
         )
