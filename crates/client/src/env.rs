@@ -137,7 +137,9 @@ impl Connector for TcpConnector {
             // only a few (h2: 10), and a late answer on a forgotten one counts as a peer error.
             // Past 1,024 such errors the connection is closed (ENHANCE_YOUR_CALM) and every
             // session on it fails at once: seen with 5,000 sessions on a busy node.
-            .http2_max_concurrent_reset_streams(latchkey_core::limits::CLIENT_RESET_STREAMS_REMEMBERED)
+            .http2_max_concurrent_reset_streams(
+                latchkey_core::limits::CLIENT_RESET_STREAMS_REMEMBERED,
+            )
             .connect_lazy()
     }
 }
