@@ -417,10 +417,16 @@ pub async fn run_idle(setup: IdleSetup, history: History) -> turmoil::Result {
             never = watch_deadlines(&history, &clock, &sessions) => match never {},
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
-        for s in sessions.iter_mut() {
-            if s.is_lost() {
-                *s = create().await;
-            }
+        let lost: Vec<usize> = (0..sessions.len())
+            .filter(|i| sessions[*i].is_lost())
+            .collect();
+        let fresh: Vec<Session> = futures::stream::iter(&lost)
+            .map(|_| create())
+            .buffer_unordered(IDLE_CREATES_IN_FLIGHT)
+            .collect()
+            .await;
+        for (i, s) in lost.into_iter().zip(fresh) {
+            sessions[i] = s;
         }
     }
 }

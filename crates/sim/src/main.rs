@@ -5,6 +5,7 @@
 //! cargo run --release -p latchkey-sim -- --reproduce SEED
 //! ```
 //!
+//! `--show-config` prints each seed's configuration without running it.
 //! `--plant stale-mark|resume-early` puts a fixed lease bug back (issue #9, bugs 1 and 2) in
 //! every run, to find seeds that catch it.
 
@@ -13,7 +14,7 @@ use std::process::ExitCode;
 fn usage() -> ExitCode {
     eprintln!(
         "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) \
-         [--plant stale-mark|resume-early]"
+         [--plant stale-mark|resume-early] [--show-config]"
     );
     ExitCode::from(2)
 }
@@ -56,6 +57,10 @@ fn main() -> ExitCode {
     for seed in seeds {
         let mut config = latchkey_sim::RunConfig::from_seed(seed);
         config.plant = plant;
+        if args.iter().any(|a| a == "--show-config") {
+            println!("{config:?}");
+            continue;
+        }
         let report = latchkey_sim::sweep::run_config(&config);
         reached.add(&report.coverage);
         if !report.ok() {
