@@ -117,11 +117,12 @@ impl RunConfig {
     }
 }
 
-/// How many idle sessions a run with an idle host has. Not more: the leader renews marked
-/// sessions through the log one keepalive (one session, as the client library sends them) per
-/// proposal, so after a failover a few hundred sessions cannot all be renewed within their TTL
-/// and most are lost (their clients' deadlines pass first, so no checker objects), and a
-/// lost session no longer carries the stale marks the lease bugs need.
+/// How many idle sessions a run with an idle host has. Not hundreds: with 200-500 sessions on
+/// one client, most were lost ("no renewal was acknowledged before the lease deadline"), even
+/// in a run with no failover (seed 19), so they no longer carried the marks the lease bugs
+/// need. Why is not known yet (the renewals of many sessions on one connection, or the
+/// leader's one-proposal-per-keepalive logged renewal after a failover, are suspects); even
+/// 50-150 lose some.
 const IDLE_SESSIONS: std::ops::RangeInclusive<usize> = 50..=150;
 
 /// The outcome of one run.
