@@ -136,7 +136,7 @@ pub async fn run(
     // A restarted process has a new monotonic clock; the drift is the machine's.
     let clock = Arc::new(DriftClock::new(setup.drift_ppm, 0));
     let env = ClientEnv {
-        clock,
+        clock: clock.clone(),
         connector: Arc::new(SimConnector),
         seed: Some(rng.random()),
     };
@@ -160,11 +160,16 @@ pub async fn run(
             resource: &resource,
             control: &control,
         };
-        match work(&worker, &mut rng, actor, &session).await {
+        let next = tokio::select! {
+            next = work(&worker, &mut rng, actor, &session) => next,
+            never = watch_deadlines(&history, &clock, std::slice::from_ref(&session)) => match never {},
+        };
+        match next {
             Next::Keep(guard) => {
-                // Hold on to both until the simulation ends.
-                std::future::pending::<()>().await;
-                drop((guard, session));
+                // Hold on to both until the simulation ends (the lease oracle still judges
+                // the session).
+                let never = watch_deadlines(&history, &clock, std::slice::from_ref(&session)).await;
+                drop((guard, session, never));
             }
             Next::NewSession | Next::Continue => {}
         }
@@ -335,5 +340,93 @@ fn hold_check(history: &History, actor: Actor, guard: &LockGuard) -> bool {
             at,
         });
         true
+    }
+}
+
+/// How often a client records its sessions' lease deadlines for the lease oracle. A renewal is
+/// acknowledged every TTL / 3 (at least 333 ms); a deadline seen late only makes the oracle
+/// judge against an earlier one (weaker, never wrong).
+const DEADLINE_SAMPLE_MS: u64 = 50;
+
+/// Records, for ever, every new lease deadline the library computes for `sessions`, in true
+/// time (the lease oracle judges expiries against them).
+async fn watch_deadlines(
+    history: &History,
+    clock: &DriftClock,
+    sessions: &[Session],
+) -> std::convert::Infallible {
+    let mut seen = vec![None; sessions.len()];
+    loop {
+        for (s, seen) in sessions.iter().zip(seen.iter_mut()) {
+            let deadline = s.deadline();
+            if *seen != Some(deadline) {
+                *seen = Some(deadline);
+                history.client_deadline(s.id(), clock.true_time(deadline));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(DEADLINE_SAMPLE_MS)).await;
+    }
+}
+
+/// A host of idle sessions: they hold nothing and only keep alive, through the library's
+/// renewal tasks (one per session), so that every failover makes the new leader mark them all
+/// and renew them all through the log (a storm of `RenewLeases`), and the lease oracle judges
+/// many leases at once.
+#[derive(Debug, Clone)]
+pub struct IdleSetup {
+    pub nodes: Vec<String>,
+    pub sessions: usize,
+    pub ttl: Duration,
+    pub drift_ppm: i64,
+    pub seed: u64,
+}
+
+/// Sessions created at once by the idle host.
+const IDLE_CREATES_IN_FLIGHT: usize = 32;
+
+/// The idle host's software: create the sessions, then watch their deadlines; a lost session
+/// (its lease ran out while the cluster could not be reached) is replaced.
+pub async fn run_idle(setup: IdleSetup, history: History) -> turmoil::Result {
+    use futures::StreamExt;
+    let clock = Arc::new(DriftClock::new(setup.drift_ppm, 0));
+    let env = ClientEnv {
+        clock: clock.clone(),
+        connector: Arc::new(SimConnector),
+        seed: Some(setup.seed),
+    };
+    let client = Client::with_env(setup.nodes.iter().cloned(), config(), env)?;
+    let create = || {
+        let client = client.clone();
+        let ttl = setup.ttl;
+        async move {
+            loop {
+                if let Ok(s) = client.session(ttl).await {
+                    return s;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let mut sessions: Vec<Session> = futures::stream::iter(0..setup.sessions)
+        .map(|_| create())
+        .buffer_unordered(IDLE_CREATES_IN_FLIGHT)
+        .collect()
+        .await;
+    loop {
+        tokio::select! {
+            never = watch_deadlines(&history, &clock, &sessions) => match never {},
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        let lost: Vec<usize> = (0..sessions.len())
+            .filter(|i| sessions[*i].is_lost())
+            .collect();
+        let fresh: Vec<Session> = futures::stream::iter(&lost)
+            .map(|_| create())
+            .buffer_unordered(IDLE_CREATES_IN_FLIGHT)
+            .collect()
+            .await;
+        for (i, s) in lost.into_iter().zip(fresh) {
+            sessions[i] = s;
+        }
     }
 }

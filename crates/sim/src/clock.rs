@@ -32,6 +32,8 @@ pub fn true_now() -> Duration {
 pub struct DriftClock {
     /// Turmoil instant at which this clock was made; drift accumulates from here.
     origin: Instant,
+    /// True time at `origin`.
+    origin_true: Duration,
     drift_ppm: i64,
     wall_offset_ms: i64,
 }
@@ -44,6 +46,7 @@ impl DriftClock {
         );
         DriftClock {
             origin: Instant::now(),
+            origin_true: true_now(),
             drift_ppm,
             wall_offset_ms,
         }
@@ -54,6 +57,12 @@ impl DriftClock {
         let nanos = elapsed.as_nanos() as i128;
         let skewed = nanos + nanos * self.drift_ppm as i128 / 1_000_000;
         Duration::from_nanos(skewed.max(0) as u64)
+    }
+
+    /// The true time at which this clock reads `local` (for an instant it gave out, such as a
+    /// deadline the client library computed on it).
+    pub fn true_time(&self, local: Instant) -> Duration {
+        self.origin_true + self.true_duration(local.saturating_duration_since(self.origin))
     }
 
     /// The true duration this clock needs to measure `local` (to sleep on turmoil time).

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use latchkey_core::Op;
+use latchkey_server::ProbeEvent;
 
 /// Who issued an operation: a client and the generation of its session (a client that lost
 /// its session starts a new one, a new "thread" for the linearizability tester).
@@ -159,7 +160,37 @@ pub struct HistoryData {
     pub final_holders: BTreeMap<String, Option<(u64, u64)>>,
     /// When the faults stopped.
     pub healed_at: Option<Duration>,
+    /// What the nodes told the simulation's probe (lease-relevant states), in order.
+    pub probed: Vec<Probed>,
+    /// Per session: the latest deadline its client's library computed (the send time of its
+    /// last acknowledged renewal + TTL − margin, on the client's drifting clock), converted to
+    /// true time. Only grows: the library never moves a deadline back.
+    pub client_deadlines: BTreeMap<u64, Duration>,
+    /// Every term a node began as leader: what it knew was committed when it appended its
+    /// first entry of the term.
+    pub term_starts: Vec<TermStart>,
     next_id: u64,
+}
+
+/// One event a node reported through `latchkey_server::Probe`.
+#[derive(Debug, Clone)]
+pub struct Probed {
+    pub at: Duration,
+    pub node: u64,
+    pub event: ProbeEvent,
+}
+
+/// A node appended its first entry of `term` as its leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TermStart {
+    pub term: u64,
+    pub node: u64,
+    /// The index of that first entry.
+    pub first_index: u64,
+    /// The highest commit index the node had saved by then (in any life): entries above it
+    /// were not applied on it yet.
+    pub commit_index: Option<u64>,
+    pub at: Duration,
 }
 
 /// The shared, append-only record of a run.
@@ -195,6 +226,14 @@ impl History {
         self.with(|h| h.events.push(e));
     }
 
+    /// The client of `session` computed `deadline` (true time) as its lease deadline.
+    pub fn client_deadline(&self, session: u64, deadline: Duration) {
+        self.with(|h| {
+            let d = h.client_deadlines.entry(session).or_default();
+            *d = (*d).max(deadline);
+        });
+    }
+
     pub fn snapshot(&self) -> HistoryData {
         self.with(|h| HistoryData {
             events: h.events.clone(),
@@ -206,6 +245,9 @@ impl History {
             leader: h.leader,
             final_holders: h.final_holders.clone(),
             healed_at: h.healed_at,
+            probed: h.probed.clone(),
+            client_deadlines: h.client_deadlines.clone(),
+            term_starts: h.term_starts.clone(),
             next_id: h.next_id,
         })
     }

@@ -9,7 +9,8 @@
 //! - [`client`]: a simulated client: `latchkey_client` itself on a crashable host, doing
 //!   read-modify-writes under locks; what it records; the client faults.
 //! - [`resource`]: the fenced resource (`latchkey_fence::MemoryGate` over counters).
-//! - [`history`]: what happened, in true simulation time.
+//! - [`history`]: what happened, in true simulation time (and what the nodes' probe reported).
+//! - [`coverage`]: the lease states a run reached, counted (CI asserts its seeds reach each).
 //! - [`checkers`]: one invariant per file.
 //! - [`sweep`]: running many seeds and reporting a failure with the command that replays it.
 //!
@@ -25,6 +26,7 @@
 pub mod checkers;
 pub mod client;
 pub mod clock;
+pub mod coverage;
 pub mod history;
 pub mod net;
 pub mod resource;

@@ -4,11 +4,18 @@
 //! cargo run --release -p latchkey-sim -- --seeds N [--start S]
 //! cargo run --release -p latchkey-sim -- --reproduce SEED
 //! ```
+//!
+//! `--show-config` prints each seed's configuration without running it.
+//! `--plant stale-mark|resume-early` puts a fixed lease bug back (issue #9, bugs 1 and 2) in
+//! every run, to find seeds that catch it.
 
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
-    eprintln!("usage: latchkey-sim --seeds N [--start S] | --reproduce SEED");
+    eprintln!(
+        "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) \
+         [--plant stale-mark|resume-early] [--show-config]"
+    );
     ExitCode::from(2)
 }
 
@@ -24,6 +31,14 @@ fn main() -> ExitCode {
         let i = args.iter().position(|a| a == name)?;
         Some(args.get(i + 1).and_then(|v| v.parse().ok()))
     };
+    let mut plant = latchkey_server::Plant::default();
+    if let Some(i) = args.iter().position(|a| a == "--plant") {
+        match args.get(i + 1).map(String::as_str) {
+            Some("stale-mark") => plant.stale_mark_after_install = true,
+            Some("resume-early") => plant.resume_before_applied = true,
+            _ => return usage(),
+        }
+    }
     let seeds: Vec<u64> = match (value("--reproduce"), value("--seeds"), value("--start")) {
         (Some(Some(seed)), None, None) => vec![seed],
         (None, Some(Some(n)), start) => {
@@ -37,11 +52,26 @@ fn main() -> ExitCode {
         _ => return usage(),
     };
     let mut failed = Vec::new();
+    let mut reached = latchkey_sim::coverage::Coverage::default();
+    let (count, started) = (seeds.len(), std::time::Instant::now());
     for seed in seeds {
-        if !latchkey_sim::sweep::run_seed(seed).ok() {
+        let mut config = latchkey_sim::RunConfig::from_seed(seed);
+        config.plant = plant;
+        if args.iter().any(|a| a == "--show-config") {
+            println!("{config:?}");
+            continue;
+        }
+        let report = latchkey_sim::sweep::run_config(&config);
+        reached.add(&report.coverage);
+        if !report.ok() {
             failed.push(seed);
         }
     }
+    println!(
+        "{count} seeds in {:.0}s, {} failed; reached in all: {reached}",
+        started.elapsed().as_secs_f64(),
+        failed.len()
+    );
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {

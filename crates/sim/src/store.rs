@@ -27,7 +27,7 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::true_now;
-use crate::history::{entry_digest, Appended, History, LogEntry};
+use crate::history::{entry_digest, Appended, History, LogEntry, TermStart};
 
 #[derive(Debug, Clone, Default)]
 struct DiskState {
@@ -198,6 +198,21 @@ impl SimLogStore {
                 let leader = (e.log_id.leader_id.term, e.log_id.leader_id.node_id);
                 if leader.1 == node && h.leader.is_none_or(|l| l < leader) {
                     h.leader = Some(leader);
+                }
+                if leader.1 == node
+                    && !h
+                        .term_starts
+                        .iter()
+                        .any(|t| t.term == leader.0 && t.node == node)
+                {
+                    let commit_index = h.commit_checked.get(&node).map(|&(_, c)| c);
+                    h.term_starts.push(TermStart {
+                        term: leader.0,
+                        node,
+                        first_index: e.log_id.index,
+                        commit_index,
+                        at,
+                    });
                 }
                 h.appended
                     .entry((e.log_id.index, leader.0, leader.1))

@@ -43,6 +43,7 @@ pub fn failure_text(r: &RunReport) -> String {
             s.push_str(&format!("({n} violations of {checker} in all)\n"));
         }
     }
+    s.push_str(&format!("reached: {}\n", r.coverage));
     s.push_str("faults:\n");
     for f in &r.faults {
         s.push_str(&format!("  {f}\n"));
@@ -52,18 +53,26 @@ pub fn failure_text(r: &RunReport) -> String {
 
 /// Runs one seed and prints a one-line summary (or the failure report).
 pub fn run_seed(seed: u64) -> RunReport {
-    let started = Instant::now();
-    let report = run(&RunConfig::from_seed(seed));
+    run_config(&RunConfig::from_seed(seed))
+}
+
+/// Runs one configuration (a seed's, perhaps with a bug planted) and prints a one-line summary
+/// (or the failure report).
+pub fn run_config(config: &RunConfig) -> RunReport {
+    let (seed, started) = (config.seed, Instant::now());
+    let report = run(config);
     if report.ok() {
         println!(
-            "seed {seed}: ok ({} nodes, {} clients, {} ops, {} grants, {} committed entries, {} hold checks within 1s of their expiry, {} faults) in {:.1}s",
+            "seed {seed}: ok ({} nodes, {} clients, {} idle sessions, {} ops, {} grants, {} committed entries, {} hold checks within 1s of their expiry, {} faults; {}) in {:.1}s",
             report.config.nodes,
             report.config.clients,
+            report.config.idle_sessions,
             report.operations,
             report.grants,
             report.committed_entries,
             report.hold_checks_near_expiry,
             report.faults.len(),
+            report.coverage,
             started.elapsed().as_secs_f64()
         );
     } else {

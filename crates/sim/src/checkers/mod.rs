@@ -3,6 +3,7 @@
 mod deadline;
 mod durability;
 mod fencing_order;
+mod lease;
 mod linearizable;
 mod liveness;
 mod no_overlap;
@@ -55,6 +56,7 @@ pub fn check_safety(h: &HistoryData) -> Vec<Violation> {
     out.extend(unique_token::check(h));
     out.extend(durability::check(h));
     out.extend(deadline::check(h));
+    out.extend(lease::check(h));
     if out.is_empty() {
         out.extend(linearizable::check(h));
     }

@@ -1,0 +1,93 @@
+//! The lease oracle: the cluster never expires a session before its client's own deadline has
+//! passed. The client's deadline is what its library computed (send time of the last
+//! acknowledged renewal + TTL − safety margin, on the client's drifting clock), recorded in
+//! true time; the expiry is judged at the moment its `ExpireSessions` entry was proposed
+//! (appended by its leader), which is no later than when it committed: a proposed expiry may
+//! already be committed, and nothing can take it back.
+//!
+//! Unlike the deadline checker, this needs no hold check or waiter at the edge: every session
+//! whose client recorded a deadline is judged, idle ones included.
+
+use super::{ms, Violation};
+use crate::history::HistoryData;
+
+pub fn check(h: &HistoryData) -> Vec<Violation> {
+    let mut out = Vec::new();
+    // Sessions closed so far, by the client's own request: an expiry of one is a no-op.
+    let mut closed = std::collections::BTreeSet::new();
+    for end in h.committed_session_ends() {
+        let Some(latchkey_core::Op::ExpireSessions { .. }) =
+            h.committed.get(&end.index).and_then(|c| c.op.as_ref())
+        else {
+            closed.extend(end.sessions);
+            continue;
+        };
+        for session in end.sessions.iter().filter(|s| !closed.contains(*s)) {
+            let Some(&deadline) = h.client_deadlines.get(session) else {
+                continue;
+            };
+            if end.first_at < deadline {
+                out.push(Violation {
+                    checker: "lease",
+                    message: format!(
+                        "session {session} was expired by entry {} proposed at {} (committed by \
+                         {}), {} before its client's deadline at {}",
+                        end.index,
+                        ms(end.first_at),
+                        ms(end.known_at),
+                        ms(deadline - end.first_at),
+                        ms(deadline)
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check;
+    use crate::checkers::testkit::{expire, messages, t, Hist};
+    use latchkey_core::{Op, SessionId, SessionKey};
+
+    /// Sessions 1 and 2: their clients' deadlines are 4 s and 9 s; the cluster proposes the
+    /// expiry of session 1 at 5 s (committed 5.2 s).
+    fn base() -> Hist {
+        let mut h = Hist::default();
+        h.h.client_deadlines.insert(1, t(4_000));
+        h.h.client_deadlines.insert(2, t(9_000));
+        h.commit(7, expire(&[1]), 5_000, 5_200);
+        h
+    }
+
+    #[test]
+    fn accepts_an_expiry_after_the_clients_deadline() {
+        let mut h = base();
+        // Closing a session is the client's own doing, whatever its deadline.
+        h.commit(
+            8,
+            Op::CloseSession {
+                session: SessionKey {
+                    id: SessionId(2),
+                    secret: 0,
+                },
+            },
+            6_000,
+            6_100,
+        );
+        assert!(check(&h.h).is_empty());
+    }
+
+    #[test]
+    fn rejects_an_expiry_proposed_before_the_clients_deadline() {
+        let mut h = base();
+        h.commit(8, expire(&[2]), 8_000, 9_100);
+        let m = messages(&check(&h.h), "lease");
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].contains("session 2") && m[0].contains("8.000s") && m[0].contains("9.000s"),
+            "{m:?}"
+        );
+    }
+}

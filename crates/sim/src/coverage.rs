@@ -1,0 +1,199 @@
+//! What lease states a run reached: a seed count proves nothing unless the seeds reach the
+//! states a bug needs. Each count names the state and the bug (issue #9) that needs it; the CI
+//! test asserts that its seeds reached every one.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use latchkey_core::Op;
+use latchkey_server::ProbeEvent;
+
+use crate::history::HistoryData;
+
+/// Counts of the lease states one run (or several, summed) reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Snapshots a follower installed from the leader.
+    pub snapshot_installs: usize,
+    /// Leases resumed by a leader that had installed a snapshot since it last resumed them
+    /// (or since it started): the state bug 1 needs (a mark applied before the install).
+    pub resumed_after_install: usize,
+    /// Leases resumed by a leader that, when it began its term, had not yet learned that a
+    /// `MarkLeases` or `RenewLeases` of an earlier term committed (so had not applied it): the
+    /// state bug 2 needs.
+    pub resumed_before_lease_write_applied: usize,
+    /// Leader changes after the first leader resumed the leases.
+    pub failovers: usize,
+    /// Sessions renewed through the log (`RenewLeases` committed), summed.
+    pub logged_renewals: usize,
+    /// Sessions the cluster expired.
+    pub sessions_expired: usize,
+    /// Waits that ended at their wait timeout on the server (0 until the server reports them).
+    pub wait_expiries: usize,
+}
+
+impl Coverage {
+    pub fn measure(h: &HistoryData) -> Coverage {
+        let mut c = Coverage::default();
+        // Per node: a snapshot installed since it last resumed the leases.
+        let mut installed_since_led: BTreeMap<u64, bool> = BTreeMap::new();
+        let mut resumed_terms: usize = 0;
+        for p in &h.probed {
+            match &p.event {
+                ProbeEvent::SnapshotInstalled { .. } => {
+                    c.snapshot_installs += 1;
+                    installed_since_led.insert(p.node, true);
+                }
+                ProbeEvent::LeasesResumed { term, .. } => {
+                    resumed_terms += 1;
+                    if installed_since_led.insert(p.node, false) == Some(true) {
+                        c.resumed_after_install += 1;
+                    }
+                    if resumed_before_lease_write_applied(h, *term, p.node) {
+                        c.resumed_before_lease_write_applied += 1;
+                    }
+                }
+                ProbeEvent::LeasesRenewedThroughLog { sessions } => {
+                    c.logged_renewals += sessions.len()
+                }
+                ProbeEvent::SessionsExpired { sessions } => c.sessions_expired += sessions.len(),
+                ProbeEvent::WaitsExpired { count } => c.wait_expiries += count,
+            }
+        }
+        c.failovers = resumed_terms.saturating_sub(1);
+        c
+    }
+
+    /// Every count of `self` and `other` added.
+    pub fn add(&mut self, other: &Coverage) {
+        self.snapshot_installs += other.snapshot_installs;
+        self.resumed_after_install += other.resumed_after_install;
+        self.resumed_before_lease_write_applied += other.resumed_before_lease_write_applied;
+        self.failovers += other.failovers;
+        self.logged_renewals += other.logged_renewals;
+        self.sessions_expired += other.sessions_expired;
+        self.wait_expiries += other.wait_expiries;
+    }
+}
+
+/// Whether `node`, when it began `term`, had not learned that a lease write of an earlier term
+/// below its first entry committed.
+fn resumed_before_lease_write_applied(h: &HistoryData, term: u64, node: u64) -> bool {
+    let Some(start) = h
+        .term_starts
+        .iter()
+        .find(|t| t.term == term && t.node == node)
+    else {
+        return false;
+    };
+    let applied = start.commit_index.unwrap_or(0);
+    h.committed
+        .range(applied + 1..start.first_index)
+        .any(|(_, c)| {
+            c.leader.0 < term
+                && matches!(
+                    c.op,
+                    Some(Op::MarkLeases { .. }) | Some(Op::RenewLeases { .. })
+                )
+        })
+}
+
+impl fmt::Display for Coverage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} snapshot installs, {} leases resumed after an install, {} resumed before a \
+             committed lease write was applied, {} failovers, {} logged renewals, {} sessions \
+             expired, {} wait expiries",
+            self.snapshot_installs,
+            self.resumed_after_install,
+            self.resumed_before_lease_write_applied,
+            self.failovers,
+            self.logged_renewals,
+            self.sessions_expired,
+            self.wait_expiries
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use latchkey_core::{Op, SessionId};
+    use latchkey_server::ProbeEvent;
+
+    use super::Coverage;
+    use crate::history::{Committed, HistoryData, Probed, TermStart};
+
+    fn probe(h: &mut HistoryData, node: u64, event: ProbeEvent) {
+        h.probed.push(Probed {
+            at: Duration::ZERO,
+            node,
+            event,
+        });
+    }
+
+    fn commit(h: &mut HistoryData, index: u64, term: u64, op: Op) {
+        h.committed.insert(
+            index,
+            Committed {
+                leader: (term, 1),
+                op: Some(op),
+                known_at: Duration::ZERO,
+                digest: index,
+                seen_by: 1,
+            },
+        );
+    }
+
+    #[test]
+    fn counts_a_resume_after_an_install_once_per_install() {
+        let mut h = HistoryData::default();
+        let resumed = |term| ProbeEvent::LeasesResumed {
+            term,
+            applied_index: 0,
+        };
+        probe(&mut h, 1, resumed(1));
+        probe(&mut h, 2, ProbeEvent::SnapshotInstalled { last_index: 9 });
+        probe(&mut h, 1, ProbeEvent::SnapshotInstalled { last_index: 9 });
+        probe(&mut h, 2, resumed(2));
+        probe(&mut h, 2, resumed(3));
+        let c = Coverage::measure(&h);
+        assert_eq!(
+            (c.snapshot_installs, c.resumed_after_install, c.failovers),
+            (2, 1, 2)
+        );
+    }
+
+    #[test]
+    fn counts_a_term_begun_before_the_old_leaders_lease_write_was_known_committed() {
+        let mut h = HistoryData::default();
+        commit(
+            &mut h,
+            5,
+            1,
+            Op::RenewLeases {
+                ids: vec![SessionId(1)],
+            },
+        );
+        let start = |node, commit_index| TermStart {
+            term: 2,
+            node,
+            first_index: 6,
+            commit_index,
+            at: Duration::ZERO,
+        };
+        // Node 2 knew entry 5 committed; node 3 knew only up to 4.
+        h.term_starts.push(start(2, Some(5)));
+        h.term_starts.push(start(3, Some(4)));
+        let resumed = ProbeEvent::LeasesResumed {
+            term: 2,
+            applied_index: 6,
+        };
+        probe(&mut h, 2, resumed.clone());
+        assert_eq!(Coverage::measure(&h).resumed_before_lease_write_applied, 0);
+        probe(&mut h, 3, resumed);
+        assert_eq!(Coverage::measure(&h).resumed_before_lease_write_applied, 1);
+    }
+}
