@@ -81,17 +81,6 @@ fn fixed_code_satisfies_every_property() {
         two_members(6, Plant::default()),
         &COVERAGE,
     );
-    // From an empty cluster: clients open, acquire and release by actions.
-    assert_fixed_code_passes(
-        "2 members, cold start with releases, 2 clients, 3 ticks",
-        Config {
-            warm_start: false,
-            releases: true,
-            rates_ppm: Some(vec![FAST_PPM, SLOW_PPM]),
-            ..two_members(3, Plant::default())
-        },
-        &[],
-    );
     // Three members, two elections: a lagging member elected after another failover.
     assert_fixed_code_passes(
         "3 members, 2 elections, 1 client, 4 ticks",
