@@ -24,7 +24,7 @@
 //! resumes from its mark. That is within 2 × TTL when the TTL is at least about twice the
 //! election time (the 15 s default is; etcd issues #9888/#9395 describe the unbounded version).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use latchkey_core::{limits, SessionId, SessionInfo};
@@ -32,15 +32,17 @@ use latchkey_core::{limits, SessionId, SessionInfo};
 use crate::probe::Plant;
 use tokio::time::Instant;
 
-#[derive(Debug, Default)]
+// Clone, Eq and Hash: the lease model (crates/lease-model) keeps a `Leases` per member in its
+// states; ordered collections keep those states deterministic.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
 pub struct Leases {
-    sessions: HashMap<SessionId, Lease>,
+    sessions: BTreeMap<SessionId, Lease>,
     /// Sessions whose expiry has been proposed and not yet applied: a keepalive can no longer
     /// save them, because the expiry entry may already be committed.
-    expiring: HashSet<SessionId>,
+    expiring: BTreeSet<SessionId>,
     /// Sessions this leader marked whose mark is not yet committed. Their marks are computed
     /// afresh each time they are proposed (never re-sent stale), until one commits.
-    unlogged_marks: HashSet<SessionId>,
+    unlogged_marks: BTreeSet<SessionId>,
     /// The term in which this node, as leader, resumed every lease ([`Leases::resume`]). Only
     /// then do its deadlines mean anything: a keepalive of any other term is told to retry.
     resumed_term: Option<u64>,
@@ -48,7 +50,7 @@ pub struct Leases {
     plant: Plant,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Lease {
     ttl: Duration,
     deadline: Instant,
@@ -130,7 +132,7 @@ impl Leases {
             self.reconcile_keeping_marks(live, now);
             return;
         }
-        let mut sessions = HashMap::new();
+        let mut sessions = BTreeMap::new();
         for s in live {
             let renewed_at = self.sessions.get(&s.id).and_then(|l| l.renewed_at);
             let ttl = Duration::from_millis(s.ttl_ms);
@@ -159,7 +161,7 @@ impl Leases {
         live: impl IntoIterator<Item = SessionInfo>,
         now: Instant,
     ) {
-        let mut seen = HashSet::new();
+        let mut seen = BTreeSet::new();
         for s in live {
             seen.insert(s.id);
             if !self.sessions.contains_key(&s.id) {
@@ -181,7 +183,7 @@ impl Leases {
             self.reconcile_keeping_marks(live, now);
             return;
         }
-        let mut seen = HashSet::new();
+        let mut seen = BTreeSet::new();
         for s in live {
             seen.insert(s.id);
             match self.sessions.get_mut(&s.id) {

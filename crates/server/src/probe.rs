@@ -42,7 +42,7 @@ impl Probe for NoProbe {
 
 /// Bugs that latchkey fixed, put back on purpose so that a checker can show it catches them.
 /// Every field is false outside the simulation and the lease model.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[doc(hidden)]
 pub struct Plant {
     /// After a snapshot install, keep the lease marks this node applied before the install
