@@ -564,17 +564,13 @@ mod tests {
         assert_eq!(l.renew(S, later, term), Renew::Renewed);
     }
 
-    /// Regression (issue #9, bug 1): a follower applied a new leader's mark, fell behind before
-    /// the `RenewLeases` that lifted it, and caught up by a snapshot whose table has no mark.
-    /// Elected later, it resumed the lease from the stale mark (applied long ago) and expired the
-    /// live session at once.
-    #[test]
-    fn a_snapshot_install_drops_a_mark_the_installed_table_does_not_have() {
-        let t0 = Instant::now();
-        let mut l = Leases::default();
+    /// A follower applied a new leader's mark at 1 s, fell behind before the `RenewLeases` that
+    /// lifted it, caught up at 60 s by a snapshot whose table has no mark, and took office at
+    /// 61 s. Returns its leases then.
+    fn elected_after_installing_past_a_lifted_mark(plant: Plant, t0: Instant) -> Leases {
+        let mut l = Leases::new(plant);
         l.created(S, 10_000, t0);
         l.mark_applied(S, 0, at(t0, 1_000));
-        // Renewed through the log elsewhere; this node gets the table by snapshot at 60 s.
         let installed = [SessionInfo {
             id: S,
             ttl_ms: 10_000,
@@ -582,6 +578,15 @@ mod tests {
         }];
         l.installed(installed, at(t0, 60_000));
         l.resume(7, installed, at(t0, 61_000));
+        l
+    }
+
+    /// Regression (issue #9, bug 1): elected after such an install, a node resumed the lease
+    /// from the stale mark (applied a minute earlier) and expired the live session at once.
+    #[test]
+    fn a_snapshot_install_drops_a_mark_the_installed_table_does_not_have() {
+        let t0 = Instant::now();
+        let mut l = elected_after_installing_past_a_lifted_mark(Plant::default(), t0);
         assert!(
             l.take_expired(at(t0, 61_000 + 9_999)).is_empty(),
             "a live session expired from a mark the table no longer has"
@@ -593,19 +598,11 @@ mod tests {
     #[test]
     fn the_planted_stale_mark_expires_the_session_at_once() {
         let t0 = Instant::now();
-        let mut l = Leases::new(Plant {
+        let plant = Plant {
             stale_mark_after_install: true,
             ..Plant::default()
-        });
-        l.created(S, 10_000, t0);
-        l.mark_applied(S, 0, at(t0, 1_000));
-        let installed = [SessionInfo {
-            id: S,
-            ttl_ms: 10_000,
-            lease_mark_ms: None,
-        }];
-        l.installed(installed, at(t0, 60_000));
-        l.resume(7, installed, at(t0, 61_000));
+        };
+        let mut l = elected_after_installing_past_a_lifted_mark(plant, t0);
         assert_eq!(l.take_expired(at(t0, 61_000)), vec![S]);
     }
 
