@@ -206,10 +206,28 @@ impl Leases {
     /// term (so every mark and logged renewal the old leaders committed): reconcile with the
     /// table and restart every lease ([`Leases::restart_all`]). Keepalives confirmed in `term`
     /// are renewed from now on.
-    pub fn resume(&mut self, term: u64, live: impl IntoIterator<Item = SessionInfo>, now: Instant) {
+    ///
+    /// Returns how many sessions had a mark here that their table does not carry (or the
+    /// other way round) before the reconcile: what a missed snapshot rebuild would leave.
+    pub fn resume(
+        &mut self,
+        term: u64,
+        live: impl IntoIterator<Item = SessionInfo>,
+        now: Instant,
+    ) -> usize {
+        let live: Vec<SessionInfo> = live.into_iter().collect();
+        let stale = live
+            .iter()
+            .filter(|s| {
+                self.sessions
+                    .get(&s.id)
+                    .is_some_and(|l| l.applied_mark.map(|(u, _)| ms(u)) != s.lease_mark_ms)
+            })
+            .count();
         self.reconcile(live, now);
         self.restart_all(now);
         self.resumed_term = Some(term);
+        stale
     }
 
     /// This node is no longer the leader that resumed the leases.

@@ -168,6 +168,7 @@ impl ServerConfig {
             // under a token whose release was acknowledged). A new term's first entry lies after
             // every entry of the old one, so reads wait until those are applied.
             enable_leader_restore: Some(false),
+            allow_log_reversion: Some(self.plant.tolerate_log_reversion),
             // A member that was paused or cut off must not depose a healthy leader when it is
             // back (issue #9 item 9). Without pre-vote (openraft's default) its election timer
             // raises its term on every firing (`Engine::elect`); its vote requests are refused

@@ -379,13 +379,14 @@ impl Node {
         let (live, applied_index): (Vec<_>, u64) = self
             .state
             .read(|t| (t.sessions().collect(), t.last_index()));
-        leases.resume(term, live, now);
+        let stale_marks = leases.resume(term, live, now);
         drop(leases);
         self.probe.event(
             self.id,
             ProbeEvent::LeasesResumed {
                 term,
                 applied_index,
+                stale_marks,
             },
         );
         true

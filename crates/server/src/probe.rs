@@ -16,8 +16,14 @@ pub enum ProbeEvent {
     /// log up to `last_index`.
     SnapshotInstalled { last_index: u64 },
     /// This node, leader of `term`, resumed every lease after applying up to `applied_index`
-    /// (its own first entry of the term or later).
-    LeasesResumed { term: u64, applied_index: u64 },
+    /// (its own first entry of the term or later). `stale_marks`: sessions whose lease mark in
+    /// the lease table was not the one their table carries at that moment, the state issue #9's
+    /// bug 1 needs (always 0 unless that bug is planted: the table's mark is taken).
+    LeasesResumed {
+        term: u64,
+        applied_index: u64,
+        stale_marks: usize,
+    },
     /// This leader committed a `RenewLeases` for these sessions.
     LeasesRenewedThroughLog { sessions: Vec<SessionId> },
     /// This leader committed the expiry of these sessions (their lease ran out here).
@@ -51,4 +57,9 @@ pub struct Plant {
     /// A new leader resumes leases as soon as it is elected, before it applied the entries the
     /// old leader committed (issue #9, bug 2).
     pub resume_before_applied: bool,
+    /// Not a bug: for a planted storage bug that loses acknowledged entries, let openraft
+    /// accept a follower's reverted log (`allow_log_reversion`) instead of panicking, so that
+    /// the run goes on and the history checkers judge the consequences. (A panic inside a
+    /// simulated host can abort the whole test process while its runtime unwinds.)
+    pub tolerate_log_reversion: bool,
 }

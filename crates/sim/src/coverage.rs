@@ -18,6 +18,11 @@ pub struct Coverage {
     /// Leases resumed by a leader that had installed a snapshot since it last resumed them
     /// (or since it started): the state bug 1 needs (a mark applied before the install).
     pub resumed_after_install: usize,
+    /// Sessions whose lease mark a resuming leader held differently from its table: exactly
+    /// bug 1's stale mark. Always 0 unless that bug is planted (the fixed code rebuilds the
+    /// lease table on every install), so the CI test asserts 0, and a plant hunt reads it to
+    /// see whether a seed reached the bug's state at all.
+    pub stale_marks_at_resume: usize,
     /// Leases resumed by a leader that, when it began its term, had not yet learned that a
     /// `MarkLeases` or `RenewLeases` of an earlier term committed (so had not applied it): the
     /// state bug 2 needs.
@@ -44,8 +49,11 @@ impl Coverage {
                     c.snapshot_installs += 1;
                     installed_since_led.insert(p.node, true);
                 }
-                ProbeEvent::LeasesResumed { term, .. } => {
+                ProbeEvent::LeasesResumed {
+                    term, stale_marks, ..
+                } => {
                     resumed_terms += 1;
+                    c.stale_marks_at_resume += stale_marks;
                     if installed_since_led.insert(p.node, false) == Some(true) {
                         c.resumed_after_install += 1;
                     }
@@ -68,6 +76,7 @@ impl Coverage {
     pub fn add(&mut self, other: &Coverage) {
         self.snapshot_installs += other.snapshot_installs;
         self.resumed_after_install += other.resumed_after_install;
+        self.stale_marks_at_resume += other.stale_marks_at_resume;
         self.resumed_before_lease_write_applied += other.resumed_before_lease_write_applied;
         self.failovers += other.failovers;
         self.logged_renewals += other.logged_renewals;
@@ -87,6 +96,11 @@ fn resumed_before_lease_write_applied(h: &HistoryData, term: u64, node: u64) -> 
         return false;
     };
     let applied = start.commit_index.unwrap_or(0);
+    // A node whose log lost acknowledged entries (the planted storage bug) can know a commit
+    // index at or past its own first entry of the term: nothing lies between.
+    if applied + 1 >= start.first_index {
+        return false;
+    }
     h.committed
         .range(applied + 1..start.first_index)
         .any(|(_, c)| {
@@ -102,11 +116,12 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} snapshot installs, {} leases resumed after an install, {} resumed before a \
-             committed lease write was applied, {} failovers, {} logged renewals, {} sessions \
-             expired, {} wait expiries",
+            "{} snapshot installs, {} leases resumed after an install ({} stale marks), {} \
+             resumed before a committed lease write was applied, {} failovers, {} logged \
+             renewals, {} sessions expired, {} wait expiries",
             self.snapshot_installs,
             self.resumed_after_install,
+            self.stale_marks_at_resume,
             self.resumed_before_lease_write_applied,
             self.failovers,
             self.logged_renewals,
@@ -153,6 +168,7 @@ mod tests {
         let resumed = |term| ProbeEvent::LeasesResumed {
             term,
             applied_index: 0,
+            stale_marks: 0,
         };
         probe(&mut h, 1, resumed(1));
         probe(&mut h, 2, ProbeEvent::SnapshotInstalled { last_index: 9 });
@@ -190,6 +206,7 @@ mod tests {
         let resumed = ProbeEvent::LeasesResumed {
             term: 2,
             applied_index: 6,
+            stale_marks: 0,
         };
         probe(&mut h, 2, resumed.clone());
         assert_eq!(Coverage::measure(&h).resumed_before_lease_write_applied, 0);

@@ -121,6 +121,12 @@ impl RunConfig {
         if rng.random_bool(0.5) {
             self.heartbeat_ms = 40;
             self.election_timeout_ms = (150, 300);
+            // And a longer lease: a failover (pre-vote waits out the followers' leader lease,
+            // so about two election timeouts, plus the new leader's read-index round) must
+            // leave the clients' deadlines standing, or a lease a new leader wrongly expires
+            // was already given up by its client and nothing can tell the bug from the rule.
+            self.ttl = Duration::from_millis(rng.random_range(4_000..=6_000));
+            self.settle = self.ttl * 4 + Duration::from_secs(3);
         }
         self
     }
@@ -211,7 +217,10 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
             server.election_timeout_max_ms = config.election_timeout_ms.1;
             server.snapshot_every_entries = config.snapshot_every_entries;
             server.log_kept_after_snapshot = config.log_kept_after_snapshot;
-            server.plant = config.plant;
+            server.plant = latchkey_server::Plant {
+                tolerate_log_reversion: config.disk.ack_before_fsync,
+                ..config.plant
+            };
             let env = Env {
                 clock: Arc::new(DriftClock::new(setup.drift_ppm, setup.wall_offset_ms)),
                 connector: Arc::new(SimConnector),
