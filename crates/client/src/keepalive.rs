@@ -8,8 +8,8 @@
 //! renewal together. Like group commit: the first renewal to join an empty batch starts a
 //! short task that lets the others join (one scheduler turn), takes the batch, and sends it.
 //! The task is detached on purpose: the session that started it may reach its deadline and
-//! stop waiting, and the others' renewal must not be cancelled with it. It ends with its call,
-//! which the retry budget of the batch's shortest attempt deadline bounds.
+//! stop waiting, and the others' renewal must not be cancelled with it. It ends once the batch
+//! is taken; each batch's call (on a task of its own) ends within the client's retry budget.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -47,6 +47,14 @@ impl Batcher {
 /// Renew `session` with the next batch of this client's keepalives. `opts` bounds this
 /// session's attempts; a batch uses the tightest of its members'.
 pub(crate) async fn keep_alive(client: &Client, session: pb::Session, opts: CallOpts) -> Renewed {
+    // Checked before joining: a renewal that joined and then found no runtime to send the
+    // batch would leave it unsent, and every later renewal would wait behind it.
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return Err(Error::Server {
+            code: "internal".into(),
+            message: "keepalive outside a tokio runtime".into(),
+        });
+    };
     let (reply, answer) = oneshot::channel();
     let first = {
         let mut waiting = client
@@ -63,21 +71,18 @@ pub(crate) async fn keep_alive(client: &Client, session: pb::Session, opts: Call
     };
     if first {
         let client = client.clone();
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return Err(Error::Server {
-                code: "internal".into(),
-                message: "keepalive outside a tokio runtime".into(),
-            });
-        };
         handle.spawn(async move {
             // Let every renewal that is due now join before the batch is taken.
             tokio::task::yield_now().await;
+            // Each full batch goes out on its own task: a batch must not wait behind another's
+            // retries while its sessions' deadlines run.
             loop {
                 let batch = client.keepalives().take();
                 if batch.is_empty() {
                     return;
                 }
-                send(&client, batch).await;
+                let client = client.clone();
+                tokio::spawn(async move { send(&client, batch).await });
             }
         });
     }
@@ -90,11 +95,14 @@ pub(crate) async fn keep_alive(client: &Client, session: pb::Session, opts: Call
 }
 
 async fn send(client: &Client, batch: Vec<Waiting>) {
+    // The longest attempt any member allows: each session stops waiting at its own deadline
+    // anyway, and the shortest (a session a few ms from its deadline) would cut every attempt
+    // of the whole batch below one read-index round, failing a thousand healthy renewals.
     let opts = CallOpts {
         attempt_timeout: batch
             .iter()
             .map(|w| w.opts.attempt_timeout)
-            .min()
+            .max()
             .unwrap_or(Duration::from_secs(1)),
         backoff_max: batch.iter().filter_map(|w| w.opts.backoff_max).min(),
     };

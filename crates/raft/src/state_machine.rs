@@ -25,8 +25,7 @@ pub trait ApplyObserver: Send + Sync + 'static {
     fn applied(&self, index: u64, cmd: &Command, applied: &Applied);
     /// The table was replaced by an installed snapshot covering the log up to `last_index`: no
     /// entries were applied, so whatever the observer derived from entries must be derived
-    /// from `table` again. Called under the table's read lock: do not read through a
-    /// [`StateHandle`] here.
+    /// from `table` again (a copy, passed outside the table's lock).
     fn installed(&self, last_index: u64, table: &LockTable);
 }
 
@@ -373,10 +372,18 @@ impl RaftStateMachine<TypeConfig> for LockStateMachine {
         }
         tracing::info!(last_log_id = ?meta.last_log_id, "installed snapshot");
         // No entry is applied between the write above and this read: openraft drives apply and
-        // install from one task.
-        let state = read(&self.inner.state);
-        let last_index = state.last_applied.as_ref().map_or(0, |l| l.index);
-        self.observer.installed(last_index, &state.table);
+        // install from one task. The observer gets a copy, outside the table's lock: it takes
+        // its own locks (the server's lease table), which others hold while they read the
+        // table, so calling it under the read lock would order the two locks both ways. A
+        // snapshot install is rare; the copy is the size of one snapshot.
+        let (last_index, table) = {
+            let state = read(&self.inner.state);
+            (
+                state.last_applied.as_ref().map_or(0, |l| l.index),
+                state.table.clone(),
+            )
+        };
+        self.observer.installed(last_index, &table);
         Ok(())
     }
 
