@@ -245,6 +245,9 @@ pub fn run<G: FenceGate>(
             Err(e) if is_transient(&e) => continue,
             Err(e) => return Err(e),
         };
+        // A response is one small write; without TCP_NODELAY it can wait ~40 ms for the
+        // client's delayed ACK.
+        let _ = stream.set_nodelay(true);
         let _ = stream.set_read_timeout(Some(config.io_timeout));
         let _ = stream.set_write_timeout(Some(config.io_timeout));
         // Only this thread increments, so the check and the increment cannot race.

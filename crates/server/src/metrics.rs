@@ -18,6 +18,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::node::Node;
@@ -186,6 +187,12 @@ pub async fn serve(
         .route("/metrics", get(scrape))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(node);
+    // TCP_NODELAY as on the gRPC sockets: a scrape's response must not wait for a delayed ACK.
+    let listener = listener.tap_io(|stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY on a metrics connection");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -683,6 +683,7 @@ async fn http(
         request.push_str("\r\n");
         request.push_str(body);
         let mut stream = tokio::net::TcpStream::connect(resource).await?;
+        stream.set_nodelay(true)?;
         stream.write_all(request.as_bytes()).await?;
         let mut answer = Vec::new();
         stream.read_to_end(&mut answer).await?;
