@@ -44,6 +44,13 @@ const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
 const STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_state");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("app_meta");
 
+/// redb's page cache. Its default, 1 GiB, would let a long-running node's resident memory grow
+/// toward a gigabyte of cached log pages that are rarely read again: entries are read back only
+/// to replicate the recent tail (usually still in the writer's pending set) and when a follower
+/// catches up. 64 MiB holds several hundred thousand recent entries, far more than
+/// `snapshot_every_entries` keeps between snapshots by default (issue #11, hold workload).
+pub const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
 const KEY_VOTE: &str = "vote";
 const KEY_COMMITTED: &str = "committed";
 const KEY_LAST_PURGED: &str = "last_purged";
@@ -185,10 +192,13 @@ impl<C: RaftTypeConfig> LogStore<C> {
         path: &Path,
         before_commit: Option<BeforeCommit>,
     ) -> Result<LogStore<C>, LogStoreError> {
-        let db = Database::create(path).map_err(|source| LogStoreError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let db = redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(|source| LogStoreError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
         // Create the tables up front so that readers never meet a missing table.
         let txn = db.begin_write()?;
         txn.open_table(LOG)?;

@@ -12,13 +12,13 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::Router;
 use latchkey_core::{Applied, Op, Outcome};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::node::Node;
