@@ -359,7 +359,10 @@ mod tests {
         assert_eq!(flags.heartbeat_ms, server.heartbeat_ms);
         assert_eq!(
             (flags.election_timeout_min_ms, flags.election_timeout_max_ms),
-            (server.election_timeout_min_ms, server.election_timeout_max_ms)
+            (
+                server.election_timeout_min_ms,
+                server.election_timeout_max_ms
+            )
         );
     }
 

@@ -214,13 +214,7 @@ pub async fn run(
             }
         })
     });
-    run_with(
-        incoming,
-        config,
-        Env::real(),
-        shutdown,
-    )
-    .await
+    run_with(incoming, config, Env::real(), shutdown).await
 }
 
 /// What the server needs from the world besides its data dir: time and the network. Tests and
