@@ -92,10 +92,11 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peer_dial: Option<serve::MemberList>,
     /// Raft heartbeat interval, in milliseconds.
-    #[arg(long, default_value_t = 150)]
+    #[arg(long, default_value_t = latchkey_core::limits::HEARTBEAT_MS_DEFAULT)]
     pub heartbeat_ms: u64,
     /// Raft election timeout range MIN..MAX, in milliseconds.
-    #[arg(long, default_value = "1000..2000", value_parser = serve::parse_ms_range, value_name = "MIN..MAX")]
+    /// The default is `limits::ELECTION_TIMEOUT_MS_{MIN,MAX}_DEFAULT` (a test checks it).
+    #[arg(long, default_value = "300..600", value_parser = serve::parse_ms_range, value_name = "MIN..MAX")]
     pub election_timeout_ms: (u64, u64),
     /// Serve Prometheus metrics at http://ADDR/metrics (and /healthz); off unless given.
     #[arg(long, value_name = "ADDR")]
@@ -350,6 +351,25 @@ mod tests {
             (800, 1600)
         );
         assert!(config.validate().is_ok());
+    }
+
+    /// The flags' defaults are the server's, which say why they are what they are.
+    #[test]
+    fn serve_defaults_are_the_servers() {
+        let cli = Cli::try_parse_from(["latchkey", "serve"]).unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        let flags = serve::config(&args, args.listen);
+        let server = latchkey_server::ServerConfig::single(1, args.listen, args.data_dir.clone());
+        assert_eq!(flags.heartbeat_ms, server.heartbeat_ms);
+        assert_eq!(
+            (flags.election_timeout_min_ms, flags.election_timeout_max_ms),
+            (
+                server.election_timeout_min_ms,
+                server.election_timeout_max_ms
+            )
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use latchkey_proto::v1::locks_client::LocksClient;
 use latchkey_proto::v1::{self as pb};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::env::{ClientEnv, Clock};
@@ -70,6 +71,21 @@ struct Route {
     leader: Option<String>,
     /// Round-robin position in `seeds` when no leader is known.
     next_seed: usize,
+    /// The endpoint whose last attempt failed in transport (refused, no answer), and when.
+    /// Followers go on naming a dead leader until they vote in a new term; following those
+    /// hints wasted every other attempt on it and doubled the backoff each time (issue #11).
+    refused: Option<(String, Instant)>,
+}
+
+impl Route {
+    /// Whether `uri` failed in transport less than `CLIENT_REFUSED_HINT_IGNORE_MS` ago.
+    fn recently_refused(&self, uri: &str, now: Instant) -> bool {
+        self.refused.as_ref().is_some_and(|(refused, at)| {
+            refused == uri
+                && now.saturating_duration_since(*at)
+                    < Duration::from_millis(limits::CLIENT_REFUSED_HINT_IGNORE_MS)
+        })
+    }
 }
 
 /// Turns `host:port` into `http://host:port`; keeps a URI that already has a scheme.
@@ -280,24 +296,50 @@ impl Client {
 
     fn answered(&self, uri: &str) {
         let mut route = self.inner.route.lock().expect("route lock poisoned");
+        if route.refused.as_ref().is_some_and(|(r, _)| r == uri) {
+            route.refused = None;
+        }
         if route.leader.as_deref() != Some(uri) {
             route.leader = Some(uri.to_owned());
         }
     }
 
-    /// `uri` failed or is not the leader: go to the hint, or to the next seed.
-    fn reroute(&self, uri: &str, hint: Option<&str>) {
+    /// `uri` is not the leader: go to the hint, unless it names a member that just refused
+    /// us, or to the next seed. Says whether it follows a hint.
+    fn reroute(&self, uri: &str, hint: Option<&str>) -> bool {
+        let now = self.clock().now();
         let mut route = self.inner.route.lock().expect("route lock poisoned");
         match hint.map(endpoint_uri) {
-            Some(Ok(h)) if h != uri => route.leader = Some(h),
-            _ => {
-                route.leader = None;
-                // Move off `uri` if it is the seed we are on.
-                let seeds = &self.inner.seeds;
-                if seeds[route.next_seed % seeds.len()] == uri {
-                    route.next_seed = route.next_seed.wrapping_add(1);
-                }
+            Some(Ok(h)) if h != uri && !route.recently_refused(&h, now) => {
+                route.leader = Some(h);
+                true
             }
+            _ => {
+                self.next_seed(&mut route, uri, now);
+                false
+            }
+        }
+    }
+
+    /// `uri` failed in transport: go to the next seed, and leave hints naming `uri` alone for a
+    /// while (see [`Route::refused`]).
+    fn unreachable(&self, uri: &str) {
+        let now = self.clock().now();
+        let mut route = self.inner.route.lock().expect("route lock poisoned");
+        route.refused = Some((uri.to_owned(), now));
+        self.next_seed(&mut route, uri, now);
+    }
+
+    /// Forget the leader and move the seed round-robin off `uri` (if it is the seed we are on)
+    /// and off a seed that just refused us, unless that is every seed.
+    fn next_seed(&self, route: &mut Route, uri: &str, now: Instant) {
+        route.leader = None;
+        let seeds = &self.inner.seeds;
+        if seeds[route.next_seed % seeds.len()] == uri {
+            route.next_seed = route.next_seed.wrapping_add(1);
+        }
+        if seeds.len() > 1 && route.recently_refused(&seeds[route.next_seed % seeds.len()], now) {
+            route.next_seed = route.next_seed.wrapping_add(1);
         }
     }
 
@@ -370,11 +412,10 @@ impl Client {
             let hinted = match &failure {
                 Failure::Fatal(e) => return Err(e.clone()),
                 Failure::Unavailable { leader_addr, .. } => {
-                    self.reroute(&uri, leader_addr.as_deref());
-                    leader_addr.is_some()
+                    self.reroute(&uri, leader_addr.as_deref())
                 }
                 Failure::Transport { .. } => {
-                    self.reroute(&uri, None);
+                    self.unreachable(&uri);
                     false
                 }
             };
@@ -459,6 +500,51 @@ mod tests {
         assert_eq!(client.pick(), "http://b:2");
         client.answered("http://b:2");
         assert_eq!(client.pick(), "http://b:2");
+    }
+
+    /// Regression (issue #11): after the leader was killed, followers went on naming it, and
+    /// the client followed their hint back to the dead member on every other attempt, doubling
+    /// its backoff each time, instead of asking the other members.
+    #[tokio::test]
+    async fn a_hint_naming_a_member_that_just_refused_is_not_followed() {
+        let client = Client::connect(["a:1", "b:2", "c:3"]).await.unwrap();
+        client.answered("http://a:1");
+        assert_eq!(client.pick(), "http://a:1");
+        // The leader dies: its connection is refused.
+        client.unreachable("http://a:1");
+        assert_eq!(client.pick(), "http://b:2");
+        // b has not heard of an election yet and still names a.
+        assert!(!client.reroute("http://b:2", Some("a:1")));
+        assert_eq!(client.pick(), "http://c:3");
+        // c has voted for b in the meantime: that hint is followed.
+        assert!(client.reroute("http://c:3", Some("b:2")));
+        assert_eq!(client.pick(), "http://b:2");
+        // b still a follower, naming a: the seeds go round without the refused member.
+        assert!(!client.reroute("http://b:2", Some("a:1")));
+        assert_eq!(client.pick(), "http://c:3");
+        assert!(!client.reroute("http://c:3", None));
+        assert_eq!(client.pick(), "http://b:2");
+        // Once a answers again, hints naming it are followed again.
+        client.answered("http://a:1");
+        assert!(client.reroute("http://b:2", Some("a:1")));
+        assert_eq!(client.pick(), "http://a:1");
+    }
+
+    /// A member that refused us is trusted again after a while: it may have restarted and been
+    /// re-elected, and hints are then the only way to it when it is not a seed.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_member_is_trusted_again_later() {
+        // Tokio's clock, which the paused runtime advances.
+        let env = ClientEnv {
+            clock: Arc::new(crate::env::SystemClock),
+            ..ClientEnv::default()
+        };
+        let client = Client::with_env(["b:2", "c:3"], ClientConfig::default(), env).unwrap();
+        client.unreachable("http://a:1");
+        assert!(!client.reroute("http://b:2", Some("a:1")));
+        tokio::time::advance(Duration::from_millis(limits::CLIENT_REFUSED_HINT_IGNORE_MS)).await;
+        assert!(client.reroute("http://c:3", Some("a:1")));
+        assert_eq!(client.pick(), "http://a:1");
     }
 
     #[tokio::test]

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use latchkey_core::limits;
 use rand::Rng;
 
 /// How one logical request is retried on UNAVAILABLE and transport errors. Both bounds apply:
@@ -19,14 +20,16 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// Sized to ride out a leader election (1-3 s) and a quick restart of a single node, and
-    /// to give up well within a human's patience when the cluster is really down.
+    /// Sized to ride out a leader election (about 1 s, see
+    /// `limits::LEADERLESS_MS_MAX_DEFAULT`) and a quick restart of a single node, to find a
+    /// new leader soon after its election (`limits::CLIENT_BACKOFF_MS_MAX`), and to give up well
+    /// within a human's patience when the cluster is really down.
     fn default() -> Self {
         RetryPolicy {
-            attempts_max: 12,
+            attempts_max: limits::CLIENT_ATTEMPTS_MAX,
             elapsed_max: Duration::from_secs(20),
             backoff_initial: Duration::from_millis(50),
-            backoff_max: Duration::from_secs(2),
+            backoff_max: Duration::from_millis(limits::CLIENT_BACKOFF_MS_MAX),
         }
     }
 }

@@ -111,3 +111,52 @@ pub const CLIENT_PENDING_RESET_STREAMS_MAX: usize = 1_024;
 pub const CLIENT_RESET_STREAMS_REMEMBERED: usize = 4_096;
 /// Acquire calls long-polling at once on one node (each holds a task and a registry slot).
 pub const WAITING_ACQUIRES_MAX: usize = 100_000;
+
+/// Default Raft heartbeat interval. A follower that misses heartbeats for a leader lease plus an
+/// election timeout (below) campaigns, so at 100 ms it has missed at least nine in a row: a
+/// leader busy with an fsync or a burst of client work is not mistaken for a dead one.
+pub const HEARTBEAT_MS_DEFAULT: u64 = 100;
+/// Default election timeout range. openraft lets a follower campaign (pre-vote) only once
+/// `leader lease + election timeout` has passed since it last heard from the leader, and its
+/// leader lease is the *maximum* election timeout (`EngineConfig::new`: `leader_lease =
+/// election_timeout_max`; `RaftCore::handle_tick_election`; openraft 0.10.0-alpha.37). A dead
+/// leader is therefore replaced `max + [min, max)` after its last heartbeat: with 1000..2000 that
+/// was 3-4 s, which with the client's backoff on top made failover 3.6-5.9 s (issue #11). At
+/// 300..600 it is 0.9-1.2 s, a first grant within about 1.5 s.
+pub const ELECTION_TIMEOUT_MS_MIN_DEFAULT: u64 = 300;
+pub const ELECTION_TIMEOUT_MS_MAX_DEFAULT: u64 = 600;
+// openraft and `ServerConfig::validate` want at least three heartbeats per election timeout.
+const _: () = assert!(3 * HEARTBEAT_MS_DEFAULT <= ELECTION_TIMEOUT_MS_MIN_DEFAULT);
+const _: () = assert!(ELECTION_TIMEOUT_MS_MIN_DEFAULT < ELECTION_TIMEOUT_MS_MAX_DEFAULT);
+/// The longest a group is without a leader after its leader dies, with the default timing:
+/// the last heartbeat, the follower's leader lease, its election timeout, and one more timeout
+/// for a split vote.
+pub const LEADERLESS_MS_MAX_DEFAULT: u64 =
+    HEARTBEAT_MS_DEFAULT + 3 * ELECTION_TIMEOUT_MS_MAX_DEFAULT;
+// A holder's client must reach the new leader before its own lease deadline: its last
+// acknowledged renewal is up to TTL/3 old, and it gives up TTL/5 before the TTL (the client's
+// `RENEWAL_TTL_DIVISOR` and `SAFETY_MARGIN_TTL_DIVISOR`), which leaves 7/15 of the TTL. A
+// failover must fit in that, with room to spare, at the default TTL.
+const _: () = assert!(2 * LEADERLESS_MS_MAX_DEFAULT <= SESSION_TTL_MS_DEFAULT * 7 / 15);
+
+/// Cap of the doubling backoff between a client's attempts of one request. During a failover
+/// the client polls followers that answer "not the leader" at once; a cap of seconds meant it
+/// could sleep a whole backoff past the new leader's election (up to 2 s of the 3.6-5.9 s of
+/// issue #11). A cheap "not the leader" answer or a refused connection every 250 ms per client
+/// is no load for a member.
+pub const CLIENT_BACKOFF_MS_MAX: u64 = 250;
+/// A client's attempts of one request before it gives up (its time budget, 20 s, usually ends
+/// it first). With the backoff capped low, many attempts are needed to ride out an election and
+/// the quick restart of a single-node cluster.
+pub const CLIENT_ATTEMPTS_MAX: u32 = 64;
+// The attempts' least total backoff (each delay is at least half its ceiling, the ceilings
+// reaching the cap after a few doublings) must outlast a failover several times over.
+const _: () = assert!(
+    (CLIENT_ATTEMPTS_MAX as u64 - 8) * CLIENT_BACKOFF_MS_MAX / 2 >= 3 * LEADERLESS_MS_MAX_DEFAULT
+);
+/// How long a client ignores leader hints naming a member that just refused it (or did not
+/// answer). Followers go on naming a dead leader until they vote in a new term, a leader lease
+/// plus an election timeout after its last heartbeat; following those hints cost every other
+/// attempt and doubled the backoff each time (issue #11). After this, a hint to that member is
+/// trusted again: it may have restarted and been re-elected.
+pub const CLIENT_REFUSED_HINT_IGNORE_MS: u64 = LEADERLESS_MS_MAX_DEFAULT;

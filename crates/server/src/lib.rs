@@ -59,8 +59,10 @@ pub struct ServerConfig {
     pub peer_dial: BTreeMap<u64, String>,
     /// Raft heartbeat interval.
     pub heartbeat_ms: u64,
-    /// Raft election timeout range; a follower that hears no leader for a random time in it
-    /// starts an election.
+    /// Raft election timeout range. A follower that has not heard from the leader for its
+    /// leader lease (openraft makes it `election_timeout_max_ms`) plus a random time in this
+    /// range asks for votes (pre-vote first), so a dead leader is replaced `max + [min, max)`
+    /// after its last heartbeat.
     pub election_timeout_min_ms: u64,
     pub election_timeout_max_ms: u64,
     /// Entries between snapshots; the log before a snapshot is purged.
@@ -83,9 +85,10 @@ impl ServerConfig {
             data_dir,
             peers: BTreeMap::new(),
             peer_dial: BTreeMap::new(),
-            heartbeat_ms: 150,
-            election_timeout_min_ms: 1_000,
-            election_timeout_max_ms: 2_000,
+            // Why these values: see `limits::ELECTION_TIMEOUT_MS_MIN_DEFAULT`.
+            heartbeat_ms: limits::HEARTBEAT_MS_DEFAULT,
+            election_timeout_min_ms: limits::ELECTION_TIMEOUT_MS_MIN_DEFAULT,
+            election_timeout_max_ms: limits::ELECTION_TIMEOUT_MS_MAX_DEFAULT,
             snapshot_every_entries: 10_000,
             log_kept_after_snapshot: 1_000,
             metrics_listen: None,

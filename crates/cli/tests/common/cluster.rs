@@ -34,8 +34,11 @@ pub struct Timing {
 impl Default for Timing {
     fn default() -> Timing {
         Timing {
-            heartbeat_ms: 150,
-            election_timeout_ms: (1_000, 2_000),
+            heartbeat_ms: latchkey_core::limits::HEARTBEAT_MS_DEFAULT,
+            election_timeout_ms: (
+                latchkey_core::limits::ELECTION_TIMEOUT_MS_MIN_DEFAULT,
+                latchkey_core::limits::ELECTION_TIMEOUT_MS_MAX_DEFAULT,
+            ),
         }
     }
 }
