@@ -27,6 +27,16 @@ pub struct Coverage {
     /// `MarkLeases` or `RenewLeases` of an earlier term committed (so had not applied it): the
     /// state bug 2 needs.
     pub resumed_before_lease_write_applied: usize,
+    /// Of those, leases resumed by a leader that, when it began its term, had not learned that
+    /// a `RenewLeases` of an earlier term committed: resumed at once, a lease would start from
+    /// the mark that renewal lifted, though the old leader acknowledged the renewal to the
+    /// client (bug 2 exactly, once the leader resumes before applying it).
+    pub elected_before_renewal_applied: usize,
+    /// Leases resumed while a committed `RenewLeases` of an earlier term was not yet applied
+    /// here (the resuming leader's applied index was below it): bug 2 itself. Always 0 unless
+    /// that bug is planted (the fixed code resumes only after applying its own first entry of
+    /// the term), so the CI test asserts 0, and the planted bug's test asserts it was reached.
+    pub resumed_with_renewal_unapplied: usize,
     /// Leader changes after the first leader resumed the leases.
     pub failovers: usize,
     /// Sessions renewed through the log (`RenewLeases` committed), summed.
@@ -50,15 +60,26 @@ impl Coverage {
                     installed_since_led.insert(p.node, true);
                 }
                 ProbeEvent::LeasesResumed {
-                    term, stale_marks, ..
+                    term,
+                    applied_index,
+                    stale_marks,
                 } => {
                     resumed_terms += 1;
                     c.stale_marks_at_resume += stale_marks;
                     if installed_since_led.insert(p.node, false) == Some(true) {
                         c.resumed_after_install += 1;
                     }
-                    if resumed_before_lease_write_applied(h, *term, p.node) {
+                    if unapplied_at_term_start(h, *term, p.node, any_lease_write) {
                         c.resumed_before_lease_write_applied += 1;
+                    }
+                    if unapplied_at_term_start(h, *term, p.node, renewal) {
+                        c.elected_before_renewal_applied += 1;
+                    }
+                    if h.committed
+                        .range(applied_index + 1..)
+                        .any(|(_, e)| e.leader.0 < *term && renewal(&e.op))
+                    {
+                        c.resumed_with_renewal_unapplied += 1;
                     }
                 }
                 ProbeEvent::LeasesRenewedThroughLog { sessions } => {
@@ -78,6 +99,8 @@ impl Coverage {
         self.resumed_after_install += other.resumed_after_install;
         self.stale_marks_at_resume += other.stale_marks_at_resume;
         self.resumed_before_lease_write_applied += other.resumed_before_lease_write_applied;
+        self.elected_before_renewal_applied += other.elected_before_renewal_applied;
+        self.resumed_with_renewal_unapplied += other.resumed_with_renewal_unapplied;
         self.failovers += other.failovers;
         self.logged_renewals += other.logged_renewals;
         self.sessions_expired += other.sessions_expired;
@@ -85,9 +108,25 @@ impl Coverage {
     }
 }
 
-/// Whether `node`, when it began `term`, had not learned that a lease write of an earlier term
-/// below its first entry committed.
-fn resumed_before_lease_write_applied(h: &HistoryData, term: u64, node: u64) -> bool {
+fn any_lease_write(op: &Option<Op>) -> bool {
+    matches!(
+        op,
+        Some(Op::MarkLeases { .. }) | Some(Op::RenewLeases { .. })
+    )
+}
+
+fn renewal(op: &Option<Op>) -> bool {
+    matches!(op, Some(Op::RenewLeases { .. }))
+}
+
+/// Whether `node`, when it began `term`, had not learned that an entry of an earlier term
+/// below its first entry, of the kind `kind` picks, committed.
+fn unapplied_at_term_start(
+    h: &HistoryData,
+    term: u64,
+    node: u64,
+    kind: fn(&Option<Op>) -> bool,
+) -> bool {
     let Some(start) = h
         .term_starts
         .iter()
@@ -103,13 +142,7 @@ fn resumed_before_lease_write_applied(h: &HistoryData, term: u64, node: u64) -> 
     }
     h.committed
         .range(applied + 1..start.first_index)
-        .any(|(_, c)| {
-            c.leader.0 < term
-                && matches!(
-                    c.op,
-                    Some(Op::MarkLeases { .. }) | Some(Op::RenewLeases { .. })
-                )
-        })
+        .any(|(_, c)| c.leader.0 < term && kind(&c.op))
 }
 
 impl fmt::Display for Coverage {
@@ -117,12 +150,15 @@ impl fmt::Display for Coverage {
         write!(
             f,
             "{} snapshot installs, {} leases resumed after an install ({} stale marks), {} \
-             resumed before a committed lease write was applied, {} failovers, {} logged \
-             renewals, {} sessions expired, {} wait expiries",
+             resumed before a committed lease write was applied ({} before a renewal; {} with \
+             it unapplied), {} failovers, {} logged renewals, {} sessions expired, {} wait \
+             expiries",
             self.snapshot_installs,
             self.resumed_after_install,
             self.stale_marks_at_resume,
             self.resumed_before_lease_write_applied,
+            self.elected_before_renewal_applied,
+            self.resumed_with_renewal_unapplied,
             self.failovers,
             self.logged_renewals,
             self.sessions_expired,
@@ -209,8 +245,46 @@ mod tests {
             stale_marks: 0,
         };
         probe(&mut h, 2, resumed.clone());
-        assert_eq!(Coverage::measure(&h).resumed_before_lease_write_applied, 0);
+        let c = Coverage::measure(&h);
+        assert_eq!(
+            (
+                c.resumed_before_lease_write_applied,
+                c.elected_before_renewal_applied
+            ),
+            (0, 0)
+        );
         probe(&mut h, 3, resumed);
-        assert_eq!(Coverage::measure(&h).resumed_before_lease_write_applied, 1);
+        let c = Coverage::measure(&h);
+        assert_eq!(
+            (
+                c.resumed_before_lease_write_applied,
+                c.elected_before_renewal_applied
+            ),
+            (1, 1)
+        );
+    }
+
+    #[test]
+    fn counts_a_resume_below_an_earlier_terms_committed_renewal() {
+        let mut h = HistoryData::default();
+        commit(
+            &mut h,
+            5,
+            1,
+            Op::RenewLeases {
+                ids: vec![SessionId(1)],
+            },
+        );
+        let resumed = |applied_index| ProbeEvent::LeasesResumed {
+            term: 2,
+            applied_index,
+            stale_marks: 0,
+        };
+        // Node 2 resumed having applied its own first entry of the term (6), as the fixed
+        // code does; node 3 resumed having applied only up to 4.
+        probe(&mut h, 2, resumed(6));
+        assert_eq!(Coverage::measure(&h).resumed_with_renewal_unapplied, 0);
+        probe(&mut h, 3, resumed(4));
+        assert_eq!(Coverage::measure(&h).resumed_with_renewal_unapplied, 1);
     }
 }

@@ -169,6 +169,10 @@ pub struct HistoryData {
     /// Every term a node began as leader: what it knew was committed when it appended its
     /// first entry of the term.
     pub term_starts: Vec<TermStart>,
+    /// Per member: the index of the last entry it appended to its log, and `(term, leader
+    /// node)` of that entry's log id. One element per member; the renewal-then-failover
+    /// schedule reads it to see that followers hold a leader's entry.
+    pub last_appended: BTreeMap<u64, (u64, (u64, u64))>,
     next_id: u64,
 }
 
@@ -248,6 +252,7 @@ impl History {
             probed: h.probed.clone(),
             client_deadlines: h.client_deadlines.clone(),
             term_starts: h.term_starts.clone(),
+            last_appended: h.last_appended.clone(),
             next_id: h.next_id,
         })
     }

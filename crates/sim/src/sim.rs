@@ -64,6 +64,10 @@ pub struct RunConfig {
     pub failover_after_lease_write_p: f64,
     /// Run the "lag, catch up by a snapshot, then lead" schedule (see [`LagPlan`]).
     pub lag_then_lead: bool,
+    /// The chance that a logged renewal which lifts an old mark is followed by a failover in
+    /// which no follower learns that it committed, while the clients cannot reach the new
+    /// leader (see [`failover_after_renewal`]), checked at each such renewal.
+    pub failover_after_renewal_p: f64,
     /// Raft heartbeat and election timeout range (ms). Half the seeds elect fast (150-300 ms):
     /// a TTL then spans many elections, as the default 15 s TTL does over 1-2 s elections in
     /// production, so a lease a new leader wrongly expires is still live on its client (with
@@ -100,6 +104,7 @@ impl RunConfig {
             idle_sessions: 0,
             failover_after_lease_write_p: 0.0,
             lag_then_lead: false,
+            failover_after_renewal_p: 0.0,
             heartbeat_ms: 100,
             election_timeout_ms: (500, 1_000),
             plant: latchkey_server::Plant::default(),
@@ -128,6 +133,8 @@ impl RunConfig {
             self.ttl = Duration::from_millis(rng.random_range(4_000..=6_000));
             self.settle = self.ttl * 4 + Duration::from_secs(3);
         }
+        // Drawn last, so that the draws above stayed as they were for every seed.
+        self.failover_after_renewal_p = rng.random_range(0.3..0.8);
         self
     }
 
@@ -276,6 +283,13 @@ struct Faults {
     lease_writes_seen: u64,
     /// No failover after a lease write before this (one at a time).
     lease_failover_after: Duration,
+    /// The highest index the renewal-then-failover schedule has decided on.
+    renewals_seen: u64,
+    /// No renewal-then-failover before this.
+    renewal_failover_after: Duration,
+    /// When the renewal-then-failover schedule next starves the clients (see
+    /// [`failover_after_renewal`]).
+    starve_clients_at: Duration,
 }
 
 /// The "lag, catch up by a snapshot, then lead" schedule: the state a new leader needs to
@@ -421,6 +435,9 @@ pub fn run(config: &RunConfig) -> RunReport {
         },
         lease_writes_seen: 0,
         lease_failover_after: Duration::ZERO,
+        renewals_seen: 0,
+        renewal_failover_after: Duration::ZERO,
+        starve_clients_at: config.ttl,
     };
     let mut crash_rng = StdRng::seed_from_u64(rng.random());
     let final_read: Rc<RefCell<bool>> = Rc::default();
@@ -464,6 +481,9 @@ pub fn run(config: &RunConfig) -> RunReport {
                 && matches!(faults.lag, LagPlan::Idle { .. })
             {
                 failover_after_lease_write(&mut sim, &mut faults, config, &history, now);
+            }
+            if config.failover_after_renewal_p > 0.0 && matches!(faults.lag, LagPlan::Idle { .. }) {
+                failover_after_renewal(&mut sim, &mut faults, config, &history, now);
             }
             if config.lag_then_lead {
                 lag_then_lead(&mut sim, &mut faults, config, &history, now);
@@ -836,6 +856,154 @@ fn failover_after_lease_write(
          {index}), for {last:?}",
         now.as_secs_f64()
     ));
+}
+
+/// The "logged renewal, then failover" schedule: the state issue #9's bug 2 needs. A leader
+/// commits a `RenewLeases` that lifts a mark, and acknowledges it to the clients, whose
+/// deadlines now stand; no follower learns that it committed (the leader's messages to its
+/// peers are cut the moment the followers hold the entry, while their acknowledgements still
+/// reach it), so the next leader has it in its log unapplied when it wins. The clients' own
+/// messages are lost for most of a TTL meanwhile (their answers still arrive), so no keepalive
+/// of theirs reaches the new leader to renew the lease afresh: only the lease the new leader
+/// resumed stands between them and an expiry, and it must not end before their deadlines.
+///
+/// Only a renewal that lifts a mark which has stood for more than a quarter TTL can show a
+/// lease resumed too early: resumed from a younger mark, the lease would still outlast the
+/// client's deadline (TTL minus a margin of TTL/5). Marks made as a leader takes office are
+/// lifted within TTL/3 (the clients renew that often), mostly younger; so from time to time the
+/// schedule first loses the clients' messages for a little over half a TTL (their deadlines
+/// stand), long enough for the leader to mark their sessions unrenewed for TTL/2, and their
+/// next keepalives lift those marks through the log.
+fn failover_after_renewal(
+    sim: &mut turmoil::Sim<'_>,
+    f: &mut Faults,
+    config: &RunConfig,
+    history: &History,
+    now: Duration,
+) {
+    if now < f.renewal_failover_after {
+        return;
+    }
+    let ttl = config.ttl;
+    if now >= f.starve_clients_at {
+        f.starve_clients_at = now + ttl.mul_f64(f.rng.random_range(3.0..5.0));
+        let starve = ttl.mul_f64(f.rng.random_range(0.55..0.65));
+        cut_clients_messages(sim, f, config, now + starve);
+        f.log.push(format!(
+            "{:.3}s renewal-then-failover: lose every client's messages to the nodes for \
+             {starve:?}, so that the leader marks their sessions",
+            now.as_secs_f64()
+        ));
+        return;
+    }
+    let Some(leader) = live_leader(f, history) else {
+        return;
+    };
+    // Followers that must hold the entry for it to commit (with the leader, a majority).
+    let followers_needed = (config.nodes / 2) as usize;
+    let found = history.with(|h| {
+        let (index, ids) = h
+            .appended
+            .range((f.renewals_seen + 1, 0, 0)..)
+            .filter(|(_, a)| a.leader == leader)
+            .find_map(|(_, a)| match &a.op {
+                Some(latchkey_core::Op::RenewLeases { ids }) => Some((a.index, ids.clone())),
+                _ => None,
+            })?;
+        let holding = h
+            .last_appended
+            .iter()
+            .filter(|(n, (last, by))| **n != leader.1 && *by == leader && *last >= index)
+            .count();
+        if holding < followers_needed {
+            // Not replicated yet: look again next step.
+            return None;
+        }
+        // Decided either way from here.
+        let known_committed = h
+            .commit_checked
+            .iter()
+            .any(|(n, (_, c))| *n != leader.1 && *c >= index);
+        // The mark each renewed session carried before this renewal: the newest lease write
+        // for it below `index` (a renewal there means no mark stood).
+        let mut pending: std::collections::BTreeSet<_> = ids.iter().copied().collect();
+        let mut oldest_mark = Duration::ZERO;
+        for (_, c) in h.committed.range(..index).rev() {
+            if pending.is_empty() {
+                break;
+            }
+            match &c.op {
+                Some(latchkey_core::Op::MarkLeases { marks }) => {
+                    for (id, unrenewed_ms) in marks {
+                        if pending.remove(id) {
+                            let stood = now.saturating_sub(c.known_at)
+                                + Duration::from_millis(*unrenewed_ms);
+                            oldest_mark = oldest_mark.max(stood);
+                        }
+                    }
+                }
+                Some(latchkey_core::Op::RenewLeases { ids }) => {
+                    for id in ids {
+                        pending.remove(id);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some((
+            index,
+            !known_committed && oldest_mark * 4 > ttl,
+            oldest_mark,
+        ))
+    });
+    let Some((index, eligible, oldest_mark)) = found else {
+        return;
+    };
+    f.renewals_seen = index;
+    if !eligible || !f.rng.random_bool(config.failover_after_renewal_p) {
+        return;
+    }
+    // One at a time, with room between them for the clients to come back.
+    f.renewal_failover_after = now + ttl * 2;
+    // Until about the clients' own deadlines (TTL minus the margin, from their last renewal),
+    // and the old leader as long: back earlier, it could win the next election and resume
+    // from the renewal it applied, ending the new leader's term before its leases run out.
+    let cut = ttl.mul_f64(f.rng.random_range(0.8..1.0));
+    let l = node_name(leader.1);
+    for other in (1..=config.nodes).filter(|o| *o != leader.1).map(node_name) {
+        sim.partition_oneway(l.as_str(), other.as_str());
+        f.cut.push((l.clone(), other, true, now + cut));
+    }
+    cut_clients_messages(sim, f, config, now + cut);
+    f.log.push(format!(
+        "{:.3}s renewal-then-failover: for {cut:?}, cut the messages of leader n{} to its \
+         peers once its followers held RenewLeases (entry {index}, lifting a mark that stood \
+         {oldest_mark:?}), and every client's messages to the nodes",
+        now.as_secs_f64(),
+        leader.1
+    ));
+}
+
+/// Loses every client host's messages to the nodes until `heal_at` (their answers arrive).
+fn cut_clients_messages(
+    sim: &mut turmoil::Sim<'_>,
+    f: &mut Faults,
+    config: &RunConfig,
+    heal_at: Duration,
+) {
+    let nodes: Vec<String> = (1..=config.nodes).map(node_name).collect();
+    let clients: Vec<String> = f
+        .hosts
+        .iter()
+        .filter(|h| !nodes.contains(h))
+        .cloned()
+        .collect();
+    for c in &clients {
+        for n in &nodes {
+            sim.partition_oneway(c.as_str(), n.as_str());
+            f.cut.push((c.clone(), n.clone(), true, heal_at));
+        }
+    }
 }
 
 /// One step of [`LagPlan`].

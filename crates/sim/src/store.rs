@@ -214,6 +214,7 @@ impl SimLogStore {
                         at,
                     });
                 }
+                h.last_appended.insert(node, (e.log_id.index, leader));
                 h.appended
                     .entry((e.log_id.index, leader.0, leader.1))
                     .or_insert_with(|| Appended {
