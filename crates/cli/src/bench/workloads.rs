@@ -513,10 +513,7 @@ pub async fn hold(
     let window = Window { before, after };
     // Sessions first: closing one releases its locks at once, and the guards' background
     // releases are then abandoned.
-    let sessions: Vec<Session> = sessions
-        .into_iter()
-        .filter_map(Arc::into_inner)
-        .collect();
+    let sessions: Vec<Session> = sessions.into_iter().filter_map(Arc::into_inner).collect();
     let mut set = JoinSet::new();
     for s in sessions {
         set.spawn(async move {
