@@ -35,7 +35,8 @@ impl Percentiles {
 /// What the servers did in the window, from their `/metrics`.
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerFigures {
-    /// Client gRPC calls received by all members.
+    /// Client gRPC calls received by all members for the workload (the bench's own
+    /// `node_status` and `describe` health checks are only in `requests_by_method`).
     pub requests: u64,
     pub requests_by_method: BTreeMap<String, u64>,
     pub requests_per_op: f64,
