@@ -215,3 +215,64 @@ fn failover_without_a_cluster_of_its_own_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
     assert!(out.stderr.contains("--cluster 3 or 5"), "{}", out.stderr);
 }
+
+/// Processes whose parent is `pid`.
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            // Field 4, the parent, comes right after the state that follows the ')'.
+            stat.rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().nth(1)?.parse::<i32>().ok())
+                == Some(pid)
+        })
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie has exited; only its entry waits to be reaped.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .is_some_and(|i| !stat[i + 1..].trim_start().starts_with('Z'))
+    })
+}
+
+/// Starts a long bench on its own cluster; once its members run, `stop`s it and checks that
+/// none of them outlives it.
+fn assert_members_die_with_the_bench(stop: nix::sys::signal::Signal) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let argv: Vec<String> = ["bench", "--cluster", "3", "--duration", "10m"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    // Its cluster's temporary directory goes into ours: a bench killed -9 cannot remove it.
+    let tmp = dir.path().to_owned();
+    let mut bench = common::Proc::spawn_with(&argv, dir.path(), |c| {
+        c.env("TMPDIR", tmp);
+    });
+    let mut members = Vec::new();
+    common::wait_until("the bench's 3 members", BENCH_TIMEOUT, || {
+        members = children(bench.pid());
+        members.len() == 3
+    });
+    common::signal(bench.pid(), stop);
+    bench.wait(BENCH_TIMEOUT);
+    common::wait_until("every member to exit", BENCH_TIMEOUT, || {
+        !members.iter().any(|&m| alive(m))
+    });
+}
+
+#[test]
+fn an_interrupted_bench_stops_its_cluster() {
+    assert_members_die_with_the_bench(nix::sys::signal::Signal::SIGINT);
+}
+
+/// Without the parent-death signal, a bench killed -9 left its members running forever.
+#[test]
+fn a_bench_killed_9_leaves_no_member_running() {
+    assert_members_die_with_the_bench(nix::sys::signal::Signal::SIGKILL);
+}
