@@ -158,7 +158,13 @@ impl Report {
             &format!("{}s/s", self.op),
             format!("{:.0} ({} {}s)", self.ops_per_s, self.ops, self.op),
         );
-        row("acquire", pct(&self.acquire));
+        // On one contended lock, an acquire's latency is its wait in the queue.
+        let acquire = if self.op == "handoff" {
+            "acquire (wait)"
+        } else {
+            "acquire"
+        };
+        row(acquire, pct(&self.acquire));
         row("release", pct(&self.release));
         if let Some(n) = self.handoffs_to_other_client {
             row("to another client", n.to_string());
