@@ -202,6 +202,12 @@ fn failover_measures_kill_to_grant_and_loses_no_grant() {
         f(&r, &["failover", "kill_to_grant_max_ms"]),
     );
     assert!(0.0 < min && min <= median && median <= max, "{r:#}");
+    // The killed leader's requests count too (read just before the kill).
+    let per_op = f(&r, &["server", "requests_per_op"]);
+    assert!(
+        (1.5..=3.0).contains(&per_op),
+        "requests_per_op {per_op}: {r:#}"
+    );
 }
 
 #[test]

@@ -194,6 +194,9 @@ impl Snapshot {
 pub struct Window {
     pub before: Snapshot,
     pub after: Snapshot,
+    /// Metrics of members read just before the bench killed them (failover), in order: a
+    /// restarted member counts from zero, so what its earlier processes counted is here.
+    pub kills: Vec<(u64, Option<Samples>)>,
 }
 
 /// Calls the bench makes to watch the cluster, never as part of a workload.
@@ -221,14 +224,24 @@ impl Window {
         }
         let mut by_method: BTreeMap<String, u64> = BTreeMap::new();
         let (mut last_before, mut last_after) = (0f64, 0f64);
-        for ((_, before), (_, after)) in self.before.samples.iter().zip(&self.after.samples) {
+        for ((id, before), (_, after)) in self.before.samples.iter().zip(&self.after.samples) {
             let (before, after) = (before.as_ref()?, after.as_ref()?);
-            let old = before.requests();
-            for (method, n) in after.requests() {
-                let delta = counter_delta(old.get(&method).copied().unwrap_or(0.0), n) as u64;
-                if delta > 0 {
-                    *by_method.entry(method).or_default() += delta;
+            // The member's processes in the window, each with its first and last reading:
+            // the first from the window's start, every later one from zero.
+            let mut ends: Vec<&Samples> = Vec::new();
+            for (_, killed) in self.kills.iter().filter(|(k, _)| k == id) {
+                ends.push(killed.as_ref()?);
+            }
+            ends.push(after);
+            let mut start = before.requests();
+            for end in ends {
+                for (method, n) in end.requests() {
+                    let delta = counter_delta(start.get(&method).copied().unwrap_or(0.0), n) as u64;
+                    if delta > 0 {
+                        *by_method.entry(method).or_default() += delta;
+                    }
                 }
+                start = Default::default();
             }
             // The leader's log is the longest; a follower's can only trail it.
             let index = "latchkey_raft_last_log_index";
@@ -398,6 +411,36 @@ mod tests {
         for bad in ["0", "2", "4", "7", "x", ""] {
             assert!(parse_cluster_size(bad).is_err(), "{bad:?}");
         }
+    }
+
+    fn snapshot(samples: Vec<(u64, &str)>) -> Snapshot {
+        Snapshot {
+            at: Instant::now(),
+            bench_cpu_s: None,
+            server_cpu_s: Vec::new(),
+            samples: samples
+                .into_iter()
+                .map(|(id, text)| (id, Some(scrape::parse(text))))
+                .collect(),
+        }
+    }
+
+    /// The failover bench reported 0.03 requests per pair: a killed leader's counts died
+    /// with it, and its restarted process counted from zero.
+    #[test]
+    fn a_killed_members_requests_before_the_kill_still_count() {
+        let acquires = |n: u32| format!("latchkey_requests_total{{method=\"acquire\"}} {n}\n");
+        let before = snapshot(vec![(1, &acquires(10)), (2, &acquires(5))]);
+        let after = snapshot(vec![(1, &acquires(20)), (2, &acquires(8))]);
+        let window = Window {
+            before,
+            after,
+            // Member 1 counted 40 more before its kill, then 20 after its restart.
+            kills: vec![(1, Some(scrape::parse(&acquires(50))))],
+        };
+        let figures = window.server_figures(63).expect("all members read");
+        assert_eq!(figures.requests, 40 + 20 + 3);
+        assert_eq!(figures.requests_per_op, 1.0);
     }
 
     #[test]

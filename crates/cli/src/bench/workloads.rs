@@ -393,7 +393,12 @@ where
     stats.set_phase(Phase::Stopped);
     let after = super::Snapshot::take(target, cluster).await;
     let workers = drain(&mut set).await;
-    Ok((Window { before, after }, workers))
+    let window = Window {
+        before,
+        after,
+        kills: Vec::new(),
+    };
+    Ok((window, workers))
 }
 
 pub async fn uncontended(
@@ -510,7 +515,11 @@ pub async fn hold(
     stats.set_phase(Phase::Stopped);
     let after = super::Snapshot::take(target, cluster).await;
     let rss_after = memory(cluster);
-    let window = Window { before, after };
+    let window = Window {
+        before,
+        after,
+        kills: Vec::new(),
+    };
     // Sessions first: closing one releases its locks at once, and the guards' background
     // releases are then abandoned.
     let sessions: Vec<Session> = sessions.into_iter().filter_map(Arc::into_inner).collect();
@@ -575,12 +584,21 @@ pub async fn failover(
     stats.set_phase(Phase::Measuring);
     let load_per_round = plan.duration / plan.rounds;
     let mut kill_to_grant_ms = Vec::new();
+    let mut kills = Vec::new();
     for round in 0..plan.rounds {
         tokio::time::sleep(load_per_round).await;
         let leader = cluster
             .wait_healthy(FAILOVER_HEAL_TIMEOUT)
             .await
             .with_context(|| format!("round {round}: no leader before the kill"))?;
+        // Its counters die with it: read them first (what it counts in the next
+        // milliseconds is lost).
+        let addr = target.metrics.iter().find(|(id, _)| *id == leader);
+        let last = match addr {
+            Some((_, addr)) => super::scrape::scrape(addr).await.ok(),
+            None => None,
+        };
+        kills.push((leader, last));
         cluster.kill9(leader);
         let killed = Instant::now();
         let mut granted = None;
@@ -622,7 +640,11 @@ pub async fn failover(
     let workers = drain(&mut set).await;
     close_all(workers).await;
     let _ = probe_session.close().await;
-    let window = Window { before, after };
+    let window = Window {
+        before,
+        after,
+        kills,
+    };
     let mut report = stats.report(plan, "pair", &window);
     let mut sorted = kill_to_grant_ms.clone();
     sorted.sort_by(f64::total_cmp);
