@@ -5,7 +5,7 @@
 //! - [`serve`]: `latchkey serve`, a thin wrapper around `latchkey_server::run`;
 //! - [`lock`]: `latchkey lock`, running a command under a lock;
 //! - [`query`]: `status`, `list` and `cluster status`;
-//! - [`bench`]: a small acquire/release load generator;
+//! - [`bench`]: the benchmark (workloads, its own cluster, server metrics);
 //! - [`duration`]: `15s`-style durations.
 
 mod bench;
@@ -62,7 +62,7 @@ enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
-    /// Measure acquire/release cycles per second and their latency.
+    /// Measure throughput, latency, server cost, memory and failover time of a workload.
     Bench(BenchArgs),
 }
 
@@ -164,20 +164,45 @@ pub struct ClusterStatusArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
+    /// An existing cluster to load (ignored with --cluster).
     #[command(flatten)]
     pub endpoints: Endpoints,
-    /// Acquire/release cycles in total.
-    #[arg(long, default_value_t = 1_000)]
-    pub ops: u64,
-    /// Sessions working at once.
-    #[arg(long, default_value_t = 4)]
-    pub concurrency: u32,
-    /// All sessions contend for one lock (default: one lock per session).
+    /// Start a cluster of 1, 3 or 5 `latchkey serve` processes on loopback in a temporary
+    /// directory, and stop it afterwards.
+    #[arg(long, value_parser = bench::parse_cluster_size, value_name = "N")]
+    pub cluster: Option<usize>,
+    /// The existing cluster's metrics addresses (HOST:PORT of each `--metrics-listen`), to
+    /// report requests and log entries per operation.
+    #[arg(long, value_delimiter = ',', value_name = "ADDR,...")]
+    pub metrics_endpoints: Vec<String>,
+    /// What to measure.
+    #[arg(long, value_enum, default_value = "uncontended")]
+    pub workload: bench::Workload,
+    /// Clients, each with its own connection and session (default: 64; herd 500, hold 100,
+    /// failover 8).
     #[arg(long)]
-    pub shared: bool,
+    pub clients: Option<usize>,
+    /// Length of the measured window.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Load before the window, excluded from every figure.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Session lease of every client (renewed every third of it).
+    #[arg(long, default_value = "15s", value_parser = parse_ttl)]
+    pub ttl: Duration,
+    /// hold: locks held in total, spread over the clients' sessions.
+    #[arg(long, default_value_t = 10_000)]
+    pub locks: usize,
+    /// failover: leader kills.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
     /// Prefix of the lock names used.
     #[arg(long, default_value = "bench/")]
     pub prefix: String,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Failures with an exit status of their own.

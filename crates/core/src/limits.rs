@@ -160,3 +160,23 @@ const _: () = assert!(
 /// attempt and doubled the backoff each time (issue #11). After this, a hint to that member is
 /// trusted again: it may have restarted and been re-elected.
 pub const CLIENT_REFUSED_HINT_IGNORE_MS: u64 = LEADERLESS_MS_MAX_DEFAULT;
+
+/// Clients `latchkey bench` runs at once, each with its own connection and session. Beyond a
+/// few thousand the bench's own CPU, not the server, is what a small machine measures; a full
+/// wait queue (the contended and herd workloads) and the herd's default fit.
+pub const BENCH_CLIENTS_MAX: usize = 4_096;
+/// Waiters of `latchkey bench --workload herd` when `--clients` is not given: enough that a
+/// cost per waiter (a wake-up, a request, an entry) shows in the figures per handoff.
+pub const BENCH_HERD_CLIENTS_DEFAULT: usize = 500;
+const _: () = assert!(BENCH_HERD_CLIENTS_DEFAULT <= WAITERS_PER_LOCK_MAX);
+const _: () = assert!(WAITERS_PER_LOCK_MAX <= BENCH_CLIENTS_MAX);
+const _: () = assert!(BENCH_CLIENTS_MAX <= SESSIONS_MAX);
+/// Locks held by `latchkey bench --workload hold`: as many as one group holds.
+pub const BENCH_HOLD_LOCKS_MAX: usize = LOCKS_MAX;
+/// Failover rounds of one bench run. Each kills the leader, restarts it and waits for the
+/// cluster to be whole again (seconds each): a hundred is already a long run.
+pub const BENCH_FAILOVER_ROUNDS_MAX: u32 = 100;
+/// Acquires the hold workload keeps in flight while it fills the table: enough to keep a
+/// leader's group commit busy, far below the requests a node serves at once.
+pub const BENCH_HOLD_FILL_IN_FLIGHT_MAX: usize = 256;
+const _: () = assert!(BENCH_HOLD_FILL_IN_FLIGHT_MAX <= CLIENT_CONCURRENT_REQUESTS_MAX);

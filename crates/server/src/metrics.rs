@@ -17,6 +17,7 @@ use axum::Router;
 use latchkey_core::{Applied, Op, Outcome};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -24,6 +25,8 @@ use tokio::net::TcpListener;
 use crate::node::Node;
 
 type Count = Counter<u64, AtomicU64>;
+/// The `method` label of [`Metrics::requests`]: the gRPC method's name in snake case.
+type MethodLabel = [(&'static str, &'static str); 1];
 
 #[derive(Default)]
 pub struct Metrics {
@@ -39,6 +42,8 @@ pub struct Metrics {
     pub logged_renewals: Count,
     pub snapshots_installed: Count,
     pub waits_expired: Count,
+    /// Client gRPC calls received, by method (`latchkey bench` divides them by operations).
+    requests: Family<MethodLabel, Count>,
     sessions: Gauge,
     locks: Gauge,
     term: Gauge,
@@ -102,6 +107,11 @@ impl Metrics {
             "Marked sessions renewed through the log",
             m.logged_renewals.clone(),
         );
+        r.register(
+            "latchkey_requests",
+            "Client gRPC calls received by this node, by method",
+            m.requests.clone(),
+        );
         r.register("latchkey_sessions", "Live sessions", m.sessions.clone());
         r.register("latchkey_locks", "Held locks", m.locks.clone());
         r.register("latchkey_raft_term", "Current Raft term", m.term.clone());
@@ -121,6 +131,11 @@ impl Metrics {
             m.applied_index.clone(),
         );
         m
+    }
+
+    /// Count one client gRPC call of `method`.
+    pub fn request(&self, method: &'static str) {
+        self.requests.get_or_create(&[("method", method)]).inc();
     }
 
     /// Count one applied entry.

@@ -171,6 +171,7 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
+        self.node.metrics.request("create_session");
         let req = request.into_inner();
         latchkey_core::validate_ttl_ms(req.ttl_ms).map_err(ApiError::from)?;
         let secret = self.node.entropy.next_u64();
@@ -196,6 +197,7 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::KeepAliveRequest>,
     ) -> Result<Response<pb::KeepAliveResponse>, Status> {
+        self.node.metrics.request("keep_alive");
         let arrived = self.node.clock.now();
         let req = request.into_inner();
         if req.sessions.len() > limits::KEEPALIVE_SESSIONS_MAX {
@@ -289,6 +291,7 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
+        self.node.metrics.request("close_session");
         let session = session_key(request.into_inner().session)?;
         match self.node.propose(Op::CloseSession { session }).await? {
             Outcome::SessionClosed => Ok(Response::new(pb::CloseSessionResponse {})),
@@ -300,6 +303,7 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
+        self.node.metrics.request("acquire");
         Ok(Response::new(self.acquire(request.into_inner()).await?))
     }
 
@@ -307,6 +311,7 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        self.node.metrics.request("release");
         let req = request.into_inner();
         let session = session_key(req.session)?;
         latchkey_core::validate_name(&req.name).map_err(ApiError::from)?;
@@ -330,6 +335,7 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::DescribeRequest>,
     ) -> Result<Response<pb::DescribeResponse>, Status> {
+        self.node.metrics.request("describe");
         let req = request.into_inner();
         latchkey_core::validate_name(&req.name).map_err(ApiError::from)?;
         self.node.linearizable_read().await?;
@@ -344,6 +350,7 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
+        self.node.metrics.request("list");
         let req = request.into_inner();
         if req.prefix.len() > limits::LOCK_NAME_BYTES_MAX {
             return Err(ApiError::from(Rejection::NameTooLong {
@@ -376,6 +383,7 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         _request: Request<pb::NodeStatusRequest>,
     ) -> Result<Response<pb::NodeStatusResponse>, Status> {
+        self.node.metrics.request("node_status");
         Ok(Response::new(self.node.status()))
     }
 }

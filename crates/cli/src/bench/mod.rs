@@ -1,0 +1,451 @@
+//! `latchkey bench`: the load generator whose figures this project quotes.
+//!
+//! Layout:
+//! - this file: flags -> [`Plan`] (checked once), the target (an existing cluster, or one of
+//!   [`cluster`]'s own), the measured [`Window`] (server metrics and CPU scraped at both
+//!   ends), the progress line, and the exit status;
+//! - [`workloads`]: uncontended, contended, herd, hold, failover;
+//! - [`cluster`]: `--cluster N`, real `latchkey serve` processes on loopback;
+//! - [`scrape`]: `/metrics` over HTTP, CPU and memory from `/proc`;
+//! - [`report`]: the [`report::Report`], as JSON or a table.
+//!
+//! Every figure covers the measured window only: sessions are opened (and, for hold, the
+//! locks taken) before the warm-up, and an operation counts if it completes inside the window.
+
+mod cluster;
+mod report;
+mod scrape;
+mod workloads;
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use latchkey_core::limits::{
+    BENCH_CLIENTS_MAX, BENCH_FAILOVER_ROUNDS_MAX, BENCH_HERD_CLIENTS_DEFAULT, BENCH_HOLD_LOCKS_MAX,
+    LOCKS_PER_SESSION_MAX, WAITERS_PER_LOCK_MAX,
+};
+
+use self::cluster::BenchCluster;
+use self::report::{Cpu, NodeCpu, ServerFigures};
+use self::scrape::Samples;
+use self::workloads::{Phase, Stats};
+use crate::BenchArgs;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// Each client acquires and releases its own lock.
+    Uncontended,
+    /// All clients take turns on one lock (FIFO queue on the server).
+    Contended,
+    /// Like contended, with many waiters (500 unless --clients).
+    Herd,
+    /// Sessions hold --locks locks idle, renewing.
+    Hold,
+    /// Uncontended load while the leader is killed -9 and restarted, --rounds times.
+    Failover,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Uncontended => "uncontended",
+            Workload::Contended => "contended",
+            Workload::Herd => "herd",
+            Workload::Hold => "hold",
+            Workload::Failover => "failover",
+        }
+    }
+
+    fn default_clients(self) -> usize {
+        match self {
+            Workload::Uncontended | Workload::Contended => 64,
+            Workload::Herd => BENCH_HERD_CLIENTS_DEFAULT,
+            Workload::Hold => 100,
+            // Light load: the figure is the failover, not the throughput.
+            Workload::Failover => 8,
+        }
+    }
+}
+
+/// `--cluster`: 1, 3 or 5 members (an odd number: an even one tolerates no more failures).
+pub fn parse_cluster_size(text: &str) -> Result<usize, String> {
+    match text.trim() {
+        "1" => Ok(1),
+        "3" => Ok(3),
+        "5" => Ok(5),
+        _ => Err(format!("{text:?}: the bench starts 1, 3 or 5 members")),
+    }
+}
+
+/// The checked flags.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub workload: Workload,
+    pub clients: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub ttl: Duration,
+    pub cluster: Option<usize>,
+    pub locks: usize,
+    pub rounds: u32,
+    pub prefix: String,
+    pub json: bool,
+}
+
+impl Plan {
+    fn from_args(args: &BenchArgs) -> anyhow::Result<Plan> {
+        let workload = args.workload;
+        let clients = args.clients.unwrap_or(workload.default_clients());
+        anyhow::ensure!(
+            (1..=BENCH_CLIENTS_MAX).contains(&clients),
+            "--clients must be 1 to {BENCH_CLIENTS_MAX}"
+        );
+        anyhow::ensure!(!args.duration.is_zero(), "--duration must be above 0");
+        if matches!(workload, Workload::Contended | Workload::Herd) {
+            anyhow::ensure!(
+                clients <= WAITERS_PER_LOCK_MAX,
+                "--clients {clients} is above the server's waiters per lock ({WAITERS_PER_LOCK_MAX})"
+            );
+        }
+        if workload == Workload::Hold {
+            anyhow::ensure!(
+                (1..=BENCH_HOLD_LOCKS_MAX).contains(&args.locks),
+                "--locks must be 1 to {BENCH_HOLD_LOCKS_MAX}"
+            );
+            anyhow::ensure!(
+                args.locks <= clients * LOCKS_PER_SESSION_MAX,
+                "--locks {} over {clients} sessions is above the server's {LOCKS_PER_SESSION_MAX} locks per session; add --clients",
+                args.locks
+            );
+        }
+        if workload == Workload::Failover {
+            anyhow::ensure!(
+                matches!(args.cluster, Some(3 | 5)),
+                "--workload failover needs --cluster 3 or 5 (it kills and restarts members)"
+            );
+            anyhow::ensure!(
+                (1..=BENCH_FAILOVER_ROUNDS_MAX).contains(&args.rounds),
+                "--rounds must be 1 to {BENCH_FAILOVER_ROUNDS_MAX}"
+            );
+        }
+        Ok(Plan {
+            workload,
+            clients,
+            duration: args.duration,
+            warmup: args.warmup,
+            ttl: args.ttl,
+            cluster: args.cluster,
+            locks: args.locks,
+            rounds: args.rounds,
+            prefix: args.prefix.clone(),
+            json: args.json,
+        })
+    }
+}
+
+/// Where the load goes, and where its metrics are read.
+pub struct Target {
+    pub endpoints: Vec<String>,
+    /// `(member id, metrics address)`; empty when unknown.
+    pub metrics: Vec<(u64, String)>,
+}
+
+/// What the bench reads at one end of the window.
+pub struct Snapshot {
+    at: Instant,
+    bench_cpu_s: Option<f64>,
+    /// Per member: its CPU seconds (only for the bench's own cluster).
+    server_cpu_s: Vec<(u64, f64)>,
+    /// Per member: its metrics, `None` if the scrape failed.
+    samples: Vec<(u64, Option<Samples>)>,
+}
+
+impl Snapshot {
+    pub async fn take(target: &Target, cluster: Option<&BenchCluster>) -> Snapshot {
+        let mut samples = Vec::with_capacity(target.metrics.len());
+        for (id, addr) in &target.metrics {
+            let scraped = scrape::scrape(addr).await;
+            if let Err(e) = &scraped {
+                tracing::warn!(member = id, error = %e, "metrics not read");
+            }
+            samples.push((*id, scraped.ok()));
+        }
+        let server_cpu_s = cluster
+            .map(|c| {
+                c.ids()
+                    .into_iter()
+                    .filter_map(|id| Some((id, c.cpu_s(id)?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Snapshot {
+            at: Instant::now(),
+            bench_cpu_s: scrape::cpu_s("self"),
+            server_cpu_s,
+            samples,
+        }
+    }
+}
+
+/// The measured window, between two snapshots.
+pub struct Window {
+    pub before: Snapshot,
+    pub after: Snapshot,
+    /// Metrics of members read just before the bench killed them (failover), in order: a
+    /// restarted member counts from zero, so what its earlier processes counted is here.
+    pub kills: Vec<(u64, Option<Samples>)>,
+}
+
+/// Calls the bench makes to watch the cluster, never as part of a workload.
+const BENCH_OWN_METHODS: [&str; 2] = ["node_status", "describe"];
+
+/// A counter's growth; a member restarted in between (failover) counts from zero again.
+fn counter_delta(before: f64, after: f64) -> f64 {
+    if after >= before {
+        after - before
+    } else {
+        after
+    }
+}
+
+impl Window {
+    pub fn seconds(&self) -> f64 {
+        (self.after.at - self.before.at).as_secs_f64().max(1e-9)
+    }
+
+    /// Requests and log entries in the window, per op; `None` unless every member was read
+    /// at both ends.
+    pub fn server_figures(&self, ops: u64) -> Option<ServerFigures> {
+        if self.before.samples.is_empty() {
+            return None;
+        }
+        let mut by_method: BTreeMap<String, u64> = BTreeMap::new();
+        let (mut last_before, mut last_after) = (0f64, 0f64);
+        for ((id, before), (_, after)) in self.before.samples.iter().zip(&self.after.samples) {
+            let (before, after) = (before.as_ref()?, after.as_ref()?);
+            // The member's processes in the window, each with its first and last reading:
+            // the first from the window's start, every later one from zero.
+            let mut ends: Vec<&Samples> = Vec::new();
+            for (_, killed) in self.kills.iter().filter(|(k, _)| k == id) {
+                ends.push(killed.as_ref()?);
+            }
+            ends.push(after);
+            let mut start = before.requests();
+            for end in ends {
+                for (method, n) in end.requests() {
+                    let delta = counter_delta(start.get(&method).copied().unwrap_or(0.0), n) as u64;
+                    if delta > 0 {
+                        *by_method.entry(method).or_default() += delta;
+                    }
+                }
+                start = Default::default();
+            }
+            // The leader's log is the longest; a follower's can only trail it.
+            let index = "latchkey_raft_last_log_index";
+            last_before = last_before.max(before.get(index).unwrap_or(0.0));
+            last_after = last_after.max(after.get(index).unwrap_or(0.0));
+        }
+        // The bench's own health checks (status, and a read through the leader) are listed
+        // by method but are not the workload's requests.
+        let requests: u64 = by_method
+            .iter()
+            .filter(|(m, _)| !BENCH_OWN_METHODS.contains(&m.as_str()))
+            .map(|(_, n)| n)
+            .sum();
+        let log_entries = (last_after - last_before).max(0.0) as u64;
+        let per_op = |n: u64| n as f64 / ops.max(1) as f64;
+        Some(ServerFigures {
+            requests,
+            requests_per_op: per_op(requests),
+            log_entries,
+            log_entries_per_op: per_op(log_entries),
+            keepalive_requests_per_s: by_method.get("keep_alive").copied().unwrap_or(0) as f64
+                / self.seconds(),
+            requests_by_method: by_method,
+        })
+    }
+
+    pub fn cpu(&self) -> Cpu {
+        let wall = self.seconds();
+        let bench = match (self.before.bench_cpu_s, self.after.bench_cpu_s) {
+            (Some(b), Some(a)) => a - b,
+            _ => 0.0,
+        };
+        let servers = self
+            .after
+            .server_cpu_s
+            .iter()
+            .filter_map(|&(id, after)| {
+                let before = self.before.server_cpu_s.iter().find(|(i, _)| *i == id)?.1;
+                let cpu_s = (after - before).max(0.0);
+                Some(NodeCpu {
+                    id,
+                    cpu_s,
+                    cpu_fraction: cpu_s / wall,
+                })
+            })
+            .collect();
+        Cpu {
+            bench_cpu_s: bench,
+            bench_cpu_fraction: bench / wall,
+            servers,
+        }
+    }
+}
+
+/// Stops the progress line when dropped.
+pub struct Progress(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// A live line on stderr, once a second, when stderr is a terminal.
+pub fn progress(plan: &Plan, stats: Arc<Stats>) -> Progress {
+    if !std::io::stderr().is_terminal() {
+        return Progress(None);
+    }
+    let workload = plan.workload.name();
+    Progress(Some(tokio::spawn(async move {
+        let started = Instant::now();
+        let mut last = 0;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let done = stats.progress.load(Ordering::Relaxed);
+            let phase = match stats.phase() {
+                Phase::WarmUp => "warm-up",
+                Phase::Measuring => "measuring",
+                Phase::Stopped => "stopping",
+            };
+            eprint!(
+                "\r\x1b[K{workload}: {phase}, {:.0} s, {done} ops, {} ops/s",
+                started.elapsed().as_secs_f64(),
+                done - last
+            );
+            last = done;
+        }
+    })))
+}
+
+/// One connection per client: raise the open-files limit to its hard cap (no privilege
+/// needed); the spawned members inherit it.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
+}
+
+pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let plan = Plan::from_args(&args)?;
+    raise_open_files_limit();
+    // Ctrl-C or SIGTERM ends the run early: dropping it stops the clients and the cluster.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    tokio::select! {
+        result = run(&plan, &args) => result,
+        _ = interrupt.recv() => anyhow::bail!("interrupted"),
+        _ = terminate.recv() => anyhow::bail!("terminated"),
+    }
+}
+
+async fn run(plan: &Plan, args: &BenchArgs) -> anyhow::Result<()> {
+    let mut cluster = match plan.cluster {
+        Some(n) => Some(BenchCluster::start(n).await?),
+        None => None,
+    };
+    let target = match &cluster {
+        Some(c) => Target {
+            endpoints: c.endpoints(),
+            metrics: c.metrics_addrs(),
+        },
+        None => Target {
+            endpoints: args.endpoints.endpoints.clone(),
+            metrics: (1..).zip(args.metrics_endpoints.iter().cloned()).collect(),
+        },
+    };
+    let report = match plan.workload {
+        Workload::Uncontended => workloads::uncontended(plan, &target, cluster.as_ref()).await?,
+        Workload::Contended | Workload::Herd => {
+            workloads::contended(plan, &target, cluster.as_ref()).await?
+        }
+        Workload::Hold => workloads::hold(plan, &target, cluster.as_ref()).await?,
+        Workload::Failover => {
+            let cluster = cluster.as_mut().expect("checked by Plan::from_args");
+            workloads::failover(plan, &target, cluster).await?
+        }
+    };
+    if plan.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    anyhow::ensure!(
+        report.token_violations == 0,
+        "{} grants carried a fencing token not above the last acknowledged one of their lock",
+        report.token_violations
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_sizes_are_odd_and_small() {
+        assert_eq!(parse_cluster_size("3"), Ok(3));
+        for bad in ["0", "2", "4", "7", "x", ""] {
+            assert!(parse_cluster_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    fn snapshot(samples: Vec<(u64, &str)>) -> Snapshot {
+        Snapshot {
+            at: Instant::now(),
+            bench_cpu_s: None,
+            server_cpu_s: Vec::new(),
+            samples: samples
+                .into_iter()
+                .map(|(id, text)| (id, Some(scrape::parse(text))))
+                .collect(),
+        }
+    }
+
+    /// The failover bench reported 0.03 requests per pair: a killed leader's counts died
+    /// with it, and its restarted process counted from zero.
+    #[test]
+    fn a_killed_members_requests_before_the_kill_still_count() {
+        let acquires = |n: u32| format!("latchkey_requests_total{{method=\"acquire\"}} {n}\n");
+        let before = snapshot(vec![(1, &acquires(10)), (2, &acquires(5))]);
+        let after = snapshot(vec![(1, &acquires(20)), (2, &acquires(8))]);
+        let window = Window {
+            before,
+            after,
+            // Member 1 counted 40 more before its kill, then 20 after its restart.
+            kills: vec![(1, Some(scrape::parse(&acquires(50))))],
+        };
+        let figures = window.server_figures(63).expect("all members read");
+        assert_eq!(figures.requests, 40 + 20 + 3);
+        assert_eq!(figures.requests_per_op, 1.0);
+    }
+
+    #[test]
+    fn a_restarted_member_counts_from_zero() {
+        assert_eq!(counter_delta(10.0, 25.0), 15.0);
+        assert_eq!(counter_delta(10.0, 4.0), 4.0);
+    }
+}

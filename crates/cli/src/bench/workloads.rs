@@ -1,0 +1,659 @@
+//! The workloads. Each client is its own [`Client`] (its own connection) with its own session,
+//! opened before the warm-up; the loops then run through three [`Phase`]s, and an operation
+//! counts only if it *completes* while the phase is `Measuring`.
+//!
+//! - uncontended: client i loops acquire -> release on its own lock `PREFIX u/i`.
+//! - contended / herd: every client loops on one lock; each acquire queues on the server (FIFO)
+//!   until the holder releases. A shared record of the last grant, read and written only while
+//!   holding the lock, checks that tokens strictly increase and counts handoffs to another
+//!   client.
+//! - hold: M sessions take K locks, then idle and renew through the window.
+//! - failover: uncontended load from a few clients while the leader is killed and restarted,
+//!   round after round; a probe times kill -> first grant of a request sent after the kill.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use latchkey_client::{Client, Error, LockGuard, Session};
+use tokio::task::JoinSet;
+
+use super::cluster::BenchCluster;
+use super::report::{FailoverFigures, HoldFigures, NodeMemory, Percentiles, Report};
+use super::{Plan, Target, Window};
+
+/// Longest single acquire: a contended wait is as long as the queue ahead of it, which a full
+/// queue of a slow (debug) server takes tens of seconds to serve.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Pause of a client after an error, so a persistent failure does not spin.
+const ERROR_BACKOFF: Duration = Duration::from_millis(50);
+/// How long the clients get to finish their last operation once the window closed (a
+/// contended queue drains one handoff per client).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long opening every client's session may take.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the probe may try to get a grant after a leader was killed.
+const FAILOVER_GRANT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the cluster gets to be whole again after a killed member restarted.
+const FAILOVER_HEAL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Each attempt of the failover probe waits at most this long before trying a new name.
+const PROBE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Histogram range: 1 µs to 10 min, 3 significant digits.
+const LATENCY_US_MAX: u64 = 600_000_000;
+
+/// Where the loops are: only operations completing in `Measuring` count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    WarmUp = 0,
+    Measuring = 1,
+    Stopped = 2,
+}
+
+/// What every client loop shares: the phase and the tallies.
+pub struct Stats {
+    phase: AtomicU8,
+    acquire: Mutex<Histogram<u64>>,
+    release: Mutex<Histogram<u64>>,
+    /// Operations completed in the window.
+    ops: AtomicU64,
+    /// Operations completed since the loops started (the progress line).
+    pub progress: AtomicU64,
+    other_client: AtomicU64,
+    violations: AtomicU64,
+    errors: Mutex<BTreeMap<String, u64>>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid histogram bounds")
+}
+
+fn us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Stats {
+    pub fn new() -> Stats {
+        Stats {
+            phase: AtomicU8::new(Phase::WarmUp as u8),
+            acquire: Mutex::new(histogram()),
+            release: Mutex::new(histogram()),
+            ops: AtomicU64::new(0),
+            progress: AtomicU64::new(0),
+            other_client: AtomicU64::new(0),
+            violations: AtomicU64::new(0),
+            errors: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Acquire) {
+            0 => Phase::WarmUp,
+            1 => Phase::Measuring,
+            _ => Phase::Stopped,
+        }
+    }
+
+    pub fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::Release);
+    }
+
+    fn measuring(&self) -> bool {
+        self.phase() == Phase::Measuring
+    }
+
+    fn stopped(&self) -> bool {
+        self.phase() == Phase::Stopped
+    }
+
+    fn record_acquire(&self, d: Duration) {
+        let mut h = self.acquire.lock().expect("histogram lock");
+        h.saturating_record(us(d).max(1));
+    }
+
+    fn record_release(&self, d: Duration) {
+        let mut h = self.release.lock().expect("histogram lock");
+        h.saturating_record(us(d).max(1));
+    }
+
+    fn error(&self, e: &Error) {
+        *self
+            .errors
+            .lock()
+            .expect("errors lock")
+            .entry(error_kind(e).to_owned())
+            .or_default() += 1;
+    }
+
+    fn violation(&self) {
+        self.violations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The report's common figures; the workload fills in the rest.
+    fn report(&self, plan: &Plan, op: &'static str, window: &Window) -> Report {
+        let errors = self.errors.lock().expect("errors lock").clone();
+        let ops = self.ops.load(Ordering::Relaxed);
+        Report {
+            workload: plan.workload.name().to_owned(),
+            clients: plan.clients,
+            cluster: plan.cluster,
+            warmup_s: plan.warmup.as_secs_f64(),
+            window_s: window.seconds(),
+            op,
+            ops,
+            ops_per_s: ops as f64 / window.seconds(),
+            acquire: Percentiles::of(&self.acquire.lock().expect("histogram lock")),
+            release: Percentiles::of(&self.release.lock().expect("histogram lock")),
+            handoffs_to_other_client: None,
+            token_violations: self.violations.load(Ordering::Relaxed),
+            errors_total: errors.values().sum(),
+            errors,
+            server: window.server_figures(ops),
+            cpu: window.cpu(),
+            hold: None,
+            failover: None,
+        }
+    }
+}
+
+/// The variant of a client error, as the report counts it.
+fn error_kind(e: &Error) -> &'static str {
+    match e {
+        Error::InvalidArgument { .. } => "invalid_argument",
+        Error::SessionNotFound { .. } => "session_not_found",
+        Error::SessionLost { .. } => "session_lost",
+        Error::NotHeld { .. } => "not_held",
+        Error::LimitReached { .. } => "limit_reached",
+        Error::Conflict { .. } => "conflict",
+        Error::WaitTimedOut { .. } => "wait_timed_out",
+        Error::Unavailable { .. } => "unavailable",
+        Error::Transport { .. } => "transport",
+        Error::Protocol(_) => "protocol",
+        Error::Server { .. } => "server",
+    }
+}
+
+/// One client: its own connection and session.
+struct Worker {
+    index: usize,
+    client: Client,
+    session: Session,
+}
+
+/// Opens `n` clients and their sessions, all at once.
+async fn open_workers(plan: &Plan, target: &Target, n: usize) -> anyhow::Result<Vec<Worker>> {
+    let mut set = JoinSet::new();
+    for index in 0..n {
+        let endpoints = target.endpoints.clone();
+        let ttl = plan.ttl;
+        set.spawn(async move {
+            let client = Client::connect(endpoints).await?;
+            let session = client.session(ttl).await?;
+            anyhow::Ok(Worker {
+                index,
+                client,
+                session,
+            })
+        });
+    }
+    let mut workers = Vec::with_capacity(n);
+    let deadline = tokio::time::Instant::now() + SETUP_TIMEOUT;
+    while let Some(joined) = tokio::time::timeout_at(deadline, set.join_next())
+        .await
+        .map_err(|_| anyhow::anyhow!("opening {n} sessions took over {SETUP_TIMEOUT:?}"))?
+    {
+        workers.push(
+            joined
+                .context("a setup task failed")?
+                .context("opening a session")?,
+        );
+    }
+    workers.sort_by_key(|w| w.index);
+    Ok(workers)
+}
+
+/// A session replaced after it was lost (the loop goes on with a new one).
+async fn renew_session(stats: &Stats, w: &mut Worker, ttl: Duration) {
+    if !w.session.is_lost() {
+        return;
+    }
+    match w.client.session(ttl).await {
+        Ok(s) => w.session = s,
+        Err(e) => {
+            stats.error(&e);
+            tokio::time::sleep(ERROR_BACKOFF).await;
+        }
+    }
+}
+
+/// Waits for the loops to end after the window closed; aborts those that do not in time.
+async fn drain(set: &mut JoinSet<Worker>) -> Vec<Worker> {
+    let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+    let mut workers = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, set.join_next()).await {
+            Ok(Some(Ok(w))) => workers.push(w),
+            Ok(Some(Err(e))) => tracing::warn!(error = %e, "a bench client task failed"),
+            Ok(None) => break,
+            Err(_) => {
+                tracing::warn!("{} clients still busy after {DRAIN_TIMEOUT:?}", set.len());
+                set.shutdown().await;
+                break;
+            }
+        }
+    }
+    workers
+}
+
+/// Closes the sessions (not measured), each bounded by the client's own retry budget.
+async fn close_all(workers: Vec<Worker>) {
+    let mut set = JoinSet::new();
+    for w in workers {
+        set.spawn(async move {
+            let _ = w.session.close().await;
+        });
+    }
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while set.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+/// Acquire -> release on the worker's own lock until stopped. Every grant's token must be
+/// above the last one this worker saw acknowledged for the lock (across failovers too).
+async fn uncontended_loop(stats: Arc<Stats>, mut w: Worker, name: String, ttl: Duration) -> Worker {
+    let mut last_token = 0u64;
+    while !stats.stopped() {
+        renew_session(&stats, &mut w, ttl).await;
+        let started = Instant::now();
+        let guard = match w
+            .session
+            .lock(name.clone())
+            .wait(Some(ACQUIRE_TIMEOUT))
+            .await
+        {
+            Ok(g) => g,
+            Err(e) => {
+                stats.error(&e);
+                tokio::time::sleep(ERROR_BACKOFF).await;
+                continue;
+            }
+        };
+        let granted = Instant::now();
+        let in_window = stats.measuring();
+        if in_window {
+            stats.record_acquire(granted - started);
+        }
+        if guard.token() <= last_token {
+            stats.violation();
+        }
+        last_token = guard.token();
+        let released = guard.release().await;
+        let done = Instant::now();
+        match released {
+            Ok(()) => {
+                stats.progress.fetch_add(1, Ordering::Relaxed);
+                if stats.measuring() {
+                    stats.record_release(done - granted);
+                    stats.ops.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) => stats.error(&e),
+        }
+    }
+    w
+}
+
+/// The last grant of the contended lock: written only by its holder.
+#[derive(Default)]
+struct LastGrant {
+    token: u64,
+    client: Option<usize>,
+}
+
+async fn contended_loop(
+    stats: Arc<Stats>,
+    last: Arc<Mutex<LastGrant>>,
+    mut w: Worker,
+    name: String,
+    ttl: Duration,
+) -> Worker {
+    while !stats.stopped() {
+        renew_session(&stats, &mut w, ttl).await;
+        let started = Instant::now();
+        let guard = match w
+            .session
+            .lock(name.clone())
+            .wait(Some(ACQUIRE_TIMEOUT))
+            .await
+        {
+            Ok(g) => g,
+            Err(e) => {
+                stats.error(&e);
+                tokio::time::sleep(ERROR_BACKOFF).await;
+                continue;
+            }
+        };
+        let granted = Instant::now();
+        let in_window = stats.measuring();
+        {
+            let mut last = last.lock().expect("last grant lock");
+            if guard.token() <= last.token {
+                stats.violation();
+            }
+            if in_window {
+                stats.record_acquire(granted - started);
+                stats.ops.fetch_add(1, Ordering::Relaxed);
+                if last.client.is_some_and(|c| c != w.index) {
+                    stats.other_client.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            *last = LastGrant {
+                token: guard.token(),
+                client: Some(w.index),
+            };
+        }
+        stats.progress.fetch_add(1, Ordering::Relaxed);
+        let released = guard.release().await;
+        match released {
+            Ok(()) if stats.measuring() => stats.record_release(granted.elapsed()),
+            Ok(()) => {}
+            Err(e) => stats.error(&e),
+        }
+    }
+    w
+}
+
+/// Runs the loops of `workers` through warm-up and window; returns the window and the
+/// workers back.
+async fn timed<F, Fut>(
+    plan: &Plan,
+    target: &Target,
+    cluster: Option<&BenchCluster>,
+    stats: &Arc<Stats>,
+    workers: Vec<Worker>,
+    body: F,
+) -> anyhow::Result<(Window, Vec<Worker>)>
+where
+    F: Fn(Worker) -> Fut,
+    Fut: std::future::Future<Output = Worker> + Send + 'static,
+{
+    let mut set = JoinSet::new();
+    for w in workers {
+        set.spawn(body(w));
+    }
+    let _progress = super::progress(plan, stats.clone());
+    tokio::time::sleep(plan.warmup).await;
+    let before = super::Snapshot::take(target, cluster).await;
+    stats.set_phase(Phase::Measuring);
+    tokio::time::sleep(plan.duration).await;
+    stats.set_phase(Phase::Stopped);
+    let after = super::Snapshot::take(target, cluster).await;
+    let workers = drain(&mut set).await;
+    let window = Window {
+        before,
+        after,
+        kills: Vec::new(),
+    };
+    Ok((window, workers))
+}
+
+pub async fn uncontended(
+    plan: &Plan,
+    target: &Target,
+    cluster: Option<&BenchCluster>,
+) -> anyhow::Result<Report> {
+    let workers = open_workers(plan, target, plan.clients).await?;
+    let stats = Arc::new(Stats::new());
+    let (prefix, ttl) = (plan.prefix.clone(), plan.ttl);
+    let (window, workers) = timed(plan, target, cluster, &stats, workers, |w| {
+        let name = format!("{prefix}u/{}", w.index);
+        uncontended_loop(stats.clone(), w, name, ttl)
+    })
+    .await?;
+    close_all(workers).await;
+    Ok(stats.report(plan, "pair", &window))
+}
+
+/// contended and herd: every client on one lock.
+pub async fn contended(
+    plan: &Plan,
+    target: &Target,
+    cluster: Option<&BenchCluster>,
+) -> anyhow::Result<Report> {
+    let workers = open_workers(plan, target, plan.clients).await?;
+    let stats = Arc::new(Stats::new());
+    let last = Arc::new(Mutex::new(LastGrant::default()));
+    let name = format!("{}{}", plan.prefix, plan.workload.name());
+    let ttl = plan.ttl;
+    let (window, workers) = timed(plan, target, cluster, &stats, workers, |w| {
+        contended_loop(stats.clone(), last.clone(), w, name.clone(), ttl)
+    })
+    .await?;
+    close_all(workers).await;
+    let mut report = stats.report(plan, "handoff", &window);
+    report.handoffs_to_other_client = Some(stats.other_client.load(Ordering::Relaxed));
+    Ok(report)
+}
+
+/// Resident memory of every member (empty without a cluster of the bench's own).
+fn memory(cluster: Option<&BenchCluster>) -> Vec<(u64, u64)> {
+    let Some(cluster) = cluster else {
+        return Vec::new();
+    };
+    cluster
+        .ids()
+        .into_iter()
+        .filter_map(|id| Some((id, super::scrape::rss_bytes(cluster.pid(id)?)?)))
+        .collect()
+}
+
+pub async fn hold(
+    plan: &Plan,
+    target: &Target,
+    cluster: Option<&BenchCluster>,
+) -> anyhow::Result<Report> {
+    let workers = open_workers(plan, target, plan.clients).await?;
+    let sessions: Vec<Arc<Session>> = workers.into_iter().map(|w| Arc::new(w.session)).collect();
+    let stats = Arc::new(Stats::new());
+    let rss_before = memory(cluster);
+    // Fill: a pool of tasks takes lock numbers in turn; lock j belongs to session j mod M.
+    let fill_started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let guards: Arc<Mutex<Vec<LockGuard>>> = Arc::new(Mutex::new(Vec::with_capacity(plan.locks)));
+    let mut set = JoinSet::new();
+    let in_flight = latchkey_core::limits::BENCH_HOLD_FILL_IN_FLIGHT_MAX.min(plan.locks);
+    for _ in 0..in_flight {
+        let (next, guards, stats, sessions) = (
+            next.clone(),
+            guards.clone(),
+            stats.clone(),
+            sessions.clone(),
+        );
+        let (locks, prefix) = (plan.locks, plan.prefix.clone());
+        set.spawn(async move {
+            loop {
+                let j = next.fetch_add(1, Ordering::Relaxed);
+                if j >= locks {
+                    return;
+                }
+                let session = &sessions[j % sessions.len()];
+                let started = Instant::now();
+                match session
+                    .lock(format!("{prefix}hold/{j}"))
+                    .wait(Some(ACQUIRE_TIMEOUT))
+                    .await
+                {
+                    Ok(g) => {
+                        stats.record_acquire(started.elapsed());
+                        stats.progress.fetch_add(1, Ordering::Relaxed);
+                        guards.lock().expect("guards lock").push(g);
+                    }
+                    Err(e) => stats.error(&e),
+                }
+            }
+        });
+    }
+    let fill_deadline = tokio::time::Instant::now() + ACQUIRE_TIMEOUT + DRAIN_TIMEOUT;
+    while let Some(joined) = tokio::time::timeout_at(fill_deadline, set.join_next())
+        .await
+        .map_err(|_| anyhow::anyhow!("acquiring {} locks did not end", plan.locks))?
+    {
+        joined.context("a fill task failed")?;
+    }
+    let fill_s = fill_started.elapsed().as_secs_f64();
+    let held = guards.lock().expect("guards lock").len() as u64;
+    // Idle: only the sessions' keepalives run.
+    let _progress = super::progress(plan, stats.clone());
+    tokio::time::sleep(plan.warmup).await;
+    let before = super::Snapshot::take(target, cluster).await;
+    stats.set_phase(Phase::Measuring);
+    tokio::time::sleep(plan.duration).await;
+    stats.set_phase(Phase::Stopped);
+    let after = super::Snapshot::take(target, cluster).await;
+    let rss_after = memory(cluster);
+    let window = Window {
+        before,
+        after,
+        kills: Vec::new(),
+    };
+    // Sessions first: closing one releases its locks at once, and the guards' background
+    // releases are then abandoned.
+    let sessions: Vec<Session> = sessions.into_iter().filter_map(Arc::into_inner).collect();
+    let mut set = JoinSet::new();
+    for s in sessions {
+        set.spawn(async move {
+            let _ = s.close().await;
+        });
+    }
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while set.join_next().await.is_some() {}
+    })
+    .await;
+    drop(guards);
+
+    // The window has no acquires: ops are the held locks, so the server figures read "per
+    // held lock" (keepalive traffic must not grow with them).
+    let mut report = stats.report(plan, "held lock", &window);
+    report.ops = held;
+    report.ops_per_s = held as f64 / fill_s;
+    report.server = window.server_figures(held);
+    report.hold = Some(HoldFigures {
+        locks: held,
+        sessions: plan.clients as u64,
+        fill_s,
+        memory: rss_before
+            .iter()
+            .filter_map(|&(id, before)| {
+                let after = rss_after.iter().find(|(i, _)| *i == id)?.1;
+                Some(NodeMemory {
+                    id,
+                    rss_before_bytes: before,
+                    rss_after_bytes: after,
+                    bytes_per_lock: (after as f64 - before as f64) / held.max(1) as f64,
+                })
+            })
+            .collect(),
+    });
+    Ok(report)
+}
+
+pub async fn failover(
+    plan: &Plan,
+    target: &Target,
+    cluster: &mut BenchCluster,
+) -> anyhow::Result<Report> {
+    let workers = open_workers(plan, target, plan.clients).await?;
+    let probe = Client::connect(target.endpoints.clone()).await?;
+    let probe_session = probe
+        .session(plan.ttl)
+        .await
+        .context("the probe's session")?;
+    let stats = Arc::new(Stats::new());
+    let mut set = JoinSet::new();
+    for w in workers {
+        let name = format!("{}u/{}", plan.prefix, w.index);
+        set.spawn(uncontended_loop(stats.clone(), w, name, plan.ttl));
+    }
+    let _progress = super::progress(plan, stats.clone());
+    tokio::time::sleep(plan.warmup).await;
+    let before = super::Snapshot::take(target, Some(cluster)).await;
+    stats.set_phase(Phase::Measuring);
+    let load_per_round = plan.duration / plan.rounds;
+    let mut kill_to_grant_ms = Vec::new();
+    let mut kills = Vec::new();
+    for round in 0..plan.rounds {
+        tokio::time::sleep(load_per_round).await;
+        let leader = cluster
+            .wait_healthy(FAILOVER_HEAL_TIMEOUT)
+            .await
+            .with_context(|| format!("round {round}: no leader before the kill"))?;
+        // Its counters die with it: read them first (what it counts in the next
+        // milliseconds is lost).
+        let addr = target.metrics.iter().find(|(id, _)| *id == leader);
+        let last = match addr {
+            Some((_, addr)) => super::scrape::scrape(addr).await.ok(),
+            None => None,
+        };
+        kills.push((leader, last));
+        cluster.kill9(leader);
+        let killed = Instant::now();
+        let mut granted = None;
+        for attempt in 0u32.. {
+            if killed.elapsed() > FAILOVER_GRANT_TIMEOUT {
+                break;
+            }
+            // A fresh name each attempt: its grant can only come from a proposal made after
+            // the kill.
+            let name = format!("{}probe/{round}/{attempt}", plan.prefix);
+            match probe_session
+                .lock(name)
+                .wait(Some(PROBE_ATTEMPT_TIMEOUT))
+                .await
+            {
+                Ok(g) => {
+                    granted = Some(killed.elapsed());
+                    let _ = g.release().await;
+                    break;
+                }
+                Err(Error::SessionLost { .. }) => {
+                    anyhow::bail!("round {round}: the probe's session was lost in the failover")
+                }
+                Err(_) => continue,
+            }
+        }
+        let took = granted.with_context(|| {
+            format!("round {round}: no grant within {FAILOVER_GRANT_TIMEOUT:?} of the kill")
+        })?;
+        kill_to_grant_ms.push(took.as_secs_f64() * 1e3);
+        cluster.restart(leader)?;
+        cluster
+            .wait_healthy(FAILOVER_HEAL_TIMEOUT)
+            .await
+            .with_context(|| format!("round {round}: member {leader} did not rejoin"))?;
+    }
+    stats.set_phase(Phase::Stopped);
+    let after = super::Snapshot::take(target, Some(cluster)).await;
+    let workers = drain(&mut set).await;
+    close_all(workers).await;
+    let _ = probe_session.close().await;
+    let window = Window {
+        before,
+        after,
+        kills,
+    };
+    let mut report = stats.report(plan, "pair", &window);
+    let mut sorted = kill_to_grant_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    report.failover = Some(FailoverFigures {
+        rounds: plan.rounds,
+        kill_to_grant_min_ms: sorted[0],
+        kill_to_grant_median_ms: sorted[sorted.len() / 2],
+        kill_to_grant_max_ms: sorted[sorted.len() - 1],
+        kill_to_grant_ms,
+    });
+    Ok(report)
+}

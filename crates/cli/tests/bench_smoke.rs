@@ -1,0 +1,282 @@
+//! `latchkey bench` end to end: each workload runs for a second or two against a cluster the
+//! bench starts itself, and its JSON report must be sane (figures present and consistent,
+//! no errors or token violations where none can happen). Never a speed: CI machines differ.
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// One bench run: cluster start (an election takes 1-2 s), warm-up, window, teardown.
+const BENCH_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Runs `latchkey bench --json ARGS`; its parsed report.
+fn bench(args: &[&str]) -> Value {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut argv: Vec<String> = vec!["bench".into(), "--json".into()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let out = common::run(&argv, dir.path(), BENCH_TIMEOUT);
+    assert!(
+        out.status.success(),
+        "bench {args:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    serde_json::from_str(out.stdout.trim())
+        .unwrap_or_else(|e| panic!("bench {args:?} printed no JSON ({e}):\n{}", out.stdout))
+}
+
+fn f(report: &Value, path: &[&str]) -> f64 {
+    let mut v = report;
+    for key in path {
+        v = &v[*key];
+    }
+    v.as_f64()
+        .unwrap_or_else(|| panic!("{path:?} is not a number in {report:#}"))
+}
+
+/// Figures every workload has: ops, ordered percentiles, server costs, CPU.
+fn assert_common(r: &Value, members: usize) {
+    assert!(f(r, &["ops"]) > 0.0, "{r:#}");
+    assert!(f(r, &["ops_per_s"]) > 0.0, "{r:#}");
+    assert!(f(r, &["window_s"]) > 0.0, "{r:#}");
+    let (p50, p99, p999, max) = (
+        f(r, &["acquire", "p50_ms"]),
+        f(r, &["acquire", "p99_ms"]),
+        f(r, &["acquire", "p999_ms"]),
+        f(r, &["acquire", "max_ms"]),
+    );
+    assert!(
+        0.0 < p50 && p50 <= p99 && p99 <= p999 && p999 <= max,
+        "{r:#}"
+    );
+    assert_eq!(r["token_violations"], 0, "{r:#}");
+    assert!(f(r, &["cpu", "bench_cpu_s"]) >= 0.0, "{r:#}");
+    assert_eq!(
+        r["cpu"]["servers"].as_array().map(Vec::len),
+        Some(members),
+        "{r:#}"
+    );
+    assert!(r["server"].is_object(), "server metrics missing: {r:#}");
+}
+
+fn assert_release_percentiles(r: &Value) {
+    let (p50, p99, p999) = (
+        f(r, &["release", "p50_ms"]),
+        f(r, &["release", "p99_ms"]),
+        f(r, &["release", "p999_ms"]),
+    );
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{r:#}");
+}
+
+#[test]
+fn uncontended_reports_pairs_and_two_requests_and_entries_each() {
+    let r = bench(&[
+        "--cluster",
+        "1",
+        "--workload",
+        "uncontended",
+        "--clients",
+        "4",
+        "--duration",
+        "1500ms",
+        "--warmup",
+        "500ms",
+    ]);
+    assert_common(&r, 1);
+    assert_release_percentiles(&r);
+    assert_eq!(r["op"], "pair");
+    assert_eq!(r["errors_total"], 0, "{r:#}");
+    // Each pair is an acquire and a release: both are requests and log entries. Pairs in
+    // flight at the window's ends make the ratio only about 2.
+    for per_op in ["requests_per_op", "log_entries_per_op"] {
+        let n = f(&r, &["server", per_op]);
+        assert!((1.5..=3.0).contains(&n), "{per_op} {n}: {r:#}");
+    }
+    assert!(f(&r, &["server", "requests_by_method", "acquire"]) > 0.0);
+    assert!(f(&r, &["server", "requests_by_method", "release"]) > 0.0);
+}
+
+#[test]
+fn contended_counts_handoffs_between_clients_in_token_order() {
+    let r = bench(&[
+        "--cluster",
+        "1",
+        "--workload",
+        "contended",
+        "--clients",
+        "4",
+        "--duration",
+        "1500ms",
+        "--warmup",
+        "500ms",
+    ]);
+    assert_common(&r, 1);
+    assert_release_percentiles(&r);
+    assert_eq!(r["op"], "handoff");
+    assert_eq!(r["errors_total"], 0, "{r:#}");
+    let handoffs = f(&r, &["ops"]);
+    let to_other = f(&r, &["handoffs_to_other_client"]);
+    assert!(to_other > 0.0 && to_other <= handoffs, "{r:#}");
+    // One grant per handoff, so the acquire latencies are as many as the handoffs.
+    assert_eq!(f(&r, &["acquire", "count"]), handoffs, "{r:#}");
+    assert!(f(&r, &["server", "log_entries_per_op"]) > 0.0, "{r:#}");
+}
+
+#[test]
+fn herd_reports_requests_and_entries_per_handoff() {
+    let r = bench(&[
+        "--cluster",
+        "1",
+        "--workload",
+        "herd",
+        "--clients",
+        "32",
+        "--duration",
+        "1500ms",
+        "--warmup",
+        "500ms",
+    ]);
+    assert_common(&r, 1);
+    assert_eq!(r["errors_total"], 0, "{r:#}");
+    assert!(f(&r, &["server", "requests_per_op"]) > 0.0, "{r:#}");
+    assert!(f(&r, &["server", "log_entries_per_op"]) > 0.0, "{r:#}");
+}
+
+#[test]
+fn hold_reports_memory_per_lock_and_keepalives() {
+    // A 3 s lease renews every second: the 2 s window sees every session's keepalives.
+    let r = bench(&[
+        "--cluster",
+        "1",
+        "--workload",
+        "hold",
+        "--clients",
+        "4",
+        "--locks",
+        "400",
+        "--ttl",
+        "3s",
+        "--duration",
+        "2s",
+        "--warmup",
+        "500ms",
+    ]);
+    assert_common(&r, 1);
+    assert_eq!(r["errors_total"], 0, "{r:#}");
+    assert_eq!(r["hold"]["locks"], 400, "{r:#}");
+    let memory = r["hold"]["memory"].as_array().expect("memory per node");
+    assert_eq!(memory.len(), 1, "{r:#}");
+    assert!(memory[0]["rss_after_bytes"].as_u64().unwrap() > 0, "{r:#}");
+    assert!(memory[0]["bytes_per_lock"].is_number(), "{r:#}");
+    assert!(
+        f(&r, &["server", "keepalive_requests_per_s"]) > 0.0,
+        "{r:#}"
+    );
+}
+
+#[test]
+fn failover_measures_kill_to_grant_and_loses_no_grant() {
+    let r = bench(&[
+        "--cluster",
+        "3",
+        "--workload",
+        "failover",
+        "--rounds",
+        "1",
+        "--clients",
+        "2",
+        "--duration",
+        "1s",
+        "--warmup",
+        "500ms",
+    ]);
+    assert_common(&r, 3);
+    let times = r["failover"]["kill_to_grant_ms"].as_array().expect("times");
+    assert_eq!(times.len(), 1, "{r:#}");
+    let (min, median, max) = (
+        f(&r, &["failover", "kill_to_grant_min_ms"]),
+        f(&r, &["failover", "kill_to_grant_median_ms"]),
+        f(&r, &["failover", "kill_to_grant_max_ms"]),
+    );
+    assert!(0.0 < min && min <= median && median <= max, "{r:#}");
+    // The killed leader's requests count too (read just before the kill): every pair is at
+    // least an acquire and a release, more with the retries of the failover.
+    let per_op = f(&r, &["server", "requests_per_op"]);
+    assert!(per_op >= 1.5, "requests_per_op {per_op}: {r:#}");
+}
+
+#[test]
+fn failover_without_a_cluster_of_its_own_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let argv: Vec<String> = ["bench", "--workload", "failover", "--cluster", "1"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let out = common::run(&argv, dir.path(), BENCH_TIMEOUT);
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("--cluster 3 or 5"), "{}", out.stderr);
+}
+
+/// Processes whose parent is `pid`.
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            // Field 4, the parent, comes right after the state that follows the ')'.
+            stat.rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().nth(1)?.parse::<i32>().ok())
+                == Some(pid)
+        })
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie has exited; only its entry waits to be reaped.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rfind(')')
+            .is_some_and(|i| !stat[i + 1..].trim_start().starts_with('Z'))
+    })
+}
+
+/// Starts a long bench on its own cluster; once its members run, `stop`s it and checks that
+/// none of them outlives it.
+fn assert_members_die_with_the_bench(stop: nix::sys::signal::Signal) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let argv: Vec<String> = ["bench", "--cluster", "3", "--duration", "10m"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    // Its cluster's temporary directory goes into ours: a bench killed -9 cannot remove it.
+    let tmp = dir.path().to_owned();
+    let mut bench = common::Proc::spawn_with(&argv, dir.path(), |c| {
+        c.env("TMPDIR", tmp);
+    });
+    let mut members = Vec::new();
+    common::wait_until("the bench's 3 members", BENCH_TIMEOUT, || {
+        members = children(bench.pid());
+        members.len() == 3
+    });
+    common::signal(bench.pid(), stop);
+    bench.wait(BENCH_TIMEOUT);
+    common::wait_until("every member to exit", BENCH_TIMEOUT, || {
+        !members.iter().any(|&m| alive(m))
+    });
+}
+
+#[test]
+fn an_interrupted_bench_stops_its_cluster() {
+    assert_members_die_with_the_bench(nix::sys::signal::Signal::SIGINT);
+}
+
+/// Without the parent-death signal, a bench killed -9 left its members running forever.
+#[test]
+fn a_bench_killed_9_leaves_no_member_running() {
+    assert_members_die_with_the_bench(nix::sys::signal::Signal::SIGKILL);
+}
