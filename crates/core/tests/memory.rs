@@ -2,9 +2,11 @@
 //! the same on every run and machine; the allocator's own rounding comes on top).
 //!
 //! Issue #11 asks for 1,000,000 held locks under 300 MB per node. The table is most of that, so
-//! it gets at most 200 B per held lock here, leaving the rest to the server's per-session state,
-//! the allocator's rounding and the process itself. This binary has one test, so no other test
-//! allocates while it counts.
+//! it gets about 200 B per held lock of a node's memory, leaving the rest to the server's
+//! per-session state and the process itself. Rounding by the allocator adds about a fifth to the
+//! bytes counted here (156 counted were 184 B of resident memory per lock under mimalloc, 1M
+//! locks), hence 170 counted. This binary has one test, so no other test allocates while it
+//! counts.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -33,13 +35,13 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 /// Bytes per held lock that the table may use (see the module comment).
-const HELD_LOCK_BYTES_MAX: usize = 200;
+const HELD_LOCK_BYTES_MAX: usize = 170;
 
 /// Regression test for issue #11's "hold" target: the table kept two heap copies of every held
 /// lock's name (one in `locks`, one in the holder session's `held`) and an empty queue inline in
 /// every lock, about 330 B per held lock.
 #[test]
-fn a_held_lock_costs_at_most_200_bytes_in_the_table() {
+fn a_held_lock_costs_at_most_170_bytes_in_the_table() {
     // The shape of `latchkey bench --workload hold`: each session holds many locks, with
     // path-like names. 1,000 per session stays under `LOCKS_PER_SESSION_MAX`; every acquire
     // also leaves an outcome, bounded per session, so the sessions' share is counted too.
