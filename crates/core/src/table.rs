@@ -138,6 +138,8 @@ struct Lock {
 /// A lock's FIFO queue of waiters. Most held locks have none, so an empty queue is a null
 /// pointer (8 bytes) rather than an empty `VecDeque` (32 bytes) in every lock. Encoded as the
 /// sequence of its waiters, like a `VecDeque`.
+// The Box is the point: it makes the empty case one word instead of a whole `VecDeque`.
+#[allow(clippy::box_collection)]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Queue(Option<Box<VecDeque<Waiter>>>);
 
