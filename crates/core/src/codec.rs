@@ -8,7 +8,9 @@ use crate::LockTable;
 /// Version of the snapshot encoding written by this build.
 /// 2: sessions record the order of their remembered outcomes (`Session::recorded`).
 /// 4: each waiter carries the time its wait ends, and the table indexes waits by it.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 4;
+/// 5: sessions no longer write the locks they hold (with tokens): decoding rebuilds them from the
+///    locks' holders, so that each name is stored once in memory (issue #11).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {

@@ -3,14 +3,20 @@
 //! `LockTable::apply` is the whole state machine. It is deterministic: the same entries in the
 //! same order give the same table on every member, which is what lets Raft replicate it.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use serde::{Deserialize, Serialize};
+use arcstr::ArcStr;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::limits;
 use crate::types::*;
 
+/// Memory: a member may hold a million locks (issue #11), so a held lock costs one heap copy of
+/// its name, shared by `locks` and the holder's `Session::held`, and no queue unless someone
+/// waits (`tests/memory.rs` counts the bytes).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(from = "DecodedTable")]
 pub struct LockTable {
     /// Index of the last applied entry. Fencing tokens are entry indexes, so every token issued
     /// so far is at most this.
@@ -18,18 +24,96 @@ pub struct LockTable {
     sessions: BTreeMap<SessionId, Session>,
     /// Only locks that are held. A lock with waiters is always held: a release hands it over in
     /// the same entry, so "free with a queue" is a state that cannot exist.
-    locks: BTreeMap<String, Lock>,
+    locks: BTreeMap<Name, Lock>,
     /// Every queued wait by the time it ends (leader wall-clock ms): (until_ms, session, seq).
     /// An index over the queues, so the leader finds ended waits without a scan.
     wait_ends: BTreeSet<(u64, SessionId, u64)>,
+}
+
+/// A snapshot's table before the sessions' holds are rebuilt: the fields of [`LockTable`] in
+/// the same order, as written.
+#[derive(Deserialize)]
+struct DecodedTable {
+    last_index: u64,
+    sessions: BTreeMap<SessionId, Session>,
+    locks: BTreeMap<Name, Lock>,
+    wait_ends: BTreeSet<(u64, SessionId, u64)>,
+}
+
+impl From<DecodedTable> for LockTable {
+    /// Rebuild each session's `held` from the holders in `locks`, sharing each name with its lock
+    /// as `apply` does. A lock whose holder's session is missing is left out of every `held`:
+    /// `check_invariants`, which every decode runs, then refuses the table.
+    fn from(d: DecodedTable) -> LockTable {
+        let mut sessions = d.sessions;
+        for (name, lock) in &d.locks {
+            if let Some(s) = sessions.get_mut(&lock.holder.session) {
+                s.held.insert(name.clone());
+            }
+        }
+        LockTable {
+            last_index: d.last_index,
+            sessions,
+            locks: d.locks,
+            wait_ends: d.wait_ends,
+        }
+    }
+}
+
+/// A lock name, shared between the lock and its holder's session: one heap copy per held lock
+/// instead of two. `ArcStr` keeps the length in that copy, so each reference is one word, which
+/// the million entries of a full `locks` and the sessions' `held` sets feel. Encoded as a plain
+/// string.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Name(ArcStr);
+
+impl From<&str> for Name {
+    fn from(name: &str) -> Name {
+        Name(ArcStr::from(name))
+    }
+}
+
+impl std::ops::Deref for Name {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Lets maps keyed by `Name` be searched with a `&str`. Sound because `Name`'s order and
+/// equality are those of the `str` it holds.
+impl Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Name {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Name {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Name, D::Error> {
+        String::deserialize(d).map(|n| Name(ArcStr::from(n)))
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 struct Session {
     secret: u64,
     ttl_ms: u64,
-    /// Locks held, with the token of each grant.
-    held: BTreeMap<String, u64>,
+    /// Locks held (the token of each grant is its lock's holder's). Not written to snapshots:
+    /// `DecodedTable` rebuilds it from `locks`, so that names are shared again after an install.
+    #[serde(skip)]
+    held: BTreeSet<Name>,
     /// Pending Acquire requests by sequence number, with the lock each waits for.
     waiting: BTreeMap<u64, String>,
     /// Final outcomes of recent requests, for exactly-once retries.
@@ -48,7 +132,64 @@ struct Session {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 struct Lock {
     holder: Holder,
-    waiters: VecDeque<Waiter>,
+    waiters: Queue,
+}
+
+/// A lock's FIFO queue of waiters. Most held locks have none, so an empty queue is a null
+/// pointer (8 bytes) rather than an empty `VecDeque` (32 bytes) in every lock. Encoded as the
+/// sequence of its waiters, like a `VecDeque`.
+// The Box is the point: it makes the empty case one word instead of a whole `VecDeque`.
+#[allow(clippy::box_collection)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Queue(Option<Box<VecDeque<Waiter>>>);
+
+impl Queue {
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |q| q.len())
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Waiter> {
+        self.0.iter().flat_map(|q| q.iter())
+    }
+
+    fn push_back(&mut self, w: Waiter) {
+        self.0.get_or_insert_with(Default::default).push_back(w);
+    }
+
+    fn pop_front(&mut self) -> Option<Waiter> {
+        let w = self.0.as_mut()?.pop_front();
+        self.drop_if_empty();
+        w
+    }
+
+    fn remove(&mut self, i: usize) -> Option<Waiter> {
+        let w = self.0.as_mut()?.remove(i);
+        self.drop_if_empty();
+        w
+    }
+
+    /// Keeps "no waiters" one value, so that equal queues compare equal.
+    fn drop_if_empty(&mut self) {
+        if self.0.as_ref().is_some_and(|q| q.is_empty()) {
+            self.0 = None;
+        }
+    }
+}
+
+impl Serialize for Queue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            Some(q) => q.serialize(s),
+            None => <[Waiter]>::serialize(&[], s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Queue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Queue, D::Error> {
+        let q = VecDeque::<Waiter>::deserialize(d)?;
+        Ok(Queue((!q.is_empty()).then(|| Box::new(q))))
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -263,7 +404,7 @@ impl LockTable {
             Session {
                 secret,
                 ttl_ms,
-                held: BTreeMap::new(),
+                held: BTreeSet::new(),
                 waiting: BTreeMap::new(),
                 outcomes: BTreeMap::new(),
                 recorded: VecDeque::new(),
@@ -313,7 +454,7 @@ impl LockTable {
 
     fn position(&self, sid: SessionId, seq: u64) -> u32 {
         let name = &self.sessions[&sid].waiting[&seq];
-        let lock = &self.locks[name];
+        let lock = &self.locks[name.as_str()];
         let i = lock
             .waiters
             .iter()
@@ -335,7 +476,8 @@ impl LockTable {
             return Outcome::Rejected(r);
         }
         let s = &self.sessions[&sid];
-        if let Some(&token) = s.held.get(name) {
+        if s.held.contains(name) {
+            let token = self.locks[name].holder.token;
             return Outcome::Rejected(Rejection::AlreadyHeld { token });
         }
         if let Some((&seq, _)) = s.waiting.iter().find(|(_, n)| n.as_str() == name) {
@@ -353,19 +495,20 @@ impl LockTable {
                         max: limits::LOCKS_MAX,
                     });
                 }
+                let name = Name::from(name);
                 self.locks.insert(
-                    name.to_owned(),
+                    name.clone(),
                     Lock {
                         holder: Holder {
                             session: sid,
                             token: index,
                             granted_at_ms: now_ms,
                         },
-                        waiters: VecDeque::new(),
+                        waiters: Queue::default(),
                     },
                 );
                 let s = self.sessions.get_mut(&sid).expect("live");
-                s.held.insert(name.to_owned(), index);
+                s.held.insert(name);
                 Outcome::Granted { token: index }
             }
             Some(_) if wait_ms == 0 => Outcome::NotGranted,
@@ -395,7 +538,7 @@ impl LockTable {
         let name = s.waiting.remove(&seq).expect("waiting");
         let lock = self
             .locks
-            .get_mut(&name)
+            .get_mut(name.as_str())
             .expect("a queue belongs to a held lock");
         let i = lock
             .waiters
@@ -429,15 +572,15 @@ impl LockTable {
 
     /// Take `name` from its holder and give it to the first waiter, or free it.
     fn hand_over(&mut self, name: &str, index: u64, now_ms: u64, fx: &mut Applied) {
-        let lock = self.locks.get_mut(name).expect("held");
-        let old = lock.holder;
+        let (key, lock) = self.locks.get_key_value(name).expect("held");
+        let (key, old) = (key.clone(), lock.holder);
         let removed = self
             .sessions
             .get_mut(&old.session)
             .expect("holder's session is live")
             .held
             .remove(name);
-        assert_eq!(removed, Some(old.token));
+        assert!(removed, "{name}: holder's session does not record the hold");
         // The first waiter whose wait has not ended gets the lock; the ones before it leave the
         // queue not granted, as an `ExpireWaits` would have made them.
         let next = loop {
@@ -470,7 +613,7 @@ impl LockTable {
             .expect("every waiter belongs to a live session");
         let waited_for = s.waiting.remove(&next.seq);
         assert_eq!(waited_for.as_deref(), Some(name));
-        s.held.insert(name.to_owned(), index);
+        s.held.insert(key);
         self.record(next.session, next.seq, Outcome::Granted { token: index });
         fx.handoffs.push(Handoff {
             name: name.to_owned(),
@@ -491,7 +634,7 @@ impl LockTable {
             }
         }
         for id in ids {
-            let held: Vec<String> = self.sessions[id].held.keys().cloned().collect();
+            let held: Vec<Name> = self.sessions[id].held.iter().cloned().collect();
             for name in held {
                 self.hand_over(&name, index, now_ms, fx);
             }
@@ -580,18 +723,18 @@ impl LockTable {
                 .sessions
                 .get(&h.session)
                 .ok_or_else(|| format!("{name}: holder session {} is not live", h.session))?;
-            if s.held.get(name) != Some(&h.token) {
+            if !s.held.contains(name) {
                 return Err(format!("{name}: holder's session does not record the hold"));
             }
             if lock.waiters.len() > limits::WAITERS_PER_LOCK_MAX {
                 return Err(format!("{name}: queue over its limit"));
             }
-            for w in &lock.waiters {
+            for w in lock.waiters.iter() {
                 let s = self
                     .sessions
                     .get(&w.session)
                     .ok_or_else(|| format!("{name}: waiter session {} not live", w.session))?;
-                if s.waiting.get(&w.seq).map(String::as_str) != Some(name.as_str()) {
+                if s.waiting.get(&w.seq).map(String::as_str) != Some(&**name) {
                     return Err(format!(
                         "{name}: waiter {}/{} not recorded",
                         w.session, w.seq
@@ -627,7 +770,7 @@ impl LockTable {
                     "session {id}: request {seq} both waits and is done"
                 ));
             }
-            for name in s.held.keys() {
+            for name in &s.held {
                 if self.locks.get(name).map(|l| l.holder.session) != Some(*id) {
                     return Err(format!("session {id}: records a hold of {name} it lacks"));
                 }
@@ -647,7 +790,7 @@ impl LockTable {
             || self
                 .locks
                 .values()
-                .flat_map(|l| &l.waiters)
+                .flat_map(|l| l.waiters.iter())
                 .any(|w| !self.wait_ends.contains(&(w.until_ms, w.session, w.seq)))
         {
             return Err("the index of wait ends disagrees with the queues".into());
@@ -751,24 +894,21 @@ mod tests {
     #[test]
     fn snapshots_that_break_an_invariant_are_refused() {
         type Breaker = fn(&mut LockTable);
-        let breakers: [(&str, Breaker); 7] = [
+        let breakers: [(&str, Breaker); 6] = [
             ("holder's session is gone", |t| {
                 t.sessions.remove(&SessionId(1));
             }),
             ("token above the last index", |t| t.last_index = 2),
             ("holder also waits", |t| {
                 let l = t.locks.get_mut("L").unwrap();
-                l.waiters[0].session = SessionId(1);
-            }),
-            ("a hold not recorded in its session", |t| {
-                t.sessions.get_mut(&SessionId(1)).unwrap().held.clear();
+                l.waiters.0.as_mut().unwrap()[0].session = SessionId(1);
             }),
             ("a queued waiter the session does not know", |t| {
                 t.sessions.get_mut(&SessionId(2)).unwrap().waiting.clear();
             }),
             ("an invalid lock name", |t| {
                 let l = t.locks.remove("L").unwrap();
-                t.locks.insert(String::new(), l);
+                t.locks.insert(Name::from(""), l);
             }),
             ("a request both waiting and done", |t| {
                 let s = t.sessions.get_mut(&SessionId(2)).unwrap();
@@ -787,6 +927,69 @@ mod tests {
                 ),
                 "a snapshot where {what} was accepted"
             );
+        }
+    }
+
+    /// The names a session records as held, as the table stores them.
+    fn held_names(s: &Session) -> Vec<&str> {
+        s.held.iter().map(|n| &**n).collect()
+    }
+
+    /// Regression test for issue #11's memory target: every held lock's name was stored twice,
+    /// once as the lock's key and once in its holder's session, also after a snapshot install.
+    #[test]
+    fn a_held_lock_name_is_stored_once_also_after_a_snapshot_round_trip() {
+        let mut t = valid();
+        let acquire = Command {
+            now_ms: 0,
+            op: Op::Acquire {
+                session: SessionKey {
+                    id: SessionId(2),
+                    secret: 2,
+                },
+                seq: 2,
+                name: "M".into(),
+                wait_ms: 0,
+            },
+        };
+        assert_eq!(t.apply(5, &acquire).outcome, Outcome::Granted { token: 5 });
+        let restored = decode_table(&encode_table(&t)).expect("decodes");
+        assert_eq!(restored, t);
+        for table in [&t, &restored] {
+            assert_eq!(table.locks.len(), 2);
+            for (name, lock) in &table.locks {
+                let held = held_names(&table.sessions[&lock.holder.session]);
+                let copy = held.iter().find(|h| **h == &**name).expect("recorded");
+                assert!(
+                    std::ptr::eq(copy.as_ptr(), name.as_ptr()),
+                    "{name}: the holder's session has its own copy of the name"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn invariants_catch_holds_that_disagree_with_the_locks() {
+        type Breaker = fn(&mut LockTable);
+        let breakers: [(&str, Breaker); 3] = [
+            ("a hold not recorded in its session", |t| {
+                t.sessions.get_mut(&SessionId(1)).unwrap().held.clear();
+            }),
+            ("a hold recorded in another session", |t| {
+                let held = &mut t.sessions.get_mut(&SessionId(1)).unwrap().held;
+                let hold = held.pop_first().unwrap();
+                t.sessions.get_mut(&SessionId(2)).unwrap().held.insert(hold);
+            }),
+            ("a hold of a lock that is free", |t| {
+                let held = &mut t.sessions.get_mut(&SessionId(1)).unwrap().held;
+                let hold = held.first().unwrap().clone();
+                held.insert(Name::from(&*format!("{hold}-free")));
+            }),
+        ];
+        for (what, brk) in breakers {
+            let mut t = valid();
+            brk(&mut t);
+            assert!(t.check_invariants().is_err(), "a table where {what} passed");
         }
     }
 }
