@@ -33,6 +33,8 @@ const ERROR_BACKOFF: Duration = Duration::from_millis(50);
 /// How long the clients get to finish their last operation once the window closed (a
 /// contended queue drains one handoff per client).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the hold workload's fill checks that it still makes progress.
+const FILL_PROGRESS_CHECK: Duration = Duration::from_secs(1);
 /// How long opening every client's session may take.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the probe may try to get a grant after a leader was killed.
@@ -126,6 +128,10 @@ impl Stats {
             .expect("errors lock")
             .entry(error_kind(e).to_owned())
             .or_default() += 1;
+    }
+
+    fn error_count(&self) -> u64 {
+        self.errors.lock().expect("errors lock").values().sum()
     }
 
     fn violation(&self) {
@@ -497,12 +503,25 @@ pub async fn hold(
             }
         });
     }
-    let fill_deadline = tokio::time::Instant::now() + ACQUIRE_TIMEOUT + DRAIN_TIMEOUT;
-    while let Some(joined) = tokio::time::timeout_at(fill_deadline, set.join_next())
-        .await
-        .map_err(|_| anyhow::anyhow!("acquiring {} locks did not end", plan.locks))?
-    {
-        joined.context("a fill task failed")?;
+    // A million locks take minutes to acquire: the fill fails only when it stops making
+    // progress (no grant and no error for an acquire's whole timeout), not after a fixed time.
+    let mut last_progress = (stats.progress.load(Ordering::Relaxed), Instant::now());
+    loop {
+        match tokio::time::timeout(FILL_PROGRESS_CHECK, set.join_next()).await {
+            Ok(Some(joined)) => joined.context("a fill task failed")?,
+            Ok(None) => break,
+            Err(_) => {
+                let done = stats.progress.load(Ordering::Relaxed) + stats.error_count();
+                if done != last_progress.0 {
+                    last_progress = (done, Instant::now());
+                } else if last_progress.1.elapsed() > ACQUIRE_TIMEOUT + DRAIN_TIMEOUT {
+                    anyhow::bail!(
+                        "acquiring {} locks stopped making progress at {done}",
+                        plan.locks
+                    );
+                }
+            }
+        }
     }
     let fill_s = fill_started.elapsed().as_secs_f64();
     let held = guards.lock().expect("guards lock").len() as u64;
