@@ -268,6 +268,19 @@ async fn close_all(workers: Vec<Worker>) {
     .await;
 }
 
+/// One acquire of a workload loop: on failure the error is counted and the loop backs off
+/// before its next try.
+async fn acquire(stats: &Stats, w: &Worker, name: &str) -> Option<LockGuard> {
+    match w.session.lock(name).wait(Some(ACQUIRE_TIMEOUT)).await {
+        Ok(g) => Some(g),
+        Err(e) => {
+            stats.error(&e);
+            tokio::time::sleep(ERROR_BACKOFF).await;
+            None
+        }
+    }
+}
+
 /// Acquire -> release on the worker's own lock until stopped. Every grant's token must be
 /// above the last one this worker saw acknowledged for the lock (across failovers too).
 async fn uncontended_loop(stats: Arc<Stats>, mut w: Worker, name: String, ttl: Duration) -> Worker {
@@ -275,18 +288,8 @@ async fn uncontended_loop(stats: Arc<Stats>, mut w: Worker, name: String, ttl: D
     while !stats.stopped() {
         renew_session(&stats, &mut w, ttl).await;
         let started = Instant::now();
-        let guard = match w
-            .session
-            .lock(name.clone())
-            .wait(Some(ACQUIRE_TIMEOUT))
-            .await
-        {
-            Ok(g) => g,
-            Err(e) => {
-                stats.error(&e);
-                tokio::time::sleep(ERROR_BACKOFF).await;
-                continue;
-            }
+        let Some(guard) = acquire(&stats, &w, &name).await else {
+            continue;
         };
         let granted = Instant::now();
         let in_window = stats.measuring();
@@ -330,18 +333,8 @@ async fn contended_loop(
     while !stats.stopped() {
         renew_session(&stats, &mut w, ttl).await;
         let started = Instant::now();
-        let guard = match w
-            .session
-            .lock(name.clone())
-            .wait(Some(ACQUIRE_TIMEOUT))
-            .await
-        {
-            Ok(g) => g,
-            Err(e) => {
-                stats.error(&e);
-                tokio::time::sleep(ERROR_BACKOFF).await;
-                continue;
-            }
+        let Some(guard) = acquire(&stats, &w, &name).await else {
+            continue;
         };
         let granted = Instant::now();
         let in_window = stats.measuring();
