@@ -230,6 +230,15 @@ impl Leases {
         stale
     }
 
+    /// How long each session's lease has left at `now`, by session (for the simulation's
+    /// probe: one element per session).
+    pub fn remaining(&self, now: Instant) -> Vec<(SessionId, Duration)> {
+        self.sessions
+            .iter()
+            .map(|(id, l)| (*id, l.deadline.saturating_duration_since(now)))
+            .collect()
+    }
+
     /// This node is no longer the leader that resumed the leases.
     pub fn stepped_down(&mut self) {
         self.resumed_term = None;

@@ -383,6 +383,11 @@ impl Node {
             .state
             .read(|t| (t.sessions().collect(), t.last_index()));
         let stale_marks = leases.resume(term, live, now);
+        let resumed = if self.probe.wants_resumed_leases() {
+            leases.remaining(now)
+        } else {
+            Vec::new()
+        };
         drop(leases);
         self.probe.event(
             self.id,
@@ -390,6 +395,7 @@ impl Node {
                 term,
                 applied_index,
                 stale_marks,
+                leases: resumed,
             },
         );
         true

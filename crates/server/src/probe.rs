@@ -6,6 +6,7 @@
 //! to prove that their checkers catch it. Off in every real configuration.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use latchkey_core::SessionId;
 
@@ -23,6 +24,11 @@ pub enum ProbeEvent {
         term: u64,
         applied_index: u64,
         stale_marks: usize,
+        /// Each session's lease as resumed: how long it has left, on this node's clock. Empty
+        /// unless [`Probe::wants_resumed_leases`]: a checker compares each with the client's
+        /// own deadline at that moment (a lease resumed shorter than it is cut short, whether
+        /// or not it later runs out).
+        leases: Vec<(SessionId, Duration)>,
     },
     /// This leader committed a `RenewLeases` for these sessions.
     LeasesRenewedThroughLog { sessions: Vec<SessionId> },
@@ -34,6 +40,12 @@ pub enum ProbeEvent {
 
 pub trait Probe: Send + Sync + 'static {
     fn event(&self, node: u64, event: ProbeEvent);
+
+    /// Whether [`ProbeEvent::LeasesResumed`] should list every lease (one element per session,
+    /// built at each leader change only for a probe that asks).
+    fn wants_resumed_leases(&self) -> bool {
+        false
+    }
 }
 
 pub type SharedProbe = Arc<dyn Probe>;

@@ -63,6 +63,7 @@ impl Coverage {
                     term,
                     applied_index,
                     stale_marks,
+                    ..
                 } => {
                     resumed_terms += 1;
                     c.stale_marks_at_resume += stale_marks;
@@ -205,6 +206,7 @@ mod tests {
             term,
             applied_index: 0,
             stale_marks: 0,
+            leases: Vec::new(),
         };
         probe(&mut h, 1, resumed(1));
         probe(&mut h, 2, ProbeEvent::SnapshotInstalled { last_index: 9 });
@@ -243,6 +245,7 @@ mod tests {
             term: 2,
             applied_index: 6,
             stale_marks: 0,
+            leases: Vec::new(),
         };
         probe(&mut h, 2, resumed.clone());
         let c = Coverage::measure(&h);
@@ -279,6 +282,7 @@ mod tests {
             term: 2,
             applied_index,
             stale_marks: 0,
+            leases: Vec::new(),
         };
         // Node 2 resumed having applied its own first entry of the term (6), as the fixed
         // code does; node 3 resumed having applied only up to 4.

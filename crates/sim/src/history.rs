@@ -166,6 +166,12 @@ pub struct HistoryData {
     /// last acknowledged renewal + TTL − margin, on the client's drifting clock), converted to
     /// true time. Only grows: the library never moves a deadline back.
     pub client_deadlines: BTreeMap<u64, Duration>,
+    /// Every deadline a client's library computed, in the order they were computed: `(true
+    /// time computed, session, deadline in true time)`. [`Self::client_deadlines`] is its
+    /// running maximum at the end; the resume check needs it at each moment.
+    pub client_deadline_log: Vec<(Duration, u64, Duration)>,
+    /// Every time a leader resumed the leases: each session's lease end, in true time.
+    pub resumed_leases: Vec<ResumedLeases>,
     /// Every term a node began as leader: what it knew was committed when it appended its
     /// first entry of the term.
     pub term_starts: Vec<TermStart>,
@@ -182,6 +188,17 @@ pub struct Probed {
     pub at: Duration,
     pub node: u64,
     pub event: ProbeEvent,
+}
+
+/// A leader resumed every lease (`ProbeEvent::LeasesResumed`, with the leases).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumedLeases {
+    pub at: Duration,
+    pub node: u64,
+    pub term: u64,
+    /// `(session, true time its resumed lease ends)`: the end on the node's own clock,
+    /// converted with that clock's drift.
+    pub until: Vec<(u64, Duration)>,
 }
 
 /// A node appended its first entry of `term` as its leader.
@@ -235,6 +252,8 @@ impl History {
         self.with(|h| {
             let d = h.client_deadlines.entry(session).or_default();
             *d = (*d).max(deadline);
+            h.client_deadline_log
+                .push((crate::clock::true_now(), session, deadline));
         });
     }
 
@@ -251,6 +270,8 @@ impl History {
             healed_at: h.healed_at,
             probed: h.probed.clone(),
             client_deadlines: h.client_deadlines.clone(),
+            client_deadline_log: h.client_deadline_log.clone(),
+            resumed_leases: h.resumed_leases.clone(),
             term_starts: h.term_starts.clone(),
             last_appended: h.last_appended.clone(),
             next_id: h.next_id,

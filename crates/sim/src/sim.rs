@@ -31,7 +31,7 @@ use crate::checkers::{self, CheckConfig, Violation};
 use crate::client::{self, ClientControl, ClientSetup, IdleSetup};
 use crate::clock::{DriftClock, SeededEntropy, DRIFT_PPM_MAX};
 use crate::coverage::Coverage;
-use crate::history::{History, Probed};
+use crate::history::{History, Probed, ResumedLeases};
 use crate::net::{self, SimConnector, PORT};
 use crate::resource::Resource;
 use crate::store::{Disk, DiskConfig, SharedDisk, SimLogStore};
@@ -228,11 +228,15 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
                 tolerate_log_reversion: config.disk.ack_before_fsync,
                 ..config.plant
             };
+            let clock = Arc::new(DriftClock::new(setup.drift_ppm, setup.wall_offset_ms));
             let env = Env {
-                clock: Arc::new(DriftClock::new(setup.drift_ppm, setup.wall_offset_ms)),
+                clock: clock.clone(),
                 connector: Arc::new(SimConnector),
                 entropy: Arc::new(SeededEntropy::new(seed)),
-                probe: Arc::new(HistoryProbe(history.clone())),
+                probe: Arc::new(HistoryProbe {
+                    history: history.clone(),
+                    clock,
+                }),
             };
             run_with_store(
                 net::incoming(listener),
@@ -248,12 +252,37 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
 }
 
 /// Records what the nodes report through the probe, in true time.
-struct HistoryProbe(History);
+struct HistoryProbe {
+    history: History,
+    /// The node's own clock, to convert the leases it resumed into true time.
+    clock: Arc<DriftClock>,
+}
 
 impl latchkey_server::Probe for HistoryProbe {
-    fn event(&self, node: u64, event: latchkey_server::ProbeEvent) {
+    fn event(&self, node: u64, mut event: latchkey_server::ProbeEvent) {
         let at = crate::clock::true_now();
-        self.0.with(|h| h.probed.push(Probed { at, node, event }));
+        if let latchkey_server::ProbeEvent::LeasesResumed { term, leases, .. } = &mut event {
+            // Kept apart from `probed`, converted to true time: one element per session.
+            let until = std::mem::take(leases)
+                .into_iter()
+                .map(|(id, left)| (id.0, at + self.clock.true_duration(left)))
+                .collect();
+            let term = *term;
+            self.history.with(|h| {
+                h.resumed_leases.push(ResumedLeases {
+                    at,
+                    node,
+                    term,
+                    until,
+                })
+            });
+        }
+        self.history
+            .with(|h| h.probed.push(Probed { at, node, event }));
+    }
+
+    fn wants_resumed_leases(&self) -> bool {
+        true
     }
 }
 
