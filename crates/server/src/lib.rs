@@ -4,8 +4,11 @@
 //! - [`run`] serves a node on a listener until a shutdown signal; tests call it directly.
 //! - `node`: storage, the openraft node, leases and the leader's duties (restart leases on
 //!   election, propose expiries).
-//! - `service`: the client `Locks` gRPC service; `peer`: the `RaftPeer` service and the network
-//!   client openraft uses. Separate services, separate message limits.
+//! - `ops`: the node's operations in domain types (propose, linearizable read, acquire,
+//!   keepalive, status); the lease task and the service call them.
+//! - `service`: the client `Locks` gRPC service, protobuf <-> `ops`; `peer`: the `RaftPeer`
+//!   service and the network client openraft uses. Separate services, separate message limits.
+//!   Protobuf types stop at these two.
 //! - `leases`: session deadlines on the leader's monotonic clock.
 //! - `waiters`: long-polling Acquire calls, woken by the apply observer.
 //! - `clock`: the seam through which the server reads time.
@@ -16,6 +19,7 @@ mod error;
 pub mod leases;
 mod metrics;
 mod node;
+mod ops;
 mod peer;
 pub mod probe;
 mod service;
@@ -300,9 +304,13 @@ where
     let duties = tokio::spawn(node.clone().lease_duties(renewals));
     let metrics = metrics_listener.map(|listener| {
         let stop = node.shutdown.clone();
-        tokio::spawn(metrics::serve(listener, node.clone(), async move {
-            stop.cancelled().await
-        }))
+        let status_of = node.clone();
+        tokio::spawn(metrics::serve(
+            listener,
+            node.metrics.clone(),
+            move || status_of.status().gauges(),
+            async move { stop.cancelled().await },
+        ))
     });
 
     let locks = LocksServer::new(service::LocksService::new(node.clone()))

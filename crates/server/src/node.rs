@@ -1,7 +1,7 @@
 //! One member of a Raft group: storage, the openraft node, the lease table, and the leader's
 //! duties (restarting leases on election, proposing expiries).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +11,6 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use latchkey_log_store::LogStore;
-use latchkey_proto::v1 as pb;
 use latchkey_raft::{LockStateMachine, Raft, StateHandle, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, ReadPolicy, ServerState};
@@ -525,41 +524,6 @@ impl Node {
                 self.leases.lock().expect("leases lock").expiry_failed(&due);
                 false
             }
-        }
-    }
-
-    pub fn status(&self) -> pb::NodeStatusResponse {
-        let m = self.raft.metrics().borrow_watched().clone();
-        let role = match m.state {
-            ServerState::Leader => "leader",
-            ServerState::Follower => "follower",
-            ServerState::Candidate => "candidate",
-            ServerState::Learner => "learner",
-            ServerState::Shutdown => "shutdown",
-        };
-        let membership = m.membership_config.membership();
-        let voters: BTreeSet<u64> = membership.voter_ids().collect();
-        let members = membership
-            .nodes()
-            .filter(|(id, _)| voters.contains(id))
-            .map(|(id, n)| pb::Member {
-                id: *id,
-                addr: n.addr.clone(),
-            })
-            .collect();
-        let (sessions, locks) = self
-            .state
-            .read(|t| (t.session_count() as u64, t.lock_count() as u64));
-        pb::NodeStatusResponse {
-            id: self.id,
-            role: role.to_owned(),
-            term: m.current_term,
-            last_log_index: m.last_log_index.unwrap_or(0),
-            applied_index: m.last_applied.map(|l| l.index).unwrap_or(0),
-            leader_id: m.current_leader.unwrap_or(0),
-            members,
-            sessions,
-            locks,
         }
     }
 }
