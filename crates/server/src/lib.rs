@@ -1,7 +1,10 @@
 //! The latchkey server: one member of a Raft group serving the lock API.
 //!
 //! Layout:
-//! - [`run`] serves a node on a listener until a shutdown signal; tests call it directly.
+//! - [`run`] serves a node on a TCP listener until a shutdown signal; tests call it directly.
+//!   [`run_with`] is the one entry point beneath it, with the connections, the environment and
+//!   the log store supplied (the simulation's). Both take a [`ValidConfig`]: a configuration is
+//!   checked once, where it is built.
 //! - `node`: storage, the openraft node, leases and the leader's duties (restart leases on
 //!   election, propose expiries).
 //! - `ops`: the node's operations in domain types (propose, linearizable read, acquire,
@@ -48,7 +51,8 @@ pub use peer::{PeerConnector, SharedConnector, TcpConnector};
 pub use probe::{NoProbe, Plant, Probe, ProbeEvent, SharedProbe};
 
 /// How one node runs. Build with [`ServerConfig::single`] or [`ServerConfig::cluster`], then
-/// adjust the timing fields if needed; [`ServerConfig::validate`] runs at start.
+/// adjust the timing fields if needed, then check it with [`ServerConfig::validate`]: [`run`] and
+/// [`run_with`] take only the [`ValidConfig`] it returns.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub id: u64,
@@ -121,28 +125,35 @@ impl ServerConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    /// Check the configuration once, where it is built; [`run`] and [`run_with`] take only a
+    /// checked one. Nothing here looks at `listen`, so [`ValidConfig::listening_on`] keeps a
+    /// checked configuration checked.
+    pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         if self.id == 0 {
-            return Err("node id must be at least 1".into());
+            return Err(ConfigError::IdZero);
         }
         if !self.peers.is_empty() && !self.peers.contains_key(&self.id) {
-            return Err(format!(
-                "this node's id {} is not in --peers ({})",
-                self.id,
-                self.peers
+            return Err(ConfigError::NotAMember {
+                id: self.id,
+                members: self
+                    .peers
                     .keys()
                     .map(u64::to_string)
                     .collect::<Vec<_>>()
-                    .join(",")
-            ));
+                    .join(","),
+            });
         }
         if self.heartbeat_ms == 0 || self.heartbeat_ms * 3 > self.election_timeout_min_ms {
-            return Err(
-                "heartbeat must be non-zero and at most a third of the election timeout".into(),
-            );
+            return Err(ConfigError::HeartbeatTooLong {
+                heartbeat_ms: self.heartbeat_ms,
+                election_timeout_min_ms: self.election_timeout_min_ms,
+            });
         }
         if self.election_timeout_min_ms >= self.election_timeout_max_ms {
-            return Err("election timeout min must be below max".into());
+            return Err(ConfigError::ElectionTimeoutRange {
+                min_ms: self.election_timeout_min_ms,
+                max_ms: self.election_timeout_max_ms,
+            });
         }
         if self.election_timeout_max_ms * 2 > limits::SESSION_TTL_MS_DEFAULT {
             // A leader change must fit well inside a lease, or failovers would expire sessions
@@ -153,9 +164,9 @@ impl ServerConfig {
             );
         }
         if self.snapshot_every_entries == 0 {
-            return Err("snapshot interval must be at least one entry".into());
+            return Err(ConfigError::NoSnapshotInterval);
         }
-        Ok(())
+        Ok(ValidConfig(self))
     }
 
     fn raft_config(&self) -> openraft::Config {
@@ -202,10 +213,49 @@ impl ServerConfig {
     }
 }
 
+/// Why a [`ServerConfig`] is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("node id must be at least 1")]
+    IdZero,
+    #[error("this node's id {id} is not in --peers ({members})")]
+    NotAMember { id: u64, members: String },
+    #[error("heartbeat must be non-zero and at most a third of the election timeout")]
+    HeartbeatTooLong {
+        heartbeat_ms: u64,
+        election_timeout_min_ms: u64,
+    },
+    #[error("election timeout min must be below max")]
+    ElectionTimeoutRange { min_ms: u64, max_ms: u64 },
+    #[error("snapshot interval must be at least one entry")]
+    NoSnapshotInterval,
+}
+
+/// A [`ServerConfig`] that passed [`ServerConfig::validate`]. Read it as a `ServerConfig`.
+#[derive(Debug, Clone)]
+pub struct ValidConfig(ServerConfig);
+
+impl ValidConfig {
+    /// The same configuration at the address its listener got (with port 0 the kernel picks
+    /// one, known only after binding). Validation does not look at `listen`.
+    pub fn listening_on(mut self, listen: SocketAddr) -> ValidConfig {
+        self.0.listen = listen;
+        self
+    }
+}
+
+impl std::ops::Deref for ValidConfig {
+    type Target = ServerConfig;
+    fn deref(&self) -> &ServerConfig {
+        &self.0
+    }
+}
+
 /// Serve one node on `listener` until `shutdown` completes, then stop every task and return.
+/// The log is the redb store in `config.data_dir`.
 pub async fn run(
     listener: TcpListener,
-    config: ServerConfig,
+    config: ValidConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // Every accepted socket gets TCP_NODELAY: a gRPC response is one small write, and with
@@ -218,7 +268,8 @@ pub async fn run(
             }
         })
     });
-    run_with(incoming, config, Env::real(), shutdown).await
+    let log_store = node::Node::open_log_store(&config)?;
+    run_with(incoming, config, Env::real(), log_store, shutdown).await
 }
 
 /// What the server needs from the world besides its data dir: time and the network. Tests and
@@ -244,31 +295,13 @@ impl Env {
     }
 }
 
-/// [`run`] with the connections and the environment supplied: `incoming` yields accepted
-/// client and peer connections (any transport tonic can serve), `env` gives the clock and the
-/// connector used to reach peers.
-pub async fn run_with<I, IO, IE>(
+/// [`run`] with everything from outside supplied: `incoming` yields accepted client and peer
+/// connections (any transport tonic can serve), `env` gives the clock, entropy, probe and the
+/// connector used to reach peers, and `log_store` is the log (the redb one, or a simulation's
+/// that can lose unsynced writes).
+pub async fn run_with<I, IO, IE, LS>(
     incoming: I,
-    config: ServerConfig,
-    env: Env,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()>
-where
-    I: Stream<Item = Result<IO, IE>>,
-    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
-    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    config
-        .validate()
-        .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
-    let log_store = node::Node::open_log_store(&config)?;
-    run_with_store(incoming, config, env, log_store, shutdown).await
-}
-
-/// [`run_with`] on a log store supplied by the caller (a simulation's fault-injecting one).
-pub async fn run_with_store<I, IO, IE, LS>(
-    incoming: I,
-    config: ServerConfig,
+    config: ValidConfig,
     env: Env,
     log_store: LS,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -279,9 +312,7 @@ where
     IE: Into<Box<dyn std::error::Error + Send + Sync>>,
     LS: NodeLogStore,
 {
-    config
-        .validate()
-        .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
+    let config = config.0;
     // Bind everything that can fail before the node starts, so a refused start leaves no
     // task behind.
     let metrics_listener = match config.metrics_listen {

@@ -2,6 +2,7 @@
 //! duties (restarting leases on election, proposing expiries).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -101,53 +102,46 @@ fn members_text(members: &BTreeMap<u64, String>) -> String {
         .join(",")
 }
 
+/// A data dir belongs to one member list for life: a node restarted with another list would
+/// form a different cluster around the same log. The one comparison of a recorded member list
+/// (the `members` file, or the log's own record) with the one this node was started with.
+fn check_members(dir: &Path, recorded: &str, given: &str) -> Result<(), StartError> {
+    if recorded == given {
+        return Ok(());
+    }
+    Err(StartError::MembersMismatch {
+        dir: dir.display().to_string(),
+        recorded: recorded.to_owned(),
+        given: given.to_owned(),
+    })
+}
+
+fn data_dir_error(dir: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
+    move |source| StartError::DataDir {
+        dir: dir.display().to_string(),
+        source,
+    }
+}
+
 impl Node {
-    /// Open the redb log in the data dir, after checking that the dir belongs to this member
-    /// list.
+    /// Open the redb log in the data dir, after checking the dir's `members` file against this
+    /// member list.
     ///
     /// The check comes first and reads only `members`, a small file next to the log: opening
     /// the log may write to it (redb repairs a log after a crash), and a refused start must
-    /// leave the data dir as it was. The log's own record (`META_MEMBERS`) stays the authority
-    /// for data dirs from before the file existed.
+    /// leave the data dir as it was. The log's own record (`META_MEMBERS`), checked by
+    /// [`Node::start`], stays the authority for data dirs from before the file existed.
     pub fn open_log_store(config: &ServerConfig) -> Result<LogStore<TypeConfig>, StartError> {
         let dir = &config.data_dir;
-        let data_dir_error = |source| StartError::DataDir {
-            dir: dir.display().to_string(),
-            source,
-        };
         let given = members_text(&config.members());
-        let members_file = dir.join(MEMBERS_FILE);
-        let mismatch = |recorded: String| StartError::MembersMismatch {
-            dir: dir.display().to_string(),
-            recorded,
-            given: given.clone(),
-        };
-        let recorded = match std::fs::read_to_string(&members_file) {
-            Ok(recorded) => Some(recorded.trim().to_owned()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(data_dir_error(e)),
-        };
-        if let Some(recorded) = &recorded {
-            if *recorded != given {
-                return Err(mismatch(recorded.clone()));
-            }
+        match std::fs::read_to_string(dir.join(MEMBERS_FILE)) {
+            Ok(recorded) => check_members(dir, recorded.trim(), &given)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(data_dir_error(dir)(e)),
         }
-        std::fs::create_dir_all(dir).map_err(data_dir_error)?;
-        let store = LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
-            .map_err(|e| StartError::LogStore(e.to_string()))?;
-        if recorded.is_none() {
-            if let Some(in_log) = store
-                .read_meta(META_MEMBERS)
-                .map_err(|e| StartError::LogStore(e.to_string()))?
-            {
-                let in_log = String::from_utf8_lossy(&in_log).into_owned();
-                if in_log != given {
-                    return Err(mismatch(in_log));
-                }
-            }
-            write_durably(dir, MEMBERS_FILE, given.as_bytes()).map_err(data_dir_error)?;
-        }
-        Ok(store)
+        std::fs::create_dir_all(dir).map_err(data_dir_error(dir))?;
+        LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
+            .map_err(|e| StartError::LogStore(e.to_string()))
     }
 
     pub async fn start<LS: NodeLogStore>(
@@ -157,32 +151,23 @@ impl Node {
     ) -> Result<(Arc<Node>, mpsc::Receiver<RenewRequest>), StartError> {
         let clock = env.clock.clone();
         let dir = config.data_dir.clone();
-        std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
-            dir: dir.display().to_string(),
-            source,
-        })?;
+        std::fs::create_dir_all(&dir).map_err(data_dir_error(&dir))?;
 
-        // A data dir belongs to one member list for life: a node restarted with another list
-        // would form a different cluster around the same log.
+        // The log's record of the member list, then the file beside it (written only once the
+        // log's record agrees, so a refused start leaves no file naming the wrong list).
         let members = config.members();
         let given = members_text(&members);
         match log_store
             .read_node_meta(META_MEMBERS)
             .map_err(StartError::LogStore)?
         {
-            Some(recorded) => {
-                let recorded = String::from_utf8_lossy(&recorded).into_owned();
-                if recorded != given {
-                    return Err(StartError::MembersMismatch {
-                        dir: dir.display().to_string(),
-                        recorded,
-                        given,
-                    });
-                }
-            }
+            Some(recorded) => check_members(&dir, &String::from_utf8_lossy(&recorded), &given)?,
             None => log_store
                 .write_node_meta(META_MEMBERS, given.as_bytes())
                 .map_err(StartError::LogStore)?,
+        }
+        if !dir.join(MEMBERS_FILE).exists() {
+            write_durably(&dir, MEMBERS_FILE, given.as_bytes()).map_err(data_dir_error(&dir))?;
         }
 
         let leases = Arc::new(Mutex::new(Leases::new(config.plant)));
