@@ -33,7 +33,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use latchkey_core::limits;
@@ -97,8 +96,8 @@ impl ServerConfig {
             heartbeat_ms: limits::HEARTBEAT_MS_DEFAULT,
             election_timeout_min_ms: limits::ELECTION_TIMEOUT_MS_MIN_DEFAULT,
             election_timeout_max_ms: limits::ELECTION_TIMEOUT_MS_MAX_DEFAULT,
-            snapshot_every_entries: 10_000,
-            log_kept_after_snapshot: 1_000,
+            snapshot_every_entries: limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT,
+            log_kept_after_snapshot: limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT,
             metrics_listen: None,
             plant: Plant::default(),
         }
@@ -205,11 +204,6 @@ impl ServerConfig {
             enable_pre_vote: Some(true),
             ..Default::default()
         }
-    }
-
-    /// How often the leader re-checks leases even when no deadline is near.
-    fn lease_tick(&self) -> Duration {
-        Duration::from_millis(100)
     }
 }
 

@@ -231,7 +231,7 @@ impl Node {
             }
         }
 
-        let (renew_tx, renew_rx) = mpsc::channel(RENEW_QUEUE_CAPACITY);
+        let (renew_tx, renew_rx) = mpsc::channel(limits::RENEW_QUEUE_CAPACITY);
         let node = Arc::new(Node {
             id: config.id,
             raft,
@@ -279,7 +279,9 @@ impl Node {
                     led_term = Some(term);
                     retry_at = None;
                 } else {
-                    retry_at = Some(self.clock.now() + LEASE_WRITE_RETRY);
+                    retry_at = Some(
+                        self.clock.now() + Duration::from_millis(limits::LEASE_WRITE_RETRY_MS),
+                    );
                 }
             }
             if led_term.is_some() && retry_at.is_none_or(|t| self.clock.now() >= t) {
@@ -291,13 +293,15 @@ impl Node {
                     self.log_marks().await && self.expire_due().await && self.expire_waits().await;
                 // A write that failed (typically "not the leader" in the moment around an
                 // election) is retried after a pause, not in a tight loop.
-                retry_at = (!written).then(|| self.clock.now() + LEASE_WRITE_RETRY);
+                retry_at = (!written).then(|| {
+                    self.clock.now() + Duration::from_millis(limits::LEASE_WRITE_RETRY_MS)
+                });
             }
             // Only a leader acts on deadlines (a follower's are stale and would wake it in a
             // busy loop).
             let wake = {
                 let now = self.clock.now();
-                let cap = now + self.config.lease_tick();
+                let cap = now + Duration::from_millis(limits::LEASE_TICK_MS);
                 let next = match (led_term, retry_at) {
                     (None, _) => None,
                     (Some(_), Some(t)) => Some(t),
@@ -340,7 +344,7 @@ impl Node {
     async fn resume_leases(&self, term: u64) -> bool {
         if !self.config.plant.resume_before_applied {
             let confirmed = tokio::time::timeout(
-                PROPOSE_TIMEOUT,
+                Duration::from_millis(limits::PROPOSE_TIMEOUT_MS),
                 self.raft.ensure_linearizable(ReadPolicy::ReadIndex),
             )
             .await;
@@ -519,13 +523,3 @@ pub struct RenewRequest {
     pub sessions: Vec<(SessionId, tokio::time::Instant)>,
     pub reply: oneshot::Sender<Result<Vec<SessionId>, ApiError>>,
 }
-
-/// Keepalive batches queued for the lease task; beyond it keepalives wait (and, past their
-/// deadline, the client retries).
-pub const RENEW_QUEUE_CAPACITY: usize = 256;
-
-/// Pause before the lease task retries a mark or expiry that failed to commit.
-const LEASE_WRITE_RETRY: Duration = Duration::from_millis(50);
-
-/// Bounded waits for proposals: a minority leader must answer "unavailable", not hang.
-pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);

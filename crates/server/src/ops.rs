@@ -171,7 +171,7 @@ impl Node {
             op,
         };
         let resp = tokio::time::timeout(
-            crate::node::PROPOSE_TIMEOUT,
+            Duration::from_millis(limits::PROPOSE_TIMEOUT_MS),
             self.raft.client_write(cmd.into()),
         )
         .await
