@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use latchkey_server::ServerConfig;
+use latchkey_server::{ConfigError, ServerConfig, ValidConfig};
 use tokio::net::TcpListener;
 
 use crate::ServeArgs;
@@ -65,11 +65,13 @@ pub fn parse_ms_range(text: &str) -> Result<(u64, u64), String> {
     Ok((min, max))
 }
 
-/// The server configuration the flags describe (not yet validated).
-pub fn config(args: &ServeArgs, listen: std::net::SocketAddr) -> ServerConfig {
+/// The server configuration the flags describe, checked: built and validated once, before
+/// anything binds or touches the data dir. Its `listen` is the flag's; [`serve`] moves it to the
+/// address the listener got.
+pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
     let mut config = ServerConfig::cluster(
         args.id,
-        listen,
+        args.listen,
         args.data_dir.clone(),
         args.peers.clone().unwrap_or_default().0,
     );
@@ -80,34 +82,30 @@ pub fn config(args: &ServeArgs, listen: std::net::SocketAddr) -> ServerConfig {
         config.election_timeout_min_ms,
         config.election_timeout_max_ms,
     ) = args.election_timeout_ms;
-    config
+    config.validate()
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Refuse a bad configuration before binding or touching the data dir.
-    config(&args, args.listen)
-        .validate()
-        .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
-    if let Some(peers) = &args.peers {
-        if let Some(mine) = peers.0.get(&args.id) {
-            if args.listen.port() != 0 && mine.parse().ok() != Some(args.listen) {
-                // Not fatal (NAT, 0.0.0.0), but usually a typo that leaves the node unreachable.
-                tracing::warn!(
-                    "--listen {} differs from this node's address {mine} in --peers",
-                    args.listen
-                );
-            }
+    let config = config(&args).context("refusing to start")?;
+    if let Some(mine) = config.peers.get(&config.id) {
+        if config.listen.port() != 0 && mine.parse().ok() != Some(config.listen) {
+            // Not fatal (NAT, 0.0.0.0), but usually a typo that leaves the node unreachable.
+            tracing::warn!(
+                "--listen {} differs from this node's address {mine} in --peers",
+                config.listen
+            );
         }
     }
-    let listener = TcpListener::bind(args.listen)
+    let listener = TcpListener::bind(config.listen)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
     // With port 0 the kernel picks one; record the real address.
     let listen = listener
         .local_addr()
         .context("reading the listen address")?;
     let shutdown = shutdown_signal().context("installing signal handlers")?;
-    latchkey_server::run(listener, config(&args, listen), shutdown).await
+    latchkey_server::run(listener, config.listening_on(listen), shutdown).await
 }
 
 /// Completes on the first SIGINT or SIGTERM.

@@ -34,10 +34,9 @@ pub struct ClientConfig {
 impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
-            connect_timeout: Duration::from_secs(2),
-            // A healthy node answers in milliseconds; 5 s covers an fsync under load without
-            // letting a paused node hold a caller for long.
-            rpc_timeout: Duration::from_secs(5),
+            // Why these values: see the limits.
+            connect_timeout: Duration::from_millis(limits::CLIENT_CONNECT_TIMEOUT_MS_DEFAULT),
+            rpc_timeout: Duration::from_millis(limits::CLIENT_RPC_TIMEOUT_MS_DEFAULT),
             retry: RetryPolicy::default(),
         }
     }

@@ -180,3 +180,62 @@ pub const BENCH_FAILOVER_ROUNDS_MAX: u32 = 100;
 /// leader's group commit busy, far below the requests a node serves at once.
 pub const BENCH_HOLD_FILL_IN_FLIGHT_MAX: usize = 256;
 const _: () = assert!(BENCH_HOLD_FILL_IN_FLIGHT_MAX <= CLIENT_CONCURRENT_REQUESTS_MAX);
+
+/// Deadline of one proposal on the leader (`Node::propose`): a leader cut off from its majority
+/// must answer "unavailable" (`NoQuorum`), not hold the call until the client gives up.
+pub const PROPOSE_TIMEOUT_MS: u64 = 5_000;
+/// A client's deadline for one attempt of a short RPC (`ClientConfig::rpc_timeout`). A healthy
+/// node answers in milliseconds; 5 s covers an fsync under load without letting a paused node
+/// hold a caller for long.
+pub const CLIENT_RPC_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+// A proposal that cannot commit ends on the server no later than the client's attempt, so the
+// client hears "no quorum" (and retries elsewhere) rather than only its own timeout.
+const _: () = assert!(PROPOSE_TIMEOUT_MS <= CLIENT_RPC_TIMEOUT_MS_DEFAULT);
+/// A client's time to open a TCP connection to one endpoint (`ClientConfig::connect_timeout`):
+/// a member that is down is skipped within a fraction of one attempt's deadline.
+pub const CLIENT_CONNECT_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+const _: () = assert!(CLIENT_CONNECT_TIMEOUT_MS_DEFAULT < CLIENT_RPC_TIMEOUT_MS_DEFAULT);
+/// A member's time to open a TCP connection to a peer. openraft retries replication on its own,
+/// so a dead peer needs to cost a replication stream only about a heartbeat's worth of waits.
+pub const PEER_CONNECT_TIMEOUT_MS: u64 = 1_000;
+
+/// Keepalive batches of marked sessions queued for the leader's lease task, which writes their
+/// renewal; beyond it keepalives wait (and, past their deadline, the client retries).
+pub const RENEW_QUEUE_CAPACITY: usize = 256;
+/// How often the leader's lease task re-checks leases even when no deadline is near. Deadlines
+/// wake it on their own; the tick bounds how long it sleeps past a deadline it has not seen yet.
+pub const LEASE_TICK_MS: u64 = 100;
+// Many ticks fit in the shortest lease, so a missed deadline costs a small part of a TTL.
+const _: () = assert!(10 * LEASE_TICK_MS <= SESSION_TTL_MS_MIN);
+/// Pause before the lease task retries a mark or expiry that failed to commit (typically "not
+/// the leader" in the moment around an election): not a tight loop, and within a tick.
+pub const LEASE_WRITE_RETRY_MS: u64 = 50;
+const _: () = assert!(LEASE_WRITE_RETRY_MS <= LEASE_TICK_MS);
+
+/// Default entries between snapshots (`ServerConfig::snapshot_every_entries`); the log before a
+/// snapshot is purged. Enough that snapshots are rare under load, few enough that a restart
+/// replays seconds of entries, not minutes.
+pub const SNAPSHOT_EVERY_ENTRIES_DEFAULT: u64 = 10_000;
+/// Default entries kept behind a snapshot (`ServerConfig::log_kept_after_snapshot`, openraft's
+/// `max_in_snapshot_log_to_keep`), so that a follower a little behind catches up by entries
+/// rather than by a snapshot install.
+pub const LOG_KEPT_AFTER_SNAPSHOT_DEFAULT: u64 = 1_000;
+const _: () = assert!(LOG_KEPT_AFTER_SNAPSHOT_DEFAULT < SNAPSHOT_EVERY_ENTRIES_DEFAULT);
+
+/// Requests waiting for the log store's writer. openraft keeps few log IOs in flight (each
+/// append carries up to `max_payload_entries` entries, and a vote save waits for its answer), so
+/// the queue is rarely full; when it is, submitters wait for room, which pushes back on the Raft
+/// core instead of growing memory.
+pub const LOG_WRITE_QUEUE_CAPACITY: usize = 1_024;
+/// Requests written by one log-store transaction. Bounds the time one commit takes (and so the
+/// latency of the first request in it) while still sharing an fsync among everything that
+/// queued up.
+pub const LOG_WRITE_BATCH_REQUESTS_MAX: usize = 1_024;
+const _: () = assert!(LOG_WRITE_BATCH_REQUESTS_MAX >= 1);
+const _: () = assert!(LOG_WRITE_BATCH_REQUESTS_MAX <= LOG_WRITE_QUEUE_CAPACITY);
+/// redb's page cache. Its default, 1 GiB, would let a long-running node's resident memory grow
+/// toward a gigabyte of cached log pages that are rarely read again: entries are read back only
+/// to replicate the recent tail (usually still in the writer's pending set) and when a follower
+/// catches up. 64 MiB holds several hundred thousand recent entries, far more than
+/// `SNAPSHOT_EVERY_ENTRIES_DEFAULT` keeps between snapshots (issue #11, hold workload).
+pub const LOG_CACHE_BYTES: usize = 64 * 1024 * 1024;

@@ -35,21 +35,16 @@ use openraft::{LogState, OptionalSend, RaftLogReader, RaftTypeConfig};
 use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
+// Every bound of the store (queue, batch, cache), with its reason, is in the core's limits.
+use latchkey_core::limits;
+
 pub use codec::VALUE_FORMAT_VERSION;
 use pending::Pending;
 use writer::{BeforeCommit, Op, Request};
-pub use writer::{WRITE_BATCH_REQUESTS_MAX, WRITE_QUEUE_CAPACITY};
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
 const STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_state");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("app_meta");
-
-/// redb's page cache. Its default, 1 GiB, would let a long-running node's resident memory grow
-/// toward a gigabyte of cached log pages that are rarely read again: entries are read back only
-/// to replicate the recent tail (usually still in the writer's pending set) and when a follower
-/// catches up. 64 MiB holds several hundred thousand recent entries, far more than
-/// `snapshot_every_entries` keeps between snapshots by default (issue #11, hold workload).
-pub const CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 const KEY_VOTE: &str = "vote";
 const KEY_COMMITTED: &str = "committed";
@@ -193,7 +188,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
         before_commit: Option<BeforeCommit>,
     ) -> Result<LogStore<C>, LogStoreError> {
         let db = redb::Builder::new()
-            .set_cache_size(CACHE_BYTES)
+            .set_cache_size(limits::LOG_CACHE_BYTES)
             .create(path)
             .map_err(|source| LogStoreError::Open {
                 path: path.to_path_buf(),
@@ -209,7 +204,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
         let db = Arc::new(db);
         let pending = Arc::new(Mutex::new(Pending::new()));
         let counters = Arc::new(Counters::default());
-        let (tx, rx) = mpsc::channel(WRITE_QUEUE_CAPACITY);
+        let (tx, rx) = mpsc::channel(limits::LOG_WRITE_QUEUE_CAPACITY);
         let writer = std::thread::Builder::new()
             .name("latchkey-log-writer".into())
             .spawn({

@@ -1,7 +1,7 @@
 //! The one thread that writes the log file: group commit.
 //!
 //! It sleeps until a request arrives, then takes every request already waiting (up to
-//! [`WRITE_BATCH_REQUESTS_MAX`]) and writes them, in submission order, in ONE redb transaction
+//! `limits::LOG_WRITE_BATCH_REQUESTS_MAX`) and writes them, in submission order, in ONE redb transaction
 //! committed with `Durability::Immediate` (fsync). Only after that commit returns does it tell the
 //! submitters: an append's `IOFlushed` callback fires, a vote save returns. Many entries therefore
 //! share one fsync, and nothing is acknowledged before it is on disk.
@@ -17,18 +17,9 @@ use redb::{Database, Durability};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::pending::Pending;
-use crate::{lock, Counters, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE, LOG, STATE};
+use latchkey_core::limits;
 
-/// Requests waiting for the writer. openraft keeps few log IOs in flight (each append carries up
-/// to `max_payload_entries` entries, and a vote save waits for its answer), so the queue is rarely
-/// full; when it is, submitters wait for room, which pushes back on the Raft core instead of
-/// growing memory.
-pub const WRITE_QUEUE_CAPACITY: usize = 1_024;
-/// Requests written by one transaction. Bounds the time one commit takes (and so the latency of
-/// the first request in it) while still sharing an fsync among everything that queued up.
-pub const WRITE_BATCH_REQUESTS_MAX: usize = 1_024;
-const _: () = assert!(WRITE_BATCH_REQUESTS_MAX >= 1);
-const _: () = assert!(WRITE_BATCH_REQUESTS_MAX <= WRITE_QUEUE_CAPACITY);
+use crate::{lock, Counters, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE, LOG, STATE};
 
 pub(crate) struct Request<C: RaftTypeConfig> {
     pub(crate) seq: u64,
@@ -70,11 +61,11 @@ pub(crate) fn run<C: RaftTypeConfig>(
     mut rx: mpsc::Receiver<Request<C>>,
     mut before_commit: Option<BeforeCommit>,
 ) {
-    let mut batch: Vec<Request<C>> = Vec::with_capacity(WRITE_BATCH_REQUESTS_MAX);
+    let mut batch: Vec<Request<C>> = Vec::with_capacity(limits::LOG_WRITE_BATCH_REQUESTS_MAX);
     // Ends when every handle is gone (the channel closes) and the queue is drained.
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
-        while batch.len() < WRITE_BATCH_REQUESTS_MAX {
+        while batch.len() < limits::LOG_WRITE_BATCH_REQUESTS_MAX {
             match rx.try_recv() {
                 Ok(request) => batch.push(request),
                 Err(_) => break,

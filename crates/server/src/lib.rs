@@ -1,11 +1,17 @@
 //! The latchkey server: one member of a Raft group serving the lock API.
 //!
 //! Layout:
-//! - [`run`] serves a node on a listener until a shutdown signal; tests call it directly.
+//! - [`run`] serves a node on a TCP listener until a shutdown signal; tests call it directly.
+//!   [`run_with`] is the one entry point beneath it, with the connections, the environment and
+//!   the log store supplied (the simulation's). Both take a [`ValidConfig`]: a configuration is
+//!   checked once, where it is built.
 //! - `node`: storage, the openraft node, leases and the leader's duties (restart leases on
 //!   election, propose expiries).
-//! - `service`: the client `Locks` gRPC service; `peer`: the `RaftPeer` service and the network
-//!   client openraft uses. Separate services, separate message limits.
+//! - `ops`: the node's operations in domain types (propose, linearizable read, acquire,
+//!   keepalive, status); the lease task and the service call them.
+//! - `service`: the client `Locks` gRPC service, protobuf <-> `ops`; `peer`: the `RaftPeer`
+//!   service and the network client openraft uses. Separate services, separate message limits.
+//!   Protobuf types stop at these two.
 //! - `leases`: session deadlines on the leader's monotonic clock.
 //! - `waiters`: long-polling Acquire calls, woken by the apply observer.
 //! - `clock`: the seam through which the server reads time.
@@ -16,6 +22,7 @@ mod error;
 pub mod leases;
 mod metrics;
 mod node;
+mod ops;
 mod peer;
 pub mod probe;
 mod service;
@@ -26,7 +33,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use latchkey_core::limits;
@@ -44,7 +50,8 @@ pub use peer::{PeerConnector, SharedConnector, TcpConnector};
 pub use probe::{NoProbe, Plant, Probe, ProbeEvent, SharedProbe};
 
 /// How one node runs. Build with [`ServerConfig::single`] or [`ServerConfig::cluster`], then
-/// adjust the timing fields if needed; [`ServerConfig::validate`] runs at start.
+/// adjust the timing fields if needed, then check it with [`ServerConfig::validate`]: [`run`] and
+/// [`run_with`] take only the [`ValidConfig`] it returns.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub id: u64,
@@ -89,8 +96,8 @@ impl ServerConfig {
             heartbeat_ms: limits::HEARTBEAT_MS_DEFAULT,
             election_timeout_min_ms: limits::ELECTION_TIMEOUT_MS_MIN_DEFAULT,
             election_timeout_max_ms: limits::ELECTION_TIMEOUT_MS_MAX_DEFAULT,
-            snapshot_every_entries: 10_000,
-            log_kept_after_snapshot: 1_000,
+            snapshot_every_entries: limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT,
+            log_kept_after_snapshot: limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT,
             metrics_listen: None,
             plant: Plant::default(),
         }
@@ -117,28 +124,35 @@ impl ServerConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    /// Check the configuration once, where it is built; [`run`] and [`run_with`] take only a
+    /// checked one. Nothing here looks at `listen`, so [`ValidConfig::listening_on`] keeps a
+    /// checked configuration checked.
+    pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         if self.id == 0 {
-            return Err("node id must be at least 1".into());
+            return Err(ConfigError::IdZero);
         }
         if !self.peers.is_empty() && !self.peers.contains_key(&self.id) {
-            return Err(format!(
-                "this node's id {} is not in --peers ({})",
-                self.id,
-                self.peers
+            return Err(ConfigError::NotAMember {
+                id: self.id,
+                members: self
+                    .peers
                     .keys()
                     .map(u64::to_string)
                     .collect::<Vec<_>>()
-                    .join(",")
-            ));
+                    .join(","),
+            });
         }
         if self.heartbeat_ms == 0 || self.heartbeat_ms * 3 > self.election_timeout_min_ms {
-            return Err(
-                "heartbeat must be non-zero and at most a third of the election timeout".into(),
-            );
+            return Err(ConfigError::HeartbeatTooLong {
+                heartbeat_ms: self.heartbeat_ms,
+                election_timeout_min_ms: self.election_timeout_min_ms,
+            });
         }
         if self.election_timeout_min_ms >= self.election_timeout_max_ms {
-            return Err("election timeout min must be below max".into());
+            return Err(ConfigError::ElectionTimeoutRange {
+                min_ms: self.election_timeout_min_ms,
+                max_ms: self.election_timeout_max_ms,
+            });
         }
         if self.election_timeout_max_ms * 2 > limits::SESSION_TTL_MS_DEFAULT {
             // A leader change must fit well inside a lease, or failovers would expire sessions
@@ -149,9 +163,9 @@ impl ServerConfig {
             );
         }
         if self.snapshot_every_entries == 0 {
-            return Err("snapshot interval must be at least one entry".into());
+            return Err(ConfigError::NoSnapshotInterval);
         }
-        Ok(())
+        Ok(ValidConfig(self))
     }
 
     fn raft_config(&self) -> openraft::Config {
@@ -191,17 +205,51 @@ impl ServerConfig {
             ..Default::default()
         }
     }
+}
 
-    /// How often the leader re-checks leases even when no deadline is near.
-    fn lease_tick(&self) -> Duration {
-        Duration::from_millis(100)
+/// Why a [`ServerConfig`] is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("node id must be at least 1")]
+    IdZero,
+    #[error("this node's id {id} is not in --peers ({members})")]
+    NotAMember { id: u64, members: String },
+    #[error("heartbeat must be non-zero and at most a third of the election timeout")]
+    HeartbeatTooLong {
+        heartbeat_ms: u64,
+        election_timeout_min_ms: u64,
+    },
+    #[error("election timeout min must be below max")]
+    ElectionTimeoutRange { min_ms: u64, max_ms: u64 },
+    #[error("snapshot interval must be at least one entry")]
+    NoSnapshotInterval,
+}
+
+/// A [`ServerConfig`] that passed [`ServerConfig::validate`]. Read it as a `ServerConfig`.
+#[derive(Debug, Clone)]
+pub struct ValidConfig(ServerConfig);
+
+impl ValidConfig {
+    /// The same configuration at the address its listener got (with port 0 the kernel picks
+    /// one, known only after binding). Validation does not look at `listen`.
+    pub fn listening_on(mut self, listen: SocketAddr) -> ValidConfig {
+        self.0.listen = listen;
+        self
+    }
+}
+
+impl std::ops::Deref for ValidConfig {
+    type Target = ServerConfig;
+    fn deref(&self) -> &ServerConfig {
+        &self.0
     }
 }
 
 /// Serve one node on `listener` until `shutdown` completes, then stop every task and return.
+/// The log is the redb store in `config.data_dir`.
 pub async fn run(
     listener: TcpListener,
-    config: ServerConfig,
+    config: ValidConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // Every accepted socket gets TCP_NODELAY: a gRPC response is one small write, and with
@@ -214,7 +262,8 @@ pub async fn run(
             }
         })
     });
-    run_with(incoming, config, Env::real(), shutdown).await
+    let log_store = node::Node::open_log_store(&config)?;
+    run_with(incoming, config, Env::real(), log_store, shutdown).await
 }
 
 /// What the server needs from the world besides its data dir: time and the network. Tests and
@@ -240,31 +289,13 @@ impl Env {
     }
 }
 
-/// [`run`] with the connections and the environment supplied: `incoming` yields accepted
-/// client and peer connections (any transport tonic can serve), `env` gives the clock and the
-/// connector used to reach peers.
-pub async fn run_with<I, IO, IE>(
+/// [`run`] with everything from outside supplied: `incoming` yields accepted client and peer
+/// connections (any transport tonic can serve), `env` gives the clock, entropy, probe and the
+/// connector used to reach peers, and `log_store` is the log (the redb one, or a simulation's
+/// that can lose unsynced writes).
+pub async fn run_with<I, IO, IE, LS>(
     incoming: I,
-    config: ServerConfig,
-    env: Env,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()>
-where
-    I: Stream<Item = Result<IO, IE>>,
-    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
-    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    config
-        .validate()
-        .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
-    let log_store = node::Node::open_log_store(&config)?;
-    run_with_store(incoming, config, env, log_store, shutdown).await
-}
-
-/// [`run_with`] on a log store supplied by the caller (a simulation's fault-injecting one).
-pub async fn run_with_store<I, IO, IE, LS>(
-    incoming: I,
-    config: ServerConfig,
+    config: ValidConfig,
     env: Env,
     log_store: LS,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -275,9 +306,7 @@ where
     IE: Into<Box<dyn std::error::Error + Send + Sync>>,
     LS: NodeLogStore,
 {
-    config
-        .validate()
-        .map_err(|e| anyhow::anyhow!("bad configuration: {e}"))?;
+    let config = config.0;
     // Bind everything that can fail before the node starts, so a refused start leaves no
     // task behind.
     let metrics_listener = match config.metrics_listen {
@@ -300,9 +329,13 @@ where
     let duties = tokio::spawn(node.clone().lease_duties(renewals));
     let metrics = metrics_listener.map(|listener| {
         let stop = node.shutdown.clone();
-        tokio::spawn(metrics::serve(listener, node.clone(), async move {
-            stop.cancelled().await
-        }))
+        let status_of = node.clone();
+        tokio::spawn(metrics::serve(
+            listener,
+            node.metrics.clone(),
+            move || status_of.status().gauges(),
+            async move { stop.cancelled().await },
+        ))
     });
 
     let locks = LocksServer::new(service::LocksService::new(node.clone()))

@@ -22,8 +22,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use crate::node::Node;
-
 type Count = Counter<u64, AtomicU64>;
 /// The `method` label of [`Metrics::requests`]: the gRPC method's name in snake case.
 type MethodLabel = [(&'static str, &'static str); 1];
@@ -168,15 +166,32 @@ impl Metrics {
     }
 }
 
-async fn scrape(State(node): State<Arc<Node>>) -> impl IntoResponse {
-    let s = node.status();
-    let m = &node.metrics;
-    m.sessions.set(s.sessions as i64);
-    m.locks.set(s.locks as i64);
-    m.term.set(s.term as i64);
-    m.is_leader.set(i64::from(s.role == "leader"));
-    m.last_log_index.set(s.last_log_index as i64);
-    m.applied_index.set(s.applied_index as i64);
+/// The node's state the gauges show, read at each scrape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gauges {
+    pub sessions: u64,
+    pub locks: u64,
+    pub term: u64,
+    pub is_leader: bool,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+}
+
+/// What a scrape reads: the counters, and the gauges' values from the node.
+struct Scraped {
+    metrics: Arc<Metrics>,
+    gauges: Box<dyn Fn() -> Gauges + Send + Sync>,
+}
+
+async fn scrape(State(scraped): State<Arc<Scraped>>) -> impl IntoResponse {
+    let g = (scraped.gauges)();
+    let m = &scraped.metrics;
+    m.sessions.set(g.sessions as i64);
+    m.locks.set(g.locks as i64);
+    m.term.set(g.term as i64);
+    m.is_leader.set(i64::from(g.is_leader));
+    m.last_log_index.set(g.last_log_index as i64);
+    m.applied_index.set(g.applied_index as i64);
     let mut body = String::new();
     match encode(&mut body, &m.registry) {
         Ok(()) => (
@@ -192,16 +207,22 @@ async fn scrape(State(node): State<Arc<Node>>) -> impl IntoResponse {
     }
 }
 
-/// Serve `/metrics` and `/healthz` until `shutdown`.
+/// Serve `/metrics` and `/healthz` until `shutdown`; `gauges` reads the node's state at each
+/// scrape.
 pub async fn serve(
     listener: TcpListener,
-    node: Arc<Node>,
+    metrics: Arc<Metrics>,
+    gauges: impl Fn() -> Gauges + Send + Sync + 'static,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let scraped = Arc::new(Scraped {
+        metrics,
+        gauges: Box::new(gauges),
+    });
     let app = Router::new()
         .route("/metrics", get(scrape))
         .route("/healthz", get(|| async { "ok\n" }))
-        .with_state(node);
+        .with_state(scraped);
     // TCP_NODELAY as on the gRPC sockets: a scrape's response must not wait for a delayed ACK.
     let listener = listener.tap_io(|stream| {
         if let Err(e) = stream.set_nodelay(true) {

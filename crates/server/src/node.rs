@@ -1,7 +1,8 @@
 //! One member of a Raft group: storage, the openraft node, the lease table, and the leader's
 //! duties (restarting leases on election, proposing expiries).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +12,6 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use latchkey_log_store::LogStore;
-use latchkey_proto::v1 as pb;
 use latchkey_raft::{LockStateMachine, Raft, StateHandle, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, ReadPolicy, ServerState};
@@ -102,53 +102,46 @@ fn members_text(members: &BTreeMap<u64, String>) -> String {
         .join(",")
 }
 
+/// A data dir belongs to one member list for life: a node restarted with another list would
+/// form a different cluster around the same log. The one comparison of a recorded member list
+/// (the `members` file, or the log's own record) with the one this node was started with.
+fn check_members(dir: &Path, recorded: &str, given: &str) -> Result<(), StartError> {
+    if recorded == given {
+        return Ok(());
+    }
+    Err(StartError::MembersMismatch {
+        dir: dir.display().to_string(),
+        recorded: recorded.to_owned(),
+        given: given.to_owned(),
+    })
+}
+
+fn data_dir_error(dir: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
+    move |source| StartError::DataDir {
+        dir: dir.display().to_string(),
+        source,
+    }
+}
+
 impl Node {
-    /// Open the redb log in the data dir, after checking that the dir belongs to this member
-    /// list.
+    /// Open the redb log in the data dir, after checking the dir's `members` file against this
+    /// member list.
     ///
     /// The check comes first and reads only `members`, a small file next to the log: opening
     /// the log may write to it (redb repairs a log after a crash), and a refused start must
-    /// leave the data dir as it was. The log's own record (`META_MEMBERS`) stays the authority
-    /// for data dirs from before the file existed.
+    /// leave the data dir as it was. The log's own record (`META_MEMBERS`), checked by
+    /// [`Node::start`], stays the authority for data dirs from before the file existed.
     pub fn open_log_store(config: &ServerConfig) -> Result<LogStore<TypeConfig>, StartError> {
         let dir = &config.data_dir;
-        let data_dir_error = |source| StartError::DataDir {
-            dir: dir.display().to_string(),
-            source,
-        };
         let given = members_text(&config.members());
-        let members_file = dir.join(MEMBERS_FILE);
-        let mismatch = |recorded: String| StartError::MembersMismatch {
-            dir: dir.display().to_string(),
-            recorded,
-            given: given.clone(),
-        };
-        let recorded = match std::fs::read_to_string(&members_file) {
-            Ok(recorded) => Some(recorded.trim().to_owned()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(data_dir_error(e)),
-        };
-        if let Some(recorded) = &recorded {
-            if *recorded != given {
-                return Err(mismatch(recorded.clone()));
-            }
+        match std::fs::read_to_string(dir.join(MEMBERS_FILE)) {
+            Ok(recorded) => check_members(dir, recorded.trim(), &given)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(data_dir_error(dir)(e)),
         }
-        std::fs::create_dir_all(dir).map_err(data_dir_error)?;
-        let store = LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
-            .map_err(|e| StartError::LogStore(e.to_string()))?;
-        if recorded.is_none() {
-            if let Some(in_log) = store
-                .read_meta(META_MEMBERS)
-                .map_err(|e| StartError::LogStore(e.to_string()))?
-            {
-                let in_log = String::from_utf8_lossy(&in_log).into_owned();
-                if in_log != given {
-                    return Err(mismatch(in_log));
-                }
-            }
-            write_durably(dir, MEMBERS_FILE, given.as_bytes()).map_err(data_dir_error)?;
-        }
-        Ok(store)
+        std::fs::create_dir_all(dir).map_err(data_dir_error(dir))?;
+        LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
+            .map_err(|e| StartError::LogStore(e.to_string()))
     }
 
     pub async fn start<LS: NodeLogStore>(
@@ -158,32 +151,23 @@ impl Node {
     ) -> Result<(Arc<Node>, mpsc::Receiver<RenewRequest>), StartError> {
         let clock = env.clock.clone();
         let dir = config.data_dir.clone();
-        std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
-            dir: dir.display().to_string(),
-            source,
-        })?;
+        std::fs::create_dir_all(&dir).map_err(data_dir_error(&dir))?;
 
-        // A data dir belongs to one member list for life: a node restarted with another list
-        // would form a different cluster around the same log.
+        // The log's record of the member list, then the file beside it (written only once the
+        // log's record agrees, so a refused start leaves no file naming the wrong list).
         let members = config.members();
         let given = members_text(&members);
         match log_store
             .read_node_meta(META_MEMBERS)
             .map_err(StartError::LogStore)?
         {
-            Some(recorded) => {
-                let recorded = String::from_utf8_lossy(&recorded).into_owned();
-                if recorded != given {
-                    return Err(StartError::MembersMismatch {
-                        dir: dir.display().to_string(),
-                        recorded,
-                        given,
-                    });
-                }
-            }
+            Some(recorded) => check_members(&dir, &String::from_utf8_lossy(&recorded), &given)?,
             None => log_store
                 .write_node_meta(META_MEMBERS, given.as_bytes())
                 .map_err(StartError::LogStore)?,
+        }
+        if !dir.join(MEMBERS_FILE).exists() {
+            write_durably(&dir, MEMBERS_FILE, given.as_bytes()).map_err(data_dir_error(&dir))?;
         }
 
         let leases = Arc::new(Mutex::new(Leases::new(config.plant)));
@@ -247,7 +231,7 @@ impl Node {
             }
         }
 
-        let (renew_tx, renew_rx) = mpsc::channel(RENEW_QUEUE_CAPACITY);
+        let (renew_tx, renew_rx) = mpsc::channel(limits::RENEW_QUEUE_CAPACITY);
         let node = Arc::new(Node {
             id: config.id,
             raft,
@@ -295,7 +279,9 @@ impl Node {
                     led_term = Some(term);
                     retry_at = None;
                 } else {
-                    retry_at = Some(self.clock.now() + LEASE_WRITE_RETRY);
+                    retry_at = Some(
+                        self.clock.now() + Duration::from_millis(limits::LEASE_WRITE_RETRY_MS),
+                    );
                 }
             }
             if led_term.is_some() && retry_at.is_none_or(|t| self.clock.now() >= t) {
@@ -307,13 +293,15 @@ impl Node {
                     self.log_marks().await && self.expire_due().await && self.expire_waits().await;
                 // A write that failed (typically "not the leader" in the moment around an
                 // election) is retried after a pause, not in a tight loop.
-                retry_at = (!written).then(|| self.clock.now() + LEASE_WRITE_RETRY);
+                retry_at = (!written).then(|| {
+                    self.clock.now() + Duration::from_millis(limits::LEASE_WRITE_RETRY_MS)
+                });
             }
             // Only a leader acts on deadlines (a follower's are stale and would wake it in a
             // busy loop).
             let wake = {
                 let now = self.clock.now();
-                let cap = now + self.config.lease_tick();
+                let cap = now + Duration::from_millis(limits::LEASE_TICK_MS);
                 let next = match (led_term, retry_at) {
                     (None, _) => None,
                     (Some(_), Some(t)) => Some(t),
@@ -356,7 +344,7 @@ impl Node {
     async fn resume_leases(&self, term: u64) -> bool {
         if !self.config.plant.resume_before_applied {
             let confirmed = tokio::time::timeout(
-                PROPOSE_TIMEOUT,
+                Duration::from_millis(limits::PROPOSE_TIMEOUT_MS),
                 self.raft.ensure_linearizable(ReadPolicy::ReadIndex),
             )
             .await;
@@ -533,41 +521,6 @@ impl Node {
             }
         }
     }
-
-    pub fn status(&self) -> pb::NodeStatusResponse {
-        let m = self.raft.metrics().borrow_watched().clone();
-        let role = match m.state {
-            ServerState::Leader => "leader",
-            ServerState::Follower => "follower",
-            ServerState::Candidate => "candidate",
-            ServerState::Learner => "learner",
-            ServerState::Shutdown => "shutdown",
-        };
-        let membership = m.membership_config.membership();
-        let voters: BTreeSet<u64> = membership.voter_ids().collect();
-        let members = membership
-            .nodes()
-            .filter(|(id, _)| voters.contains(id))
-            .map(|(id, n)| pb::Member {
-                id: *id,
-                addr: n.addr.clone(),
-            })
-            .collect();
-        let (sessions, locks) = self
-            .state
-            .read(|t| (t.session_count() as u64, t.lock_count() as u64));
-        pb::NodeStatusResponse {
-            id: self.id,
-            role: role.to_owned(),
-            term: m.current_term,
-            last_log_index: m.last_log_index.unwrap_or(0),
-            applied_index: m.last_applied.map(|l| l.index).unwrap_or(0),
-            leader_id: m.current_leader.unwrap_or(0),
-            members,
-            sessions,
-            locks,
-        }
-    }
 }
 
 /// Marked sessions that a keepalive found, to renew through the log; answered with the ids
@@ -576,13 +529,3 @@ pub struct RenewRequest {
     pub sessions: Vec<(SessionId, tokio::time::Instant)>,
     pub reply: oneshot::Sender<Result<Vec<SessionId>, ApiError>>,
 }
-
-/// Keepalive batches queued for the lease task; beyond it keepalives wait (and, past their
-/// deadline, the client retries).
-pub const RENEW_QUEUE_CAPACITY: usize = 256;
-
-/// Pause before the lease task retries a mark or expiry that failed to commit.
-const LEASE_WRITE_RETRY: Duration = Duration::from_millis(50);
-
-/// Bounded waits for proposals: a minority leader must answer "unavailable", not hang.
-pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);

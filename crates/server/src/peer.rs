@@ -146,7 +146,7 @@ impl PeerConnector for TcpConnector {
     fn channel(&self, addr: &str) -> Result<Channel, String> {
         Endpoint::from_shared(format!("http://{addr}"))
             .map(|e| {
-                e.connect_timeout(Duration::from_secs(1))
+                e.connect_timeout(Duration::from_millis(limits::PEER_CONNECT_TIMEOUT_MS))
                     .tcp_nodelay(true)
                     .connect_lazy()
             })

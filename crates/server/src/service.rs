@@ -1,22 +1,15 @@
-//! The client-facing `Locks` gRPC service.
-//!
-//! Mutations become Raft log entries stamped with the leader's time; reads and keepalives are
-//! answered only after this node confirmed with a majority that it is still the leader.
+//! The client-facing `Locks` gRPC service: translates protobuf requests to the node's
+//! operations (`ops.rs`) and their answers back. No lock or lease policy lives here.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use latchkey_core::{limits, Command, Op, Outcome, Rejection, SessionId, SessionKey};
+use latchkey_core::{SessionId, SessionKey};
 use latchkey_proto::v1 as pb;
-use openraft::ReadPolicy;
 use tonic::{Request, Response, Status};
 
 use crate::error::ApiError;
-use crate::leases::Renew;
 use crate::node::Node;
-use crate::node::RenewRequest;
-use crate::waiters::{Slot, WaitEnd};
-use tokio::sync::oneshot;
+use crate::ops::{Acquired, LockView, NodeStatus};
 
 pub struct LocksService {
     node: Arc<Node>,
@@ -30,138 +23,62 @@ impl LocksService {
 
 fn session_key(s: Option<pb::Session>) -> Result<SessionKey, ApiError> {
     let s = s.ok_or_else(|| ApiError::Invalid("missing session".into()))?;
-    Ok(SessionKey {
+    Ok(key(s))
+}
+
+fn key(s: pb::Session) -> SessionKey {
+    SessionKey {
         id: SessionId(s.id),
         secret: s.secret,
-    })
-}
-
-fn rejected(o: Outcome) -> ApiError {
-    match o {
-        Outcome::Rejected(r) => ApiError::Rejected(r),
-        other => ApiError::Raft(format!("unexpected outcome {other:?}")),
     }
 }
 
-fn lock_info(info: Option<latchkey_core::LockInfo>, name: &str, now_ms: u64) -> pb::LockInfo {
-    match info {
+fn lock_info(lock: LockView) -> pb::LockInfo {
+    match lock.held {
         None => pb::LockInfo {
-            name: name.to_owned(),
+            name: lock.name,
+            waiters: lock.waiters,
             ..Default::default()
         },
-        Some(i) => {
-            let h = i.holder.expect("listed locks are held");
-            pb::LockInfo {
-                name: i.name,
-                held: true,
-                session: h.session.0,
-                token: h.token,
-                held_for_ms: now_ms.saturating_sub(h.granted_at_ms),
-                waiters: i.waiters,
-            }
-        }
+        Some(h) => pb::LockInfo {
+            name: lock.name,
+            held: true,
+            session: h.session.0,
+            token: h.token,
+            held_for_ms: h.held_for_ms,
+            waiters: lock.waiters,
+        },
     }
 }
 
-impl LocksService {
-    async fn acquire(&self, req: pb::AcquireRequest) -> Result<pb::AcquireResponse, ApiError> {
-        let session = session_key(req.session)?;
-        latchkey_core::validate_name(&req.name)?;
-        let node = &self.node;
-        let wait_ms = req.wait_timeout_ms.min(limits::WAIT_TIMEOUT_MS_MAX);
-        let started = node.clock.now();
-        // Register before proposing, so a grant applied between the proposal's answer and our
-        // wait cannot be missed.
-        let (slot, rx) = node
-            .waiters
-            .register(session.id, req.seq)
-            .map_err(|_| ApiError::TooManyWaiting)?;
-        let _slot = SlotGuard {
-            node: node.clone(),
-            slot,
-        };
-        let outcome = node
-            .propose(Op::Acquire {
-                session,
-                seq: req.seq,
-                name: req.name.clone(),
-                wait_ms,
-            })
-            .await?;
-        let position = match outcome {
-            Outcome::Granted { token } => return Ok(granted(token)),
-            Outcome::NotGranted => return Ok(not_granted()),
-            Outcome::Queued { position } => position,
-            other => return Err(rejected(other)),
-        };
-        let poll_ms = wait_ms.min(limits::ACQUIRE_POLL_MS_MAX);
-        let cancel_at_end = wait_ms <= limits::ACQUIRE_POLL_MS_MAX;
-        let poll_end = started + Duration::from_millis(poll_ms);
-        tokio::select! {
-            end = rx => match end {
-                Ok(WaitEnd::Granted { token }) => return Ok(granted(token)),
-                Ok(WaitEnd::SessionGone) => {
-                    return Err(Rejection::SessionNotFound { id: session.id }.into())
-                }
-                Ok(WaitEnd::NotGranted) => return Ok(not_granted()),
-                // Replaced by a newer call for the same request: that one listens now.
-                Err(_) => return Ok(pending(position)),
-            },
-            _ = crate::clock::sleep_until(&*node.clock, poll_end) => {}
-            _ = node.shutdown.cancelled() => return Err(ApiError::ShuttingDown),
-        }
-        if !cancel_at_end {
-            return Ok(pending(position));
-        }
-        // The wait timed out: leave the queue through the log. If the grant was applied first,
-        // the cancel answers with that grant, so a grant is never lost.
-        match node
-            .propose(Op::CancelWait {
-                session,
-                seq: req.seq,
-            })
-            .await?
-        {
-            Outcome::Granted { token } => Ok(granted(token)),
-            Outcome::NotGranted => Ok(not_granted()),
-            other => Err(rejected(other)),
-        }
-    }
-}
-
-/// Frees the waiter slot however the call ends (including when the client goes away).
-struct SlotGuard {
-    node: Arc<Node>,
-    slot: Slot,
-}
-
-impl Drop for SlotGuard {
-    fn drop(&mut self) {
-        self.node.waiters.unregister(self.slot);
-    }
-}
-
-fn granted(token: u64) -> pb::AcquireResponse {
+fn acquire_response(a: Acquired) -> pb::AcquireResponse {
+    let (result, token, position) = match a {
+        Acquired::Granted { token } => (pb::AcquireResult::Granted, token, 0),
+        Acquired::NotGranted => (pb::AcquireResult::NotGranted, 0, 0),
+        Acquired::Pending { position } => (pb::AcquireResult::Pending, 0, position),
+    };
     pb::AcquireResponse {
-        result: pb::AcquireResult::Granted as i32,
+        result: result as i32,
         token,
-        position: 0,
-    }
-}
-
-fn not_granted() -> pb::AcquireResponse {
-    pb::AcquireResponse {
-        result: pb::AcquireResult::NotGranted as i32,
-        token: 0,
-        position: 0,
-    }
-}
-
-fn pending(position: u32) -> pb::AcquireResponse {
-    pb::AcquireResponse {
-        result: pb::AcquireResult::Pending as i32,
-        token: 0,
         position,
+    }
+}
+
+fn status_response(s: NodeStatus) -> pb::NodeStatusResponse {
+    pb::NodeStatusResponse {
+        id: s.id,
+        role: s.role.as_str().to_owned(),
+        term: s.term,
+        last_log_index: s.last_log_index,
+        applied_index: s.applied_index,
+        leader_id: s.leader_id.unwrap_or(0),
+        members: s
+            .members
+            .into_iter()
+            .map(|(id, addr)| pb::Member { id, addr })
+            .collect(),
+        sessions: s.sessions,
+        locks: s.locks,
     }
 }
 
@@ -172,25 +89,17 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
         self.node.metrics.request("create_session");
-        let req = request.into_inner();
-        latchkey_core::validate_ttl_ms(req.ttl_ms).map_err(ApiError::from)?;
-        let secret = self.node.entropy.next_u64();
-        match self
+        let created = self
             .node
-            .propose(Op::CreateSession {
-                ttl_ms: req.ttl_ms,
-                secret,
-            })
-            .await?
-        {
-            Outcome::SessionCreated { id, ttl_ms } => {
-                Ok(Response::new(pb::CreateSessionResponse {
-                    session: Some(pb::Session { id: id.0, secret }),
-                    ttl_ms,
-                }))
-            }
-            other => Err(rejected(other).into()),
-        }
+            .create_session(request.into_inner().ttl_ms)
+            .await?;
+        Ok(Response::new(pb::CreateSessionResponse {
+            session: Some(pb::Session {
+                id: created.key.id.0,
+                secret: created.key.secret,
+            }),
+            ttl_ms: created.ttl_ms,
+        }))
     }
 
     async fn keep_alive(
@@ -198,90 +107,16 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::KeepAliveRequest>,
     ) -> Result<Response<pb::KeepAliveResponse>, Status> {
         self.node.metrics.request("keep_alive");
-        let arrived = self.node.clock.now();
-        let req = request.into_inner();
-        if req.sessions.len() > limits::KEEPALIVE_SESSIONS_MAX {
-            return Err(ApiError::Invalid(format!(
-                "{} sessions in one keepalive, the limit is {}",
-                req.sessions.len(),
-                limits::KEEPALIVE_SESSIONS_MAX
-            ))
-            .into());
-        }
-        // Confirm leadership with a majority *after* the request arrived: a deposed leader
-        // fails here and never extends a lease.
-        let term = self
+        let keys: Vec<SessionKey> = request.into_inner().sessions.into_iter().map(key).collect();
+        let leases = self
             .node
-            .raft
-            .ensure_linearizable(ReadPolicy::ReadIndex)
-            .await
-            .map_err(ApiError::from)?
-            .committed_leader_id()
-            .term;
-        // Decide each session: renewed in memory, needs a logged renewal, or gone.
-        let mut decisions: Vec<(pb::Session, u64, Renew)> = Vec::with_capacity(req.sessions.len());
-        for s in &req.sessions {
-            let key = SessionKey {
-                id: SessionId(s.id),
-                secret: s.secret,
-            };
-            let ttl_ms = self.node.state.read(|t| {
-                t.session_valid(&key)
-                    .then(|| t.session(key.id).map(|i| i.ttl_ms))
-                    .flatten()
-            });
-            let decision = match ttl_ms {
-                None => Renew::Gone,
-                Some(_) => self
-                    .node
-                    .leases
-                    .lock()
-                    .expect("leases lock")
-                    .renew(key.id, arrived, term),
-            };
-            decisions.push((*s, ttl_ms.unwrap_or(0), decision));
-        }
-        // Elected, but the leases of this term are not resumed yet (the old leader's tail is
-        // still being applied): no session may be renewed or declared gone on this table yet.
-        if decisions.iter().any(|(_, _, d)| *d == Renew::NotResumed) {
-            return Err(ApiError::LeasesNotResumed.into());
-        }
-        let marked: Vec<(SessionId, tokio::time::Instant)> = decisions
-            .iter()
-            .filter(|(_, _, d)| *d == Renew::NeedsLog)
-            .map(|(s, _, _)| (SessionId(s.id), arrived))
-            .collect();
-        let renewed_through_log = if marked.is_empty() {
-            Vec::new()
-        } else {
-            let (reply, answer) = oneshot::channel();
-            self.node
-                .renewals
-                .send(RenewRequest {
-                    sessions: marked,
-                    reply,
-                })
-                .await
-                .map_err(|_| ApiError::ShuttingDown)?;
-            answer.await.map_err(|_| ApiError::ShuttingDown)??
-        };
-        let renewed = decisions
-            .iter()
-            .filter(|(_, _, d)| *d == Renew::Renewed)
-            .count()
-            + renewed_through_log.len();
-        self.node.metrics.keepalive_sessions.inc_by(renewed as u64);
-        let leases = decisions
+            .keep_alive(&keys)
+            .await?
             .into_iter()
-            .map(|(s, ttl_ms, d)| pb::SessionLease {
-                id: s.id,
-                alive: match d {
-                    Renew::Renewed => true,
-                    Renew::NeedsLog => renewed_through_log.contains(&SessionId(s.id)),
-                    Renew::Gone => false,
-                    Renew::NotResumed => unreachable!("answered above"),
-                },
-                ttl_ms,
+            .map(|l| pb::SessionLease {
+                id: l.id.0,
+                alive: l.alive,
+                ttl_ms: l.ttl_ms,
             })
             .collect();
         Ok(Response::new(pb::KeepAliveResponse { leases }))
@@ -293,10 +128,8 @@ impl pb::locks_server::Locks for LocksService {
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
         self.node.metrics.request("close_session");
         let session = session_key(request.into_inner().session)?;
-        match self.node.propose(Op::CloseSession { session }).await? {
-            Outcome::SessionClosed => Ok(Response::new(pb::CloseSessionResponse {})),
-            other => Err(rejected(other).into()),
-        }
+        self.node.close_session(session).await?;
+        Ok(Response::new(pb::CloseSessionResponse {}))
     }
 
     async fn acquire(
@@ -304,7 +137,13 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         self.node.metrics.request("acquire");
-        Ok(Response::new(self.acquire(request.into_inner()).await?))
+        let req = request.into_inner();
+        let session = session_key(req.session)?;
+        let acquired = self
+            .node
+            .acquire(session, req.seq, req.name, req.wait_timeout_ms)
+            .await?;
+        Ok(Response::new(acquire_response(acquired)))
     }
 
     async fn release(
@@ -314,21 +153,11 @@ impl pb::locks_server::Locks for LocksService {
         self.node.metrics.request("release");
         let req = request.into_inner();
         let session = session_key(req.session)?;
-        latchkey_core::validate_name(&req.name).map_err(ApiError::from)?;
-        match self
+        let released = self
             .node
-            .propose(Op::Release {
-                session,
-                seq: req.seq,
-                name: req.name,
-                token: req.token,
-            })
-            .await?
-        {
-            Outcome::Released => Ok(Response::new(pb::ReleaseResponse { released: true })),
-            Outcome::NotHolder => Ok(Response::new(pb::ReleaseResponse { released: false })),
-            other => Err(rejected(other).into()),
-        }
+            .release(session, req.seq, req.name, req.token)
+            .await?;
+        Ok(Response::new(pb::ReleaseResponse { released }))
     }
 
     async fn describe(
@@ -336,13 +165,9 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::DescribeRequest>,
     ) -> Result<Response<pb::DescribeResponse>, Status> {
         self.node.metrics.request("describe");
-        let req = request.into_inner();
-        latchkey_core::validate_name(&req.name).map_err(ApiError::from)?;
-        self.node.linearizable_read().await?;
-        let now_ms = self.node.clock.wall_ms();
-        let info = self.node.state.read(|t| t.describe(&req.name));
+        let lock = self.node.describe(&request.into_inner().name).await?;
         Ok(Response::new(pb::DescribeResponse {
-            lock: Some(lock_info(info, &req.name, now_ms)),
+            lock: Some(lock_info(lock)),
         }))
     }
 
@@ -352,31 +177,11 @@ impl pb::locks_server::Locks for LocksService {
     ) -> Result<Response<pb::ListResponse>, Status> {
         self.node.metrics.request("list");
         let req = request.into_inner();
-        if req.prefix.len() > limits::LOCK_NAME_BYTES_MAX {
-            return Err(ApiError::from(Rejection::NameTooLong {
-                len: req.prefix.len(),
-                max: limits::LOCK_NAME_BYTES_MAX,
-            })
-            .into());
-        }
-        let limit = match req.limit as usize {
-            0 => limits::LIST_RESULTS_MAX,
-            n => n.min(limits::LIST_RESULTS_MAX),
-        };
-        self.node.linearizable_read().await?;
-        let now_ms = self.node.clock.wall_ms();
-        // One more than asked, to tell whether the answer was cut.
-        let mut found = self.node.state.read(|t| t.list(&req.prefix, limit + 1));
-        let truncated = found.len() > limit;
-        found.truncate(limit);
-        let locks = found
-            .into_iter()
-            .map(|i| {
-                let name = i.name.clone();
-                lock_info(Some(i), &name, now_ms)
-            })
-            .collect();
-        Ok(Response::new(pb::ListResponse { locks, truncated }))
+        let (locks, truncated) = self.node.list(&req.prefix, req.limit as usize).await?;
+        Ok(Response::new(pb::ListResponse {
+            locks: locks.into_iter().map(lock_info).collect(),
+            truncated,
+        }))
     }
 
     async fn node_status(
@@ -384,35 +189,6 @@ impl pb::locks_server::Locks for LocksService {
         _request: Request<pb::NodeStatusRequest>,
     ) -> Result<Response<pb::NodeStatusResponse>, Status> {
         self.node.metrics.request("node_status");
-        Ok(Response::new(self.node.status()))
-    }
-}
-
-impl Node {
-    /// Stamp and propose one command; answer with its outcome once a majority has it on disk
-    /// and it is applied.
-    pub async fn propose(&self, op: Op) -> Result<Outcome, ApiError> {
-        if self.shutdown.is_cancelled() {
-            return Err(ApiError::ShuttingDown);
-        }
-        let cmd = Command {
-            now_ms: self.clock.wall_ms(),
-            op,
-        };
-        let resp = tokio::time::timeout(
-            crate::node::PROPOSE_TIMEOUT,
-            self.raft.client_write(cmd.into()),
-        )
-        .await
-        .map_err(|_| ApiError::NoQuorum)??;
-        Ok(resp.data.outcome)
-    }
-
-    async fn linearizable_read(&self) -> Result<(), ApiError> {
-        self.raft
-            .ensure_linearizable(ReadPolicy::ReadIndex)
-            .await
-            .map(|_| ())
-            .map_err(ApiError::from)
+        Ok(Response::new(status_response(self.node.status())))
     }
 }

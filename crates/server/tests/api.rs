@@ -35,6 +35,7 @@ impl TestNode {
         let mut config = ServerConfig::single(1, addr, dir.to_path_buf());
         tweak(&mut config);
         let (tx, rx) = oneshot::channel::<()>();
+        let config = config.validate().expect("a valid configuration");
         let task = tokio::spawn(latchkey_server::run(listener, config, async move {
             let _ = rx.await;
         }));

@@ -1,7 +1,7 @@
 //! A seeded simulation of a whole latchkey cluster in one process, with history checkers.
 //!
 //! Layout:
-//! - [`sim`]: one run: turmoil hosts running `latchkey_server::run_with_store`, simulated
+//! - [`sim`]: one run: turmoil hosts running `latchkey_server::run_with`, simulated
 //!   clients, the fault schedule, the final restart, then the checkers.
 //! - [`net`]: turmoil TCP under tonic (server incoming stream, client and peer channels).
 //! - [`store`]: the fault-injecting in-memory log store (unsynced writes lost on a crash).

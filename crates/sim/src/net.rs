@@ -1,7 +1,7 @@
 //! turmoil's simulated TCP, plugged into tonic on both sides.
 //!
 //! - [`incoming`]: the accepted connections of a turmoil listener, as the stream
-//!   `latchkey_server::run_with_store` serves.
+//!   `latchkey_server::run_with` serves.
 //! - [`channel`] / [`SimConnector`]: lazily connected tonic channels that dial turmoil TCP, for
 //!   the servers' peer traffic and for the client library. Every
 //!   channel has HTTP/2 keepalives: turmoil's TCP does not retransmit, so a partition can eat a

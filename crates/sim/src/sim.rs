@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::locks_client::LocksClient;
-use latchkey_server::{run_with_store, Env, ServerConfig};
+use latchkey_server::{run_with, Env, ServerConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -238,7 +238,8 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
                     clock,
                 }),
             };
-            run_with_store(
+            let server = server.validate()?;
+            run_with(
                 net::incoming(listener),
                 server,
                 env,

@@ -335,7 +335,7 @@ impl Node {
         std::fs::create_dir_all(&data_dir)?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let config = latchkey_server::ServerConfig::single(1, addr, data_dir);
+        let config = latchkey_server::ServerConfig::single(1, addr, data_dir).validate()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(latchkey_server::run(listener, config, async move {
             // A dropped sender stops the node too.

@@ -1,0 +1,454 @@
+//! The node's operations, in domain types: what the gRPC service calls (it only translates
+//! protobuf to these and back) and what the lease task proposes through.
+//!
+//! Mutations become Raft log entries stamped with the leader's time; reads and keepalives are
+//! answered only after this node confirmed with a majority that it is still the leader.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use latchkey_core::{limits, Command, LockInfo, Op, Outcome, Rejection, SessionId, SessionKey};
+use openraft::async_runtime::WatchReceiver;
+use openraft::{ReadPolicy, ServerState};
+use tokio::sync::oneshot;
+
+use crate::error::ApiError;
+use crate::leases::Renew;
+use crate::metrics::Gauges;
+use crate::node::{Node, RenewRequest};
+use crate::waiters::{Slot, WaitEnd};
+
+/// How an Acquire call ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    Granted {
+        token: u64,
+    },
+    NotGranted,
+    /// Still queued at `position`: the client calls again with the same sequence number.
+    Pending {
+        position: u32,
+    },
+}
+
+/// A new session: its key (the secret proves ownership) and the lease it got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewSession {
+    pub key: SessionKey,
+    pub ttl_ms: u64,
+}
+
+/// A keepalive's answer for one session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLease {
+    pub id: SessionId,
+    pub alive: bool,
+    /// The session's lease; 0 when it is gone.
+    pub ttl_ms: u64,
+}
+
+/// One lock as a read answers it: who holds it, for how long, and how many wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockView {
+    pub name: String,
+    pub held: Option<Held>,
+    pub waiters: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub session: SessionId,
+    pub token: u64,
+    /// Measured on this node's wall clock from the leader's grant time.
+    pub held_for_ms: u64,
+}
+
+impl LockView {
+    fn new(name: &str, info: Option<LockInfo>, now_ms: u64) -> LockView {
+        match info {
+            None => LockView {
+                name: name.to_owned(),
+                held: None,
+                waiters: 0,
+            },
+            Some(i) => {
+                let h = i.holder.expect("listed locks are held");
+                LockView {
+                    name: i.name,
+                    held: Some(Held {
+                        session: h.session,
+                        token: h.token,
+                        held_for_ms: now_ms.saturating_sub(h.granted_at_ms),
+                    }),
+                    waiters: i.waiters,
+                }
+            }
+        }
+    }
+}
+
+/// The role of a member in its Raft group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+    Candidate,
+    Learner,
+    Shutdown,
+}
+
+impl Role {
+    /// The role's name on the wire and in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+            Role::Learner => "learner",
+            Role::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// What a member knows of itself and its group, read without a round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub id: u64,
+    pub role: Role,
+    pub term: u64,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+    pub leader_id: Option<u64>,
+    /// The voters of the group: id and address.
+    pub members: Vec<(u64, String)>,
+    pub sessions: u64,
+    pub locks: u64,
+}
+
+impl NodeStatus {
+    /// The values the metrics endpoint shows as gauges.
+    pub fn gauges(&self) -> Gauges {
+        Gauges {
+            sessions: self.sessions,
+            locks: self.locks,
+            term: self.term,
+            is_leader: self.role == Role::Leader,
+            last_log_index: self.last_log_index,
+            applied_index: self.applied_index,
+        }
+    }
+}
+
+fn rejected(o: Outcome) -> ApiError {
+    match o {
+        Outcome::Rejected(r) => ApiError::Rejected(r),
+        other => ApiError::Raft(format!("unexpected outcome {other:?}")),
+    }
+}
+
+/// Frees the waiter slot however the call ends (including when the client goes away).
+struct SlotGuard {
+    node: Arc<Node>,
+    slot: Slot,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.node.waiters.unregister(self.slot);
+    }
+}
+
+impl Node {
+    /// Stamp and propose one command; answer with its outcome once a majority has it on disk
+    /// and it is applied.
+    pub async fn propose(&self, op: Op) -> Result<Outcome, ApiError> {
+        if self.shutdown.is_cancelled() {
+            return Err(ApiError::ShuttingDown);
+        }
+        let cmd = Command {
+            now_ms: self.clock.wall_ms(),
+            op,
+        };
+        let resp = tokio::time::timeout(
+            Duration::from_millis(limits::PROPOSE_TIMEOUT_MS),
+            self.raft.client_write(cmd.into()),
+        )
+        .await
+        .map_err(|_| ApiError::NoQuorum)??;
+        Ok(resp.data.outcome)
+    }
+
+    /// Return once this node confirmed with a majority that it leads and has applied
+    /// everything committed before the call: the table then answers a linearizable read.
+    pub async fn linearizable_read(&self) -> Result<(), ApiError> {
+        self.raft
+            .ensure_linearizable(ReadPolicy::ReadIndex)
+            .await
+            .map(|_| ())
+            .map_err(ApiError::from)
+    }
+
+    pub async fn create_session(&self, ttl_ms: u64) -> Result<NewSession, ApiError> {
+        latchkey_core::validate_ttl_ms(ttl_ms)?;
+        let secret = self.entropy.next_u64();
+        match self.propose(Op::CreateSession { ttl_ms, secret }).await? {
+            Outcome::SessionCreated { id, ttl_ms } => Ok(NewSession {
+                key: SessionKey { id, secret },
+                ttl_ms,
+            }),
+            other => Err(rejected(other)),
+        }
+    }
+
+    pub async fn close_session(&self, session: SessionKey) -> Result<(), ApiError> {
+        match self.propose(Op::CloseSession { session }).await? {
+            Outcome::SessionClosed => Ok(()),
+            other => Err(rejected(other)),
+        }
+    }
+
+    /// Acquire `name` for request `seq` of `session`, long-polling a queued request for up to
+    /// `ACQUIRE_POLL_MS_MAX` of its wait.
+    pub async fn acquire(
+        self: &Arc<Node>,
+        session: SessionKey,
+        seq: u64,
+        name: String,
+        wait_timeout_ms: u64,
+    ) -> Result<Acquired, ApiError> {
+        latchkey_core::validate_name(&name)?;
+        let wait_ms = wait_timeout_ms.min(limits::WAIT_TIMEOUT_MS_MAX);
+        let started = self.clock.now();
+        // Register before proposing, so a grant applied between the proposal's answer and our
+        // wait cannot be missed.
+        let (slot, rx) = self
+            .waiters
+            .register(session.id, seq)
+            .map_err(|_| ApiError::TooManyWaiting)?;
+        let _slot = SlotGuard {
+            node: self.clone(),
+            slot,
+        };
+        let outcome = self
+            .propose(Op::Acquire {
+                session,
+                seq,
+                name,
+                wait_ms,
+            })
+            .await?;
+        let position = match outcome {
+            Outcome::Granted { token } => return Ok(Acquired::Granted { token }),
+            Outcome::NotGranted => return Ok(Acquired::NotGranted),
+            Outcome::Queued { position } => position,
+            other => return Err(rejected(other)),
+        };
+        let poll_ms = wait_ms.min(limits::ACQUIRE_POLL_MS_MAX);
+        let cancel_at_end = wait_ms <= limits::ACQUIRE_POLL_MS_MAX;
+        let poll_end = started + Duration::from_millis(poll_ms);
+        tokio::select! {
+            end = rx => match end {
+                Ok(WaitEnd::Granted { token }) => return Ok(Acquired::Granted { token }),
+                Ok(WaitEnd::SessionGone) => {
+                    return Err(Rejection::SessionNotFound { id: session.id }.into())
+                }
+                Ok(WaitEnd::NotGranted) => return Ok(Acquired::NotGranted),
+                // Replaced by a newer call for the same request: that one listens now.
+                Err(_) => return Ok(Acquired::Pending { position }),
+            },
+            _ = crate::clock::sleep_until(&*self.clock, poll_end) => {}
+            _ = self.shutdown.cancelled() => return Err(ApiError::ShuttingDown),
+        }
+        if !cancel_at_end {
+            return Ok(Acquired::Pending { position });
+        }
+        // The wait timed out: leave the queue through the log. If the grant was applied first,
+        // the cancel answers with that grant, so a grant is never lost.
+        match self.propose(Op::CancelWait { session, seq }).await? {
+            Outcome::Granted { token } => Ok(Acquired::Granted { token }),
+            Outcome::NotGranted => Ok(Acquired::NotGranted),
+            other => Err(rejected(other)),
+        }
+    }
+
+    /// Release `name` if `session` holds it under `token`; false if it does not.
+    pub async fn release(
+        &self,
+        session: SessionKey,
+        seq: u64,
+        name: String,
+        token: u64,
+    ) -> Result<bool, ApiError> {
+        latchkey_core::validate_name(&name)?;
+        match self
+            .propose(Op::Release {
+                session,
+                seq,
+                name,
+                token,
+            })
+            .await?
+        {
+            Outcome::Released => Ok(true),
+            Outcome::NotHolder => Ok(false),
+            other => Err(rejected(other)),
+        }
+    }
+
+    /// Renew the leases of `sessions`: in memory, or through the log for marked sessions
+    /// (handed to the lease task), and say which are alive.
+    pub async fn keep_alive(&self, sessions: &[SessionKey]) -> Result<Vec<SessionLease>, ApiError> {
+        let arrived = self.clock.now();
+        if sessions.len() > limits::KEEPALIVE_SESSIONS_MAX {
+            return Err(ApiError::Invalid(format!(
+                "{} sessions in one keepalive, the limit is {}",
+                sessions.len(),
+                limits::KEEPALIVE_SESSIONS_MAX
+            )));
+        }
+        // Confirm leadership with a majority *after* the request arrived: a deposed leader
+        // fails here and never extends a lease.
+        let term = self
+            .raft
+            .ensure_linearizable(ReadPolicy::ReadIndex)
+            .await
+            .map_err(ApiError::from)?
+            .committed_leader_id()
+            .term;
+        // Decide each session: renewed in memory, needs a logged renewal, or gone.
+        let mut decisions: Vec<(SessionId, u64, Renew)> = Vec::with_capacity(sessions.len());
+        for key in sessions {
+            let ttl_ms = self.state.read(|t| {
+                t.session_valid(key)
+                    .then(|| t.session(key.id).map(|i| i.ttl_ms))
+                    .flatten()
+            });
+            let decision = match ttl_ms {
+                None => Renew::Gone,
+                Some(_) => self
+                    .leases
+                    .lock()
+                    .expect("leases lock")
+                    .renew(key.id, arrived, term),
+            };
+            decisions.push((key.id, ttl_ms.unwrap_or(0), decision));
+        }
+        // Elected, but the leases of this term are not resumed yet (the old leader's tail is
+        // still being applied): no session may be renewed or declared gone on this table yet.
+        if decisions.iter().any(|(_, _, d)| *d == Renew::NotResumed) {
+            return Err(ApiError::LeasesNotResumed);
+        }
+        let marked: Vec<(SessionId, tokio::time::Instant)> = decisions
+            .iter()
+            .filter(|(_, _, d)| *d == Renew::NeedsLog)
+            .map(|(id, _, _)| (*id, arrived))
+            .collect();
+        let renewed_through_log = if marked.is_empty() {
+            Vec::new()
+        } else {
+            let (reply, answer) = oneshot::channel();
+            self.renewals
+                .send(RenewRequest {
+                    sessions: marked,
+                    reply,
+                })
+                .await
+                .map_err(|_| ApiError::ShuttingDown)?;
+            answer.await.map_err(|_| ApiError::ShuttingDown)??
+        };
+        let renewed = decisions
+            .iter()
+            .filter(|(_, _, d)| *d == Renew::Renewed)
+            .count()
+            + renewed_through_log.len();
+        self.metrics.keepalive_sessions.inc_by(renewed as u64);
+        Ok(decisions
+            .into_iter()
+            .map(|(id, ttl_ms, d)| SessionLease {
+                id,
+                alive: match d {
+                    Renew::Renewed => true,
+                    Renew::NeedsLog => renewed_through_log.contains(&id),
+                    Renew::Gone => false,
+                    Renew::NotResumed => unreachable!("answered above"),
+                },
+                ttl_ms,
+            })
+            .collect())
+    }
+
+    /// The lock `name` as of a linearizable read.
+    pub async fn describe(&self, name: &str) -> Result<LockView, ApiError> {
+        latchkey_core::validate_name(name)?;
+        self.linearizable_read().await?;
+        let now_ms = self.clock.wall_ms();
+        let info = self.state.read(|t| t.describe(name));
+        Ok(LockView::new(name, info, now_ms))
+    }
+
+    /// Up to `limit` locks whose names start with `prefix` (0: as many as allowed), as of a
+    /// linearizable read, and whether more were left out.
+    pub async fn list(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<(Vec<LockView>, bool), ApiError> {
+        if prefix.len() > limits::LOCK_NAME_BYTES_MAX {
+            return Err(ApiError::from(Rejection::NameTooLong {
+                len: prefix.len(),
+                max: limits::LOCK_NAME_BYTES_MAX,
+            }));
+        }
+        let limit = match limit {
+            0 => limits::LIST_RESULTS_MAX,
+            n => n.min(limits::LIST_RESULTS_MAX),
+        };
+        self.linearizable_read().await?;
+        let now_ms = self.clock.wall_ms();
+        // One more than asked, to tell whether the answer was cut.
+        let mut found = self.state.read(|t| t.list(prefix, limit + 1));
+        let truncated = found.len() > limit;
+        found.truncate(limit);
+        let locks = found
+            .into_iter()
+            .map(|i| {
+                let name = i.name.clone();
+                LockView::new(&name, Some(i), now_ms)
+            })
+            .collect();
+        Ok((locks, truncated))
+    }
+
+    pub fn status(&self) -> NodeStatus {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let role = match m.state {
+            ServerState::Leader => Role::Leader,
+            ServerState::Follower => Role::Follower,
+            ServerState::Candidate => Role::Candidate,
+            ServerState::Learner => Role::Learner,
+            ServerState::Shutdown => Role::Shutdown,
+        };
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .filter(|(id, _)| voters.contains(id))
+            .map(|(id, n)| (*id, n.addr.clone()))
+            .collect();
+        let (sessions, locks) = self
+            .state
+            .read(|t| (t.session_count() as u64, t.lock_count() as u64));
+        NodeStatus {
+            id: self.id,
+            role,
+            term: m.current_term,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            applied_index: m.last_applied.map(|l| l.index).unwrap_or(0),
+            leader_id: m.current_leader,
+            members,
+            sessions,
+            locks,
+        }
+    }
+}
