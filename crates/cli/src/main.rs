@@ -101,6 +101,12 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (and /healthz); off unless given.
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// A file holding this cluster's secret (at least 16 bytes, mode 0600; e.g.
+    /// `head -c 32 /dev/urandom | base64 > FILE`). Every member signs its peer messages with it
+    /// and refuses those that do not verify, so strangers and other clusters cannot speak Raft
+    /// to it. Give every member the same file. Never give the secret itself on the command line.
+    #[arg(long, env = "LATCHKEY_CLUSTER_SECRET_FILE", value_name = "FILE")]
+    pub cluster_secret_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -78,6 +78,12 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
     config.peer_dial = args.peer_dial.clone().unwrap_or_default().0;
     config.heartbeat_ms = args.heartbeat_ms;
     config.metrics_listen = args.metrics_listen;
+    config.cluster_secret = args
+        .cluster_secret_file
+        .as_deref()
+        .map(latchkey_server::peer_auth::read_secret_file)
+        .transpose()
+        .map_err(ConfigError::ClusterSecret)?;
     (
         config.election_timeout_min_ms,
         config.election_timeout_max_ms,
@@ -96,6 +102,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 config.listen
             );
         }
+    }
+    if config.peers.len() > 1 && config.cluster_secret.is_none() {
+        tracing::warn!(
+            "peers are not authenticated: anyone who reaches this port can send Raft messages \
+             as a member (give every member --cluster-secret-file FILE)"
+        );
     }
     let listener = TcpListener::bind(config.listen)
         .await

@@ -239,3 +239,20 @@ const _: () = assert!(LOG_WRITE_BATCH_REQUESTS_MAX <= LOG_WRITE_QUEUE_CAPACITY);
 /// catches up. 64 MiB holds several hundred thousand recent entries, far more than
 /// `SNAPSHOT_EVERY_ENTRIES_DEFAULT` keeps between snapshots (issue #11, hold workload).
 pub const LOG_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+// ---- peer authentication (issue #13) ----
+
+/// Bytes of the SHA-256 of the member list that name a cluster in every peer request. 16 bytes
+/// (128 bits) make an accidental match between two clusters' member lists' hashes impossible in
+/// practice; the fingerprint is not a secret and not what keeps a forger out (the secret is).
+pub const PEER_FINGERPRINT_BYTES: usize = 16;
+/// Bytes of an HMAC-SHA256 tag; a longer hex value in a request is refused before decoding.
+pub const PEER_MAC_BYTES: usize = 32;
+/// The shortest cluster secret accepted: 16 bytes of random data (128 bits) put guessing out of
+/// reach; a shorter one is more likely a placeholder than a secret.
+pub const CLUSTER_SECRET_BYTES_MIN: usize = 16;
+/// The longest cluster secret read: HMAC hashes a longer key down to 32 bytes anyway, and a file
+/// this big is not a secret someone meant to give.
+pub const CLUSTER_SECRET_BYTES_MAX: usize = 4_096;
+const _: () = assert!(PEER_FINGERPRINT_BYTES <= 32 && PEER_MAC_BYTES == 32);
+const _: () = assert!(CLUSTER_SECRET_BYTES_MIN < CLUSTER_SECRET_BYTES_MAX);

@@ -24,6 +24,7 @@ mod metrics;
 mod node;
 mod ops;
 mod peer;
+pub mod peer_auth;
 pub mod probe;
 mod service;
 mod waiters;
@@ -79,6 +80,9 @@ pub struct ServerConfig {
     pub log_kept_after_snapshot: u64,
     /// Where to serve Prometheus metrics (`/metrics`) and `/healthz` over HTTP; off when `None`.
     pub metrics_listen: Option<SocketAddr>,
+    /// The secret every member signs its peer messages with (`--cluster-secret-file`); without
+    /// one, peers are told apart only by member id and cluster fingerprint (see `peer_auth`).
+    pub cluster_secret: Option<peer_auth::ClusterSecret>,
     /// Fixed bugs put back on purpose (the simulation's checker tests); all off by default.
     #[doc(hidden)]
     pub plant: Plant,
@@ -99,6 +103,7 @@ impl ServerConfig {
             snapshot_every_entries: limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT,
             log_kept_after_snapshot: limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT,
             metrics_listen: None,
+            cluster_secret: None,
             plant: Plant::default(),
         }
     }
@@ -212,6 +217,8 @@ impl ServerConfig {
 pub enum ConfigError {
     #[error("node id must be at least 1")]
     IdZero,
+    #[error("{0}")]
+    ClusterSecret(String),
     #[error("this node's id {id} is not in --peers ({members})")]
     NotAMember { id: u64, members: String },
     #[error("heartbeat must be non-zero and at most a third of the election timeout")]
@@ -341,9 +348,12 @@ where
     let locks = LocksServer::new(service::LocksService::new(node.clone()))
         .max_decoding_message_size(limits::CLIENT_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::CLIENT_MESSAGE_BYTES_MAX);
-    let peer = RaftPeerServer::new(peer::PeerService::new(node.raft.clone()))
-        .max_decoding_message_size(limits::PEER_MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(limits::PEER_MESSAGE_BYTES_MAX);
+    let peer = RaftPeerServer::new(peer::PeerService::new(
+        node.raft.clone(),
+        node.peer_auth.clone(),
+    ))
+    .max_decoding_message_size(limits::PEER_MESSAGE_BYTES_MAX)
+    .max_encoding_message_size(limits::PEER_MESSAGE_BYTES_MAX);
     let stop = node.shutdown.clone();
     let served = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(limits::CLIENT_CONCURRENT_REQUESTS_MAX)

@@ -71,6 +71,8 @@ pub struct Node {
     pub renewals: mpsc::Sender<RenewRequest>,
     pub metrics: Arc<Metrics>,
     pub probe: crate::SharedProbe,
+    /// Who may send this member peer messages, and how it signs its own.
+    pub peer_auth: Arc<crate::peer_auth::PeerAuth>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -196,6 +198,11 @@ impl Node {
             });
         }
 
+        let peer_auth = Arc::new(crate::peer_auth::PeerAuth::new(
+            config.id,
+            members.clone(),
+            config.cluster_secret.clone(),
+        ));
         let raft_config = Arc::new(
             config
                 .raft_config()
@@ -207,6 +214,7 @@ impl Node {
             raft_config,
             crate::peer::PeerNetwork {
                 connector: env.connector.clone(),
+                auth: peer_auth.clone(),
                 dial: config.peer_dial.clone(),
             },
             log_store,
@@ -245,6 +253,7 @@ impl Node {
             renewals: renew_tx,
             metrics,
             probe: env.probe.clone(),
+            peer_auth,
         });
         Ok((node, renew_rx))
     }

@@ -14,6 +14,8 @@ use latchkey_core::limits;
 use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
 use latchkey_raft::{Raft, TypeConfig};
+
+use crate::peer_auth::{PeerAuth, PeerMethod};
 use openraft::errors::{
     NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
 };
@@ -68,15 +70,82 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     }
 }
 
-/// The server side: hands each message to the local Raft node.
+/// The server side: checks who sent each message and what it says (see `peer_auth.rs`), then
+/// hands it to the local Raft node.
 pub struct PeerService {
     raft: Raft,
+    auth: Arc<PeerAuth>,
 }
 
 impl PeerService {
-    pub fn new(raft: Raft) -> PeerService {
-        PeerService { raft }
+    pub fn new(raft: Raft, auth: Arc<PeerAuth>) -> PeerService {
+        PeerService { raft, auth }
     }
+
+    /// The sender, if it may speak to this member; the payload.
+    fn admit(
+        &self,
+        request: Request<pb::PeerMessage>,
+        method: PeerMethod,
+    ) -> Result<(u64, Vec<u8>), Status> {
+        let (meta, _, message) = request.into_parts();
+        match self.auth.verify(&meta, method, &message.payload) {
+            Ok(from) => Ok((from, message.payload)),
+            Err(e) => Err(refuse(method, None, &e.to_string())),
+        }
+    }
+}
+
+/// A refused peer message: logged here, `PERMISSION_DENIED` to the sender, nothing changed.
+fn refuse(method: PeerMethod, from: Option<u64>, why: &str) -> Status {
+    tracing::warn!(?method, ?from, "refused a peer message: {why}");
+    Status::permission_denied(format!("refused by this member: {why}"))
+}
+
+/// What openraft would assert on, or what would stop the node, checked before it sees the
+/// message: the sender must be the candidate or leader the message speaks for.
+fn check_vote_sender(from: u64, vote: &Vote, what: &str) -> Result<(), String> {
+    if vote.leader_id.node_id != from {
+        return Err(format!(
+            "member {from} sent a {what} for member {}'s vote",
+            vote.leader_id.node_id
+        ));
+    }
+    Ok(())
+}
+
+/// A snapshot from member `from`, checked as its install would check it and more, before
+/// openraft sees it: openraft stops the Raft core for good when an install fails, and asserts
+/// that a snapshot's last log id does not lie above the vote it came with.
+fn check_snapshot(from: u64, vote: &Vote, meta: &Meta, data: &[u8]) -> Result<(), String> {
+    check_vote_sender(from, vote, "snapshot")?;
+    if !vote.committed {
+        return Err("a snapshot from a leader whose vote is not committed".into());
+    }
+    if let Some(last) = &meta.last_log_id {
+        if last.leader_id > vote.leader_id {
+            return Err(format!(
+                "a snapshot up to {last} from leader {} of an older term",
+                vote.leader_id
+            ));
+        }
+    }
+    let contents = latchkey_raft::snapshot::decode(data).map_err(|e| e.to_string())?;
+    if contents.last_applied != meta.last_log_id || contents.last_membership != meta.last_membership
+    {
+        return Err(format!(
+            "snapshot data is at {:?} but its meta says {:?}",
+            contents.last_applied, meta.last_log_id
+        ));
+    }
+    let index = meta.last_log_id.as_ref().map_or(0, |l| l.index);
+    if contents.table.last_index() != index {
+        return Err(format!(
+            "the snapshot's table was last applied at {} but the snapshot is at {index}",
+            contents.table.last_index()
+        ));
+    }
+    contents.table.check_invariants()
 }
 
 fn reply<T: Serialize>(v: &T) -> Result<Response<pb::PeerMessage>, Status> {
@@ -93,7 +162,11 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         &self,
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        let ballot: Ballot = decode(&request.into_inner().payload).map_err(bad)?;
+        let (from, payload) = self.admit(request, PeerMethod::Vote)?;
+        let ballot: Ballot = decode(&payload).map_err(bad)?;
+        let (Ballot::Vote(req) | Ballot::PreVote(req)) = &ballot;
+        check_vote_sender(from, &req.vote, "vote request")
+            .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
         let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> = match ballot {
             Ballot::Vote(req) => self.raft.vote(req).await,
             Ballot::PreVote(req) => self.raft.pre_vote(req).await,
@@ -105,8 +178,10 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         &self,
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        let req: AppendEntriesRequest<TypeConfig> =
-            decode(&request.into_inner().payload).map_err(bad)?;
+        let (from, payload) = self.admit(request, PeerMethod::Append)?;
+        let req: AppendEntriesRequest<TypeConfig> = decode(&payload).map_err(bad)?;
+        check_vote_sender(from, &req.vote, "append")
+            .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))?;
         let res = self.raft.append_entries(req).await;
         reply(&res)
     }
@@ -115,8 +190,10 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         &self,
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        let (vote, meta, data): (Vote, Meta, Vec<u8>) =
-            decode(&request.into_inner().payload).map_err(bad)?;
+        let (from, payload) = self.admit(request, PeerMethod::Snapshot)?;
+        let (vote, meta, data): (Vote, Meta, Vec<u8>) = decode(&payload).map_err(bad)?;
+        check_snapshot(from, &vote, &meta, &data)
+            .map_err(|e| refuse(PeerMethod::Snapshot, Some(from), &e))?;
         let snapshot = Snapshot {
             meta,
             snapshot: Cursor::new(data),
@@ -158,6 +235,8 @@ impl PeerConnector for TcpConnector {
 #[derive(Clone)]
 pub struct PeerNetwork {
     pub connector: SharedConnector,
+    /// Signs every request (this member's id, the cluster, the MAC under its secret).
+    pub auth: Arc<PeerAuth>,
     /// Per-member dial addresses that override the member's recorded address (a proxy, NAT).
     pub dial: BTreeMap<u64, String>,
 }
@@ -169,6 +248,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
         let addr = self.dial.get(&target).unwrap_or(&node.addr);
         PeerClient {
             target,
+            auth: self.auth.clone(),
             channel: self.connector.channel(addr),
         }
     }
@@ -176,6 +256,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 
 pub struct PeerClient {
     target: u64,
+    auth: Arc<PeerAuth>,
     channel: Result<Channel, String>,
 }
 
@@ -192,8 +273,19 @@ impl PeerClient {
         }
     }
 
-    fn request(payload: Vec<u8>, option: &RPCOption) -> Request<pb::PeerMessage> {
-        let mut r = Request::new(pb::PeerMessage { payload });
+    fn request(
+        &self,
+        method: PeerMethod,
+        payload: Vec<u8>,
+        option: &RPCOption,
+    ) -> Request<pb::PeerMessage> {
+        let mut meta = tonic::metadata::MetadataMap::new();
+        self.auth.sign(&mut meta, method, self.target, &payload);
+        let mut r = Request::from_parts(
+            meta,
+            tonic::Extensions::default(),
+            pb::PeerMessage { payload },
+        );
         r.set_timeout(option.hard_ttl());
         r
     }
@@ -201,6 +293,7 @@ impl PeerClient {
     /// Call, decode, and turn a remote `Fatal` into "unreachable": the member is shutting down.
     async fn call<T, F, Fut>(
         &self,
+        method: PeerMethod,
         payload: Vec<u8>,
         option: &RPCOption,
         f: F,
@@ -211,7 +304,7 @@ impl PeerClient {
         Fut: Future<Output = Result<Response<pb::PeerMessage>, Status>>,
     {
         let client = self.client()?;
-        let resp = f(client, Self::request(payload, option))
+        let resp = f(client, self.request(method, payload, option))
             .await
             .map_err(|s| {
                 if s.code() == tonic::Code::Unavailable {
@@ -234,9 +327,12 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(encode(&rpc), &option, |mut c, r| async move {
-            c.append(r).await
-        })
+        self.call(
+            PeerMethod::Append,
+            encode(&rpc),
+            &option,
+            |mut c, r| async move { c.append(r).await },
+        )
         .await
     }
 
@@ -245,9 +341,12 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(encode(&Ballot::Vote(rpc)), &option, |mut c, r| async move {
-            c.vote(r).await
-        })
+        self.call(
+            PeerMethod::Vote,
+            encode(&Ballot::Vote(rpc)),
+            &option,
+            |mut c, r| async move { c.vote(r).await },
+        )
         .await
     }
 
@@ -259,6 +358,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call(
+            PeerMethod::Vote,
             encode(&Ballot::PreVote(rpc)),
             &option,
             |mut c, r| async move { c.vote(r).await },
@@ -275,7 +375,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let payload = encode(&(vote, snapshot.meta, snapshot.snapshot.into_inner()));
         tokio::select! {
-            res = self.call(payload, &option, |mut c, r| async move { c.snapshot(r).await }) => {
+            res = self.call(PeerMethod::Snapshot, payload, &option, |mut c, r| async move { c.snapshot(r).await }) => {
                 res.map_err(StreamingError::from)
             }
             closed = cancel => Err(StreamingError::Closed(closed)),

@@ -1,0 +1,392 @@
+//! Who may speak the peer protocol: only members of this cluster (issue #13).
+//!
+//! Every peer request carries the sender's member id and this cluster's fingerprint (a hash of
+//! the member list every member was started with, so two clusters that reuse ids and ports
+//! cannot cross-talk by accident). With a cluster secret (`--cluster-secret-file`), it also
+//! carries an HMAC-SHA256 over the method, sender, receiver, fingerprint and payload: a stranger
+//! without the secret can neither forge nor alter a message, and a message for one member is not
+//! valid at another. Replaying a recorded message is possible to an on-path attacker (Raft
+//! treats it as a stale or duplicate message from that member); TLS between members is the
+//! answer to an on-path attacker.
+//!
+//! Messages from an authenticated member are then checked for what openraft asserts on or what
+//! would stop the node (see `peer.rs`), before openraft sees them.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use tonic::metadata::{MetadataMap, MetadataValue};
+
+use latchkey_core::limits;
+
+/// The sender's member id.
+pub const FROM_HEADER: &str = "latchkey-peer-from";
+/// The cluster's fingerprint, hex.
+pub const CLUSTER_HEADER: &str = "latchkey-peer-cluster";
+/// HMAC-SHA256 of the message under the cluster secret, hex; only with a secret.
+pub const MAC_HEADER: &str = "latchkey-peer-mac";
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The peer RPC a message was sent to: part of what the MAC covers, so that a vote cannot be
+/// replayed as an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerMethod {
+    Vote,
+    Append,
+    Snapshot,
+}
+
+impl PeerMethod {
+    fn tag(self) -> &'static [u8] {
+        match self {
+            PeerMethod::Vote => b"vote",
+            PeerMethod::Append => b"append",
+            PeerMethod::Snapshot => b"snapshot",
+        }
+    }
+}
+
+/// Why a peer request was refused. Each is logged by the receiver and answered
+/// `PERMISSION_DENIED`; nothing reaches openraft.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeerAuthError {
+    #[error("no `{FROM_HEADER}` member id: not a latchkey member of this cluster")]
+    NoSender,
+    #[error("member {0} is not a member of this cluster")]
+    NotAMember(u64),
+    #[error("a message claiming to come from this member itself")]
+    FromSelf,
+    #[error(
+        "cluster fingerprint {got:?} is not this cluster's {want}: a member of another cluster"
+    )]
+    OtherCluster { got: Option<String>, want: String },
+    #[error("no `{MAC_HEADER}`: this cluster requires its cluster secret")]
+    NoMac,
+    #[error("the message's MAC does not verify: another cluster secret, or an altered message")]
+    BadMac,
+}
+
+/// The cluster secret's bytes; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterSecret(Vec<u8>);
+
+impl ClusterSecret {
+    pub fn new(bytes: Vec<u8>) -> ClusterSecret {
+        ClusterSecret(bytes)
+    }
+}
+
+impl std::fmt::Debug for ClusterSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterSecret(<redacted>)")
+    }
+}
+
+/// A member's view of who its peers are, and its secret if it has one.
+#[derive(Clone)]
+pub struct PeerAuth {
+    me: u64,
+    members: BTreeMap<u64, String>,
+    fingerprint: String,
+    secret: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for PeerAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerAuth")
+            .field("me", &self.me)
+            .field("members", &self.members)
+            .field("fingerprint", &self.fingerprint)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl PeerAuth {
+    /// `members`: every member, this one included (id -> address), as every member was started.
+    pub fn new(me: u64, members: BTreeMap<u64, String>, secret: Option<ClusterSecret>) -> PeerAuth {
+        let secret = secret.map(|s| s.0);
+        let mut h = Sha256::new();
+        h.update(b"latchkey-cluster-v1");
+        for (id, addr) in &members {
+            h.update(id.to_le_bytes());
+            h.update((addr.len() as u64).to_le_bytes());
+            h.update(addr.as_bytes());
+        }
+        let fingerprint = hex(&h.finalize()[..limits::PEER_FINGERPRINT_BYTES]);
+        PeerAuth {
+            me,
+            members,
+            fingerprint,
+            secret,
+        }
+    }
+
+    pub fn has_secret(&self) -> bool {
+        self.secret.is_some()
+    }
+
+    fn mac(
+        &self,
+        secret: &[u8],
+        method: PeerMethod,
+        from: u64,
+        to: u64,
+        payload: &[u8],
+    ) -> HmacSha256 {
+        let mut m = HmacSha256::new_from_slice(secret).expect("HMAC takes a key of any length");
+        m.update(b"latchkey-peer-v1\0");
+        m.update(method.tag());
+        m.update(b"\0");
+        m.update(&from.to_le_bytes());
+        m.update(&to.to_le_bytes());
+        m.update(self.fingerprint.as_bytes());
+        m.update(payload);
+        m
+    }
+
+    /// Stamps a request this member sends to member `to`.
+    pub fn sign(&self, meta: &mut MetadataMap, method: PeerMethod, to: u64, payload: &[u8]) {
+        meta.insert(FROM_HEADER, MetadataValue::from(self.me));
+        meta.insert(
+            CLUSTER_HEADER,
+            self.fingerprint.parse().expect("hex is ASCII"),
+        );
+        if let Some(secret) = &self.secret {
+            let tag = self.mac(secret, method, self.me, to, payload).finalize();
+            meta.insert(
+                MAC_HEADER,
+                hex(&tag.into_bytes()).parse().expect("hex is ASCII"),
+            );
+        }
+    }
+
+    /// Checks a request this member received; the sender's id if it is a member of this
+    /// cluster (and knows the secret, when there is one).
+    pub fn verify(
+        &self,
+        meta: &MetadataMap,
+        method: PeerMethod,
+        payload: &[u8],
+    ) -> Result<u64, PeerAuthError> {
+        let from: u64 = meta
+            .get(FROM_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .ok_or(PeerAuthError::NoSender)?;
+        if from == self.me {
+            return Err(PeerAuthError::FromSelf);
+        }
+        if !self.members.contains_key(&from) {
+            return Err(PeerAuthError::NotAMember(from));
+        }
+        let cluster = meta.get(CLUSTER_HEADER).and_then(|v| v.to_str().ok());
+        if cluster != Some(self.fingerprint.as_str()) {
+            return Err(PeerAuthError::OtherCluster {
+                got: cluster.map(str::to_owned),
+                want: self.fingerprint.clone(),
+            });
+        }
+        if let Some(secret) = &self.secret {
+            let tag = meta
+                .get(MAC_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .ok_or(PeerAuthError::NoMac)?;
+            let tag = unhex(tag).ok_or(PeerAuthError::BadMac)?;
+            // `verify_slice` compares in constant time.
+            self.mac(secret, method, from, self.me, payload)
+                .verify_slice(&tag)
+                .map_err(|_| PeerAuthError::BadMac)?;
+        }
+        Ok(from)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        write!(s, "{b:02x}").expect("writing to a String cannot fail");
+    }
+    s
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 || s.len() > 2 * limits::PEER_MAC_BYTES {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Reads a cluster secret file: its bytes, trailing whitespace trimmed (an editor's newline
+/// must not split a cluster). Refuses an empty or short secret, and a file others may read.
+pub fn read_secret_file(path: &std::path::Path) -> Result<ClusterSecret, String> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        format!(
+            "cannot read the cluster secret file {}: {e}",
+            path.display()
+        )
+    })?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "the cluster secret file {} may be read by others (mode {:o}); make it 0600",
+                path.display(),
+                mode & 0o777
+            ));
+        }
+    }
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |i| i + 1);
+    let secret = bytes[..end].to_vec();
+    if secret.len() < limits::CLUSTER_SECRET_BYTES_MIN {
+        return Err(format!(
+            "the cluster secret in {} is {} bytes; at least {} are needed (e.g. `head -c 32 \
+             /dev/urandom | base64 > FILE`)",
+            path.display(),
+            secret.len(),
+            limits::CLUSTER_SECRET_BYTES_MIN
+        ));
+    }
+    if secret.len() > limits::CLUSTER_SECRET_BYTES_MAX {
+        return Err(format!(
+            "the cluster secret in {} is {} bytes; at most {} are read",
+            path.display(),
+            secret.len(),
+            limits::CLUSTER_SECRET_BYTES_MAX
+        ));
+    }
+    Ok(ClusterSecret(secret))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members() -> BTreeMap<u64, String> {
+        (1..=3)
+            .map(|i| (i, format!("127.0.0.1:{}", 7000 + i)))
+            .collect()
+    }
+
+    fn signed(from: &PeerAuth, to: u64, payload: &[u8]) -> MetadataMap {
+        let mut m = MetadataMap::new();
+        from.sign(&mut m, PeerMethod::Append, to, payload);
+        m
+    }
+
+    #[test]
+    fn a_member_with_the_secret_is_accepted() {
+        let s = Some(ClusterSecret::new(b"0123456789abcdef".to_vec()));
+        let (a, b) = (
+            PeerAuth::new(1, members(), s.clone()),
+            PeerAuth::new(2, members(), s),
+        );
+        let m = signed(&a, 2, b"hello");
+        assert_eq!(b.verify(&m, PeerMethod::Append, b"hello"), Ok(1));
+    }
+
+    #[test]
+    fn an_altered_payload_another_method_receiver_or_secret_is_refused() {
+        let s = Some(ClusterSecret::new(b"0123456789abcdef".to_vec()));
+        let a = PeerAuth::new(1, members(), s.clone());
+        let b = PeerAuth::new(2, members(), s.clone());
+        let c = PeerAuth::new(3, members(), s);
+        let m = signed(&a, 2, b"hello");
+        assert_eq!(
+            b.verify(&m, PeerMethod::Append, b"hellO"),
+            Err(PeerAuthError::BadMac)
+        );
+        assert_eq!(
+            b.verify(&m, PeerMethod::Vote, b"hello"),
+            Err(PeerAuthError::BadMac)
+        );
+        assert_eq!(
+            c.verify(&m, PeerMethod::Append, b"hello"),
+            Err(PeerAuthError::BadMac)
+        );
+        let stranger = PeerAuth::new(
+            1,
+            members(),
+            Some(ClusterSecret::new(b"another-secret-0".to_vec())),
+        );
+        let m = signed(&stranger, 2, b"hello");
+        assert_eq!(
+            b.verify(&m, PeerMethod::Append, b"hello"),
+            Err(PeerAuthError::BadMac)
+        );
+        let unsigned = PeerAuth::new(1, members(), None);
+        let m = signed(&unsigned, 2, b"hello");
+        assert_eq!(
+            b.verify(&m, PeerMethod::Append, b"hello"),
+            Err(PeerAuthError::NoMac)
+        );
+    }
+
+    #[test]
+    fn a_non_member_another_cluster_or_no_sender_is_refused() {
+        let b = PeerAuth::new(2, members(), None);
+        let outsider = PeerAuth::new(9, members(), None);
+        let m = signed(&outsider, 2, b"x");
+        assert_eq!(
+            b.verify(&m, PeerMethod::Append, b"x"),
+            Err(PeerAuthError::NotAMember(9))
+        );
+        let mut other = members();
+        other.insert(3, "127.0.0.1:9999".into());
+        let m = signed(&PeerAuth::new(1, other, None), 2, b"x");
+        assert!(matches!(
+            b.verify(&m, PeerMethod::Append, b"x"),
+            Err(PeerAuthError::OtherCluster { .. })
+        ));
+        assert_eq!(
+            b.verify(&MetadataMap::new(), PeerMethod::Append, b"x"),
+            Err(PeerAuthError::NoSender)
+        );
+        let m = signed(&PeerAuth::new(2, members(), None), 2, b"x");
+        assert_eq!(
+            b.verify(&m, PeerMethod::Append, b"x"),
+            Err(PeerAuthError::FromSelf)
+        );
+    }
+
+    #[test]
+    fn the_secret_is_not_printed() {
+        let a = PeerAuth::new(
+            1,
+            members(),
+            Some(ClusterSecret::new(b"do-not-print-me!".to_vec())),
+        );
+        assert!(!format!("{a:?}").contains("do-not-print-me"));
+    }
+
+    #[test]
+    fn a_secret_file_readable_by_others_or_too_short_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("secret");
+        std::fs::write(&p, "0123456789abcdef0123\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(read_secret_file(&p).unwrap_err().contains("0600"));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(
+            read_secret_file(&p).unwrap(),
+            ClusterSecret::new(b"0123456789abcdef0123".to_vec())
+        );
+        std::fs::write(&p, "short\n").unwrap();
+        assert!(read_secret_file(&p).unwrap_err().contains("at least"));
+    }
+}

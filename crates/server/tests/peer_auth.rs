@@ -1,0 +1,356 @@
+//! Issue #13, authenticated members: three real members (`run()` on loopback, in process) share
+//! a cluster secret; a stranger and a member that sends nonsense try what the issue found
+//! possible before (a forged snapshot replacing the table, a garbage one stopping the Raft core,
+//! one "above its vote" tripping openraft's assertion, a `leadership_transfer` vote deposing
+//! the leader). Each is refused with `PERMISSION_DENIED`; the leader keeps leading in the same
+//! term, a held lock keeps its holder and token, and the cluster still grants.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use latchkey_core::LockTable;
+use latchkey_proto::v1 as pb;
+use latchkey_proto::v1::locks_client::LocksClient;
+use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
+use latchkey_raft::{TypeConfig, Vote, VoteRequest};
+use latchkey_server::peer_auth::{ClusterSecret, PeerAuth, PeerMethod};
+use latchkey_server::ServerConfig;
+use serde::Serialize;
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+use tonic::Code;
+
+/// The peer payload version and the `Vote` call's ballot, as `peer.rs` encodes them (a mirror:
+/// postcard encodes an enum by variant index).
+const PEER_FORMAT_VERSION: u8 = 2;
+#[derive(Serialize)]
+#[allow(dead_code)]
+enum Ballot {
+    Vote(VoteRequest),
+    PreVote(VoteRequest),
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut out = vec![PEER_FORMAT_VERSION];
+    out.extend(postcard::to_stdvec(v).unwrap());
+    out
+}
+
+const SECRET: &[u8] = b"a-test-cluster-secret-0123456789";
+
+struct Member {
+    addr: std::net::SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+async fn start_cluster(dir: &std::path::Path) -> (BTreeMap<u64, String>, Vec<Member>) {
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let members: BTreeMap<u64, String> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap().to_string()))
+        .collect();
+    let mut out = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let addr = listener.local_addr().unwrap();
+        let mut config = ServerConfig::cluster(
+            i as u64 + 1,
+            addr,
+            dir.join(format!("n{}", i + 1)),
+            members.clone(),
+        );
+        config.cluster_secret = Some(ClusterSecret::new(SECRET.to_vec()));
+        let config = config.validate().expect("a valid configuration");
+        let (stop, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(latchkey_server::run(listener, config, async move {
+            let _ = rx.await;
+        }));
+        out.push(Member { addr, stop, task });
+    }
+    (members, out)
+}
+
+fn channel(addr: std::net::SocketAddr) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy()
+}
+
+async fn status(addr: std::net::SocketAddr) -> Option<pb::NodeStatusResponse> {
+    LocksClient::new(channel(addr))
+        .node_status(pb::NodeStatusRequest {})
+        .await
+        .ok()
+        .map(|r| r.into_inner())
+}
+
+/// The leader's index among `members` and its status, once one leads (bounded).
+async fn leader(members: &[Member]) -> (usize, pb::NodeStatusResponse) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        for (i, m) in members.iter().enumerate() {
+            assert!(!m.task.is_finished(), "member {} stopped on its own", i + 1);
+            if let Some(s) = status(m.addr).await {
+                if s.role == "leader" && s.applied_index > 0 {
+                    return (i, s);
+                }
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no leader within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends `payload` to `addr`'s peer service as `method`, stamped by `auth` (or by nobody).
+async fn send(
+    addr: std::net::SocketAddr,
+    to: u64,
+    auth: Option<&PeerAuth>,
+    method: PeerMethod,
+    payload: Vec<u8>,
+) -> Result<pb::PeerMessage, tonic::Status> {
+    let mut meta = tonic::metadata::MetadataMap::new();
+    if let Some(auth) = auth {
+        auth.sign(&mut meta, method, to, &payload);
+    }
+    let request = tonic::Request::from_parts(
+        meta,
+        tonic::Extensions::default(),
+        pb::PeerMessage { payload },
+    );
+    let mut c = RaftPeerClient::new(channel(addr));
+    match method {
+        PeerMethod::Vote => c.vote(request).await,
+        PeerMethod::Append => c.append(request).await,
+        PeerMethod::Snapshot => c.snapshot(request).await,
+    }
+    .map(|r| r.into_inner())
+}
+
+fn assert_refused(what: &str, r: Result<pb::PeerMessage, tonic::Status>, says: &str) {
+    match r {
+        Err(s) if s.code() == Code::PermissionDenied && s.message().contains(says) => {}
+        other => panic!("{what}: expected PERMISSION_DENIED saying {says:?}, got {other:?}"),
+    }
+}
+
+/// A snapshot that claims to be at `index` of `last_term` (its table is empty: refused before
+/// anyone looks at it, it would replace a table with a held lock).
+fn forged_snapshot(vote: Vote, last_term: u64, index: u64) -> Vec<u8> {
+    let table = LockTable::default();
+    let last = latchkey_raft::LogId::new(
+        openraft::type_config::alias::CommittedLeaderIdOf::<TypeConfig> {
+            term: last_term,
+            node_id: 2,
+        },
+        index,
+    );
+    let data = latchkey_raft::snapshot::encode(&Some(last), &Default::default(), &table);
+    let meta = latchkey_raft::SnapshotMeta {
+        last_log_id: Some(last),
+        last_membership: Default::default(),
+    };
+    encode(&(vote, meta, data))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (list, members) = start_cluster(dir.path()).await;
+    let (li, before) = leader(&members).await;
+    let leader_id = before.id;
+    let addr = members[li].addr;
+    let a_follower = list.keys().copied().find(|&id| id != leader_id).unwrap();
+
+    // A lock held before the attempts.
+    let mut c = LocksClient::new(channel(addr));
+    let s = c
+        .create_session(pb::CreateSessionRequest { ttl_ms: 30_000 })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    let granted = c
+        .acquire(pb::AcquireRequest {
+            session: Some(s),
+            seq: 1,
+            name: "x".into(),
+            wait_timeout_ms: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let describe = |mut c: LocksClient<Channel>| async move {
+        c.describe(pb::DescribeRequest { name: "x".into() })
+            .await
+            .unwrap()
+            .into_inner()
+            .lock
+            .unwrap()
+    };
+    let held = describe(c.clone()).await;
+    assert!(held.held && held.token > 0, "{held:?} after {granted:?}");
+
+    let high = before.term + 100;
+    let transfer = encode(&Ballot::Vote(VoteRequest {
+        vote: Vote::new(high, a_follower),
+        last_log_id: None,
+        leadership_transfer: true,
+    }));
+    let forged = forged_snapshot(Vote::new_committed(high, a_follower), high, 1_000_000);
+
+    // A stranger: no credentials at all.
+    assert_refused(
+        "a leadership-transfer vote from a stranger",
+        send(addr, leader_id, None, PeerMethod::Vote, transfer.clone()).await,
+        "latchkey-peer-from",
+    );
+    // Claiming to be a member, without the secret.
+    let no_secret = PeerAuth::new(a_follower, list.clone(), None);
+    assert_refused(
+        "a forged snapshot without the secret",
+        send(
+            addr,
+            leader_id,
+            Some(&no_secret),
+            PeerMethod::Snapshot,
+            forged.clone(),
+        )
+        .await,
+        "cluster secret",
+    );
+    // Another cluster's secret.
+    let other = PeerAuth::new(
+        a_follower,
+        list.clone(),
+        Some(ClusterSecret::new(
+            b"another-cluster-secret-012345678".to_vec(),
+        )),
+    );
+    assert_refused(
+        "a leadership-transfer vote under another secret",
+        send(
+            addr,
+            leader_id,
+            Some(&other),
+            PeerMethod::Vote,
+            transfer.clone(),
+        )
+        .await,
+        "does not verify",
+    );
+    // A non-member that knows the secret.
+    let outsider = PeerAuth::new(9, list.clone(), Some(ClusterSecret::new(SECRET.to_vec())));
+    assert_refused(
+        "a vote from a non-member",
+        send(
+            addr,
+            leader_id,
+            Some(&outsider),
+            PeerMethod::Vote,
+            transfer.clone(),
+        )
+        .await,
+        "not a member",
+    );
+
+    // A member (with the secret) sending nonsense: a snapshot that does not decode, one whose
+    // last log id lies above its vote, and a vote for someone else.
+    let member = PeerAuth::new(
+        a_follower,
+        list.clone(),
+        Some(ClusterSecret::new(SECRET.to_vec())),
+    );
+    let garbage = encode(&(
+        Vote::new_committed(high, a_follower),
+        latchkey_raft::SnapshotMeta {
+            last_log_id: None,
+            last_membership: Default::default(),
+        },
+        vec![0xde, 0xad, 0xbe, 0xef],
+    ));
+    assert_refused(
+        "a garbage snapshot from a member",
+        send(
+            addr,
+            leader_id,
+            Some(&member),
+            PeerMethod::Snapshot,
+            garbage,
+        )
+        .await,
+        "snapshot",
+    );
+    let impossible = forged_snapshot(Vote::new_committed(high, a_follower), high + 5, 10);
+    assert_refused(
+        "a snapshot above its vote from a member",
+        send(
+            addr,
+            leader_id,
+            Some(&member),
+            PeerMethod::Snapshot,
+            impossible,
+        )
+        .await,
+        "older term",
+    );
+    let for_another = encode(&Ballot::Vote(VoteRequest {
+        vote: Vote::new(high, 9),
+        last_log_id: None,
+        leadership_transfer: true,
+    }));
+    assert_refused(
+        "a member's vote request for another candidate",
+        send(
+            addr,
+            leader_id,
+            Some(&member),
+            PeerMethod::Vote,
+            for_another,
+        )
+        .await,
+        "for member 9",
+    );
+
+    // Nothing changed: the same leader in the same term, the lock with the same holder and
+    // token, and the cluster still grants.
+    let (li2, after) = leader(&members).await;
+    assert_eq!(
+        (members[li2].addr, after.id, after.term),
+        (addr, leader_id, before.term),
+        "the leader changed"
+    );
+    let still = describe(c.clone()).await;
+    assert_eq!((still.session, still.token), (held.session, held.token));
+    let next = c
+        .acquire(pb::AcquireRequest {
+            session: Some(s),
+            seq: 2,
+            name: "y".into(),
+            wait_timeout_ms: 0,
+        })
+        .await
+        .expect("the cluster still grants")
+        .into_inner();
+    assert!(
+        next.token > held.token && next.token < 1_000_000,
+        "{next:?}"
+    );
+
+    for m in members {
+        let _ = m.stop.send(());
+        tokio::time::timeout(Duration::from_secs(20), m.task)
+            .await
+            .expect("a member stops within 20 s")
+            .expect("join")
+            .expect("the member ran cleanly");
+    }
+}
