@@ -9,8 +9,8 @@
 //! write a temporary file, fsync it, rename it over, fsync the directory. A crash at any point
 //! leaves either the old or the new snapshot, never a mix.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use latchkey_core::codec::{decode_table, encode_table, DecodeError};
@@ -23,7 +23,6 @@ use crate::{LogId, StoredMembership};
 pub const SNAPSHOT_FILE_FORMAT_VERSION: u8 = 1;
 /// Name of the current snapshot inside the snapshot directory.
 pub const SNAPSHOT_FILE_NAME: &str = "snapshot.bin";
-const SNAPSHOT_TMP_FILE_NAME: &str = "snapshot.bin.tmp";
 /// Version byte and checksum.
 const HEADER_BYTES: usize = 1 + 4;
 
@@ -111,18 +110,10 @@ pub fn snapshot_path(dir: &Path) -> PathBuf {
     dir.join(SNAPSHOT_FILE_NAME)
 }
 
-/// Replaces the snapshot in `dir` with `bytes`, atomically and durably.
+/// Replaces the snapshot in `dir` with `bytes`, atomically and durably (through
+/// `<snapshot_dir>/snapshot.bin.tmp`).
 pub fn write_atomically(dir: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(SNAPSHOT_TMP_FILE_NAME);
-    {
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    fs::rename(&tmp, snapshot_path(dir))?;
-    // The rename is durable only once the directory entry is.
-    File::open(dir)?.sync_all()?;
-    Ok(())
+    latchkey_log_store::write_durably(dir, SNAPSHOT_FILE_NAME, bytes)
 }
 
 /// Reads the snapshot in `dir`, if there is one.
