@@ -14,6 +14,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use latchkey_core::codec::{decode_table, encode_table, DecodeError};
+use latchkey_core::versioned::{self, VersionedError};
 use latchkey_core::LockTable;
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +41,18 @@ pub enum SnapshotDecodeError {
     Table(#[from] DecodeError),
     #[error("snapshot table was applied up to {table} but the snapshot claims {claimed:?}")]
     IndexMismatch { table: u64, claimed: Option<u64> },
+}
+
+impl From<VersionedError> for SnapshotDecodeError {
+    fn from(e: VersionedError) -> SnapshotDecodeError {
+        match e {
+            VersionedError::Empty => SnapshotDecodeError::Truncated,
+            VersionedError::UnknownVersion { found, .. } => {
+                SnapshotDecodeError::UnknownVersion(found)
+            }
+            VersionedError::Corrupt(e) => SnapshotDecodeError::Corrupt(e),
+        }
+    }
 }
 
 /// A decoded snapshot.
@@ -80,11 +93,11 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotContents, SnapshotDecodeError> {
     if bytes.len() < HEADER_BYTES {
         return Err(SnapshotDecodeError::Truncated);
     }
-    let (header, body) = bytes.split_at(HEADER_BYTES);
-    if header[0] != SNAPSHOT_FILE_FORMAT_VERSION {
-        return Err(SnapshotDecodeError::UnknownVersion(header[0]));
-    }
-    let stored = u32::from_le_bytes(header[1..5].try_into().expect("four bytes"));
+    // The version byte is checked like every versioned encoding's; the checksum sits between
+    // it and the postcard body, so the rest is read here.
+    let after_version = versioned::strip_version(SNAPSHOT_FILE_FORMAT_VERSION, bytes)?;
+    let (checksum, body) = after_version.split_at(HEADER_BYTES - 1);
+    let stored = u32::from_le_bytes(checksum.try_into().expect("four bytes"));
     let computed = crc32(body);
     if stored != computed {
         return Err(SnapshotDecodeError::Checksum { stored, computed });
