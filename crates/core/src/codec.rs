@@ -3,6 +3,7 @@
 //! Format: one version byte, then the table in postcard, then nothing. A reader refuses versions it does not
 //! know rather than misreading them.
 
+use crate::versioned::{self, VersionedError};
 use crate::LockTable;
 
 /// Version of the snapshot encoding written by this build.
@@ -28,18 +29,22 @@ pub enum DecodeError {
     Invalid(String),
 }
 
+impl From<VersionedError> for DecodeError {
+    fn from(e: VersionedError) -> DecodeError {
+        match e {
+            VersionedError::Empty => DecodeError::Empty,
+            VersionedError::UnknownVersion { found, .. } => DecodeError::UnknownVersion(found),
+            VersionedError::Corrupt(e) => DecodeError::Corrupt(e),
+        }
+    }
+}
+
 pub fn encode_table(table: &LockTable) -> Vec<u8> {
-    let mut out = vec![SNAPSHOT_FORMAT_VERSION];
-    out.extend(postcard::to_stdvec(table).expect("serializing to memory cannot fail"));
-    out
+    versioned::encode(SNAPSHOT_FORMAT_VERSION, table).expect("serializing to memory cannot fail")
 }
 
 pub fn decode_table(bytes: &[u8]) -> Result<LockTable, DecodeError> {
-    let (&v, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
-    if v != SNAPSHOT_FORMAT_VERSION {
-        return Err(DecodeError::UnknownVersion(v));
-    }
-    let (table, trailing): (LockTable, _) = postcard::take_from_bytes(rest)?;
+    let (table, trailing): (LockTable, _) = versioned::decode(SNAPSHOT_FORMAT_VERSION, bytes)?;
     if !trailing.is_empty() {
         // Not what was written: a torn or concatenated file.
         return Err(DecodeError::Trailing(trailing.len()));

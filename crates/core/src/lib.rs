@@ -4,6 +4,7 @@
 //! - [`types`]: commands the leader proposes, outcomes the table returns, read-only views.
 //! - [`table`]: [`LockTable`], whose `apply` is the whole state machine, plus queries.
 //! - [`codec`]: the versioned byte encoding of snapshots.
+//! - [`versioned`]: the framing every versioned encoding shares (format byte + postcard).
 //! - [`limits`]: every bound in the system, with the reason for its value.
 //!
 //! Nothing here does I/O, reads a clock or draws a random number: the leader stamps time and
@@ -14,6 +15,7 @@ pub mod codec;
 pub mod limits;
 pub mod table;
 pub mod types;
+pub mod versioned;
 
 pub use table::{validate_name, validate_ttl_ms, LockTable};
 pub use types::*;

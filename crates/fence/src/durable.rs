@@ -291,7 +291,9 @@ fn open_log(path: &Path) -> Result<File, StorageError> {
 }
 
 /// Writes `contents` to `tmp`, syncs it, renames it to `dest` and syncs the directory, so that
-/// after a crash `dest` is either the old file or the new one, complete.
+/// after a crash `dest` is either the old file or the new one, complete. The same steps as
+/// `latchkey_log_store::write_durably`, kept here on purpose: this crate depends on no other
+/// latchkey crate, so that a protected resource can take it alone.
 fn replace_durably(
     dir: &Path,
     tmp: &Path,

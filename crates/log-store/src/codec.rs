@@ -5,6 +5,7 @@
 
 use std::io;
 
+use latchkey_core::versioned::{self, VersionedError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -14,8 +15,8 @@ use serde::Serialize;
 pub const VALUE_FORMAT_VERSION: u8 = 2;
 
 pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, io::Error> {
-    let out = vec![VALUE_FORMAT_VERSION];
-    postcard::to_extend(value, out).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+    versioned::encode(VALUE_FORMAT_VERSION, value)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }
 
 /// `what` names the value in the error ("log entry 17", "vote"), so a corrupt file is diagnosable.
@@ -29,13 +30,10 @@ pub(crate) fn decode<T: DeserializeOwned>(
             format!("{what} is corrupt: {msg}"),
         )
     };
-    let (&version, rest) = bytes
-        .split_first()
-        .ok_or_else(|| corrupt("empty value".into()))?;
-    if version != VALUE_FORMAT_VERSION {
-        return Err(corrupt(format!(
-            "format version {version} is not supported (this build reads {VALUE_FORMAT_VERSION})"
-        )));
+    match versioned::decode(VALUE_FORMAT_VERSION, bytes) {
+        Ok((value, _)) => Ok(value),
+        Err(VersionedError::Empty) => Err(corrupt("empty value".into())),
+        // "format version N is not supported (this build reads M)", or postcard's message.
+        Err(e) => Err(corrupt(e.to_string())),
     }
-    postcard::from_bytes(rest).map_err(|e| corrupt(e.to_string()))
 }

@@ -9,6 +9,8 @@
 //! - `pending`: submitted writes the writer has not committed yet, merged into every read so an
 //!   appended entry is readable as soon as `append` returns, as openraft requires.
 //! - `codec`: the versioned value encoding (format byte + postcard).
+//! - [`durable`]: replacing a small file atomically and durably (the server's `members` file,
+//!   the snapshot file).
 //!
 //! Tables in the file: `raft_log` (index -> entry), `raft_state` (vote, committed log id, last
 //! purged log id), `app_meta` (the server's own keys, e.g. the cluster identity).
@@ -17,6 +19,7 @@
 //! the transaction that holds the write has committed with `Durability::Immediate`.
 
 mod codec;
+pub mod durable;
 mod pending;
 mod writer;
 
@@ -39,6 +42,7 @@ use tokio::sync::{mpsc, oneshot};
 use latchkey_core::limits;
 
 pub use codec::VALUE_FORMAT_VERSION;
+pub use durable::write_durably;
 use pending::Pending;
 use writer::{BeforeCommit, Op, Request};
 

@@ -9,11 +9,12 @@
 //! write a temporary file, fsync it, rename it over, fsync the directory. A crash at any point
 //! leaves either the old or the new snapshot, never a mix.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use latchkey_core::codec::{decode_table, encode_table, DecodeError};
+use latchkey_core::versioned::{self, VersionedError};
 use latchkey_core::LockTable;
 use serde::{Deserialize, Serialize};
 
@@ -23,7 +24,6 @@ use crate::{LogId, StoredMembership};
 pub const SNAPSHOT_FILE_FORMAT_VERSION: u8 = 1;
 /// Name of the current snapshot inside the snapshot directory.
 pub const SNAPSHOT_FILE_NAME: &str = "snapshot.bin";
-const SNAPSHOT_TMP_FILE_NAME: &str = "snapshot.bin.tmp";
 /// Version byte and checksum.
 const HEADER_BYTES: usize = 1 + 4;
 
@@ -41,6 +41,18 @@ pub enum SnapshotDecodeError {
     Table(#[from] DecodeError),
     #[error("snapshot table was applied up to {table} but the snapshot claims {claimed:?}")]
     IndexMismatch { table: u64, claimed: Option<u64> },
+}
+
+impl From<VersionedError> for SnapshotDecodeError {
+    fn from(e: VersionedError) -> SnapshotDecodeError {
+        match e {
+            VersionedError::Empty => SnapshotDecodeError::Truncated,
+            VersionedError::UnknownVersion { found, .. } => {
+                SnapshotDecodeError::UnknownVersion(found)
+            }
+            VersionedError::Corrupt(e) => SnapshotDecodeError::Corrupt(e),
+        }
+    }
 }
 
 /// A decoded snapshot.
@@ -81,11 +93,11 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotContents, SnapshotDecodeError> {
     if bytes.len() < HEADER_BYTES {
         return Err(SnapshotDecodeError::Truncated);
     }
-    let (header, body) = bytes.split_at(HEADER_BYTES);
-    if header[0] != SNAPSHOT_FILE_FORMAT_VERSION {
-        return Err(SnapshotDecodeError::UnknownVersion(header[0]));
-    }
-    let stored = u32::from_le_bytes(header[1..5].try_into().expect("four bytes"));
+    // The version byte is checked like every versioned encoding's; the checksum sits between
+    // it and the postcard body, so the rest is read here.
+    let after_version = versioned::strip_version(SNAPSHOT_FILE_FORMAT_VERSION, bytes)?;
+    let (checksum, body) = after_version.split_at(HEADER_BYTES - 1);
+    let stored = u32::from_le_bytes(checksum.try_into().expect("four bytes"));
     let computed = crc32(body);
     if stored != computed {
         return Err(SnapshotDecodeError::Checksum { stored, computed });
@@ -111,18 +123,10 @@ pub fn snapshot_path(dir: &Path) -> PathBuf {
     dir.join(SNAPSHOT_FILE_NAME)
 }
 
-/// Replaces the snapshot in `dir` with `bytes`, atomically and durably.
+/// Replaces the snapshot in `dir` with `bytes`, atomically and durably (through
+/// `<snapshot_dir>/snapshot.bin.tmp`).
 pub fn write_atomically(dir: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(SNAPSHOT_TMP_FILE_NAME);
-    {
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    fs::rename(&tmp, snapshot_path(dir))?;
-    // The rename is durable only once the directory entry is.
-    File::open(dir)?.sync_all()?;
-    Ok(())
+    latchkey_log_store::write_durably(dir, SNAPSHOT_FILE_NAME, bytes)
 }
 
 /// Reads the snapshot in `dir`, if there is one.

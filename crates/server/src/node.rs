@@ -45,17 +45,6 @@ const META_MEMBERS: &str = "members";
 /// The same record as a file in the data dir, readable without opening the log.
 const MEMBERS_FILE: &str = "members";
 
-/// Writes `dir/name` atomically and durably: temp file, fsync, rename, fsync the dir.
-fn write_durably(dir: &std::path::Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(name))?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
 pub struct Node {
     pub id: u64,
     pub raft: Raft,
@@ -169,7 +158,8 @@ impl Node {
                 .map_err(StartError::LogStore)?,
         }
         if !dir.join(MEMBERS_FILE).exists() {
-            write_durably(&dir, MEMBERS_FILE, given.as_bytes()).map_err(data_dir_error(&dir))?;
+            latchkey_log_store::write_durably(&dir, MEMBERS_FILE, given.as_bytes())
+                .map_err(data_dir_error(&dir))?;
         }
 
         let leases = Arc::new(Mutex::new(Leases::new(config.plant)));

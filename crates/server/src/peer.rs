@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use latchkey_core::limits;
+use latchkey_core::versioned::{self, VersionedError};
 use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
 use latchkey_raft::{Raft, TypeConfig};
@@ -53,20 +54,17 @@ enum Ballot {
 }
 
 fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    let mut out = vec![PEER_FORMAT_VERSION];
-    out.extend(postcard::to_stdvec(v).expect("serializing to memory cannot fail"));
-    out
+    versioned::encode(PEER_FORMAT_VERSION, v).expect("serializing to memory cannot fail")
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    match bytes.split_first() {
-        Some((&PEER_FORMAT_VERSION, rest)) => {
-            postcard::from_bytes(rest).map_err(|e| format!("bad peer payload: {e}"))
-        }
-        Some((v, _)) => Err(format!(
-            "peer payload version {v} is not {PEER_FORMAT_VERSION}"
+    match versioned::decode(PEER_FORMAT_VERSION, bytes) {
+        Ok((value, _)) => Ok(value),
+        Err(VersionedError::Empty) => Err("empty peer payload".into()),
+        Err(VersionedError::UnknownVersion { found, .. }) => Err(format!(
+            "peer payload version {found} is not {PEER_FORMAT_VERSION}"
         )),
-        None => Err("empty peer payload".into()),
+        Err(VersionedError::Corrupt(e)) => Err(format!("bad peer payload: {e}")),
     }
 }
 

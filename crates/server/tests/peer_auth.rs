@@ -31,9 +31,7 @@ enum Ballot {
 }
 
 fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    let mut out = vec![PEER_FORMAT_VERSION];
-    out.extend(postcard::to_stdvec(v).unwrap());
-    out
+    latchkey_core::versioned::encode(PEER_FORMAT_VERSION, v).unwrap()
 }
 
 const SECRET: &[u8] = b"a-test-cluster-secret-0123456789";

@@ -1,8 +1,11 @@
 //! A seeded simulation of a whole latchkey cluster in one process, with history checkers.
 //!
 //! Layout:
-//! - [`sim`]: one run: turmoil hosts running `latchkey_server::run_with`, simulated
-//!   clients, the fault schedule, the final restart, then the checkers.
+//! - [`sim`]: one run (`Run`, in phases: setup, fault, heal, restart, check): turmoil hosts
+//!   running `latchkey_server::run_with`, simulated clients, the final restart, then the
+//!   checkers.
+//! - [`faults`]: the fault schedules (random, failover after a lease write or a logged renewal,
+//!   lag-then-lead), their injection and healing, through one context (`FaultCtx`).
 //! - [`net`]: turmoil TCP under tonic (server incoming stream, client and peer channels).
 //! - [`store`]: the fault-injecting in-memory log store (unsynced writes lost on a crash).
 //! - [`clock`]: per-host drifting clocks and seeded entropy.
@@ -27,6 +30,7 @@ pub mod checkers;
 pub mod client;
 pub mod clock;
 pub mod coverage;
+pub mod faults;
 pub mod history;
 pub mod net;
 pub mod resource;
