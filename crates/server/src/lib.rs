@@ -355,22 +355,55 @@ where
     .max_decoding_message_size(limits::PEER_MESSAGE_BYTES_MAX)
     .max_encoding_message_size(limits::PEER_MESSAGE_BYTES_MAX);
     let stop = node.shutdown.clone();
+    // A member whose Raft core stopped (a storage failure such as ENOSPC, EIO or EFBIG stops it
+    // for good) can only refuse every call. Rather than linger as a process that answers
+    // "shutting down", which no supervisor can tell from a working one, it stops serving and
+    // `run_with` returns an error, so the process exits and is restarted; what it acknowledged
+    // is on disk (issue #14).
+    let core_stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut core_metrics = node.raft.server_metrics();
+    let stop_serving = {
+        let core_stopped = core_stopped.clone();
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = async {
+                    use openraft::async_runtime::WatchReceiver;
+                    while core_metrics.changed().await.is_ok() {}
+                } => {
+                    core_stopped.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            // End long-polls first, so that graceful shutdown does not wait for them.
+            stop.cancel();
+        }
+    };
     let served = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(limits::CLIENT_CONCURRENT_REQUESTS_MAX)
         .http2_max_pending_accept_reset_streams(Some(limits::CLIENT_PENDING_RESET_STREAMS_MAX))
         .add_service(locks)
         .add_service(peer)
-        .serve_with_incoming_shutdown(incoming, async move {
-            shutdown.await;
-            // End long-polls first, so that graceful shutdown does not wait for them.
-            stop.cancel();
-        })
+        .serve_with_incoming_shutdown(incoming, stop_serving)
         .await;
 
     node.shutdown.cancel();
     let _ = duties.await;
     if let Some(m) = metrics {
         let _ = m.await;
+    }
+    if core_stopped.load(std::sync::atomic::Ordering::Relaxed) {
+        use openraft::async_runtime::WatchReceiver;
+        let why = match &node.raft.metrics().borrow_watched().running_state {
+            Err(fatal) => fatal.to_string(),
+            Ok(()) => "no error reported".to_owned(),
+        };
+        tracing::error!(
+            "the Raft core stopped ({why}); exiting so that this member can be restarted"
+        );
+        return Err(anyhow::anyhow!(
+            "the Raft core stopped: {why} (acknowledged entries are on disk; restart the member \
+             once the cause, e.g. a full disk, is fixed)"
+        ));
     }
     if let Err(e) = node.raft.shutdown().await {
         tracing::warn!("raft shutdown: {e}");
