@@ -309,7 +309,14 @@ impl Client {
         let now = self.clock().now();
         let mut route = self.inner.route.lock().expect("route lock poisoned");
         match hint.map(endpoint_uri) {
-            Some(Ok(h)) if h != uri && !route.recently_refused(&h, now) => {
+            // The member names itself: it leads but cannot answer yet (a leader that has not
+            // resumed its leases). Stay, after the backoff; another member would only send us
+            // back here.
+            Some(Ok(h)) if h == uri => {
+                route.leader = Some(h);
+                false
+            }
+            Some(Ok(h)) if !route.recently_refused(&h, now) => {
                 route.leader = Some(h);
                 true
             }
@@ -498,6 +505,16 @@ mod tests {
         client.reroute("http://c:3", None);
         assert_eq!(client.pick(), "http://b:2");
         client.answered("http://b:2");
+        assert_eq!(client.pick(), "http://b:2");
+    }
+
+    /// A leader that cannot answer yet names itself (leases not resumed, issue #9): the client
+    /// stays there (after its backoff) instead of asking a follower that would send it back.
+    #[tokio::test]
+    async fn a_member_naming_itself_keeps_the_client_there() {
+        let client = Client::connect(["a:1", "b:2"]).await.unwrap();
+        client.answered("http://b:2");
+        assert!(!client.reroute("http://b:2", Some("b:2")));
         assert_eq!(client.pick(), "http://b:2");
     }
 

@@ -24,9 +24,11 @@ pub enum ApiError {
     TooManyWaiting,
     #[error("node is shutting down")]
     ShuttingDown,
-    /// A new leader has not resumed session leases yet; ask again in a moment.
+    /// A new leader has not resumed session leases yet; ask again in a moment. Carries this
+    /// leader's own id and address as the leader hint, so a client retries here rather than
+    /// wander to a follower that would only send it back.
     #[error("leader just elected: session leases not resumed yet, retry")]
-    LeasesNotResumed,
+    LeasesNotResumed { leader_id: u64, leader_addr: String },
     #[error("raft: {0}")]
     Raft(String),
 }
@@ -54,7 +56,7 @@ impl ApiError {
             ApiError::NoQuorum => "no-quorum",
             ApiError::TooManyWaiting => "too-many-waiting",
             ApiError::ShuttingDown => "shutting-down",
-            ApiError::LeasesNotResumed => "leases-not-resumed",
+            ApiError::LeasesNotResumed { .. } => "leases-not-resumed",
             ApiError::Raft(_) => "raft",
         }
     }
@@ -81,7 +83,7 @@ impl ApiError {
             ApiError::NotLeader { .. }
             | ApiError::NoQuorum
             | ApiError::ShuttingDown
-            | ApiError::LeasesNotResumed
+            | ApiError::LeasesNotResumed { .. }
             | ApiError::Raft(_) => Code::Unavailable,
         }
     }
@@ -99,17 +101,22 @@ impl From<ApiError> for Status {
         let mut status = Status::new(e.code(), e.to_string());
         let md = status.metadata_mut();
         md.insert(ERROR_REASON_KEY, e.reason().parse().expect("ascii reason"));
-        if let ApiError::NotLeader {
-            leader_id,
-            leader_addr,
-        } = &e
-        {
-            if let Some(id) = leader_id {
-                md.insert(LEADER_ID_KEY, id.to_string().parse().expect("ascii id"));
-            }
-            if let Some(addr) = leader_addr.as_ref().and_then(|a| a.parse().ok()) {
-                md.insert(LEADER_ADDR_KEY, addr);
-            }
+        let hint = match &e {
+            ApiError::NotLeader {
+                leader_id,
+                leader_addr,
+            } => (*leader_id, leader_addr.as_deref()),
+            ApiError::LeasesNotResumed {
+                leader_id,
+                leader_addr,
+            } => (Some(*leader_id), Some(leader_addr.as_str())),
+            _ => (None, None),
+        };
+        if let Some(id) = hint.0 {
+            md.insert(LEADER_ID_KEY, id.to_string().parse().expect("ascii id"));
+        }
+        if let Some(addr) = hint.1.and_then(|a| a.parse().ok()) {
+            md.insert(LEADER_ADDR_KEY, addr);
         }
         status
     }
@@ -133,5 +140,25 @@ impl From<RaftError<TypeConfig, LinearizableReadError<TypeConfig>>> for ApiError
             RaftError::APIError(LinearizableReadError::QuorumNotEnough(_)) => ApiError::NoQuorum,
             RaftError::Fatal(_) => ApiError::ShuttingDown,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A keepalive reaching a leader that has not resumed its leases yet is told to retry
+    /// there, not sent wandering to a follower that would only send it back (issue #9).
+    #[test]
+    fn leases_not_resumed_names_this_leader_as_the_hint() {
+        let status = Status::from(ApiError::LeasesNotResumed {
+            leader_id: 2,
+            leader_addr: "127.0.0.1:7422".into(),
+        });
+        assert_eq!(status.code(), Code::Unavailable);
+        let md = status.metadata();
+        assert_eq!(md.get(ERROR_REASON_KEY).unwrap(), "leases-not-resumed");
+        assert_eq!(md.get(LEADER_ID_KEY).unwrap(), "2");
+        assert_eq!(md.get(LEADER_ADDR_KEY).unwrap(), "127.0.0.1:7422");
     }
 }

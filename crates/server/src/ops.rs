@@ -337,7 +337,15 @@ impl Node {
         // Elected, but the leases of this term are not resumed yet (the old leader's tail is
         // still being applied): no session may be renewed or declared gone on this table yet.
         if decisions.iter().any(|(_, _, d)| *d == Renew::NotResumed) {
-            return Err(ApiError::LeasesNotResumed);
+            return Err(ApiError::LeasesNotResumed {
+                leader_id: self.id,
+                // The address members and hints name this node by (as in NotLeader's hints).
+                leader_addr: self
+                    .config
+                    .members()
+                    .remove(&self.id)
+                    .unwrap_or_else(|| self.config.listen.to_string()),
+            });
         }
         let marked: Vec<(SessionId, tokio::time::Instant)> = decisions
             .iter()
