@@ -169,6 +169,8 @@ const _: () = assert!(
 /// below, so that a renewal reaches a new leader within a few hundred ms of its election.
 pub const CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR: u32 = 20;
 pub const CLIENT_RENEWAL_BACKOFF_MS_MIN: u64 = 50;
+// A backoff never outlasts an attempt's deadline: a retry waits less than the attempt it repeats.
+const _: () = assert!(CLIENT_RENEWAL_BACKOFF_MS_MIN <= CLIENT_RENEWAL_ATTEMPT_MS_MIN);
 const _: () = assert!(CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR >= CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR);
 // A holder's client must reach the new leader before its own lease deadline: its last
 // acknowledged renewal is up to TTL/3 old, and it gives up TTL/5 before the TTL, which leaves
