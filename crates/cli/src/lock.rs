@@ -72,8 +72,9 @@ pub async fn lock(args: LockArgs) -> anyhow::Result<u8> {
         // Its own group, so that signals reach everything COMMAND starts (see the module
         // comment).
         .process_group(0)
-        .env("LATCHKEY_LOCK", &args.name)
-        .env("LATCHKEY_TOKEN", guard.token().to_string())
+        // The names a fenced resource's helpers read (`latchkey-fence`), not a copy of them.
+        .env(latchkey_fence::LOCK_ENV, &args.name)
+        .env(latchkey_fence::TOKEN_ENV, guard.token().to_string())
         .spawn();
     let child = match child {
         Ok(child) => child,

@@ -1,7 +1,7 @@
 //! The process-pause scenario with the CLI as the worker, against a real `latchkey serve`:
-//! `latchkey lock --ttl 2s demo -- WRITER`, where WRITER writes to the fenced key-value service
-//! (`latchkey_fence::http`, run in this process) with the `latchkey-lock` and `latchkey-token`
-//! headers taken from `$LATCHKEY_LOCK` and `$LATCHKEY_TOKEN`.
+//! `latchkey lock --ttl 2s demo -- WRITER`, where WRITER writes to the fenced key-value example
+//! service (`latchkey_testkit::FencedResource`, run in this process) with the `latchkey-lock` and
+//! `latchkey-token` headers taken from `$LATCHKEY_LOCK` and `$LATCHKEY_TOKEN`.
 //!
 //! 1. Worker A's WRITER writes once (200), then waits for a line on its stdin.
 //! 2. A's whole process group (the CLI and WRITER) is frozen with SIGSTOP past A's lease.
@@ -17,16 +17,13 @@
 mod common;
 
 use std::io::{BufRead, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{signal, wait_until, Proc, Server, Work};
-use latchkey_fence::http::{run, FencedKv, ServerConfig, Shutdown};
-use latchkey_fence::{
-    limits, MemoryGate, HIGHEST_HEADER, LOCK_ENV, LOCK_HEADER, TOKEN_ENV, TOKEN_HEADER,
-};
+use latchkey_fence::{HIGHEST_HEADER, LOCK_ENV, LOCK_HEADER, TOKEN_ENV, TOKEN_HEADER};
+use latchkey_testkit::FencedResource;
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -51,7 +48,7 @@ fn a_paused_cli_worker_is_stopped_and_its_late_write_is_refused() {
         return;
     }
     let server = Server::start();
-    let resource = Resource::start();
+    let resource = FencedResource::start().expect("the resource starts");
     let work = Work::new();
     let worker = |role: &str, options: &[&str], stdin: Stdio| {
         let mut args: Vec<String> = ["lock", "--endpoints", &server.addr, "--ttl", "2s"]
@@ -150,7 +147,13 @@ fn a_paused_cli_worker_is_stopped_and_its_late_write_is_refused() {
     );
 
     // The resource saw exactly these writes, and kept B's value.
-    let (log, value) = resource.stop();
+    let value = resource.get(KEY);
+    let log: Vec<(u16, Option<u64>)> = resource
+        .stop()
+        .expect("the resource stops cleanly")
+        .into_iter()
+        .map(|a| (a.status, a.token))
+        .collect();
     assert_eq!(
         log,
         [(200, Some(t1)), (200, Some(t2)), (409, Some(t1))],
@@ -162,61 +165,6 @@ fn a_paused_cli_worker_is_stopped_and_its_late_write_is_refused() {
         "A token {t1}, frozen; B granted {b_granted_after:?} later with token {t2}; A's late \
          write refused (409); A's CLI exited 4 {a_stopped_after:?} after it resumed"
     );
-}
-
-/// Every write attempt the resource saw: (HTTP status, token).
-type Writes = Vec<(u16, Option<u64>)>;
-
-/// The fenced key-value service on a thread of its own; records every write attempt.
-struct Resource {
-    addr: SocketAddr,
-    shutdown: Shutdown,
-    kv: Arc<FencedKv<MemoryGate>>,
-    writes: Arc<Mutex<Writes>>,
-    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
-}
-
-impl Resource {
-    fn start() -> Resource {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("resource bind");
-        let addr = listener.local_addr().unwrap();
-        let shutdown = Shutdown::new(&listener).unwrap();
-        let kv = Arc::new(FencedKv::new(MemoryGate::new(), limits::KV_KEYS_MAX));
-        let writes: Arc<Mutex<Writes>> = Arc::default();
-        let thread = {
-            let (shutdown, kv, writes) = (shutdown.clone(), kv.clone(), writes.clone());
-            std::thread::spawn(move || {
-                run(listener, &kv, &ServerConfig::default(), &shutdown, &|e| {
-                    writes.lock().unwrap().push((e.status, e.token));
-                })
-            })
-        };
-        Resource {
-            addr,
-            shutdown,
-            kv,
-            writes,
-            thread: Some(thread),
-        }
-    }
-
-    /// Stops the service: every write attempt it saw, and the key's final value.
-    fn stop(mut self) -> (Writes, Option<Vec<u8>>) {
-        self.shutdown.trigger();
-        if let Some(t) = self.thread.take() {
-            t.join().expect("resource thread").expect("resource ran");
-        }
-        (self.writes.lock().unwrap().clone(), self.kv.get(KEY))
-    }
-}
-
-impl Drop for Resource {
-    fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.shutdown.trigger();
-            let _ = t.join();
-        }
-    }
 }
 
 /// WRITER: run by `latchkey lock` with the lock and token in its environment. Appends its

@@ -113,8 +113,8 @@ pub(crate) async fn sleep_until(clock: &dyn Clock, at: Instant) {
     }
 }
 
-/// The resolution of tokio's timers.
-const TIMER_TICK: Duration = Duration::from_millis(1);
+/// The resolution of tokio's timers ([`latchkey_core::limits::CLIENT_TIMER_TICK_MS`]).
+const TIMER_TICK: Duration = Duration::from_millis(latchkey_core::limits::CLIENT_TIMER_TICK_MS);
 
 /// Opens the channel to one endpoint.
 pub trait Connector: Send + Sync + 'static {

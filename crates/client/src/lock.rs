@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use latchkey_core::limits::{ACQUIRE_POLL_MS_MAX, WAIT_TIMEOUT_MS_MAX};
+use latchkey_core::limits::{self, ACQUIRE_POLL_MS_MAX, WAIT_TIMEOUT_MS_MAX};
 use latchkey_proto::v1 as pb;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -19,15 +19,14 @@ pub const TOKEN_HEADER: &str = "latchkey-token";
 /// Header that carries the lock name to a fenced resource.
 pub const LOCK_HEADER: &str = "latchkey-lock";
 
-/// After its wait timeout, a request still answered PENDING is given up after this much more.
-/// The server cancels the wait at its own deadline, so this only fires if the server does not;
-/// two long-polls is plenty for the replicated cancel to land.
-const PENDING_AFTER_DEADLINE_MAX: Duration = Duration::from_millis(2 * ACQUIRE_POLL_MS_MAX);
+/// [`limits::CLIENT_PENDING_AFTER_DEADLINE_MS_MAX`].
+const PENDING_AFTER_DEADLINE_MAX: Duration =
+    Duration::from_millis(limits::CLIENT_PENDING_AFTER_DEADLINE_MS_MAX);
 
 /// How long after the caller's wait timeout a wait gives up on its own when no server answers
-/// (an election, a partition). A reachable leader answers at the deadline itself (its cancel
-/// goes through the log first); this is the room for that answer to arrive.
-pub const UNANSWERED_AFTER_DEADLINE_MAX: Duration = Duration::from_secs(1);
+/// ([`limits::CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX`], where its reason is).
+pub const UNANSWERED_AFTER_DEADLINE_MAX: Duration =
+    Duration::from_millis(limits::CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX);
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -166,8 +165,8 @@ impl<'a> LockRequest<'a> {
     }
 }
 
-/// Cap of the backoff between attempts of one Acquire.
-const ACQUIRE_BACKOFF_MAX: Duration = Duration::from_millis(250);
+/// Cap of the backoff between attempts of one Acquire ([`limits::CLIENT_ACQUIRE_BACKOFF_MS_MAX`]).
+const ACQUIRE_BACKOFF_MAX: Duration = Duration::from_millis(limits::CLIENT_ACQUIRE_BACKOFF_MS_MAX);
 
 /// Sleeps until `clock` reads `at`, or forever.
 async fn sleep_until_some(clock: &dyn Clock, at: Option<Instant>) {

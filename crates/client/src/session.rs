@@ -19,6 +19,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use latchkey_core::limits;
 use latchkey_proto::v1 as pb;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
@@ -29,36 +30,26 @@ use crate::env::sleep_until;
 use crate::error::Error;
 use crate::lock::LockRequest;
 
-/// The least safety margin. Covers a late timer and scheduling on a loaded client, and leaves
-/// a holder time to stop (the CLI's kill grace is half the margin).
-pub const SAFETY_MARGIN_MIN: Duration = Duration::from_millis(200);
-/// The margin is at least TTL / this: 20 % of the lease. Monotonic clocks drift by parts per
-/// million, so the rest is room for the holder to stop before the server can grant again.
-pub const SAFETY_MARGIN_TTL_DIVISOR: u32 = 5;
-/// Renewals are sent every TTL / this (the usual third: two renewals can be lost in a row
-/// before the lease is in danger).
-pub const RENEWAL_TTL_DIVISOR: u32 = 3;
+/// The least safety margin ([`limits::CLIENT_SAFETY_MARGIN_MS_MIN`], where its reason is).
+pub const SAFETY_MARGIN_MIN: Duration = Duration::from_millis(limits::CLIENT_SAFETY_MARGIN_MS_MIN);
 
-const _: () = assert!(
-    SAFETY_MARGIN_MIN.as_millis() as u64 <= latchkey_core::limits::SESSION_TTL_MS_MIN / 5,
-    "the margin must leave room for a renewal even at the shortest TTL"
-);
-
-/// Deadline of one renewal attempt: a fifth of the TTL (at least 200 ms). A healthy leader
-/// answers in milliseconds, a logged renewal in one fsync.
+/// Deadline of one renewal attempt: a fifth of the TTL, at least 200 ms (reasons in
+/// [`limits::CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR`]).
 pub(crate) fn renewal_attempt_timeout(ttl: Duration) -> Duration {
-    (ttl / 5).max(Duration::from_millis(200))
+    (ttl / limits::CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR)
+        .max(Duration::from_millis(limits::CLIENT_RENEWAL_ATTEMPT_MS_MIN))
 }
 
-/// Cap of the backoff between renewal attempts: a twentieth of the TTL (at least 50 ms), so
-/// that a renewal reaches a new leader within a few hundred ms of its election.
+/// Cap of the backoff between renewal attempts: a twentieth of the TTL, at least 50 ms
+/// (reasons in [`limits::CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR`]).
 pub(crate) fn renewal_backoff_max(ttl: Duration) -> Duration {
-    (ttl / 20).max(Duration::from_millis(50))
+    (ttl / limits::CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR)
+        .max(Duration::from_millis(limits::CLIENT_RENEWAL_BACKOFF_MS_MIN))
 }
 
 /// The safety margin for a lease of `ttl`: `max(ttl / 5, 200 ms)`.
 pub fn safety_margin(ttl: Duration) -> Duration {
-    (ttl / SAFETY_MARGIN_TTL_DIVISOR).max(SAFETY_MARGIN_MIN)
+    (ttl / limits::CLIENT_SAFETY_MARGIN_TTL_DIVISOR).max(SAFETY_MARGIN_MIN)
 }
 
 /// Why a session ended on purpose (not worth a warning).
@@ -94,7 +85,7 @@ impl Lease {
     /// When to send the next renewal.
     pub(crate) fn next_renewal(&self) -> Instant {
         self.retry_at
-            .unwrap_or(self.acked_sent + self.ttl / RENEWAL_TTL_DIVISOR)
+            .unwrap_or(self.acked_sent + self.ttl / limits::CLIENT_RENEWAL_TTL_DIVISOR)
     }
 
     /// The server acknowledged a renewal sent at `sent`, granting `server_ttl`. An older

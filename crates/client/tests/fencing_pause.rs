@@ -4,9 +4,9 @@
 //! and the write it sends anyway with its old token is refused by the fenced resource.
 //!
 //! The server is the real node (`latchkey_server::run`) on a loopback port with a temporary
-//! data directory; the resource is the fenced key-value service of `latchkey-fence`. The
-//! scenario itself is the example's (`examples/pause_scenario/scenario.rs`), so the example a
-//! reader runs is the one tested here.
+//! data directory; the resource is the fenced key-value example service of `latchkey-fence`
+//! (both from `latchkey-testkit`). The scenario itself is the example's
+//! (`examples/pause_scenario/scenario.rs`), so the example a reader runs is the one tested here.
 
 #[path = "../examples/pause_scenario/scenario.rs"]
 mod scenario;

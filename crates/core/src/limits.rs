@@ -133,11 +133,54 @@ const _: () = assert!(ELECTION_TIMEOUT_MS_MIN_DEFAULT < ELECTION_TIMEOUT_MS_MAX_
 /// for a split vote.
 pub const LEADERLESS_MS_MAX_DEFAULT: u64 =
     HEARTBEAT_MS_DEFAULT + 3 * ELECTION_TIMEOUT_MS_MAX_DEFAULT;
+
+/// A client renews its session every TTL / this (the usual third: two renewals can be lost in
+/// a row before the lease is in danger).
+pub const CLIENT_RENEWAL_TTL_DIVISOR: u32 = 3;
+/// A client's safety margin is at least TTL / this: 20 % of the lease. It stops believing it
+/// holds its locks this long before the lease deadline it measured. Monotonic clocks drift by
+/// parts per million, so the rest is room for the holder to stop before the server can grant
+/// again.
+pub const CLIENT_SAFETY_MARGIN_TTL_DIVISOR: u32 = 5;
+/// The least safety margin. Covers a late timer and scheduling on a loaded client, and leaves a
+/// holder time to stop (the CLI's kill grace is half the margin).
+pub const CLIENT_SAFETY_MARGIN_MS_MIN: u64 = 200;
+// The margin must leave room for a renewal even at the shortest TTL.
+const _: () = assert!(
+    CLIENT_SAFETY_MARGIN_MS_MIN <= SESSION_TTL_MS_MIN / CLIENT_SAFETY_MARGIN_TTL_DIVISOR as u64
+);
+// Two renewals fall due before the margin begins (2·TTL/R <= TTL - TTL/S), so one lost
+// renewal never costs a holder its lock.
+const _: () = assert!(
+    2 * CLIENT_SAFETY_MARGIN_TTL_DIVISOR
+        <= CLIENT_RENEWAL_TTL_DIVISOR * (CLIENT_SAFETY_MARGIN_TTL_DIVISOR - 1)
+);
+/// Deadline of one renewal attempt: TTL / this (a fifth), at least the minimum below. A
+/// healthy leader answers in milliseconds, a logged renewal in one fsync; a renewal that takes
+/// longer is retried while the lease still has room.
+pub const CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR: u32 = 5;
+pub const CLIENT_RENEWAL_ATTEMPT_MS_MIN: u64 = 200;
+// An attempt ends before the next renewal is due, so attempts never pile up.
+const _: () = assert!(CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR >= CLIENT_RENEWAL_TTL_DIVISOR);
+const _: () = assert!(
+    CLIENT_RENEWAL_ATTEMPT_MS_MIN <= SESSION_TTL_MS_MIN / CLIENT_RENEWAL_TTL_DIVISOR as u64
+);
+/// Cap of the backoff between renewal attempts: TTL / this (a twentieth), at least the minimum
+/// below, so that a renewal reaches a new leader within a few hundred ms of its election.
+pub const CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR: u32 = 20;
+pub const CLIENT_RENEWAL_BACKOFF_MS_MIN: u64 = 50;
+// A backoff never outlasts an attempt's deadline: a retry waits less than the attempt it repeats.
+const _: () = assert!(CLIENT_RENEWAL_BACKOFF_MS_MIN <= CLIENT_RENEWAL_ATTEMPT_MS_MIN);
+const _: () = assert!(CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR >= CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR);
 // A holder's client must reach the new leader before its own lease deadline: its last
-// acknowledged renewal is up to TTL/3 old, and it gives up TTL/5 before the TTL (the client's
-// `RENEWAL_TTL_DIVISOR` and `SAFETY_MARGIN_TTL_DIVISOR`), which leaves 7/15 of the TTL. A
-// failover must fit in that, with room to spare, at the default TTL.
-const _: () = assert!(2 * LEADERLESS_MS_MAX_DEFAULT <= SESSION_TTL_MS_DEFAULT * 7 / 15);
+// acknowledged renewal is up to TTL/3 old, and it gives up TTL/5 before the TTL, which leaves
+// 7/15 of the TTL. A failover must fit in that, with room to spare, at the default TTL.
+const _: () = assert!(
+    2 * LEADERLESS_MS_MAX_DEFAULT
+        <= SESSION_TTL_MS_DEFAULT
+            - SESSION_TTL_MS_DEFAULT / CLIENT_RENEWAL_TTL_DIVISOR as u64
+            - SESSION_TTL_MS_DEFAULT / CLIENT_SAFETY_MARGIN_TTL_DIVISOR as u64
+);
 
 /// Cap of the doubling backoff between a client's attempts of one request. During a failover
 /// the client polls followers that answer "not the leader" at once; a cap of seconds meant it
@@ -160,6 +203,24 @@ const _: () = assert!(
 /// attempt and doubled the backoff each time (issue #11). After this, a hint to that member is
 /// trusted again: it may have restarted and been re-elected.
 pub const CLIENT_REFUSED_HINT_IGNORE_MS: u64 = LEADERLESS_MS_MAX_DEFAULT;
+/// Cap of the backoff between a client's attempts of one Acquire: a waiter should reach a new
+/// leader soon after an election (when the call's attempts run out first, the wait sends it
+/// again with the same sequence number).
+pub const CLIENT_ACQUIRE_BACKOFF_MS_MAX: u64 = 250;
+// A waiter is no slower to find a new leader than any other call.
+const _: () = assert!(CLIENT_ACQUIRE_BACKOFF_MS_MAX <= CLIENT_BACKOFF_MS_MAX);
+/// After its wait timeout, a client gives up a request the server still answers PENDING after
+/// this much more. The server cancels the wait at its own deadline, so this only fires if the
+/// server does not; two long-polls is plenty for the replicated cancel to land.
+pub const CLIENT_PENDING_AFTER_DEADLINE_MS_MAX: u64 = 2 * ACQUIRE_POLL_MS_MAX;
+/// How long after the caller's wait timeout a client's wait gives up on its own when no server
+/// answers (an election, a partition). A reachable leader answers at the deadline itself (its
+/// cancel goes through the log first); this is the room for that answer to arrive.
+pub const CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX: u64 = 1_000;
+/// The shortest sleep of a client waiting for its clock to reach an instant: tokio's timer
+/// resolution. A remainder that rounds down to zero must not spin the loop without letting
+/// time pass.
+pub const CLIENT_TIMER_TICK_MS: u64 = 1;
 
 /// Clients `latchkey bench` runs at once, each with its own connection and session. Beyond a
 /// few thousand the bench's own CPU, not the server, is what a small machine measures; a full

@@ -15,16 +15,15 @@
 //!   and how to read a "no row updated" answer).
 //! - [`idempotency`]: [`IdempotencyStore`], the fallback for resources that cannot check tokens.
 //! - [`header`]: names of the HTTP headers and environment variables that carry a token.
-//! - [`http`]: a tiny fenced key-value service over HTTP/1.1 (std only); the `fenced_kv` example
-//!   is a thin `main` around it.
 //! - [`limits`]: every bound in this crate, with its reason.
 //!
 //! This crate has no network or async dependency on purpose: it is embedded in the resource.
+//! A whole fenced service over HTTP is an example, not part of the library:
+//! `examples/fenced_kv/` (`cargo run -p latchkey-fence --example fenced_kv`).
 
 pub mod durable;
 pub mod gate;
 pub mod header;
-pub mod http;
 pub mod idempotency;
 pub mod limits;
 pub mod memory;

@@ -1,7 +1,5 @@
 //! Every bound in the fence crate, with the reason for its value.
 
-use std::time::Duration;
-
 /// A lock name is at most this many bytes of UTF-8: the same bound as the lock service
 /// (`latchkey_core::limits::LOCK_NAME_BYTES_MAX`), so any name the service grants can be fenced.
 /// Not imported from the core crate so that a resource does not depend on it.
@@ -36,25 +34,3 @@ pub const IDEMPOTENCY_KEYS_DEFAULT: usize = 100_000;
 /// Upper bound on a configured idempotency capacity (memory: keys plus results).
 pub const IDEMPOTENCY_KEYS_MAX: usize = 10_000_000;
 const _: () = assert!(IDEMPOTENCY_KEYS_DEFAULT <= IDEMPOTENCY_KEYS_MAX);
-
-/// Bytes of an HTTP request line plus headers in the example service. 8 KiB is what most
-/// servers accept; a lock name header (512 bytes) and a token fit many times over.
-pub const HTTP_HEAD_BYTES_MAX: usize = 8 * 1024;
-const _: () = assert!(LOCK_NAME_BYTES_MAX * 4 <= HTTP_HEAD_BYTES_MAX);
-/// Headers in one request; more is an attack or a bug, not a client of a key-value store.
-pub const HTTP_HEADERS_MAX: usize = 64;
-/// Bytes of a request body (one value) in the example service.
-pub const HTTP_BODY_BYTES_MAX: usize = 64 * 1024;
-/// Bytes of a refused request the example service still reads (and discards) before closing,
-/// so the client sees the error response instead of a connection reset: one whole request.
-pub const HTTP_DRAIN_BYTES_MAX: usize = HTTP_HEAD_BYTES_MAX + HTTP_BODY_BYTES_MAX;
-/// Bytes of a key in the example service (the path after `/kv/`).
-pub const KV_KEY_BYTES_MAX: usize = 256;
-/// Keys the example service stores.
-pub const KV_KEYS_MAX: usize = 10_000;
-/// Connections served at once; each is a thread, so this bounds threads. Beyond it the service
-/// answers 503 at once instead of queueing.
-pub const HTTP_CONNECTIONS_MAX: usize = 64;
-/// A connection that sends or receives nothing for this long is closed, so a stuck client cannot
-/// hold a thread (or delay shutdown) for longer.
-pub const HTTP_IO_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,11 +1,17 @@
-//! The fenced key-value service, served in-process on port 0 and spoken to over raw TCP.
+//! The fenced key-value example service (`examples/fenced_kv/service.rs`), served in-process on
+//! port 0 and spoken to over raw TCP.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Mutex;
 
-use latchkey_fence::http::{run, FencedKv, ServerConfig, Shutdown};
-use latchkey_fence::{limits, DurableConfig, DurableGate, FenceGate, MemoryGate};
+use fenced_kv::{limits, run, FencedKv, ServerConfig, Shutdown};
+use latchkey_fence::{DurableConfig, DurableGate, FenceGate, MemoryGate};
+
+// The example's service itself, not a copy (it is not part of the library).
+#[path = "../examples/fenced_kv/service.rs"]
+#[allow(dead_code)]
+mod fenced_kv;
 
 struct Reply {
     status: u16,
@@ -74,7 +80,7 @@ fn with_server<G: FenceGate>(
     let shutdown = Shutdown::new(&listener).expect("shutdown handle");
     let kv = FencedKv::new(gate, limits::KV_KEYS_MAX);
     let events = Mutex::new(Vec::new());
-    let on_write = |e: &latchkey_fence::http::WriteEvent<'_>| {
+    let on_write = |e: &fenced_kv::WriteEvent<'_>| {
         events
             .lock()
             .expect("not poisoned")

@@ -687,8 +687,8 @@ impl LeaseModel {
         let sent_ms = client_ms(s.t);
         // The client library renews a third of a TTL after its last acknowledged renewal, or
         // later (retries come after a first attempt): never sooner.
-        let due_ms =
-            client.acked_sent_ms + TTL_MS / latchkey_client::session::RENEWAL_TTL_DIVISOR as u64;
+        let due_ms = client.acked_sent_ms
+            + TTL_MS / latchkey_core::limits::CLIENT_RENEWAL_TTL_DIVISOR as u64;
         if client.lost
             || client.keepalive_in_flight
             || sent_ms < due_ms

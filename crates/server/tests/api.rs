@@ -1,84 +1,29 @@
-//! The server's gRPC API, in process: `run()` on a loopback listener with a temp data dir, driven
-//! through the generated client. Covers the lock semantics end to end through Raft and storage.
+//! The server's gRPC API, in process: `run()` on a loopback listener with a temp data dir
+//! (`latchkey_testkit::Node`), driven through the generated client. Covers the lock semantics
+//! end to end through Raft and storage.
 
 use std::path::Path;
 use std::time::Duration;
 
 use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::locks_client::LocksClient;
-use latchkey_server::ServerConfig;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use latchkey_testkit::Node;
 use tonic::transport::Channel;
 use tonic::Code;
 
-struct TestNode {
-    addr: std::net::SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<anyhow::Result<()>>>,
+/// How long a fresh node gets to elect itself.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+async fn start(dir: &Path, addr: Option<std::net::SocketAddr>) -> Node {
+    Node::start_in(dir, addr, |_| {})
+        .await
+        .expect("the node starts")
 }
 
-impl TestNode {
-    async fn start(dir: &Path, addr: Option<std::net::SocketAddr>) -> TestNode {
-        TestNode::start_with(dir, addr, |_| {}).await
-    }
-
-    async fn start_with(
-        dir: &Path,
-        addr: Option<std::net::SocketAddr>,
-        tweak: impl FnOnce(&mut ServerConfig),
-    ) -> TestNode {
-        let listener = tokio::net::TcpListener::bind(addr.unwrap_or(([127, 0, 0, 1], 0).into()))
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().unwrap();
-        let mut config = ServerConfig::single(1, addr, dir.to_path_buf());
-        tweak(&mut config);
-        let (tx, rx) = oneshot::channel::<()>();
-        let config = config.validate().expect("a valid configuration");
-        let task = tokio::spawn(latchkey_server::run(listener, config, async move {
-            let _ = rx.await;
-        }));
-        TestNode {
-            addr,
-            stop: Some(tx),
-            task: Some(task),
-        }
-    }
-
-    async fn client(&mut self) -> LocksClient<Channel> {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
-            .unwrap()
-            .connect_lazy();
-        let mut c = LocksClient::new(channel);
-        // Wait (bounded) until the single node has elected itself.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(s) = c.node_status(pb::NodeStatusRequest {}).await {
-                if s.get_ref().role == "leader" && s.get_ref().applied_index > 0 {
-                    return c;
-                }
-            }
-            if self.task.as_ref().unwrap().is_finished() {
-                let r = self.task.take().unwrap().await.expect("join");
-                panic!("server stopped on its own: {r:?}");
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "node never became leader: {:?}",
-                c.node_status(pb::NodeStatusRequest {}).await
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let r = tokio::time::timeout(Duration::from_secs(20), self.task.take().unwrap())
-            .await
-            .expect("server stops within 20 s");
-        r.expect("join").expect("server ran cleanly");
-    }
+async fn client(node: &mut Node) -> LocksClient<Channel> {
+    node.ready_client(READY_TIMEOUT)
+        .await
+        .expect("the node becomes leader")
 }
 
 async fn session(c: &mut LocksClient<Channel>, ttl_ms: u64) -> pb::Session {
@@ -131,8 +76,8 @@ fn reason(s: &tonic::Status) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_the_queued_waiter_with_a_higher_token() {
     let dir = tempfile::tempdir().unwrap();
-    let mut node = TestNode::start(dir.path(), None).await;
-    let mut c = node.client().await;
+    let mut node = start(dir.path(), None).await;
+    let mut c = client(&mut node).await;
     let a = session(&mut c, 10_000).await;
     let b = session(&mut c, 10_000).await;
     let t1 = granted(&acquire(&mut c, &a, 1, "job", 0).await.unwrap());
@@ -180,14 +125,14 @@ async fn a_release_hands_the_lock_to_the_queued_waiter_with_a_higher_token() {
     let d = describe(&mut c, "job").await;
     assert!(d.held);
     assert_eq!((d.session, d.token), (b.id, t2));
-    node.stop().await;
+    node.stop().await.expect("the node stops cleanly");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_lock_and_wait_timeout_answer_not_granted_and_leave_no_waiter() {
     let dir = tempfile::tempdir().unwrap();
-    let mut node = TestNode::start(dir.path(), None).await;
-    let mut c = node.client().await;
+    let mut node = start(dir.path(), None).await;
+    let mut c = client(&mut node).await;
     let a = session(&mut c, 10_000).await;
     let b = session(&mut c, 10_000).await;
     granted(&acquire(&mut c, &a, 1, "x", 0).await.unwrap());
@@ -201,14 +146,14 @@ async fn try_lock_and_wait_timeout_answer_not_granted_and_leave_no_waiter() {
     // A retry of the timed-out request returns its original outcome.
     let r = acquire(&mut c, &b, 2, "x", 300).await.unwrap();
     assert_eq!(r.result, pb::AcquireResult::NotGranted as i32);
-    node.stop().await;
+    node.stop().await.expect("the node stops cleanly");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut node = TestNode::start(dir.path(), None).await;
-    let mut c = node.client().await;
+    let mut node = start(dir.path(), None).await;
+    let mut c = client(&mut node).await;
     let e = c
         .create_session(pb::CreateSessionRequest { ttl_ms: 10 })
         .await
@@ -275,14 +220,14 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
             .collect::<Vec<_>>(),
         vec![(a.id, true), (ghost.id, false)]
     );
-    node.stop().await;
+    node.stop().await.expect("the node stops cleanly");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unrenewed_session_expires_and_its_lock_goes_to_the_next_waiter() {
     let dir = tempfile::tempdir().unwrap();
-    let mut node = TestNode::start(dir.path(), None).await;
-    let mut c = node.client().await;
+    let mut node = start(dir.path(), None).await;
+    let mut c = client(&mut node).await;
     let a = session(&mut c, 1_000).await; // never renewed
     let b = session(&mut c, 30_000).await;
     let t1 = granted(&acquire(&mut c, &a, 1, "lease", 0).await.unwrap());
@@ -301,24 +246,24 @@ async fn an_unrenewed_session_expires_and_its_lock_goes_to_the_next_waiter() {
         .unwrap()
         .into_inner();
     assert!(!ka.leases[0].alive);
-    node.stop().await;
+    node.stop().await.expect("the node stops cleanly");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_sessions_locks_queues_and_the_token_sequence() {
     let dir = tempfile::tempdir().unwrap();
-    let mut node = TestNode::start(dir.path(), None).await;
+    let mut node = start(dir.path(), None).await;
     let addr = node.addr;
-    let mut c = node.client().await;
+    let mut c = client(&mut node).await;
     let a = session(&mut c, 30_000).await;
     let b = session(&mut c, 30_000).await;
     let t1 = granted(&acquire(&mut c, &a, 1, "keep", 0).await.unwrap());
     let r = acquire(&mut c, &b, 1, "keep", 200).await.unwrap();
     assert_eq!(r.result, pb::AcquireResult::NotGranted as i32);
-    node.stop().await;
+    node.stop().await.expect("the node stops cleanly");
 
-    let mut node = TestNode::start(dir.path(), Some(addr)).await;
-    let mut c = node.client().await;
+    let mut node = start(dir.path(), Some(addr)).await;
+    let mut c = client(&mut node).await;
     let d = describe(&mut c, "keep").await;
     assert_eq!((d.held, d.session, d.token), (true, a.id, t1));
     // a's seq 1 retry still answers its original grant.
@@ -339,7 +284,7 @@ async fn a_restart_keeps_sessions_locks_queues_and_the_token_sequence() {
     assert!(rel.released);
     let t2 = granted(&acquire(&mut c, &b, 2, "keep", 0).await.unwrap());
     assert!(t2 > t1);
-    node.stop().await;
+    node.stop().await.expect("the node stops cleanly");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,9 +296,10 @@ async fn metrics_count_applied_grants_and_report_leadership() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let mut node =
-        TestNode::start_with(dir.path(), None, |c| c.metrics_listen = Some(metrics_addr)).await;
-    let mut c = node.client().await;
+    let mut node = Node::start_in(dir.path(), None, |c| c.metrics_listen = Some(metrics_addr))
+        .await
+        .expect("the node starts");
+    let mut c = client(&mut node).await;
     let a = session(&mut c, 10_000).await;
     granted(&acquire(&mut c, &a, 1, "m", 0).await.unwrap());
     let body = tokio::task::spawn_blocking(move || {
@@ -382,7 +328,7 @@ async fn metrics_count_applied_grants_and_report_leadership() {
             "missing {line:?} in:\n{body}"
         );
     }
-    node.stop().await;
+    node.stop().await.expect("the node stops cleanly");
 }
 
 /// Issue #9: a waiter whose client vanished (its long-poll dropped, no CancelWait ever sent)
@@ -391,8 +337,8 @@ async fn metrics_count_applied_grants_and_report_leadership() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_ends_on_the_server_when_its_client_vanished() {
     let dir = tempfile::tempdir().unwrap();
-    let mut node = TestNode::start(dir.path(), None).await;
-    let mut c = node.client().await;
+    let mut node = start(dir.path(), None).await;
+    let mut c = client(&mut node).await;
     let a = session(&mut c, 60_000).await;
     let b = session(&mut c, 60_000).await;
     let holder = granted(&acquire(&mut c, &a, 1, "x", 0).await.unwrap());
@@ -436,7 +382,7 @@ async fn a_wait_ends_on_the_server_when_its_client_vanished() {
         .into_inner();
     assert!(released.released);
     assert!(!describe(&mut c, "x").await.held, "handed to an ended wait");
-    node.stop().await;
+    node.stop().await.expect("the node stops cleanly");
 }
 
 /// Issue #9 item 10: a release that reuses an acquire's sequence number was answered
@@ -444,8 +390,8 @@ async fn a_wait_ends_on_the_server_when_its_client_vanished() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_reusing_an_acquires_sequence_number_is_a_client_error() {
     let dir = tempfile::tempdir().unwrap();
-    let mut node = TestNode::start(dir.path(), None).await;
-    let mut c = node.client().await;
+    let mut node = start(dir.path(), None).await;
+    let mut c = client(&mut node).await;
     let a = session(&mut c, 60_000).await;
     let token = granted(&acquire(&mut c, &a, 1, "x", 0).await.unwrap());
     let err = c
@@ -460,5 +406,5 @@ async fn a_release_reusing_an_acquires_sequence_number_is_a_client_error() {
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     assert_eq!(reason(&err), "sequence-reused");
     assert!(describe(&mut c, "x").await.held);
-    node.stop().await;
+    node.stop().await.expect("the node stops cleanly");
 }

@@ -9,20 +9,23 @@
 //! - Observation: [`Cluster::node_status`] (one member's own view), [`Cluster::wait_leader`]
 //!   (polls with a deadline, never sleeps blindly).
 //!
-//! Every process is killed when the cluster drops; a failing test prints each member's log.
+//! Each member is a [`ServeProcess`], the spawner [`super::Server`] uses too. Every process is
+//! killed when the cluster drops; a failing test prints each member's log.
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
+use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use serde_json::Value;
 use tempfile::TempDir;
 
 use super::proxy::{Mode, Proxy};
-use super::{bin, free_port, run, signal, tail, Output, CLI_TIMEOUT, READY_TIMEOUT};
+use super::serve::ServeProcess;
+use super::{free_port, run, tail, Output, CLI_TIMEOUT, READY_TIMEOUT};
+
+/// How long a member gets to stop cleanly after SIGTERM.
+const SIGTERM_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Timing of the members. The defaults are the server's.
 #[derive(Debug, Clone)]
@@ -46,8 +49,7 @@ impl Default for Timing {
 pub struct Member {
     pub id: u64,
     pub addr: String,
-    child: Option<Child>,
-    starts: u32,
+    process: ServeProcess,
 }
 
 pub struct Cluster {
@@ -86,8 +88,7 @@ impl Cluster {
             .map(|id| Member {
                 id,
                 addr: format!("127.0.0.1:{}", free_port()),
-                child: None,
-                starts: 0,
+                process: ServeProcess::new(dir.path().join(format!("node-{id}.log"))),
             })
             .collect();
         let mut proxies = BTreeMap::new();
@@ -149,7 +150,7 @@ impl Cluster {
     }
 
     fn log_path(&self, id: u64) -> PathBuf {
-        self.dir.path().join(format!("node-{id}.log"))
+        self.member(id).process.log_path().clone()
     }
 
     /// A scratch directory for CLI processes.
@@ -192,83 +193,52 @@ impl Cluster {
             .collect::<Vec<_>>()
             .join(",");
         let (min, max) = self.timing.election_timeout_ms;
-        let mut command = Command::new(bin());
-        command
-            .arg("serve")
-            .args(["--id", &id.to_string()])
-            .args(["--listen", &self.addr(id)])
-            .arg("--data-dir")
-            .arg(self.data_dir(id))
-            .args(["--peers", &self.peers_flag()])
-            .args(["--peer-dial", &dial])
-            .args(["--heartbeat-ms", &self.timing.heartbeat_ms.to_string()])
-            .args(["--election-timeout-ms", &format!("{min}..{max}")]);
-        let log_path = self.log_path(id);
+        let args: Vec<OsString> = [
+            "--id".into(),
+            id.to_string().into(),
+            "--listen".into(),
+            self.addr(id).into(),
+            "--data-dir".into(),
+            self.data_dir(id).into_os_string(),
+            "--peers".into(),
+            self.peers_flag().into(),
+            "--peer-dial".into(),
+            dial.into(),
+            "--heartbeat-ms".into(),
+            self.timing.heartbeat_ms.to_string().into(),
+            "--election-timeout-ms".into(),
+            format!("{min}..{max}").into(),
+        ]
+        .into();
         let member = self.member_mut(id);
-        assert!(member.child.is_none(), "member {id} already running");
-        member.starts += 1;
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .expect("node log");
-        use std::io::Write;
-        let _ = writeln!(
-            log.try_clone().expect("log"),
-            "=== start {} of node {id} on {} ===",
-            member.starts,
-            member.addr
-        );
-        let child = command
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawning latchkey serve");
-        member.child = Some(child);
+        let who = format!("node {id} on {}", member.addr);
+        member.process.spawn(&who, args);
     }
 
     pub fn is_running(&self, id: u64) -> bool {
-        self.member(id).child.is_some()
-    }
-
-    fn pid(&self, id: u64) -> i32 {
-        self.member(id).child.as_ref().expect("member running").id() as i32
+        self.member(id).process.is_running()
     }
 
     /// SIGKILL, then reap.
     pub fn kill9(&mut self, id: u64) {
-        if let Some(mut child) = self.member_mut(id).child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.member_mut(id).process.kill9();
     }
 
     /// SIGTERM, then wait (bounded) for the clean exit; SIGKILL if it does not come.
     pub fn sigterm(&mut self, id: u64) {
-        if let Some(mut child) = self.member_mut(id).child.take() {
-            signal(child.id() as i32, Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while child.try_wait().ok().flatten().is_none() {
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("node {id} did not stop within 10 s of SIGTERM");
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        if let Err(e) = self.member_mut(id).process.sigterm(SIGTERM_TIMEOUT) {
+            panic!("node {id} {e}");
         }
     }
 
     /// SIGSTOP: the member stops, its connections stay open.
     pub fn pause(&self, id: u64) {
-        signal(self.pid(id), Signal::SIGSTOP);
+        self.member(id).process.pause();
     }
 
     /// SIGCONT.
     pub fn resume(&self, id: u64) {
-        signal(self.pid(id), Signal::SIGCONT);
+        self.member(id).process.resume();
     }
 
     /// Starts a stopped member again on its address and data dir (does not wait).
@@ -368,11 +338,8 @@ impl Cluster {
         let deadline = Instant::now() + timeout;
         loop {
             for m in &mut self.members {
-                if let Some(child) = m.child.as_mut() {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        m.child = None;
-                        return Err(format!("node {} exited: {status}", m.id));
-                    }
+                if let Some(status) = m.process.exited() {
+                    return Err(format!("node {} exited: {status}", m.id));
                 }
             }
             if let Some(report) = self.cluster_status() {
@@ -421,11 +388,7 @@ impl Drop for Cluster {
             }
         }
         for m in &mut self.members {
-            if let Some(mut child) = m.child.take() {
-                // A paused process dies of SIGKILL all the same.
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            m.process.kill9();
         }
     }
 }

@@ -1,11 +1,13 @@
 //! Process test harness: real `latchkey` servers and clients as child processes.
 //!
+//! - [`serve::ServeProcess`]: one `latchkey serve` child with its log, the one spawner of
+//!   servers that [`Server`] and [`cluster::Cluster`] share.
 //! - [`Server`]: `latchkey serve` on a free port with its own data directory; kill -9, pause
 //!   (SIGSTOP), resume and restart on the same port and directory.
 //! - [`Proc`]: any `latchkey` client command in its own process group, so that the whole tree
 //!   (the CLI and the COMMAND it runs) can be paused or killed at once.
-//! - [`wait_until`]: polls a condition with a deadline; tests synchronise on events this way,
-//!   never on sleeps.
+//! - [`wait_until`] (`latchkey_testkit`'s): polls a condition with a deadline; tests
+//!   synchronise on events this way, never on sleeps.
 //!
 //! - [`cluster::Cluster`]: N members with fault-injecting proxies on their peer links
 //!   ([`proxy::Proxy`]).
@@ -21,8 +23,10 @@
 pub mod cluster;
 pub mod proxy;
 pub mod rpc;
+pub mod serve;
 
-use std::fs::{File, OpenOptions};
+use std::ffi::OsStr;
+use std::fs::File;
 use std::io::Read;
 use std::net::TcpListener;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -32,32 +36,19 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use serve::ServeProcess;
 use tempfile::TempDir;
 
 /// How long a server gets to start and elect itself.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a short CLI command (`status`, `cluster status`) may take.
 pub const CLI_TIMEOUT: Duration = Duration::from_secs(20);
-/// Poll interval of [`wait_until`].
-const POLL: Duration = Duration::from_millis(20);
+/// The one `wait_until` of latchkey's tests, and its poll interval.
+#[allow(unused_imports)] // each test binary uses a different part of the harness
+pub use latchkey_testkit::{wait_until, POLL};
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_latchkey")
-}
-
-/// Polls `condition` until it holds; panics with `what` after `timeout`.
-pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if condition() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(POLL);
-    }
 }
 
 /// A port nobody listened on a moment ago. Another process may take it before the server
@@ -86,13 +77,11 @@ pub(crate) fn signal(pid: i32, sig: Signal) {
     let _ = kill(Pid::from_raw(pid), sig);
 }
 
-/// A `latchkey serve` process.
+/// A single-member `latchkey serve` process.
 pub struct Server {
     pub addr: String,
     dir: TempDir,
-    child: Option<Child>,
-    paused: bool,
-    starts: u32,
+    process: ServeProcess,
 }
 
 impl Server {
@@ -102,10 +91,8 @@ impl Server {
         let mut last_error = String::new();
         let mut server = Server {
             addr: String::new(),
+            process: ServeProcess::new(dir.path().join("server.log")),
             dir,
-            child: None,
-            paused: false,
-            starts: 0,
         };
         for _ in 0..5 {
             server.addr = format!("127.0.0.1:{}", free_port());
@@ -126,49 +113,28 @@ impl Server {
         self.dir.path().join("data")
     }
 
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("server.log")
-    }
-
     pub fn log_tail(&self) -> String {
-        tail(&self.log_path(), 60)
+        self.process.log_tail(60)
     }
 
     fn spawn(&mut self) {
-        assert!(self.child.is_none(), "server already running");
-        self.starts += 1;
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .expect("server log");
-        use std::io::Write;
-        let mut header = log.try_clone().expect("log handle");
-        let _ = writeln!(header, "=== start {} on {} ===", self.starts, self.addr);
-        let child = Command::new(bin())
-            .arg("serve")
-            .args(["--listen", &self.addr])
-            .arg("--data-dir")
-            .arg(self.data_dir())
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawning latchkey serve");
-        self.child = Some(child);
-        self.paused = false;
+        let data_dir = self.data_dir();
+        let args: [&OsStr; 4] = [
+            "--listen".as_ref(),
+            self.addr.as_ref(),
+            "--data-dir".as_ref(),
+            data_dir.as_os_str(),
+        ];
+        self.process
+            .spawn(&format!("the server on {}", self.addr), args);
     }
 
     /// Waits until the node answers NodeStatus as leader and serves a read.
     pub fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(format!("server exited during start-up: {status}"));
-                }
+            if let Some(status) = self.process.exited() {
+                return Err(format!("server exited during start-up: {status}"));
             }
             let out = self.cli(&["cluster", "status", "--json"]);
             if out.status.success() {
@@ -192,11 +158,7 @@ impl Server {
 
     /// SIGKILL, then reap.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.paused = false;
+        self.process.kill9();
     }
 
     /// Starts again on the same port and data directory, and waits until it is ready.
@@ -208,19 +170,17 @@ impl Server {
     }
 
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().expect("server running").id() as i32
+        self.process.pid()
     }
 
     /// SIGSTOP: the node stops answering, but its connections stay open.
     pub fn pause(&mut self) {
-        signal(self.pid(), Signal::SIGSTOP);
-        self.paused = true;
+        self.process.pause();
     }
 
     /// SIGCONT.
     pub fn resume(&mut self) {
-        signal(self.pid(), Signal::SIGCONT);
-        self.paused = false;
+        self.process.resume();
     }
 
     /// Runs a short `latchkey` client command against this server, bounded by [`CLI_TIMEOUT`].
@@ -271,7 +231,7 @@ impl Drop for Server {
         if std::thread::panicking() {
             eprintln!("--- server log ({}) ---\n{}", self.addr, self.log_tail());
         }
-        self.kill9();
+        self.process.kill9();
     }
 }
 

@@ -3,10 +3,11 @@
 //! `tests/fencing_pause.rs` (which asserts every step of the [`Report`]).
 //!
 //! Cast:
-//! - a latchkey node: in-process ([`latchkey_server::run`] on a loopback port, data in a temp
-//!   dir), or the cluster at `Config::endpoints`;
-//! - the resource: the fenced key-value service of `latchkey-fence` (in-process, on a thread),
-//!   which demands a fencing token with every write;
+//! - a latchkey node: in-process (`latchkey_testkit::Node`: `latchkey_server::run` on a
+//!   loopback port, data in a temp dir), or the cluster at `Config::endpoints`;
+//! - the resource: the fenced key-value example service of `latchkey-fence`
+//!   (`latchkey_testkit::FencedResource`: in-process, on a thread), which demands a fencing
+//!   token with every write;
 //! - worker A: a separate OS process (this program again, with [`WORKER_ENV`] set; see
 //!   [`worker_a`]), so that SIGSTOP freezes all of it, its session renewals included;
 //! - worker B: a session in this process.
@@ -21,13 +22,12 @@
 
 use std::net::SocketAddr;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use latchkey_client::{fencing_headers, Client, LockGuard};
-use latchkey_fence::http::{FencedKv, ServerConfig as KvConfig, Shutdown, WriteEvent};
-use latchkey_fence::{limits, MemoryGate, HIGHEST_HEADER};
+use latchkey_fence::HIGHEST_HEADER;
+use latchkey_testkit::{wait_until_async, FencedResource, Node};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
@@ -152,13 +152,13 @@ pub async fn run(config: &Config, say: &(dyn Fn(&str) + Sync)) -> anyhow::Result
             let node = Node::start().await?;
             say(&format!(
                 "setup: a latchkey node on {} (in this process, data in a temporary directory)",
-                node.endpoint
+                node.endpoint()
             ));
-            let endpoints = vec![node.endpoint.clone()];
+            let endpoints = vec![node.endpoint()];
             (Some(node), endpoints)
         }
     };
-    let mut resource = Resource::start()?;
+    let mut resource = FencedResource::start()?;
     say(&format!(
         "setup: the resource, a fenced key-value store on http://{}: every write must carry the \
          headers latchkey-lock and latchkey-token, and a token lower than one already seen is refused",
@@ -187,7 +187,7 @@ pub async fn run(config: &Config, say: &(dyn Fn(&str) + Sync)) -> anyhow::Result
         other => bail!("worker A: expected its first write, got {other:?}"),
     }
     say(&format!("   A writes {A_VALUE:?} with token {t1}"));
-    resource.tell(say);
+    tell(&mut resource, say);
     match a.next().await? {
         AEvent::Ready => {}
         other => bail!("worker A: expected ready, got {other:?}"),
@@ -202,7 +202,7 @@ pub async fn run(config: &Config, say: &(dyn Fn(&str) + Sync)) -> anyhow::Result
         let guard = session_b.lock(lock).wait(Some(STEP_TIMEOUT)).await;
         (session_b, guard)
     });
-    wait_until("B to queue for the lock", || async {
+    wait_until_async("B to queue for the lock", STEP_TIMEOUT, || async {
         matches!(client_b.describe(&config.lock).await, Ok(info) if info.waiters >= 1)
     })
     .await?;
@@ -232,7 +232,7 @@ pub async fn run(config: &Config, say: &(dyn Fn(&str) + Sync)) -> anyhow::Result
     let reply = put(resource.addr, &config.key, &guard_b, B_VALUE).await?;
     report.b_write = reply.status;
     say(&format!("   B writes {B_VALUE:?} with token {}", report.t2));
-    resource.tell(say);
+    tell(&mut resource, say);
 
     // 5. A resumes; its client library reports the loss.
     a.signal(Signal::SIGCONT)?;
@@ -266,7 +266,7 @@ pub async fn run(config: &Config, say: &(dyn Fn(&str) + Sync)) -> anyhow::Result
         }
         other => bail!("worker A: expected its stale write, got {other:?}"),
     }
-    resource.tell(say);
+    tell(&mut resource, say);
     say(&format!(
         "   A gets {} {} (latchkey-highest: {}): it must stop acting as the holder.",
         report.a_stale_write,
@@ -296,142 +296,21 @@ pub async fn run(config: &Config, say: &(dyn Fn(&str) + Sync)) -> anyhow::Result
 
     guard_b.release().await.context("B's release")?;
     session_b.close().await.context("closing B's session")?;
-    report.resource_log = resource.stop()?;
+    report.resource_log = resource
+        .stop()?
+        .into_iter()
+        .map(|a| (a.status, a.token))
+        .collect();
     if let Some(node) = node {
         node.stop().await?;
     }
     Ok(report)
 }
 
-/// Polls `condition` until it holds, for at most [`STEP_TIMEOUT`].
-async fn wait_until<F, Fut>(what: &str, mut condition: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    while !condition().await {
-        ensure!(
-            Instant::now() < deadline,
-            "timed out after {STEP_TIMEOUT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
-}
-
-/// A latchkey node served by this process.
-struct Node {
-    endpoint: String,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Node {
-    async fn start() -> anyhow::Result<Node> {
-        let dir = tempfile::tempdir().context("temp dir")?;
-        let data_dir = dir.path().join("data");
-        std::fs::create_dir_all(&data_dir)?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let config = latchkey_server::ServerConfig::single(1, addr, data_dir).validate()?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(latchkey_server::run(listener, config, async move {
-            // A dropped sender stops the node too.
-            let _ = stopped.await;
-        }));
-        Ok(Node {
-            endpoint: addr.to_string(),
-            stop,
-            task,
-            _dir: dir,
-        })
-    }
-
-    async fn stop(self) -> anyhow::Result<()> {
-        let _ = self.stop.send(());
-        self.task.await.context("the node's task")?
-    }
-}
-
-/// One write attempt at the resource: status, token, and the service's one-line account.
-type Attempt = (u16, Option<u64>, String);
-
-/// The fenced key-value service on a thread of its own (it is plain std).
-struct Resource {
-    addr: SocketAddr,
-    shutdown: Shutdown,
-    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
-    /// Write attempts not yet told.
-    events: Arc<Mutex<Vec<Attempt>>>,
-    log: Vec<(u16, Option<u64>)>,
-}
-
-impl Resource {
-    fn start() -> anyhow::Result<Resource> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?;
-        let shutdown = Shutdown::new(&listener)?;
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let thread = {
-            let (shutdown, events) = (shutdown.clone(), events.clone());
-            std::thread::spawn(move || {
-                let kv = FencedKv::new(MemoryGate::new(), limits::KV_KEYS_MAX);
-                let on_write = |e: &WriteEvent<'_>| {
-                    events.lock().expect("events lock poisoned").push((
-                        e.status,
-                        e.token,
-                        e.to_string(),
-                    ));
-                };
-                latchkey_fence::http::run(listener, &kv, &KvConfig::default(), &shutdown, &on_write)
-            })
-        };
-        Ok(Resource {
-            addr,
-            shutdown,
-            thread: Some(thread),
-            events,
-            log: Vec::new(),
-        })
-    }
-
-    /// Says what the resource did with the writes since the last call.
-    fn tell(&mut self, say: &(dyn Fn(&str) + Sync)) {
-        let told: Vec<_> = self
-            .events
-            .lock()
-            .expect("events lock poisoned")
-            .drain(..)
-            .collect();
-        for (status, token, line) in told {
-            say(&format!("     resource: {line}"));
-            self.log.push((status, token));
-        }
-    }
-
-    /// Stops the service and returns every write attempt it saw.
-    fn stop(mut self) -> anyhow::Result<Vec<(u16, Option<u64>)>> {
-        self.shutdown.trigger();
-        if let Some(thread) = self.thread.take() {
-            thread
-                .join()
-                .map_err(|_| anyhow::anyhow!("the resource's thread panicked"))??;
-        }
-        let rest = self.events.lock().expect("events lock poisoned");
-        let mut log = std::mem::take(&mut self.log);
-        log.extend(rest.iter().map(|(status, token, _)| (*status, *token)));
-        Ok(log)
-    }
-}
-
-impl Drop for Resource {
-    fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.shutdown.trigger();
-            let _ = thread.join();
-        }
+/// Says what the resource did with the writes since the last call.
+fn tell(resource: &mut FencedResource, say: &(dyn Fn(&str) + Sync)) {
+    for attempt in resource.new_attempts() {
+        say(&format!("     resource: {}", attempt.line));
     }
 }
 

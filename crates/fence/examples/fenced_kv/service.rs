@@ -1,5 +1,11 @@
 //! A tiny fenced key-value service over HTTP/1.1, std only: the resource side of the fencing
-//! story, small enough to read in one sitting. The `fenced_kv` example wraps [`run`].
+//! story, small enough to read in one sitting. The `fenced_kv` example (`main.rs` beside this
+//! file) wraps [`run`].
+//!
+//! An example, not part of the `latchkey-fence` library: a resource embeds the gate, not this
+//! server. The tests that need a fenced resource (`crates/fence/tests/http.rs`, the CLI's
+//! `fencing_cli.rs`, the client's pause scenario) compile this very file: the fence crate's test
+//! by `#[path]`, the others as `latchkey_testkit::fenced_kv`.
 //!
 //! - `GET /kv/KEY` answers 200 with the value, or 404.
 //! - `PUT /kv/KEY` with headers [`LOCK_HEADER`] and [`TOKEN_HEADER`] and the value as body
@@ -23,9 +29,45 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::gate::{lock, FenceError, FenceGate};
-use crate::header::{parse_token, HIGHEST_HEADER, LOCK_HEADER, TOKEN_HEADER};
-use crate::limits;
+use latchkey_fence::{
+    parse_token, FenceError, FenceGate, HIGHEST_HEADER, LOCK_HEADER, TOKEN_HEADER,
+};
+
+/// Every bound of this service, with the reason for its value (the gate's own bounds are in
+/// `latchkey_fence::limits`).
+pub mod limits {
+    use std::time::Duration;
+
+    use latchkey_fence::limits::LOCK_NAME_BYTES_MAX;
+
+    /// Bytes of an HTTP request line plus headers. 8 KiB is what most servers accept; a lock
+    /// name header (512 bytes) and a token fit many times over.
+    pub const HTTP_HEAD_BYTES_MAX: usize = 8 * 1024;
+    const _: () = assert!(LOCK_NAME_BYTES_MAX * 4 <= HTTP_HEAD_BYTES_MAX);
+    /// Headers in one request; more is an attack or a bug, not a client of a key-value store.
+    pub const HTTP_HEADERS_MAX: usize = 64;
+    /// Bytes of a request body (one value).
+    pub const HTTP_BODY_BYTES_MAX: usize = 64 * 1024;
+    /// Bytes of a refused request the service still reads (and discards) before closing, so the
+    /// client sees the error response instead of a connection reset: one whole request.
+    pub const HTTP_DRAIN_BYTES_MAX: usize = HTTP_HEAD_BYTES_MAX + HTTP_BODY_BYTES_MAX;
+    /// Bytes of a key (the path after `/kv/`).
+    pub const KV_KEY_BYTES_MAX: usize = 256;
+    /// Keys the service stores.
+    pub const KV_KEYS_MAX: usize = 10_000;
+    /// Connections served at once; each is a thread, so this bounds threads. Beyond it the
+    /// service answers 503 at once instead of queueing.
+    pub const HTTP_CONNECTIONS_MAX: usize = 64;
+    /// A connection that sends or receives nothing for this long is closed, so a stuck client
+    /// cannot hold a thread (or delay shutdown) for longer.
+    pub const HTTP_IO_TIMEOUT: Duration = Duration::from_secs(10);
+}
+
+/// Locks a mutex whether or not an earlier holder panicked: the store's maps are consistent at
+/// every point a panic can occur, so poisoning carries no information we need.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Why a write to the store was refused.
 #[derive(Debug, thiserror::Error)]

@@ -10,14 +10,18 @@
 //! it they live in memory. Each write attempt is printed as one line on stdout. Stop it with
 //! Ctrl-C: every admitted token is already fsynced, so there is nothing to flush.
 //!
-//! All the logic lives in `latchkey_fence::http`; this file only parses arguments.
+//! All the logic lives in `service.rs` beside this file; this file only parses arguments.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use latchkey_fence::http::{run, FencedKv, ServerConfig, Shutdown};
-use latchkey_fence::{limits, DurableConfig, DurableGate, FenceGate, MemoryGate};
+use latchkey_fence::{DurableConfig, DurableGate, FenceGate, MemoryGate};
+use service::{limits, run, FencedKv, ServerConfig, Shutdown};
+
+// Also compiled into tests (`tests/http.rs`, `latchkey-testkit`), which use parts `main` does not.
+#[allow(dead_code)]
+mod service;
 
 const USAGE: &str = "usage: fenced_kv [--listen ADDR] [--data-dir DIR]
   --listen ADDR    address to serve on (default 127.0.0.1:7430)

@@ -1,0 +1,28 @@
+//! Test support shared by latchkey's crates (`publish = false`; a dev-dependency only, so none of
+//! it reaches the shipped binary or a library).
+//!
+//! Layout:
+//! - [`node`]: [`Node`], one latchkey node served in this process (`latchkey_server::run` on a
+//!   loopback port) for the server's API tests and the client's pause scenario.
+//! - [`wait`]: [`wait_until`] and [`wait_until_async`], the one way tests wait for an event:
+//!   poll a condition with a deadline, never a bare sleep.
+//! - [`fenced_kv`]: the fenced key-value example service of `latchkey-fence` (its file,
+//!   compiled here, not a copy), and [`FencedResource`], that service on a thread of its own
+//!   recording every write attempt: the protected resource of the fencing tests.
+//!
+//! The process tests' harness (real `latchkey serve` processes, killed and paused) stays in
+//! `crates/cli/tests/common`: it needs the binary Cargo builds for those tests.
+
+pub mod node;
+pub mod resource;
+pub mod wait;
+
+/// The fenced key-value service of the `fenced_kv` example. Compiled from the example's own
+/// file so that the tests exercise exactly what the docs tell a user to run, without making the
+/// service a part of the fence library.
+#[path = "../../fence/examples/fenced_kv/service.rs"]
+pub mod fenced_kv;
+
+pub use node::Node;
+pub use resource::{Attempt, FencedResource};
+pub use wait::{wait_until, wait_until_async, TimedOut, POLL};
