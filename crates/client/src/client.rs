@@ -13,7 +13,7 @@ use rand::SeedableRng;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::env::{ClientEnv, Clock};
+use crate::env::{ClientClock, ClientEnv};
 use crate::error::{classify, Error, Failure};
 use crate::retry::{Backoff, RetryPolicy};
 use crate::session::Session;
@@ -174,7 +174,7 @@ impl Client {
     }
 
     /// The clock every deadline of this client is measured on.
-    pub(crate) fn clock(&self) -> &dyn Clock {
+    pub(crate) fn clock(&self) -> &dyn ClientClock {
         &*self.inner.env.clock
     }
 

@@ -14,7 +14,7 @@ use tonic::transport::{Channel, Endpoint};
 use crate::client::ClientConfig;
 
 /// The client's clock (monotonic: it never goes back). Every lease deadline of a session is measured on it.
-pub trait Clock: Send + Sync + 'static {
+pub trait ClientClock: Send + Sync + 'static {
     /// Monotonic time.
     fn now(&self) -> Instant;
 
@@ -78,7 +78,7 @@ fn boot_instant(base: Instant, boot_base: Duration, boot_now: Duration) -> Insta
     base + boot_now.saturating_sub(boot_base)
 }
 
-impl Clock for BootClock {
+impl ClientClock for BootClock {
     #[cfg(target_os = "linux")]
     fn now(&self) -> Instant {
         boot_instant(self.base, self.boot_base, boot_time())
@@ -91,7 +91,7 @@ impl Clock for BootClock {
     }
 }
 
-impl Clock for SystemClock {
+impl ClientClock for SystemClock {
     fn now(&self) -> Instant {
         Instant::now()
     }
@@ -102,7 +102,7 @@ impl Clock for SystemClock {
 /// on waking: a timer may fire early on a clock that runs slow. Each sleep is at least tokio's
 /// 1 ms timer tick: a converted remainder that rounds down to zero must not spin the loop
 /// without letting time pass.
-pub(crate) async fn sleep_until(clock: &dyn Clock, at: Instant) {
+pub(crate) async fn sleep_until(clock: &dyn ClientClock, at: Instant) {
     loop {
         let now = clock.now();
         if now >= at {
@@ -147,7 +147,7 @@ impl Connector for TcpConnector {
 /// Time, connections and randomness of a [`Client`](crate::Client).
 #[derive(Clone)]
 pub struct ClientEnv {
-    pub clock: Arc<dyn Clock>,
+    pub clock: Arc<dyn ClientClock>,
     pub connector: Arc<dyn Connector>,
     /// Seed of the retry jitter; `None` draws one from the operating system.
     pub seed: Option<u64>,
@@ -207,7 +207,7 @@ mod tests {
     /// A clock that runs at half tokio's speed.
     struct Slow(Instant);
 
-    impl Clock for Slow {
+    impl ClientClock for Slow {
         fn now(&self) -> Instant {
             self.0 + (Instant::now() - self.0) / 2
         }

@@ -64,7 +64,7 @@ pub mod session;
 pub mod types;
 
 pub use client::{Client, ClientConfig};
-pub use env::{BootClock, ClientEnv, Clock, Connector, SystemClock, TcpConnector};
+pub use env::{BootClock, ClientClock, ClientEnv, Connector, SystemClock, TcpConnector};
 pub use error::Error;
 pub use lock::{
     fencing_header, fencing_headers, LockGuard, LockRequest, LOCK_HEADER, TOKEN_HEADER,

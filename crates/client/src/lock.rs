@@ -10,9 +10,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::client::CallOpts;
-use crate::env::{sleep_until, Clock};
+use crate::env::{sleep_until, ClientClock};
 use crate::error::Error;
-use crate::session::{wait_lost, SeqTicket, SessionShared};
+use crate::session::{pb_session, wait_lost, SeqTicket, SessionShared};
 
 /// Header that carries the fencing token to a fenced resource (see the `latchkey-fence` crate).
 pub const TOKEN_HEADER: &str = "latchkey-token";
@@ -169,7 +169,7 @@ impl<'a> LockRequest<'a> {
 const ACQUIRE_BACKOFF_MAX: Duration = Duration::from_millis(limits::CLIENT_ACQUIRE_BACKOFF_MS_MAX);
 
 /// Sleeps until `clock` reads `at`, or forever.
-async fn sleep_until_some(clock: &dyn Clock, at: Option<Instant>) {
+async fn sleep_until_some(clock: &dyn ClientClock, at: Option<Instant>) {
     match at {
         Some(at) => sleep_until(clock, at).await,
         None => std::future::pending().await,
@@ -199,7 +199,7 @@ async fn acquire_once(
         backoff_max: Some(ACQUIRE_BACKOFF_MAX),
     };
     let request = pb::AcquireRequest {
-        session: shared.key.pb(),
+        session: pb_session(shared.key),
         seq,
         name: name.to_owned(),
         wait_timeout_ms,
@@ -284,7 +284,7 @@ impl std::fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("name", &self.name)
             .field("token", &self.token)
-            .field("session", &self.shared.key.id)
+            .field("session", &self.shared.key.id.0)
             .finish()
     }
 }
@@ -318,7 +318,7 @@ impl LockGuard {
 
     /// The session that holds the lock.
     pub fn session_id(&self) -> u64 {
-        self.shared.key.id
+        self.shared.key.id.0
     }
 
     /// Completes when the lock may be lost: the session's deadline on this client's clock
@@ -387,7 +387,7 @@ async fn release_orphan(shared: &Arc<SessionShared>, name: &str) {
             return;
         }
     };
-    let Some(holder) = holder.filter(|h| h.session == shared.key.id) else {
+    let Some(holder) = holder.filter(|h| h.session == shared.key.id.0) else {
         return;
     };
     if shared
@@ -415,7 +415,7 @@ async fn release_on_server(
         .expect("the short-requests semaphore is never closed");
     let ticket = shared.begin_request().await;
     let request = pb::ReleaseRequest {
-        session: shared.key.pb(),
+        session: pb_session(shared.key),
         seq: ticket.seq,
         name: name.to_owned(),
         token,

@@ -3,7 +3,7 @@
 //!
 //! The server expires a session `ttl` after it last received a renewal. The client cannot see
 //! that clock, so it keeps a conservative one of its own: the send instant of the last renewal
-//! the server acknowledged, plus the TTL, minus a safety margin ([`Lease`]). The server received
+//! the server acknowledged, plus the TTL, minus a safety margin ([`ClientLease`]). The server received
 //! that renewal after it was sent, so the server's deadline is later than the client's by at
 //! least the margin. When the client's deadline passes, every [`LockGuard`](crate::LockGuard)
 //! of the session reports `lost()`, while the server still holds the locks for the margin:
@@ -19,7 +19,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use latchkey_core::limits;
+use latchkey_core::{limits, SessionId, SessionKey};
 use latchkey_proto::v1 as pb;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
@@ -58,7 +58,7 @@ const WHY_DROPPED: &str = "the session was dropped";
 
 /// A session's lease as the client sees it: pure arithmetic on instants, no I/O.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Lease {
+pub(crate) struct ClientLease {
     ttl: Duration,
     margin: Duration,
     /// Send instant of the newest acknowledged renewal (or of the CreateSession).
@@ -67,9 +67,9 @@ pub(crate) struct Lease {
     retry_at: Option<Instant>,
 }
 
-impl Lease {
-    pub(crate) fn new(sent: Instant, ttl: Duration) -> Lease {
-        Lease {
+impl ClientLease {
+    pub(crate) fn new(sent: Instant, ttl: Duration) -> ClientLease {
+        ClientLease {
             ttl,
             margin: safety_margin(ttl),
             acked_sent: sent,
@@ -109,20 +109,12 @@ impl Lease {
     }
 }
 
-/// What identifies a session to the server.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SessionKey {
-    pub id: u64,
-    pub secret: u64,
-}
-
-impl SessionKey {
-    pub(crate) fn pb(self) -> Option<pb::Session> {
-        Some(pb::Session {
-            id: self.id,
-            secret: self.secret,
-        })
-    }
+/// What identifies a session to the server (the core's own type), as the protocol carries it.
+pub(crate) fn pb_session(key: SessionKey) -> Option<pb::Session> {
+    Some(pb::Session {
+        id: key.id.0,
+        secret: key.secret,
+    })
 }
 
 /// State shared by a session, its renewal task and its lock guards.
@@ -181,9 +173,9 @@ impl SessionShared {
                 return false;
             }
             if why == WHY_CLOSED || why == WHY_DROPPED {
-                tracing::debug!(session = self.key.id, why, "session ended");
+                tracing::debug!(session = self.key.id.0, why, "session ended");
             } else {
-                tracing::warn!(session = self.key.id, why, "session lost");
+                tracing::warn!(session = self.key.id.0, why, "session lost");
             }
             *lost = Some(why.to_owned());
             true
@@ -198,7 +190,7 @@ impl SessionShared {
 
     pub(crate) fn lost_error(&self) -> Option<Error> {
         self.lost.borrow().as_ref().map(|why| Error::SessionLost {
-            id: self.key.id,
+            id: self.key.id.0,
             why: why.clone(),
         })
     }
@@ -328,13 +320,13 @@ impl Session {
         let session = response
             .session
             .ok_or_else(|| Error::Protocol("CreateSession answered without a session".into()))?;
-        let mut lease = Lease::new(sent, ttl);
+        let mut lease = ClientLease::new(sent, ttl);
         lease.acknowledged(sent, Duration::from_millis(response.ttl_ms));
         let (lost, _) = watch::channel(None);
         let shared = Arc::new(SessionShared {
             client,
             key: SessionKey {
-                id: session.id,
+                id: SessionId(session.id),
                 secret: session.secret,
             },
             ttl: lease.ttl,
@@ -359,7 +351,7 @@ impl Session {
 
     /// The session id (as shown by `latchkey status`).
     pub fn id(&self) -> u64 {
-        self.shared.key.id
+        self.shared.key.id.0
     }
 
     /// The lease length the server granted.
@@ -462,7 +454,7 @@ impl Drop for Session {
             let shared = self.shared.clone();
             handle.spawn(async move {
                 if let Err(e) = close_on_server(&shared).await {
-                    tracing::debug!(session = shared.key.id, error = %e, "best-effort close failed");
+                    tracing::debug!(session = shared.key.id.0, error = %e, "best-effort close failed");
                 }
             });
         }
@@ -475,7 +467,7 @@ async fn close_on_server(shared: &SessionShared) -> Result<(), Error> {
         backoff_max: None,
     };
     let request = pb::CloseSessionRequest {
-        session: shared.key.pb(),
+        session: pb_session(shared.key),
     };
     match shared
         .client
@@ -530,7 +522,7 @@ impl FailoverDetector {
 }
 
 /// The renewal task: one per session, owned by its [`Session`].
-async fn renew(shared: Arc<SessionShared>, mut lease: Lease, endpoint: String) {
+async fn renew(shared: Arc<SessionShared>, mut lease: ClientLease, endpoint: String) {
     let key = shared.key;
     let clock = shared.client.clock();
     let mut failovers = FailoverDetector::new(endpoint);
@@ -554,7 +546,7 @@ async fn renew(shared: Arc<SessionShared>, mut lease: Lease, endpoint: String) {
             backoff_max: Some(renewal_backoff_max(lease.ttl)),
         };
         let session = pb::Session {
-            id: key.id,
+            id: key.id.0,
             secret: key.secret,
         };
         // Sent together with every other session of this client due now (see `keepalive`).
@@ -571,7 +563,7 @@ async fn renew(shared: Arc<SessionShared>, mut lease: Lease, endpoint: String) {
                     if failovers.acknowledged(&answered.endpoint, answered.failed_attempts) {
                         shared.failovers.send_modify(|n| *n += 1);
                         tracing::info!(
-                            session = key.id,
+                            session = key.id.0,
                             endpoint = %answered.endpoint,
                             "session renewed after a failover"
                         );
@@ -582,7 +574,7 @@ async fn renew(shared: Arc<SessionShared>, mut lease: Lease, endpoint: String) {
                     return;
                 }
                 None => {
-                    tracing::warn!(session = key.id, "KeepAlive answer without this session");
+                    tracing::warn!(session = key.id.0, "KeepAlive answer without this session");
                     lease.failed(clock.now());
                 }
             },
@@ -591,7 +583,7 @@ async fn renew(shared: Arc<SessionShared>, mut lease: Lease, endpoint: String) {
                 return;
             }
             Err(e) => {
-                tracing::warn!(session = key.id, error = %e, "renewal failed; retrying");
+                tracing::warn!(session = key.id.0, error = %e, "renewal failed; retrying");
                 failovers.failed();
                 lease.failed(clock.now());
             }
@@ -658,7 +650,7 @@ mod tests {
     fn deadline_is_acked_send_plus_ttl_minus_margin() {
         let t0 = Instant::now();
         let ttl = Duration::from_secs(15);
-        let mut lease = Lease::new(t0, ttl);
+        let mut lease = ClientLease::new(t0, ttl);
         assert_eq!(lease.deadline(), t0 + Duration::from_secs(12));
         assert_eq!(lease.next_renewal(), t0 + Duration::from_secs(5));
 
@@ -675,7 +667,7 @@ mod tests {
     #[test]
     fn server_ttl_shorter_than_asked_is_believed() {
         let t0 = Instant::now();
-        let mut lease = Lease::new(t0, Duration::from_secs(15));
+        let mut lease = ClientLease::new(t0, Duration::from_secs(15));
         lease.acknowledged(t0, Duration::from_secs(10));
         assert_eq!(lease.deadline(), t0 + Duration::from_secs(8));
         // Zero means "not said": keep ours.
@@ -689,7 +681,7 @@ mod tests {
     #[test]
     fn failed_renewal_retries_sooner_but_not_past_the_deadline() {
         let t0 = Instant::now();
-        let mut lease = Lease::new(t0, Duration::from_secs(2));
+        let mut lease = ClientLease::new(t0, Duration::from_secs(2));
         assert_eq!(lease.deadline(), t0 + 1600 * MS);
         lease.failed(t0 + 700 * MS);
         assert_eq!(lease.next_renewal(), t0 + 900 * MS);
@@ -712,7 +704,7 @@ mod tests {
             15_000,
             latchkey_core::limits::SESSION_TTL_MS_MAX,
         ] {
-            let lease = Lease::new(t0, Duration::from_millis(ttl_ms));
+            let lease = ClientLease::new(t0, Duration::from_millis(ttl_ms));
             assert!(lease.next_renewal() < lease.deadline(), "ttl {ttl_ms} ms");
             // The margin leaves room for the CLI's kill grace (half the margin) and more.
             assert!(lease.margin >= SAFETY_MARGIN_MIN);

@@ -372,7 +372,7 @@ async fn reads_map_to_plain_structs() {
 #[derive(Default)]
 struct JumpClock(Mutex<Duration>);
 
-impl latchkey_client::Clock for JumpClock {
+impl latchkey_client::ClientClock for JumpClock {
     fn now(&self) -> Instant {
         Instant::now() + *self.0.lock().unwrap()
     }

@@ -645,12 +645,12 @@ impl LockTable {
 
     // ---- read-only queries ----
 
-    pub fn describe(&self, name: &str) -> Option<LockInfo> {
+    pub fn describe(&self, name: &str) -> Option<LockState> {
         self.locks.get(name).map(|l| lock_info(name, l))
     }
 
     /// Held locks whose names start with `prefix`, in name order, at most `limit`.
-    pub fn list(&self, prefix: &str, limit: usize) -> Vec<LockInfo> {
+    pub fn list(&self, prefix: &str, limit: usize) -> Vec<LockState> {
         self.locks
             .range::<str, _>((
                 std::ops::Bound::Included(prefix),
@@ -807,10 +807,10 @@ fn is_release_outcome(o: &Outcome) -> bool {
     matches!(o, Outcome::Released | Outcome::NotHolder)
 }
 
-fn lock_info(name: &str, l: &Lock) -> LockInfo {
-    LockInfo {
+fn lock_info(name: &str, l: &Lock) -> LockState {
+    LockState {
         name: name.to_owned(),
-        holder: Some(HolderInfo {
+        holder: Some(HolderState {
             session: l.holder.session,
             token: l.holder.token,
             granted_at_ms: l.holder.granted_at_ms,

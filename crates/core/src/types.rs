@@ -205,14 +205,14 @@ impl Applied {
 
 /// A read-only view of one lock.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-pub struct LockInfo {
+pub struct LockState {
     pub name: String,
-    pub holder: Option<HolderInfo>,
+    pub holder: Option<HolderState>,
     pub waiters: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-pub struct HolderInfo {
+pub struct HolderState {
     pub session: SessionId,
     pub token: u64,
     /// Leader wall-clock time of the grant (Unix ms); "held for" is measured from it.

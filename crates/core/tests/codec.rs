@@ -8,8 +8,8 @@ use latchkey_core::*;
 use support::*;
 
 /// A table with every kind of state: holders, queues, remembered outcomes, a closed session.
-fn busy_sim() -> Sim {
-    let mut sim = Sim::new();
+fn busy_sim() -> TableDriver {
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),

@@ -19,7 +19,7 @@ fn lock_names_are_non_empty_and_at_most_512_bytes() {
     assert_eq!(utf8_max.len(), 512);
     assert_eq!(utf8_over.len(), 513);
 
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         step(2, acq("a", 1, ""), rejected(Rejection::NameEmpty)),
@@ -49,7 +49,7 @@ fn session_ttl_is_between_one_second_and_one_hour_inclusive() {
         id: SessionId(id),
         ttl_ms,
     };
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         step(1, Cmd::Open("a", 0), out(0)),
         step(2, Cmd::Open("a", SESSION_TTL_MS_MIN - 1), out(999)),
@@ -218,7 +218,7 @@ fn a_full_queue_rejects_the_next_waiter_with_queue_full() {
 
 #[test]
 fn outcomes_older_than_the_remembered_window_are_request_too_old() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[open(1, "a"), step(2, acq("a", 1, "L"), granted(2))]);
     // Seqs 2..=SESSION_OUTCOMES_MAX+1: together with seq 1 that is one outcome too many.
     let last = SESSION_OUTCOMES_MAX as u64 + 1;
@@ -266,7 +266,7 @@ fn outcomes_older_than_the_remembered_window_are_request_too_old() {
 /// re-sent Acquire got RequestTooOld and the client never learned its token (a lost grant).
 #[test]
 fn a_long_wait_granted_after_many_later_requests_keeps_its_grant() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),

@@ -792,7 +792,7 @@ impl Run {
         self.history.observe(&ctx, index, &op, fresh, &got);
         self.history.compare(&ctx, &self.table, &self.names);
         for name in &self.names {
-            let at = |h: &HolderInfo| (h.session, h.token, h.granted_at_ms);
+            let at = |h: &HolderState| (h.session, h.token, h.granted_at_ms);
             let got = self
                 .table
                 .describe(name)

@@ -19,7 +19,7 @@ fn done(o: Outcome) -> Option<RequestState> {
 
 #[test]
 fn grants_follow_fifo_order_of_the_queue() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -45,7 +45,7 @@ fn grants_follow_fifo_order_of_the_queue() {
 
 #[test]
 fn a_release_hands_to_exactly_the_first_waiter_and_shifts_the_rest() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -72,7 +72,7 @@ fn a_release_hands_to_exactly_the_first_waiter_and_shifts_the_rest() {
 
 #[test]
 fn retry_of_a_finished_request_returns_its_original_outcome() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -96,7 +96,7 @@ fn retry_of_a_finished_request_returns_its_original_outcome() {
 
 #[test]
 fn retry_of_a_queued_acquire_after_its_grant_returns_the_original_token() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -114,7 +114,7 @@ fn retry_of_a_queued_acquire_after_its_grant_returns_the_original_token() {
 
 #[test]
 fn retry_of_a_waiting_acquire_reports_its_position_without_queueing_twice() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -139,7 +139,7 @@ fn retry_of_a_waiting_acquire_reports_its_position_without_queueing_twice() {
 
 #[test]
 fn a_stale_release_after_regrant_to_another_session_changes_nothing() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -169,7 +169,7 @@ fn a_stale_release_after_regrant_to_another_session_changes_nothing() {
 
 #[test]
 fn a_stale_release_after_regrant_to_the_same_session_changes_nothing() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         step(2, acq("a", 1, "L"), granted(2)),
@@ -186,7 +186,7 @@ fn a_stale_release_after_regrant_to_the_same_session_changes_nothing() {
 
 #[test]
 fn releasing_a_free_lock_is_not_holder() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         step(2, rel("a", 1, "L", 1), Outcome::NotHolder),
@@ -197,7 +197,7 @@ fn releasing_a_free_lock_is_not_holder() {
 
 #[test]
 fn cancel_after_the_grant_returns_the_grant() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -217,7 +217,7 @@ fn cancel_after_the_grant_returns_the_grant() {
 
 #[test]
 fn cancel_before_the_release_passes_the_lock_to_the_next_waiter() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -240,7 +240,7 @@ fn cancel_before_the_release_passes_the_lock_to_the_next_waiter() {
 
 #[test]
 fn cancel_of_an_unknown_request_is_rejected() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         step(
@@ -255,7 +255,7 @@ fn cancel_of_an_unknown_request_is_rejected() {
 
 #[test]
 fn expiry_hands_each_held_lock_to_its_first_waiter() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -285,7 +285,7 @@ fn expiry_hands_each_held_lock_to_its_first_waiter() {
 
 #[test]
 fn close_hands_over_held_locks_and_drops_the_sessions_waits() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -315,7 +315,7 @@ fn close_hands_over_held_locks_and_drops_the_sessions_waits() {
 
 #[test]
 fn holder_and_first_waiter_expiring_together_hand_the_lock_to_the_third() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -333,7 +333,7 @@ fn holder_and_first_waiter_expiring_together_hand_the_lock_to_the_third() {
     assert_eq!(sim.holder("L"), Some(("c", 30, 1)));
     assert_eq!(sim.state("d", 1), waiting("L", 1));
 
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -350,7 +350,7 @@ fn holder_and_first_waiter_expiring_together_hand_the_lock_to_the_third() {
 
 #[test]
 fn every_waiter_leaving_with_the_holder_frees_the_lock() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -366,7 +366,7 @@ fn every_waiter_leaving_with_the_holder_frees_the_lock() {
 
 #[test]
 fn expire_ignores_sessions_that_are_already_gone() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -381,7 +381,7 @@ fn expire_ignores_sessions_that_are_already_gone() {
 /// session), which would crash every member applying that entry.
 #[test]
 fn expire_with_a_duplicate_id_expires_it_once() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -395,7 +395,7 @@ fn expire_with_a_duplicate_id_expires_it_once() {
 
 #[test]
 fn try_lock_on_a_held_lock_is_not_granted_and_not_queued() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -427,10 +427,10 @@ fn a_wrong_secret_is_session_not_found_and_changes_nothing() {
         step(5, close("b!"), not_found(2)),
     ];
     for attempt in attempts {
-        let mut sim = Sim::new();
+        let mut sim = TableDriver::new();
         sim.run(&setup);
         // A twin that applies a no-op at the same index: the tables must stay byte-identical.
-        let mut twin = Sim::new();
+        let mut twin = TableDriver::new();
         twin.run(&setup);
         twin.run(&[expire(5, &[], &[])]);
         sim.run(std::slice::from_ref(&attempt));
@@ -447,7 +447,7 @@ fn a_wrong_secret_is_session_not_found_and_changes_nothing() {
 
 #[test]
 fn acquiring_a_lock_twice_in_one_session_is_rejected() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -479,7 +479,7 @@ fn acquiring_a_lock_twice_in_one_session_is_rejected() {
 
 #[test]
 fn fencing_tokens_are_the_granting_entries_indexes() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(10, "a"),
         open(20, "b"),
@@ -500,7 +500,7 @@ fn fencing_tokens_are_the_granting_entries_indexes() {
 #[test]
 #[should_panic(expected = "out of order")]
 fn applying_an_entry_twice_panics() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[open(1, "a")]);
     let cmd = sim.command(1, &acq("a", 1, "L"));
     sim.table.apply(1, &cmd);
@@ -508,7 +508,7 @@ fn applying_an_entry_twice_panics() {
 
 #[test]
 fn describe_reports_holder_token_grant_time_and_waiters() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     assert_eq!(sim.table.describe("L"), None);
     sim.run(&[
         open(1, "a"),
@@ -518,9 +518,9 @@ fn describe_reports_holder_token_grant_time_and_waiters() {
     ]);
     assert_eq!(
         sim.table.describe("L"),
-        Some(LockInfo {
+        Some(LockState {
             name: "L".into(),
-            holder: Some(HolderInfo {
+            holder: Some(HolderState {
                 session: SessionId(1),
                 token: 3,
                 granted_at_ms: now_ms_at(3),
@@ -534,7 +534,7 @@ fn describe_reports_holder_token_grant_time_and_waiters() {
     let holder = sim.table.describe("L").and_then(|i| i.holder);
     assert_eq!(
         holder,
-        Some(HolderInfo {
+        Some(HolderState {
             session: SessionId(2),
             token: 9,
             granted_at_ms: now_ms_at(9),
@@ -544,7 +544,7 @@ fn describe_reports_holder_token_grant_time_and_waiters() {
 
 #[test]
 fn list_returns_held_locks_with_the_prefix_in_name_order_up_to_the_limit() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[open(1, "a"), open(2, "b")]);
     // Inserted out of order; "jobs0" and "jobr" sort just outside the "jobs/" range.
     let names = [
@@ -586,7 +586,7 @@ fn list_returns_held_locks_with_the_prefix_in_name_order_up_to_the_limit() {
 
 #[test]
 fn request_state_tracks_a_request_from_queue_to_outcome() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[open(1, "a"), open(2, "b"), open(3, "c")]);
     assert_eq!(sim.state("a", 1), None, "an unknown request");
     assert_eq!(
@@ -618,7 +618,7 @@ fn request_state_tracks_a_request_from_queue_to_outcome() {
 
 #[test]
 fn session_queries_follow_creation_and_removal() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         step(
@@ -664,7 +664,7 @@ fn session_queries_follow_creation_and_removal() {
 /// next release handed it the lock, which then sat unused. Its wait now ends on the server.
 #[test]
 fn a_release_passes_over_a_waiter_whose_wait_has_ended() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -685,7 +685,7 @@ fn a_release_passes_over_a_waiter_whose_wait_has_ended() {
 
 #[test]
 fn expire_waits_ends_exactly_the_waits_whose_time_has_passed() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),
@@ -718,7 +718,7 @@ fn expire_waits_ends_exactly_the_waits_whose_time_has_passed() {
 /// the client as "unavailable"); it is a client error.
 #[test]
 fn a_request_that_reuses_another_kinds_sequence_number_is_rejected() {
-    let mut sim = Sim::new();
+    let mut sim = TableDriver::new();
     sim.run(&[
         open(1, "a"),
         open(2, "b"),

@@ -260,7 +260,7 @@ pub struct Client {
 }
 
 impl Client {
-    /// The client library's deadline (`session.rs` `Lease::deadline`), on the client's clock.
+    /// The client library's deadline (`session.rs` `ClientLease::deadline`), on the client's clock.
     pub fn deadline_ms(&self) -> u64 {
         let ttl = Duration::from_millis(TTL_MS);
         self.acked_sent_ms + (ttl - latchkey_client::safety_margin(ttl)).as_millis() as u64
@@ -759,7 +759,7 @@ fn observe(leases: &mut Leases, cmd: &Command, applied: &Applied, now: Instant) 
     }
 }
 
-/// `session.rs` `Lease::acknowledged`: an older acknowledgement never moves the deadline back.
+/// `session.rs` `ClientLease::acknowledged`: an older acknowledgement never moves the deadline back.
 fn acknowledge(c: &mut Client, sent_ms: u64, sent_t: u32) {
     if sent_ms >= c.acked_sent_ms {
         c.acked_sent_ms = sent_ms;

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-pub trait Clock: Send + Sync + 'static {
+pub trait NodeClock: Send + Sync + 'static {
     /// Monotonic time. Every lease deadline on the leader is measured on it.
     fn now(&self) -> Instant;
     /// Wall-clock Unix milliseconds, for display only.
@@ -18,9 +18,9 @@ pub trait Clock: Send + Sync + 'static {
 
 /// The real clocks of the machine (tokio's `Instant`, so paused-time tests also work).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
+pub struct SystemNodeClock;
 
-impl Clock for SystemClock {
+impl NodeClock for SystemNodeClock {
     fn now(&self) -> Instant {
         Instant::now()
     }
@@ -33,12 +33,12 @@ impl Clock for SystemClock {
     }
 }
 
-pub type SharedClock = Arc<dyn Clock>;
+pub type SharedClock = Arc<dyn NodeClock>;
 
 /// Sleep until `clock` reads `deadline`. Timers run on tokio's clock, so sleep for the
 /// *duration* left on `clock` rather than until the instant: an instant taken from a clock that
 /// runs slow or fast would lie in tokio's past (a busy loop) or too far ahead.
-pub async fn sleep_until(clock: &dyn Clock, deadline: Instant) {
+pub async fn sleep_until(clock: &dyn NodeClock, deadline: Instant) {
     tokio::time::sleep(deadline.saturating_duration_since(clock.now())).await
 }
 

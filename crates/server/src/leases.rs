@@ -36,7 +36,7 @@ use tokio::time::Instant;
 // states; ordered collections keep those states deterministic.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
 pub struct Leases {
-    sessions: BTreeMap<SessionId, Lease>,
+    sessions: BTreeMap<SessionId, LeaseRecord>,
     /// Sessions whose expiry has been proposed and not yet applied: a keepalive can no longer
     /// save them, because the expiry entry may already be committed.
     expiring: BTreeSet<SessionId>,
@@ -51,7 +51,7 @@ pub struct Leases {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Lease {
+struct LeaseRecord {
     ttl: Duration,
     deadline: Instant,
     /// This leader has proposed (or inherited) a mark for the session: renew through the log.
@@ -103,7 +103,7 @@ impl Leases {
         let ttl = Duration::from_millis(ttl_ms);
         self.sessions.insert(
             id,
-            Lease {
+            LeaseRecord {
                 ttl,
                 deadline: now + ttl,
                 marked: false,
@@ -138,7 +138,7 @@ impl Leases {
             let ttl = Duration::from_millis(s.ttl_ms);
             sessions.insert(
                 s.id,
-                Lease {
+                LeaseRecord {
                     ttl,
                     deadline: now + ttl,
                     marked: false,

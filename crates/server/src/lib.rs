@@ -44,7 +44,7 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::Connected;
 
-pub use clock::{Clock, Entropy, OsEntropy, SharedClock, SharedEntropy, SystemClock};
+pub use clock::{Entropy, NodeClock, OsEntropy, SharedClock, SharedEntropy, SystemNodeClock};
 pub use node::NodeLogStore;
 pub use node::StartError;
 pub use peer::{PeerConnector, SharedConnector, TcpConnector};
@@ -288,7 +288,7 @@ impl Env {
     /// The machine's clocks and TCP.
     pub fn real() -> Env {
         Env {
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(SystemNodeClock),
             connector: Arc::new(TcpConnector),
             entropy: Arc::new(OsEntropy),
             probe: Arc::new(NoProbe),

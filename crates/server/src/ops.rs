@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use latchkey_core::{limits, Command, LockInfo, Op, Outcome, Rejection, SessionId, SessionKey};
+use latchkey_core::{limits, Command, LockState, Op, Outcome, Rejection, SessionId, SessionKey};
 use openraft::async_runtime::WatchReceiver;
 use openraft::{ReadPolicy, ServerState};
 use tokio::sync::oneshot;
@@ -65,7 +65,7 @@ pub struct Held {
 }
 
 impl LockView {
-    fn new(name: &str, info: Option<LockInfo>, now_ms: u64) -> LockView {
+    fn new(name: &str, info: Option<LockState>, now_ms: u64) -> LockView {
         match info {
             None => LockView {
                 name: name.to_owned(),

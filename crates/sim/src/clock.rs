@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use latchkey_server::{Clock, Entropy};
+use latchkey_server::{Entropy, NodeClock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
@@ -72,7 +72,7 @@ impl DriftClock {
     }
 }
 
-impl Clock for DriftClock {
+impl NodeClock for DriftClock {
     fn now(&self) -> Instant {
         self.origin + self.skew(Instant::now() - self.origin)
     }
@@ -84,9 +84,9 @@ impl Clock for DriftClock {
 }
 
 /// The client library reads the same clock through its own seam.
-impl latchkey_client::Clock for DriftClock {
+impl latchkey_client::ClientClock for DriftClock {
     fn now(&self) -> Instant {
-        <DriftClock as Clock>::now(self)
+        <DriftClock as NodeClock>::now(self)
     }
 
     fn timer_duration(&self, local: Duration) -> Duration {

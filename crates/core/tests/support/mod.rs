@@ -171,14 +171,14 @@ pub fn rejected(r: Rejection) -> Outcome {
 }
 
 #[derive(Default)]
-pub struct Sim {
+pub struct TableDriver {
     pub table: LockTable,
     keys: BTreeMap<&'static str, SessionKey>,
 }
 
-impl Sim {
-    pub fn new() -> Sim {
-        Sim::default()
+impl TableDriver {
+    pub fn new() -> TableDriver {
+        TableDriver::default()
     }
 
     /// The key of `who`; `"x!"` is `x` with a wrong secret.
