@@ -86,32 +86,17 @@ fn a_member_whose_log_store_fails_exits_and_a_restart_serves_again() {
         }
         if Instant::now() > deadline {
             let _ = server.kill();
-            let _ = bench.kill();
-            let _ = bench.wait();
             let _ = server.wait();
-            let mut err = String::new();
-            server
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
+            stop(&mut bench);
             panic!(
                 "the member was still running 90 s after writes began; its last lines:\n{}",
-                tail(&err)
+                tail(&stderr_of(&mut server))
             );
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let _ = bench.kill();
-    let _ = bench.wait();
-    let mut err = String::new();
-    server
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    stop(&mut bench);
+    let err = stderr_of(&mut server);
     assert_eq!(
         status.code(),
         Some(1),
@@ -144,13 +129,29 @@ fn a_member_whose_log_store_fails_exits_and_a_restart_serves_again() {
         ])
         .output()
         .unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
+    stop(&mut server);
     assert!(
         lock.status.success(),
         "a lock after the restart: {}",
         String::from_utf8_lossy(&lock.stderr)
     );
+}
+
+fn stop(child: &mut std::process::Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// All a (finished) child wrote to its piped stderr.
+fn stderr_of(child: &mut std::process::Child) -> String {
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr piped")
+        .read_to_string(&mut err)
+        .expect("read stderr");
+    err
 }
 
 fn tail(s: &str) -> String {
