@@ -95,3 +95,51 @@ fn trailing_bytes_after_the_table_are_refused() {
         Err(DecodeError::Trailing(1))
     ));
 }
+
+/// Hostile input (issue #13): a snapshot's table arrives from a peer or the disk. Whatever the
+/// bytes (a valid encoding with bytes flipped, cut, spliced or appended, or noise), decoding
+/// returns a table that passes every invariant or an error; it never panics.
+mod hostile_input {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn mutate(mut bytes: Vec<u8>, edits: &[(usize, u8, u8)]) -> Vec<u8> {
+        for &(at, kind, value) in edits {
+            if bytes.is_empty() {
+                bytes.push(value);
+                continue;
+            }
+            let at = at % bytes.len();
+            match kind % 4 {
+                0 => bytes[at] = value,
+                1 => bytes[at] ^= 1 << (value % 8),
+                2 => bytes.truncate(at),
+                _ => bytes.insert(at, value),
+            }
+        }
+        bytes
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4_000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_mutated_snapshot_decodes_to_a_valid_table_or_an_error(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..8)
+        ) {
+            let bytes = mutate(busy_sim().encoding(), &edits);
+            if let Ok(table) = decode_table(&bytes) {
+                prop_assert!(table.check_invariants().is_ok());
+            }
+        }
+
+        #[test]
+        fn noise_never_decodes_to_a_broken_table(
+            bytes in proptest::collection::vec(any::<u8>(), 0..512)
+        ) {
+            if let Ok(table) = decode_table(&bytes) {
+                prop_assert!(table.check_invariants().is_ok());
+            }
+        }
+    }
+}
