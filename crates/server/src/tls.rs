@@ -304,6 +304,14 @@ async fn refuse(mut stream: TcpStream, explanation: &[u8]) {
     if stream.write_all(explanation).await.is_err() {
         return;
     }
+    linger(stream).await;
+}
+
+/// Closes our side, then reads what the peer still sends (bounded in time) before dropping the
+/// socket: closing with unread bytes makes the kernel send a reset, and the peer may lose what
+/// we wrote last (our explanation, or a TLS alert such as "certificate required", which TLS 1.3
+/// clients read only after they have sent their first request).
+async fn linger(mut stream: TcpStream) {
     let _ = stream.shutdown().await;
     let mut sink = [0u8; 4096];
     let _ = tokio::time::timeout(
@@ -397,10 +405,12 @@ pub(crate) async fn tls_handshake(
     from: SocketAddr,
 ) -> Option<TlsStream<TcpStream>> {
     match first_byte(&stream).await {
-        Some(TLS_HANDSHAKE_RECORD) => match tls.acceptor.accept(stream).await {
+        Some(TLS_HANDSHAKE_RECORD) => match tls.acceptor.accept(stream).into_fallible().await {
             Ok(stream) => Some(stream),
-            Err(e) => {
+            Err((e, stream)) => {
                 tracing::debug!(%from, "TLS handshake failed: {e}");
+                // rustls has written its alert; let the client read it.
+                linger(stream).await;
                 None
             }
         },
