@@ -17,11 +17,15 @@ use crate::client::ClientConfig;
 use crate::env::{Connector, TcpConnector};
 use crate::error::Error;
 
+/// PEM bytes, shared by every channel of a client.
+type Pem = Arc<Vec<u8>>;
+
 /// The PEM a client needs for TLS: the CA, and optionally its own certificate and key.
 #[derive(Clone)]
 pub struct ClientTls {
-    ca_pem: Arc<Vec<u8>>,
-    identity: Option<(Arc<Vec<u8>>, Arc<Vec<u8>>)>,
+    ca_pem: Pem,
+    /// This client's certificate chain and key.
+    identity: Option<(Pem, Pem)>,
 }
 
 impl std::fmt::Debug for ClientTls {
