@@ -21,7 +21,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use anyhow::Context;
-use latchkey_client::{Client, LockGuard, Session};
+use latchkey_client::{LockGuard, Session};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::Child;
@@ -47,7 +47,7 @@ pub async fn lock(args: LockArgs) -> anyhow::Result<u8> {
     let mut terminate = signal(SignalKind::terminate()).context("installing signal handlers")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing signal handlers")?;
 
-    let client = Client::connect(args.endpoints.endpoints.clone()).await?;
+    let client = args.endpoints.client()?;
     let session = client
         .session(args.ttl)
         .await

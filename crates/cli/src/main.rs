@@ -107,6 +107,18 @@ pub struct ServeArgs {
     /// to it. Give every member the same file. Never give the secret itself on the command line.
     #[arg(long, env = "LATCHKEY_CLUSTER_SECRET_FILE", value_name = "FILE")]
     pub cluster_secret_file: Option<std::path::PathBuf>,
+    /// Serve TLS with this certificate (PEM, chain first) and --tls-key. Reloaded on SIGHUP
+    /// and when the files change, so a renewed certificate needs no restart.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA that signs members' and clients' certificates (PEM): every connection must then
+    /// present a certificate it signed, and members dial each other with mTLS. Required for a
+    /// cluster of more than one member over TLS.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -119,6 +131,43 @@ pub struct Endpoints {
         default_value = "127.0.0.1:7420"
     )]
     pub endpoints: Vec<String>,
+    /// The CA that signed the servers' certificates (PEM); needed for https:// endpoints.
+    #[arg(long, env = "LATCHKEY_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// This client's certificate (PEM), for servers that require one (--tls-ca).
+    #[arg(long, env = "LATCHKEY_CERT", value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// The private key of --cert (PEM).
+    #[arg(long, env = "LATCHKEY_KEY", value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
+}
+
+impl Endpoints {
+    /// A client of these endpoints: with TLS for `https://` ones when --ca is given.
+    pub fn client(&self) -> Result<latchkey_client::Client, latchkey_client::Error> {
+        let mut env = latchkey_client::ClientEnv::default();
+        match &self.ca {
+            None if self.cert.is_some() => {
+                return Err(latchkey_client::Error::InvalidArgument {
+                    message: "--cert needs --ca (the CA that signed the servers' certificates)"
+                        .into(),
+                })
+            }
+            None => {}
+            Some(ca) => {
+                let tls = latchkey_client::ClientTls::from_files(
+                    ca,
+                    self.cert.as_deref().zip(self.key.as_deref()),
+                )?;
+                env.connector = std::sync::Arc::new(latchkey_client::TlsConnector::new(tls));
+            }
+        }
+        latchkey_client::Client::with_env(
+            self.endpoints.clone(),
+            latchkey_client::ClientConfig::default(),
+            env,
+        )
+    }
 }
 
 #[derive(Args, Debug)]

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use latchkey_client::{Client, LockInfo, NodeStatus};
+use latchkey_client::{LockInfo, NodeStatus};
 use serde::Serialize;
 
 use crate::{ClusterStatusArgs, ListArgs, StatusArgs};
@@ -62,7 +62,7 @@ fn human_duration(d: Duration) -> String {
 }
 
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let client = Client::connect(args.endpoints.endpoints).await?;
+    let client = args.endpoints.client()?;
     let lock = client.describe(&args.name).await?;
     if args.json {
         println!("{}", serde_json::to_string(&LockJson::from(&lock))?);
@@ -73,7 +73,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
 }
 
 pub async fn list(args: ListArgs) -> anyhow::Result<()> {
-    let client = Client::connect(args.endpoints.endpoints).await?;
+    let client = args.endpoints.client()?;
     let list = client.list(&args.prefix).await?;
     if args.json {
         let locks: Vec<LockJson> = list.locks.iter().map(LockJson::from).collect();
@@ -156,7 +156,7 @@ pub fn cluster_report(answers: &BTreeMap<String, Option<NodeStatus>>) -> Cluster
 }
 
 pub async fn cluster_status(args: ClusterStatusArgs) -> anyhow::Result<()> {
-    let client = Client::connect(args.endpoints.endpoints.clone()).await?;
+    let client = args.endpoints.client()?;
     let mut answers: BTreeMap<String, Option<NodeStatus>> = BTreeMap::new();
     let mut to_ask: BTreeSet<String> = args.endpoints.endpoints.iter().map(|e| bare(e)).collect();
     // Two rounds: the endpoints given, then members they report that were not given.

@@ -84,6 +84,17 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
         .map(latchkey_server::peer_auth::read_secret_file)
         .transpose()
         .map_err(ConfigError::ClusterSecret)?;
+    config.tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            latchkey_server::tls::ServerTls::load(latchkey_server::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: args.tls_ca.clone(),
+            })
+            .map_err(ConfigError::Tls)?,
+        ),
+        _ => None,
+    };
     (
         config.election_timeout_min_ms,
         config.election_timeout_max_ms,
@@ -117,6 +128,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .local_addr()
         .context("reading the listen address")?;
     let shutdown = shutdown_signal().context("installing signal handlers")?;
+    if let Some(tls) = config.tls.clone() {
+        // SIGHUP: reload the certificate and key now (rotation without a restart). The task
+        // ends with the process.
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("installing signal handlers")?;
+        tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                let tls = tls.clone();
+                let _ = tokio::task::spawn_blocking(move || tls.reload_logged("SIGHUP")).await;
+            }
+        });
+    }
     latchkey_server::run(listener, config.listening_on(listen), shutdown).await
 }
 

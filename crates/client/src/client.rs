@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::env::{ClientClock, ClientEnv};
-use crate::error::{classify, Error, Failure};
+use crate::error::{classify, transport_message, Error, Failure};
 use crate::retry::{Backoff, RetryPolicy};
 use crate::session::Session;
 use crate::types::{LockInfo, LockList, Member, NodeStatus};
@@ -56,6 +56,9 @@ struct Inner {
     rng: Mutex<StdRng>,
     /// The endpoints given to `connect`, as URIs.
     seeds: Vec<String>,
+    /// The scheme of leader hints and member addresses, which servers give as `host:port`: the
+    /// first seed's (a TLS cluster is reached with TLS at every member).
+    hint_scheme: &'static str,
     route: Mutex<Route>,
     /// The keepalives of this client's sessions waiting to go out together.
     keepalives: crate::keepalive::Batcher,
@@ -150,6 +153,21 @@ impl Client {
                 message: "no endpoints".into(),
             });
         }
+        if !env.connector.speaks_tls() {
+            if let Some(tls) = seeds.iter().find(|s| s.starts_with("https://")) {
+                return Err(Error::InvalidArgument {
+                    message: format!(
+                        "endpoint {tls} uses TLS: give the CA that signed the servers' \
+                         certificates (--ca FILE or LATCHKEY_CA; system roots are not used)"
+                    ),
+                });
+            }
+        }
+        let hint_scheme = if seeds[0].starts_with("https://") {
+            "https"
+        } else {
+            "http"
+        };
         Ok(Client {
             inner: Arc::new(Inner {
                 config,
@@ -159,6 +177,7 @@ impl Client {
                 }),
                 env,
                 seeds,
+                hint_scheme,
                 route: Mutex::new(Route::default()),
                 keepalives: crate::keepalive::Batcher::default(),
             }),
@@ -225,7 +244,7 @@ impl Client {
     /// What the node at `endpoint` says about itself and its group. Asks that node only, once
     /// (a status probe must report an unreachable node rather than retry elsewhere).
     pub async fn node_status(&self, endpoint: &str) -> Result<NodeStatus, Error> {
-        let uri = endpoint_uri(endpoint)?;
+        let uri = self.hint_uri(endpoint)?;
         let start = self.clock().now();
         let timeout = self.inner.config.rpc_timeout;
         let mut client = self.locks_client(&uri);
@@ -254,12 +273,38 @@ impl Client {
                     locks: s.locks,
                 });
             }
-            Ok(Err(status)) => classify(&status),
+            Ok(Err(status)) => self.classify(&uri, &status)?,
             Err(_) => Failure::Transport {
                 message: format!("no answer within {timeout:?}"),
             },
         };
         Err(give_up(failure, 1, self.clock().now() - start))
+    }
+
+    /// `addr` as a URI: a server's `host:port` (a leader hint, a member) gets the seeds' scheme.
+    fn hint_uri(&self, addr: &str) -> Result<String, Error> {
+        if addr.contains("://") {
+            endpoint_uri(addr)
+        } else {
+            endpoint_uri(&format!("{}://{}", self.inner.hint_scheme, addr.trim()))
+        }
+    }
+
+    /// [`classify`], with a protocol or certificate mismatch at `uri` made a fatal error: no
+    /// retry can fix it, and its message says what will.
+    fn classify(&self, uri: &str, status: &tonic::Status) -> Result<Failure, Error> {
+        // Only statuses that did not come from a latchkey node (it names a reason on every
+        // one): tonic makes the refusal's GOAWAY a PERMISSION_DENIED, its TLS errors UNKNOWN.
+        if status
+            .metadata()
+            .get(latchkey_proto::ERROR_REASON_KEY)
+            .is_none()
+        {
+            if let Some(message) = crate::tls::mismatch(uri, &transport_message(status)) {
+                return Err(Error::Tls { message });
+            }
+        }
+        Ok(classify(status))
     }
 
     fn short(&self) -> CallOpts {
@@ -308,7 +353,7 @@ impl Client {
     fn reroute(&self, uri: &str, hint: Option<&str>) -> bool {
         let now = self.clock().now();
         let mut route = self.inner.route.lock().expect("route lock poisoned");
-        match hint.map(endpoint_uri) {
+        match hint.map(|h| self.hint_uri(h)) {
             // The member names itself: it leads but cannot answer yet (a leader that has not
             // resumed its leases). Stay, after the backoff; another member would only send us
             // back here.
@@ -410,7 +455,7 @@ impl Client {
                     };
                     return Ok((response.into_inner(), answered));
                 }
-                Ok(Err(status)) => classify(&status),
+                Ok(Err(status)) => self.classify(&uri, &status)?,
                 Err(_) => Failure::Transport {
                     message: format!("{uri}: no answer within {:?}", opts.attempt_timeout),
                 },

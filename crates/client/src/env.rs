@@ -121,14 +121,21 @@ pub trait Connector: Send + Sync + 'static {
     /// A lazily connected channel to `uri` (`http://host:port`, already validated): it must not
     /// fail when the endpoint is down; the first RPC on it does.
     fn channel(&self, uri: &str, config: &ClientConfig) -> Channel;
+
+    /// Whether `https://` endpoints get TLS from this connector; a client refuses them when
+    /// they would not (issue #13: they used to be dialed in plaintext without a word).
+    fn speaks_tls(&self) -> bool {
+        false
+    }
 }
 
 /// Plain TCP (HTTP/2 without TLS), with `config.connect_timeout` and no Nagle delay.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TcpConnector;
 
-impl Connector for TcpConnector {
-    fn channel(&self, uri: &str, config: &ClientConfig) -> Channel {
+impl TcpConnector {
+    /// The endpoint of `uri` with the settings every connection of the client gets.
+    pub(crate) fn endpoint(uri: &str, config: &ClientConfig) -> Endpoint {
         Endpoint::from_shared(uri.to_owned())
             .expect("endpoint URIs are validated before use")
             .connect_timeout(config.connect_timeout)
@@ -140,7 +147,12 @@ impl Connector for TcpConnector {
             .http2_max_concurrent_reset_streams(
                 latchkey_core::limits::CLIENT_RESET_STREAMS_REMEMBERED,
             )
-            .connect_lazy()
+    }
+}
+
+impl Connector for TcpConnector {
+    fn channel(&self, uri: &str, config: &ClientConfig) -> Channel {
+        TcpConnector::endpoint(uri, config).connect_lazy()
     }
 }
 

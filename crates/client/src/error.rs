@@ -48,6 +48,11 @@ pub enum Error {
         elapsed: Duration,
         last: String,
     },
+    /// The client and the server do not speak the same protocol (TLS to a plaintext port or the
+    /// reverse) or do not trust each other's certificates. Not retried: only a change of
+    /// configuration fixes it; the message says which.
+    #[error("TLS: {message}")]
+    Tls { message: String },
     /// The server answered something this client does not understand (a missing field, an
     /// unknown result).
     #[error("protocol error: {0}")]
@@ -123,7 +128,7 @@ pub(crate) fn classify(status: &Status) -> Failure {
     }
 }
 
-fn transport_message(status: &Status) -> String {
+pub(crate) fn transport_message(status: &Status) -> String {
     use std::error::Error as _;
     let mut out = format!("{:?}: {}", status.code(), status.message());
     let mut source = status.source();

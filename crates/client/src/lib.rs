@@ -61,6 +61,7 @@ mod keepalive;
 pub mod lock;
 pub mod retry;
 pub mod session;
+pub mod tls;
 pub mod types;
 
 pub use client::{Client, ClientConfig};
@@ -71,4 +72,5 @@ pub use lock::{
 };
 pub use retry::RetryPolicy;
 pub use session::{safety_margin, Session, SAFETY_MARGIN_MIN};
+pub use tls::{ClientTls, TlsConnector};
 pub use types::{Holder, LockInfo, LockList, Member, NodeStatus};

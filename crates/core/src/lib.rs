@@ -19,3 +19,7 @@ pub mod versioned;
 
 pub use table::{validate_name, validate_ttl_ms, LockTable};
 pub use types::*;
+
+/// What a latchkey TLS port answers a plaintext HTTP/2 client, as its GOAWAY's debug data; the
+/// client library recognises it and fails at once with this advice instead of retrying.
+pub const TLS_REQUIRED_MESSAGE: &str = "latchkey: this server speaks TLS: use https:// and --ca";

@@ -317,3 +317,24 @@ pub const CLUSTER_SECRET_BYTES_MIN: usize = 16;
 pub const CLUSTER_SECRET_BYTES_MAX: usize = 4_096;
 const _: () = assert!(PEER_FINGERPRINT_BYTES <= 32 && PEER_MAC_BYTES == 32);
 const _: () = assert!(CLUSTER_SECRET_BYTES_MIN < CLUSTER_SECRET_BYTES_MAX);
+
+/// Accepted connections whose first bytes or TLS handshake are being read at once (issue #13).
+/// Each costs a task and a few KiB of handshake buffers; a flood of connections that never speak
+/// waits in the kernel's accept backlog instead of growing the server's memory.
+pub const CONN_HANDSHAKES_IN_FLIGHT_MAX: usize = 1_024;
+/// Time a new connection gets to send its first bytes and finish its TLS handshake before it is
+/// dropped: well above a client's connect timeout, so that a slow but live client still gets in,
+/// while a connection that never speaks holds its handshake slot only this long.
+pub const CONN_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+const _: () = assert!(CONN_HANDSHAKE_TIMEOUT_MS > CLIENT_CONNECT_TIMEOUT_MS_DEFAULT);
+/// Time the server keeps reading from a connection it has told "wrong protocol" (plaintext to a
+/// TLS port, TLS to a plaintext one) before closing it: closing with unread bytes sends a TCP
+/// reset, which can destroy the explanation before the client reads it.
+pub const CONN_MISMATCH_LINGER_MS: u64 = 1_000;
+/// How often a TLS server looks at its certificate and key files' modification times, to reload
+/// them after a rotation without a restart (SIGHUP reloads at once). Two `stat` calls every few
+/// seconds cost nothing; a renewed certificate is served within this time of its files changing.
+pub const TLS_RELOAD_POLL_MS: u64 = 5_000;
+/// Bytes a certificate, key or CA file may have. A chain of a few certificates is a few KiB; the
+/// bound keeps a wrong path (a log file, a device) from being read into memory whole.
+pub const TLS_PEM_FILE_BYTES_MAX: u64 = 1024 * 1024;

@@ -27,6 +27,7 @@ mod peer;
 pub mod peer_auth;
 pub mod probe;
 mod service;
+pub mod tls;
 mod waiters;
 
 use std::collections::BTreeMap;
@@ -35,13 +36,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use latchkey_core::limits;
 use latchkey_proto::v1::locks_server::LocksServer;
 use latchkey_proto::v1::raft_peer_server::RaftPeerServer;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::Connected;
 
 pub use clock::{Entropy, NodeClock, OsEntropy, SharedClock, SharedEntropy, SystemNodeClock};
@@ -83,6 +83,9 @@ pub struct ServerConfig {
     /// The secret every member signs its peer messages with (`--cluster-secret-file`); without
     /// one, peers are told apart only by member id and cluster fingerprint (see `peer_auth`).
     pub cluster_secret: Option<peer_auth::ClusterSecret>,
+    /// TLS for clients and members (`--tls-cert`, `--tls-key`, `--tls-ca`); plaintext when
+    /// `None`. Only [`run`] serves it (the simulation's transports stay plaintext).
+    pub tls: Option<Arc<tls::ServerTls>>,
     /// Fixed bugs put back on purpose (the simulation's checker tests); all off by default.
     #[doc(hidden)]
     pub plant: Plant,
@@ -104,6 +107,7 @@ impl ServerConfig {
             log_kept_after_snapshot: limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT,
             metrics_listen: None,
             cluster_secret: None,
+            tls: None,
             plant: Plant::default(),
         }
     }
@@ -170,6 +174,14 @@ impl ServerConfig {
         if self.snapshot_every_entries == 0 {
             return Err(ConfigError::NoSnapshotInterval);
         }
+        if self.peers.len() > 1
+            && self
+                .tls
+                .as_ref()
+                .is_some_and(|tls| !tls.requires_client_certs())
+        {
+            return Err(ConfigError::TlsClusterWithoutCa);
+        }
         Ok(ValidConfig(self))
     }
 
@@ -219,6 +231,13 @@ pub enum ConfigError {
     IdZero,
     #[error("{0}")]
     ClusterSecret(String),
+    #[error("{0}")]
+    Tls(String),
+    #[error(
+        "members of a TLS cluster dial each other with mTLS: give every member --tls-ca FILE, the \
+         CA that signed the members' certificates"
+    )]
+    TlsClusterWithoutCa,
     #[error("this node's id {id} is not in --peers ({members})")]
     NotAMember { id: u64, members: String },
     #[error("heartbeat must be non-zero and at most a third of the election timeout")]
@@ -259,18 +278,39 @@ pub async fn run(
     config: ValidConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    // Every accepted socket gets TCP_NODELAY: a gRPC response is one small write, and with
-    // Nagle's algorithm on it waits for the client's delayed ACK (~40 ms on Linux) whenever an
-    // earlier segment is unacknowledged. Clients and peers set it on the sockets they open.
-    let incoming = TcpListenerStream::new(listener).map(|accepted| {
-        accepted.inspect(|stream| {
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::warn!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
-            }
-        })
-    });
     let log_store = node::Node::open_log_store(&config)?;
-    run_with(incoming, config, Env::real(), log_store, shutdown).await
+    // Connections come through `tls::accept_loop`, which tells a client speaking the wrong
+    // protocol (TLS to a plaintext port or the reverse) so and does the TLS handshake.
+    fn channel<T>() -> (tokio::sync::mpsc::Sender<T>, tokio::sync::mpsc::Receiver<T>) {
+        tokio::sync::mpsc::channel(limits::CONN_HANDSHAKES_IN_FLIGHT_MAX)
+    }
+    use tokio_stream::wrappers::ReceiverStream;
+    match config.tls.clone() {
+        None => {
+            let (tx, rx) = channel();
+            let incoming = ReceiverStream::new(rx);
+            tokio::spawn(tls::accept_loop(listener, tx, tls::plaintext_handshake));
+            run_with(incoming, config, Env::real(), log_store, shutdown).await
+        }
+        Some(server_tls) => {
+            let (tx, rx) = channel();
+            let incoming = ReceiverStream::new(rx);
+            let handshake_tls = server_tls.clone();
+            tokio::spawn(tls::accept_loop(listener, tx, move |stream, from| {
+                tls::tls_handshake(handshake_tls.clone(), stream, from)
+            }));
+            let stop_watching = tokio_util::sync::CancellationToken::new();
+            let watch = tokio::spawn(server_tls.clone().watch(stop_watching.clone()));
+            let env = Env {
+                connector: Arc::new(tls::TlsPeerConnector(server_tls)),
+                ..Env::real()
+            };
+            let served = run_with(incoming, config, env, log_store, shutdown).await;
+            stop_watching.cancel();
+            let _ = watch.await;
+            served
+        }
+    }
 }
 
 /// What the server needs from the world besides its data dir: time and the network. Tests and

@@ -177,6 +177,7 @@ fn error_kind(e: &Error) -> &'static str {
         Error::WaitTimedOut { .. } => "wait_timed_out",
         Error::Unavailable { .. } => "unavailable",
         Error::Transport { .. } => "transport",
+        Error::Tls { .. } => "tls",
         Error::Protocol(_) => "protocol",
         Error::Server { .. } => "server",
     }

@@ -1,0 +1,427 @@
+//! TLS for clients and members (issue #13), with real `latchkey` processes and certificates
+//! generated here. Self-contained: the shared helpers in `common/` are being reworked.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_latchkey")
+}
+
+/// A port nobody listens on right now (the kernel's pick, released for the server to take).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A CA and the means to sign certificates with it.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        Ca { cert, key }
+    }
+
+    fn write(&self, path: &Path) -> PathBuf {
+        std::fs::write(path, self.cert.pem()).unwrap();
+        path.to_owned()
+    }
+
+    /// A certificate for 127.0.0.1 and localhost (servers and clients alike: no extended key
+    /// usage restricts it), written as `NAME.pem` and `NAME.key` in `dir`.
+    fn issue(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let (cert_path, key_path) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (cert_path, key_path)
+    }
+}
+
+/// A `latchkey serve` process, killed when dropped; its stderr goes to a file.
+struct Server {
+    child: Child,
+    log: PathBuf,
+    port: u16,
+}
+
+impl Server {
+    fn start(dir: &Path, id: u64, port: u16, extra: &[String]) -> Server {
+        let log = dir.join(format!("serve-{id}.log"));
+        let data = dir.join(format!("data-{id}"));
+        let child = Command::new(bin())
+            .arg("serve")
+            .args(["--id", &id.to_string()])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut server = Server { child, log, port };
+        server.wait_for_log("latchkey node serving");
+        server
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (bounded) until the log has a line containing `text`.
+    fn wait_for_log(&mut self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.log().contains(text) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("server exited ({status}) before {text:?}:\n{}", self.log());
+            }
+            assert!(Instant::now() < deadline, "no {text:?} in:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn https(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    fn plain(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn paths(args: &[&Path]) -> Vec<String> {
+    args.iter().map(|p| p.display().to_string()).collect()
+}
+
+/// `latchkey ARGS`, with a bound on its run time.
+fn latchkey(args: &[String]) -> Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .env_remove("LATCHKEY_ENDPOINTS")
+        .env_remove("LATCHKEY_CA")
+        .env_remove("LATCHKEY_CERT")
+        .env_remove("LATCHKEY_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// `latchkey lock --wait 0 ... NAME -- true` with these client flags.
+fn lock_once(endpoints: &str, flags: &[String]) -> Output {
+    let mut args = vec![
+        "lock".to_owned(),
+        "--endpoints".to_owned(),
+        endpoints.to_owned(),
+        "--wait".to_owned(),
+        "10s".to_owned(),
+    ];
+    args.extend_from_slice(flags);
+    args.extend(["jobs/tls".to_owned(), "--".to_owned(), "true".to_owned()]);
+    latchkey(&args)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A failure that is a TLS error given at once, not the end of a retry loop.
+fn assert_tls_failure(out: &Output, says: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("TLS: "), "not a TLS error: {err}");
+    assert!(err.contains(says), "{says:?} not in: {err}");
+    assert!(!err.contains("attempts"), "retried: {err}");
+}
+
+fn tls_flags(cert: &Path, key: &Path, ca: Option<&Path>) -> Vec<String> {
+    let mut flags = vec![
+        "--tls-cert".to_owned(),
+        cert.display().to_string(),
+        "--tls-key".to_owned(),
+        key.display().to_string(),
+    ];
+    if let Some(ca) = ca {
+        flags.extend(["--tls-ca".to_owned(), ca.display().to_string()]);
+    }
+    flags
+}
+
+#[test]
+fn a_lock_over_tls_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let (cert, key) = ca.issue(dir.path(), "server");
+    let server = Server::start(dir.path(), 1, free_port(), &tls_flags(&cert, &key, None));
+    let out = lock_once(
+        &server.https(),
+        &["--ca".to_owned(), paths(&[&ca_pem])[0].clone()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_server_certificate_from_another_ca_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let other = Ca::new("other CA");
+    let other_pem = other.write(&dir.path().join("other.pem"));
+    let (cert, key) = ca.issue(dir.path(), "server");
+    let server = Server::start(dir.path(), 1, free_port(), &tls_flags(&cert, &key, None));
+    let out = lock_once(
+        &server.https(),
+        &["--ca".to_owned(), paths(&[&other_pem])[0].clone()],
+    );
+    assert_tls_failure(&out, "is not trusted by --ca");
+}
+
+#[test]
+fn a_plaintext_client_of_a_tls_server_is_told_to_use_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let (cert, key) = ca.issue(dir.path(), "server");
+    let server = Server::start(dir.path(), 1, free_port(), &tls_flags(&cert, &key, None));
+    let out = lock_once(&server.plain(), &[]);
+    assert_tls_failure(
+        &out,
+        &format!("the server at {} speaks TLS: use https://", server.plain()),
+    );
+}
+
+#[test]
+fn a_tls_client_of_a_plaintext_server_is_told_it_does_not_speak_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let server = Server::start(dir.path(), 1, free_port(), &[]);
+    let out = lock_once(
+        &server.https(),
+        &["--ca".to_owned(), paths(&[&ca_pem])[0].clone()],
+    );
+    assert_tls_failure(
+        &out,
+        &format!(
+            "the server at {} does not speak TLS: use http://",
+            server.plain()
+        ),
+    );
+}
+
+#[test]
+fn an_https_endpoint_without_a_ca_is_refused_not_dialed_in_plaintext() {
+    let out = lock_once("https://127.0.0.1:1", &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("uses TLS: give the CA"), "{err}");
+}
+
+#[test]
+fn a_client_without_a_certificate_is_refused_when_the_server_requires_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let (cert, key) = ca.issue(dir.path(), "server");
+    let (client_cert, client_key) = ca.issue(dir.path(), "client");
+    let server = Server::start(
+        dir.path(),
+        1,
+        free_port(),
+        &tls_flags(&cert, &key, Some(&ca_pem)),
+    );
+    let ca_flag = ["--ca".to_owned(), paths(&[&ca_pem])[0].clone()];
+    let out = lock_once(&server.https(), &ca_flag);
+    assert_tls_failure(&out, "requires a client certificate");
+    // A certificate from another CA is refused too.
+    let stranger = Ca::new("stranger CA");
+    let (bad_cert, bad_key) = stranger.issue(dir.path(), "stranger");
+    let mut flags = ca_flag.to_vec();
+    flags.extend(paths(&[
+        Path::new("--cert"),
+        &bad_cert,
+        Path::new("--key"),
+        &bad_key,
+    ]));
+    let out = lock_once(&server.https(), &flags);
+    assert_tls_failure(&out, "refused this client's certificate");
+    // The CA's client gets in.
+    let mut flags = ca_flag.to_vec();
+    flags.extend(paths(&[
+        Path::new("--cert"),
+        &client_cert,
+        Path::new("--key"),
+        &client_key,
+    ]));
+    let out = lock_once(&server.https(), &flags);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn three_members_over_mtls_grant_a_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("cluster CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let ports = [free_port(), free_port(), free_port()];
+    let peers = (1..=3)
+        .zip(ports)
+        .map(|(id, port)| format!("{id}=127.0.0.1:{port}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let members: Vec<Server> = (1..=3u64)
+        .zip(ports)
+        .map(|(id, port)| {
+            let (cert, key) = ca.issue(dir.path(), &format!("member-{id}"));
+            let mut flags = tls_flags(&cert, &key, Some(&ca_pem));
+            flags.extend(["--peers".to_owned(), peers.clone()]);
+            Server::start(dir.path(), id, port, &flags)
+        })
+        .collect();
+    let (cert, key) = ca.issue(dir.path(), "client");
+    let endpoints = members
+        .iter()
+        .map(Server::https)
+        .collect::<Vec<_>>()
+        .join(",");
+    let flags = paths(&[
+        Path::new("--ca"),
+        &ca_pem,
+        Path::new("--cert"),
+        &cert,
+        Path::new("--key"),
+        &key,
+    ]);
+    let out = lock_once(&endpoints, &flags);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        stderr(&out),
+        members
+            .iter()
+            .map(Server::log)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn a_tls_cluster_without_a_ca_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let (cert, key) = ca.issue(dir.path(), "server");
+    let mut args = vec!["serve".to_owned(), "--peers".to_owned()];
+    args.push(format!(
+        "1=127.0.0.1:{},2=127.0.0.1:{}",
+        free_port(),
+        free_port()
+    ));
+    args.extend([
+        "--data-dir".to_owned(),
+        dir.path().join("d").display().to_string(),
+    ]);
+    args.extend(tls_flags(&cert, &key, None));
+    let out = latchkey(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("give every member --tls-ca"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_missing_or_bad_certificate_file_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    for (cert, says) in [
+        (
+            dir.path().join("absent.pem"),
+            "cannot read the certificate file",
+        ),
+        (junk.clone(), "holds no certificate"),
+    ] {
+        let mut args = vec!["serve".to_owned()];
+        args.extend([
+            "--data-dir".to_owned(),
+            dir.path().join("d").display().to_string(),
+        ]);
+        args.extend(["--listen".to_owned(), format!("127.0.0.1:{}", free_port())]);
+        args.extend(tls_flags(&cert, &junk, None));
+        let out = latchkey(&args);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{says:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn sighup_after_replacing_the_files_serves_the_new_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let old_ca = Ca::new("old CA");
+    let new_ca = Ca::new("new CA");
+    let old_pem = old_ca.write(&dir.path().join("old-ca.pem"));
+    let new_pem = new_ca.write(&dir.path().join("new-ca.pem"));
+    let (cert, key) = old_ca.issue(dir.path(), "server");
+    let mut server = Server::start(dir.path(), 1, free_port(), &tls_flags(&cert, &key, None));
+    let endpoint = server.https();
+    let with = |ca: &Path| lock_once(&endpoint, &paths(&[Path::new("--ca"), ca]));
+    let out = with(&old_pem);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A bad pair is refused and the old one kept.
+    std::fs::write(&key, "garbage").unwrap();
+    let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    server.wait_for_log("SIGHUP: keeping the TLS certificate in use");
+    let out = with(&old_pem);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // The new CA's certificate, written over the old files.
+    let (new_cert, new_key) = new_ca.issue(dir.path(), "next");
+    std::fs::copy(&new_cert, &cert).unwrap();
+    std::fs::copy(&new_key, &key).unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    server.wait_for_log("SIGHUP: reloaded the TLS certificate");
+    let out = with(&new_pem);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_tls_failure(&with(&old_pem), "is not trusted by --ca");
+}
