@@ -117,7 +117,7 @@ pub(crate) async fn sleep_until(clock: &dyn ClientClock, at: Instant) {
 const TIMER_TICK: Duration = Duration::from_millis(latchkey_core::limits::CLIENT_TIMER_TICK_MS);
 
 /// Opens the channel to one endpoint.
-pub trait Connector: Send + Sync + 'static {
+pub trait ClientConnector: Send + Sync + 'static {
     /// A lazily connected channel to `uri` (`http://host:port`, already validated): it must not
     /// fail when the endpoint is down; the first RPC on it does.
     fn channel(&self, uri: &str, config: &ClientConfig) -> Channel;
@@ -150,7 +150,7 @@ impl TcpConnector {
     }
 }
 
-impl Connector for TcpConnector {
+impl ClientConnector for TcpConnector {
     fn channel(&self, uri: &str, config: &ClientConfig) -> Channel {
         TcpConnector::endpoint(uri, config).connect_lazy()
     }
@@ -160,7 +160,7 @@ impl Connector for TcpConnector {
 #[derive(Clone)]
 pub struct ClientEnv {
     pub clock: Arc<dyn ClientClock>,
-    pub connector: Arc<dyn Connector>,
+    pub connector: Arc<dyn ClientConnector>,
     /// Seed of the retry jitter; `None` draws one from the operating system.
     pub seed: Option<u64>,
 }

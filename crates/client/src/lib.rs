@@ -65,7 +65,7 @@ pub mod tls;
 pub mod types;
 
 pub use client::{Client, ClientConfig};
-pub use env::{BootClock, ClientClock, ClientEnv, Connector, SystemClock, TcpConnector};
+pub use env::{BootClock, ClientClock, ClientConnector, ClientEnv, SystemClock, TcpConnector};
 pub use error::Error;
 pub use lock::{
     fencing_header, fencing_headers, LockGuard, LockRequest, LOCK_HEADER, TOKEN_HEADER,

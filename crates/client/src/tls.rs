@@ -14,7 +14,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::client::ClientConfig;
-use crate::env::{Connector, TcpConnector};
+use crate::env::{ClientConnector, TcpConnector};
 use crate::error::Error;
 
 /// PEM bytes, shared by every channel of a client.
@@ -139,7 +139,7 @@ impl TlsConnector {
     }
 }
 
-impl Connector for TlsConnector {
+impl ClientConnector for TlsConnector {
     fn channel(&self, uri: &str, config: &ClientConfig) -> Channel {
         if !uri.starts_with("https://") {
             return TcpConnector.channel(uri, config);

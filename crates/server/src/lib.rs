@@ -47,7 +47,7 @@ use tonic::transport::server::Connected;
 pub use clock::{Entropy, NodeClock, OsEntropy, SharedClock, SharedEntropy, SystemNodeClock};
 pub use node::NodeLogStore;
 pub use node::StartError;
-pub use peer::{PeerConnector, SharedConnector, TcpConnector};
+pub use peer::{PeerConnector, SharedPeerConnector, TcpPeerConnector};
 pub use probe::{NoProbe, Plant, Probe, ProbeEvent, SharedProbe};
 
 /// How one node runs. Build with [`ServerConfig::single`] or [`ServerConfig::cluster`], then
@@ -290,7 +290,7 @@ pub async fn run(
             let (tx, rx) = channel();
             let incoming = ReceiverStream::new(rx);
             tokio::spawn(tls::accept_loop(listener, tx, tls::plaintext_handshake));
-            run_with(incoming, config, Env::real(), log_store, shutdown).await
+            run_with(incoming, config, NodeEnv::real(), log_store, shutdown).await
         }
         Some(server_tls) => {
             let (tx, rx) = channel();
@@ -301,9 +301,9 @@ pub async fn run(
             }));
             let stop_watching = tokio_util::sync::CancellationToken::new();
             let watch = tokio::spawn(server_tls.clone().watch(stop_watching.clone()));
-            let env = Env {
+            let env = NodeEnv {
                 connector: Arc::new(tls::TlsPeerConnector(server_tls)),
-                ..Env::real()
+                ..NodeEnv::real()
             };
             let served = run_with(incoming, config, env, log_store, shutdown).await;
             stop_watching.cancel();
@@ -316,20 +316,20 @@ pub async fn run(
 /// What the server needs from the world besides its data dir: time and the network. Tests and
 /// simulations replace both.
 #[derive(Clone)]
-pub struct Env {
+pub struct NodeEnv {
     pub clock: SharedClock,
-    pub connector: SharedConnector,
+    pub connector: SharedPeerConnector,
     pub entropy: SharedEntropy,
     /// Told about lease-relevant events (the simulation counts them); [`NoProbe`] otherwise.
     pub probe: SharedProbe,
 }
 
-impl Env {
+impl NodeEnv {
     /// The machine's clocks and TCP.
-    pub fn real() -> Env {
-        Env {
+    pub fn real() -> NodeEnv {
+        NodeEnv {
             clock: Arc::new(SystemNodeClock),
-            connector: Arc::new(TcpConnector),
+            connector: Arc::new(TcpPeerConnector),
             entropy: Arc::new(OsEntropy),
             probe: Arc::new(NoProbe),
         }
@@ -343,7 +343,7 @@ impl Env {
 pub async fn run_with<I, IO, IE, LS>(
     incoming: I,
     config: ValidConfig,
-    env: Env,
+    env: NodeEnv,
     log_store: LS,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()>

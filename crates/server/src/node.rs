@@ -21,7 +21,7 @@ use crate::clock::{SharedClock, SharedEntropy};
 use crate::leases::Leases;
 use crate::probe::ProbeEvent;
 use crate::waiters::{Observer, Waiters};
-use crate::{Env, ServerConfig};
+use crate::{NodeEnv, ServerConfig};
 
 /// The log storage a node runs on: openraft's log storage plus a little durable metadata. The
 /// redb store is the real one; a simulation supplies one that can lose unsynced writes.
@@ -137,7 +137,7 @@ impl Node {
 
     pub async fn start<LS: NodeLogStore>(
         config: ServerConfig,
-        env: Env,
+        env: NodeEnv,
         log_store: LS,
     ) -> Result<(Arc<Node>, mpsc::Receiver<RenewRequest>), StartError> {
         let clock = env.clock.clone();

@@ -211,13 +211,13 @@ pub trait PeerConnector: Send + Sync + 'static {
     fn channel(&self, addr: &str) -> Result<Channel, String>;
 }
 
-pub type SharedConnector = Arc<dyn PeerConnector>;
+pub type SharedPeerConnector = Arc<dyn PeerConnector>;
 
 /// Dials peers over TCP, lazily: a member that is down costs nothing until it is needed.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct TcpConnector;
+pub struct TcpPeerConnector;
 
-impl PeerConnector for TcpConnector {
+impl PeerConnector for TcpPeerConnector {
     fn channel(&self, addr: &str) -> Result<Channel, String> {
         Endpoint::from_shared(format!("http://{addr}"))
             .map(|e| {
@@ -232,7 +232,7 @@ impl PeerConnector for TcpConnector {
 /// Creates one client per target member; openraft calls it.
 #[derive(Clone)]
 pub struct PeerNetwork {
-    pub connector: SharedConnector,
+    pub connector: SharedPeerConnector,
     /// Signs every request (this member's id, the cluster, the MAC under its secret).
     pub auth: Arc<PeerAuth>,
     /// Per-member dial addresses that override the member's recorded address (a proxy, NAT).

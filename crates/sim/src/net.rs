@@ -93,7 +93,7 @@ impl PeerConnector for SimConnector {
     }
 }
 
-impl latchkey_client::Connector for SimConnector {
+impl latchkey_client::ClientConnector for SimConnector {
     fn channel(&self, uri: &str, _config: &latchkey_client::ClientConfig) -> Channel {
         let addr = uri.strip_prefix("http://").unwrap_or(uri);
         channel(addr).expect("the client validated the endpoint")

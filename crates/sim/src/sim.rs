@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::locks_client::LocksClient;
-use latchkey_server::{run_with, Env, ServerConfig};
+use latchkey_server::{run_with, NodeEnv, ServerConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -235,7 +235,7 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
                 ..config.plant
             };
             let clock = Arc::new(DriftClock::new(setup.drift_ppm, setup.wall_offset_ms));
-            let env = Env {
+            let env = NodeEnv {
                 clock: clock.clone(),
                 connector: Arc::new(SimConnector),
                 entropy: Arc::new(SeededEntropy::new(seed)),
