@@ -569,4 +569,41 @@ mod tests {
         }
         assert!(gate.check("a", 199).is_err());
     }
+
+    /// Hostile input (issue #13): the fence log is read back from a disk that may hold
+    /// anything. Replaying mutated logs and noise returns a result or an error, never panics,
+    /// and a replay that succeeds reports a valid length inside the file.
+    mod hostile_input {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+            #[test]
+            fn a_mutated_log_replays_or_is_refused(
+                edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+                cut in any::<usize>(),
+            ) {
+                let mut buf = log_with(&[("a", 3), ("b/c", 9), ("a", 7), ("d", 1)]);
+                for (at, v) in edits {
+                    let at = at % buf.len();
+                    buf[at] = v;
+                }
+                buf.truncate(cut % (buf.len() + 1));
+                if let Ok(r) = replay(&buf) {
+                    prop_assert!(r.valid_len <= buf.len());
+                }
+            }
+
+            #[test]
+            fn noise_replays_or_is_refused(tail in proptest::collection::vec(any::<u8>(), 0..600)) {
+                let mut buf = LOG_MAGIC.to_vec();
+                buf.extend(tail);
+                if let Ok(r) = replay(&buf) {
+                    prop_assert!(r.valid_len <= buf.len());
+                }
+            }
+        }
+    }
 }

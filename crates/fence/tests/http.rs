@@ -225,3 +225,71 @@ fn the_durable_gate_behind_the_service_remembers_tokens_across_a_restart() {
         assert_eq!(put(addr, "k", Some("l"), Some("7"), "v2").status, 200);
     });
 }
+
+/// Hostile input (issue #13): whatever bytes a connection sends (a valid request with bytes
+/// changed, cut or inserted, or noise), the service answers with a status or closes that
+/// connection, never panics, and goes on serving the next client.
+mod hostile_input {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Sends `raw`, half-closes, and reads whatever comes back (bounded by the service's own
+    /// I/O timeout); the reply, if any, must start like an HTTP response.
+    fn poke(addr: SocketAddr, raw: &[u8]) -> Result<(), TestCaseError> {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(15)))
+            .expect("timeout");
+        // The service may answer and close before it has read everything: a refused write is
+        // an answer too.
+        let _ = stream.write_all(raw);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        let mut reply = Vec::new();
+        let _ = stream.read_to_end(&mut reply);
+        prop_assert!(
+            reply.is_empty() || reply.starts_with(b"HTTP/1.1 "),
+            "not an HTTP reply: {:?}",
+            String::from_utf8_lossy(&reply)
+        );
+        Ok(())
+    }
+
+    fn mutate(mut bytes: Vec<u8>, edits: &[(usize, u8, u8)]) -> Vec<u8> {
+        for &(at, kind, value) in edits {
+            if bytes.is_empty() {
+                bytes.push(value);
+                continue;
+            }
+            let at = at % bytes.len();
+            match kind % 3 {
+                0 => bytes[at] = value,
+                1 => bytes.truncate(at),
+                _ => bytes.insert(at, value),
+            }
+        }
+        bytes
+    }
+
+    #[test]
+    fn mutated_requests_and_noise_never_stop_the_service() {
+        with_server(MemoryGate::new(), |addr| {
+            let valid = b"PUT /kv/balance HTTP/1.1\r\nlatchkey-lock: acct\r\nlatchkey-token: 7\r\n\
+                          content-length: 3\r\n\r\n100"
+                .to_vec();
+            let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+                cases: 300,
+                ..ProptestConfig::default()
+            });
+            let inputs = prop_oneof![
+                proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..6)
+                    .prop_map(move |edits| mutate(valid.clone(), &edits)),
+                proptest::collection::vec(any::<u8>(), 0..2_048),
+            ];
+            runner
+                .run(&inputs, |raw| poke(addr, &raw))
+                .expect("every input answered or closed");
+            // Still serving (a key no mutation of the request above can name).
+            assert_eq!(get(addr, "never-written").status, 404);
+        });
+    }
+}

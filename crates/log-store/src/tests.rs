@@ -289,3 +289,39 @@ fn open_refuses_a_value_in_an_unknown_format() {
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
+
+/// Hostile input (issue #13): a stored log value read back from a damaged disk decodes to a
+/// value or an error naming what is corrupt; never a panic.
+mod hostile_input {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn mutated_entries_and_votes_decode_or_are_refused(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+            cut in any::<usize>(),
+        ) {
+            for mut bytes in [
+                codec::encode(&entry(3, 17)).unwrap(),
+                codec::encode(&vote(5)).unwrap(),
+            ] {
+                for (at, v) in &edits {
+                    let at = at % bytes.len();
+                    bytes[at] = *v;
+                }
+                bytes.truncate(cut % (bytes.len() + 1));
+                let _ = codec::decode::<Entry>(&bytes, &"log entry");
+                let _ = codec::decode::<VoteOf<Tc>>(&bytes, &"vote");
+            }
+        }
+
+        #[test]
+        fn noise_decodes_or_is_refused(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = codec::decode::<Entry>(&bytes, &"log entry");
+            let _ = codec::decode::<VoteOf<Tc>>(&bytes, &"vote");
+        }
+    }
+}

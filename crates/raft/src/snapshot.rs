@@ -167,4 +167,46 @@ mod tests {
         ));
         assert!(decode(&bytes[..bytes.len() - 1]).is_err());
     }
+
+    /// Hostile input (issue #13): a snapshot file arrives from a peer or the disk. Its checksum
+    /// stops random damage, so the body is mutated and the checksum rewritten to match, which
+    /// reaches the decoders behind it: the result is contents whose table passes every
+    /// invariant, or an error; never a panic.
+    mod hostile_input {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+            #[test]
+            fn a_mutated_body_with_a_matching_checksum_decodes_or_is_refused(
+                edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+                cut in any::<usize>(),
+            ) {
+                let mut bytes = encode(&None, &StoredMembership::default(), &LockTable::new());
+                let mut body = bytes.split_off(HEADER_BYTES);
+                for (at, v) in edits {
+                    if body.is_empty() {
+                        body.push(v);
+                    } else {
+                        let at = at % body.len();
+                        body[at] = v;
+                    }
+                }
+                body.truncate(cut % (body.len() + 1));
+                bytes.truncate(1);
+                bytes.extend_from_slice(&crc32(&body).to_le_bytes());
+                bytes.extend_from_slice(&body);
+                if let Ok(contents) = decode(&bytes) {
+                    prop_assert!(contents.table.check_invariants().is_ok());
+                }
+            }
+
+            #[test]
+            fn noise_is_refused(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                prop_assert!(decode(&bytes).is_err());
+            }
+        }
+    }
 }

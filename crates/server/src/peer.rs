@@ -380,3 +380,59 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         }
     }
 }
+
+/// Hostile input (issue #13): peer payloads come off the network. Decoding noise or a mutated
+/// message gives a message or an error, and a snapshot with mutated data is refused or passes
+/// every check; nothing panics before openraft would see it.
+#[cfg(test)]
+mod hostile_input {
+    use super::*;
+    use latchkey_core::LockTable;
+    use proptest::prelude::*;
+
+    fn mutate(mut bytes: Vec<u8>, edits: &[(usize, u8)], cut: usize) -> Vec<u8> {
+        for &(at, v) in edits {
+            if bytes.is_empty() {
+                bytes.push(v);
+            } else {
+                let at = at % bytes.len();
+                bytes[at] = v;
+            }
+        }
+        bytes.truncate(cut % (bytes.len() + 1));
+        bytes
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn noise_and_mutated_messages_decode_or_are_refused(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+            cut in any::<usize>(),
+            noise in proptest::collection::vec(any::<u8>(), 0..256),
+        ) {
+            let ballot = encode(&Ballot::Vote(VoteRequest {
+                vote: Vote::new(4, 2),
+                last_log_id: None,
+                leadership_transfer: false,
+            }));
+            for bytes in [mutate(ballot, &edits, cut), noise] {
+                let _ = decode::<Ballot>(&bytes);
+                let _ = decode::<AppendEntriesRequest<TypeConfig>>(&bytes);
+                let _ = decode::<(Vote, Meta, Vec<u8>)>(&bytes);
+            }
+        }
+
+        #[test]
+        fn a_snapshot_with_mutated_data_is_refused_or_checks_out(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+            cut in any::<usize>(),
+        ) {
+            let meta = Meta { last_log_id: None, last_membership: Default::default() };
+            let data = latchkey_raft::snapshot::encode(&None, &meta.last_membership, &LockTable::new());
+            let data = mutate(data, &edits, cut);
+            let _ = check_snapshot(2, &Vote::new_committed(4, 2), &meta, &data);
+        }
+    }
+}
