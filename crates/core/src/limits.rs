@@ -338,3 +338,11 @@ pub const TLS_RELOAD_POLL_MS: u64 = 5_000;
 /// Bytes a certificate, key or CA file may have. A chain of a few certificates is a few KiB; the
 /// bound keeps a wrong path (a log file, a device) from being read into memory whole.
 pub const TLS_PEM_FILE_BYTES_MAX: u64 = 1024 * 1024;
+
+// ---- health (issue #14) ----
+
+/// `/readyz` says not ready while this member has applied more than this many entries fewer
+/// than it knows committed: a member catching up (after a restart, a snapshot install, a long
+/// pause) would serve reads from a table that far behind and answer writes late. A few
+/// thousand entries are applied in well under a second, so a healthy member never trips it.
+pub const READY_APPLY_LAG_MAX: u64 = 1_000;

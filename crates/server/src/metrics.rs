@@ -1,4 +1,5 @@
-//! Prometheus metrics of one node, served as text on `GET /metrics` (and `GET /healthz`) when
+//! Prometheus metrics of one node, served as text on `GET /metrics` (and `GET /healthz`: the
+//! process is up; `GET /readyz`: it can serve) when
 //! `ServerConfig::metrics_listen` is set.
 //!
 //! Counters count applied entries on this member (every member applies every entry, so a
@@ -167,7 +168,7 @@ impl Metrics {
 }
 
 /// The node's state the gauges show, read at each scrape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gauges {
     pub sessions: u64,
     pub locks: u64,
@@ -175,6 +176,8 @@ pub struct Gauges {
     pub is_leader: bool,
     pub last_log_index: u64,
     pub applied_index: u64,
+    /// `Err(why)` when this member should not get traffic (see [`NodeStatus::readiness`]).
+    pub ready: Result<(), String>,
 }
 
 /// What a scrape reads: the counters, and the gauges' values from the node.
@@ -207,7 +210,19 @@ async fn scrape(State(scraped): State<Arc<Scraped>>) -> impl IntoResponse {
     }
 }
 
-/// Serve `/metrics` and `/healthz` until `shutdown`; `gauges` reads the node's state at each
+/// `/readyz`: 200 when this member knows a leader and has applied close to the commit index,
+/// 503 with the reason otherwise (for load balancers and Kubernetes readiness probes).
+async fn ready(State(scraped): State<Arc<Scraped>>) -> impl IntoResponse {
+    match (scraped.gauges)().ready {
+        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
+    }
+}
+
+/// Serve `/metrics`, `/healthz` and `/readyz` until `shutdown`; `gauges` reads the node's state at each
 /// scrape.
 pub async fn serve(
     listener: TcpListener,
@@ -222,6 +237,7 @@ pub async fn serve(
     let app = Router::new()
         .route("/metrics", get(scrape))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
         .with_state(scraped);
     // TCP_NODELAY as on the gRPC sockets: a scrape's response must not wait for a delayed ACK.
     let listener = listener.tap_io(|stream| {

@@ -124,9 +124,36 @@ pub struct NodeStatus {
     pub members: Vec<(u64, String)>,
     pub sessions: u64,
     pub locks: u64,
+    /// The highest index this member knows committed.
+    pub committed_index: u64,
 }
 
 impl NodeStatus {
+    /// Whether this member should get traffic: it follows or leads a known leader, and has
+    /// applied within `limits::READY_APPLY_LAG_MAX` entries of what it knows committed (a
+    /// member catching up would answer reads late and hand its clients a table far behind).
+    pub fn readiness(&self) -> Result<(), String> {
+        match self.role {
+            Role::Leader | Role::Follower => {}
+            Role::Shutdown => return Err("the Raft core has stopped".into()),
+            Role::Candidate => return Err("an election is under way".into()),
+            Role::Learner => return Err("a learner, not a voting member".into()),
+        }
+        if self.leader_id.is_none() {
+            return Err("no leader known".into());
+        }
+        let lag = self.committed_index.saturating_sub(self.applied_index);
+        if lag > limits::READY_APPLY_LAG_MAX {
+            return Err(format!(
+                "applied {} entries behind the commit index {} (at most {} for ready)",
+                lag,
+                self.committed_index,
+                limits::READY_APPLY_LAG_MAX
+            ));
+        }
+        Ok(())
+    }
+
     /// The values the metrics endpoint shows as gauges.
     pub fn gauges(&self) -> Gauges {
         Gauges {
@@ -136,6 +163,7 @@ impl NodeStatus {
             is_leader: self.role == Role::Leader,
             last_log_index: self.last_log_index,
             applied_index: self.applied_index,
+            ready: self.readiness(),
         }
     }
 }
@@ -457,6 +485,7 @@ impl Node {
             members,
             sessions,
             locks,
+            committed_index: m.cluster_committed.map(|l| l.index).unwrap_or(0),
         }
     }
 }

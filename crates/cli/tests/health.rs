@@ -1,0 +1,98 @@
+//! Health that means something (issue #14): `/healthz` says the process is up, `/readyz` says
+//! whether the member can serve. A member of a three-member cluster started alone is up but
+//! not ready (no leader can be elected: 503 naming why); once a second member joins it, a
+//! leader is elected and both say ready (200).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use common::free_port;
+use common::serve::ServeProcess;
+
+/// `GET path` on `addr`: the status code and body.
+fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).ok()?;
+    let status = reply.split(' ').nth(1)?.parse().ok()?;
+    let body = reply.split_once("\r\n\r\n")?.1.to_owned();
+    Some((status, body))
+}
+
+/// Polls `GET path` until it answers `status` (bounded): the last answer.
+fn wait_for(addr: &str, path: &str, status: u16) -> (u16, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = get(addr, path);
+        if let Some((s, body)) = &got {
+            if *s == status {
+                return (*s, body.clone());
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{addr}{path} never answered {status}; last: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_member_without_a_leader_is_up_but_not_ready_and_ready_once_one_is_elected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let metrics: Vec<String> = (0..2)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let peers = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let start = |i: usize| {
+        let mut p = ServeProcess::new(tmp.path().join(format!("n{}.log", i + 1)));
+        p.spawn(
+            &format!("member {}", i + 1),
+            [
+                "--id".to_owned(),
+                (i + 1).to_string(),
+                "--listen".to_owned(),
+                format!("127.0.0.1:{}", ports[i]),
+                "--data-dir".to_owned(),
+                tmp.path().join(format!("n{}", i + 1)).display().to_string(),
+                "--peers".to_owned(),
+                peers.clone(),
+                "--metrics-listen".to_owned(),
+                metrics[i].clone(),
+            ],
+        );
+        p
+    };
+
+    let mut first = start(0);
+    wait_for(&metrics[0], "/healthz", 200);
+    let (_, why) = wait_for(&metrics[0], "/readyz", 503);
+    assert!(
+        why.contains("no leader known") || why.contains("election"),
+        "{why}"
+    );
+    // Still not ready a while later: alone, it cannot be elected.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(get(&metrics[0], "/readyz").map(|r| r.0), Some(503));
+
+    let mut second = start(1);
+    wait_for(&metrics[0], "/readyz", 200);
+    wait_for(&metrics[1], "/readyz", 200);
+    for p in [&mut first, &mut second] {
+        p.kill9();
+    }
+}
