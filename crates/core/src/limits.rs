@@ -346,3 +346,6 @@ pub const TLS_PEM_FILE_BYTES_MAX: u64 = 1024 * 1024;
 /// pause) would serve reads from a table that far behind and answer writes late. A few
 /// thousand entries are applied in well under a second, so a healthy member never trips it.
 pub const READY_APPLY_LAG_MAX: u64 = 1_000;
+/// How often the gRPC health service re-reads this member's readiness. A probe sees a change
+/// at most this late; each check is one read of the Raft metrics and the table's sizes.
+pub const HEALTH_REPORT_INTERVAL_MS: u64 = 500;

@@ -374,6 +374,8 @@ where
         "latchkey node serving"
     );
     let duties = tokio::spawn(node.clone().lease_duties(renewals));
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let health_task = tokio::spawn(report_health(node.clone(), health));
     let metrics = metrics_listener.map(|listener| {
         let stop = node.shutdown.clone();
         let status_of = node.clone();
@@ -423,11 +425,13 @@ where
         .http2_max_pending_accept_reset_streams(Some(limits::CLIENT_PENDING_RESET_STREAMS_MAX))
         .add_service(locks)
         .add_service(peer)
+        .add_service(health_service)
         .serve_with_incoming_shutdown(incoming, stop_serving)
         .await;
 
     node.shutdown.cancel();
     let _ = duties.await;
+    let _ = health_task.await;
     if let Some(m) = metrics {
         let _ = m.await;
     }
@@ -450,6 +454,40 @@ where
     }
     tracing::info!("latchkey node stopped");
     served.map_err(Into::into)
+}
+
+/// Keeps the standard gRPC health service (`grpc.health.v1.Health`) in step with
+/// [`ops::NodeStatus::readiness`], for the whole server ("") and for the `Locks` service: SERVING
+/// when this member can serve, NOT_SERVING otherwise and once it shuts down. Checked every
+/// `limits::HEALTH_REPORT_INTERVAL_MS` (readiness also changes with the apply lag, which no
+/// event announces cheaply).
+async fn report_health(node: Arc<node::Node>, health: tonic_health::server::HealthReporter) {
+    use tonic_health::ServingStatus;
+    let locks = <LocksServer<service::LocksService> as tonic::server::NamedService>::NAME;
+    let mut last = None;
+    loop {
+        let status = match node.status().readiness() {
+            Ok(()) => ServingStatus::Serving,
+            Err(_) => ServingStatus::NotServing,
+        };
+        if last != Some(status) {
+            health.set_service_status("", status).await;
+            health.set_service_status(locks, status).await;
+            last = Some(status);
+        }
+        tokio::select! {
+            () = node.shutdown.cancelled() => break,
+            () = tokio::time::sleep(std::time::Duration::from_millis(
+                limits::HEALTH_REPORT_INTERVAL_MS,
+            )) => {}
+        }
+    }
+    health
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+    health
+        .set_service_status(locks, ServingStatus::NotServing)
+        .await;
 }
 
 #[cfg(test)]
