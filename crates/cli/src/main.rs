@@ -107,6 +107,9 @@ pub struct ServeArgs {
     /// to it. Give every member the same file. Never give the secret itself on the command line.
     #[arg(long, env = "LATCHKEY_CLUSTER_SECRET_FILE", value_name = "FILE")]
     pub cluster_secret_file: Option<std::path::PathBuf>,
+    /// Log lines as human-readable text or as one JSON object per line (for log shippers).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "LATCHKEY_LOG_FORMAT")]
+    pub log_format: LogFormat,
     /// Serve TLS with this certificate (PEM, chain first) and --tls-key. Reloaded on SIGHUP
     /// and when the files change, so a renewed certificate needs no restart.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -281,11 +284,27 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     }
 }
 
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
 /// Logs to stderr; through a [`logwriter::LossyStderr`] when `lossy` (returned, to drain it
 /// before exiting).
-fn init_logging(default: &str, lossy: bool) -> Option<logwriter::LossyStderr> {
+fn init_logging(default: &str, lossy: bool, format: LogFormat) -> Option<logwriter::LossyStderr> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    if format == LogFormat::Json {
+        // One object per line, no colours; `lock` never asks for JSON (it is a serve flag).
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+        return None;
+    }
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -317,13 +336,25 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let log = init_logging(
         match cli.command {
-            Command::Serve(_) => "info",
+            // openraft's own lines (every vote, every replication retry) at warn: the node
+            // logs what an operator needs (elections won, leases resumed, peers down and back).
+            // Its heartbeat and replication retries to a member that is down are left out
+            // (one line per retry, ten a second); `peer.rs` reports the member going down and
+            // coming back instead.
+            Command::Serve(_) => {
+                "info,openraft=warn,openraft::core::heartbeat=error,openraft::replication=error,\
+                 openraft::engine::handler::replication_handler=error"
+            }
             // Client commands speak through their own messages; the library's warnings (failed
             // renewals) are still worth seeing.
             _ => "warn",
         },
         // `lock` shares stderr with COMMAND and must never block on it (see logwriter.rs).
         matches!(cli.command, Command::Lock(_)),
+        match &cli.command {
+            Command::Serve(args) => args.log_format,
+            _ => LogFormat::Text,
+        },
     );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -205,6 +205,7 @@ impl Node {
             crate::peer::PeerNetwork {
                 connector: env.connector.clone(),
                 auth: peer_auth.clone(),
+                reachable: Default::default(),
                 dial: config.peer_dial.clone(),
             },
             log_store,

@@ -233,6 +233,10 @@ impl PeerConnector for TcpPeerConnector {
 #[derive(Clone)]
 pub struct PeerNetwork {
     pub connector: SharedPeerConnector,
+    /// Whether each member answered the last call made to it, shared by all the clients of a
+    /// member (heartbeat, replication, votes), so that a member going down and coming back is
+    /// logged once each way instead of once per retry.
+    pub reachable: Arc<std::sync::Mutex<BTreeMap<u64, bool>>>,
     /// Signs every request (this member's id, the cluster, the MAC under its secret).
     pub auth: Arc<PeerAuth>,
     /// Per-member dial addresses that override the member's recorded address (a proxy, NAT).
@@ -246,6 +250,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
         let addr = self.dial.get(&target).unwrap_or(&node.addr);
         PeerClient {
             target,
+            reachable: self.reachable.clone(),
             auth: self.auth.clone(),
             channel: self.connector.channel(addr),
         }
@@ -254,6 +259,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 
 pub struct PeerClient {
     target: u64,
+    reachable: Arc<std::sync::Mutex<BTreeMap<u64, bool>>>,
     auth: Arc<PeerAuth>,
     channel: Result<Channel, String>,
 }
@@ -288,6 +294,33 @@ impl PeerClient {
         r
     }
 
+    /// Logs the member going down (the first failed call after a success, or the first call)
+    /// and coming back, once each.
+    fn note_reachable(&self, failed: Option<&Status>) {
+        let now = failed.is_none();
+        let before = self
+            .reachable
+            .lock()
+            .expect("reachable lock")
+            .insert(self.target, now);
+        match (before, failed) {
+            (Some(true) | None, Some(e)) => tracing::warn!(
+                member = self.target,
+                "member {} is unreachable: {}",
+                self.target,
+                e.message()
+            ),
+            (Some(false), None) => {
+                tracing::info!(
+                    member = self.target,
+                    "member {} is reachable again",
+                    self.target
+                )
+            }
+            _ => {}
+        }
+    }
+
     /// Call, decode, and turn a remote `Fatal` into "unreachable": the member is shutting down.
     async fn call<T, F, Fut>(
         &self,
@@ -302,15 +335,15 @@ impl PeerClient {
         Fut: Future<Output = Result<Response<pb::PeerMessage>, Status>>,
     {
         let client = self.client()?;
-        let resp = f(client, self.request(method, payload, option))
-            .await
-            .map_err(|s| {
-                if s.code() == tonic::Code::Unavailable {
-                    RPCError::Unreachable(Unreachable::new(&s))
-                } else {
-                    RPCError::Network(NetworkError::new(&s))
-                }
-            })?;
+        let resp = f(client, self.request(method, payload, option)).await;
+        self.note_reachable(resp.as_ref().err());
+        let resp = resp.map_err(|s| {
+            if s.code() == tonic::Code::Unavailable {
+                RPCError::Unreachable(Unreachable::new(&s))
+            } else {
+                RPCError::Network(NetworkError::new(&s))
+            }
+        })?;
         let res: Result<T, RaftError<TypeConfig>> = decode(&resp.into_inner().payload)
             .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
         res.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
