@@ -338,3 +338,24 @@ pub const TLS_RELOAD_POLL_MS: u64 = 5_000;
 /// Bytes a certificate, key or CA file may have. A chain of a few certificates is a few KiB; the
 /// bound keeps a wrong path (a log file, a device) from being read into memory whole.
 pub const TLS_PEM_FILE_BYTES_MAX: u64 = 1024 * 1024;
+
+/// Sessions one identity may hold at once when the access-control list gives it no
+/// `max_sessions` (issue #13 item 4). A process needs one session (the client library batches
+/// keepalives and shares a session between locks); a few hundred covers a fleet of workers
+/// behind one identity, while a tenth of one percent of `SESSIONS_MAX` leaves the rest of the
+/// cluster room when one client runs away.
+pub const IDENTITY_SESSIONS_DEFAULT: usize = 100;
+/// Acquire requests one identity may have queued at once when the access-control list gives it
+/// no `max_waiting`. Enough for every one of its default sessions to wait for several locks,
+/// small enough that one identity cannot fill the queues (`WAITERS_PER_LOCK_MAX` per lock) or
+/// the node's long-poll slots (`WAITING_ACQUIRES_MAX`) on its own.
+pub const IDENTITY_WAITING_DEFAULT: usize = 1_000;
+const _: () = assert!(IDENTITY_SESSIONS_DEFAULT <= SESSIONS_MAX);
+const _: () = assert!(IDENTITY_WAITING_DEFAULT <= WAITING_ACQUIRES_MAX);
+/// Bytes an access-control file (`--acl`) may have: a hundred thousand identities' hashes and
+/// roles fit; the bound keeps a wrong path from being read into memory whole.
+pub const ACL_FILE_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// Bytes of a bearer token in a request's `authorization` header. Tokens are random strings of a
+/// few dozen bytes; the bound caps the hashing work a hostile header can ask for (tonic already
+/// caps the whole header block).
+pub const AUTH_TOKEN_BYTES_MAX: usize = 4_096;
