@@ -33,13 +33,13 @@ pub enum ApiError {
     Raft(String),
     /// The caller is authenticated but its roles do not grant what the call needs (the message
     /// names the lock or prefix and the permission), or the session is another identity's.
-    #[error("permission denied: {0}")]
+    #[error("{0}")]
     PermissionDenied(String),
     /// Access control is on and the call carries no credentials this node knows.
-    #[error("unauthenticated: {0}")]
+    #[error("{0}")]
     Unauthenticated(String),
     /// The caller's identity already holds as many sessions or queued acquires as its quota.
-    #[error("quota exceeded: {0}")]
+    #[error("{0}")]
     QuotaExceeded(String),
 }
 
