@@ -28,6 +28,8 @@ use crate::duration::{parse_duration, parse_ttl};
 pub const EXIT_WAIT_TIMED_OUT: u8 = 3;
 /// Exit status when the lock may have been lost and COMMAND was stopped.
 pub const EXIT_LOCK_LOST: u8 = 4;
+/// Exit status when access control refused the call (permission denied, unknown credentials).
+pub const EXIT_PERMISSION_DENIED: u8 = 5;
 /// Exit status of every other failure (usage errors are clap's 2).
 pub const EXIT_FAILURE: u8 = 1;
 
@@ -51,7 +53,8 @@ enum Command {
     /// COMMAND gets LATCHKEY_LOCK=NAME and LATCHKEY_TOKEN=<fencing token> in its environment.
     /// If the lock may be lost, COMMAND gets SIGTERM at once and SIGKILL shortly after.
     /// Exit status: COMMAND's own (128+N if it died by signal N); 3 if the wait timed out;
-    /// 4 if the lock was lost and COMMAND stopped; 1 for other errors; 2 for usage errors.
+    /// 4 if the lock was lost and COMMAND stopped; 5 if access control refused it; 1 for other
+    /// errors; 2 for usage errors.
     Lock(LockArgs),
     /// Show one lock: holder (session, token, held for) and number of waiters.
     Status(StatusArgs),
@@ -122,6 +125,11 @@ pub struct ServeArgs {
     /// cluster of more than one member over TLS.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_ca: Option<PathBuf>,
+    /// Access control (TOML): identities (bearer-token hashes, client-certificate names), their
+    /// roles' permissions on lock-name prefixes, and their quotas. Without it every client may
+    /// do anything. See README "Access control".
+    #[arg(long, value_name = "FILE")]
+    pub acl: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -143,6 +151,15 @@ pub struct Endpoints {
     /// The private key of --cert (PEM).
     #[arg(long, env = "LATCHKEY_KEY", value_name = "FILE", requires = "cert")]
     pub key: Option<PathBuf>,
+    /// The bearer token of this client's identity, for servers with --acl. Prefer the
+    /// environment variable: a command line is visible to other users.
+    #[arg(
+        long,
+        env = "LATCHKEY_AUTH_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub auth_token: Option<String>,
 }
 
 impl Endpoints {
@@ -165,11 +182,15 @@ impl Endpoints {
                 env.connector = std::sync::Arc::new(latchkey_client::TlsConnector::new(tls));
             }
         }
-        latchkey_client::Client::with_env(
-            self.endpoints.clone(),
-            latchkey_client::ClientConfig::default(),
-            env,
-        )
+        let config = latchkey_client::ClientConfig {
+            auth_token: self
+                .auth_token
+                .as_deref()
+                .map(latchkey_client::AuthToken::new)
+                .transpose()?,
+            ..latchkey_client::ClientConfig::default()
+        };
+        latchkey_client::Client::with_env(self.endpoints.clone(), config, env)
     }
 }
 
@@ -280,6 +301,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     }
     match error.downcast_ref::<latchkey_client::Error>() {
         Some(latchkey_client::Error::WaitTimedOut { .. }) => EXIT_WAIT_TIMED_OUT,
+        Some(latchkey_client::Error::PermissionDenied { .. }) => EXIT_PERMISSION_DENIED,
         _ => EXIT_FAILURE,
     }
 }
@@ -514,5 +536,21 @@ mod tests {
         let wrapped = anyhow::Error::new(latchkey_client::Error::WaitTimedOut { name: "a".into() })
             .context("waiting");
         assert_eq!(exit_code(&wrapped), EXIT_WAIT_TIMED_OUT);
+        let denied = anyhow::Error::new(latchkey_client::Error::PermissionDenied {
+            reason: "permission-denied".into(),
+            message: "x".into(),
+        });
+        assert_eq!(exit_code(&denied), EXIT_PERMISSION_DENIED);
+    }
+
+    /// Without --acl anyone who reaches the port may do anything, so by default it is reachable
+    /// from this machine only.
+    #[test]
+    fn the_default_listen_address_is_loopback() {
+        let cli = Cli::try_parse_from(["latchkey", "serve"]).unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert!(args.listen.ip().is_loopback(), "{}", args.listen);
     }
 }

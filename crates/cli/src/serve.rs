@@ -95,6 +95,12 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
         ),
         _ => None,
     };
+    config.acl = args
+        .acl
+        .as_deref()
+        .map(|path| latchkey_server::acl::Acl::load(path).map(std::sync::Arc::new))
+        .transpose()
+        .map_err(|e| ConfigError::Acl(e.to_string()))?;
     (
         config.election_timeout_min_ms,
         config.election_timeout_max_ms,
@@ -118,6 +124,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!(
             "peers are not authenticated: anyone who reaches this port can send Raft messages \
              as a member (give every member --cluster-secret-file FILE)"
+        );
+    }
+    if config.acl.is_none() && !config.listen.ip().is_loopback() {
+        tracing::warn!(
+            "WARNING: serving clients on {} without authentication: anyone who reaches this \
+             address can take, release and list every lock (give --acl FILE, see README \
+             \"Access control\")",
+            config.listen
         );
     }
     let listener = TcpListener::bind(config.listen)

@@ -29,6 +29,42 @@ pub struct ClientConfig {
     pub rpc_timeout: Duration,
     /// Retries on UNAVAILABLE and transport errors.
     pub retry: RetryPolicy,
+    /// The bearer token sent with every call (`authorization: Bearer TOKEN`), for servers
+    /// with access control (`--acl`); the CLI's `--auth-token` / `LATCHKEY_AUTH_TOKEN`.
+    pub auth_token: Option<AuthToken>,
+}
+
+/// A bearer token. Kept out of `Debug` output, so it does not end up in logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthToken(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl AuthToken {
+    /// Checks that `token` can travel in a header (visible ASCII, no spaces).
+    pub fn new(token: &str) -> Result<AuthToken, Error> {
+        let invalid = || Error::InvalidArgument {
+            message: "the auth token must be printable ASCII without spaces".into(),
+        };
+        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(invalid());
+        }
+        let mut value: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
+            format!("Bearer {token}").parse().map_err(|_| invalid())?;
+        value.set_sensitive(true);
+        Ok(AuthToken(value))
+    }
+
+    /// Puts the token on `request`.
+    pub(crate) fn apply<T>(&self, request: &mut tonic::Request<T>) {
+        request
+            .metadata_mut()
+            .insert("authorization", self.0.clone());
+    }
+}
+
+impl std::fmt::Debug for AuthToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuthToken(..)")
+    }
 }
 
 impl Default for ClientConfig {
@@ -38,6 +74,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_millis(limits::CLIENT_CONNECT_TIMEOUT_MS_DEFAULT),
             rpc_timeout: Duration::from_millis(limits::CLIENT_RPC_TIMEOUT_MS_DEFAULT),
             retry: RetryPolicy::default(),
+            auth_token: None,
         }
     }
 }
@@ -250,6 +287,9 @@ impl Client {
         let mut client = self.locks_client(&uri);
         let mut request = tonic::Request::new(pb::NodeStatusRequest {});
         request.set_timeout(timeout);
+        if let Some(token) = &self.inner.config.auth_token {
+            token.apply(&mut request);
+        }
         let result = tokio::time::timeout(timeout, client.node_status(request)).await;
         let failure = match result {
             Ok(Ok(response)) => {
@@ -443,6 +483,9 @@ impl Client {
             let uri = self.pick();
             let mut req = tonic::Request::new(request.clone());
             req.set_timeout(opts.attempt_timeout);
+            if let Some(token) = &self.inner.config.auth_token {
+                token.apply(&mut req);
+            }
             let result =
                 tokio::time::timeout(opts.attempt_timeout, send(self.locks_client(&uri), req))
                     .await;

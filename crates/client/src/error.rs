@@ -53,6 +53,12 @@ pub enum Error {
     /// configuration fixes it; the message says which.
     #[error("TLS: {message}")]
     Tls { message: String },
+    /// Access control refused the call: the identity lacks the permission on the lock (or
+    /// prefix), the session is another identity's (`permission-denied`), or the credentials
+    /// are missing or unknown (`unauthenticated`). Not retried: only a change of the
+    /// access-control list or of the credentials fixes it.
+    #[error("permission denied ({reason}): {message}")]
+    PermissionDenied { reason: String, message: String },
     /// The server answered something this client does not understand (a missing field, an
     /// unknown result).
     #[error("protocol error: {0}")]
@@ -112,6 +118,10 @@ pub(crate) fn classify(status: &Status) -> Failure {
         Code::NotFound => Failure::Fatal(Error::SessionNotFound { message }),
         Code::ResourceExhausted => Failure::Fatal(Error::LimitReached {
             reason: reason.unwrap_or_else(|| "resource-exhausted".into()),
+            message,
+        }),
+        Code::PermissionDenied | Code::Unauthenticated => Failure::Fatal(Error::PermissionDenied {
+            reason: reason.unwrap_or_else(|| format!("{:?}", status.code())),
             message,
         }),
         Code::FailedPrecondition => Failure::Fatal(Error::Conflict {
@@ -238,6 +248,26 @@ mod tests {
                 ),
                 Error::Conflict {
                     reason: "already-held".into(),
+                    message: "msg".into(),
+                },
+            ),
+            (
+                status(
+                    Code::PermissionDenied,
+                    &[(ERROR_REASON_KEY, "permission-denied")],
+                ),
+                Error::PermissionDenied {
+                    reason: "permission-denied".into(),
+                    message: "msg".into(),
+                },
+            ),
+            (
+                status(
+                    Code::Unauthenticated,
+                    &[(ERROR_REASON_KEY, "unauthenticated")],
+                ),
+                Error::PermissionDenied {
+                    reason: "unauthenticated".into(),
                     message: "msg".into(),
                 },
             ),

@@ -64,7 +64,7 @@ pub mod session;
 pub mod tls;
 pub mod types;
 
-pub use client::{Client, ClientConfig};
+pub use client::{AuthToken, Client, ClientConfig};
 pub use env::{BootClock, ClientClock, ClientConnector, ClientEnv, SystemClock, TcpConnector};
 pub use error::Error;
 pub use lock::{

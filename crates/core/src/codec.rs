@@ -11,7 +11,9 @@ use crate::LockTable;
 /// 4: each waiter carries the time its wait ends, and the table indexes waits by it.
 /// 5: sessions no longer write the locks they hold (with tokens): decoding rebuilds them from the
 ///    locks' holders, so that each name is stored once in memory (issue #11).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 5;
+/// 6: sessions carry their owner, the identity that created them under access control (issue
+///    #13).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 6;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {

@@ -349,3 +349,23 @@ pub const READY_APPLY_LAG_MAX: u64 = 1_000;
 /// How often the gRPC health service re-reads this member's readiness. A probe sees a change
 /// at most this late; each check is one read of the Raft metrics and the table's sizes.
 pub const HEALTH_REPORT_INTERVAL_MS: u64 = 500;
+/// Sessions one identity may hold at once when the access-control list gives it no
+/// `max_sessions` (issue #13 item 4). A process needs one session (the client library batches
+/// keepalives and shares a session between locks); a few hundred covers a fleet of workers
+/// behind one identity, while a tenth of one percent of `SESSIONS_MAX` leaves the rest of the
+/// cluster room when one client runs away.
+pub const IDENTITY_SESSIONS_DEFAULT: usize = 100;
+/// Acquire requests one identity may have queued at once when the access-control list gives it
+/// no `max_waiting`. Enough for every one of its default sessions to wait for several locks,
+/// small enough that one identity cannot fill the queues (`WAITERS_PER_LOCK_MAX` per lock) or
+/// the node's long-poll slots (`WAITING_ACQUIRES_MAX`) on its own.
+pub const IDENTITY_WAITING_DEFAULT: usize = 1_000;
+const _: () = assert!(IDENTITY_SESSIONS_DEFAULT <= SESSIONS_MAX);
+const _: () = assert!(IDENTITY_WAITING_DEFAULT <= WAITING_ACQUIRES_MAX);
+/// Bytes an access-control file (`--acl`) may have: a hundred thousand identities' hashes and
+/// roles fit; the bound keeps a wrong path from being read into memory whole.
+pub const ACL_FILE_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// Bytes of a bearer token in a request's `authorization` header. Tokens are random strings of a
+/// few dozen bytes; the bound caps the hashing work a hostile header can ask for (tonic already
+/// caps the whole header block).
+pub const AUTH_TOKEN_BYTES_MAX: usize = 4_096;

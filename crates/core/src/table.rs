@@ -127,6 +127,9 @@ struct Session {
     /// Lease checkpoint: unrenewed for this long (ms, leader's clock) when the mark was made;
     /// `None` once a logged renewal cleared it. See `Op::MarkLeases`.
     lease_mark_ms: Option<u64>,
+    /// The identity that created the session when access control is on (`Op::CreateOwnedSession`);
+    /// only it may use the session, and the session counts toward its quotas.
+    owner: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -262,7 +265,14 @@ impl LockTable {
         self.last_index = index;
         let mut fx = Applied::just(Outcome::NotGranted);
         fx.outcome = match &cmd.op {
-            Op::CreateSession { ttl_ms, secret } => self.create_session(index, *ttl_ms, *secret),
+            Op::CreateSession { ttl_ms, secret } => {
+                self.create_session(index, *ttl_ms, *secret, None)
+            }
+            Op::CreateOwnedSession {
+                ttl_ms,
+                secret,
+                owner,
+            } => self.create_session(index, *ttl_ms, *secret, Some(owner)),
             Op::CloseSession { session } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => {
@@ -389,7 +399,13 @@ impl LockTable {
         fx
     }
 
-    fn create_session(&mut self, index: u64, ttl_ms: u64, secret: u64) -> Outcome {
+    fn create_session(
+        &mut self,
+        index: u64,
+        ttl_ms: u64,
+        secret: u64,
+        owner: Option<&str>,
+    ) -> Outcome {
         if let Err(r) = validate_ttl_ms(ttl_ms) {
             return Outcome::Rejected(r);
         }
@@ -410,6 +426,7 @@ impl LockTable {
                 recorded: VecDeque::new(),
                 lease_mark_ms: None,
                 evicted_max: None,
+                owner: owner.map(str::to_owned),
             },
         );
         assert!(prev.is_none(), "session id {id} reused");
@@ -678,6 +695,26 @@ impl LockTable {
         })
     }
 
+    /// The owner of live session `id`: `None` when there is no such session, `Some(None)` when
+    /// it was created without access control.
+    pub fn session_owner(&self, id: SessionId) -> Option<Option<&str>> {
+        self.sessions.get(&id).map(|s| s.owner.as_deref())
+    }
+
+    /// How many live sessions `owner` has, and how many Acquire requests they have queued: what
+    /// its quotas are checked against. A scan of the sessions (at most `SESSIONS_MAX`), done
+    /// only for calls that would add a session or a wait.
+    pub fn owner_usage(&self, owner: &str) -> OwnerUsage {
+        let mut usage = OwnerUsage::default();
+        for s in self.sessions.values() {
+            if s.owner.as_deref() == Some(owner) {
+                usage.sessions += 1;
+                usage.waiting += s.waiting.len();
+            }
+        }
+        usage
+    }
+
     /// Whether `key` names a live session with the right secret.
     pub fn session_valid(&self, key: &SessionKey) -> bool {
         self.authenticate(key).is_ok()
@@ -838,7 +875,7 @@ mod tests {
     fn sessions_limit_is_enforced_at_sessions_max() {
         let mut t = LockTable::new();
         for index in 1..limits::SESSIONS_MAX as u64 {
-            let o = t.create_session(index, limits::SESSION_TTL_MS_DEFAULT, index);
+            let o = t.create_session(index, limits::SESSION_TTL_MS_DEFAULT, index, None);
             assert!(matches!(o, Outcome::SessionCreated { .. }), "{o:?}");
             t.last_index = index;
         }
@@ -927,6 +964,60 @@ mod tests {
                 ),
                 "a snapshot where {what} was accepted"
             );
+        }
+    }
+
+    /// Access control (issue #13): a session's owner is replicated and snapshotted, so that
+    /// every leader after this one refuses the session to other identities and counts it, and
+    /// its queued acquires, against its owner's quotas.
+    #[test]
+    fn an_owned_session_keeps_its_owner_through_a_snapshot_and_counts_for_it() {
+        let mut t = LockTable::new();
+        let owned = |secret| Command {
+            now_ms: 0,
+            op: Op::CreateOwnedSession {
+                ttl_ms: limits::SESSION_TTL_MS_DEFAULT,
+                secret,
+                owner: "ci".into(),
+            },
+        };
+        t.apply(1, &owned(1));
+        t.apply(2, &owned(2));
+        t.apply(3, &create(limits::SESSION_TTL_MS_DEFAULT, 3));
+        let acquire = |index: u64, sid: u64, name: &str, wait_ms| Command {
+            now_ms: 0,
+            op: Op::Acquire {
+                session: SessionKey {
+                    id: SessionId(sid),
+                    secret: sid,
+                },
+                seq: index,
+                name: name.into(),
+                wait_ms,
+            },
+        };
+        assert_eq!(
+            t.apply(4, &acquire(4, 3, "L", 0)).outcome,
+            Outcome::Granted { token: 4 }
+        );
+        assert_eq!(
+            t.apply(5, &acquire(5, 1, "L", 60_000)).outcome,
+            Outcome::Queued { position: 1 }
+        );
+        let restored = decode_table(&encode_table(&t)).expect("decodes");
+        assert_eq!(restored, t);
+        for table in [&t, &restored] {
+            assert_eq!(table.session_owner(SessionId(1)), Some(Some("ci")));
+            assert_eq!(table.session_owner(SessionId(3)), Some(None));
+            assert_eq!(table.session_owner(SessionId(9)), None);
+            assert_eq!(
+                table.owner_usage("ci"),
+                OwnerUsage {
+                    sessions: 2,
+                    waiting: 1
+                }
+            );
+            assert_eq!(table.owner_usage("nobody"), OwnerUsage::default());
         }
     }
 

@@ -75,6 +75,15 @@ pub enum Op {
     /// `WAITS_EXPIRED_PER_ENTRY_MAX`, earliest first): each leaves its queue not granted. The
     /// leader proposes it when a wait's end passes on its clock.
     ExpireWaits,
+    /// [`Op::CreateSession`] on behalf of `owner`, the identity the access-control list
+    /// authenticated (issue #13): the session belongs to it, so another identity cannot use it,
+    /// and it counts toward `owner`'s quotas. A variant of its own, added at the end, so that
+    /// logs written before access control still decode.
+    CreateOwnedSession {
+        ttl_ms: u64,
+        secret: u64,
+        owner: String,
+    },
 }
 
 impl Op {
@@ -86,6 +95,7 @@ impl Op {
             }
             Op::CancelWait { session, seq } => Some((session.id, *seq)),
             Op::CreateSession { .. }
+            | Op::CreateOwnedSession { .. }
             | Op::CloseSession { .. }
             | Op::ExpireSessions { .. }
             | Op::MarkLeases { .. }
@@ -225,6 +235,14 @@ pub struct SessionInfo {
     pub ttl_ms: u64,
     /// The lease checkpoint standing for this session: unrenewed for this long when marked.
     pub lease_mark_ms: Option<u64>,
+}
+
+/// What one identity holds in the table, against its quotas.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnerUsage {
+    pub sessions: usize,
+    /// Acquire requests queued by its sessions.
+    pub waiting: usize,
 }
 
 /// Where a request stands, for a retried Acquire that re-attaches.

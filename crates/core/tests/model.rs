@@ -146,7 +146,9 @@ impl Model {
                 }
                 Outcome::WaitsExpired { count: ended.len() }
             }
-            Op::CreateSession { ttl_ms, secret } => {
+            // The owner changes no lock state: the server checks it (and quotas) before proposing.
+            Op::CreateSession { ttl_ms, secret }
+            | Op::CreateOwnedSession { ttl_ms, secret, .. } => {
                 if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(ttl_ms) {
                     Outcome::Rejected(Rejection::TtlOutOfRange {
                         ttl_ms: *ttl_ms,

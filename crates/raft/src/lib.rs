@@ -65,6 +65,9 @@ impl fmt::Display for LogCommand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0.op {
             Op::CreateSession { ttl_ms, .. } => write!(f, "CreateSession(ttl_ms={ttl_ms})"),
+            Op::CreateOwnedSession { ttl_ms, owner, .. } => {
+                write!(f, "CreateOwnedSession(ttl_ms={ttl_ms}, owner={owner:?})")
+            }
             Op::CloseSession { session } => write!(f, "CloseSession({})", session.id),
             Op::ExpireSessions { ids } => write!(f, "ExpireSessions({} sessions)", ids.len()),
             Op::Acquire {

@@ -31,6 +31,16 @@ pub enum ApiError {
     LeasesNotResumed { leader_id: u64, leader_addr: String },
     #[error("raft: {0}")]
     Raft(String),
+    /// The caller is authenticated but its roles do not grant what the call needs (the message
+    /// names the lock or prefix and the permission), or the session is another identity's.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// Access control is on and the call carries no credentials this node knows.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The caller's identity already holds as many sessions or queued acquires as its quota.
+    #[error("{0}")]
+    QuotaExceeded(String),
 }
 
 impl ApiError {
@@ -58,6 +68,9 @@ impl ApiError {
             ApiError::ShuttingDown => "shutting-down",
             ApiError::LeasesNotResumed { .. } => "leases-not-resumed",
             ApiError::Raft(_) => "raft",
+            ApiError::PermissionDenied(_) => "permission-denied",
+            ApiError::Unauthenticated(_) => "unauthenticated",
+            ApiError::QuotaExceeded(_) => "quota-exceeded",
         }
     }
 
@@ -79,7 +92,9 @@ impl ApiError {
                 | Rejection::SequenceReused { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
-            ApiError::TooManyWaiting => Code::ResourceExhausted,
+            ApiError::TooManyWaiting | ApiError::QuotaExceeded(_) => Code::ResourceExhausted,
+            ApiError::PermissionDenied(_) => Code::PermissionDenied,
+            ApiError::Unauthenticated(_) => Code::Unauthenticated,
             ApiError::NotLeader { .. }
             | ApiError::NoQuorum
             | ApiError::ShuttingDown

@@ -14,9 +14,12 @@
 //!   Protobuf types stop at these two.
 //! - `leases`: session deadlines on the leader's monotonic clock.
 //! - `waiters`: long-polling Acquire calls, woken by the apply observer.
+//! - `acl`: client identities (bearer tokens, client certificates), their permissions on
+//!   lock-name prefixes and their quotas (`--acl`); `service` checks every call against it.
 //! - `clock`: the seam through which the server reads time.
 //! - `error`: the one place server errors become gRPC statuses.
 
+pub mod acl;
 pub mod clock;
 mod error;
 pub mod leases;
@@ -86,6 +89,9 @@ pub struct ServerConfig {
     /// TLS for clients and members (`--tls-cert`, `--tls-key`, `--tls-ca`); plaintext when
     /// `None`. Only [`run`] serves it (the simulation's transports stay plaintext).
     pub tls: Option<Arc<tls::ServerTls>>,
+    /// Client authentication, permissions and quotas (`--acl`); every client may do anything
+    /// when `None`.
+    pub acl: Option<Arc<acl::Acl>>,
     /// Fixed bugs put back on purpose (the simulation's checker tests); all off by default.
     #[doc(hidden)]
     pub plant: Plant,
@@ -108,6 +114,7 @@ impl ServerConfig {
             metrics_listen: None,
             cluster_secret: None,
             tls: None,
+            acl: None,
             plant: Plant::default(),
         }
     }
@@ -233,6 +240,8 @@ pub enum ConfigError {
     ClusterSecret(String),
     #[error("{0}")]
     Tls(String),
+    #[error("{0}")]
+    Acl(String),
     #[error(
         "members of a TLS cluster dial each other with mTLS: give every member --tls-ca FILE, the \
          CA that signed the members' certificates"

@@ -13,6 +13,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::{ReadPolicy, ServerState};
 use tokio::sync::oneshot;
 
+use crate::acl::Identity;
 use crate::error::ApiError;
 use crate::leases::Renew;
 use crate::metrics::Gauges;
@@ -217,10 +218,37 @@ impl Node {
             .map_err(ApiError::from)
     }
 
-    pub async fn create_session(&self, ttl_ms: u64) -> Result<NewSession, ApiError> {
+    /// Open a session; under access control it belongs to `owner` and counts toward its
+    /// session quota.
+    pub async fn create_session(
+        &self,
+        ttl_ms: u64,
+        owner: Option<&Identity>,
+    ) -> Result<NewSession, ApiError> {
         latchkey_core::validate_ttl_ms(ttl_ms)?;
         let secret = self.entropy.next_u64();
-        match self.propose(Op::CreateSession { ttl_ms, secret }).await? {
+        let op = match owner {
+            None => Op::CreateSession { ttl_ms, secret },
+            Some(owner) => {
+                // Counted on this node's table before proposing: concurrent creates of one
+                // identity can pass together, so the quota may be overshot by the calls it has
+                // in flight (bounded per connection by CLIENT_CONCURRENT_REQUESTS_MAX), never
+                // more. Followers refuse the proposal anyway, so the leader's count decides.
+                let usage = self.state.read(|t| t.owner_usage(&owner.name));
+                if usage.sessions >= owner.max_sessions {
+                    return Err(ApiError::QuotaExceeded(format!(
+                        "identity {:?} already has {} sessions, its quota (max_sessions) is {}",
+                        owner.name, usage.sessions, owner.max_sessions
+                    )));
+                }
+                Op::CreateOwnedSession {
+                    ttl_ms,
+                    secret,
+                    owner: owner.name.clone(),
+                }
+            }
+        };
+        match self.propose(op).await? {
             Outcome::SessionCreated { id, ttl_ms } => Ok(NewSession {
                 key: SessionKey { id, secret },
                 ttl_ms,
@@ -237,16 +265,36 @@ impl Node {
     }
 
     /// Acquire `name` for request `seq` of `session`, long-polling a queued request for up to
-    /// `ACQUIRE_POLL_MS_MAX` of its wait.
+    /// `ACQUIRE_POLL_MS_MAX` of its wait. Under access control, a new request that may queue
+    /// counts toward `owner`'s quota of queued acquires.
     pub async fn acquire(
         self: &Arc<Node>,
         session: SessionKey,
         seq: u64,
         name: String,
         wait_timeout_ms: u64,
+        owner: Option<&Identity>,
     ) -> Result<Acquired, ApiError> {
         latchkey_core::validate_name(&name)?;
         let wait_ms = wait_timeout_ms.min(limits::WAIT_TIMEOUT_MS_MAX);
+        if let (Some(owner), true) = (owner, wait_ms > 0) {
+            // A retry of a request the table knows (queued or done) adds no wait. Counted like
+            // the session quota (see `create_session`).
+            let usage = self.state.read(|t| {
+                t.request_state(session.id, seq)
+                    .is_none()
+                    .then(|| t.owner_usage(&owner.name))
+            });
+            if let Some(usage) = usage {
+                if usage.waiting >= owner.max_waiting {
+                    return Err(ApiError::QuotaExceeded(format!(
+                        "identity {:?} already has {} acquires waiting, its quota \
+                         (max_waiting) is {}",
+                        owner.name, usage.waiting, owner.max_waiting
+                    )));
+                }
+            }
+        }
         let started = self.clock.now();
         // Register before proposing, so a grant applied between the proposal's answer and our
         // wait cannot be missed.

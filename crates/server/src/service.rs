@@ -1,5 +1,6 @@
 //! The client-facing `Locks` gRPC service: translates protobuf requests to the node's
-//! operations (`ops.rs`) and their answers back. No lock or lease policy lives here.
+//! operations (`ops.rs`) and their answers back. No lock or lease policy lives here; access
+//! control (`acl.rs`) is checked here, in [`LocksService::authorize`], before any operation.
 
 use std::sync::Arc;
 
@@ -7,6 +8,7 @@ use latchkey_core::{SessionId, SessionKey};
 use latchkey_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
+use crate::acl::{Identity, Need, Permission};
 use crate::error::ApiError;
 use crate::node::Node;
 use crate::ops::{Acquired, LockView, NodeStatus};
@@ -19,7 +21,51 @@ impl LocksService {
     pub fn new(node: Arc<Node>) -> LocksService {
         LocksService { node }
     }
+
+    /// The one place a client call is authenticated and authorised (issue #13): `None` when
+    /// access control is off (every call allowed), else the caller's identity once it holds
+    /// `need` and owns every session in `sessions`.
+    fn authorize<T>(
+        &self,
+        request: &Request<T>,
+        need: Need<'_>,
+        sessions: &[SessionId],
+    ) -> Result<Option<Arc<Identity>>, ApiError> {
+        let Some(acl) = &self.node.config.acl else {
+            return Ok(None);
+        };
+        let certs = request.peer_certs();
+        let who = acl.authenticate(
+            request
+                .metadata()
+                .get(AUTHORIZATION_KEY)
+                .map(|v| v.as_bytes()),
+            certs.as_deref().map(Vec::as_slice),
+        )?;
+        who.allows(need)?;
+        for id in sessions {
+            // The owner is fixed at creation, so this node's table answers for any session it
+            // has applied; one it has not is refused by the operation (not found, or not the
+            // leader).
+            let owner = self
+                .node
+                .state
+                .read(|t| t.session_owner(*id).map(|o| o.map(str::to_owned)));
+            if let Some(owner) = owner {
+                if owner.as_deref() != Some(who.name.as_str()) {
+                    return Err(ApiError::PermissionDenied(format!(
+                        "session {id} belongs to another identity than {:?}",
+                        who.name
+                    )));
+                }
+            }
+        }
+        Ok(Some(who))
+    }
 }
+
+/// The gRPC metadata key of the client's bearer token (`authorization: Bearer TOKEN`).
+const AUTHORIZATION_KEY: &str = "authorization";
 
 fn session_key(s: Option<pb::Session>) -> Result<SessionKey, ApiError> {
     let s = s.ok_or_else(|| ApiError::Invalid("missing session".into()))?;
@@ -89,9 +135,10 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
         self.node.metrics.request("create_session");
+        let who = self.authorize(&request, Need::Anywhere(Permission::Lock), &[])?;
         let created = self
             .node
-            .create_session(request.into_inner().ttl_ms)
+            .create_session(request.into_inner().ttl_ms, who.as_deref())
             .await?;
         Ok(Response::new(pb::CreateSessionResponse {
             session: Some(pb::Session {
@@ -107,6 +154,13 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::KeepAliveRequest>,
     ) -> Result<Response<pb::KeepAliveResponse>, Status> {
         self.node.metrics.request("keep_alive");
+        let ids: Vec<SessionId> = request
+            .get_ref()
+            .sessions
+            .iter()
+            .map(|s| SessionId(s.id))
+            .collect();
+        self.authorize(&request, Need::Anywhere(Permission::Lock), &ids)?;
         let keys: Vec<SessionKey> = request.into_inner().sessions.into_iter().map(key).collect();
         let leases = self
             .node
@@ -127,6 +181,13 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
         self.node.metrics.request("close_session");
+        let ids: Vec<SessionId> = request
+            .get_ref()
+            .session
+            .iter()
+            .map(|s| SessionId(s.id))
+            .collect();
+        self.authorize(&request, Need::Anywhere(Permission::Lock), &ids)?;
         let session = session_key(request.into_inner().session)?;
         self.node.close_session(session).await?;
         Ok(Response::new(pb::CloseSessionResponse {}))
@@ -137,11 +198,28 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         self.node.metrics.request("acquire");
+        let ids: Vec<SessionId> = request
+            .get_ref()
+            .session
+            .iter()
+            .map(|s| SessionId(s.id))
+            .collect();
+        let who = self.authorize(
+            &request,
+            Need::Lock(&request.get_ref().name, Permission::Lock),
+            &ids,
+        )?;
         let req = request.into_inner();
         let session = session_key(req.session)?;
         let acquired = self
             .node
-            .acquire(session, req.seq, req.name, req.wait_timeout_ms)
+            .acquire(
+                session,
+                req.seq,
+                req.name,
+                req.wait_timeout_ms,
+                who.as_deref(),
+            )
             .await?;
         Ok(Response::new(acquire_response(acquired)))
     }
@@ -151,6 +229,17 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         self.node.metrics.request("release");
+        let ids: Vec<SessionId> = request
+            .get_ref()
+            .session
+            .iter()
+            .map(|s| SessionId(s.id))
+            .collect();
+        self.authorize(
+            &request,
+            Need::Lock(&request.get_ref().name, Permission::Lock),
+            &ids,
+        )?;
         let req = request.into_inner();
         let session = session_key(req.session)?;
         let released = self
@@ -165,6 +254,11 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::DescribeRequest>,
     ) -> Result<Response<pb::DescribeResponse>, Status> {
         self.node.metrics.request("describe");
+        self.authorize(
+            &request,
+            Need::Lock(&request.get_ref().name, Permission::Read),
+            &[],
+        )?;
         let lock = self.node.describe(&request.into_inner().name).await?;
         Ok(Response::new(pb::DescribeResponse {
             lock: Some(lock_info(lock)),
@@ -176,6 +270,11 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
         self.node.metrics.request("list");
+        self.authorize(
+            &request,
+            Need::Prefix(&request.get_ref().prefix, Permission::Read),
+            &[],
+        )?;
         let req = request.into_inner();
         let (locks, truncated) = self.node.list(&req.prefix, req.limit as usize).await?;
         Ok(Response::new(pb::ListResponse {
@@ -186,9 +285,10 @@ impl pb::locks_server::Locks for LocksService {
 
     async fn node_status(
         &self,
-        _request: Request<pb::NodeStatusRequest>,
+        request: Request<pb::NodeStatusRequest>,
     ) -> Result<Response<pb::NodeStatusResponse>, Status> {
         self.node.metrics.request("node_status");
+        self.authorize(&request, Need::Anywhere(Permission::Read), &[])?;
         Ok(Response::new(status_response(self.node.status())))
     }
 }

@@ -157,7 +157,8 @@ impl ApplyObserver for Observer {
     fn applied(&self, _index: u64, cmd: &Command, applied: &Applied) {
         self.metrics.applied(&cmd.op, applied);
         match (&cmd.op, &applied.outcome) {
-            (Op::CreateSession { .. }, Outcome::SessionCreated { id, ttl_ms }) => {
+            // Owned or not: every created session gets its lease.
+            (_, Outcome::SessionCreated { id, ttl_ms }) => {
                 let now = self.clock.now();
                 self.leases
                     .lock()

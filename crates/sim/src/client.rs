@@ -109,6 +109,7 @@ fn config() -> ClientConfig {
             backoff_initial: Duration::from_millis(20),
             backoff_max: Duration::from_millis(500),
         },
+        auth_token: None,
     }
 }
 

@@ -178,6 +178,7 @@ fn error_kind(e: &Error) -> &'static str {
         Error::Unavailable { .. } => "unavailable",
         Error::Transport { .. } => "transport",
         Error::Tls { .. } => "tls",
+        Error::PermissionDenied { .. } => "permission_denied",
         Error::Protocol(_) => "protocol",
         Error::Server { .. } => "server",
     }

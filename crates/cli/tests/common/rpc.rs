@@ -65,6 +65,7 @@ impl Observer {
                 backoff_initial: Duration::from_millis(10),
                 backoff_max: Duration::from_millis(10),
             },
+            auth_token: None,
         };
         Observer {
             client: Client::with_config([seed], config).expect("observer client"),

@@ -1,0 +1,523 @@
+//! Client authentication, access control by lock prefix, and quotas (issue #13 items 3 and 4),
+//! against real `latchkey serve` processes started with `--acl`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::rpc::{pinned, reason, request, runtime};
+use common::serve::ServeProcess;
+use common::{free_port, run, Output, CLI_TIMEOUT, READY_TIMEOUT};
+use latchkey_proto::v1 as pb;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use sha2::{Digest, Sha256};
+use tonic::Code;
+
+const ADMIN: &str = "admin-token-0123456789";
+const APP: &str = "app-token-0123456789";
+const APP2: &str = "app2-token-0123456789";
+const READER: &str = "reader-token-0123456789";
+const EXIT_PERMISSION_DENIED: i32 = 5;
+
+fn sha256_hex(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The access-control file every test serves: `app` and `app2` may lock and read under `app/`
+/// (with small quotas), `reader` may only read, `admin` may do anything, and the certificate
+/// identity `worker` may lock under `work/`.
+fn acl_file(dir: &Path) -> PathBuf {
+    let text = format!(
+        r#"
+[roles.app]
+lock = ["app/"]
+read = ["app/"]
+
+[roles.reader]
+read = [""]
+
+[roles.root]
+admin = [""]
+
+[roles.worker]
+lock = ["work/"]
+
+[identities.admin]
+token_sha256 = "{}"
+roles = ["root"]
+
+[identities.app]
+token_sha256 = "{}"
+roles = ["app"]
+max_sessions = 2
+max_waiting = 1
+
+[identities.app2]
+token_sha256 = "{}"
+roles = ["app"]
+
+[identities.reader]
+token_sha256 = "{}"
+roles = ["reader"]
+
+[identities.worker]
+roles = ["worker"]
+"#,
+        sha256_hex(ADMIN),
+        sha256_hex(APP),
+        sha256_hex(APP2),
+        sha256_hex(READER),
+    );
+    let path = dir.join("acl.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A node serving with `--acl` (and `extra` flags), ready once the admin sees it lead.
+struct AclServer {
+    addr: String,
+    dir: tempfile::TempDir,
+    process: ServeProcess,
+}
+
+impl AclServer {
+    fn start(extra: &[String], scheme: &str, client_flags: &[String]) -> AclServer {
+        let dir = tempfile::tempdir().unwrap();
+        let acl = acl_file(dir.path());
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut process = ServeProcess::new(dir.path().join("server.log"));
+        let mut args = vec![
+            "--listen".to_owned(),
+            addr.clone(),
+            "--data-dir".to_owned(),
+            dir.path().join("data").display().to_string(),
+            "--acl".to_owned(),
+            acl.display().to_string(),
+        ];
+        args.extend_from_slice(extra);
+        process.spawn("the ACL server", &args);
+        let server = AclServer {
+            addr: format!("{scheme}{addr}"),
+            dir,
+            process,
+        };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let mut flags = client_flags.to_vec();
+            flags.extend(["--auth-token".to_owned(), ADMIN.to_owned()]);
+            let out = server.cli(&["cluster", "status", "--json"], &flags);
+            if out.status.success() {
+                let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+                if !report["leader"].is_null() {
+                    return server;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not ready: {}\n{}",
+                out.stderr,
+                server.process.log_tail(40)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `latchkey ARGS --endpoints ADDR FLAGS` (before any `--`), bounded by `CLI_TIMEOUT`.
+    fn cli(&self, args: &[&str], flags: &[String]) -> Output {
+        let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+        let mut full: Vec<String> = args[..at].iter().map(|s| s.to_string()).collect();
+        full.extend(["--endpoints".to_owned(), self.addr.clone()]);
+        full.extend_from_slice(flags);
+        full.extend(args[at..].iter().map(|s| s.to_string()));
+        run(&full, self.dir.path(), CLI_TIMEOUT)
+    }
+
+    fn as_token(&self, token: &str, args: &[&str]) -> Output {
+        self.cli(args, &["--auth-token".to_owned(), token.to_owned()])
+    }
+}
+
+impl Drop for AclServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- server log ---\n{}", self.process.log_tail(60));
+        }
+        self.process.kill9();
+    }
+}
+
+fn assert_denied(out: &Output, says: &[&str]) {
+    assert_eq!(
+        out.status.code(),
+        Some(EXIT_PERMISSION_DENIED),
+        "stdout: {}\nstderr: {}",
+        out.stdout,
+        out.stderr
+    );
+    for s in says {
+        assert!(out.stderr.contains(s), "{s:?} not in: {}", out.stderr);
+    }
+}
+
+fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+}
+
+#[test]
+fn permissions_are_granted_per_prefix_and_per_permission() {
+    let server = AclServer::start(&[], "", &[]);
+    // lock under its prefix: allowed; elsewhere: refused, naming the lock and the permission.
+    assert_ok(&server.as_token(APP, &["lock", "--wait", "5s", "app/job", "--", "true"]));
+    assert_denied(
+        &server.as_token(APP, &["lock", "--wait", "5s", "other/job", "--", "true"]),
+        &["\"lock\" permission on lock \"other/job\"", "\"app\""],
+    );
+    // read under its prefix: allowed; elsewhere, or a list wider than its prefix: refused.
+    assert_ok(&server.as_token(APP, &["status", "app/job"]));
+    assert_denied(
+        &server.as_token(APP, &["status", "other/job"]),
+        &["\"read\" permission on lock \"other/job\""],
+    );
+    assert_ok(&server.as_token(APP, &["list", "app/"]));
+    assert_denied(
+        &server.as_token(APP, &["list"]),
+        &["\"read\" permission on every lock under the prefix \"\""],
+    );
+    // read everywhere, lock nowhere.
+    assert_ok(&server.as_token(READER, &["status", "other/job"]));
+    assert_ok(&server.as_token(READER, &["list"]));
+    assert_denied(
+        &server.as_token(READER, &["lock", "--wait", "5s", "app/job", "--", "true"]),
+        &["\"lock\" permission"],
+    );
+    // admin: everything.
+    assert_ok(&server.as_token(ADMIN, &["lock", "--wait", "5s", "other/job", "--", "true"]));
+}
+
+#[test]
+fn a_token_must_be_given_and_known() {
+    let server = AclServer::start(&[], "", &[]);
+    assert_ok(&server.as_token(APP, &["status", "app/job"]));
+    assert_denied(
+        &server.as_token("not-a-known-token", &["status", "app/job"]),
+        &["not in the access-control list"],
+    );
+    assert_denied(
+        &server.cli(&["status", "app/job"], &[]),
+        &["no credentials"],
+    );
+    // The environment variable works like the flag.
+    let args: Vec<String> = ["status", "app/job", "--endpoints", &server.addr]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut proc = common::Proc::spawn_with(&args, server.dir.path(), |c| {
+        c.env("LATCHKEY_AUTH_TOKEN", APP);
+    });
+    assert!(proc.wait(CLI_TIMEOUT).success(), "{}", proc.stderr());
+}
+
+/// Raw gRPC as one identity: a request with its bearer token.
+fn as_identity<T>(token: &str, msg: T) -> tonic::Request<T> {
+    let mut r = request(msg, Duration::from_secs(5));
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
+fn create(
+    rt: &tokio::runtime::Runtime,
+    client: &mut latchkey_proto::v1::locks_client::LocksClient<tonic::transport::Channel>,
+    token: &str,
+) -> Result<pb::Session, tonic::Status> {
+    rt.block_on(client.create_session(as_identity(
+        token,
+        pb::CreateSessionRequest { ttl_ms: 30_000 },
+    )))
+    .map(|r| r.into_inner().session.unwrap())
+}
+
+#[test]
+fn a_session_is_refused_to_another_identity() {
+    let server = AclServer::start(&[], "", &[]);
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    let session = create(&rt, &mut client, APP).unwrap();
+    let acquire = |token: &str, seq: u64| {
+        let mut client = client.clone();
+        rt.block_on(client.acquire(as_identity(
+            token,
+            pb::AcquireRequest {
+                session: Some(session),
+                seq,
+                name: "app/shared".into(),
+                wait_timeout_ms: 0,
+            },
+        )))
+    };
+    // app2 has the same permissions and the session's secret, but not the session.
+    let refused = acquire(APP2, 1).unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert_eq!(reason(&refused).as_deref(), Some("permission-denied"));
+    assert!(
+        refused.message().contains("belongs to another identity"),
+        "{refused:?}"
+    );
+    let keepalive = rt
+        .block_on(client.clone().keep_alive(as_identity(
+            APP2,
+            pb::KeepAliveRequest {
+                sessions: vec![session],
+            },
+        )))
+        .unwrap_err();
+    assert_eq!(keepalive.code(), Code::PermissionDenied, "{keepalive:?}");
+    let close = rt
+        .block_on(client.clone().close_session(as_identity(
+            APP2,
+            pb::CloseSessionRequest {
+                session: Some(session),
+            },
+        )))
+        .unwrap_err();
+    assert_eq!(close.code(), Code::PermissionDenied, "{close:?}");
+    // Its owner may.
+    let granted = acquire(APP, 2).unwrap().into_inner();
+    assert_eq!(granted.result, pb::AcquireResult::Granted as i32);
+}
+
+fn assert_quota(status: &tonic::Status, says: &str) {
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert_eq!(reason(status).as_deref(), Some("quota-exceeded"));
+    assert!(status.message().contains(says), "{status:?}");
+}
+
+#[test]
+fn session_quotas_are_enforced_and_freed_when_a_session_ends() {
+    let server = AclServer::start(&[], "", &[]);
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    let first = create(&rt, &mut client, APP).unwrap();
+    create(&rt, &mut client, APP).unwrap();
+    assert_quota(
+        &create(&rt, &mut client, APP).unwrap_err(),
+        "max_sessions) is 2",
+    );
+    // Another identity is not held back by app's quota.
+    create(&rt, &mut client, APP2).unwrap();
+    rt.block_on(client.close_session(as_identity(
+        APP,
+        pb::CloseSessionRequest {
+            session: Some(first),
+        },
+    )))
+    .unwrap();
+    create(&rt, &mut client, APP).unwrap();
+}
+
+#[test]
+fn wait_quotas_are_enforced_and_freed_when_a_session_ends() {
+    let server = AclServer::start(&[], "", &[]);
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    let holder = create(&rt, &mut client, APP2).unwrap();
+    for name in ["app/a", "app/b"] {
+        let got = rt
+            .block_on(client.acquire(as_identity(
+                APP2,
+                pb::AcquireRequest {
+                    session: Some(holder),
+                    seq: if name == "app/a" { 1 } else { 2 },
+                    name: name.into(),
+                    wait_timeout_ms: 0,
+                },
+            )))
+            .unwrap()
+            .into_inner();
+        assert_eq!(got.result, pb::AcquireResult::Granted as i32);
+    }
+    let waiter = create(&rt, &mut client, APP).unwrap();
+    let spawner = client.clone();
+    let wait_for = |seq: u64, name: &str| {
+        let mut client = spawner.clone();
+        let name = name.to_owned();
+        rt.spawn(async move {
+            client
+                .acquire(as_identity(
+                    APP,
+                    pb::AcquireRequest {
+                        session: Some(waiter),
+                        seq,
+                        name,
+                        wait_timeout_ms: 60_000,
+                    },
+                ))
+                .await
+        })
+    };
+    // Waits (bounded) until `name` has one waiter.
+    let observer = client.clone();
+    let queued_on = |name: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info = rt
+                .block_on(observer.clone().describe(as_identity(
+                    ADMIN,
+                    pb::DescribeRequest { name: name.into() },
+                )))
+                .unwrap()
+                .into_inner()
+                .lock
+                .unwrap();
+            if info.waiters == 1 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no wait queued on {name}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // The first wait queues (its long-poll stays open)...
+    let queued = wait_for(1, "app/a");
+    queued_on("app/a");
+    // ...the second is past app's quota of one.
+    let refused = rt.block_on(wait_for(2, "app/b")).unwrap().unwrap_err();
+    assert_quota(&refused, "max_waiting) is 1");
+    // A session that ends frees its waits.
+    rt.block_on(client.close_session(as_identity(
+        APP,
+        pb::CloseSessionRequest {
+            session: Some(waiter),
+        },
+    )))
+    .unwrap();
+    let _ = rt.block_on(queued);
+    let waiter = create(&rt, &mut client, APP).unwrap();
+    let mut c = client.clone();
+    let again = rt.spawn(async move {
+        c.acquire(as_identity(
+            APP,
+            pb::AcquireRequest {
+                session: Some(waiter),
+                seq: 1,
+                name: "app/b".into(),
+                wait_timeout_ms: 60_000,
+            },
+        ))
+        .await
+    });
+    // Queued, not refused, and granted when app2's session ends.
+    queued_on("app/b");
+    rt.block_on(client.close_session(as_identity(
+        APP2,
+        pb::CloseSessionRequest {
+            session: Some(holder),
+        },
+    )))
+    .unwrap();
+    let granted = rt.block_on(again).unwrap().unwrap().into_inner();
+    assert_eq!(granted.result, pb::AcquireResult::Granted as i32);
+}
+
+/// A CA and a certificate signed by it, for `127.0.0.1`, with common name `cn`.
+fn issue(dir: &Path, ca: &(rcgen::Certificate, KeyPair), cn: &str) -> (String, String) {
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca.0, &ca.1).unwrap();
+    let (c, k) = (dir.join(format!("{cn}.pem")), dir.join(format!("{cn}.key")));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    (c.display().to_string(), k.display().to_string())
+}
+
+#[test]
+fn a_client_certificate_names_its_identity() {
+    let certs = tempfile::tempdir().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = (params.self_signed(&ca_key).unwrap(), ca_key);
+    let ca_pem = certs.path().join("ca.pem");
+    std::fs::write(&ca_pem, ca.0.pem()).unwrap();
+    let ca_pem = ca_pem.display().to_string();
+    let (server_cert, server_key) = issue(certs.path(), &ca, "server");
+    let (worker_cert, worker_key) = issue(certs.path(), &ca, "worker");
+    let (stranger_cert, stranger_key) = issue(certs.path(), &ca, "stranger");
+    let client = |cert: &str, key: &str| {
+        vec![
+            "--ca".to_owned(),
+            ca_pem.clone(),
+            "--cert".to_owned(),
+            cert.to_owned(),
+            "--key".to_owned(),
+            key.to_owned(),
+        ]
+    };
+    let server = AclServer::start(
+        &[
+            "--tls-cert".to_owned(),
+            server_cert,
+            "--tls-key".to_owned(),
+            server_key,
+            "--tls-ca".to_owned(),
+            ca_pem.clone(),
+        ],
+        "https://",
+        &client(&worker_cert, &worker_key),
+    );
+    let worker = client(&worker_cert, &worker_key);
+    assert_ok(&server.cli(&["lock", "--wait", "5s", "work/x", "--", "true"], &worker));
+    assert_denied(
+        &server.cli(&["lock", "--wait", "5s", "app/x", "--", "true"], &worker),
+        &["identity \"worker\" lacks the \"lock\" permission on lock \"app/x\""],
+    );
+    // A certificate the CA signed, but for a name the list does not know.
+    assert_denied(
+        &server.cli(
+            &["lock", "--wait", "5s", "work/x", "--", "true"],
+            &client(&stranger_cert, &stranger_key),
+        ),
+        &["\"stranger\""],
+    );
+}
+
+#[test]
+fn a_bad_acl_file_is_a_clear_start_up_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("acl.toml");
+    std::fs::write(&acl, "[identities.ci]\nrole = [\"x\"]\n").unwrap();
+    let out = run(
+        &[
+            "serve".to_owned(),
+            "--listen".to_owned(),
+            format!("127.0.0.1:{}", free_port()),
+            "--data-dir".to_owned(),
+            dir.path().join("data").display().to_string(),
+            "--acl".to_owned(),
+            acl.display().to_string(),
+        ],
+        dir.path(),
+        CLI_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("acl.toml"), "{}", out.stderr);
+    assert!(out.stderr.contains("role"), "{}", out.stderr);
+    assert!(
+        !dir.path().join("data").exists(),
+        "a refused start touched the data dir"
+    );
+}
