@@ -67,6 +67,11 @@ impl LocksService {
 /// The gRPC metadata key of the client's bearer token (`authorization: Bearer TOKEN`).
 const AUTHORIZATION_KEY: &str = "authorization";
 
+/// The session a request names, as the access check wants it (none or one).
+fn session_ids(session: &Option<pb::Session>) -> Vec<SessionId> {
+    session.iter().map(|s| SessionId(s.id)).collect()
+}
+
 fn session_key(s: Option<pb::Session>) -> Result<SessionKey, ApiError> {
     let s = s.ok_or_else(|| ApiError::Invalid("missing session".into()))?;
     Ok(key(s))
@@ -181,12 +186,7 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
         self.node.metrics.request("close_session");
-        let ids: Vec<SessionId> = request
-            .get_ref()
-            .session
-            .iter()
-            .map(|s| SessionId(s.id))
-            .collect();
+        let ids = session_ids(&request.get_ref().session);
         self.authorize(&request, Need::Anywhere(Permission::Lock), &ids)?;
         let session = session_key(request.into_inner().session)?;
         self.node.close_session(session).await?;
@@ -198,12 +198,7 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         self.node.metrics.request("acquire");
-        let ids: Vec<SessionId> = request
-            .get_ref()
-            .session
-            .iter()
-            .map(|s| SessionId(s.id))
-            .collect();
+        let ids = session_ids(&request.get_ref().session);
         let who = self.authorize(
             &request,
             Need::Lock(&request.get_ref().name, Permission::Lock),
@@ -229,12 +224,7 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         self.node.metrics.request("release");
-        let ids: Vec<SessionId> = request
-            .get_ref()
-            .session
-            .iter()
-            .map(|s| SessionId(s.id))
-            .collect();
+        let ids = session_ids(&request.get_ref().session);
         self.authorize(
             &request,
             Need::Lock(&request.get_ref().name, Permission::Lock),
