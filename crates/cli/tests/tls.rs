@@ -369,6 +369,32 @@ fn a_tls_cluster_without_a_ca_is_refused_at_start() {
 }
 
 #[test]
+fn a_member_whose_certificate_does_not_name_it_is_refused_at_start() {
+    // The other members would refuse every message it sends: say so at start, not in their logs.
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let ca_path = ca.write(&dir.path().join("ca.pem"));
+    let (cert, key) = ca.issue(dir.path(), "member-2");
+    let mut args = vec![
+        "serve".to_owned(),
+        "--id".to_owned(),
+        "1".to_owned(),
+        "--peers".to_owned(),
+        format!("1=127.0.0.1:{},2=127.0.0.1:{}", free_port(), free_port()),
+        "--data-dir".to_owned(),
+        dir.path().join("d").display().to_string(),
+    ];
+    args.extend(tls_flags(&cert, &key, Some(&ca_path)));
+    let out = latchkey(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("must name it `member-1`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn a_missing_or_bad_certificate_file_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.pem");

@@ -189,6 +189,16 @@ impl ServerConfig {
         {
             return Err(ConfigError::TlsClusterWithoutCa);
         }
+        if let Some(tls) = self.tls.as_ref().filter(|_| self.peers.len() > 1) {
+            // The others accept this member's messages only over a certificate naming it.
+            let (want, names) = (
+                peer_auth::member_certificate_name(self.id),
+                tls.certificate_names(),
+            );
+            if !names.contains(&want) {
+                return Err(ConfigError::MemberCertificateName { want, names });
+            }
+        }
         Ok(ValidConfig(self))
     }
 
@@ -247,6 +257,12 @@ pub enum ConfigError {
          CA that signed the members' certificates"
     )]
     TlsClusterWithoutCa,
+    #[error(
+        "this member's certificate names {names:?}: a member's certificate must name it \
+         `{want}` (subject CN or a DNS subject alternative name), or the other members refuse its \
+         messages"
+    )]
+    MemberCertificateName { want: String, names: Vec<String> },
     #[error("this node's id {id} is not in --peers ({members})")]
     NotAMember { id: u64, members: String },
     #[error("heartbeat must be non-zero and at most a third of the election timeout")]

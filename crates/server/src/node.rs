@@ -188,11 +188,19 @@ impl Node {
             });
         }
 
-        let peer_auth = Arc::new(crate::peer_auth::PeerAuth::new(
-            config.id,
-            members.clone(),
-            config.cluster_secret.clone(),
-        ));
+        let peer_auth = Arc::new(
+            crate::peer_auth::PeerAuth::new(
+                config.id,
+                members.clone(),
+                config.cluster_secret.clone(),
+            )
+            .with_member_certificates(
+                config
+                    .tls
+                    .as_ref()
+                    .is_some_and(|tls| tls.requires_client_certs()),
+            ),
+        );
         let raft_config = Arc::new(
             config
                 .raft_config()

@@ -86,11 +86,16 @@ impl PeerService {
         request: Request<pb::PeerMessage>,
         method: PeerMethod,
     ) -> Result<(u64, Vec<u8>), Status> {
+        let certs = request.peer_certs();
         let (meta, _, message) = request.into_parts();
-        match self.auth.verify(&meta, method, &message.payload) {
-            Ok(from) => Ok((from, message.payload)),
-            Err(e) => Err(refuse(method, None, &e.to_string())),
-        }
+        let from = self
+            .auth
+            .verify(&meta, method, &message.payload)
+            .map_err(|e| refuse(method, None, &e.to_string()))?;
+        self.auth
+            .verify_certificate(from, certs.as_deref().map(Vec::as_slice))
+            .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
+        Ok((from, message.payload))
     }
 }
 

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use hmac::{Hmac, Mac};
+use rustls_pki_types::CertificateDer;
 use sha2::{Digest, Sha256};
 use tonic::metadata::{MetadataMap, MetadataValue};
 
@@ -67,6 +68,15 @@ pub enum PeerAuthError {
     NoMac,
     #[error("the message's MAC does not verify: another cluster secret, or an altered message")]
     BadMac,
+    #[error(
+        "member {from}'s messages must come with a certificate naming `{want}` (its subject CN or \
+         a DNS name); this connection's certificate names {names:?}"
+    )]
+    NotMemberCertificate {
+        from: u64,
+        want: String,
+        names: Vec<String>,
+    },
 }
 
 /// The cluster secret's bytes; never printed.
@@ -92,6 +102,10 @@ pub struct PeerAuth {
     members: BTreeMap<u64, String>,
     fingerprint: String,
     secret: Option<Vec<u8>>,
+    /// With mTLS between members (`--tls-ca`): a member's messages must come over a connection
+    /// whose client certificate names that member (`member-ID`), so that a client holding a
+    /// certificate from the same CA cannot speak for a member.
+    member_certificates: bool,
 }
 
 impl std::fmt::Debug for PeerAuth {
@@ -122,6 +136,36 @@ impl PeerAuth {
             members,
             fingerprint,
             secret,
+            member_certificates: false,
+        }
+    }
+
+    /// Requires every peer message to come with a client certificate that names its sender
+    /// (see [`member_certificate_name`]); on when members dial each other over mTLS.
+    pub fn with_member_certificates(mut self, on: bool) -> PeerAuth {
+        self.member_certificates = on;
+        self
+    }
+
+    /// Checks, when member certificates are required, that the connection's client
+    /// certificate names member `from`.
+    pub fn verify_certificate(
+        &self,
+        from: u64,
+        peer_certs: Option<&[CertificateDer<'static>]>,
+    ) -> Result<(), PeerAuthError> {
+        if !self.member_certificates {
+            return Ok(());
+        }
+        let want = member_certificate_name(from);
+        let names = peer_certs
+            .and_then(|c| c.first())
+            .map(crate::acl::cert_names)
+            .unwrap_or_default();
+        if names.contains(&want) {
+            Ok(())
+        } else {
+            Err(PeerAuthError::NotMemberCertificate { from, want, names })
         }
     }
 
@@ -203,6 +247,12 @@ impl PeerAuth {
         }
         Ok(from)
     }
+}
+
+/// The name a member's certificate must carry (subject CN or a DNS subject alternative name)
+/// when members authenticate with mTLS: `member-ID`.
+pub fn member_certificate_name(id: u64) -> String {
+    format!("member-{id}")
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -388,5 +438,34 @@ mod tests {
         );
         std::fs::write(&p, "short\n").unwrap();
         assert!(read_secret_file(&p).unwrap_err().contains("at least"));
+    }
+
+    fn certificate(common_name: &str) -> CertificateDer<'static> {
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, common_name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().clone()
+    }
+
+    #[test]
+    fn with_member_certificates_only_a_certificate_naming_the_sender_speaks_for_it() {
+        let b = PeerAuth::new(2, members(), None).with_member_certificates(true);
+        assert_eq!(
+            b.verify_certificate(1, Some(&[certificate("member-1")])),
+            Ok(())
+        );
+        // A client certificate from the same CA, or another member's, is not member 1's.
+        for name in ["client", "member-3", "member-10"] {
+            assert!(matches!(
+                b.verify_certificate(1, Some(&[certificate(name)])),
+                Err(PeerAuthError::NotMemberCertificate { from: 1, .. })
+            ));
+        }
+        assert!(b.verify_certificate(1, None).is_err());
+        // Without mTLS between members there is nothing to check.
+        let plain = PeerAuth::new(2, members(), None);
+        assert_eq!(plain.verify_certificate(1, None), Ok(()));
     }
 }

@@ -200,6 +200,16 @@ impl ServerTls {
         &self.files
     }
 
+    /// The names the certificate being served gives this node (subject CN, first DNS name).
+    pub fn certificate_names(&self) -> Vec<String> {
+        let pair = self.current.0.read().expect("certificate lock poisoned");
+        pair.certified
+            .cert
+            .first()
+            .map(crate::acl::cert_names)
+            .unwrap_or_default()
+    }
+
     /// Whether connections must present a certificate signed by the CA.
     pub fn requires_client_certs(&self) -> bool {
         self.ca_pem.is_some()
