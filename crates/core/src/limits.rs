@@ -369,3 +369,8 @@ pub const ACL_FILE_BYTES_MAX: u64 = 16 * 1024 * 1024;
 /// few dozen bytes; the bound caps the hashing work a hostile header can ask for (tonic already
 /// caps the whole header block).
 pub const AUTH_TOKEN_BYTES_MAX: usize = 4_096;
+
+/// Locks whose queue lengths `/metrics` shows (`latchkey_queue_length{lock=...}`): the longest
+/// few are what an operator looks for (a stuck holder, a herd); one series per lock would make
+/// the scrape as large as the table.
+pub const METRICS_LONGEST_QUEUES: usize = 5;

@@ -679,6 +679,22 @@ impl LockTable {
             .collect()
     }
 
+    /// The `k` locks with the longest queues (longest first, then by name), skipping locks
+    /// nobody waits for: a scan of every lock, for the metrics scrape, not for a request path.
+    pub fn longest_queues(&self, k: usize) -> Vec<(String, usize)> {
+        let mut top: Vec<(String, usize)> = Vec::with_capacity(k + 1);
+        for (name, lock) in &self.locks {
+            let len = lock.waiters.len();
+            if len == 0 || (top.len() == k && top.last().is_some_and(|(_, l)| *l >= len)) {
+                continue;
+            }
+            let at = top.partition_point(|(_, l)| *l >= len);
+            top.insert(at, (name.to_string(), len));
+            top.truncate(k);
+        }
+        top
+    }
+
     pub fn sessions(&self) -> impl Iterator<Item = SessionInfo> + '_ {
         self.sessions.iter().map(|(id, s)| SessionInfo {
             id: *id,
@@ -902,6 +918,45 @@ mod tests {
         let o = t.apply(last + 3, &create(1_000, 0)).outcome;
         assert!(matches!(o, Outcome::SessionCreated { .. }), "{o:?}");
         assert_eq!(t.apply(last + 4, &create(1_000, 0)).outcome, full);
+    }
+
+    #[test]
+    fn longest_queues_are_the_k_longest_by_length_then_name() {
+        let mut t = LockTable::new();
+        let mut index = 0;
+        let mut next = || {
+            index += 1;
+            index
+        };
+        for i in 1..=6 {
+            t.apply(next(), &create(1_000, i));
+        }
+        let acquire = |i: u64, name: &str| Command {
+            now_ms: 0,
+            op: Op::Acquire {
+                session: SessionKey {
+                    id: SessionId(i),
+                    secret: i,
+                },
+                seq: 1,
+                name: name.into(),
+                wait_ms: limits::WAIT_TIMEOUT_MS_MAX,
+            },
+        };
+        // Each session makes one request (seq 1), so each holds or waits on one lock.
+        for (name, holder, waiters) in [("c", 1, vec![5, 6]), ("b", 2, vec![3]), ("a", 4, vec![])] {
+            t.apply(next(), &acquire(holder, name));
+            for w in waiters {
+                t.apply(next(), &acquire(w, name));
+            }
+        }
+        assert_eq!(
+            t.longest_queues(5),
+            vec![("c".to_owned(), 2), ("b".to_owned(), 1)],
+            "held locks without waiters are skipped"
+        );
+        assert_eq!(t.longest_queues(1), vec![("c".to_owned(), 2)]);
+        assert!(t.longest_queues(0).is_empty());
     }
 
     /// A valid table with a holder, a waiter and a remembered outcome, to break in various ways.

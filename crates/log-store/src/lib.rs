@@ -90,10 +90,29 @@ pub struct LogStoreStats {
     pub requests_written: u64,
 }
 
+/// Told the duration of each group commit (write transaction and fsync) once it returned; the
+/// server feeds its `latchkey_fsync_seconds` histogram from it.
+pub type CommitObserver = Box<dyn Fn(std::time::Duration) + Send + Sync>;
+
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) write_transactions: AtomicU64,
     pub(crate) requests_written: AtomicU64,
+    pub(crate) commit_observer: ObserverSlot,
+}
+
+/// The commit observer, set at most once after the store is opened.
+#[derive(Default)]
+pub(crate) struct ObserverSlot(pub(crate) std::sync::OnceLock<CommitObserver>);
+
+impl Debug for ObserverSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "ObserverSlot(set)"
+        } else {
+            "ObserverSlot(unset)"
+        })
+    }
 }
 
 /// Handle to the log store. Clones share the file, the writer and the pending writes.
@@ -235,6 +254,12 @@ impl<C: RaftTypeConfig> LogStore<C> {
             .and_then(|_| shared.log_state())
             .map_err(|e| LogStoreError::Corrupt(e.to_string()))?;
         Ok(store)
+    }
+
+    /// Tells `observer` the duration of every group commit from now on (the first observer set
+    /// stays; a second is refused with `false`).
+    pub fn observe_commits(&self, observer: CommitObserver) -> bool {
+        self.shared.counters.commit_observer.0.set(observer).is_ok()
     }
 
     /// What the writer has done since the store was opened.

@@ -80,7 +80,14 @@ pub(crate) fn run<C: RaftTypeConfig>(
         let result = match failed {
             // The file may miss an earlier batch: writing this one could leave a hole.
             Some(msg) => Err(msg),
-            None => commit_batch(&db, &batch).map_err(|e| format!("log store write failed: {e}")),
+            None => {
+                let started = std::time::Instant::now();
+                let result = commit_batch(&db, &batch);
+                if let (Ok(()), Some(observe)) = (&result, counters.commit_observer.0.get()) {
+                    observe(started.elapsed());
+                }
+                result.map_err(|e| format!("log store write failed: {e}"))
+            }
         };
         match &result {
             Ok(()) => {

@@ -407,7 +407,13 @@ where
         tokio::spawn(metrics::serve(
             listener,
             node.metrics.clone(),
-            move || status_of.status().gauges(),
+            move || {
+                let mut gauges = status_of.status().gauges();
+                gauges.longest_queues = status_of
+                    .state
+                    .read(|t| t.longest_queues(limits::METRICS_LONGEST_QUEUES));
+                gauges
+            },
             async move { stop.cancelled().await },
         ))
     });

@@ -20,14 +20,28 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
 type Count = Counter<u64, AtomicU64>;
 /// The `method` label of [`Metrics::requests`]: the gRPC method's name in snake case.
 type MethodLabel = [(&'static str, &'static str); 1];
+/// The `lock` label of [`Metrics::queue_length`].
+type LockLabel = [(&'static str, String); 1];
 
-#[derive(Default)]
+/// Buckets of the latency histograms: 0.25 ms to about 4 s, doubling (a commit, an fsync or a
+/// keepalive on a healthy cluster takes well under the top bucket; a stall shows there).
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.000_25, 2.0, 15)
+}
+
+/// Buckets of acquire waits: 1 ms to about 4.5 minutes, doubling (a wait ends within
+/// `WAIT_TIMEOUT_MS_MAX`).
+fn wait_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.001, 2.0, 19)
+}
+
 pub struct Metrics {
     registry: Registry,
     pub grants: Count,
@@ -43,6 +57,18 @@ pub struct Metrics {
     pub waits_expired: Count,
     /// Client gRPC calls received, by method (`latchkey bench` divides them by operations).
     requests: Family<MethodLabel, Count>,
+    /// Proposal to applied outcome, on the leader that proposed (a majority's fsync included).
+    pub commit_seconds: Histogram,
+    /// One group commit of the log store: its write transaction and fsync.
+    pub fsync_seconds: Histogram,
+    /// A keepalive's arrival to its answer on the leader (read index, logged renewal if any).
+    pub keepalive_seconds: Histogram,
+    /// From the arrival of the acquire call that was granted to its grant, on the node that
+    /// answered it: the wait in the queue, up to one long-poll (`ACQUIRE_POLL_MS_MAX`); a
+    /// longer wait counts from its last re-sent call.
+    pub acquire_wait_seconds: Histogram,
+    /// The queue lengths of the longest queues, refreshed at each scrape.
+    queue_length: Family<LockLabel, Gauge>,
     sessions: Gauge,
     locks: Gauge,
     term: Gauge,
@@ -53,8 +79,58 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut m = Metrics::default();
+        let mut m = Metrics {
+            registry: Registry::default(),
+            grants: Count::default(),
+            handoffs: Count::default(),
+            releases: Count::default(),
+            sessions_created: Count::default(),
+            sessions_closed: Count::default(),
+            sessions_expired: Count::default(),
+            rejections: Count::default(),
+            keepalive_sessions: Count::default(),
+            logged_renewals: Count::default(),
+            snapshots_installed: Count::default(),
+            waits_expired: Count::default(),
+            requests: Family::default(),
+            commit_seconds: Histogram::new(latency_buckets()),
+            fsync_seconds: Histogram::new(latency_buckets()),
+            keepalive_seconds: Histogram::new(latency_buckets()),
+            acquire_wait_seconds: Histogram::new(wait_buckets()),
+            queue_length: Family::default(),
+            sessions: Gauge::default(),
+            locks: Gauge::default(),
+            term: Gauge::default(),
+            is_leader: Gauge::default(),
+            last_log_index: Gauge::default(),
+            applied_index: Gauge::default(),
+        };
         let r = &mut m.registry;
+        r.register(
+            "latchkey_commit_seconds",
+            "Time from proposing a command to its applied outcome, on the leader",
+            m.commit_seconds.clone(),
+        );
+        r.register(
+            "latchkey_fsync_seconds",
+            "Time of one log-store group commit (write transaction and fsync)",
+            m.fsync_seconds.clone(),
+        );
+        r.register(
+            "latchkey_keepalive_seconds",
+            "Time from a keepalive's arrival to its answer, on the leader",
+            m.keepalive_seconds.clone(),
+        );
+        r.register(
+            "latchkey_acquire_wait_seconds",
+            "Time from the arrival of a granted acquire call to its grant (the queue wait within one long-poll)",
+            m.acquire_wait_seconds.clone(),
+        );
+        r.register(
+            "latchkey_queue_length",
+            "Waiters queued on the locks with the longest queues (at most METRICS_LONGEST_QUEUES)",
+            m.queue_length.clone(),
+        );
         r.register(
             "latchkey_grants",
             "Grants applied (direct and handed over)",
@@ -178,6 +254,8 @@ pub struct Gauges {
     pub applied_index: u64,
     /// `Err(why)` when this member should not get traffic (see [`NodeStatus::readiness`]).
     pub ready: Result<(), String>,
+    /// The locks with the longest queues and their lengths, longest first.
+    pub longest_queues: Vec<(String, usize)>,
 }
 
 /// What a scrape reads: the counters, and the gauges' values from the node.
@@ -195,6 +273,12 @@ async fn scrape(State(scraped): State<Arc<Scraped>>) -> impl IntoResponse {
     m.is_leader.set(i64::from(g.is_leader));
     m.last_log_index.set(g.last_log_index as i64);
     m.applied_index.set(g.applied_index as i64);
+    m.queue_length.clear();
+    for (lock, len) in g.longest_queues {
+        m.queue_length
+            .get_or_create(&[("lock", lock)])
+            .set(len as i64);
+    }
     let mut body = String::new();
     match encode(&mut body, &m.registry) {
         Ok(()) => (

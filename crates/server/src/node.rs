@@ -28,6 +28,9 @@ use crate::{NodeEnv, ServerConfig};
 pub trait NodeLogStore: openraft::storage::RaftLogStorage<TypeConfig> {
     fn read_node_meta(&self, key: &str) -> Result<Option<Vec<u8>>, String>;
     fn write_node_meta(&self, key: &str, value: &[u8]) -> Result<(), String>;
+    /// Reports each group commit's duration to `observer` (the fsync histogram); a store
+    /// without real fsyncs (the simulation's) ignores it.
+    fn observe_commits(&self, _observer: latchkey_log_store::CommitObserver) {}
 }
 
 impl NodeLogStore for LogStore<TypeConfig> {
@@ -37,6 +40,10 @@ impl NodeLogStore for LogStore<TypeConfig> {
 
     fn write_node_meta(&self, key: &str, value: &[u8]) -> Result<(), String> {
         self.write_meta(key, value).map_err(|e| e.to_string())
+    }
+
+    fn observe_commits(&self, observer: latchkey_log_store::CommitObserver) {
+        LogStore::observe_commits(self, observer);
     }
 }
 
@@ -165,6 +172,10 @@ impl Node {
         let leases = Arc::new(Mutex::new(Leases::new(config.plant)));
         let waiters = Arc::new(Waiters::default());
         let metrics = Arc::new(Metrics::new());
+        let fsync_seconds = metrics.fsync_seconds.clone();
+        log_store.observe_commits(Box::new(move |took| {
+            fsync_seconds.observe(took.as_secs_f64())
+        }));
         let observer = Arc::new(Observer {
             waiters: waiters.clone(),
             leases: leases.clone(),

@@ -165,6 +165,7 @@ impl NodeStatus {
             last_log_index: self.last_log_index,
             applied_index: self.applied_index,
             ready: self.readiness(),
+            longest_queues: Vec::new(),
         }
     }
 }
@@ -199,12 +200,16 @@ impl Node {
             now_ms: self.clock.wall_ms(),
             op,
         };
+        let proposed = self.clock.now();
         let resp = tokio::time::timeout(
             Duration::from_millis(limits::PROPOSE_TIMEOUT_MS),
             self.raft.client_write(cmd.into()),
         )
         .await
         .map_err(|_| ApiError::NoQuorum)??;
+        self.metrics
+            .commit_seconds
+            .observe(self.clock.now().duration_since(proposed).as_secs_f64());
         Ok(resp.data.outcome)
     }
 
@@ -296,6 +301,12 @@ impl Node {
             }
         }
         let started = self.clock.now();
+        let granted = |token| {
+            self.metrics
+                .acquire_wait_seconds
+                .observe(self.clock.now().duration_since(started).as_secs_f64());
+            Acquired::Granted { token }
+        };
         // Register before proposing, so a grant applied between the proposal's answer and our
         // wait cannot be missed.
         let (slot, rx) = self
@@ -315,7 +326,7 @@ impl Node {
             })
             .await?;
         let position = match outcome {
-            Outcome::Granted { token } => return Ok(Acquired::Granted { token }),
+            Outcome::Granted { token } => return Ok(granted(token)),
             Outcome::NotGranted => return Ok(Acquired::NotGranted),
             Outcome::Queued { position } => position,
             other => return Err(rejected(other)),
@@ -325,7 +336,7 @@ impl Node {
         let poll_end = started + Duration::from_millis(poll_ms);
         tokio::select! {
             end = rx => match end {
-                Ok(WaitEnd::Granted { token }) => return Ok(Acquired::Granted { token }),
+                Ok(WaitEnd::Granted { token }) => return Ok(granted(token)),
                 Ok(WaitEnd::SessionGone) => {
                     return Err(Rejection::SessionNotFound { id: session.id }.into())
                 }
@@ -342,7 +353,7 @@ impl Node {
         // The wait timed out: leave the queue through the log. If the grant was applied first,
         // the cancel answers with that grant, so a grant is never lost.
         match self.propose(Op::CancelWait { session, seq }).await? {
-            Outcome::Granted { token } => Ok(Acquired::Granted { token }),
+            Outcome::Granted { token } => Ok(granted(token)),
             Outcome::NotGranted => Ok(Acquired::NotGranted),
             other => Err(rejected(other)),
         }
@@ -447,6 +458,9 @@ impl Node {
             .count()
             + renewed_through_log.len();
         self.metrics.keepalive_sessions.inc_by(renewed as u64);
+        self.metrics
+            .keepalive_seconds
+            .observe(self.clock.now().duration_since(arrived).as_secs_f64());
         Ok(decisions
             .into_iter()
             .map(|(id, ttl_ms, d)| SessionLease {

@@ -301,7 +301,20 @@ async fn metrics_count_applied_grants_and_report_leadership() {
         .expect("the node starts");
     let mut c = client(&mut node).await;
     let a = session(&mut c, 10_000).await;
+    let b = session(&mut c, 10_000).await;
     granted(&acquire(&mut c, &a, 1, "m", 0).await.unwrap());
+    // b waits for "m" (its long-poll stays open), and a renews: the queue gauge and the
+    // keepalive histogram have something to show.
+    let mut waiting = c.clone();
+    let wait = tokio::spawn(async move { acquire(&mut waiting, &b, 1, "m", 20_000).await });
+    let queued_by = tokio::time::Instant::now() + Duration::from_secs(5);
+    while describe(&mut c, "m").await.waiters != 1 {
+        assert!(tokio::time::Instant::now() < queued_by, "b never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.keep_alive(pb::KeepAliveRequest { sessions: vec![a] })
+        .await
+        .unwrap();
     let body = tokio::task::spawn_blocking(move || {
         let mut s = std::net::TcpStream::connect(metrics_addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -319,15 +332,30 @@ async fn metrics_count_applied_grants_and_report_leadership() {
     );
     for line in [
         "latchkey_grants_total 1",
-        "latchkey_sessions_created_total 1",
+        "latchkey_sessions_created_total 2",
         "latchkey_raft_is_leader 1",
         "latchkey_locks 1",
+        "latchkey_queue_length{lock=\"m\"} 1",
+        "latchkey_acquire_wait_seconds_count 1",
+        "latchkey_keepalive_seconds_count 1",
     ] {
         assert!(
             body.lines().any(|l| l == line),
             "missing {line:?} in:\n{body}"
         );
     }
+    // Three sessions' and acquires' proposals at least, each fsynced (a single node commits
+    // alone); group commit may share an fsync between them.
+    let count = |name: &str| -> u64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}_count ")))
+            .unwrap_or_else(|| panic!("no {name}_count in:\n{body}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(count("latchkey_commit_seconds") >= 4, "{body}");
+    assert!(count("latchkey_fsync_seconds") >= 1, "{body}");
+    wait.abort();
     node.stop().await.expect("the node stops cleanly");
 }
 
