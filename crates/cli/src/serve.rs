@@ -142,18 +142,22 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .local_addr()
         .context("reading the listen address")?;
     let shutdown = shutdown_signal().context("installing signal handlers")?;
-    if let Some(tls) = config.tls.clone() {
-        // SIGHUP: reload the certificate and key now (rotation without a restart). The task
-        // ends with the process.
-        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .context("installing signal handlers")?;
-        tokio::spawn(async move {
-            while hangup.recv().await.is_some() {
-                let tls = tls.clone();
-                let _ = tokio::task::spawn_blocking(move || tls.reload_logged("SIGHUP")).await;
+    // SIGHUP: reload the certificate and key now (rotation without a restart). Handled with or
+    // without TLS: its default action ends the process, and `systemctl reload` sends it to
+    // any member. The task ends with the process.
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("installing signal handlers")?;
+    let tls = config.tls.clone();
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            match tls.clone() {
+                Some(tls) => {
+                    let _ = tokio::task::spawn_blocking(move || tls.reload_logged("SIGHUP")).await;
+                }
+                None => tracing::info!("SIGHUP: nothing to reload (no TLS)"),
             }
-        });
-    }
+        }
+    });
     latchkey_server::run(listener, config.listening_on(listen), shutdown).await
 }
 

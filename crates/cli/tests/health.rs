@@ -6,33 +6,16 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use common::free_port;
 use common::serve::ServeProcess;
-
-/// `GET path` on `addr`: the status code and body.
-fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).ok()?;
-    let status = reply.split(' ').nth(1)?.parse().ok()?;
-    let body = reply.split_once("\r\n\r\n")?.1.to_owned();
-    Some((status, body))
-}
+use common::{free_port, http_get};
 
 /// Polls `GET path` until it answers `status` (bounded): the last answer.
 fn wait_for(addr: &str, path: &str, status: u16) -> (u16, String) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let got = get(addr, path);
+        let got = http_get(addr, path);
         if let Some((s, body)) = &got {
             if *s == status {
                 return (*s, body.clone());
@@ -130,7 +113,7 @@ fn a_member_without_a_leader_is_up_but_not_ready_and_ready_once_one_is_elected()
     wait_for_grpc(&client_addr(0), ServingStatus::NotServing);
     // Still not ready a while later: alone, it cannot be elected.
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(get(&metrics[0], "/readyz").map(|r| r.0), Some(503));
+    assert_eq!(http_get(&metrics[0], "/readyz").map(|r| r.0), Some(503));
     assert_eq!(
         grpc_health(&client_addr(0)),
         Some(ServingStatus::NotServing as i32)

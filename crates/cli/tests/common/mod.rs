@@ -58,6 +58,25 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
+/// `GET path` on `addr` (HTTP/1.1, one connection): the status code and body, or `None` if it
+/// did not answer.
+#[allow(dead_code)] // each test binary uses a different part of the harness
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::Write as _;
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).ok()?;
+    let status = reply.split(' ').nth(1)?.parse().ok()?;
+    let body = reply.split_once("\r\n\r\n")?.1.to_owned();
+    Some((status, body))
+}
+
 fn read(path: &Path) -> String {
     let mut text = String::new();
     if let Ok(mut f) = File::open(path) {

@@ -91,15 +91,18 @@ impl ServeProcess {
         }
     }
 
-    /// SIGTERM, then wait (at most `timeout`) for the clean exit; SIGKILL and `Err` if it does
-    /// not come.
-    pub fn sigterm(&mut self, timeout: Duration) -> Result<(), String> {
+    /// SIGTERM, then wait (at most `timeout`) for the clean exit: its status (`None` if it
+    /// was not running); SIGKILL and `Err` if it does not come.
+    pub fn sigterm(&mut self, timeout: Duration) -> Result<Option<ExitStatus>, String> {
         let Some(mut child) = self.child.take() else {
-            return Ok(());
+            return Ok(None);
         };
         signal(child.id() as i32, Signal::SIGTERM);
         let deadline = Instant::now() + timeout;
-        while child.try_wait().ok().flatten().is_none() {
+        loop {
+            if let Some(status) = child.try_wait().ok().flatten() {
+                return Ok(Some(status));
+            }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -107,7 +110,6 @@ impl ServeProcess {
             }
             std::thread::sleep(POLL);
         }
-        Ok(())
     }
 
     /// SIGSTOP: the process stops answering, but its connections stay open.
