@@ -1,40 +1,22 @@
-//! Durations on the command line: `500ms`, `15s`, `2m`, `1h`, or `0`.
+//! Durations on the command line: `250ms`, `1.5s`, `1m30s`, `2h`, or a bare `0`.
 //!
-//! A dozen lines do not justify a dependency (humantime would add calendar units we do not
-//! want in a lock timeout).
+//! Parsed by humantime, the maintained parser of the same `1h 30m` format systemd and many Rust
+//! tools use (it also takes days and weeks, harmless here: a TTL is bounded below, and a wait of
+//! a week is a wait). A bare number other than `0` stays refused, as before: `--wait 5` is
+//! ambiguous (seconds? milliseconds?).
 
 use std::time::Duration;
 
 use latchkey_core::limits::{SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN};
 
-/// Parses `<digits><unit>` with unit `ms`, `s`, `m` or `h`; a bare `0` is zero.
+/// Parses a humantime duration (`500ms`, `1.5s`, `1m30s`, `2h`); a bare `0` is zero.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text == "0" {
         return Ok(Duration::ZERO);
     }
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{text:?} has no unit; write e.g. 500ms, 15s, 2m or 1h"))?;
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} does not start with a whole number"))?;
-    let ms_per_unit = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => {
-            return Err(format!(
-                "unknown unit {unit:?} in {text:?}; use ms, s, m or h"
-            ))
-        }
-    };
-    let ms = n
-        .checked_mul(ms_per_unit)
-        .ok_or_else(|| format!("{text:?} is too long"))?;
-    Ok(Duration::from_millis(ms))
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?}: {e}; write e.g. 250ms, 1.5s, 1m30s or 2h"))
 }
 
 /// A session TTL: a duration within the server's limits (1 s to 1 h).
@@ -59,6 +41,7 @@ mod tests {
     fn parses_the_documented_forms() {
         let ms = Duration::from_millis;
         let cases = [
+            // What the hand-written parser took before humantime.
             ("0", ms(0)),
             ("0s", ms(0)),
             ("500ms", ms(500)),
@@ -66,6 +49,11 @@ mod tests {
             ("2m", ms(120_000)),
             ("1h", ms(3_600_000)),
             (" 200ms ", ms(200)),
+            // New with humantime (issue #14).
+            ("1.5s", ms(1_500)),
+            ("1m30s", ms(90_000)),
+            ("250ms", ms(250)),
+            ("1h 30m", ms(5_400_000)),
         ];
         for (text, want) in cases {
             assert_eq!(parse_duration(text), Ok(want), "{text}");
@@ -74,17 +62,9 @@ mod tests {
 
     #[test]
     fn rejects_what_it_does_not_understand() {
-        for text in [
-            "",
-            "15",
-            "s",
-            "1.5s",
-            "-1s",
-            "10d",
-            "5 s",
-            "99999999999999999999s",
-        ] {
-            assert!(parse_duration(text).is_err(), "{text}");
+        for text in ["", "15", "s", "-1s", "5 parsecs", "99999999999999999999s"] {
+            let e = parse_duration(text).unwrap_err();
+            assert!(e.contains("write e.g."), "{text}: {e}");
         }
         assert!(parse_duration("18446744073709551615h").is_err());
     }
@@ -93,6 +73,7 @@ mod tests {
     fn ttl_must_be_within_limits() {
         assert!(parse_ttl("999ms").is_err());
         assert!(parse_ttl("1s").is_ok());
+        assert!(parse_ttl("1.5s").is_ok());
         assert!(parse_ttl("1h").is_ok());
         assert!(parse_ttl("61m").is_err());
     }

@@ -14,7 +14,8 @@
 //!
 //! SIGINT and SIGTERM received by `latchkey lock` while COMMAND runs are forwarded to COMMAND's
 //! group (in its own group, COMMAND no longer gets a terminal's Ctrl-C directly); the lock is
-//! held until COMMAND ends.
+//! held until COMMAND ends. Before COMMAND starts, they end `latchkey lock` (exit 130 or 143,
+//! the session closed), and so does `--timeout` (exit 1).
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -43,20 +44,36 @@ pub fn shell_status(status: ExitStatus) -> u8 {
     }
 }
 
-pub async fn lock(args: LockArgs) -> anyhow::Result<u8> {
+/// Runs `latchkey lock`; `timeout` (`--timeout`) bounds the time until COMMAND starts.
+pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u8> {
     let mut terminate = signal(SignalKind::terminate()).context("installing signal handlers")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing signal handlers")?;
+    let deadline = timeout.map(|timeout| tokio::time::Instant::now() + timeout);
+    let timed_out = || Stopped::Timeout(timeout.unwrap_or_default());
+    let until_deadline = || async move {
+        match deadline {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
+    };
 
     let client = args.endpoints.client()?;
-    let session = client
-        .session(args.ttl)
-        .await
-        .context("cannot open a session")?;
+    let session = tokio::select! {
+        r = client.session(args.ttl) => r.context("cannot open a session")?,
+        () = until_deadline() => return Err(timed_out().into()),
+        _ = terminate.recv() => return Err(signalled("SIGTERM", Signal::SIGTERM).into()),
+        _ = interrupt.recv() => return Err(signalled("SIGINT", Signal::SIGINT).into()),
+    };
 
     let waited = tokio::select! {
         r = session.lock(args.name.clone()).wait(args.wait) => r,
-        _ = terminate.recv() => return abandon(session, "SIGTERM while waiting for the lock").await,
-        _ = interrupt.recv() => return abandon(session, "SIGINT while waiting for the lock").await,
+        () = until_deadline() => return abandon(session, timed_out()).await,
+        _ = terminate.recv() => {
+            return abandon(session, signalled("SIGTERM while waiting for the lock", Signal::SIGTERM)).await
+        }
+        _ = interrupt.recv() => {
+            return abandon(session, signalled("SIGINT while waiting for the lock", Signal::SIGINT)).await
+        }
     };
     let guard = match waited {
         Ok(guard) => guard,
@@ -171,9 +188,16 @@ fn signal_group(group: Option<Pid>, signal: Signal) {
     }
 }
 
-async fn abandon(session: Session, why: &str) -> anyhow::Result<u8> {
+fn signalled(what: &str, signal: Signal) -> Stopped {
+    Stopped::Signal {
+        what: what.into(),
+        signal,
+    }
+}
+
+async fn abandon(session: Session, why: Stopped) -> anyhow::Result<u8> {
     close_quietly(session).await;
-    anyhow::bail!("{why}: gave up")
+    Err(why.into())
 }
 
 async fn release_quietly(guard: LockGuard) {

@@ -6,9 +6,11 @@
 //! - [`lock`]: `latchkey lock`, running a command under a lock;
 //! - [`query`]: `status`, `list` and `cluster status`;
 //! - [`bench`]: the benchmark (workloads, its own cluster, server metrics);
+//! - [`config`]: `serve --config FILE`, the serve flags in a TOML file;
 //! - [`duration`]: `15s`-style durations.
 
 mod bench;
+mod config;
 mod duration;
 mod lock;
 mod logwriter;
@@ -30,8 +32,11 @@ pub const EXIT_WAIT_TIMED_OUT: u8 = 3;
 pub const EXIT_LOCK_LOST: u8 = 4;
 /// Exit status when access control refused the call (permission denied, unknown credentials).
 pub const EXIT_PERMISSION_DENIED: u8 = 5;
-/// Exit status of every other failure (usage errors are clap's 2).
+/// Exit status of every other failure.
 pub const EXIT_FAILURE: u8 = 1;
+/// Exit status of a usage error: clap's for what it parses, ours for what it cannot check (a
+/// config file, a lock name, `bench --clients 0`).
+pub const EXIT_USAGE: u8 = 2;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -40,6 +45,11 @@ pub const EXIT_FAILURE: u8 = 1;
     about = "A distributed lock service with leases and fencing tokens"
 )]
 struct Cli {
+    /// Give up after this long (e.g. 10s, 1m30s, 250ms): the whole command, but for `lock`
+    /// only the time until COMMAND starts (opening the session and waiting for the lock).
+    /// Exit status 1. Not for `serve`.
+    #[arg(long, global = true, value_parser = parse_duration, value_name = "DURATION")]
+    timeout: Option<Duration>,
     #[command(subcommand)]
     command: Command,
 }
@@ -53,10 +63,15 @@ enum Command {
     /// COMMAND gets LATCHKEY_LOCK=NAME and LATCHKEY_TOKEN=<fencing token> in its environment.
     /// If the lock may be lost, COMMAND gets SIGTERM at once and SIGKILL shortly after.
     /// Exit status: COMMAND's own (128+N if it died by signal N); 3 if the wait timed out;
-    /// 4 if the lock was lost and COMMAND stopped; 5 if access control refused it; 1 for other
-    /// errors; 2 for usage errors.
+    /// 4 if the lock was lost and COMMAND stopped; 5 if access control refused it; 130 or 143
+    /// if SIGINT or SIGTERM came before COMMAND started; 1 for other errors (--timeout too);
+    /// 2 for usage errors.
+    // clap's usage line in a missing-argument error names the options given, also through
+    // LATCHKEY_ENDPOINTS, which reads as if `--endpoints` were required: a fixed usage line.
+    #[command(override_usage = "latchkey lock [OPTIONS] <NAME> -- <COMMAND>...")]
     Lock(LockArgs),
     /// Show one lock: holder (session, token, held for) and number of waiters.
+    #[command(override_usage = "latchkey status [OPTIONS] <NAME>")]
     Status(StatusArgs),
     /// List held locks, optionally only those whose names start with PREFIX.
     List(ListArgs),
@@ -75,34 +90,47 @@ enum ClusterCommand {
     Status(ClusterStatusArgs),
 }
 
+/// Every serve flag (but `--config`) is also a key of the config file (its long name) and an
+/// environment variable (`LATCHKEY_` and the long name in capitals, `-` as `_`); a test checks
+/// both. Precedence: flag, environment, file, default (see `config.rs`).
 #[derive(Args, Debug)]
 pub struct ServeArgs {
+    /// Read settings from this TOML file: its keys are these flags' long names (`listen`,
+    /// `data-dir`, `peers`, ...). Flags and LATCHKEY_* variables win over it. Relative paths
+    /// in it are relative to its directory. See latchkey.example.toml.
+    #[arg(long, env = "LATCHKEY_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// This node's id (at least 1).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, env = "LATCHKEY_ID", default_value_t = 1)]
     pub id: u64,
-    /// Address to serve clients and peers on.
-    #[arg(long, default_value = "127.0.0.1:7420")]
+    /// Address to serve clients and peers on: IP:PORT, or HOST:PORT resolved once at start.
+    #[arg(long, env = "LATCHKEY_LISTEN", default_value = "127.0.0.1:7420", value_parser = serve::parse_listen, value_name = "ADDR")]
     pub listen: SocketAddr,
     /// Where the Raft log and snapshots live.
-    #[arg(long, default_value = "./latchkey-data")]
+    #[arg(
+        long,
+        env = "LATCHKEY_DATA_DIR",
+        default_value = "./latchkey-data",
+        value_name = "DIR"
+    )]
     pub data_dir: PathBuf,
     /// Every member of the cluster, this node included: ID=HOST:PORT,... (default: a
     /// single-node cluster of just this node). A data dir stays with the list it was first
     /// started with; a different list is refused.
-    #[arg(long, value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
+    #[arg(long, env = "LATCHKEY_PEERS", value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peers: Option<serve::MemberList>,
     /// Dial these members at another address than their --peers one (a proxy): ID=ADDR,...
-    #[arg(long, hide = true, value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
+    #[arg(long, hide = true, env = "LATCHKEY_PEER_DIAL", value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peer_dial: Option<serve::MemberList>,
     /// Raft heartbeat interval, in milliseconds.
-    #[arg(long, default_value_t = latchkey_core::limits::HEARTBEAT_MS_DEFAULT)]
+    #[arg(long, env = "LATCHKEY_HEARTBEAT_MS", default_value_t = latchkey_core::limits::HEARTBEAT_MS_DEFAULT)]
     pub heartbeat_ms: u64,
     /// Raft election timeout range MIN..MAX, in milliseconds.
     /// The default is `limits::ELECTION_TIMEOUT_MS_{MIN,MAX}_DEFAULT` (a test checks it).
-    #[arg(long, default_value = "300..600", value_parser = serve::parse_ms_range, value_name = "MIN..MAX")]
+    #[arg(long, env = "LATCHKEY_ELECTION_TIMEOUT_MS", default_value = "300..600", value_parser = serve::parse_ms_range, value_name = "MIN..MAX")]
     pub election_timeout_ms: (u64, u64),
     /// Serve Prometheus metrics at http://ADDR/metrics (and /healthz); off unless given.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "LATCHKEY_METRICS_LISTEN", value_parser = serve::parse_listen, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
     /// A file holding this cluster's secret (at least 16 bytes, mode 0600; e.g.
     /// `head -c 32 /dev/urandom | base64 > FILE`). Every member signs its peer messages with it
@@ -115,31 +143,33 @@ pub struct ServeArgs {
     pub log_format: LogFormat,
     /// Serve TLS with this certificate (PEM, chain first) and --tls-key. Reloaded on SIGHUP
     /// and when the files change, so a renewed certificate needs no restart.
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    #[arg(long, env = "LATCHKEY_TLS_CERT", value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM).
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    #[arg(long, env = "LATCHKEY_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
     /// The CA that signs members' and clients' certificates (PEM): every connection must then
     /// present a certificate it signed, and members dial each other with mTLS. Required for a
     /// cluster of more than one member over TLS.
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    #[arg(long, env = "LATCHKEY_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
     /// Access control (TOML): identities (bearer-token hashes, client-certificate names), their
     /// roles' permissions on lock-name prefixes, and their quotas. Without it every client may
     /// do anything. See README "Access control".
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "LATCHKEY_ACL", value_name = "FILE")]
     pub acl: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct Endpoints {
-    /// Servers to talk to, comma-separated host:port.
+    /// Servers to talk to, comma-separated HOST:PORT (https://HOST:PORT for TLS).
     #[arg(
         long,
         env = "LATCHKEY_ENDPOINTS",
         value_delimiter = ',',
-        default_value = "127.0.0.1:7420"
+        default_value = "127.0.0.1:7420",
+        value_parser = parse_endpoint,
+        value_name = "HOST:PORT,..."
     )]
     pub endpoints: Vec<String>,
     /// The CA that signed the servers' certificates (PEM); needed for https:// endpoints.
@@ -160,6 +190,43 @@ pub struct Endpoints {
         hide_env_values = true
     )]
     pub auth_token: Option<String>,
+}
+
+/// A lock name as the server takes it (`latchkey_core::validate_name`): refused as a usage
+/// error before anything is sent.
+pub fn parse_lock_name(text: &str) -> Result<String, String> {
+    latchkey_core::validate_name(text)
+        .map(|()| text.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// An endpoint: `HOST:PORT`, `http://HOST:PORT` or `https://HOST:PORT` (IPv6 as `[::1]:7420`).
+/// A port is required: latchkey has no well-known one, and a URI without one would mean port
+/// 80 or 443.
+pub fn parse_endpoint(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let rest = ["http://", "https://"]
+        .iter()
+        .find_map(|scheme| text.strip_prefix(scheme))
+        .unwrap_or(text);
+    if rest.contains("://") {
+        return Err(format!("{text:?}: the scheme must be http:// or https://"));
+    }
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    let port = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && (!host.contains(':') || host.ends_with(']')) => {
+            port
+        }
+        _ => {
+            return Err(format!(
+                "{text:?} has no port; write HOST:PORT, e.g. 127.0.0.1:7420"
+            ))
+        }
+    };
+    if port.parse::<u16>().map_or(true, |port| port == 0) {
+        return Err(format!("{text:?}: {port:?} is not a port (1 to 65535)"));
+    }
+    Ok(text.to_owned())
 }
 
 impl Endpoints {
@@ -205,6 +272,7 @@ pub struct LockArgs {
     #[arg(long, value_parser = parse_duration)]
     pub wait: Option<Duration>,
     /// The lock's name.
+    #[arg(value_parser = parse_lock_name)]
     pub name: String,
     /// The command to run under the lock, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
@@ -218,6 +286,7 @@ pub struct StatusArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[arg(value_parser = parse_lock_name)]
     pub name: String,
 }
 
@@ -289,6 +358,18 @@ pub struct BenchArgs {
 pub enum Stopped {
     #[error("lock {name:?} may have been lost ({why}); COMMAND was stopped")]
     LockLost { name: String, why: String },
+    /// Input that passed its parser but not the command's rules (exit 2, like clap's own).
+    #[error("{0}")]
+    Usage(String),
+    /// SIGINT or SIGTERM ended the command (exit 128 + the signal, as a shell reports it).
+    #[error("{what}: gave up")]
+    Signal {
+        what: String,
+        signal: nix::sys::signal::Signal,
+    },
+    /// `--timeout` ran out.
+    #[error("gave up after --timeout {}", humantime::format_duration(*.0))]
+    Timeout(Duration),
 }
 
 /// How long an exiting `latchkey lock` waits for its queued log lines to reach stderr.
@@ -296,12 +377,20 @@ const LOG_DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The one place an error becomes an exit status.
 fn exit_code(error: &anyhow::Error) -> u8 {
-    if let Some(Stopped::LockLost { .. }) = error.downcast_ref::<Stopped>() {
-        return EXIT_LOCK_LOST;
+    match error.downcast_ref::<Stopped>() {
+        Some(Stopped::LockLost { .. }) => return EXIT_LOCK_LOST,
+        Some(Stopped::Usage(_)) => return EXIT_USAGE,
+        Some(Stopped::Signal { signal, .. }) => return (128 + *signal as i32).min(255) as u8,
+        Some(Stopped::Timeout(_)) | None => {}
+    }
+    if error.downcast_ref::<config::ConfigFileError>().is_some() {
+        return EXIT_USAGE;
     }
     match error.downcast_ref::<latchkey_client::Error>() {
         Some(latchkey_client::Error::WaitTimedOut { .. }) => EXIT_WAIT_TIMED_OUT,
         Some(latchkey_client::Error::PermissionDenied { .. }) => EXIT_PERMISSION_DENIED,
+        // Bad input (a lock name, a TTL, an endpoint), refused by the library or a server.
+        Some(latchkey_client::Error::InvalidArgument { .. }) => EXIT_USAGE,
         _ => EXIT_FAILURE,
     }
 }
@@ -354,8 +443,42 @@ fn init_logging(default: &str, lossy: bool, format: LogFormat) -> Option<logwrit
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The command line, with `serve --config FILE`'s values as the serve flags' defaults (see
+/// `config.rs`). A clap error exits here (2, or 0 for --help); a config file error is returned.
+fn parse_cli() -> Result<Cli, config::ConfigFileError> {
+    use clap::{CommandFactory, FromArgMatches};
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut command = Cli::command();
+    if let Some(path) = config::path_in(&command, &argv) {
+        let serve = command
+            .find_subcommand("serve")
+            .expect("latchkey has a serve subcommand");
+        let values = config::load(&path, serve)?;
+        command = command.mut_subcommand("serve", |serve| config::apply(serve, &values));
+    }
+    let cli = command
+        .try_get_matches_from(&argv)
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+        .unwrap_or_else(|e| e.exit());
+    if cli.timeout.is_some() && matches!(cli.command, Command::Serve(_)) {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--timeout bounds client commands; `serve` runs until it is stopped",
+            )
+            .exit();
+    }
+    Ok(cli)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse_cli() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("latchkey: {e}");
+            return ExitCode::from(exit_code(&e.into()));
+        }
+    };
     let log = init_logging(
         match cli.command {
             // openraft's own lines (every vote, every replication retry) at warn: the node
@@ -388,16 +511,20 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
+    let timeout = cli.timeout;
     let result = runtime.block_on(async move {
         match cli.command {
+            // Both handle SIGINT and SIGTERM themselves (a clean shutdown; COMMAND's group).
             Command::Serve(args) => serve::serve(args).await.map(|()| 0),
-            Command::Lock(args) => lock::lock(args).await,
-            Command::Status(args) => query::status(args).await.map(|()| 0),
-            Command::List(args) => query::list(args).await.map(|()| 0),
+            Command::Lock(args) => lock::lock(args, timeout).await,
+            Command::Status(args) => bounded(timeout, query::status(args)).await.map(|()| 0),
+            Command::List(args) => bounded(timeout, query::list(args)).await.map(|()| 0),
             Command::Cluster {
                 command: ClusterCommand::Status(args),
-            } => query::cluster_status(args).await.map(|()| 0),
-            Command::Bench(args) => bench::bench(args).await.map(|()| 0),
+            } => bounded(timeout, query::cluster_status(args))
+                .await
+                .map(|()| 0),
+            Command::Bench(args) => bounded(timeout, bench::bench(args)).await.map(|()| 0),
         }
     });
     // Do not wait for best-effort background calls of the client library.
@@ -411,6 +538,34 @@ fn main() -> ExitCode {
             eprintln!("latchkey: {e:#}");
             ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// Runs a client command within `--timeout`, and ends it on SIGINT (exit 130) or SIGTERM (143).
+/// Dropping the command's future closes what it opened (connections, a bench's cluster).
+async fn bounded(
+    timeout: Option<Duration>,
+    command: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    use nix::sys::signal::Signal;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let stopped = |what: &str, signal| Stopped::Signal {
+        what: what.into(),
+        signal,
+    };
+    let deadline = async {
+        match timeout {
+            Some(timeout) => tokio::time::sleep(timeout).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        result = command => result,
+        () = deadline => Err(Stopped::Timeout(timeout.unwrap_or_default()).into()),
+        _ = interrupt.recv() => Err(stopped("SIGINT", Signal::SIGINT).into()),
+        _ = terminate.recv() => Err(stopped("SIGTERM", Signal::SIGTERM).into()),
     }
 }
 
@@ -513,6 +668,35 @@ mod tests {
     }
 
     #[test]
+    fn endpoints_need_a_port() {
+        for good in [
+            "a:1",
+            "http://a:7420",
+            "https://a.b:7420/",
+            "[::1]:7420",
+            "10.0.0.1:7420",
+        ] {
+            assert_eq!(parse_endpoint(good).as_deref(), Ok(good), "{good}");
+        }
+        for bad in [
+            "a",
+            "http://a",
+            "https://a/",
+            "::1",
+            "a:0",
+            "a:x",
+            "ftp://a:1",
+            ":7420",
+        ] {
+            let e = parse_endpoint(bad).unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+        let e =
+            Cli::try_parse_from(["latchkey", "status", "--endpoints", "a:1,b", "x"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
     fn endpoints_split_on_commas() {
         let cli =
             Cli::try_parse_from(["latchkey", "status", "--endpoints", "a:1,b:2", "x"]).unwrap();
@@ -541,6 +725,20 @@ mod tests {
             message: "x".into(),
         });
         assert_eq!(exit_code(&denied), EXIT_PERMISSION_DENIED);
+        let bad_name = anyhow::Error::new(latchkey_client::Error::InvalidArgument {
+            message: "x".into(),
+        });
+        assert_eq!(exit_code(&bad_name), EXIT_USAGE);
+        let usage = anyhow::Error::new(Stopped::Usage("--clients must be 1 to 10000".into()));
+        assert_eq!(exit_code(&usage), EXIT_USAGE);
+        let interrupted = anyhow::Error::new(Stopped::Signal {
+            what: "SIGINT".into(),
+            signal: nix::sys::signal::Signal::SIGINT,
+        });
+        assert_eq!(exit_code(&interrupted), 130);
+        let timeout = anyhow::Error::new(Stopped::Timeout(Duration::from_millis(1500)));
+        assert_eq!(exit_code(&timeout), EXIT_FAILURE);
+        assert_eq!(timeout.to_string(), "gave up after --timeout 1s 500ms");
     }
 
     /// Without --acl anyone who reaches the port may do anything, so by default it is reachable

@@ -48,6 +48,36 @@ pub fn parse_members(text: &str) -> Result<MemberList, String> {
     Ok(MemberList(members))
 }
 
+/// Parses a listen address: `IP:PORT`, or `HOST:PORT` resolved now (`localhost:7420`), to the
+/// first address the resolver gives. A port is required: a server has no default one.
+pub fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let text = text.trim();
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!(
+            "{text:?} has no port; write IP:PORT, e.g. 127.0.0.1:7420"
+        ));
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return Err(format!("{text:?} is not HOST:PORT, e.g. 127.0.0.1:7420"));
+    };
+    if host.is_empty() {
+        return Err(format!("{text:?} is not HOST:PORT, e.g. 127.0.0.1:7420"));
+    }
+    match (host, port).to_socket_addrs().map(|mut addrs| addrs.next()) {
+        Ok(Some(addr)) => Ok(addr),
+        Ok(None) => Err(format!(
+            "{host:?} resolves to no address; give an IP address, e.g. 0.0.0.0:{port}"
+        )),
+        Err(e) => Err(format!(
+            "cannot resolve {host:?} ({e}); give an IP address, e.g. 0.0.0.0:{port}"
+        )),
+    }
+}
+
 /// Parses an election timeout range `MIN..MAX` in milliseconds, e.g. `1000..2000`.
 pub fn parse_ms_range(text: &str) -> Result<(u64, u64), String> {
     let (min, max) = text
@@ -84,7 +114,15 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
         .map(latchkey_server::peer_auth::read_secret_file)
         .transpose()
         .map_err(ConfigError::ClusterSecret)?;
+    // Each may come from a flag, the environment or the config file, so clap cannot pair them.
     config.tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(_), None) => return Err(ConfigError::Tls("--tls-cert needs --tls-key".into())),
+        (None, Some(_)) => return Err(ConfigError::Tls("--tls-key needs --tls-cert".into())),
+        (None, None) if args.tls_ca.is_some() => {
+            return Err(ConfigError::Tls(
+                "--tls-ca needs --tls-cert and --tls-key".into(),
+            ))
+        }
         (Some(cert), Some(key)) => Some(
             latchkey_server::tls::ServerTls::load(latchkey_server::tls::TlsFiles {
                 cert: cert.clone(),
@@ -188,6 +226,27 @@ mod tests {
         for bad in ["", "1=a:1,", "x=a:1", "0=a:1", "1", "1=", "1=nohostport"] {
             assert!(parse_members(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn listen_addresses_resolve_and_need_a_port() {
+        assert_eq!(
+            parse_listen("127.0.0.1:7420"),
+            Ok("127.0.0.1:7420".parse().unwrap())
+        );
+        let local = parse_listen("localhost:7420").expect("localhost resolves");
+        assert!(local.ip().is_loopback() && local.port() == 7420, "{local}");
+        for bad in [
+            "localhost",
+            "127.0.0.1",
+            ":7420",
+            "localhost:x",
+            "localhost:70000",
+        ] {
+            assert!(parse_listen(bad).is_err(), "{bad:?}");
+        }
+        let e = parse_listen("no-such-host.invalid:7420").unwrap_err();
+        assert!(e.contains("give an IP address"), "{e}");
     }
 
     #[test]

@@ -216,7 +216,8 @@ fn failover_without_a_cluster_of_its_own_is_refused() {
         .map(|s| s.to_string())
         .collect();
     let out = common::run(&argv, dir.path(), BENCH_TIMEOUT);
-    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    // A usage error (issue #14: exit 2 everywhere).
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--cluster 3 or 5"), "{}", out.stderr);
 }
 

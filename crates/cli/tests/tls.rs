@@ -252,7 +252,8 @@ fn a_tls_client_of_a_plaintext_server_is_told_it_does_not_speak_tls() {
 fn an_https_endpoint_without_a_ca_is_refused_not_dialed_in_plaintext() {
     let out = lock_once("https://127.0.0.1:1", &[]);
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // A usage error: the command line lacks --ca (issue #14: exit 2 everywhere).
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("uses TLS: give the CA"), "{err}");
 }
 

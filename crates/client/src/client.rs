@@ -127,6 +127,29 @@ impl Route {
     }
 }
 
+/// `uri` as the user wrote its endpoint: `host:port`, without the `http://` it was given.
+fn bare(uri: &str) -> &str {
+    uri.strip_prefix("http://").unwrap_or(uri)
+}
+
+/// Why a transport failure happened, in a few words: the innermost cause (an I/O error as its
+/// kind, "connection refused"), or the status's message.
+fn transport_cause(status: &tonic::Status) -> String {
+    use std::error::Error as _;
+    let mut innermost: Option<&(dyn std::error::Error + 'static)> = status.source();
+    while let Some(next) = innermost.and_then(|e| e.source()) {
+        innermost = Some(next);
+    }
+    match innermost {
+        Some(e) => match e.downcast_ref::<std::io::Error>() {
+            Some(io) if io.kind() != std::io::ErrorKind::Other => io.kind().to_string(),
+            _ => e.to_string(),
+        },
+        None if status.message().is_empty() => format!("{:?}", status.code()),
+        None => status.message().to_owned(),
+    }
+}
+
 /// Turns `host:port` into `http://host:port`; keeps a URI that already has a scheme.
 pub(crate) fn endpoint_uri(endpoint: &str) -> Result<String, Error> {
     let endpoint = endpoint.trim();
@@ -315,7 +338,7 @@ impl Client {
             }
             Ok(Err(status)) => self.classify(&uri, &status)?,
             Err(_) => Failure::Transport {
-                message: format!("no answer within {timeout:?}"),
+                message: format!("{} did not answer within {timeout:?}", bare(&uri)),
             },
         };
         Err(give_up(failure, 1, self.clock().now() - start))
@@ -344,7 +367,14 @@ impl Client {
                 return Err(Error::Tls { message });
             }
         }
-        Ok(classify(status))
+        Ok(match classify(status) {
+            // The endpoint and the cause, once, not tonic's chain of wrappers ("transport
+            // error: tcp connect error: tcp connect error: Connection refused").
+            Failure::Transport { .. } => Failure::Transport {
+                message: format!("cannot reach {}: {}", bare(uri), transport_cause(status)),
+            },
+            failure => failure,
+        })
     }
 
     fn short(&self) -> CallOpts {
@@ -500,7 +530,11 @@ impl Client {
                 }
                 Ok(Err(status)) => self.classify(&uri, &status)?,
                 Err(_) => Failure::Transport {
-                    message: format!("{uri}: no answer within {:?}", opts.attempt_timeout),
+                    message: format!(
+                        "{} did not answer within {:?}",
+                        bare(&uri),
+                        opts.attempt_timeout
+                    ),
                 },
             };
             let hinted = match &failure {

@@ -42,7 +42,7 @@ pub enum Error {
     },
     /// No server could be reached (connection refused, reset, timed out) within the retry
     /// budget.
-    #[error("transport error after {attempts} attempts in {elapsed:?}: {last}")]
+    #[error("{last} ({attempts} attempts in {:.1}s)", elapsed.as_secs_f64())]
     Transport {
         attempts: u32,
         elapsed: Duration,

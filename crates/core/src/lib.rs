@@ -17,7 +17,7 @@ pub mod table;
 pub mod types;
 pub mod versioned;
 
-pub use table::{validate_name, validate_ttl_ms, LockTable};
+pub use table::{validate_name, validate_stored_name, validate_ttl_ms, LockTable};
 pub use types::*;
 
 /// What a latchkey TLS port answers a plaintext HTTP/2 client, as its GOAWAY's debug data; the

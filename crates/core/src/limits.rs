@@ -365,6 +365,10 @@ const _: () = assert!(IDENTITY_WAITING_DEFAULT <= WAITING_ACQUIRES_MAX);
 /// Bytes an access-control file (`--acl`) may have: a hundred thousand identities' hashes and
 /// roles fit; the bound keeps a wrong path from being read into memory whole.
 pub const ACL_FILE_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// Bytes a `serve --config` file may have: its keys are the serve flags, a few dozen lines even
+/// with every comment of the sample; the bound keeps a wrong path (a log, a device) from being
+/// read into memory whole.
+pub const CONFIG_FILE_BYTES_MAX: u64 = 1024 * 1024;
 /// Bytes of a bearer token in a request's `authorization` header. Tokens are random strings of a
 /// few dozen bytes; the bound caps the hashing work a hostile header can ask for (tonic already
 /// caps the whole header block).

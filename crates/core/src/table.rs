@@ -218,8 +218,28 @@ enum Seen {
     TooOld,
 }
 
-/// Validate a lock name: non-empty UTF-8 (guaranteed by `&str`) of bounded length.
+/// Validate the lock name of a new request: non-empty UTF-8 (guaranteed by `&str`) of bounded
+/// length, without control characters (a newline or an escape sequence in a name breaks the
+/// line-based output of `list` and the logs). The server checks it before proposing, the
+/// client library before sending.
 pub fn validate_name(name: &str) -> Result<(), Rejection> {
+    validate_stored_name(name)?;
+    if let Some(at) = name
+        .char_indices()
+        .find(|(_, c)| c.is_control())
+        .map(|(at, _)| at)
+    {
+        return Err(Rejection::NameControlCharacter { at });
+    }
+    Ok(())
+}
+
+/// The rule the state machine applies and its invariants check: [`validate_name`] without the
+/// control-character rule, which is checked before an acquire is proposed. Entries and snapshots
+/// written before that rule existed must apply and decode as they did, so that a log replays to
+/// the same table on every member, whichever version wrote it; and a lock taken under such a
+/// name before an upgrade can still be described and released.
+pub fn validate_stored_name(name: &str) -> Result<(), Rejection> {
     if name.is_empty() {
         return Err(Rejection::NameEmpty);
     }
@@ -489,7 +509,7 @@ impl LockTable {
         index: u64,
         now_ms: u64,
     ) -> Outcome {
-        if let Err(r) = validate_name(name) {
+        if let Err(r) = validate_stored_name(name) {
             return Outcome::Rejected(r);
         }
         let s = &self.sessions[&sid];
@@ -767,7 +787,7 @@ impl LockTable {
         let mut held = 0usize;
         let mut waiting = 0usize;
         for (name, lock) in &self.locks {
-            validate_name(name).map_err(|e| format!("lock {name:?}: {e}"))?;
+            validate_stored_name(name).map_err(|e| format!("lock {name:?}: {e}"))?;
             let h = lock.holder;
             if h.token > self.last_index {
                 return Err(format!("{name}: token {} > last index", h.token));

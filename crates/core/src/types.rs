@@ -178,6 +178,10 @@ pub enum Rejection {
     /// acquire's): a client bug, never retried into success.
     #[error("request {seq} reuses the sequence number of another request")]
     SequenceReused { seq: u64 },
+    /// Never in an applied entry's outcome (see `validate_name`); last, so that the encoding
+    /// of the others is unchanged.
+    #[error("lock name has a control character at byte {at} (newlines, tabs and escapes are not allowed)")]
+    NameControlCharacter { at: usize },
 }
 
 /// A queued waiter that was granted the lock by this entry (a release, close or expiry handed

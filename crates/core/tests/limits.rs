@@ -36,6 +36,29 @@ fn lock_names_are_non_empty_and_at_most_512_bytes() {
     assert_eq!(validate_name(""), Err(Rejection::NameEmpty));
 }
 
+/// A newline in a lock name broke the line-based output of `list` (issue #14): names with
+/// control characters are refused before they are proposed, while the state machine still
+/// applies what older versions logged.
+#[test]
+fn lock_names_with_control_characters_are_refused() {
+    for (name, at) in [
+        ("a\nb", 1),
+        ("\tx", 0),
+        ("x\u{1b}[31m", 1),
+        ("é\u{7f}", 2),
+        ("a\u{85}", 1),
+    ] {
+        assert_eq!(
+            validate_name(name),
+            Err(Rejection::NameControlCharacter { at }),
+            "{name:?}"
+        );
+    }
+    assert_eq!(validate_name("jobs/nightly backup-é"), Ok(()));
+    let mut sim = TableDriver::new();
+    sim.run(&[open(1, "a"), step(2, acq("a", 1, "old\nname"), granted(2))]);
+}
+
 #[test]
 fn session_ttl_is_between_one_second_and_one_hour_inclusive() {
     let out = |ttl_ms| {

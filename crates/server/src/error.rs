@@ -60,6 +60,7 @@ impl ApiError {
                 Rejection::RequestTooOld { .. } => "request-too-old",
                 Rejection::UnknownRequest { .. } => "unknown-request",
                 Rejection::SequenceReused { .. } => "sequence-reused",
+                Rejection::NameControlCharacter { .. } => "name-control-character",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -79,6 +80,7 @@ impl ApiError {
             ApiError::Rejected(r) => match r {
                 Rejection::NameEmpty
                 | Rejection::NameTooLong { .. }
+                | Rejection::NameControlCharacter { .. }
                 | Rejection::TtlOutOfRange { .. } => Code::InvalidArgument,
                 Rejection::SessionNotFound { .. } => Code::NotFound,
                 Rejection::TooManySessions { .. }

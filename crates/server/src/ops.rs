@@ -367,7 +367,8 @@ impl Node {
         name: String,
         token: u64,
     ) -> Result<bool, ApiError> {
-        latchkey_core::validate_name(&name)?;
+        // Not `validate_name`: a lock taken under a name an older version allowed is released.
+        latchkey_core::validate_stored_name(&name)?;
         match self
             .propose(Op::Release {
                 session,
@@ -478,7 +479,7 @@ impl Node {
 
     /// The lock `name` as of a linearizable read.
     pub async fn describe(&self, name: &str) -> Result<LockView, ApiError> {
-        latchkey_core::validate_name(name)?;
+        latchkey_core::validate_stored_name(name)?;
         self.linearizable_read().await?;
         let now_ms = self.clock.wall_ms();
         let info = self.state.read(|t| t.describe(name));

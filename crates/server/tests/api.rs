@@ -174,6 +174,12 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         (e.code(), reason(&e).as_str()),
         (Code::InvalidArgument, "name-too-long")
     );
+    // A newline in a name broke `latchkey list`'s one-lock-per-line output (issue #14).
+    let e = acquire(&mut c, &a, 3, "jobs/a\nb", 0).await.unwrap_err();
+    assert_eq!(
+        (e.code(), reason(&e).as_str()),
+        (Code::InvalidArgument, "name-control-character")
+    );
     let ghost = pb::Session {
         id: 999_999,
         secret: 1,
@@ -187,7 +193,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         id: a.id,
         secret: a.secret ^ 1,
     };
-    let e = acquire(&mut c, &wrong_secret, 3, "x", 0).await.unwrap_err();
+    let e = acquire(&mut c, &wrong_secret, 4, "x", 0).await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
     let e = c
         .keep_alive(pb::KeepAliveRequest {

@@ -156,6 +156,13 @@ impl BenchCluster {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
+        // The members are the bench's own: a config file or `LATCHKEY_*` serve settings the
+        // bench was started with (`LATCHKEY_CONFIG`, `LATCHKEY_ACL`, ...) are not theirs.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("LATCHKEY_") {
+                command.env_remove(key);
+            }
+        }
         // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory of the
         // parent. The signal fires when the *thread* that spawned the member exits: members
         // are spawned from the bench's main future, whose thread lives as long as the bench.

@@ -348,18 +348,13 @@ fn raise_open_files_limit() {
     }
 }
 
+/// Ctrl-C, SIGTERM or `--timeout` end the run early (`main`'s `bounded`): dropping it stops the
+/// clients and the cluster.
 pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    let plan = Plan::from_args(&args)?;
+    // A plan the flags cannot make is a usage error (exit 2), like a flag clap refuses.
+    let plan = Plan::from_args(&args).map_err(|e| crate::Stopped::Usage(format!("{e:#}")))?;
     raise_open_files_limit();
-    // Ctrl-C or SIGTERM ends the run early: dropping it stops the clients and the cluster.
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    tokio::select! {
-        result = run(&plan, &args) => result,
-        _ = interrupt.recv() => anyhow::bail!("interrupted"),
-        _ = terminate.recv() => anyhow::bail!("terminated"),
-    }
+    run(&plan, &args).await
 }
 
 async fn run(plan: &Plan, args: &BenchArgs) -> anyhow::Result<()> {

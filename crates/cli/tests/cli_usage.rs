@@ -1,0 +1,237 @@
+//! The CLI as a new user meets it (issue #14, item 11), on the real binary: an unreachable
+//! endpoint named once, `--timeout` bounding any command, an endpoint without a port refused,
+//! durations like `1.5s` and `1m30s`, usage errors exiting 2 (a bad lock name, `bench
+//! --clients 0`), Ctrl-C exiting 130, missing-argument messages without `--endpoints`, and
+//! `serve --listen localhost:PORT`.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Duration;
+
+use common::serve::ServeProcess;
+use common::{free_port, run, wait_until, Output, Proc, Server, CLI_TIMEOUT, READY_TIMEOUT};
+use nix::sys::signal::Signal;
+
+fn latchkey(args: &[&str], dir: &Path) -> Output {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    run(&args, dir, CLI_TIMEOUT)
+}
+
+/// A TCP port that accepts connections (the kernel completes the handshake) and never answers:
+/// a hung server. The listener must live as long as the test needs the port.
+fn silent_server() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    (listener, addr)
+}
+
+#[test]
+fn an_unreachable_endpoint_is_named_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = latchkey(
+        &["status", "--endpoints", "127.0.0.1:1", "jobs/a"],
+        tmp.path(),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("cannot reach 127.0.0.1:1: connection refused"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        out.stderr.matches("127.0.0.1:1").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn timeout_bounds_any_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_listener, addr) = silent_server();
+    for args in [
+        &["status", "--timeout", "1s", "--endpoints", &addr, "jobs/a"][..],
+        // Global: before the subcommand too.
+        &["--timeout", "500ms", "list", "--endpoints", &addr][..],
+        &[
+            "cluster",
+            "status",
+            "--timeout",
+            "1.5s",
+            "--endpoints",
+            &addr,
+        ][..],
+        &[
+            "lock",
+            "--timeout",
+            "1s",
+            "--endpoints",
+            &addr,
+            "jobs/a",
+            "--",
+            "true",
+        ][..],
+    ] {
+        let out = latchkey(args, tmp.path());
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("gave up after --timeout"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    let out = latchkey(&["serve", "--timeout", "1s"], tmp.path());
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+}
+
+#[test]
+fn an_endpoint_without_a_port_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    for endpoints in ["localhost", "http://10.0.0.1", "127.0.0.1:7420,db"] {
+        let out = latchkey(&["status", "--endpoints", endpoints, "jobs/a"], tmp.path());
+        assert_eq!(out.status.code(), Some(2), "{endpoints}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("has no port"),
+            "{endpoints}: {}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name_300 = "é".repeat(300);
+    for (args, expect) in [
+        (&["status", "jobs/a\nb"][..], "control character"),
+        (&["status", "jobs/\u{1b}[31mred"][..], "control character"),
+        (&["lock", "", "--", "true"][..], "lock name is empty"),
+        (&["lock", &name_300, "--", "true"][..], "the limit is 512"),
+        (&["lock", "--wait", "5", "jobs/a", "--", "true"][..], "5"),
+        (&["lock", "--ttl", "1.5", "jobs/a", "--", "true"][..], "1.5"),
+        (&["bench", "--clients", "0"][..], "--clients must be"),
+        (&["bench", "--concurrency", "0"][..], "--concurrency"),
+        (
+            &["bench", "--duration", "0s"][..],
+            "--duration must be above 0",
+        ),
+    ] {
+        let out = latchkey(args, tmp.path());
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(expect), "{args:?}: {}", out.stderr);
+    }
+}
+
+#[test]
+fn missing_arguments_do_not_show_endpoints_as_required() {
+    let tmp = tempfile::tempdir().unwrap();
+    // clap named the options given in its usage line, so `--endpoints` (given, or through
+    // LATCHKEY_ENDPOINTS) read as if it were required.
+    for args in [
+        &["status", "--endpoints", "127.0.0.1:7420"][..],
+        &["lock", "--endpoints", "127.0.0.1:7420", "jobs/a"][..],
+        &["lock"][..],
+    ] {
+        let out = latchkey(args, tmp.path());
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("required") && !out.stderr.contains("--endpoints"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+}
+
+/// SIGINT (Ctrl-C) ends a command with 130, as a shell reports a process killed by it; the
+/// signal is sent once the command is talking to the (silent) server, so its handlers are in.
+#[test]
+fn ctrl_c_exits_130() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (listener, addr) = silent_server();
+    listener.set_nonblocking(true).unwrap();
+    for args in [
+        vec!["status", "--endpoints", &addr, "jobs/a"],
+        vec!["cluster", "status", "--endpoints", &addr],
+        vec!["lock", "--endpoints", &addr, "jobs/a", "--", "true"],
+    ] {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let mut proc = Proc::spawn(&args, tmp.path());
+        // Kept open (silent): a closed connection would end the command before the signal.
+        let mut connections = Vec::new();
+        wait_until("the command to connect", CLI_TIMEOUT, || {
+            listener
+                .accept()
+                .map(|(stream, _)| connections.push(stream))
+                .is_ok()
+        });
+        proc.signal_group(Signal::SIGINT);
+        let code = proc.wait_code(CLI_TIMEOUT);
+        assert_eq!(code, 130, "{args:?}: {}", proc.stderr());
+        // Its other connections must not count as the next command's.
+        while listener.accept().is_ok() {}
+    }
+}
+
+/// `lock --wait 0` on a free lock, fractional and compound durations, and a wait that ends.
+#[test]
+fn durations_take_fractions_and_compounds() {
+    let server = Server::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = server.cli(&[
+        "lock", "--ttl", "1m30s", "--wait", "1.5s", "jobs/a", "--", "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let mut holder = server.lock(
+        "jobs/a",
+        &["--ttl", "1m"],
+        "touch held; sleep 60",
+        tmp.path(),
+    );
+    wait_until("the holder to hold", CLI_TIMEOUT, || {
+        tmp.path().join("held").exists()
+    });
+    let out = server.cli(&["lock", "--wait", "250ms", "jobs/a", "--", "true"]);
+    assert_eq!(out.status.code(), Some(3), "{}", out.stderr);
+    holder.signal_group(Signal::SIGKILL);
+    let _ = holder.wait(CLI_TIMEOUT);
+}
+
+#[test]
+fn listen_takes_a_host_name_or_says_an_ip_address_is_needed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut serve = ServeProcess::new(tmp.path().join("server.log"));
+    let data = tmp.path().join("data");
+    let listen = format!("localhost:{port}");
+    serve.spawn(
+        "a server on localhost",
+        [
+            "--listen".as_ref(),
+            listen.as_ref(),
+            "--data-dir".as_ref(),
+            data.as_os_str(),
+        ],
+    );
+    wait_until("the server on localhost to lead", READY_TIMEOUT, || {
+        assert!(serve.exited().is_none(), "{}", serve.log_tail(40));
+        let out = latchkey(
+            &["cluster", "status", "--json", "--endpoints", &listen],
+            tmp.path(),
+        );
+        out.status.success() && out.stdout.contains("\"leader\":1")
+    });
+    serve
+        .sigterm(Duration::from_secs(10))
+        .expect("a clean stop");
+
+    let out = latchkey(
+        &["serve", "--listen", "no-such-host.invalid:7420"],
+        tmp.path(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("give an IP address"), "{}", out.stderr);
+}
