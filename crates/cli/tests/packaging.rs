@@ -122,23 +122,32 @@ fn the_systemd_unit_verifies_and_its_exec_start_serves() {
         eprintln!("systemd-analyze is not installed: the unit's syntax is not verified");
     }
 
-    // ExecStart as systemd would run it: the data dir is the StateDirectory, the member's own
-    // flags come from LATCHKEY_ARGS in the environment file.
+    // ExecStart as systemd would run it, with a config file of the kind the README shows (the
+    // data dir is the StateDirectory).
     assert_eq!(unit_value(&unit, "StateDirectory"), "latchkey");
     let (listen, metrics) = (
         format!("127.0.0.1:{}", free_port()),
         format!("127.0.0.1:{}", free_port()),
     );
     let data = dir.path().join("state");
-    let mut args: Vec<String> = Vec::new();
-    for word in exec.split_whitespace().skip(1) {
-        match word {
-            "$LATCHKEY_ARGS" => args.extend(["--listen".to_owned(), listen.clone()]),
-            "/var/lib/latchkey" => args.push(data.display().to_string()),
-            "127.0.0.1:9420" => args.push(metrics.clone()),
-            w => args.push(w.to_owned()),
-        }
-    }
+    let config = dir.path().join("latchkey.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"{listen}\"\ndata-dir = \"{}\"\nmetrics-listen = \"{metrics}\"\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let args: Vec<String> = exec
+        .split_whitespace()
+        .skip(1)
+        .map(|word| match word {
+            "/etc/latchkey/latchkey.toml" => config.display().to_string(),
+            w => w.to_owned(),
+        })
+        .collect();
+    assert!(args.contains(&config.display().to_string()), "{exec}");
     assert_eq!(args.first().map(String::as_str), Some("serve"), "{exec}");
     // A usage error in the member's flags exits 2, which the unit does not restart.
     let bad = Command::new(bin())
