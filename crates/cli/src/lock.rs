@@ -48,8 +48,14 @@ pub async fn lock(args: LockArgs) -> anyhow::Result<u8> {
     let mut interrupt = signal(SignalKind::interrupt()).context("installing signal handlers")?;
 
     let client = args.endpoints.client()?;
+    let owner = latchkey_client::SessionOptions::owner_of_this_process(
+        args.owner.as_deref().unwrap_or(""),
+    );
     let session = client
-        .session(args.ttl)
+        .session_with(latchkey_client::SessionOptions {
+            ttl: args.ttl,
+            owner: Some(owner),
+        })
         .await
         .context("cannot open a session")?;
 

@@ -65,7 +65,7 @@ fn an_isolated_follower_acknowledges_nothing_and_the_majority_carries_on() {
     let mut raw_leader = pinned(&rt, &cluster.addr(leader));
     let probe_session = rt
         .block_on(
-            raw_leader.create_session(request(pb::CreateSessionRequest { ttl_ms: 30_000 }, T)),
+            raw_leader.create_session(request(pb::CreateSessionRequest { ttl_ms: 30_000, ..Default::default() }, T)),
         )
         .expect("session on the leader")
         .into_inner()
@@ -119,7 +119,7 @@ fn an_isolated_follower_acknowledges_nothing_and_the_majority_carries_on() {
                 REFUSE_WITHIN,
             ));
             let create = c.create_session(request(
-                pb::CreateSessionRequest { ttl_ms: 10_000 },
+                pb::CreateSessionRequest { ttl_ms: 10_000, ..Default::default() },
                 REFUSE_WITHIN,
             ));
             let (x, y, z) = tokio::join!(acquire, keepalive, create);

@@ -73,4 +73,8 @@ pub use lock::{
 pub use retry::RetryPolicy;
 pub use session::{safety_margin, Session, SAFETY_MARGIN_MIN};
 pub use tls::{ClientTls, TlsConnector};
-pub use types::{Holder, LockInfo, LockList, Member, NodeStatus};
+pub use latchkey_core::SessionOwner;
+pub use types::{
+    describe_session, human_duration, AuditEntry, Holder, LockInfo, LockList, Member, NodeStatus,
+    SessionOptions, Waiter,
+};

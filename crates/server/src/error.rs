@@ -60,6 +60,10 @@ impl ApiError {
                 Rejection::RequestTooOld { .. } => "request-too-old",
                 Rejection::UnknownRequest { .. } => "unknown-request",
                 Rejection::SequenceReused { .. } => "sequence-reused",
+                Rejection::FieldTooLong { .. } => "field-too-long",
+                Rejection::ReasonEmpty => "reason-empty",
+                Rejection::LockNotHeld { .. } => "lock-not-held",
+                Rejection::TokenMismatch { .. } => "token-mismatch",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -79,7 +83,13 @@ impl ApiError {
             ApiError::Rejected(r) => match r {
                 Rejection::NameEmpty
                 | Rejection::NameTooLong { .. }
-                | Rejection::TtlOutOfRange { .. } => Code::InvalidArgument,
+                | Rejection::TtlOutOfRange { .. }
+                | Rejection::FieldTooLong { .. }
+                | Rejection::ReasonEmpty => Code::InvalidArgument,
+                // Not NOT_FOUND: clients read that as "no such session".
+                Rejection::LockNotHeld { .. } | Rejection::TokenMismatch { .. } => {
+                    Code::FailedPrecondition
+                }
                 Rejection::SessionNotFound { .. } => Code::NotFound,
                 Rejection::TooManySessions { .. }
                 | Rejection::TooManyLocksForSession { .. }
