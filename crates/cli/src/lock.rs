@@ -48,9 +48,8 @@ pub async fn lock(args: LockArgs) -> anyhow::Result<u8> {
     let mut interrupt = signal(SignalKind::interrupt()).context("installing signal handlers")?;
 
     let client = args.endpoints.client()?;
-    let owner = latchkey_client::SessionOptions::owner_of_this_process(
-        args.owner.as_deref().unwrap_or(""),
-    );
+    let owner =
+        latchkey_client::SessionOptions::owner_of_this_process(args.owner.as_deref().unwrap_or(""));
     let session = client
         .session_with(latchkey_client::SessionOptions {
             ttl: args.ttl,

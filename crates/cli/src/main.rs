@@ -359,9 +359,9 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         return EXIT_LOCK_LOST;
     }
     match error.downcast_ref::<latchkey_client::Error>() {
-        Some(
-            latchkey_client::Error::WaitTimedOut { .. } | latchkey_client::Error::Held { .. },
-        ) => EXIT_WAIT_TIMED_OUT,
+        Some(latchkey_client::Error::WaitTimedOut { .. } | latchkey_client::Error::Held { .. }) => {
+            EXIT_WAIT_TIMED_OUT
+        }
         Some(latchkey_client::Error::PermissionDenied { .. }) => EXIT_PERMISSION_DENIED,
         _ => EXIT_FAILURE,
     }

@@ -243,7 +243,10 @@ fn create(
 ) -> Result<pb::Session, tonic::Status> {
     rt.block_on(client.create_session(as_identity(
         token,
-        pb::CreateSessionRequest { ttl_ms: 30_000, ..Default::default() },
+        pb::CreateSessionRequest {
+            ttl_ms: 30_000,
+            ..Default::default()
+        },
     )))
     .map(|r| r.into_inner().session.unwrap())
 }
@@ -558,7 +561,12 @@ fn admin_release_and_revoke_need_the_admin_permission_and_record_the_identity() 
         &["\"admin\" permission on every lock"],
     );
     assert_ok(&server.as_token(ADMIN, &release));
-    assert_eq!(holder.wait_code(Duration::from_secs(30)), 4, "{}", holder.stderr());
+    assert_eq!(
+        holder.wait_code(Duration::from_secs(30)),
+        4,
+        "{}",
+        holder.stderr()
+    );
     let audit = server.as_token(READER, &["audit", "--json"]);
     assert_ok(&audit);
     let records: serde_json::Value = serde_json::from_str(&audit.stdout).unwrap();

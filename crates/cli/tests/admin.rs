@@ -51,7 +51,10 @@ fn status_shows_the_holders_owner_and_each_waiter_and_a_try_lock_says_who_holds_
     let owner = &status["owner"];
     assert_eq!(owner["pid"], a.pid(), "{status}");
     assert_eq!(owner["text"], "nightly deploy", "{status}");
-    assert!(owner["host"].as_str().is_some_and(|h| !h.is_empty()), "{status}");
+    assert!(
+        owner["host"].as_str().is_some_and(|h| !h.is_empty()),
+        "{status}"
+    );
     assert!(owner["user"].is_string(), "{status}");
     assert_eq!(status["queue"][0]["owner"]["pid"], b.pid(), "{status}");
     assert_eq!(status["queue"][0]["owner"]["text"], "second", "{status}");
@@ -69,11 +72,20 @@ fn status_shows_the_holders_owner_and_each_waiter_and_a_try_lock_says_who_holds_
     let list = server.cli(&["list"]);
     assert_ok(&list);
     assert!(list.stdout.contains(&holder_pid), "{}", list.stdout);
-    assert!(list.stdout.contains("1 waiting, longest"), "{}", list.stdout);
+    assert!(
+        list.stdout.contains("1 waiting, longest"),
+        "{}",
+        list.stdout
+    );
 
     // A try-lock names the holder as of its own request.
     let tried = server.cli(&["lock", "--wait", "0", "job", "--", "true"]);
-    assert_eq!(tried.status.code(), Some(EXIT_WAIT_TIMED_OUT), "{}", tried.stderr);
+    assert_eq!(
+        tried.status.code(),
+        Some(EXIT_WAIT_TIMED_OUT),
+        "{}",
+        tried.stderr
+    );
     let session = status["session"].as_u64().unwrap();
     let says = format!("is held by session {session} (host ");
     assert!(
@@ -94,7 +106,12 @@ fn admin_release_stops_the_holders_command_hands_the_lock_on_and_is_audited() {
     let work = Work::new();
     let dir = work.dir.path();
     // A short TTL: the holder learns of the release at its next renewal (every TTL/3).
-    let mut a = server.lock("stuck", &["--ttl", "3s"], &record_and_sleep(&work, "A"), dir);
+    let mut a = server.lock(
+        "stuck",
+        &["--ttl", "3s"],
+        &record_and_sleep(&work, "A"),
+        dir,
+    );
     wait_until("A holds the lock", T, || work.lines("out").len() == 1);
     let token_a = token_of(&work.lines("out")[0]);
     let mut b = server.lock("stuck", &[], &record_and_sleep(&work, "B"), dir);
@@ -177,7 +194,13 @@ fn admin_release_stops_the_holders_command_hands_the_lock_on_and_is_audited() {
     let free = server.cli(&["admin", "release", "stuck", "--reason", "again"]);
     assert_eq!(free.status.code(), Some(1));
     assert!(free.stderr.contains("not held"), "{}", free.stderr);
-    let gone = server.cli(&["admin", "revoke", &session_b.to_string(), "--reason", "again"]);
+    let gone = server.cli(&[
+        "admin",
+        "revoke",
+        &session_b.to_string(),
+        "--reason",
+        "again",
+    ]);
     assert_eq!(gone.status.code(), Some(1));
     assert!(gone.stderr.contains("does not exist"), "{}", gone.stderr);
     let no_reason = server.cli(&["admin", "revoke", "7"]);

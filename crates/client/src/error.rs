@@ -37,7 +37,7 @@ pub enum Error {
     #[error("lock {name:?} is {}", holder.describe())]
     Held {
         name: String,
-        holder: crate::types::Holder,
+        holder: Box<crate::types::Holder>,
     },
     /// Servers answered, but none could serve the request (no leader, shutting down) within
     /// the retry budget.

@@ -142,7 +142,7 @@ impl<'a> LockRequest<'a> {
                             if let Some(holder) = holder {
                                 return Err(Error::Held {
                                     name: self.name,
-                                    holder,
+                                    holder: Box::new(holder),
                                 });
                             }
                         }

@@ -217,7 +217,11 @@ impl SessionShared {
                 return false;
             }
             for t in new.tokens.difference(&old.tokens) {
-                tracing::warn!(session = self.key.id.0, token = t, "an operator force-released a lock of this session");
+                tracing::warn!(
+                    session = self.key.id.0,
+                    token = t,
+                    "an operator force-released a lock of this session"
+                );
             }
             *old = new;
             true

@@ -380,9 +380,11 @@ pub const OWNER_USER_BYTES_MAX: usize = 64;
 /// CI job 4411"), not a document; every session stores it, every `status` returns it.
 pub const OWNER_TEXT_BYTES_MAX: usize = 256;
 /// All the bytes of one owner description.
-pub const OWNER_BYTES_MAX: usize = OWNER_HOST_BYTES_MAX + OWNER_USER_BYTES_MAX + OWNER_TEXT_BYTES_MAX;
+pub const OWNER_BYTES_MAX: usize =
+    OWNER_HOST_BYTES_MAX + OWNER_USER_BYTES_MAX + OWNER_TEXT_BYTES_MAX;
 /// A `describe` answer lists every waiter with its owner: the full queue must fit a message.
-const _: () = assert!(WAITERS_PER_LOCK_MAX * (OWNER_BYTES_MAX + 64) <= CLIENT_MESSAGE_BYTES_MAX / 2);
+const _: () =
+    assert!(WAITERS_PER_LOCK_MAX * (OWNER_BYTES_MAX + 64) <= CLIENT_MESSAGE_BYTES_MAX / 2);
 /// Waiters shown per lock in a `list` answer (the queue's head, the longest waiting); the count
 /// says how many there are. A list of `LIST_RESULTS_MAX` locks with whole queues would be
 /// gigabytes.
@@ -400,7 +402,8 @@ pub const AUDIT_REASON_BYTES_MAX: usize = 1_024;
 /// Bytes of each actor string of an audit record (the identity, the operator's claimed name).
 pub const AUDIT_ACTOR_BYTES_MAX: usize = 256;
 const _: () = assert!(
-    AUDIT_RECORDS_MAX * (AUDIT_REASON_BYTES_MAX + 2 * AUDIT_ACTOR_BYTES_MAX + LOCK_NAME_BYTES_MAX + 64)
+    AUDIT_RECORDS_MAX
+        * (AUDIT_REASON_BYTES_MAX + 2 * AUDIT_ACTOR_BYTES_MAX + LOCK_NAME_BYTES_MAX + 64)
         <= CLIENT_MESSAGE_BYTES_MAX / 2
 );
 /// Force-released grants a session remembers, newest kept, so that its client's next

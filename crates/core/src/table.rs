@@ -293,13 +293,7 @@ impl LockTable {
                 secret,
                 identity,
                 owner,
-            } => self.create_session(
-                index,
-                *ttl_ms,
-                *secret,
-                identity.as_deref(),
-                owner.as_ref(),
-            ),
+            } => self.create_session(index, *ttl_ms, *secret, identity.as_deref(), owner.as_ref()),
             Op::ForceRelease {
                 name,
                 token,
@@ -697,11 +691,7 @@ impl LockTable {
             let dropped = s.revoked.remove(0);
             s.revoked_through = Some(s.revoked_through.map_or(dropped, |m| m.max(dropped)));
         }
-        let next_token = fx
-            .handoffs
-            .iter()
-            .find(|h| h.name == name)
-            .map(|h| h.token);
+        let next_token = fx.handoffs.iter().find(|h| h.name == name).map(|h| h.token);
         self.audit_push(AuditRecord {
             index,
             at_ms: now_ms,

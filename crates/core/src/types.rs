@@ -158,7 +158,11 @@ impl Actor {
         let identity = self.identity.as_deref().unwrap_or("");
         for (field, value, max) in [
             ("identity", identity, crate::limits::AUDIT_ACTOR_BYTES_MAX),
-            ("operator", self.claimed.as_str(), crate::limits::AUDIT_ACTOR_BYTES_MAX),
+            (
+                "operator",
+                self.claimed.as_str(),
+                crate::limits::AUDIT_ACTOR_BYTES_MAX,
+            ),
         ] {
             if value.len() > max {
                 return Err(Rejection::FieldTooLong {

@@ -215,10 +215,16 @@ fn administrative_commands_answer_hand_over_and_audit_as_the_table_says() {
         let audit: Vec<AuditAction> = t.audit().map(|r| r.action.clone()).collect();
         assert_eq!(audit, case.audit, "{}", case.what);
         for r in t.audit() {
-            assert_eq!((r.index, r.at_ms, &r.by), (10, 10_000, &actor()), "{}", case.what);
+            assert_eq!(
+                (r.index, r.at_ms, &r.by),
+                (10, 10_000, &actor()),
+                "{}",
+                case.what
+            );
         }
         assert_eq!(
-            t.revoked_grants(SessionId(1)).map(|(tokens, _)| tokens.to_vec()),
+            t.revoked_grants(SessionId(1))
+                .map(|(tokens, _)| tokens.to_vec()),
             case.revoked_of_1,
             "{}",
             case.what
@@ -233,7 +239,10 @@ fn describe_shows_owners_grant_time_and_each_waiters_start() {
     let t = table();
     let l = t.describe("L").expect("held");
     let h = l.holder.expect("held");
-    assert_eq!((h.session, h.token, h.granted_at_ms), (SessionId(1), 3, 3_000));
+    assert_eq!(
+        (h.session, h.token, h.granted_at_ms),
+        (SessionId(1), 3, 3_000)
+    );
     assert_eq!(h.owner, Some(owner("web-3")));
     assert_eq!(
         l.queue,

@@ -137,7 +137,11 @@ impl LockView {
         self.name.len()
             + 64
             + self.held.as_ref().map_or(0, |h| owner(&h.owner))
-            + self.queue.iter().map(|w| 32 + owner(&w.owner)).sum::<usize>()
+            + self
+                .queue
+                .iter()
+                .map(|w| 32 + owner(&w.owner))
+                .sum::<usize>()
     }
 }
 
@@ -527,18 +531,20 @@ impl Node {
         Ok(decisions
             .into_iter()
             .zip(revoked)
-            .map(|((id, ttl_ms, d), (revoked_tokens, revoked_through))| SessionLease {
-                id,
-                alive: match d {
-                    Renew::Renewed => true,
-                    Renew::NeedsLog => renewed_through_log.contains(&id),
-                    Renew::Gone => false,
-                    Renew::NotResumed => unreachable!("answered above"),
+            .map(
+                |((id, ttl_ms, d), (revoked_tokens, revoked_through))| SessionLease {
+                    id,
+                    alive: match d {
+                        Renew::Renewed => true,
+                        Renew::NeedsLog => renewed_through_log.contains(&id),
+                        Renew::Gone => false,
+                        Renew::NotResumed => unreachable!("answered above"),
+                    },
+                    ttl_ms,
+                    revoked_tokens,
+                    revoked_through,
                 },
-                ttl_ms,
-                revoked_tokens,
-                revoked_through,
-            })
+            )
             .collect())
     }
 
