@@ -58,8 +58,14 @@ pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u
     };
 
     let client = args.endpoints.client()?;
+    let owner =
+        latchkey_client::SessionOptions::owner_of_this_process(args.owner.as_deref().unwrap_or(""));
+    let open = client.session_with(latchkey_client::SessionOptions {
+        ttl: args.ttl,
+        owner: Some(owner),
+    });
     let session = tokio::select! {
-        r = client.session(args.ttl) => r.context("cannot open a session")?,
+        r = open => r.context("cannot open a session")?,
         () = until_deadline() => return Err(timed_out().into()),
         _ = terminate.recv() => return Err(signalled("SIGTERM", Signal::SIGTERM).into()),
         _ = interrupt.recv() => return Err(signalled("SIGINT", Signal::SIGINT).into()),

@@ -5,10 +5,12 @@
 //! - [`serve`]: `latchkey serve`, a thin wrapper around `latchkey_server::run`;
 //! - [`lock`]: `latchkey lock`, running a command under a lock;
 //! - [`query`]: `status`, `list` and `cluster status`;
+//! - [`admin`]: `admin release`, `admin revoke` and `audit`;
 //! - [`bench`]: the benchmark (workloads, its own cluster, server metrics);
 //! - [`config`]: `serve --config FILE`, the serve flags in a TOML file;
 //! - [`duration`]: `15s`-style durations.
 
+mod admin;
 mod bench;
 mod config;
 mod duration;
@@ -70,11 +72,20 @@ enum Command {
     // LATCHKEY_ENDPOINTS, which reads as if `--endpoints` were required: a fixed usage line.
     #[command(override_usage = "latchkey lock [OPTIONS] <NAME> -- <COMMAND>...")]
     Lock(LockArgs),
-    /// Show one lock: holder (session, token, held for) and number of waiters.
+    /// Show one lock: holder (session, owner, token, held for) and each waiter (session, owner,
+    /// waited for).
     #[command(override_usage = "latchkey status [OPTIONS] <NAME>")]
     Status(StatusArgs),
-    /// List held locks, optionally only those whose names start with PREFIX.
+    /// List held locks, optionally only those whose names start with PREFIX: holder, owner,
+    /// held for, the number of waiters and the longest wait.
     List(ListArgs),
+    /// Incident tools, each recorded in the audit log (see README "Breaking a stuck lock").
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+    /// Show the audit log (force-releases, revocations), newest last.
+    Audit(AuditArgs),
     /// Cluster-wide commands.
     Cluster {
         #[command(subcommand)]
@@ -82,6 +93,49 @@ enum Command {
     },
     /// Measure throughput, latency, server cost, memory and failover time of a workload.
     Bench(BenchArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum AdminCommand {
+    /// Force-release a lock: the next waiter gets it with a higher token, and the holder's
+    /// `latchkey lock` stops its COMMAND (exit 4) at its next renewal.
+    Release(AdminReleaseArgs),
+    /// End a session as if its lease had expired: its locks go to their next waiters.
+    Revoke(AdminRevokeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct AdminReleaseArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Release only if the holder's grant has this fencing token.
+    #[arg(long)]
+    pub token: Option<u64>,
+    /// Why (recorded in the audit log).
+    #[arg(long)]
+    pub reason: String,
+    /// The lock's name.
+    pub name: String,
+}
+
+#[derive(Args, Debug)]
+pub struct AdminRevokeArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Why (recorded in the audit log).
+    #[arg(long)]
+    pub reason: String,
+    /// The session's id (as `latchkey status` shows it).
+    pub session: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Print one JSON array.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -268,9 +322,14 @@ pub struct LockArgs {
     /// Session lease: how long the lock outlives this process if it stops renewing.
     #[arg(long, default_value = "15s", value_parser = parse_ttl)]
     pub ttl: Duration,
-    /// Give up waiting after this long (default: wait forever; 0: try once).
+    /// Give up waiting after this long (default: wait forever; 0: try once, and say who holds
+    /// the lock).
     #[arg(long, value_parser = parse_duration)]
     pub wait: Option<Duration>,
+    /// Free text about who holds the lock and why, shown by `status` and `list` next to this
+    /// process's host name, pid and user.
+    #[arg(long, value_name = "TEXT")]
+    pub owner: Option<String>,
     /// The lock's name.
     #[arg(value_parser = parse_lock_name)]
     pub name: String,
@@ -387,7 +446,9 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         return EXIT_USAGE;
     }
     match error.downcast_ref::<latchkey_client::Error>() {
-        Some(latchkey_client::Error::WaitTimedOut { .. }) => EXIT_WAIT_TIMED_OUT,
+        Some(latchkey_client::Error::WaitTimedOut { .. } | latchkey_client::Error::Held { .. }) => {
+            EXIT_WAIT_TIMED_OUT
+        }
         Some(latchkey_client::Error::PermissionDenied { .. }) => EXIT_PERMISSION_DENIED,
         // Bad input (a lock name, a TTL, an endpoint), refused by the library or a server.
         Some(latchkey_client::Error::InvalidArgument { .. }) => EXIT_USAGE,
@@ -524,6 +585,13 @@ fn main() -> ExitCode {
             } => bounded(timeout, query::cluster_status(args))
                 .await
                 .map(|()| 0),
+            Command::Admin {
+                command: AdminCommand::Release(args),
+            } => bounded(timeout, admin::release(args)).await.map(|()| 0),
+            Command::Admin {
+                command: AdminCommand::Revoke(args),
+            } => bounded(timeout, admin::revoke(args)).await.map(|()| 0),
+            Command::Audit(args) => bounded(timeout, admin::audit(args)).await.map(|()| 0),
             Command::Bench(args) => bounded(timeout, bench::bench(args)).await.map(|()| 0),
         }
     });

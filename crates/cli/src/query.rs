@@ -3,13 +3,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use latchkey_client::{LockInfo, NodeStatus};
+use latchkey_client::{describe_session, human_duration, LockInfo, NodeStatus, SessionOwner};
 use serde::Serialize;
 
 use crate::{ClusterStatusArgs, ListArgs, StatusArgs};
 
-/// One lock, as printed with `--json`. `token`, `session` and `held_for_ms` are null when the
-/// lock is free.
+/// One lock, as printed with `--json`. `token`, `session`, `held_for_ms` and `owner` are null
+/// when the lock is free; `owner` is also null when the holder's client gave none.
 #[derive(Serialize, Debug, PartialEq)]
 pub struct LockJson {
     pub name: String,
@@ -17,7 +17,39 @@ pub struct LockJson {
     pub token: Option<u64>,
     pub session: Option<u64>,
     pub held_for_ms: Option<u64>,
+    pub owner: Option<OwnerJson>,
     pub waiters: u32,
+    /// Waiters in queue order: all of them from `status`, the first few from `list`.
+    pub queue: Vec<WaiterJson>,
+}
+
+/// A session's owner description: what its client said about itself (not authenticated).
+#[derive(Serialize, Debug, PartialEq)]
+pub struct OwnerJson {
+    pub host: String,
+    pub pid: u32,
+    pub user: String,
+    pub text: String,
+}
+
+#[derive(Serialize, Debug, PartialEq)]
+pub struct WaiterJson {
+    pub session: u64,
+    pub waited_ms: u64,
+    pub owner: Option<OwnerJson>,
+}
+
+fn owner_json(o: &SessionOwner) -> OwnerJson {
+    OwnerJson {
+        host: o.host.clone(),
+        pid: o.pid,
+        user: o.user.clone(),
+        text: o.text.clone(),
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl From<&LockInfo> for LockJson {
@@ -27,38 +59,61 @@ impl From<&LockInfo> for LockJson {
             held: lock.holder.is_some(),
             token: lock.holder.as_ref().map(|h| h.token),
             session: lock.holder.as_ref().map(|h| h.session),
-            held_for_ms: lock
+            held_for_ms: lock.holder.as_ref().map(|h| ms(h.held_for)),
+            owner: lock
                 .holder
                 .as_ref()
-                .map(|h| u64::try_from(h.held_for.as_millis()).unwrap_or(u64::MAX)),
+                .and_then(|h| h.owner.as_ref())
+                .map(owner_json),
             waiters: lock.waiters,
+            queue: lock
+                .queue
+                .iter()
+                .map(|w| WaiterJson {
+                    session: w.session,
+                    waited_ms: ms(w.waited),
+                    owner: w.owner.as_ref().map(owner_json),
+                })
+                .collect(),
         }
     }
 }
 
+/// One line: the holder with its owner and how long it has held the lock, then the number of
+/// waiters and the longest wait.
 fn human(lock: &LockInfo) -> String {
+    let waiting = match lock.queue.first() {
+        Some(w) => format!(
+            "{} waiting, longest {}",
+            lock.waiters,
+            human_duration(w.waited)
+        ),
+        None => format!("{} waiting", lock.waiters),
+    };
     match &lock.holder {
         Some(h) => format!(
-            "{}: held by session {} with token {} for {}; {} waiting",
+            "{}: held by {} with token {} for {}; {waiting}",
             lock.name,
-            h.session,
+            describe_session(h.session, h.owner.as_ref()),
             h.token,
             human_duration(h.held_for),
-            lock.waiters
         ),
-        None => format!("{}: free; {} waiting", lock.name, lock.waiters),
+        None => format!("{}: free; {waiting}", lock.name),
     }
 }
 
-fn human_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 10_000 {
-        format!("{:.1}s", d.as_secs_f64())
-    } else if ms < 3_600_000 {
-        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
-    } else {
-        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+/// `human`, then one indented line per waiter (status shows the whole queue).
+fn human_with_queue(lock: &LockInfo) -> String {
+    let mut out = human(lock);
+    for (i, w) in lock.queue.iter().enumerate() {
+        out.push_str(&format!(
+            "\n  {}. {} waiting for {}",
+            i + 1,
+            describe_session(w.session, w.owner.as_ref()),
+            human_duration(w.waited)
+        ));
     }
+    out
 }
 
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
@@ -67,7 +122,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string(&LockJson::from(&lock))?);
     } else {
-        println!("{}", human(&lock));
+        println!("{}", human_with_queue(&lock));
     }
     Ok(())
 }
@@ -227,7 +282,7 @@ pub async fn cluster_status(args: ClusterStatusArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use latchkey_client::{Holder, Member};
+    use latchkey_client::{Holder, Member, Waiter};
 
     #[test]
     fn free_lock_has_null_holder_fields() {
@@ -235,29 +290,55 @@ mod tests {
             name: "a".into(),
             holder: None,
             waiters: 0,
+            queue: vec![],
         };
         let json = serde_json::to_value(LockJson::from(&free)).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"name":"a","held":false,"token":null,"session":null,"held_for_ms":null,"waiters":0})
+            serde_json::json!({"name":"a","held":false,"token":null,"session":null,"held_for_ms":null,"owner":null,"waiters":0,"queue":[]})
         );
+        let web3 = SessionOwner {
+            host: "web-3".into(),
+            pid: 4411,
+            user: "deploy".into(),
+            text: String::new(),
+        };
         let held = LockInfo {
             name: "b".into(),
             holder: Some(Holder {
                 session: 3,
                 token: 17,
                 held_for: Duration::from_millis(1500),
+                owner: Some(web3.clone()),
             }),
             waiters: 2,
+            queue: vec![
+                Waiter {
+                    session: 5,
+                    waited: Duration::from_millis(125_000),
+                    owner: None,
+                },
+                Waiter {
+                    session: 6,
+                    waited: Duration::from_millis(900),
+                    owner: Some(web3),
+                },
+            ],
         };
         let json = serde_json::to_value(LockJson::from(&held)).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"name":"b","held":true,"token":17,"session":3,"held_for_ms":1500,"waiters":2})
+            serde_json::json!({"name":"b","held":true,"token":17,"session":3,"held_for_ms":1500,
+                "owner":{"host":"web-3","pid":4411,"user":"deploy","text":""},"waiters":2,
+                "queue":[{"session":5,"waited_ms":125000,"owner":null},
+                         {"session":6,"waited_ms":900,"owner":{"host":"web-3","pid":4411,"user":"deploy","text":""}}]})
         );
         assert_eq!(
-            human(&held),
-            "b: held by session 3 with token 17 for 1.5s; 2 waiting"
+            human_with_queue(&held),
+            "b: held by session 3 (host web-3, pid 4411, user deploy) with token 17 for 1.5s; \
+             2 waiting, longest 2m05s\n  \
+             1. session 5 waiting for 2m05s\n  \
+             2. session 6 (host web-3, pid 4411, user deploy) waiting for 0.9s"
         );
     }
 

@@ -243,7 +243,10 @@ fn create(
 ) -> Result<pb::Session, tonic::Status> {
     rt.block_on(client.create_session(as_identity(
         token,
-        pb::CreateSessionRequest { ttl_ms: 30_000 },
+        pb::CreateSessionRequest {
+            ttl_ms: 30_000,
+            ..Default::default()
+        },
     )))
     .map(|r| r.into_inner().session.unwrap())
 }
@@ -520,4 +523,54 @@ fn a_bad_acl_file_is_a_clear_start_up_error() {
         !dir.path().join("data").exists(),
         "a refused start touched the data dir"
     );
+}
+
+/// Issue #14 item 6: a force-release needs the admin permission on the lock, a revoke admin on
+/// every lock; a refusal exits 5 and changes nothing; the audit log names the identity.
+#[test]
+fn admin_release_and_revoke_need_the_admin_permission_and_record_the_identity() {
+    let server = AclServer::start(&[], "", &[]);
+    let work = tempfile::tempdir().unwrap();
+    let granted = work.path().join("granted");
+    let mut args: Vec<String> = vec![
+        "lock".into(),
+        "--endpoints".into(),
+        server.addr.clone(),
+        "--auth-token".into(),
+        APP.into(),
+        "app/stuck".into(),
+        "--".into(),
+        "sh".into(),
+        "-c".into(),
+    ];
+    args.push(format!(
+        "echo $LATCHKEY_TOKEN > '{}'; exec sleep 100",
+        granted.display()
+    ));
+    let mut holder = common::Proc::spawn(&args, work.path());
+    common::wait_until("app holds app/stuck", Duration::from_secs(30), || {
+        granted.exists()
+    });
+    let release = ["admin", "release", "app/stuck", "--reason", "stuck"];
+    assert_denied(
+        &server.as_token(APP, &release),
+        &["\"admin\" permission on lock \"app/stuck\""],
+    );
+    assert_denied(
+        &server.as_token(READER, &["admin", "revoke", "1", "--reason", "x"]),
+        &["\"admin\" permission on every lock"],
+    );
+    assert_ok(&server.as_token(ADMIN, &release));
+    assert_eq!(
+        holder.wait_code(Duration::from_secs(30)),
+        4,
+        "{}",
+        holder.stderr()
+    );
+    let audit = server.as_token(READER, &["audit", "--json"]);
+    assert_ok(&audit);
+    let records: serde_json::Value = serde_json::from_str(&audit.stdout).unwrap();
+    assert_eq!(records.as_array().map(Vec::len), Some(1), "{records}");
+    assert_eq!(records[0]["identity"], "admin");
+    assert_eq!(records[0]["lock"], "app/stuck");
 }

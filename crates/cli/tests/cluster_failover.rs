@@ -189,7 +189,10 @@ fn a_paused_leader_comes_back_deposed_and_acknowledges_nothing() {
         pinned(&cluster.addr(old))
     };
     let session = rt
-        .block_on(raw.create_session(request(pb::CreateSessionRequest { ttl_ms: 10_000 })))
+        .block_on(raw.create_session(request(pb::CreateSessionRequest {
+            ttl_ms: 10_000,
+            ..Default::default()
+        })))
         .expect("session on the leader")
         .into_inner()
         .session;

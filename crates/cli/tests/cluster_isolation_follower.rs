@@ -64,9 +64,13 @@ fn an_isolated_follower_acknowledges_nothing_and_the_majority_carries_on() {
     // A session for the raw probes (created on the leader: the follower would refuse).
     let mut raw_leader = pinned(&rt, &cluster.addr(leader));
     let probe_session = rt
-        .block_on(
-            raw_leader.create_session(request(pb::CreateSessionRequest { ttl_ms: 30_000 }, T)),
-        )
+        .block_on(raw_leader.create_session(request(
+            pb::CreateSessionRequest {
+                ttl_ms: 30_000,
+                ..Default::default()
+            },
+            T,
+        )))
         .expect("session on the leader")
         .into_inner()
         .session
@@ -119,7 +123,10 @@ fn an_isolated_follower_acknowledges_nothing_and_the_majority_carries_on() {
                 REFUSE_WITHIN,
             ));
             let create = c.create_session(request(
-                pb::CreateSessionRequest { ttl_ms: 10_000 },
+                pb::CreateSessionRequest {
+                    ttl_ms: 10_000,
+                    ..Default::default()
+                },
                 REFUSE_WITHIN,
             ));
             let (x, y, z) = tokio::join!(acquire, keepalive, create);

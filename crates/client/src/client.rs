@@ -17,7 +17,7 @@ use crate::env::{ClientClock, ClientEnv};
 use crate::error::{classify, transport_message, Error, Failure};
 use crate::retry::{Backoff, RetryPolicy};
 use crate::session::Session;
-use crate::types::{LockInfo, LockList, Member, NodeStatus};
+use crate::types::{AuditEntry, LockInfo, LockList, Member, NodeStatus, SessionOptions};
 
 /// Settings of a [`Client`]. `Default` is what [`Client::connect`] uses.
 #[derive(Debug, Clone)]
@@ -259,7 +259,97 @@ impl Client {
 
     /// Opens a session with lease `ttl` (1 s to 1 h) and starts its background renewal.
     pub async fn session(&self, ttl: Duration) -> Result<Session, Error> {
-        Session::create(self.clone(), ttl).await
+        Session::create(self.clone(), ttl, None).await
+    }
+
+    /// Opens a session with `options` (its lease, and an owner description that `status` and
+    /// `list` show next to its locks and waits).
+    pub async fn session_with(&self, options: SessionOptions) -> Result<Session, Error> {
+        if let Some(Err(e)) = options.owner.as_ref().map(|o| o.validate()) {
+            return Err(Error::InvalidArgument {
+                message: e.to_string(),
+            });
+        }
+        Session::create(self.clone(), options.ttl, options.owner).await
+    }
+
+    /// Force-releases `name` (an operator's tool; needs the admin permission on it under access
+    /// control): the next waiter gets it with a higher token and the holder's client learns it
+    /// lost the lock. Answers the (session, token) of the grant taken. Recorded in the audit
+    /// log with `reason` and `operator` (who you say you are; the server adds the
+    /// authenticated identity).
+    ///
+    /// Without `token`, the current holder's token is read first and the release made
+    /// conditional on it, so that a retry after a lost answer can never take the *next*
+    /// holder's grant: such a retry fails with a `token-mismatch` or `lock-not-held`
+    /// [`Error::Conflict`] instead.
+    pub async fn admin_release(
+        &self,
+        name: &str,
+        token: Option<u64>,
+        reason: &str,
+        operator: &str,
+    ) -> Result<(u64, u64), Error> {
+        let token = match token {
+            Some(t) => t,
+            None => match self.describe(name).await?.holder {
+                Some(h) => h.token,
+                None => {
+                    return Err(Error::Conflict {
+                        reason: "lock-not-held".into(),
+                        message: format!("lock {name:?} is not held"),
+                    })
+                }
+            },
+        };
+        let request = pb::AdminReleaseRequest {
+            name: name.to_owned(),
+            token: Some(token),
+            reason: reason.to_owned(),
+            operator: operator.to_owned(),
+        };
+        let response = self
+            .call(self.short(), request, |mut c, r| async move {
+                c.admin_release(r).await
+            })
+            .await?;
+        Ok((response.session, response.token))
+    }
+
+    /// Ends `session` as an expiry would (an operator's tool; needs the admin permission on
+    /// every lock under access control): its locks go to their next waiters. Answers how many
+    /// locks it held. Recorded in the audit log.
+    pub async fn admin_revoke(
+        &self,
+        session: u64,
+        reason: &str,
+        operator: &str,
+    ) -> Result<u32, Error> {
+        let request = pb::AdminRevokeRequest {
+            session,
+            reason: reason.to_owned(),
+            operator: operator.to_owned(),
+        };
+        let response = self
+            .call(self.short(), request, |mut c, r| async move {
+                c.admin_revoke(r).await
+            })
+            .await?;
+        Ok(response.locks)
+    }
+
+    /// The audit log (force-releases and revocations), oldest first, read on the leader.
+    pub async fn audit(&self) -> Result<Vec<AuditEntry>, Error> {
+        let response = self
+            .call(self.short(), pb::AuditRequest {}, |mut c, r| async move {
+                c.audit(r).await
+            })
+            .await?;
+        Ok(response
+            .records
+            .into_iter()
+            .map(AuditEntry::from_pb)
+            .collect())
     }
 
     /// One lock's holder and queue length, read on the leader.

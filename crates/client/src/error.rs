@@ -32,6 +32,13 @@ pub enum Error {
     /// The wait for a lock ended without a grant (including a try-once that found it held).
     #[error("timed out waiting for lock {name:?}")]
     WaitTimedOut { name: String },
+    /// A try-once (wait zero) found the lock held; `holder` is who held it when the server
+    /// refused the request (it may have changed since).
+    #[error("lock {name:?} is {}", holder.describe())]
+    Held {
+        name: String,
+        holder: Box<crate::types::Holder>,
+    },
     /// Servers answered, but none could serve the request (no leader, shutting down) within
     /// the retry budget.
     #[error("unavailable after {attempts} attempts in {elapsed:?}: {last}")]

@@ -123,7 +123,7 @@ async fn send(client: &Client, batch: Vec<Waiting>) {
                     .leases
                     .iter()
                     .find(|l| l.id == w.session.id)
-                    .copied(),
+                    .cloned(),
                 answered.clone(),
             )),
             Err(e) => Err(e.clone()),

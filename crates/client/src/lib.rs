@@ -67,10 +67,14 @@ pub mod types;
 pub use client::{AuthToken, Client, ClientConfig};
 pub use env::{BootClock, ClientClock, ClientConnector, ClientEnv, SystemClock, TcpConnector};
 pub use error::Error;
+pub use latchkey_core::SessionOwner;
 pub use lock::{
     fencing_header, fencing_headers, LockGuard, LockRequest, LOCK_HEADER, TOKEN_HEADER,
 };
 pub use retry::RetryPolicy;
 pub use session::{safety_margin, Session, SAFETY_MARGIN_MIN};
 pub use tls::{ClientTls, TlsConnector};
-pub use types::{Holder, LockInfo, LockList, Member, NodeStatus};
+pub use types::{
+    describe_session, human_duration, AuditEntry, Holder, LockInfo, LockList, Member, NodeStatus,
+    SessionOptions, Waiter,
+};

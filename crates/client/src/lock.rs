@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::client::CallOpts;
 use crate::env::{sleep_until, ClientClock};
 use crate::error::Error;
-use crate::session::{pb_session, wait_lost, SeqTicket, SessionShared};
+use crate::session::{pb_session, wait_lost, SeqTicket, SessionShared, Taken};
 
 /// Header that carries the fencing token to a fenced resource (see the `latchkey-fence` crate).
 pub const TOKEN_HEADER: &str = "latchkey-token";
@@ -46,7 +46,8 @@ impl<'a> LockRequest<'a> {
     /// Takes the lock, waiting in its FIFO queue for at most `timeout` (`None`: until granted;
     /// `Some(Duration::ZERO)`: try once, never queue).
     ///
-    /// Fails with [`Error::WaitTimedOut`] when the wait ends without a grant and with
+    /// Fails with [`Error::WaitTimedOut`] when the wait ends without a grant (with
+    /// [`Error::Held`], naming the holder, when a try-once found the lock held) and with
     /// [`Error::SessionLost`] if the session is lost meanwhile. The request keeps one sequence
     /// number across its long-polls and retries, so it keeps its place in the queue through
     /// reconnects and leader changes.
@@ -136,6 +137,15 @@ impl<'a> LockRequest<'a> {
                             // Only after the server's own cap on a wait (a day): start again.
                             break;
                         }
+                        if let Some(h) = response.held_by.filter(|h| h.held) {
+                            let holder = crate::types::LockInfo::from_pb(h).holder;
+                            if let Some(holder) = holder {
+                                return Err(Error::Held {
+                                    name: self.name,
+                                    holder: Box::new(holder),
+                                });
+                            }
+                        }
                         return Err(Error::WaitTimedOut { name: self.name });
                     }
                     Ok(pb::AcquireResult::Pending) => {
@@ -159,7 +169,7 @@ impl<'a> LockRequest<'a> {
     pub async fn try_acquire(self) -> Result<Option<LockGuard>, Error> {
         match self.wait(Some(Duration::ZERO)).await {
             Ok(guard) => Ok(Some(guard)),
-            Err(Error::WaitTimedOut { .. }) => Ok(None),
+            Err(Error::WaitTimedOut { .. } | Error::Held { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -276,6 +286,8 @@ pub struct LockGuard {
     name: String,
     token: u64,
     lost: watch::Receiver<Option<String>>,
+    /// Force-released grants of the session: this guard's lock is lost if its token is one.
+    taken: watch::Receiver<Taken>,
     released: bool,
 }
 
@@ -292,6 +304,7 @@ impl std::fmt::Debug for LockGuard {
 impl LockGuard {
     fn new(shared: Arc<SessionShared>, name: String, token: u64) -> LockGuard {
         let lost = shared.watch_lost();
+        let taken = shared.watch_taken();
         shared
             .guarded
             .lock()
@@ -302,6 +315,7 @@ impl LockGuard {
             name,
             token,
             lost,
+            taken,
             released: false,
         }
     }
@@ -322,11 +336,25 @@ impl LockGuard {
     }
 
     /// Completes when the lock may be lost: the session's deadline on this client's clock
-    /// clock passed without an acknowledged renewal, the server said the session is gone, or
-    /// the session was closed. Stop working under the lock at once; the server keeps it for
-    /// the session's safety margin at most.
+    /// clock passed without an acknowledged renewal, the server said the session is gone, the
+    /// session was closed, or a keepalive answer said an operator force-released this grant
+    /// (`latchkey admin release`; the lock is then already someone else's). Stop working
+    /// under the lock at once; the server keeps it for the session's safety margin at most.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        wait_lost(self.lost.clone())
+        let session = wait_lost(self.lost.clone());
+        let mut taken = self.taken.clone();
+        let token = self.token;
+        async move {
+            tokio::select! {
+                () = session => {}
+                // A dropped sender means the session is gone: lost as well.
+                _ = taken.wait_for(|t| t.covers(token)) => {}
+            }
+        }
+    }
+
+    fn taken(&self) -> bool {
+        self.taken.borrow().covers(self.token)
     }
 
     /// Whether the lock may be lost: [`LockGuard::lost`] has completed, or the session's
@@ -334,11 +362,17 @@ impl LockGuard {
     /// renewal task's timer, so that a holder that resumes from a pause and asks before
     /// writing gets the true answer.
     pub fn is_lost(&self) -> bool {
-        self.shared.may_be_lost()
+        self.shared.may_be_lost() || self.taken()
     }
 
     /// Why the lock may be lost, once it may be.
     pub fn lost_reason(&self) -> Option<String> {
+        if self.taken() {
+            return Some(format!(
+                "an operator force-released it (token {}); see `latchkey audit`",
+                self.token
+            ));
+        }
         self.lost.borrow().clone()
     }
 

@@ -136,6 +136,8 @@ pub(crate) struct SessionShared {
     /// Keepalives and the close carry no sequence number and take no permit.
     pub short_requests: Semaphore,
     lost: watch::Sender<Option<String>>,
+    /// Grants of this session an operator force-released, as the last keepalive said.
+    taken: watch::Sender<Taken>,
     /// Failovers seen by the renewal task (see the module comment).
     failovers: watch::Sender<u64>,
     deadline: Mutex<Instant>,
@@ -199,6 +201,33 @@ impl SessionShared {
         self.lost.subscribe()
     }
 
+    pub(crate) fn watch_taken(&self) -> watch::Receiver<Taken> {
+        self.taken.subscribe()
+    }
+
+    /// A keepalive's list of force-released grants; logs the newly taken ones this client
+    /// guards.
+    fn taken_now(&self, tokens: Vec<u64>, through: u64) {
+        let new = Taken {
+            tokens: tokens.into_iter().collect(),
+            through,
+        };
+        self.taken.send_if_modified(|old| {
+            if *old == new {
+                return false;
+            }
+            for t in new.tokens.difference(&old.tokens) {
+                tracing::warn!(
+                    session = self.key.id.0,
+                    token = t,
+                    "an operator force-released a lock of this session"
+                );
+            }
+            *old = new;
+            true
+        });
+    }
+
     /// Turns a server's "no such session" into the session being lost.
     pub(crate) fn check(&self, e: Error) -> Error {
         if let Error::SessionNotFound { message } = &e {
@@ -229,6 +258,21 @@ impl SessionShared {
             .lock()
             .expect("background lock poisoned")
             .take()
+    }
+}
+
+/// The grants of a session that an operator force-released (`AdminRelease`), from the keepalive
+/// answers: the tokens the server remembers (at most `REVOKED_GRANTS_PER_SESSION_MAX`), and
+/// the highest it forgot (every grant up to it may have been taken).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Taken {
+    tokens: BTreeSet<u64>,
+    through: u64,
+}
+
+impl Taken {
+    pub(crate) fn covers(&self, token: u64) -> bool {
+        token <= self.through || self.tokens.contains(&token)
     }
 }
 
@@ -297,7 +341,11 @@ pub struct Session {
 }
 
 impl Session {
-    pub(crate) async fn create(client: Client, ttl: Duration) -> Result<Session, Error> {
+    pub(crate) async fn create(
+        client: Client,
+        ttl: Duration,
+        owner: Option<latchkey_core::SessionOwner>,
+    ) -> Result<Session, Error> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         latchkey_core::validate_ttl_ms(ttl_ms).map_err(|e| Error::InvalidArgument {
             message: e.to_string(),
@@ -313,7 +361,10 @@ impl Session {
         let (response, answered) = client
             .call_traced(
                 opts,
-                pb::CreateSessionRequest { ttl_ms },
+                pb::CreateSessionRequest {
+                    ttl_ms,
+                    owner: owner.as_ref().map(crate::types::owner_to_pb),
+                },
                 |mut c, r| async move { c.create_session(r).await },
             )
             .await?;
@@ -338,6 +389,7 @@ impl Session {
                 latchkey_core::limits::SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX,
             ),
             lost,
+            taken: watch::channel(Taken::default()).0,
             failovers: watch::channel(0).0,
             deadline: Mutex::new(lease.deadline()),
             background: Mutex::new(Some(JoinSet::new())),
@@ -558,6 +610,7 @@ async fn renew(shared: Arc<SessionShared>, mut lease: ClientLease, endpoint: Str
         match result {
             Ok((lease_answer, answered)) => match lease_answer {
                 Some(l) if l.alive => {
+                    shared.taken_now(l.revoked_tokens, l.revoked_through);
                     lease.acknowledged(sent, Duration::from_millis(l.ttl_ms));
                     *shared.deadline.lock().expect("deadline lock poisoned") = lease.deadline();
                     if failovers.acknowledged(&answered.endpoint, answered.failed_attempts) {

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use latchkey_core::SessionOwner;
 use latchkey_proto::v1 as pb;
 
 /// One lock as the leader sees it.
@@ -12,6 +13,17 @@ pub struct LockInfo {
     pub holder: Option<Holder>,
     /// Sessions queued for the lock.
     pub waiters: u32,
+    /// The first waiters in queue order (all of them from `describe`, a few from `list`).
+    pub queue: Vec<Waiter>,
+}
+
+/// One session waiting for a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter {
+    pub session: u64,
+    /// How long it has waited, by the leader's clock.
+    pub waited: Duration,
+    pub owner: Option<SessionOwner>,
 }
 
 /// The current holder of a lock.
@@ -22,6 +34,79 @@ pub struct Holder {
     pub token: u64,
     /// How long the lock has been held, by the leader's clock.
     pub held_for: Duration,
+    /// What the holder's client said about itself, if anything.
+    pub owner: Option<SessionOwner>,
+}
+
+impl Holder {
+    /// "held by session 10 (host web-3, pid 4411) for 2m03s".
+    pub fn describe(&self) -> String {
+        format!(
+            "held by {} for {}",
+            describe_session(self.session, self.owner.as_ref()),
+            human_duration(self.held_for)
+        )
+    }
+}
+
+/// "session 10 (host web-3, pid 4411, user deploy: nightly job)", or "session 10" without an
+/// owner description.
+pub fn describe_session(session: u64, owner: Option<&SessionOwner>) -> String {
+    let Some(o) = owner else {
+        return format!("session {session}");
+    };
+    let mut parts = Vec::new();
+    if !o.host.is_empty() {
+        parts.push(format!("host {}", o.host));
+    }
+    if o.pid != 0 {
+        parts.push(format!("pid {}", o.pid));
+    }
+    if !o.user.is_empty() {
+        parts.push(format!("user {}", o.user));
+    }
+    let mut s = parts.join(", ");
+    if !o.text.is_empty() {
+        if !s.is_empty() {
+            s.push_str(": ");
+        }
+        s.push_str(&o.text);
+    }
+    if s.is_empty() {
+        format!("session {session}")
+    } else {
+        format!("session {session} ({s})")
+    }
+}
+
+/// A short human duration: `4.2s`, `2m03s`, `1h05m`.
+pub fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 10_000 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if ms < 3_600_000 {
+        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+    }
+}
+
+pub(crate) fn owner_from_pb(o: pb::Owner) -> SessionOwner {
+    SessionOwner {
+        host: o.host,
+        pid: o.pid,
+        user: o.user,
+        text: o.text,
+    }
+}
+
+pub(crate) fn owner_to_pb(o: &SessionOwner) -> pb::Owner {
+    pb::Owner {
+        host: o.host.clone(),
+        pid: o.pid,
+        user: o.user.clone(),
+        text: o.text.clone(),
+    }
 }
 
 impl LockInfo {
@@ -31,9 +116,98 @@ impl LockInfo {
                 session: lock.session,
                 token: lock.token,
                 held_for: Duration::from_millis(lock.held_for_ms),
+                owner: lock.owner.map(owner_from_pb),
             }),
             name: lock.name,
             waiters: lock.waiters,
+            queue: lock
+                .queue
+                .into_iter()
+                .map(|w| Waiter {
+                    session: w.session,
+                    waited: Duration::from_millis(w.waited_ms),
+                    owner: w.owner.map(owner_from_pb),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Options of a new session ([`Client::session_with`](crate::Client::session_with)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// The lease (1 s to 1 h).
+    pub ttl: Duration,
+    /// Who runs the session, shown by `status` and `list` (see
+    /// [`SessionOptions::owner_of_this_process`]).
+    pub owner: Option<SessionOwner>,
+}
+
+impl SessionOptions {
+    /// This process's host name, pid and user, with `text` (may be empty).
+    pub fn owner_of_this_process(text: &str) -> SessionOwner {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_default();
+        let user = std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .or_else(|_| std::env::var("USERNAME"))
+            .unwrap_or_default();
+        let cut = |s: &str, max: usize| {
+            let mut end = s.len().min(max);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s[..end].to_owned()
+        };
+        SessionOwner {
+            host: cut(host.trim(), latchkey_core::limits::OWNER_HOST_BYTES_MAX),
+            pid: std::process::id(),
+            user: cut(user.trim(), latchkey_core::limits::OWNER_USER_BYTES_MAX),
+            text: text.to_owned(),
+        }
+    }
+}
+
+/// One administrative action from the audit log ([`Client::audit`](crate::Client::audit)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    pub index: u64,
+    /// Leader wall clock, Unix ms.
+    pub at_ms: u64,
+    /// "force-release" or "revoke".
+    pub action: String,
+    /// force-release: the lock; revoke: empty.
+    pub lock: String,
+    pub session: u64,
+    /// force-release: the grant taken.
+    pub token: u64,
+    /// force-release: the next waiter's grant (0: none).
+    pub next_token: u64,
+    /// revoke: how many locks the session held.
+    pub locks: u32,
+    /// The authenticated identity; `None` without access control.
+    pub identity: Option<String>,
+    /// What the operator's tool said about them (e.g. user@host).
+    pub operator: String,
+    pub reason: String,
+}
+
+impl AuditEntry {
+    pub(crate) fn from_pb(r: pb::AuditRecord) -> AuditEntry {
+        AuditEntry {
+            index: r.index,
+            at_ms: r.at_ms,
+            action: r.action,
+            lock: r.lock,
+            session: r.session,
+            token: r.token,
+            next_token: r.next_token,
+            locks: r.locks,
+            identity: (!r.identity.is_empty()).then_some(r.identity),
+            operator: r.operator,
+            reason: r.reason,
         }
     }
 }

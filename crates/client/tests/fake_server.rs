@@ -104,6 +104,7 @@ impl Locks for Fake {
                 id: s.id,
                 alive: !dead && s.secret == 42,
                 ttl_ms: 1_000,
+                ..Default::default()
             })
             .collect();
         Ok(Response::new(KeepAliveResponse { leases }))
@@ -157,6 +158,7 @@ impl Locks for Fake {
                 0
             },
             position: 1,
+            ..Default::default()
         }))
     }
 
@@ -187,8 +189,30 @@ impl Locks for Fake {
                 token: 7,
                 held_for_ms: 1500,
                 waiters: 2,
+                ..Default::default()
             }),
         }))
+    }
+
+    async fn admin_release(
+        &self,
+        _: Request<latchkey_proto::v1::AdminReleaseRequest>,
+    ) -> Result<Response<latchkey_proto::v1::AdminReleaseResponse>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn admin_revoke(
+        &self,
+        _: Request<latchkey_proto::v1::AdminRevokeRequest>,
+    ) -> Result<Response<latchkey_proto::v1::AdminRevokeResponse>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn audit(
+        &self,
+        _: Request<latchkey_proto::v1::AuditRequest>,
+    ) -> Result<Response<latchkey_proto::v1::AuditResponse>, Status> {
+        Err(Status::unimplemented("not in the fake"))
     }
 
     async fn list(&self, _: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {

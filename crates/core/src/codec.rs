@@ -13,7 +13,9 @@ use crate::LockTable;
 ///    locks' holders, so that each name is stored once in memory (issue #11).
 /// 6: sessions carry their owner, the identity that created them under access control (issue
 ///    #13).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 6;
+/// 7: sessions carry their owner description and force-released grants, waiters the time their
+///    wait began, and the table its audit log (issue #14 items 6 and 7).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 7;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {

@@ -378,3 +378,49 @@ pub const AUTH_TOKEN_BYTES_MAX: usize = 4_096;
 /// few are what an operator looks for (a stuck holder, a herd); one series per lock would make
 /// the scrape as large as the table.
 pub const METRICS_LONGEST_QUEUES: usize = 5;
+
+// ---- owner descriptions and the audit log (issue #14 items 6 and 7) ----
+
+/// Bytes of a session owner's host name: a DNS name is at most 253 bytes.
+pub const OWNER_HOST_BYTES_MAX: usize = 255;
+/// Bytes of a session owner's user name: login names are short (32 on Linux by default).
+pub const OWNER_USER_BYTES_MAX: usize = 64;
+/// Bytes of a session owner's free text (`--owner`): a line for a human ("deploy of web-3 by
+/// CI job 4411"), not a document; every session stores it, every `status` returns it.
+pub const OWNER_TEXT_BYTES_MAX: usize = 256;
+/// All the bytes of one owner description.
+pub const OWNER_BYTES_MAX: usize =
+    OWNER_HOST_BYTES_MAX + OWNER_USER_BYTES_MAX + OWNER_TEXT_BYTES_MAX;
+/// A `describe` answer lists every waiter with its owner: the full queue must fit a message.
+const _: () =
+    assert!(WAITERS_PER_LOCK_MAX * (OWNER_BYTES_MAX + 64) <= CLIENT_MESSAGE_BYTES_MAX / 2);
+/// Waiters shown per lock in a `list` answer (the queue's head, the longest waiting); the count
+/// says how many there are. A list of `LIST_RESULTS_MAX` locks with whole queues would be
+/// gigabytes.
+pub const LIST_WAITERS_SHOWN_MAX: usize = 4;
+/// Bytes of lock entries in one `List` answer, counted as it is built (names, owner
+/// descriptions, a fixed allowance per lock and waiter): the answer is cut there (`truncated`)
+/// rather than exceed the message limit when holders carry long owner descriptions.
+pub const LIST_RESPONSE_BYTES_MAX: usize = CLIENT_MESSAGE_BYTES_MAX / 2;
+/// Records the audit log keeps; the oldest is dropped first. Force-releases and revocations are
+/// rare incident actions: a thousand covers months of them, and the whole log (each record at
+/// most a reason, two actor strings and a lock name) fits one `Audit` answer.
+pub const AUDIT_RECORDS_MAX: usize = 1_000;
+/// Bytes of an administrative action's reason: a sentence or a ticket link.
+pub const AUDIT_REASON_BYTES_MAX: usize = 1_024;
+/// Bytes of each actor string of an audit record (the identity, the operator's claimed name).
+pub const AUDIT_ACTOR_BYTES_MAX: usize = 256;
+const _: () = assert!(
+    AUDIT_RECORDS_MAX
+        * (AUDIT_REASON_BYTES_MAX + 2 * AUDIT_ACTOR_BYTES_MAX + LOCK_NAME_BYTES_MAX + 64)
+        <= CLIENT_MESSAGE_BYTES_MAX / 2
+);
+/// Force-released grants a session remembers, newest kept, so that its client's next
+/// keepalive learns which of its locks were taken (the tokens travel in the answer). A client
+/// renews every TTL/3; more force-releases of one session's locks between two renewals drop
+/// the oldest, and the session then reports every grant up to the highest dropped token as
+/// possibly lost (`revoked_through`), which is safe.
+pub const REVOKED_GRANTS_PER_SESSION_MAX: usize = 64;
+const _: () = assert!(
+    KEEPALIVE_SESSIONS_MAX * (REVOKED_GRANTS_PER_SESSION_MAX + 4) * 10 <= CLIENT_MESSAGE_BYTES_MAX
+);

@@ -28,6 +28,9 @@ pub struct LockTable {
     /// Every queued wait by the time it ends (leader wall-clock ms): (until_ms, session, seq).
     /// An index over the queues, so the leader finds ended waits without a scan.
     wait_ends: BTreeSet<(u64, SessionId, u64)>,
+    /// Administrative actions (force-release, revoke), oldest first, at most
+    /// `limits::AUDIT_RECORDS_MAX`.
+    audit: VecDeque<AuditRecord>,
 }
 
 /// A snapshot's table before the sessions' holds are rebuilt: the fields of [`LockTable`] in
@@ -38,6 +41,7 @@ struct DecodedTable {
     sessions: BTreeMap<SessionId, Session>,
     locks: BTreeMap<Name, Lock>,
     wait_ends: BTreeSet<(u64, SessionId, u64)>,
+    audit: VecDeque<AuditRecord>,
 }
 
 impl From<DecodedTable> for LockTable {
@@ -56,6 +60,7 @@ impl From<DecodedTable> for LockTable {
             sessions,
             locks: d.locks,
             wait_ends: d.wait_ends,
+            audit: d.audit,
         }
     }
 }
@@ -129,7 +134,15 @@ struct Session {
     lease_mark_ms: Option<u64>,
     /// The identity that created the session when access control is on (`Op::CreateOwnedSession`);
     /// only it may use the session, and the session counts toward its quotas.
-    owner: Option<String>,
+    identity: Option<String>,
+    /// What the client said about itself (host, pid, user, text); boxed, as most sessions of a
+    /// busy table are the same few processes and many have none.
+    owner: Option<Box<SessionOwner>>,
+    /// Tokens of this session's grants that an operator force-released, newest last, at most
+    /// `limits::REVOKED_GRANTS_PER_SESSION_MAX`: its client learns them from its keepalives.
+    revoked: Vec<u64>,
+    /// The highest token dropped from `revoked` to keep it bounded.
+    revoked_through: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -208,6 +221,8 @@ struct Waiter {
     seq: u64,
     /// The wait ends unserved at this time (ms, the stamped leader wall clock of entries).
     until_ms: u64,
+    /// The wait began at this time (ms, the same clock): "waited for" is measured from it.
+    since_ms: u64,
 }
 
 /// What a session-bearing request found when it looked its sequence number up.
@@ -286,13 +301,50 @@ impl LockTable {
         let mut fx = Applied::just(Outcome::NotGranted);
         fx.outcome = match &cmd.op {
             Op::CreateSession { ttl_ms, secret } => {
-                self.create_session(index, *ttl_ms, *secret, None)
+                self.create_session(index, *ttl_ms, *secret, None, None)
             }
             Op::CreateOwnedSession {
                 ttl_ms,
                 secret,
                 owner,
-            } => self.create_session(index, *ttl_ms, *secret, Some(owner)),
+            } => self.create_session(index, *ttl_ms, *secret, Some(owner), None),
+            Op::OpenSession {
+                ttl_ms,
+                secret,
+                identity,
+                owner,
+            } => self.create_session(index, *ttl_ms, *secret, identity.as_deref(), owner.as_ref()),
+            Op::ForceRelease {
+                name,
+                token,
+                by,
+                reason,
+            } => self.force_release(index, cmd.now_ms, name, *token, by, reason, &mut fx),
+            Op::RevokeSession {
+                session,
+                by,
+                reason,
+            } => match (by.validate(), validate_reason(reason)) {
+                (Err(r), _) | (_, Err(r)) => Outcome::Rejected(r),
+                _ if !self.sessions.contains_key(session) => {
+                    Outcome::Rejected(Rejection::SessionNotFound { id: *session })
+                }
+                _ => {
+                    let locks = self.sessions[session].held.len() as u32;
+                    self.remove_sessions(&[*session], index, cmd.now_ms, &mut fx);
+                    self.audit_push(AuditRecord {
+                        index,
+                        at_ms: cmd.now_ms,
+                        action: AuditAction::RevokeSession {
+                            session: *session,
+                            locks,
+                        },
+                        by: by.clone(),
+                        reason: reason.clone(),
+                    });
+                    Outcome::SessionRevoked { locks }
+                }
+            },
             Op::CloseSession { session } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => {
@@ -365,6 +417,9 @@ impl LockTable {
                     Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
                     Seen::New => {
                         let o = self.acquire(session.id, *seq, name, *wait_ms, index, cmd.now_ms);
+                        if o == Outcome::NotGranted {
+                            fx.busy = self.describe(name).and_then(|l| l.holder);
+                        }
                         if !matches!(o, Outcome::Queued { .. }) {
                             self.record(session.id, *seq, o.clone());
                         }
@@ -424,9 +479,13 @@ impl LockTable {
         index: u64,
         ttl_ms: u64,
         secret: u64,
-        owner: Option<&str>,
+        identity: Option<&str>,
+        owner: Option<&SessionOwner>,
     ) -> Outcome {
         if let Err(r) = validate_ttl_ms(ttl_ms) {
+            return Outcome::Rejected(r);
+        }
+        if let Some(Err(r)) = owner.map(SessionOwner::validate) {
             return Outcome::Rejected(r);
         }
         if self.sessions.len() >= limits::SESSIONS_MAX {
@@ -446,7 +505,10 @@ impl LockTable {
                 recorded: VecDeque::new(),
                 lease_mark_ms: None,
                 evicted_max: None,
-                owner: owner.map(str::to_owned),
+                identity: identity.map(str::to_owned),
+                owner: owner.map(|o| Box::new(o.clone())),
+                revoked: Vec::new(),
+                revoked_through: None,
             },
         );
         assert!(prev.is_none(), "session id {id} reused");
@@ -560,6 +622,7 @@ impl LockTable {
                     session: sid,
                     seq,
                     until_ms,
+                    since_ms: now_ms,
                 });
                 let position = lock.waiters.len() as u32;
                 self.wait_ends.insert((until_ms, sid, seq));
@@ -604,6 +667,73 @@ impl LockTable {
                 Outcome::Released
             }
             _ => Outcome::NotHolder,
+        }
+    }
+
+    /// An operator's force-release: hand `name` over as its holder's release would, remember
+    /// the taken grant in the holder's session (its client learns it from a keepalive), and
+    /// record it in the audit log.
+    #[allow(clippy::too_many_arguments)]
+    fn force_release(
+        &mut self,
+        index: u64,
+        now_ms: u64,
+        name: &str,
+        token: Option<u64>,
+        by: &Actor,
+        reason: &str,
+        fx: &mut Applied,
+    ) -> Outcome {
+        if let Err(r) = validate_name(name)
+            .and_then(|()| by.validate())
+            .and_then(|()| validate_reason(reason))
+        {
+            return Outcome::Rejected(r);
+        }
+        let Some(lock) = self.locks.get(name) else {
+            return Outcome::Rejected(Rejection::LockNotHeld { name: name.into() });
+        };
+        let old = lock.holder;
+        if let Some(token) = token.filter(|t| *t != old.token) {
+            return Outcome::Rejected(Rejection::TokenMismatch {
+                name: name.into(),
+                token,
+                holder_token: old.token,
+            });
+        }
+        self.hand_over(name, index, now_ms, fx);
+        let s = self
+            .sessions
+            .get_mut(&old.session)
+            .expect("holder's session is live");
+        s.revoked.push(old.token);
+        if s.revoked.len() > limits::REVOKED_GRANTS_PER_SESSION_MAX {
+            let dropped = s.revoked.remove(0);
+            s.revoked_through = Some(s.revoked_through.map_or(dropped, |m| m.max(dropped)));
+        }
+        let next_token = fx.handoffs.iter().find(|h| h.name == name).map(|h| h.token);
+        self.audit_push(AuditRecord {
+            index,
+            at_ms: now_ms,
+            action: AuditAction::ForceRelease {
+                name: name.into(),
+                session: old.session,
+                token: old.token,
+                next_token,
+            },
+            by: by.clone(),
+            reason: reason.into(),
+        });
+        Outcome::ForceReleased {
+            session: old.session,
+            token: old.token,
+        }
+    }
+
+    fn audit_push(&mut self, record: AuditRecord) {
+        self.audit.push_back(record);
+        while self.audit.len() > limits::AUDIT_RECORDS_MAX {
+            self.audit.pop_front();
         }
     }
 
@@ -683,7 +813,9 @@ impl LockTable {
     // ---- read-only queries ----
 
     pub fn describe(&self, name: &str) -> Option<LockState> {
-        self.locks.get(name).map(|l| lock_info(name, l))
+        self.locks
+            .get(name)
+            .map(|l| self.lock_info(name, l, limits::WAITERS_PER_LOCK_MAX))
     }
 
     /// Held locks whose names start with `prefix`, in name order, at most `limit`.
@@ -695,7 +827,7 @@ impl LockTable {
             ))
             .take_while(|(n, _)| n.starts_with(prefix))
             .take(limit)
-            .map(|(n, l)| lock_info(n, l))
+            .map(|(n, l)| self.lock_info(n, l, limits::LIST_WAITERS_SHOWN_MAX))
             .collect()
     }
 
@@ -715,6 +847,48 @@ impl LockTable {
         top
     }
 
+    /// The audit log, oldest first.
+    pub fn audit(&self) -> impl Iterator<Item = &AuditRecord> + '_ {
+        self.audit.iter()
+    }
+
+    /// Tokens of live session `id`'s grants that were force-released (newest last), and the
+    /// highest token dropped from that list (every grant up to it may have been taken too).
+    pub fn revoked_grants(&self, id: SessionId) -> Option<(&[u64], Option<u64>)> {
+        self.sessions
+            .get(&id)
+            .map(|s| (s.revoked.as_slice(), s.revoked_through))
+    }
+
+    fn owner_of(&self, id: SessionId) -> Option<SessionOwner> {
+        self.sessions
+            .get(&id)
+            .and_then(|s| s.owner.as_deref().cloned())
+    }
+
+    fn lock_info(&self, name: &str, l: &Lock, waiters_shown: usize) -> LockState {
+        LockState {
+            name: name.to_owned(),
+            holder: Some(HolderState {
+                session: l.holder.session,
+                token: l.holder.token,
+                granted_at_ms: l.holder.granted_at_ms,
+                owner: self.owner_of(l.holder.session),
+            }),
+            waiters: l.waiters.len() as u32,
+            queue: l
+                .waiters
+                .iter()
+                .take(waiters_shown)
+                .map(|w| WaiterState {
+                    session: w.session,
+                    since_ms: w.since_ms,
+                    owner: self.owner_of(w.session),
+                })
+                .collect(),
+        }
+    }
+
     pub fn sessions(&self) -> impl Iterator<Item = SessionInfo> + '_ {
         self.sessions.iter().map(|(id, s)| SessionInfo {
             id: *id,
@@ -731,19 +905,24 @@ impl LockTable {
         })
     }
 
-    /// The owner of live session `id`: `None` when there is no such session, `Some(None)` when
-    /// it was created without access control.
-    pub fn session_owner(&self, id: SessionId) -> Option<Option<&str>> {
-        self.sessions.get(&id).map(|s| s.owner.as_deref())
+    /// The identity that owns live session `id`: `None` when there is no such session,
+    /// `Some(None)` when it was created without access control.
+    pub fn session_identity(&self, id: SessionId) -> Option<Option<&str>> {
+        self.sessions.get(&id).map(|s| s.identity.as_deref())
+    }
+
+    /// The owner description live session `id`'s client gave, if any.
+    pub fn session_owner(&self, id: SessionId) -> Option<&SessionOwner> {
+        self.sessions.get(&id).and_then(|s| s.owner.as_deref())
     }
 
     /// How many live sessions `owner` has, and how many Acquire requests they have queued: what
     /// its quotas are checked against. A scan of the sessions (at most `SESSIONS_MAX`), done
     /// only for calls that would add a session or a wait.
-    pub fn owner_usage(&self, owner: &str) -> OwnerUsage {
-        let mut usage = OwnerUsage::default();
+    pub fn identity_usage(&self, identity: &str) -> IdentityUsage {
+        let mut usage = IdentityUsage::default();
         for s in self.sessions.values() {
-            if s.owner.as_deref() == Some(owner) {
+            if s.identity.as_deref() == Some(identity) {
                 usage.sessions += 1;
                 usage.waiting += s.waiting.len();
             }
@@ -868,6 +1047,15 @@ impl LockTable {
         {
             return Err("the index of wait ends disagrees with the queues".into());
         }
+        if self.sessions.values().any(|s| {
+            s.revoked.len() > limits::REVOKED_GRANTS_PER_SESSION_MAX
+                || s.owner.as_deref().is_some_and(|o| o.validate().is_err())
+        }) {
+            return Err("a session over its owner or revoked-grants limit".into());
+        }
+        if self.audit.len() > limits::AUDIT_RECORDS_MAX {
+            return Err("the audit log over its limit".into());
+        }
         if self.sessions.len() > limits::SESSIONS_MAX || self.locks.len() > limits::LOCKS_MAX {
             return Err("over a table limit".into());
         }
@@ -878,18 +1066,6 @@ impl LockTable {
 /// Whether `o` is what a release answers (so not an acquire's or a cancel's).
 fn is_release_outcome(o: &Outcome) -> bool {
     matches!(o, Outcome::Released | Outcome::NotHolder)
-}
-
-fn lock_info(name: &str, l: &Lock) -> LockState {
-    LockState {
-        name: name.to_owned(),
-        holder: Some(HolderState {
-            session: l.holder.session,
-            token: l.holder.token,
-            granted_at_ms: l.holder.granted_at_ms,
-        }),
-        waiters: l.waiters.len() as u32,
-    }
 }
 
 #[cfg(test)]
@@ -911,7 +1087,7 @@ mod tests {
     fn sessions_limit_is_enforced_at_sessions_max() {
         let mut t = LockTable::new();
         for index in 1..limits::SESSIONS_MAX as u64 {
-            let o = t.create_session(index, limits::SESSION_TTL_MS_DEFAULT, index, None);
+            let o = t.create_session(index, limits::SESSION_TTL_MS_DEFAULT, index, None, None);
             assert!(matches!(o, Outcome::SessionCreated { .. }), "{o:?}");
             t.last_index = index;
         }
@@ -1082,17 +1258,17 @@ mod tests {
         let restored = decode_table(&encode_table(&t)).expect("decodes");
         assert_eq!(restored, t);
         for table in [&t, &restored] {
-            assert_eq!(table.session_owner(SessionId(1)), Some(Some("ci")));
-            assert_eq!(table.session_owner(SessionId(3)), Some(None));
-            assert_eq!(table.session_owner(SessionId(9)), None);
+            assert_eq!(table.session_identity(SessionId(1)), Some(Some("ci")));
+            assert_eq!(table.session_identity(SessionId(3)), Some(None));
+            assert_eq!(table.session_identity(SessionId(9)), None);
             assert_eq!(
-                table.owner_usage("ci"),
-                OwnerUsage {
+                table.identity_usage("ci"),
+                IdentityUsage {
                     sessions: 2,
                     waiting: 1
                 }
             );
-            assert_eq!(table.owner_usage("nobody"), OwnerUsage::default());
+            assert_eq!(table.identity_usage("nobody"), IdentityUsage::default());
         }
     }
 

@@ -84,6 +84,138 @@ pub enum Op {
         secret: u64,
         owner: String,
     },
+    /// Open a session, with what `CreateSession` and `CreateOwnedSession` carry plus the
+    /// client's owner description (issue #14 item 7). The one variant new leaders propose; the
+    /// older two stay so that logs written before it still decode.
+    OpenSession {
+        ttl_ms: u64,
+        secret: u64,
+        /// The authenticated identity (access control), if any.
+        identity: Option<String>,
+        /// What the client says about itself; not authenticated.
+        owner: Option<SessionOwner>,
+    },
+    /// An operator takes `name` from its holder (issue #14 item 6): the lock is handed to the
+    /// next waiter with this entry's index as its token, as a release would. With `token`, only
+    /// if the holder's token is that one. Recorded in the audit log.
+    ForceRelease {
+        name: String,
+        token: Option<u64>,
+        by: Actor,
+        reason: String,
+    },
+    /// An operator ends `session` as an expiry would (its locks handed on, its waits dropped).
+    /// Recorded in the audit log.
+    RevokeSession {
+        session: SessionId,
+        by: Actor,
+        reason: String,
+    },
+}
+
+/// A client's description of who runs a session: shown by `status` and `list` next to the
+/// holder and the waiters. Not authenticated (contrast the *identity*, which access control
+/// proves): it is what the client says. Each field is bounded (`limits::OWNER_*_BYTES_MAX`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionOwner {
+    pub host: String,
+    pub pid: u32,
+    pub user: String,
+    pub text: String,
+}
+
+impl SessionOwner {
+    /// Every field within its limit; `Err` names the first one over.
+    pub fn validate(&self) -> Result<(), Rejection> {
+        for (field, value, max) in [
+            ("host", &self.host, crate::limits::OWNER_HOST_BYTES_MAX),
+            ("user", &self.user, crate::limits::OWNER_USER_BYTES_MAX),
+            ("text", &self.text, crate::limits::OWNER_TEXT_BYTES_MAX),
+        ] {
+            if value.len() > max {
+                return Err(Rejection::FieldTooLong {
+                    field: format!("owner {field}"),
+                    len: value.len(),
+                    max,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Who did an administrative action: the identity access control authenticated (`None` when
+/// it is off: "anonymous"), and what the operator's tool said about them (e.g. `user@host`,
+/// not authenticated).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Actor {
+    pub identity: Option<String>,
+    pub claimed: String,
+}
+
+impl Actor {
+    pub fn validate(&self) -> Result<(), Rejection> {
+        let identity = self.identity.as_deref().unwrap_or("");
+        for (field, value, max) in [
+            ("identity", identity, crate::limits::AUDIT_ACTOR_BYTES_MAX),
+            (
+                "operator",
+                self.claimed.as_str(),
+                crate::limits::AUDIT_ACTOR_BYTES_MAX,
+            ),
+        ] {
+            if value.len() > max {
+                return Err(Rejection::FieldTooLong {
+                    field: field.into(),
+                    len: value.len(),
+                    max,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why an administrative action was taken: required, bounded.
+pub fn validate_reason(reason: &str) -> Result<(), Rejection> {
+    if reason.trim().is_empty() {
+        return Err(Rejection::ReasonEmpty);
+    }
+    if reason.len() > crate::limits::AUDIT_REASON_BYTES_MAX {
+        return Err(Rejection::FieldTooLong {
+            field: "reason".into(),
+            len: reason.len(),
+            max: crate::limits::AUDIT_REASON_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
+/// One administrative action, as the audit log keeps it (`limits::AUDIT_RECORDS_MAX` of them,
+/// oldest dropped first).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// The log index of the entry that did it.
+    pub index: u64,
+    /// The leader's wall clock when it was proposed (Unix ms).
+    pub at_ms: u64,
+    pub action: AuditAction,
+    pub by: Actor,
+    pub reason: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum AuditAction {
+    /// `name` was taken from `session`'s grant `token`; `next_token` is the grant to the next
+    /// waiter, if one got it.
+    ForceRelease {
+        name: String,
+        session: SessionId,
+        token: u64,
+        next_token: Option<u64>,
+    },
+    /// `session` was ended; it held `locks` locks.
+    RevokeSession { session: SessionId, locks: u32 },
 }
 
 impl Op {
@@ -96,6 +228,9 @@ impl Op {
             Op::CancelWait { session, seq } => Some((session.id, *seq)),
             Op::CreateSession { .. }
             | Op::CreateOwnedSession { .. }
+            | Op::OpenSession { .. }
+            | Op::ForceRelease { .. }
+            | Op::RevokeSession { .. }
             | Op::CloseSession { .. }
             | Op::ExpireSessions { .. }
             | Op::MarkLeases { .. }
@@ -144,6 +279,15 @@ pub enum Outcome {
     WaitsExpired {
         count: usize,
     },
+    /// A `ForceRelease` took the lock from `session`'s grant `token`.
+    ForceReleased {
+        session: SessionId,
+        token: u64,
+    },
+    /// A `RevokeSession` ended the session, which held `locks` locks.
+    SessionRevoked {
+        locks: u32,
+    },
 }
 
 /// Why a command changed nothing. Each is a client error: a retry with the same input gets the
@@ -178,6 +322,22 @@ pub enum Rejection {
     /// acquire's): a client bug, never retried into success.
     #[error("request {seq} reuses the sequence number of another request")]
     SequenceReused { seq: u64 },
+    #[error("{field} is {len} bytes, the limit is {max}")]
+    FieldTooLong {
+        field: String,
+        len: usize,
+        max: usize,
+    },
+    #[error("a reason is required")]
+    ReasonEmpty,
+    #[error("lock {name:?} is not held")]
+    LockNotHeld { name: String },
+    #[error("lock {name:?} is held under token {holder_token}, not {token}: nothing released")]
+    TokenMismatch {
+        name: String,
+        token: u64,
+        holder_token: u64,
+    },
     /// Never in an applied entry's outcome (see `validate_name`); last, so that the encoding
     /// of the others is unchanged.
     #[error("lock name has a control character at byte {at} (newlines, tabs and escapes are not allowed)")]
@@ -204,6 +364,9 @@ pub struct Applied {
     pub dropped_waits: Vec<(SessionId, u64)>,
     /// Waits that ended without a grant because their wait timeout had passed.
     pub ended_waits: Vec<(SessionId, u64)>,
+    /// An Acquire not granted because the lock was held: the holder as of this entry, so the
+    /// caller can say who held it when it asked (not who holds it later).
+    pub busy: Option<HolderState>,
 }
 
 impl Applied {
@@ -213,6 +376,7 @@ impl Applied {
             handoffs: Vec::new(),
             dropped_waits: Vec::new(),
             ended_waits: Vec::new(),
+            busy: None,
         }
     }
 }
@@ -223,6 +387,9 @@ pub struct LockState {
     pub name: String,
     pub holder: Option<HolderState>,
     pub waiters: u32,
+    /// The first waiters in queue order (all of them from `describe`, at most
+    /// `limits::LIST_WAITERS_SHOWN_MAX` from `list`).
+    pub queue: Vec<WaiterState>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -231,6 +398,16 @@ pub struct HolderState {
     pub token: u64,
     /// Leader wall-clock time of the grant (Unix ms); "held for" is measured from it.
     pub granted_at_ms: u64,
+    /// The holder session's owner description, if its client gave one.
+    pub owner: Option<SessionOwner>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct WaiterState {
+    pub session: SessionId,
+    /// Leader wall-clock time the wait began (Unix ms); "waited for" is measured from it.
+    pub since_ms: u64,
+    pub owner: Option<SessionOwner>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,7 +420,7 @@ pub struct SessionInfo {
 
 /// What one identity holds in the table, against its quotas.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OwnerUsage {
+pub struct IdentityUsage {
     pub sessions: usize,
     /// Acquire requests queued by its sessions.
     pub waiting: usize,

@@ -112,6 +112,7 @@ impl Model {
             handoffs: vec![],
             dropped_waits: vec![],
             ended_waits: vec![],
+            busy: None,
         };
         let now = cmd.now_ms;
         fx.outcome = match &cmd.op {
@@ -148,7 +149,8 @@ impl Model {
             }
             // The owner changes no lock state: the server checks it (and quotas) before proposing.
             Op::CreateSession { ttl_ms, secret }
-            | Op::CreateOwnedSession { ttl_ms, secret, .. } => {
+            | Op::CreateOwnedSession { ttl_ms, secret, .. }
+            | Op::OpenSession { ttl_ms, secret, .. } => {
                 if !(SESSION_TTL_MS_MIN..=SESSION_TTL_MS_MAX).contains(ttl_ms) {
                     Outcome::Rejected(Rejection::TtlOutOfRange {
                         ttl_ms: *ttl_ms,
@@ -203,6 +205,15 @@ impl Model {
                     MSeen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
                     MSeen::New => {
                         let o = self.acquire(session.id, *seq, name, *wait_ms, index, now);
+                        if o == Outcome::NotGranted {
+                            // The model's sessions have no owner descriptions.
+                            fx.busy = self.holders.get(name.as_str()).map(|h| HolderState {
+                                session: h.0,
+                                token: h.1,
+                                granted_at_ms: h.2,
+                                owner: None,
+                            });
+                        }
                         if !matches!(o, Outcome::Queued { .. }) {
                             self.record(session.id, *seq, o.clone());
                         }
@@ -256,6 +267,10 @@ impl Model {
                     }
                 },
             },
+            // Administrative commands are covered by tests/admin.rs, not generated here.
+            Op::ForceRelease { .. } | Op::RevokeSession { .. } => {
+                unreachable!("the generator makes no administrative commands")
+            }
         };
         fx
     }

@@ -524,8 +524,14 @@ fn describe_reports_holder_token_grant_time_and_waiters() {
                 session: SessionId(1),
                 token: 3,
                 granted_at_ms: now_ms_at(3),
+                owner: None,
             }),
             waiters: 1,
+            queue: vec![WaiterState {
+                session: SessionId(2),
+                since_ms: now_ms_at(4),
+                owner: None,
+            }],
         })
     );
     assert_eq!(sim.table.describe("l"), None, "names are case-sensitive");
@@ -538,6 +544,7 @@ fn describe_reports_holder_token_grant_time_and_waiters() {
             session: SessionId(2),
             token: 9,
             granted_at_ms: now_ms_at(9),
+            owner: None,
         })
     );
 }

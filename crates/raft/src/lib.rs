@@ -90,6 +90,14 @@ impl fmt::Display for LogCommand {
             Op::MarkLeases { marks } => write!(f, "MarkLeases({} sessions)", marks.len()),
             Op::RenewLeases { ids } => write!(f, "RenewLeases({} sessions)", ids.len()),
             Op::ExpireWaits => write!(f, "ExpireWaits"),
+            // The owner description is the client's to show, not the log's (it may name users).
+            Op::OpenSession {
+                ttl_ms, identity, ..
+            } => write!(f, "OpenSession(ttl_ms={ttl_ms}, identity={identity:?})"),
+            Op::ForceRelease { name, token, .. } => {
+                write!(f, "ForceRelease({name:?}, token={token:?})")
+            }
+            Op::RevokeSession { session, .. } => write!(f, "RevokeSession({session})"),
         }
     }
 }

@@ -126,6 +126,7 @@ fn no_command_response() -> Applied {
         handoffs: Vec::new(),
         dropped_waits: Vec::new(),
         ended_waits: Vec::new(),
+        busy: None,
     }
 }
 

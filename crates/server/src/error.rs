@@ -61,6 +61,10 @@ impl ApiError {
                 Rejection::UnknownRequest { .. } => "unknown-request",
                 Rejection::SequenceReused { .. } => "sequence-reused",
                 Rejection::NameControlCharacter { .. } => "name-control-character",
+                Rejection::FieldTooLong { .. } => "field-too-long",
+                Rejection::ReasonEmpty => "reason-empty",
+                Rejection::LockNotHeld { .. } => "lock-not-held",
+                Rejection::TokenMismatch { .. } => "token-mismatch",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -81,7 +85,13 @@ impl ApiError {
                 Rejection::NameEmpty
                 | Rejection::NameTooLong { .. }
                 | Rejection::NameControlCharacter { .. }
-                | Rejection::TtlOutOfRange { .. } => Code::InvalidArgument,
+                | Rejection::TtlOutOfRange { .. }
+                | Rejection::FieldTooLong { .. }
+                | Rejection::ReasonEmpty => Code::InvalidArgument,
+                // Not NOT_FOUND: clients read that as "no such session".
+                Rejection::LockNotHeld { .. } | Rejection::TokenMismatch { .. } => {
+                    Code::FailedPrecondition
+                }
                 Rejection::SessionNotFound { .. } => Code::NotFound,
                 Rejection::TooManySessions { .. }
                 | Rejection::TooManyLocksForSession { .. }

@@ -8,7 +8,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use latchkey_core::{limits, Command, LockState, Op, Outcome, Rejection, SessionId, SessionKey};
+use latchkey_core::{
+    limits, Actor, Applied, AuditRecord, Command, HolderState, LockState, Op, Outcome, Rejection,
+    SessionId, SessionKey, SessionOwner,
+};
 use openraft::async_runtime::WatchReceiver;
 use openraft::{ReadPolicy, ServerState};
 use tokio::sync::oneshot;
@@ -21,12 +24,16 @@ use crate::node::{Node, RenewRequest};
 use crate::waiters::{Slot, WaitEnd};
 
 /// How an Acquire call ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquired {
     Granted {
         token: u64,
     },
-    NotGranted,
+    /// `held_by`: the holder as of the entry that refused a request that asked not to wait
+    /// (`None` for a wait that ended, or a retry answered from the remembered outcome).
+    NotGranted {
+        held_by: Option<Held>,
+    },
     /// Still queued at `position`: the client calls again with the same sequence number.
     Pending {
         position: u32,
@@ -41,12 +48,16 @@ pub struct NewSession {
 }
 
 /// A keepalive's answer for one session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionLease {
     pub id: SessionId,
     pub alive: bool,
     /// The session's lease; 0 when it is gone.
     pub ttl_ms: u64,
+    /// Tokens of its grants an operator force-released, and the highest one forgotten (see
+    /// `LockTable::revoked_grants`).
+    pub revoked_tokens: Vec<u64>,
+    pub revoked_through: Option<u64>,
 }
 
 /// One lock as a read answers it: who holds it, for how long, and how many wait.
@@ -55,14 +66,37 @@ pub struct LockView {
     pub name: String,
     pub held: Option<Held>,
     pub waiters: u32,
+    /// The first waiters, in queue order (all from describe, a few from list).
+    pub queue: Vec<Waiting>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
     pub session: SessionId,
     pub token: u64,
     /// Measured on this node's wall clock from the leader's grant time.
     pub held_for_ms: u64,
+    pub owner: Option<SessionOwner>,
+}
+
+impl Held {
+    fn new(h: HolderState, now_ms: u64) -> Held {
+        Held {
+            session: h.session,
+            token: h.token,
+            held_for_ms: now_ms.saturating_sub(h.granted_at_ms),
+            owner: h.owner,
+        }
+    }
+}
+
+/// One waiter of a lock, as a read answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub session: SessionId,
+    /// Measured on this node's wall clock from the leader's time of the wait's entry.
+    pub waited_ms: u64,
+    pub owner: Option<SessionOwner>,
 }
 
 impl LockView {
@@ -72,20 +106,42 @@ impl LockView {
                 name: name.to_owned(),
                 held: None,
                 waiters: 0,
+                queue: Vec::new(),
             },
             Some(i) => {
                 let h = i.holder.expect("listed locks are held");
                 LockView {
                     name: i.name,
-                    held: Some(Held {
-                        session: h.session,
-                        token: h.token,
-                        held_for_ms: now_ms.saturating_sub(h.granted_at_ms),
-                    }),
+                    held: Some(Held::new(h, now_ms)),
                     waiters: i.waiters,
+                    queue: i
+                        .queue
+                        .into_iter()
+                        .map(|w| Waiting {
+                            session: w.session,
+                            waited_ms: now_ms.saturating_sub(w.since_ms),
+                            owner: w.owner,
+                        })
+                        .collect(),
                 }
             }
         }
+    }
+
+    /// Roughly the bytes this view takes in a List answer (for `LIST_RESPONSE_BYTES_MAX`).
+    fn wire_bytes(&self) -> usize {
+        let owner = |o: &Option<SessionOwner>| {
+            o.as_ref()
+                .map_or(0, |o| o.host.len() + o.user.len() + o.text.len() + 16)
+        };
+        self.name.len()
+            + 64
+            + self.held.as_ref().map_or(0, |h| owner(&h.owner))
+            + self
+                .queue
+                .iter()
+                .map(|w| 32 + owner(&w.owner))
+                .sum::<usize>()
     }
 }
 
@@ -193,6 +249,11 @@ impl Node {
     /// Stamp and propose one command; answer with its outcome once a majority has it on disk
     /// and it is applied.
     pub async fn propose(&self, op: Op) -> Result<Outcome, ApiError> {
+        Ok(self.propose_applied(op).await?.outcome)
+    }
+
+    /// [`Node::propose`], answering everything the entry produced.
+    pub async fn propose_applied(&self, op: Op) -> Result<Applied, ApiError> {
         if self.shutdown.is_cancelled() {
             return Err(ApiError::ShuttingDown);
         }
@@ -210,7 +271,7 @@ impl Node {
         self.metrics
             .commit_seconds
             .observe(self.clock.now().duration_since(proposed).as_secs_f64());
-        Ok(resp.data.outcome)
+        Ok(resp.data)
     }
 
     /// Return once this node confirmed with a majority that it leads and has applied
@@ -223,35 +284,41 @@ impl Node {
             .map_err(ApiError::from)
     }
 
-    /// Open a session; under access control it belongs to `owner` and counts toward its
-    /// session quota.
+    /// Open a session; under access control it belongs to the identity `owner` and counts
+    /// toward its session quota. `description` is what the client says about itself.
     pub async fn create_session(
         &self,
         ttl_ms: u64,
         owner: Option<&Identity>,
+        description: Option<SessionOwner>,
     ) -> Result<NewSession, ApiError> {
         latchkey_core::validate_ttl_ms(ttl_ms)?;
+        if let Some(d) = &description {
+            d.validate()?;
+        }
         let secret = self.entropy.next_u64();
-        let op = match owner {
-            None => Op::CreateSession { ttl_ms, secret },
+        let identity = match owner {
+            None => None,
             Some(owner) => {
                 // Counted on this node's table before proposing: concurrent creates of one
                 // identity can pass together, so the quota may be overshot by the calls it has
                 // in flight (bounded per connection by CLIENT_CONCURRENT_REQUESTS_MAX), never
                 // more. Followers refuse the proposal anyway, so the leader's count decides.
-                let usage = self.state.read(|t| t.owner_usage(&owner.name));
+                let usage = self.state.read(|t| t.identity_usage(&owner.name));
                 if usage.sessions >= owner.max_sessions {
                     return Err(ApiError::QuotaExceeded(format!(
                         "identity {:?} already has {} sessions, its quota (max_sessions) is {}",
                         owner.name, usage.sessions, owner.max_sessions
                     )));
                 }
-                Op::CreateOwnedSession {
-                    ttl_ms,
-                    secret,
-                    owner: owner.name.clone(),
-                }
+                Some(owner.name.clone())
             }
+        };
+        let op = Op::OpenSession {
+            ttl_ms,
+            secret,
+            identity,
+            owner: description,
         };
         match self.propose(op).await? {
             Outcome::SessionCreated { id, ttl_ms } => Ok(NewSession {
@@ -288,7 +355,7 @@ impl Node {
             let usage = self.state.read(|t| {
                 t.request_state(session.id, seq)
                     .is_none()
-                    .then(|| t.owner_usage(&owner.name))
+                    .then(|| t.identity_usage(&owner.name))
             });
             if let Some(usage) = usage {
                 if usage.waiting >= owner.max_waiting {
@@ -317,17 +384,22 @@ impl Node {
             node: self.clone(),
             slot,
         };
-        let outcome = self
-            .propose(Op::Acquire {
+        let applied = self
+            .propose_applied(Op::Acquire {
                 session,
                 seq,
                 name,
                 wait_ms,
             })
             .await?;
-        let position = match outcome {
+        let position = match applied.outcome {
             Outcome::Granted { token } => return Ok(granted(token)),
-            Outcome::NotGranted => return Ok(Acquired::NotGranted),
+            Outcome::NotGranted => {
+                let now_ms = self.clock.wall_ms();
+                return Ok(Acquired::NotGranted {
+                    held_by: applied.busy.map(|h| Held::new(h, now_ms)),
+                });
+            }
             Outcome::Queued { position } => position,
             other => return Err(rejected(other)),
         };
@@ -340,7 +412,7 @@ impl Node {
                 Ok(WaitEnd::SessionGone) => {
                     return Err(Rejection::SessionNotFound { id: session.id }.into())
                 }
-                Ok(WaitEnd::NotGranted) => return Ok(Acquired::NotGranted),
+                Ok(WaitEnd::NotGranted) => return Ok(Acquired::NotGranted { held_by: None }),
                 // Replaced by a newer call for the same request: that one listens now.
                 Err(_) => return Ok(Acquired::Pending { position }),
             },
@@ -354,7 +426,7 @@ impl Node {
         // the cancel answers with that grant, so a grant is never lost.
         match self.propose(Op::CancelWait { session, seq }).await? {
             Outcome::Granted { token } => Ok(granted(token)),
-            Outcome::NotGranted => Ok(Acquired::NotGranted),
+            Outcome::NotGranted => Ok(Acquired::NotGranted { held_by: None }),
             other => Err(rejected(other)),
         }
     }
@@ -406,12 +478,21 @@ impl Node {
             .term;
         // Decide each session: renewed in memory, needs a logged renewal, or gone.
         let mut decisions: Vec<(SessionId, u64, Renew)> = Vec::with_capacity(sessions.len());
+        let mut revoked: Vec<(Vec<u64>, Option<u64>)> = Vec::with_capacity(sessions.len());
         for key in sessions {
-            let ttl_ms = self.state.read(|t| {
-                t.session_valid(key)
+            let (ttl_ms, taken) = self.state.read(|t| {
+                let ttl_ms = t
+                    .session_valid(key)
                     .then(|| t.session(key.id).map(|i| i.ttl_ms))
-                    .flatten()
+                    .flatten();
+                let taken = ttl_ms
+                    .and_then(|_| t.revoked_grants(key.id))
+                    .map_or((Vec::new(), None), |(tokens, through)| {
+                        (tokens.to_vec(), through)
+                    });
+                (ttl_ms, taken)
             });
+            revoked.push(taken);
             let decision = match ttl_ms {
                 None => Renew::Gone,
                 Some(_) => self
@@ -464,16 +545,21 @@ impl Node {
             .observe(self.clock.now().duration_since(arrived).as_secs_f64());
         Ok(decisions
             .into_iter()
-            .map(|(id, ttl_ms, d)| SessionLease {
-                id,
-                alive: match d {
-                    Renew::Renewed => true,
-                    Renew::NeedsLog => renewed_through_log.contains(&id),
-                    Renew::Gone => false,
-                    Renew::NotResumed => unreachable!("answered above"),
+            .zip(revoked)
+            .map(
+                |((id, ttl_ms, d), (revoked_tokens, revoked_through))| SessionLease {
+                    id,
+                    alive: match d {
+                        Renew::Renewed => true,
+                        Renew::NeedsLog => renewed_through_log.contains(&id),
+                        Renew::Gone => false,
+                        Renew::NotResumed => unreachable!("answered above"),
+                    },
+                    ttl_ms,
+                    revoked_tokens,
+                    revoked_through,
                 },
-                ttl_ms,
-            })
+            )
             .collect())
     }
 
@@ -507,16 +593,75 @@ impl Node {
         let now_ms = self.clock.wall_ms();
         // One more than asked, to tell whether the answer was cut.
         let mut found = self.state.read(|t| t.list(prefix, limit + 1));
-        let truncated = found.len() > limit;
+        let mut truncated = found.len() > limit;
         found.truncate(limit);
-        let locks = found
-            .into_iter()
-            .map(|i| {
-                let name = i.name.clone();
-                LockView::new(&name, Some(i), now_ms)
-            })
-            .collect();
+        let mut locks = Vec::with_capacity(found.len());
+        let mut bytes = 0;
+        for i in found {
+            let name = i.name.clone();
+            let view = LockView::new(&name, Some(i), now_ms);
+            bytes += view.wire_bytes();
+            if bytes > limits::LIST_RESPONSE_BYTES_MAX {
+                truncated = true;
+                break;
+            }
+            locks.push(view);
+        }
         Ok((locks, truncated))
+    }
+
+    /// An operator's force-release of `name` (only of the grant `token`, when given): the
+    /// session and token of the grant taken.
+    pub async fn force_release(
+        &self,
+        name: String,
+        token: Option<u64>,
+        by: Actor,
+        reason: String,
+    ) -> Result<(SessionId, u64), ApiError> {
+        latchkey_core::validate_name(&name)?;
+        by.validate()?;
+        latchkey_core::validate_reason(&reason)?;
+        match self
+            .propose(Op::ForceRelease {
+                name,
+                token,
+                by,
+                reason,
+            })
+            .await?
+        {
+            Outcome::ForceReleased { session, token } => Ok((session, token)),
+            other => Err(rejected(other)),
+        }
+    }
+
+    /// An operator ends `session`: how many locks it held.
+    pub async fn revoke_session(
+        &self,
+        session: SessionId,
+        by: Actor,
+        reason: String,
+    ) -> Result<u32, ApiError> {
+        by.validate()?;
+        latchkey_core::validate_reason(&reason)?;
+        match self
+            .propose(Op::RevokeSession {
+                session,
+                by,
+                reason,
+            })
+            .await?
+        {
+            Outcome::SessionRevoked { locks } => Ok(locks),
+            other => Err(rejected(other)),
+        }
+    }
+
+    /// The audit log, oldest first, as of a linearizable read.
+    pub async fn audit(&self) -> Result<Vec<AuditRecord>, ApiError> {
+        self.linearizable_read().await?;
+        Ok(self.state.read(|t| t.audit().cloned().collect()))
     }
 
     pub fn status(&self) -> NodeStatus {

@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use latchkey_core::{SessionId, SessionKey};
+use latchkey_core::{Actor, AuditAction, AuditRecord, SessionId, SessionKey, SessionOwner};
 use latchkey_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
 use crate::acl::{Identity, Need, Permission};
 use crate::error::ApiError;
 use crate::node::Node;
-use crate::ops::{Acquired, LockView, NodeStatus};
+use crate::ops::{Acquired, Held, LockView, NodeStatus};
 
 pub struct LocksService {
     node: Arc<Node>,
@@ -50,7 +50,7 @@ impl LocksService {
             let owner = self
                 .node
                 .state
-                .read(|t| t.session_owner(*id).map(|o| o.map(str::to_owned)));
+                .read(|t| t.session_identity(*id).map(|o| o.map(str::to_owned)));
             if let Some(owner) = owner {
                 if owner.as_deref() != Some(who.name.as_str()) {
                     return Err(ApiError::PermissionDenied(format!(
@@ -84,35 +84,109 @@ fn key(s: pb::Session) -> SessionKey {
     }
 }
 
+fn owner_pb(o: SessionOwner) -> pb::Owner {
+    pb::Owner {
+        host: o.host,
+        pid: o.pid,
+        user: o.user,
+        text: o.text,
+    }
+}
+
+fn owner_domain(o: pb::Owner) -> SessionOwner {
+    SessionOwner {
+        host: o.host,
+        pid: o.pid,
+        user: o.user,
+        text: o.text,
+    }
+}
+
+fn held_info(name: String, h: Held, waiters: u32) -> pb::LockInfo {
+    pb::LockInfo {
+        name,
+        held: true,
+        session: h.session.0,
+        token: h.token,
+        held_for_ms: h.held_for_ms,
+        waiters,
+        owner: h.owner.map(owner_pb),
+        queue: Vec::new(),
+    }
+}
+
 fn lock_info(lock: LockView) -> pb::LockInfo {
+    let queue = lock
+        .queue
+        .into_iter()
+        .map(|w| pb::Waiter {
+            session: w.session.0,
+            waited_ms: w.waited_ms,
+            owner: w.owner.map(owner_pb),
+        })
+        .collect();
     match lock.held {
         None => pb::LockInfo {
             name: lock.name,
             waiters: lock.waiters,
+            queue,
             ..Default::default()
         },
         Some(h) => pb::LockInfo {
-            name: lock.name,
-            held: true,
-            session: h.session.0,
-            token: h.token,
-            held_for_ms: h.held_for_ms,
-            waiters: lock.waiters,
+            queue,
+            ..held_info(lock.name, h, lock.waiters)
         },
     }
 }
 
-fn acquire_response(a: Acquired) -> pb::AcquireResponse {
-    let (result, token, position) = match a {
-        Acquired::Granted { token } => (pb::AcquireResult::Granted, token, 0),
-        Acquired::NotGranted => (pb::AcquireResult::NotGranted, 0, 0),
-        Acquired::Pending { position } => (pb::AcquireResult::Pending, 0, position),
+fn acquire_response(a: Acquired, name: &str) -> pb::AcquireResponse {
+    let (result, token, position, held_by) = match a {
+        Acquired::Granted { token } => (pb::AcquireResult::Granted, token, 0, None),
+        Acquired::NotGranted { held_by } => (
+            pb::AcquireResult::NotGranted,
+            0,
+            0,
+            held_by.map(|h| held_info(name.to_owned(), h, 0)),
+        ),
+        Acquired::Pending { position } => (pb::AcquireResult::Pending, 0, position, None),
     };
     pb::AcquireResponse {
         result: result as i32,
         token,
         position,
+        held_by,
     }
+}
+
+fn audit_record(r: AuditRecord) -> pb::AuditRecord {
+    let mut out = pb::AuditRecord {
+        index: r.index,
+        at_ms: r.at_ms,
+        identity: r.by.identity.unwrap_or_default(),
+        operator: r.by.claimed,
+        reason: r.reason,
+        ..Default::default()
+    };
+    match r.action {
+        AuditAction::ForceRelease {
+            name,
+            session,
+            token,
+            next_token,
+        } => {
+            out.action = "force-release".into();
+            out.lock = name;
+            out.session = session.0;
+            out.token = token;
+            out.next_token = next_token.unwrap_or(0);
+        }
+        AuditAction::RevokeSession { session, locks } => {
+            out.action = "revoke".into();
+            out.session = session.0;
+            out.locks = locks;
+        }
+    }
+    out
 }
 
 fn status_response(s: NodeStatus) -> pb::NodeStatusResponse {
@@ -141,9 +215,10 @@ impl pb::locks_server::Locks for LocksService {
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
         self.node.metrics.request("create_session");
         let who = self.authorize(&request, Need::Anywhere(Permission::Lock), &[])?;
+        let req = request.into_inner();
         let created = self
             .node
-            .create_session(request.into_inner().ttl_ms, who.as_deref())
+            .create_session(req.ttl_ms, who.as_deref(), req.owner.map(owner_domain))
             .await?;
         Ok(Response::new(pb::CreateSessionResponse {
             session: Some(pb::Session {
@@ -176,6 +251,8 @@ impl pb::locks_server::Locks for LocksService {
                 id: l.id.0,
                 alive: l.alive,
                 ttl_ms: l.ttl_ms,
+                revoked_tokens: l.revoked_tokens,
+                revoked_through: l.revoked_through.unwrap_or(0),
             })
             .collect();
         Ok(Response::new(pb::KeepAliveResponse { leases }))
@@ -211,12 +288,12 @@ impl pb::locks_server::Locks for LocksService {
             .acquire(
                 session,
                 req.seq,
-                req.name,
+                req.name.clone(),
                 req.wait_timeout_ms,
                 who.as_deref(),
             )
             .await?;
-        Ok(Response::new(acquire_response(acquired)))
+        Ok(Response::new(acquire_response(acquired, &req.name)))
     }
 
     async fn release(
@@ -280,5 +357,62 @@ impl pb::locks_server::Locks for LocksService {
         self.node.metrics.request("node_status");
         self.authorize(&request, Need::Anywhere(Permission::Read), &[])?;
         Ok(Response::new(status_response(self.node.status())))
+    }
+
+    async fn admin_release(
+        &self,
+        request: Request<pb::AdminReleaseRequest>,
+    ) -> Result<Response<pb::AdminReleaseResponse>, Status> {
+        self.node.metrics.request("admin_release");
+        let who = self.authorize(
+            &request,
+            Need::Lock(&request.get_ref().name, Permission::Admin),
+            &[],
+        )?;
+        let req = request.into_inner();
+        let by = Actor {
+            identity: who.map(|w| w.name.clone()),
+            claimed: req.operator,
+        };
+        let (session, token) = self
+            .node
+            .force_release(req.name, req.token, by, req.reason)
+            .await?;
+        Ok(Response::new(pb::AdminReleaseResponse {
+            session: session.0,
+            token,
+        }))
+    }
+
+    async fn admin_revoke(
+        &self,
+        request: Request<pb::AdminRevokeRequest>,
+    ) -> Result<Response<pb::AdminRevokeResponse>, Status> {
+        self.node.metrics.request("admin_revoke");
+        // A session may hold locks anywhere: ending it needs admin on every lock.
+        let who = self.authorize(&request, Need::Prefix("", Permission::Admin), &[])?;
+        let req = request.into_inner();
+        let by = Actor {
+            identity: who.map(|w| w.name.clone()),
+            claimed: req.operator,
+        };
+        let locks = self
+            .node
+            .revoke_session(SessionId(req.session), by, req.reason)
+            .await?;
+        Ok(Response::new(pb::AdminRevokeResponse { locks }))
+    }
+
+    async fn audit(
+        &self,
+        request: Request<pb::AuditRequest>,
+    ) -> Result<Response<pb::AuditResponse>, Status> {
+        self.node.metrics.request("audit");
+        // Records name locks anywhere: reading them needs read on every lock.
+        self.authorize(&request, Need::Prefix("", Permission::Read), &[])?;
+        let records = self.node.audit().await?;
+        Ok(Response::new(pb::AuditResponse {
+            records: records.into_iter().map(audit_record).collect(),
+        }))
     }
 }

@@ -27,12 +27,15 @@ async fn client(node: &mut Node) -> LocksClient<Channel> {
 }
 
 async fn session(c: &mut LocksClient<Channel>, ttl_ms: u64) -> pb::Session {
-    c.create_session(pb::CreateSessionRequest { ttl_ms })
-        .await
-        .expect("create session")
-        .into_inner()
-        .session
-        .unwrap()
+    c.create_session(pb::CreateSessionRequest {
+        ttl_ms,
+        ..Default::default()
+    })
+    .await
+    .expect("create session")
+    .into_inner()
+    .session
+    .unwrap()
 }
 
 async fn acquire(
@@ -155,7 +158,10 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let mut node = start(dir.path(), None).await;
     let mut c = client(&mut node).await;
     let e = c
-        .create_session(pb::CreateSessionRequest { ttl_ms: 10 })
+        .create_session(pb::CreateSessionRequest {
+            ttl_ms: 10,
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(

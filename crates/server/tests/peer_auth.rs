@@ -170,7 +170,10 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
     // A lock held before the attempts.
     let mut c = LocksClient::new(channel(addr));
     let s = c
-        .create_session(pb::CreateSessionRequest { ttl_ms: 30_000 })
+        .create_session(pb::CreateSessionRequest {
+            ttl_ms: 30_000,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()

@@ -175,6 +175,7 @@ fn error_kind(e: &Error) -> &'static str {
         Error::LimitReached { .. } => "limit_reached",
         Error::Conflict { .. } => "conflict",
         Error::WaitTimedOut { .. } => "wait_timed_out",
+        Error::Held { .. } => "held",
         Error::Unavailable { .. } => "unavailable",
         Error::Transport { .. } => "transport",
         Error::Tls { .. } => "tls",
