@@ -178,6 +178,14 @@ pub enum Rejection {
     /// acquire's): a client bug, never retried into success.
     #[error("request {seq} reuses the sequence number of another request")]
     SequenceReused { seq: u64 },
+    /// The table's byte budget (`limits::TABLE_BYTES_MAX`, `--table-bytes-max`) has no room for
+    /// what the command would add: `bytes` is what the table held when it was refused. Added at
+    /// the end, so that logs and snapshots written before it still decode.
+    #[error(
+        "the lock table is full: it holds {bytes} bytes of its budget {max}; release locks or \
+         close sessions to make room"
+    )]
+    TableFull { bytes: usize, max: usize },
 }
 
 /// A queued waiter that was granted the lock by this entry (a release, close or expiry handed
