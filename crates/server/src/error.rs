@@ -60,6 +60,7 @@ impl ApiError {
                 Rejection::RequestTooOld { .. } => "request-too-old",
                 Rejection::UnknownRequest { .. } => "unknown-request",
                 Rejection::SequenceReused { .. } => "sequence-reused",
+                Rejection::TableFull { .. } => "table-full",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -84,7 +85,8 @@ impl ApiError {
                 Rejection::TooManySessions { .. }
                 | Rejection::TooManyLocksForSession { .. }
                 | Rejection::TooManyLocks { .. }
-                | Rejection::QueueFull { .. } => Code::ResourceExhausted,
+                | Rejection::QueueFull { .. }
+                | Rejection::TableFull { .. } => Code::ResourceExhausted,
                 Rejection::AlreadyHeld { .. }
                 | Rejection::AlreadyWaiting { .. }
                 | Rejection::RequestTooOld { .. }
