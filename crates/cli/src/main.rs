@@ -212,6 +212,19 @@ pub struct ServeArgs {
     /// do anything. See README "Access control".
     #[arg(long, env = "LATCHKEY_ACL", value_name = "FILE")]
     pub acl: Option<PathBuf>,
+    /// The lock table's memory budget, in bytes: sessions, held locks, queued waits and the
+    /// outcomes sessions remember. A request that would take the table past it is refused
+    /// (`table-full`) until releases or closes make room. Give every member the same value
+    /// (members with different ones refuse each other). At most the default, 1 GiB.
+    #[arg(long, default_value_t = latchkey_core::limits::TABLE_BYTES_MAX, value_name = "BYTES")]
+    pub table_bytes_max: usize,
+    /// Entries between snapshots; the log before a snapshot is purged.
+    #[arg(long, default_value_t = latchkey_core::limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT, value_name = "N")]
+    pub snapshot_every_entries: u64,
+    /// Entries kept in the log behind a snapshot, so that a member a little behind catches up by
+    /// entries rather than by a snapshot.
+    #[arg(long, default_value_t = latchkey_core::limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT, value_name = "N")]
+    pub log_kept_after_snapshot: u64,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -76,6 +76,65 @@ pub const KEEPALIVE_SESSIONS_MAX: usize = 1_024;
 /// an unread stderr must never block the task that logs (see `cli/src/logwriter.rs`); a few
 /// hundred lines cover any burst of warnings a session produces between two writes.
 pub const CLI_LOG_LINES_QUEUED_MAX: usize = 256;
+// ---- the table's byte budget (issue #13 item 5) ----
+
+/// What the table is charged for each thing it keeps, in bytes: about its heap cost (the
+/// allocator's count, `tests/memory.rs`), and at least what the thing takes in a snapshot, so
+/// that a snapshot is never larger than the table's accounted bytes plus its header
+/// (`tests/table_bytes.rs` checks both). These decide what `apply` answers near the budget, so
+/// changing one changes the replicated state machine: every member must run the same values.
+///
+/// A held lock: the map entry, the holder, the name's one shared copy (its bytes on top), and the
+/// holder session's reference to it (measured 137 B + name, `tests/memory.rs`).
+pub const TABLE_LOCK_BYTES: usize = 144;
+/// A queued wait: its queue slot, its entry in the index of wait ends, and its session's record
+/// of the request with its own copy of the lock's name (the name's bytes on top).
+pub const TABLE_WAITER_BYTES: usize = 128;
+/// One remembered outcome: its map entry and its place in the session's order of outcomes.
+pub const TABLE_OUTCOME_BYTES: usize = 48;
+/// A session without its outcomes: the map entry and its fields (its owner's bytes on top).
+pub const TABLE_SESSION_BYTES: usize = 192;
+/// A session is charged when it is created for every outcome it may come to remember and every
+/// force-released grant it may be told of (a token each), so that a release, a cancel, an
+/// expiry or a force-release, which record those, never needs room: they must succeed on a full
+/// table, since they are what makes room.
+pub const TABLE_SESSION_WITH_OUTCOMES_BYTES: usize = TABLE_SESSION_BYTES
+    + SESSION_OUTCOMES_MAX * TABLE_OUTCOME_BYTES
+    + REVOKED_GRANTS_PER_SESSION_MAX * 8;
+// A hand-over removes a waiter and records two outcomes; a release that frees a lock removes the
+// lock: both shrink the table even when outcomes are counted one by one.
+const _: () = assert!(TABLE_WAITER_BYTES >= 2 * TABLE_OUTCOME_BYTES);
+const _: () = assert!(TABLE_LOCK_BYTES >= TABLE_OUTCOME_BYTES);
+
+/// The byte budget of the whole lock table (`--table-bytes-max` lowers it): sessions with their
+/// outcomes, held locks with their names, queued waits with theirs, owners' names. A command
+/// that would take the table past it is rejected (`Rejection::TableFull`). 1 GiB: a node holds
+/// the table, a snapshot of it being written or sent (never larger than the budget, above), and
+/// a snapshot being received while the old table is still serving, about three budgets, which
+/// a node with 4 GiB of memory holds with room for the process itself. A snapshot of a full
+/// table streams in `SNAPSHOT_CHUNK_BYTES` chunks.
+///
+/// The count limits above, multiplied out, exceed it (a million locks with 512-byte names are
+/// 656 MB; 100,000 sessions that each remember their 256 outcomes are 1.25 GB): each fits on
+/// its own for typical sizes, but not all at once, so the budget is the binding limit on
+/// memory, and each count limit bounds one thing's share of it.
+pub const TABLE_BYTES_MAX: usize = 1024 * 1024 * 1024;
+/// The smallest budget `--table-bytes-max` accepts: room for a few sessions and their locks, so
+/// that a typo does not make a cluster that cannot open a session.
+pub const TABLE_BYTES_MIN: usize = 64 * 1024;
+const _: () = assert!(TABLE_BYTES_MIN >= 4 * TABLE_SESSION_WITH_OUTCOMES_BYTES);
+const _: () = assert!(TABLE_BYTES_MIN < TABLE_BYTES_MAX);
+// Each count limit fits in the budget on its own at a typical size: a million held locks with
+// 64-byte names, or as many sessions as there are waiting acquires on a node, fully used.
+const _: () = assert!(LOCKS_MAX * (TABLE_LOCK_BYTES + 64) <= TABLE_BYTES_MAX);
+const _: () = assert!((SESSIONS_MAX / 2) * TABLE_SESSION_WITH_OUTCOMES_BYTES <= TABLE_BYTES_MAX);
+// ... but not all at once: the budget binds.
+const _: () = assert!(
+    LOCKS_MAX * (TABLE_LOCK_BYTES + LOCK_NAME_BYTES_MAX)
+        + SESSIONS_MAX * TABLE_SESSION_WITH_OUTCOMES_BYTES
+        > TABLE_BYTES_MAX
+);
+
 /// Locks returned by one `List` request.
 pub const LIST_RESULTS_MAX: usize = 10_000;
 
@@ -94,8 +153,34 @@ pub const WAITS_EXPIRED_PER_ENTRY_MAX: usize = 4_096;
 /// `LIST_RESULTS_MAX` names of at most 512 bytes plus fields.
 pub const CLIENT_MESSAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
 const _: () = assert!(LIST_RESULTS_MAX * (LOCK_NAME_BYTES_MAX + 64) <= CLIENT_MESSAGE_BYTES_MAX);
-/// Bytes of one peer (Raft) gRPC message: a batch of log entries or a snapshot chunk.
+/// Bytes of one peer (Raft) gRPC message: a batch of log entries or a snapshot chunk (a snapshot
+/// itself is streamed in chunks of `SNAPSHOT_CHUNK_BYTES`, so it may be far larger).
 pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Bytes of a snapshot beyond its table's accounted bytes: the file header, the last log id,
+/// the membership (members' addresses) and the table's own header. A receiver refuses a
+/// snapshot stream announcing more than its table budget plus this.
+pub const SNAPSHOT_OVERHEAD_BYTES_MAX: usize = 1024 * 1024;
+/// Bytes of data in one snapshot chunk message. Small enough that a chunk is a small part of
+/// a peer message and of the time a chunk may take; large enough that a full table's snapshot
+/// is a few hundred chunks, each costing a MAC and a message header.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+// A chunk and its framing fit in one peer message.
+const _: () = assert!(SNAPSHOT_CHUNK_BYTES + 4096 <= PEER_MESSAGE_BYTES_MAX);
+/// Time one snapshot chunk may take to be sent and accepted (openraft's
+/// `install_snapshot_timeout`, which it gives `full_snapshot` as its RPC timeout). A member
+/// that takes no chunk for this long is treated as unreachable, so a stalled transfer holds
+/// a leader's replication to it, and the receiver's slot, no longer. 4 MiB in 10 s is 0.4 MB/s,
+/// far slower than any network between members.
+pub const SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 10_000;
+/// Time a member may take, after the last chunk, to decode and check the snapshot and install
+/// it (write it durably, swap the table). A 69 MiB snapshot took 7.5 s after its last chunk in
+/// a debug build on a loaded 2-core machine (`cli/tests/snapshot_stream.rs`); a full 1 GiB
+/// table at that rate takes about 110 s, a release build far less.
+pub const SNAPSHOT_INSTALL_TIMEOUT_MS: u64 = 120_000;
+/// Snapshots a member receives at once. openraft's leader sends one snapshot to a member at a
+/// time; a second stream (a new leader's, while an old one's times out) is refused and retried,
+/// so a member never buffers more than one snapshot of its budget.
+pub const SNAPSHOTS_RECEIVING_MAX: usize = 1;
 /// Client requests served at once by one node; beyond it requests wait in tonic's queue.
 pub const CLIENT_CONCURRENT_REQUESTS_MAX: usize = 4_096;
 /// Streams a client may reset before the server accepted them, per connection, before the
@@ -410,11 +495,11 @@ pub const AUDIT_RECORDS_MAX: usize = 1_000;
 pub const AUDIT_REASON_BYTES_MAX: usize = 1_024;
 /// Bytes of each actor string of an audit record (the identity, the operator's claimed name).
 pub const AUDIT_ACTOR_BYTES_MAX: usize = 256;
-const _: () = assert!(
-    AUDIT_RECORDS_MAX
-        * (AUDIT_REASON_BYTES_MAX + 2 * AUDIT_ACTOR_BYTES_MAX + LOCK_NAME_BYTES_MAX + 64)
-        <= CLIENT_MESSAGE_BYTES_MAX / 2
-);
+/// The most the audit log can hold: kept outside the table's byte budget (an operator's
+/// force-release must work in a full table), so bounded here on its own.
+pub const AUDIT_BYTES_MAX: usize = AUDIT_RECORDS_MAX
+    * (AUDIT_REASON_BYTES_MAX + 2 * AUDIT_ACTOR_BYTES_MAX + LOCK_NAME_BYTES_MAX + 64);
+const _: () = assert!(AUDIT_BYTES_MAX <= CLIENT_MESSAGE_BYTES_MAX / 2);
 /// Force-released grants a session remembers, newest kept, so that its client's next
 /// keepalive learns which of its locks were taken (the tokens travel in the answer). A client
 /// renews every TTL/3; more force-releases of one session's locks between two renewals drop

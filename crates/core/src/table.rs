@@ -15,7 +15,7 @@ use crate::types::*;
 /// Memory: a member may hold a million locks (issue #11), so a held lock costs one heap copy of
 /// its name, shared by `locks` and the holder's `Session::held`, and no queue unless someone
 /// waits (`tests/memory.rs` counts the bytes).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(from = "DecodedTable")]
 pub struct LockTable {
     /// Index of the last applied entry. Fencing tokens are entry indexes, so every token issued
@@ -29,8 +29,51 @@ pub struct LockTable {
     /// An index over the queues, so the leader finds ended waits without a scan.
     wait_ends: BTreeSet<(u64, SessionId, u64)>,
     /// Administrative actions (force-release, revoke), oldest first, at most
-    /// `limits::AUDIT_RECORDS_MAX`.
+    /// `limits::AUDIT_RECORDS_MAX`. Outside the byte budget: bounded on its own (at most
+    /// `limits::AUDIT_BYTES_MAX`), and an operator's force-release must work in a full table.
     audit: VecDeque<AuditRecord>,
+    /// The accounted bytes of the sessions, locks and waits (see `limits::TABLE_LOCK_BYTES` and
+    /// the rest), kept by every change; not written, recounted on decode. `check_invariants`
+    /// recounts it.
+    #[serde(skip)]
+    bytes: usize,
+    /// The budget `apply` keeps `bytes` within: not replicated, so every member must be given the
+    /// same one (the server makes it part of the cluster's fingerprint).
+    #[serde(skip)]
+    bytes_max: usize,
+}
+
+impl Default for LockTable {
+    fn default() -> LockTable {
+        LockTable {
+            last_index: 0,
+            sessions: BTreeMap::new(),
+            locks: BTreeMap::new(),
+            wait_ends: BTreeSet::new(),
+            audit: VecDeque::new(),
+            bytes: 0,
+            bytes_max: limits::TABLE_BYTES_MAX,
+        }
+    }
+}
+
+/// What the table is charged for a session: its outcomes and its list of force-released grants
+/// up front (see `limits::TABLE_SESSION_WITH_OUTCOMES_BYTES` for why), its access-control
+/// identity and its owner description.
+fn session_bytes(identity: Option<&str>, owner: Option<&SessionOwner>) -> usize {
+    limits::TABLE_SESSION_WITH_OUTCOMES_BYTES
+        + identity.map_or(0, str::len)
+        + owner.map_or(0, |o| {
+            std::mem::size_of::<SessionOwner>() + o.host.len() + o.user.len() + o.text.len()
+        })
+}
+
+fn lock_bytes(name: &str) -> usize {
+    limits::TABLE_LOCK_BYTES + name.len()
+}
+
+fn waiter_bytes(name: &str) -> usize {
+    limits::TABLE_WAITER_BYTES + name.len()
 }
 
 /// A snapshot's table before the sessions' holds are rebuilt: the fields of [`LockTable`] in
@@ -55,15 +98,24 @@ impl From<DecodedTable> for LockTable {
                 s.held.insert(name.clone());
             }
         }
-        LockTable {
+        let mut table = LockTable {
             last_index: d.last_index,
             sessions,
             locks: d.locks,
             wait_ends: d.wait_ends,
             audit: d.audit,
-        }
+            ..LockTable::default()
+        };
+        table.bytes = table.count_bytes();
+        table
     }
 }
+
+/// Debug builds check every invariant after each entry while the table has at most this many
+/// locks and sessions: every table the core's tests build, and the start of every process
+/// test; larger tables are checked on decode and by tests that call `check_invariants`.
+#[cfg(debug_assertions)]
+const DEBUG_CHECK_ITEMS_MAX: usize = 4_096;
 
 /// A lock name, shared between the lock and its holder's session: one heap copy per held lock
 /// instead of two. `ArcStr` keeps the length in that copy, so each reference is one word, which
@@ -289,6 +341,48 @@ impl LockTable {
         self.last_index
     }
 
+    /// The table's accounted bytes: what its byte budget is checked against.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The byte budget `apply` keeps the table within.
+    pub fn bytes_max(&self) -> usize {
+        self.bytes_max
+    }
+
+    /// Sets the byte budget (a node's `--table-bytes-max`). A table already above it stays as it
+    /// is: only commands that would grow it are refused, so releases, closes and expiries bring
+    /// it back under.
+    pub fn set_bytes_max(&mut self, bytes_max: usize) {
+        self.bytes_max = bytes_max;
+    }
+
+    /// Room for `more` bytes, or the rejection that says the table is full.
+    fn room_for(&self, more: usize) -> Result<(), Rejection> {
+        if self.bytes.saturating_add(more) > self.bytes_max {
+            return Err(Rejection::TableFull {
+                bytes: self.bytes,
+                max: self.bytes_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// The accounted bytes, counted from scratch (what `bytes` must equal).
+    fn count_bytes(&self) -> usize {
+        let sessions: usize = self
+            .sessions
+            .values()
+            .map(|s| {
+                session_bytes(s.identity.as_deref(), s.owner.as_deref())
+                    + s.waiting.values().map(|n| waiter_bytes(n)).sum::<usize>()
+            })
+            .sum();
+        let locks: usize = self.locks.keys().map(|n| lock_bytes(n)).sum();
+        sessions + locks
+    }
+
     /// Apply the entry at log `index`. Indexes must strictly increase; the fencing token of any
     /// grant made by this entry is `index`.
     pub fn apply(&mut self, index: u64, cmd: &Command) -> Applied {
@@ -298,6 +392,8 @@ impl LockTable {
             self.last_index
         );
         self.last_index = index;
+        #[cfg(debug_assertions)]
+        let bytes_before = self.bytes;
         let mut fx = Applied::just(Outcome::NotGranted);
         fx.outcome = match &cmd.op {
             Op::CreateSession { ttl_ms, secret } => {
@@ -468,8 +564,21 @@ impl LockTable {
             },
         };
         #[cfg(debug_assertions)]
-        if let Err(e) = self.check_invariants() {
-            panic!("invariant broken after entry {index} ({cmd:?}): {e}");
+        {
+            // The full check is O(table): after every entry of a large table (a debug-build
+            // server filled with a snapshot's worth of locks) it would make filling quadratic.
+            if self.locks.len() + self.sessions.len() <= DEBUG_CHECK_ITEMS_MAX {
+                if let Err(e) = self.check_invariants() {
+                    panic!("invariant broken after entry {index} ({cmd:?}): {e}");
+                }
+            }
+            // The table never grows past its budget (it may shrink while above a lowered one).
+            assert!(
+                self.bytes <= self.bytes_max || self.bytes <= bytes_before,
+                "entry {index} took the table from {bytes_before} to {} bytes, past its budget {}",
+                self.bytes,
+                self.bytes_max
+            );
         }
         fx
     }
@@ -493,6 +602,11 @@ impl LockTable {
                 max: limits::SESSIONS_MAX,
             });
         }
+        let cost = session_bytes(identity, owner);
+        if let Err(r) = self.room_for(cost) {
+            return Outcome::Rejected(r);
+        }
+        self.bytes += cost;
         let id = SessionId(index);
         let prev = self.sessions.insert(
             id,
@@ -587,6 +701,8 @@ impl LockTable {
                 max: limits::LOCKS_PER_SESSION_MAX,
             });
         }
+        let waiter_cost = waiter_bytes(name);
+        let room_for_waiter = self.room_for(waiter_cost);
         match self.locks.get_mut(name) {
             None => {
                 if self.locks.len() >= limits::LOCKS_MAX {
@@ -594,6 +710,10 @@ impl LockTable {
                         max: limits::LOCKS_MAX,
                     });
                 }
+                if let Err(r) = self.room_for(lock_bytes(name)) {
+                    return Outcome::Rejected(r);
+                }
+                self.bytes += lock_bytes(name);
                 let name = Name::from(name);
                 self.locks.insert(
                     name.clone(),
@@ -617,6 +737,10 @@ impl LockTable {
                         max: limits::WAITERS_PER_LOCK_MAX,
                     });
                 }
+                if let Err(r) = room_for_waiter {
+                    return Outcome::Rejected(r);
+                }
+                self.bytes += waiter_cost;
                 let until_ms = now_ms.saturating_add(wait_ms.min(limits::WAIT_TIMEOUT_MS_MAX));
                 lock.waiters.push_back(Waiter {
                     session: sid,
@@ -650,6 +774,7 @@ impl LockTable {
             self.wait_ends.remove(&(w.until_ms, sid, seq)),
             "waiter indexed by its end"
         );
+        self.bytes -= waiter_bytes(&name);
     }
 
     fn release(
@@ -754,9 +879,11 @@ impl LockTable {
             let lock = self.locks.get_mut(name).expect("held");
             let Some(w) = lock.waiters.pop_front() else {
                 self.locks.remove(name);
+                self.bytes -= lock_bytes(name);
                 return;
             };
             assert!(self.wait_ends.remove(&(w.until_ms, w.session, w.seq)));
+            self.bytes -= waiter_bytes(name);
             if w.until_ms > now_ms {
                 break w;
             }
@@ -807,6 +934,7 @@ impl LockTable {
             }
             let s = self.sessions.remove(id).expect("live");
             debug_assert!(s.held.is_empty() && s.waiting.is_empty());
+            self.bytes -= session_bytes(s.identity.as_deref(), s.owner.as_deref());
         }
     }
 
@@ -1059,6 +1187,10 @@ impl LockTable {
         if self.sessions.len() > limits::SESSIONS_MAX || self.locks.len() > limits::LOCKS_MAX {
             return Err("over a table limit".into());
         }
+        let counted = self.count_bytes();
+        if self.bytes != counted {
+            return Err(format!("{} bytes accounted, {counted} counted", self.bytes));
+        }
         Ok(())
     }
 }
@@ -1086,6 +1218,9 @@ mod tests {
     #[test]
     fn sessions_limit_is_enforced_at_sessions_max() {
         let mut t = LockTable::new();
+        // A full session table is larger than the default byte budget (see
+        // `limits::TABLE_BYTES_MAX`): this test is about the count limit.
+        t.set_bytes_max(usize::MAX);
         for index in 1..limits::SESSIONS_MAX as u64 {
             let o = t.create_session(index, limits::SESSION_TTL_MS_DEFAULT, index, None, None);
             assert!(matches!(o, Outcome::SessionCreated { .. }), "{o:?}");

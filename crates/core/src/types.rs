@@ -338,6 +338,13 @@ pub enum Rejection {
         token: u64,
         holder_token: u64,
     },
+    /// The table's byte budget (`limits::TABLE_BYTES_MAX`, `--table-bytes-max`) has no room for
+    /// what the command would add: `bytes` is what the table held when it was refused.
+    #[error(
+        "the lock table is full: it holds {bytes} bytes of its budget {max}; release locks or \
+         close sessions to make room"
+    )]
+    TableFull { bytes: usize, max: usize },
     /// Never in an applied entry's outcome (see `validate_name`); last, so that the encoding
     /// of the others is unchanged.
     #[error("lock name has a control character at byte {at} (newlines, tabs and escapes are not allowed)")]

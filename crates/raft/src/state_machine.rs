@@ -173,6 +173,12 @@ impl LockStateMachine {
         })
     }
 
+    /// Sets the table's byte budget (`--table-bytes-max`); an installed snapshot's table gets
+    /// the same one.
+    pub fn set_table_bytes_max(&self, bytes_max: usize) {
+        write(&self.inner.state).table.set_bytes_max(bytes_max);
+    }
+
     pub fn handle(&self) -> StateHandle {
         StateHandle {
             state: self.inner.state.clone(),
@@ -365,8 +371,10 @@ impl RaftStateMachine<TypeConfig> for LockStateMachine {
             .await?;
         {
             let mut state = write(&self.inner.state);
+            let mut table = contents.table;
+            table.set_bytes_max(state.table.bytes_max());
             *state = State {
-                table: contents.table,
+                table,
                 last_applied: contents.last_applied,
                 last_membership: contents.last_membership,
             };

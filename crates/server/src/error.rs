@@ -65,6 +65,7 @@ impl ApiError {
                 Rejection::ReasonEmpty => "reason-empty",
                 Rejection::LockNotHeld { .. } => "lock-not-held",
                 Rejection::TokenMismatch { .. } => "token-mismatch",
+                Rejection::TableFull { .. } => "table-full",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -96,7 +97,8 @@ impl ApiError {
                 Rejection::TooManySessions { .. }
                 | Rejection::TooManyLocksForSession { .. }
                 | Rejection::TooManyLocks { .. }
-                | Rejection::QueueFull { .. } => Code::ResourceExhausted,
+                | Rejection::QueueFull { .. }
+                | Rejection::TableFull { .. } => Code::ResourceExhausted,
                 Rejection::AlreadyHeld { .. }
                 | Rejection::AlreadyWaiting { .. }
                 | Rejection::RequestTooOld { .. }

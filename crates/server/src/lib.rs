@@ -50,7 +50,7 @@ use tonic::transport::server::Connected;
 pub use clock::{Entropy, NodeClock, OsEntropy, SharedClock, SharedEntropy, SystemNodeClock};
 pub use node::NodeLogStore;
 pub use node::StartError;
-pub use peer::{PeerConnector, SharedPeerConnector, TcpPeerConnector};
+pub use peer::{snapshot_chunks, PeerConnector, SharedPeerConnector, TcpPeerConnector};
 pub use probe::{NoProbe, Plant, Probe, ProbeEvent, SharedProbe};
 
 /// How one node runs. Build with [`ServerConfig::single`] or [`ServerConfig::cluster`], then
@@ -81,6 +81,11 @@ pub struct ServerConfig {
     /// Entries kept in the log behind a snapshot, so that a follower a little behind catches
     /// up by entries rather than by a snapshot install.
     pub log_kept_after_snapshot: u64,
+    /// The lock table's byte budget (`--table-bytes-max`): a command that would take the table
+    /// past it is refused (`table-full`). Every member must be given the same one, since it
+    /// decides what `apply` answers: it is part of the cluster's fingerprint (`peer_auth`), so
+    /// members with different budgets refuse each other's messages.
+    pub table_bytes_max: usize,
     /// Where to serve Prometheus metrics (`/metrics`) and `/healthz` over HTTP; off when `None`.
     pub metrics_listen: Option<SocketAddr>,
     /// The secret every member signs its peer messages with (`--cluster-secret-file`); without
@@ -111,6 +116,7 @@ impl ServerConfig {
             election_timeout_max_ms: limits::ELECTION_TIMEOUT_MS_MAX_DEFAULT,
             snapshot_every_entries: limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT,
             log_kept_after_snapshot: limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT,
+            table_bytes_max: limits::TABLE_BYTES_MAX,
             metrics_listen: None,
             cluster_secret: None,
             tls: None,
@@ -181,6 +187,9 @@ impl ServerConfig {
         if self.snapshot_every_entries == 0 {
             return Err(ConfigError::NoSnapshotInterval);
         }
+        if !(limits::TABLE_BYTES_MIN..=limits::TABLE_BYTES_MAX).contains(&self.table_bytes_max) {
+            return Err(ConfigError::TableBytesMax(self.table_bytes_max));
+        }
         if self.peers.len() > 1
             && self
                 .tls
@@ -210,6 +219,10 @@ impl ServerConfig {
             election_timeout_max: self.election_timeout_max_ms,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every_entries),
             max_in_snapshot_log_to_keep: self.log_kept_after_snapshot,
+            // openraft gives `full_snapshot` this as its RPC timeout; `peer.rs` applies it to
+            // each chunk of the streamed snapshot (openraft's default, 200 ms, was the limit of
+            // the whole snapshot when it went as one message).
+            install_snapshot_timeout: limits::SNAPSHOT_CHUNK_TIMEOUT_MS,
             // A restarted leader must win an election, never resume its old term. The lock
             // table is in memory and the committed index is saved without waiting for an fsync,
             // so after a crash a node may reload an older committed index than the one it
@@ -274,6 +287,12 @@ pub enum ConfigError {
     ElectionTimeoutRange { min_ms: u64, max_ms: u64 },
     #[error("snapshot interval must be at least one entry")]
     NoSnapshotInterval,
+    #[error(
+        "--table-bytes-max {0} is outside {min}..={max}",
+        min = limits::TABLE_BYTES_MIN,
+        max = limits::TABLE_BYTES_MAX
+    )]
+    TableBytesMax(usize),
 }
 
 /// A [`ServerConfig`] that passed [`ServerConfig::validate`]. Read it as a `ServerConfig`.
@@ -424,6 +443,7 @@ where
     let peer = RaftPeerServer::new(peer::PeerService::new(
         node.raft.clone(),
         node.peer_auth.clone(),
+        node.config.table_bytes_max,
     ))
     .max_decoding_message_size(limits::PEER_MESSAGE_BYTES_MAX)
     .max_encoding_message_size(limits::PEER_MESSAGE_BYTES_MAX);

@@ -186,6 +186,7 @@ impl Node {
         });
         let sm = LockStateMachine::open(&dir.join("snapshots"), observer)
             .map_err(|e| StartError::StateMachine(e.to_string()))?;
+        sm.set_table_bytes_max(config.table_bytes_max);
         let state = sm.handle();
         // Sessions recovered from the snapshot get a lease from now; the entries replayed after
         // it add theirs through the observer.
@@ -200,9 +201,10 @@ impl Node {
         }
 
         let peer_auth = Arc::new(
-            crate::peer_auth::PeerAuth::new(
+            crate::peer_auth::PeerAuth::with_table_bytes_max(
                 config.id,
                 members.clone(),
+                config.table_bytes_max,
                 config.cluster_secret.clone(),
             )
             .with_member_certificates(

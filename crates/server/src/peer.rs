@@ -33,8 +33,9 @@ use tonic::{Request, Response, Status};
 
 /// Version of the peer payload encoding. Members of one cluster must speak the same one: a
 /// member refuses another version (the caller sees a network error: no vote, no grant, no
-/// append). 2: a `Vote` call carries a [`Ballot`], no longer a bare `VoteRequest`.
-const PEER_FORMAT_VERSION: u8 = 2;
+/// append). 2: a `Vote` call carries a [`Ballot`], no longer a bare `VoteRequest`. 3: a
+/// snapshot is streamed in chunks ([`SnapshotFrame`]), no longer sent as one message.
+const PEER_FORMAT_VERSION: u8 = 3;
 
 type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
 type Meta =
@@ -51,6 +52,67 @@ type Meta =
 enum Ballot {
     Vote(VoteRequest<TypeConfig>),
     PreVote(VoteRequest<TypeConfig>),
+}
+
+/// The header of one chunk of a snapshot stream. `transfer` is drawn by the sender for each
+/// stream and, covered by every chunk's MAC with the offset, keeps chunks of one transfer out
+/// of another.
+#[derive(Serialize, Deserialize)]
+enum SnapshotFrame {
+    /// The first chunk: the leader's vote, the snapshot's meta, and how many bytes follow.
+    Begin {
+        transfer: u64,
+        vote: Vote,
+        meta: Meta,
+        total_bytes: u64,
+    },
+    /// The chunk's data are the snapshot's bytes from `offset` on.
+    Data { transfer: u64, offset: u64 },
+}
+
+/// The chunks of one snapshot transfer to member `to`, made (and signed) one at a time as the
+/// stream is read, so that sending a snapshot never holds a second copy of it. Public for the
+/// peer-authentication tests, which stream forged snapshots with it.
+pub fn snapshot_chunks(
+    auth: Option<Arc<PeerAuth>>,
+    to: u64,
+    transfer: u64,
+    vote: Vote,
+    meta: Meta,
+    data: Vec<u8>,
+) -> impl Iterator<Item = pb::PeerChunk> + Send + 'static {
+    let begin = encode(&SnapshotFrame::Begin {
+        transfer,
+        vote,
+        meta,
+        total_bytes: data.len() as u64,
+    });
+    let data = Arc::new(data);
+    let sign = move |header: Vec<u8>, bytes: Vec<u8>| {
+        let mac = auth
+            .as_ref()
+            .map_or_else(Vec::new, |a| a.sign_chunk(to, &header, &bytes));
+        pb::PeerChunk {
+            payload: header,
+            data: bytes,
+            mac,
+        }
+    };
+    let first = std::iter::once(begin).map({
+        let sign = sign.clone();
+        move |header| sign(header, Vec::new())
+    });
+    let rest = (0..data.len())
+        .step_by(limits::SNAPSHOT_CHUNK_BYTES)
+        .map(move |offset| {
+            let end = (offset + limits::SNAPSHOT_CHUNK_BYTES).min(data.len());
+            let header = encode(&SnapshotFrame::Data {
+                transfer,
+                offset: offset as u64,
+            });
+            sign(header, data[offset..end].to_vec())
+        });
+    first.chain(rest)
 }
 
 fn encode<T: Serialize>(v: &T) -> Vec<u8> {
@@ -73,11 +135,103 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
 pub struct PeerService {
     raft: Raft,
     auth: Arc<PeerAuth>,
+    /// A snapshot stream longer than this is refused: the table's budget and the snapshot's
+    /// header (a snapshot is never larger, see `limits::TABLE_BYTES_MAX`).
+    snapshot_bytes_max: u64,
+    /// Snapshot streams being received (`limits::SNAPSHOTS_RECEIVING_MAX`).
+    receiving: Arc<tokio::sync::Semaphore>,
 }
 
 impl PeerService {
-    pub fn new(raft: Raft, auth: Arc<PeerAuth>) -> PeerService {
-        PeerService { raft, auth }
+    pub fn new(raft: Raft, auth: Arc<PeerAuth>, table_bytes_max: usize) -> PeerService {
+        PeerService {
+            raft,
+            auth,
+            snapshot_bytes_max: (table_bytes_max + limits::SNAPSHOT_OVERHEAD_BYTES_MAX) as u64,
+            receiving: Arc::new(tokio::sync::Semaphore::new(limits::SNAPSHOTS_RECEIVING_MAX)),
+        }
+    }
+
+    /// Reads a snapshot stream from member `from` into memory, checking each chunk's MAC, its
+    /// place, and the running length against what the first chunk announced (itself within
+    /// the budget). Each chunk must arrive within `SNAPSHOT_CHUNK_TIMEOUT_MS`. The vote, the
+    /// meta and the bytes, or why the stream was refused.
+    async fn receive_snapshot(
+        &self,
+        from: u64,
+        stream: &mut tonic::Streaming<pb::PeerChunk>,
+    ) -> Result<(Vote, Meta, Vec<u8>), Status> {
+        let refuse_ = |why: String| refuse(PeerMethod::Snapshot, Some(from), &why);
+        let open = |chunk: pb::PeerChunk| -> Result<(SnapshotFrame, Vec<u8>), Status> {
+            self.auth
+                .verify_chunk(from, &chunk.payload, &chunk.data, &chunk.mac)
+                .map_err(|e| refuse(PeerMethod::SnapshotChunk, Some(from), &e.to_string()))?;
+            let frame = decode(&chunk.payload).map_err(bad)?;
+            Ok((frame, chunk.data))
+        };
+        let Some(first) = next_chunk(stream).await? else {
+            return Err(bad("an empty snapshot stream".into()));
+        };
+        let (
+            SnapshotFrame::Begin {
+                transfer,
+                vote,
+                meta,
+                total_bytes,
+            },
+            _,
+        ) = open(first)?
+        else {
+            return Err(bad(
+                "a snapshot stream that does not begin with its header".into()
+            ));
+        };
+        check_snapshot_header(from, &vote, &meta).map_err(refuse_)?;
+        if total_bytes > self.snapshot_bytes_max {
+            return Err(refuse_(format!(
+                "a snapshot of {total_bytes} bytes, above this member's limit of {} (its table \
+                 budget and the snapshot's header)",
+                self.snapshot_bytes_max
+            )));
+        }
+        // Grown as chunks arrive, never reserved up front from what the header claims.
+        let mut data: Vec<u8> = Vec::new();
+        while (data.len() as u64) < total_bytes {
+            let Some(chunk) = next_chunk(stream).await? else {
+                return Err(refuse_(format!(
+                    "the snapshot stream ended after {} of its {total_bytes} bytes",
+                    data.len()
+                )));
+            };
+            let (frame, bytes) = open(chunk)?;
+            match frame {
+                SnapshotFrame::Data {
+                    transfer: t,
+                    offset,
+                } if t == transfer && offset == data.len() as u64 => {}
+                _ => {
+                    return Err(refuse_(format!(
+                        "a snapshot chunk out of place (expected transfer {transfer} at offset \
+                         {})",
+                        data.len()
+                    )))
+                }
+            }
+            if bytes.is_empty() || (data.len() + bytes.len()) as u64 > total_bytes {
+                return Err(refuse_(format!(
+                    "a snapshot chunk of {} bytes at offset {} of {total_bytes}",
+                    bytes.len(),
+                    data.len()
+                )));
+            }
+            data.extend_from_slice(&bytes);
+        }
+        if next_chunk(stream).await?.is_some() {
+            return Err(refuse_(format!(
+                "chunks after the {total_bytes} bytes the snapshot announced"
+            )));
+        }
+        Ok((vote, meta, data))
     }
 
     /// The sender, if it may speak to this member; the payload.
@@ -117,10 +271,22 @@ fn check_vote_sender(from: u64, vote: &Vote, what: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A snapshot from member `from`, checked as its install would check it and more, before
-/// openraft sees it: openraft stops the Raft core for good when an install fails, and asserts
+/// The next chunk of a snapshot stream, which must come within `SNAPSHOT_CHUNK_TIMEOUT_MS`.
+async fn next_chunk(
+    stream: &mut tonic::Streaming<pb::PeerChunk>,
+) -> Result<Option<pb::PeerChunk>, Status> {
+    let chunk_timeout = Duration::from_millis(limits::SNAPSHOT_CHUNK_TIMEOUT_MS);
+    match tokio::time::timeout(chunk_timeout, stream.message()).await {
+        Err(_) => Err(Status::deadline_exceeded(
+            "no snapshot chunk within the chunk timeout",
+        )),
+        Ok(r) => r,
+    }
+}
+
+/// A snapshot's header from member `from`, checked before its bytes are read: openraft asserts
 /// that a snapshot's last log id does not lie above the vote it came with.
-fn check_snapshot(from: u64, vote: &Vote, meta: &Meta, data: &[u8]) -> Result<(), String> {
+fn check_snapshot_header(from: u64, vote: &Vote, meta: &Meta) -> Result<(), String> {
     check_vote_sender(from, vote, "snapshot")?;
     if !vote.committed {
         return Err("a snapshot from a leader whose vote is not committed".into());
@@ -133,6 +299,13 @@ fn check_snapshot(from: u64, vote: &Vote, meta: &Meta, data: &[u8]) -> Result<()
             ));
         }
     }
+    Ok(())
+}
+
+/// A snapshot from member `from`, checked as its install would check it and more, before
+/// openraft sees it: openraft stops the Raft core for good when an install fails.
+fn check_snapshot(from: u64, vote: &Vote, meta: &Meta, data: &[u8]) -> Result<(), String> {
+    check_snapshot_header(from, vote, meta)?;
     let contents = latchkey_raft::snapshot::decode(data).map_err(|e| e.to_string())?;
     if contents.last_applied != meta.last_log_id || contents.last_membership != meta.last_membership
     {
@@ -191,12 +364,28 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
 
     async fn snapshot(
         &self,
-        request: Request<pb::PeerMessage>,
+        request: Request<tonic::Streaming<pb::PeerChunk>>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        let (from, payload) = self.admit(request, PeerMethod::Snapshot)?;
-        let (vote, meta, data): (Vote, Meta, Vec<u8>) = decode(&payload).map_err(bad)?;
-        check_snapshot(from, &vote, &meta, &data)
-            .map_err(|e| refuse(PeerMethod::Snapshot, Some(from), &e))?;
+        let (headers, _, mut stream) = request.into_parts();
+        let from = self
+            .auth
+            .verify(&headers, PeerMethod::Snapshot, &[])
+            .map_err(|e| refuse(PeerMethod::Snapshot, None, &e.to_string()))?;
+        // Held until the install is done: one snapshot in memory at a time.
+        let _receiving = self.receiving.clone().try_acquire_owned().map_err(|_| {
+            Status::unavailable("this member is already receiving a snapshot; retry later")
+        })?;
+        let started = std::time::Instant::now();
+        let (vote, meta, data) = self.receive_snapshot(from, &mut stream).await?;
+        let received_ms = started.elapsed().as_millis() as u64;
+        let bytes = data.len();
+        let (data, checked) = on_blocking_pool(move || {
+            let checked = check_snapshot(from, &vote, &meta, &data).map(|()| (vote, meta));
+            (data, checked)
+        })
+        .await;
+        let (vote, meta) = checked.map_err(|e| refuse(PeerMethod::Snapshot, Some(from), &e))?;
+        let checked_ms = started.elapsed().as_millis() as u64;
         let snapshot = Snapshot {
             meta,
             snapshot: Cursor::new(data),
@@ -206,8 +395,29 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
             .install_full_snapshot(vote, snapshot)
             .await
             .map_err(RaftError::<TypeConfig>::Fatal);
+        tracing::info!(
+            from,
+            bytes,
+            received_ms,
+            checked_ms,
+            installed_ms = started.elapsed().as_millis() as u64,
+            ok = res.is_ok(),
+            "received a snapshot"
+        );
         reply(&res)
     }
+}
+
+/// Runs CPU-heavy work (decoding a snapshot) on tokio's blocking pool, or inline on a
+/// current-thread runtime (the simulation), where it must run in order to replay.
+async fn on_blocking_pool<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::CurrentThread {
+        return f();
+    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("the snapshot check does not panic")
 }
 
 /// The seam through which a node reaches its peers: given a member's address, a gRPC channel
@@ -409,13 +619,90 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let payload = encode(&(vote, snapshot.meta, snapshot.snapshot.into_inner()));
-        tokio::select! {
-            res = self.call(PeerMethod::Snapshot, payload, &option, |mut c, r| async move { c.snapshot(r).await }) => {
-                res.map_err(StreamingError::from)
+        let mut client = self.client().map_err(StreamingError::Unreachable)?;
+        let transfer: u64 = rand::random();
+        // Progress: when the transport last took a chunk, and whether it took the last one.
+        let progress = Arc::new(std::sync::Mutex::new((tokio::time::Instant::now(), false)));
+        let chunks = snapshot_chunks(
+            Some(self.auth.clone()),
+            self.target,
+            transfer,
+            vote,
+            snapshot.meta,
+            snapshot.snapshot.into_inner(),
+        );
+        let stream = futures::stream::iter(Tracked {
+            chunks,
+            progress: progress.clone(),
+        });
+        let mut headers = tonic::metadata::MetadataMap::new();
+        self.auth
+            .sign(&mut headers, PeerMethod::Snapshot, self.target, &[]);
+        let request = Request::from_parts(headers, tonic::Extensions::default(), stream);
+        let call = async move { client.snapshot(request).await };
+        tokio::pin!(call, cancel);
+        // openraft's RPC timeout (`install_snapshot_timeout`) applies to each chunk; once all
+        // are sent, the member has `SNAPSHOT_INSTALL_TIMEOUT_MS` to check and install it.
+        let chunk_timeout = option.hard_ttl();
+        let install_timeout = Duration::from_millis(limits::SNAPSHOT_INSTALL_TIMEOUT_MS);
+        let resp = loop {
+            let (last, all_sent) = *progress.lock().expect("progress lock");
+            let deadline = last
+                + if all_sent {
+                    install_timeout
+                } else {
+                    chunk_timeout
+                };
+            tokio::select! {
+                resp = &mut call => break resp,
+                closed = &mut cancel => return Err(StreamingError::Closed(closed)),
+                _ = tokio::time::sleep_until(deadline) => {
+                    if *progress.lock().expect("progress lock") == (last, all_sent) {
+                        let what = if all_sent {
+                            "install the snapshot"
+                        } else {
+                            "take a snapshot chunk"
+                        };
+                        let status = Status::deadline_exceeded(format!(
+                            "member {} did not {what} in time",
+                            self.target
+                        ));
+                        self.note_reachable(Some(&status));
+                        return Err(StreamingError::Unreachable(Unreachable::new(&status)));
+                    }
+                }
             }
-            closed = cancel => Err(StreamingError::Closed(closed)),
-        }
+        };
+        self.note_reachable(resp.as_ref().err());
+        let resp = resp.map_err(|s| {
+            if s.code() == tonic::Code::Unavailable {
+                StreamingError::Unreachable(Unreachable::new(&s))
+            } else {
+                StreamingError::Network(NetworkError::new(&s))
+            }
+        })?;
+        let res: Result<SnapshotResponse<TypeConfig>, RaftError<TypeConfig>> =
+            decode(&resp.into_inner().payload)
+                .map_err(|e| StreamingError::Network(NetworkError::from_string(e)))?;
+        res.map_err(|e| StreamingError::Unreachable(Unreachable::new(&e)))
+    }
+}
+
+/// Snapshot chunks that note when the transport takes each (and the end), for the sender's
+/// per-chunk timeout.
+struct Tracked<I> {
+    chunks: I,
+    progress: Arc<std::sync::Mutex<(tokio::time::Instant, bool)>>,
+}
+
+impl<I: Iterator<Item = pb::PeerChunk>> Iterator for Tracked<I> {
+    type Item = pb::PeerChunk;
+
+    fn next(&mut self) -> Option<pb::PeerChunk> {
+        let chunk = self.chunks.next();
+        *self.progress.lock().expect("progress lock") =
+            (tokio::time::Instant::now(), chunk.is_none());
+        chunk
     }
 }
 
@@ -458,7 +745,7 @@ mod hostile_input {
             for bytes in [mutate(ballot, &edits, cut), noise] {
                 let _ = decode::<Ballot>(&bytes);
                 let _ = decode::<AppendEntriesRequest<TypeConfig>>(&bytes);
-                let _ = decode::<(Vote, Meta, Vec<u8>)>(&bytes);
+                let _ = decode::<SnapshotFrame>(&bytes);
             }
         }
 

@@ -37,7 +37,10 @@ type HmacSha256 = Hmac<Sha256>;
 pub enum PeerMethod {
     Vote,
     Append,
+    /// The start of a snapshot stream (its headers, with an empty payload).
     Snapshot,
+    /// One chunk of a snapshot stream (see [`PeerAuth::sign_chunk`]).
+    SnapshotChunk,
 }
 
 impl PeerMethod {
@@ -46,6 +49,7 @@ impl PeerMethod {
             PeerMethod::Vote => b"vote",
             PeerMethod::Append => b"append",
             PeerMethod::Snapshot => b"snapshot",
+            PeerMethod::SnapshotChunk => b"snapshot-chunk",
         }
     }
 }
@@ -61,7 +65,8 @@ pub enum PeerAuthError {
     #[error("a message claiming to come from this member itself")]
     FromSelf,
     #[error(
-        "cluster fingerprint {got:?} is not this cluster's {want}: a member of another cluster"
+        "cluster fingerprint {got:?} is not this cluster's {want}: a member of another cluster \
+         (or one started with other --peers or --table-bytes-max)"
     )]
     OtherCluster { got: Option<String>, want: String },
     #[error("no `{MAC_HEADER}`: this cluster requires its cluster secret")]
@@ -120,8 +125,20 @@ impl std::fmt::Debug for PeerAuth {
 }
 
 impl PeerAuth {
-    /// `members`: every member, this one included (id -> address), as every member was started.
+    /// `members`: every member, this one included (id -> address), as every member was started;
+    /// the default table budget.
     pub fn new(me: u64, members: BTreeMap<u64, String>, secret: Option<ClusterSecret>) -> PeerAuth {
+        PeerAuth::with_table_bytes_max(me, members, limits::TABLE_BYTES_MAX, secret)
+    }
+
+    /// The fingerprint covers the table's byte budget too: it decides what `apply` answers, so
+    /// members with different budgets would apply the same log to different tables.
+    pub fn with_table_bytes_max(
+        me: u64,
+        members: BTreeMap<u64, String>,
+        table_bytes_max: usize,
+        secret: Option<ClusterSecret>,
+    ) -> PeerAuth {
         let secret = secret.map(|s| s.0);
         let mut h = Sha256::new();
         h.update(b"latchkey-cluster-v1");
@@ -130,6 +147,8 @@ impl PeerAuth {
             h.update((addr.len() as u64).to_le_bytes());
             h.update(addr.as_bytes());
         }
+        h.update(b"table-bytes-max");
+        h.update((table_bytes_max as u64).to_le_bytes());
         let fingerprint = hex(&h.finalize()[..limits::PEER_FINGERPRINT_BYTES]);
         PeerAuth {
             me,
@@ -206,6 +225,65 @@ impl PeerAuth {
                 hex(&tag.into_bytes()).parse().expect("hex is ASCII"),
             );
         }
+    }
+
+    /// The MAC of one chunk of a snapshot stream this member sends to member `to`: over its
+    /// header and data, so that no chunk can be altered, and, since the header names the
+    /// transfer and the offset, none moved to another place or another transfer. Empty without
+    /// a secret.
+    pub fn sign_chunk(&self, to: u64, header: &[u8], data: &[u8]) -> Vec<u8> {
+        match &self.secret {
+            None => Vec::new(),
+            Some(secret) => self
+                .chunk_mac(secret, self.me, to, header, data)
+                .finalize()
+                .into_bytes()
+                .to_vec(),
+        }
+    }
+
+    /// Checks a chunk of a snapshot stream from member `from` (already admitted by [`verify`]
+    /// of the stream's headers).
+    ///
+    /// [`verify`]: PeerAuth::verify
+    pub fn verify_chunk(
+        &self,
+        from: u64,
+        header: &[u8],
+        data: &[u8],
+        mac: &[u8],
+    ) -> Result<(), PeerAuthError> {
+        let Some(secret) = &self.secret else {
+            return Ok(());
+        };
+        if mac.is_empty() {
+            return Err(PeerAuthError::NoMac);
+        }
+        self.chunk_mac(secret, from, self.me, header, data)
+            .verify_slice(mac)
+            .map_err(|_| PeerAuthError::BadMac)
+    }
+
+    fn chunk_mac(
+        &self,
+        secret: &[u8],
+        from: u64,
+        to: u64,
+        header: &[u8],
+        data: &[u8],
+    ) -> HmacSha256 {
+        // The header's length first, so that no split of the same bytes into header and data
+        // has the same MAC.
+        let mut m = self.mac(
+            secret,
+            PeerMethod::SnapshotChunk,
+            from,
+            to,
+            &(header.len() as u64).to_le_bytes(),
+        );
+        m.update(header);
+        m.update(data);
+        m
     }
 
     /// Checks a request this member received; the sender's id if it is a member of this

@@ -6,6 +6,7 @@
 //! term, a held lock keeps its holder and token, and the cluster still grants.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use latchkey_core::LockTable;
@@ -22,7 +23,7 @@ use tonic::Code;
 
 /// The peer payload version and the `Vote` call's ballot, as `peer.rs` encodes them (a mirror:
 /// postcard encodes an enum by variant index).
-const PEER_FORMAT_VERSION: u8 = 2;
+const PEER_FORMAT_VERSION: u8 = 3;
 #[derive(Serialize)]
 #[allow(dead_code)]
 enum Ballot {
@@ -127,9 +128,40 @@ async fn send(
     match method {
         PeerMethod::Vote => c.vote(request).await,
         PeerMethod::Append => c.append(request).await,
-        PeerMethod::Snapshot => c.snapshot(request).await,
+        PeerMethod::Snapshot | PeerMethod::SnapshotChunk => unreachable!("see send_snapshot"),
     }
     .map(|r| r.into_inner())
+}
+
+/// A snapshot as its sender would stream it.
+type Forged = (Vote, latchkey_raft::SnapshotMeta, Vec<u8>);
+
+/// The chunks of `snapshot` as `auth` would stream them to member `to`.
+fn chunks(auth: Option<&PeerAuth>, to: u64, snapshot: Forged) -> Vec<pb::PeerChunk> {
+    let (vote, meta, data) = snapshot;
+    latchkey_server::snapshot_chunks(auth.cloned().map(Arc::new), to, 7, vote, meta, data).collect()
+}
+
+/// Streams `chunks` to `addr`'s peer service as a snapshot, its headers stamped by `auth`.
+async fn send_snapshot(
+    addr: std::net::SocketAddr,
+    to: u64,
+    auth: Option<&PeerAuth>,
+    chunks: Vec<pb::PeerChunk>,
+) -> Result<pb::PeerMessage, tonic::Status> {
+    let mut meta = tonic::metadata::MetadataMap::new();
+    if let Some(auth) = auth {
+        auth.sign(&mut meta, PeerMethod::Snapshot, to, &[]);
+    }
+    let request = tonic::Request::from_parts(
+        meta,
+        tonic::Extensions::default(),
+        futures::stream::iter(chunks),
+    );
+    RaftPeerClient::new(channel(addr))
+        .snapshot(request)
+        .await
+        .map(|r| r.into_inner())
 }
 
 fn assert_refused(what: &str, r: Result<pb::PeerMessage, tonic::Status>, says: &str) {
@@ -141,7 +173,7 @@ fn assert_refused(what: &str, r: Result<pb::PeerMessage, tonic::Status>, says: &
 
 /// A snapshot that claims to be at `index` of `last_term` (its table is empty: refused before
 /// anyone looks at it, it would replace a table with a held lock).
-fn forged_snapshot(vote: Vote, last_term: u64, index: u64) -> Vec<u8> {
+fn forged_snapshot(vote: Vote, last_term: u64, index: u64) -> Forged {
     let table = LockTable::default();
     let last = latchkey_raft::LogId::new(
         openraft::type_config::alias::CommittedLeaderIdOf::<TypeConfig> {
@@ -155,7 +187,7 @@ fn forged_snapshot(vote: Vote, last_term: u64, index: u64) -> Vec<u8> {
         last_log_id: Some(last),
         last_membership: Default::default(),
     };
-    encode(&(vote, meta, data))
+    (vote, meta, data)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,12 +250,11 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
     let no_secret = PeerAuth::new(a_follower, list.clone(), None);
     assert_refused(
         "a forged snapshot without the secret",
-        send(
+        send_snapshot(
             addr,
             leader_id,
             Some(&no_secret),
-            PeerMethod::Snapshot,
-            forged.clone(),
+            chunks(Some(&no_secret), leader_id, forged.clone()),
         )
         .await,
         "cluster secret",
@@ -270,35 +301,71 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
         list.clone(),
         Some(ClusterSecret::new(SECRET.to_vec())),
     );
-    let garbage = encode(&(
+    let garbage = (
         Vote::new_committed(high, a_follower),
         latchkey_raft::SnapshotMeta {
             last_log_id: None,
             last_membership: Default::default(),
         },
         vec![0xde, 0xad, 0xbe, 0xef],
-    ));
+    );
     assert_refused(
         "a garbage snapshot from a member",
-        send(
+        send_snapshot(
             addr,
             leader_id,
             Some(&member),
-            PeerMethod::Snapshot,
-            garbage,
+            chunks(Some(&member), leader_id, garbage),
         )
         .await,
         "snapshot",
     );
+    // A snapshot stream altered on the way: a chunk's data changed, a chunk left out, a chunk
+    // moved to another transfer's stream. Each chunk is checked on its own.
+    // (Its header passes every check: its last log id is of an older term than its vote.)
+    let valid = chunks(
+        Some(&member),
+        leader_id,
+        forged_snapshot(Vote::new_committed(high, a_follower), high - 1, 1_000_000),
+    );
+    assert!(valid.len() == 2, "a header and one data chunk");
+    let mut altered = valid.clone();
+    altered[1].data[0] ^= 1;
+    assert_refused(
+        "a snapshot chunk altered on the way",
+        send_snapshot(addr, leader_id, Some(&member), altered).await,
+        "does not verify",
+    );
+    assert_refused(
+        "a snapshot stream missing its data",
+        send_snapshot(addr, leader_id, Some(&member), valid[..1].to_vec()).await,
+        "stream ended",
+    );
+    let (vote, meta, data) =
+        forged_snapshot(Vote::new_committed(high, a_follower), high - 1, 1_000_000);
+    let mut spliced = latchkey_server::snapshot_chunks(
+        Some(Arc::new(member.clone())),
+        leader_id,
+        8,
+        vote,
+        meta,
+        data,
+    )
+    .collect::<Vec<_>>();
+    spliced[1] = valid[1].clone();
+    assert_refused(
+        "a snapshot chunk of another transfer",
+        send_snapshot(addr, leader_id, Some(&member), spliced).await,
+        "out of place",
+    );
     let impossible = forged_snapshot(Vote::new_committed(high, a_follower), high + 5, 10);
     assert_refused(
         "a snapshot above its vote from a member",
-        send(
+        send_snapshot(
             addr,
             leader_id,
             Some(&member),
-            PeerMethod::Snapshot,
-            impossible,
+            chunks(Some(&member), leader_id, impossible),
         )
         .await,
         "older term",

@@ -57,6 +57,8 @@ pub struct Cluster {
     /// `(from, to)` -> the proxy `from` dials `to` through.
     proxies: BTreeMap<(u64, u64), Proxy>,
     timing: Timing,
+    /// More `serve` flags every member gets.
+    extra_args: Vec<String>,
     dir: TempDir,
 }
 
@@ -67,11 +69,16 @@ impl Cluster {
     }
 
     pub fn start_with(n: u64, timing: Timing) -> Cluster {
+        Cluster::start_configured(n, timing, &[])
+    }
+
+    /// [`Cluster::start_with`], every member with more `serve` flags.
+    pub fn start_configured(n: u64, timing: Timing, extra_args: &[&str]) -> Cluster {
         let mut last = String::new();
         // A free port can be taken by someone else before the member binds it: then start
         // over on new ports (the member list is fixed at first start).
         for _ in 0..3 {
-            let mut cluster = Cluster::spawn_all(n, timing.clone());
+            let mut cluster = Cluster::spawn_all(n, timing.clone(), extra_args);
             match cluster.wait_healthy(READY_TIMEOUT) {
                 Ok(()) => return cluster,
                 Err(e) => {
@@ -82,7 +89,7 @@ impl Cluster {
         panic!("cluster did not start: {last}");
     }
 
-    fn spawn_all(n: u64, timing: Timing) -> Cluster {
+    fn spawn_all(n: u64, timing: Timing, extra_args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let members: Vec<Member> = (1..=n)
             .map(|id| Member {
@@ -103,6 +110,7 @@ impl Cluster {
             members,
             proxies,
             timing,
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             dir,
         };
         for id in 1..=n {
@@ -193,7 +201,7 @@ impl Cluster {
             .collect::<Vec<_>>()
             .join(",");
         let (min, max) = self.timing.election_timeout_ms;
-        let args: Vec<OsString> = [
+        let mut args: Vec<OsString> = [
             "--id".into(),
             id.to_string().into(),
             "--listen".into(),
@@ -210,6 +218,7 @@ impl Cluster {
             format!("{min}..{max}").into(),
         ]
         .into();
+        args.extend(self.extra_args.iter().map(OsString::from));
         let member = self.member_mut(id);
         let who = format!("node {id} on {}", member.addr);
         member.process.spawn(&who, args);
@@ -244,6 +253,15 @@ impl Cluster {
     /// Starts a stopped member again on its address and data dir (does not wait).
     pub fn restart(&mut self, id: u64) {
         self.spawn(id);
+    }
+
+    /// Deletes a stopped member's data dir: it restarts as a new, empty member.
+    pub fn wipe(&mut self, id: u64) {
+        assert!(!self.is_running(id), "wiping a running member");
+        let dir = self.data_dir(id);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).expect("removing the data dir");
+        }
     }
 
     /// Sets the proxy of the link `from → to`.

@@ -101,17 +101,25 @@ pub struct Server {
     pub addr: String,
     dir: TempDir,
     process: ServeProcess,
+    /// More `serve` flags, after the address and data dir.
+    extra_args: Vec<String>,
 }
 
 impl Server {
     /// Starts a server on a free port and waits until it answers as leader.
     pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// [`Server::start`] with more `serve` flags.
+    pub fn start_with(extra_args: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut last_error = String::new();
         let mut server = Server {
             addr: String::new(),
             process: ServeProcess::new(dir.path().join("server.log")),
             dir,
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         };
         for _ in 0..5 {
             server.addr = format!("127.0.0.1:{}", free_port());
@@ -138,12 +146,13 @@ impl Server {
 
     fn spawn(&mut self) {
         let data_dir = self.data_dir();
-        let args: [&OsStr; 4] = [
+        let mut args: Vec<&OsStr> = vec![
             "--listen".as_ref(),
             self.addr.as_ref(),
             "--data-dir".as_ref(),
             data_dir.as_os_str(),
         ];
+        args.extend(self.extra_args.iter().map(OsStr::new));
         self.process
             .spawn(&format!("the server on {}", self.addr), args);
     }

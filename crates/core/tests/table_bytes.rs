@@ -1,0 +1,298 @@
+//! The table's byte budget (issue #13 item 5): the running count of accounted bytes equals a
+//! count from scratch after any command sequence, the table never grows past its budget, a
+//! command that would is refused with `TableFull` while releases, closes and expiries still
+//! succeed, and a snapshot is never larger than the table's accounted bytes plus its header.
+
+use latchkey_core::codec::{decode_table, encode_table};
+use latchkey_core::*;
+use proptest::prelude::*;
+
+/// The table's own snapshot header (last index and four lengths) beyond its accounted bytes.
+const TABLE_HEADER_BYTES_MAX: usize = 64;
+
+fn key(id: u64) -> SessionKey {
+    SessionKey {
+        id: SessionId(id),
+        secret: id,
+    }
+}
+
+/// One step of a generated history, over few sessions (by creation order) and few names, so
+/// that they collide: holds, queues, hand-overs, refusals for room.
+#[derive(Clone, Debug)]
+enum Step {
+    Create { owner: Option<u8> },
+    Acquire { session: u8, name: u8, wait: bool },
+    Release { session: u8, name: u8 },
+    Close { session: u8 },
+    Expire { session: u8 },
+    Cancel { session: u8, back: u8 },
+    ExpireWaits,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        2 => proptest::option::of(0u8..3).prop_map(|owner| Step::Create { owner }),
+        5 => (0u8..6, 0u8..6, any::<bool>())
+            .prop_map(|(session, name, wait)| Step::Acquire { session, name, wait }),
+        3 => (0u8..6, 0u8..6).prop_map(|(session, name)| Step::Release { session, name }),
+        1 => (0u8..6).prop_map(|session| Step::Close { session }),
+        1 => (0u8..6).prop_map(|session| Step::Expire { session }),
+        1 => (0u8..6, 0u8..4).prop_map(|(session, back)| Step::Cancel { session, back }),
+        1 => Just(Step::ExpireWaits),
+    ]
+}
+
+fn name(n: u8) -> String {
+    // Names of different lengths, so that a name's bytes count.
+    format!("lock/{}", "x".repeat(n as usize * 40))
+}
+
+fn check(t: &LockTable, index: u64) -> Result<(), TestCaseError> {
+    t.check_invariants()
+        .map_err(|e| TestCaseError::fail(format!("after entry {index}: {e}")))?;
+    prop_assert!(
+        t.bytes() <= t.bytes_max(),
+        "after entry {index}: {} bytes, budget {}",
+        t.bytes(),
+        t.bytes_max()
+    );
+    let encoded = encode_table(t);
+    prop_assert!(
+        encoded.len() <= t.bytes() + TABLE_HEADER_BYTES_MAX,
+        "after entry {index}: a snapshot of {} bytes for {} accounted",
+        encoded.len(),
+        t.bytes()
+    );
+    let decoded = decode_table(&encoded).expect("a table decodes");
+    prop_assert_eq!(decoded.bytes(), t.bytes());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn accounted_bytes_equal_a_recount_after_any_commands(
+        steps in proptest::collection::vec(step(), 1..120),
+        sessions_room in 2usize..5,
+    ) {
+        let mut t = LockTable::new();
+        // Room for a few sessions and some of their locks and waits, so that the budget is
+        // reached and refusals happen.
+        t.set_bytes_max(sessions_room * limits::TABLE_SESSION_WITH_OUTCOMES_BYTES + 1_000);
+        let mut created: Vec<u64> = Vec::new();
+        let mut seq = 0u64;
+        let mut tokens: std::collections::BTreeMap<(u64, u8), u64> = Default::default();
+        for (i, s) in steps.into_iter().enumerate() {
+            let index = i as u64 + 1;
+            let now_ms = index * 100;
+            let sid = |n: u8| created.get(n as usize % created.len().max(1)).copied().unwrap_or(1);
+            seq += 1;
+            let op = match s {
+                Step::Create { owner } => match owner {
+                    None => Op::CreateSession { ttl_ms: 5_000, secret: index },
+                    Some(o) => Op::CreateOwnedSession {
+                        ttl_ms: 5_000,
+                        secret: index,
+                        owner: format!("identity-{o}"),
+                    },
+                },
+                Step::Acquire { session, name: n, wait } => Op::Acquire {
+                    session: key(sid(session)),
+                    seq,
+                    name: name(n),
+                    wait_ms: if wait { 1_000 } else { 0 },
+                },
+                Step::Release { session, name: n } => Op::Release {
+                    session: key(sid(session)),
+                    seq,
+                    name: name(n),
+                    token: tokens.get(&(sid(session), n)).copied().unwrap_or(0),
+                },
+                Step::Close { session } => Op::CloseSession { session: key(sid(session)) },
+                Step::Expire { session } => Op::ExpireSessions { ids: vec![SessionId(sid(session))] },
+                Step::Cancel { session, back } => Op::CancelWait {
+                    session: key(sid(session)),
+                    seq: seq.saturating_sub(back as u64 + 1),
+                },
+                Step::ExpireWaits => Op::ExpireWaits,
+            };
+            let before = t.bytes();
+            let shrinking = matches!(
+                op,
+                Op::Release { .. } | Op::CloseSession { .. } | Op::ExpireSessions { .. }
+                    | Op::CancelWait { .. } | Op::ExpireWaits
+            );
+            let applied = t.apply(index, &Command { now_ms, op: op.clone() });
+            // Closes, releases, cancels and expiries never need room, and never grow the table.
+            // (A cancel answers a finished request with that request's outcome, which may be an
+            // acquire's refusal for room: that is a replay, not a refusal of the cancel.)
+            prop_assert!(
+                !matches!(applied.outcome, Outcome::Rejected(Rejection::TableFull { .. }))
+                    || !shrinking
+                    || matches!(op, Op::CancelWait { .. }),
+                "{op:?} was refused for room"
+            );
+            if shrinking {
+                prop_assert!(t.bytes() <= before, "{op:?} grew the table");
+            }
+            if let Outcome::SessionCreated { id, .. } = applied.outcome {
+                created.push(id.0);
+            }
+            if let (Op::Acquire { session, name: n, .. }, Outcome::Granted { token }) = (&op, &applied.outcome) {
+                let n = (0..6u8).find(|i| name(*i) == *n).expect("generated");
+                tokens.insert((session.id.0, n), *token);
+            }
+            for h in &applied.handoffs {
+                let n = (0..6u8).find(|i| name(*i) == h.name).expect("generated");
+                tokens.insert((h.session.0, n), h.token);
+            }
+            check(&t, index)?;
+        }
+    }
+}
+
+fn apply(t: &mut LockTable, index: u64, op: Op) -> Outcome {
+    t.apply(index, &Command { now_ms: 0, op }).outcome
+}
+
+/// A full table refuses a new session and a new lock with `TableFull`, which names its bytes and
+/// budget; a release makes room, and the same acquire then succeeds. A close works on a full
+/// table.
+#[test]
+fn a_full_table_refuses_growth_and_a_release_makes_room() {
+    let mut t = LockTable::new();
+    let budget = 2 * limits::TABLE_SESSION_WITH_OUTCOMES_BYTES + 2 * (limits::TABLE_LOCK_BYTES + 1);
+    t.set_bytes_max(budget);
+    for i in 1..=2 {
+        assert!(matches!(
+            apply(
+                &mut t,
+                i,
+                Op::CreateSession {
+                    ttl_ms: 5_000,
+                    secret: i
+                }
+            ),
+            Outcome::SessionCreated { .. }
+        ));
+    }
+    let full = |bytes| Outcome::Rejected(Rejection::TableFull { bytes, max: budget });
+    assert_eq!(
+        apply(
+            &mut t,
+            3,
+            Op::CreateSession {
+                ttl_ms: 5_000,
+                secret: 3
+            }
+        ),
+        full(t.bytes())
+    );
+    let acquire = |seq, name: &str| Op::Acquire {
+        session: key(1),
+        seq,
+        name: name.into(),
+        wait_ms: 0,
+    };
+    assert_eq!(
+        apply(&mut t, 4, acquire(1, "a")),
+        Outcome::Granted { token: 4 }
+    );
+    assert_eq!(
+        apply(&mut t, 5, acquire(2, "b")),
+        Outcome::Granted { token: 5 }
+    );
+    assert_eq!(t.bytes(), budget);
+    let refused = apply(&mut t, 6, acquire(3, "c"));
+    assert_eq!(refused, full(budget));
+    assert_eq!(
+        refused.to_string_if_rejected(),
+        format!(
+            "the lock table is full: it holds {budget} bytes of its budget {budget}; release \
+             locks or close sessions to make room"
+        )
+    );
+    // A queued wait needs room too.
+    let wait = Op::Acquire {
+        session: key(2),
+        seq: 1,
+        name: "a".into(),
+        wait_ms: 1_000,
+    };
+    assert_eq!(apply(&mut t, 7, wait), full(budget));
+    let release = Op::Release {
+        session: key(1),
+        seq: 4,
+        name: "a".into(),
+        token: 4,
+    };
+    assert_eq!(apply(&mut t, 8, release), Outcome::Released);
+    assert_eq!(
+        apply(&mut t, 9, acquire(5, "c")),
+        Outcome::Granted { token: 9 }
+    );
+    assert_eq!(
+        apply(&mut t, 10, Op::CloseSession { session: key(1) }),
+        Outcome::SessionClosed
+    );
+    assert_eq!(t.bytes(), limits::TABLE_SESSION_WITH_OUTCOMES_BYTES);
+    t.check_invariants().expect("valid");
+}
+
+/// A table above a budget lowered after it was filled (a restart with a smaller
+/// `--table-bytes-max`) still decodes and runs: it refuses growth and lets every shrinking
+/// command through.
+#[test]
+fn a_table_above_a_lowered_budget_only_shrinks() {
+    let mut t = LockTable::new();
+    apply(
+        &mut t,
+        1,
+        Op::CreateSession {
+            ttl_ms: 5_000,
+            secret: 1,
+        },
+    );
+    let acquire = Op::Acquire {
+        session: key(1),
+        seq: 1,
+        name: "a".into(),
+        wait_ms: 0,
+    };
+    assert_eq!(apply(&mut t, 2, acquire), Outcome::Granted { token: 2 });
+    let mut t = decode_table(&encode_table(&t)).expect("decodes");
+    t.set_bytes_max(limits::TABLE_SESSION_WITH_OUTCOMES_BYTES);
+    let more = Op::Acquire {
+        session: key(1),
+        seq: 2,
+        name: "b".into(),
+        wait_ms: 0,
+    };
+    assert!(matches!(
+        apply(&mut t, 3, more),
+        Outcome::Rejected(Rejection::TableFull { .. })
+    ));
+    let release = Op::Release {
+        session: key(1),
+        seq: 3,
+        name: "a".into(),
+        token: 2,
+    };
+    assert_eq!(apply(&mut t, 4, release), Outcome::Released);
+    assert_eq!(t.bytes(), t.bytes_max());
+}
+
+trait RejectionText {
+    fn to_string_if_rejected(&self) -> String;
+}
+
+impl RejectionText for Outcome {
+    fn to_string_if_rejected(&self) -> String {
+        match self {
+            Outcome::Rejected(r) => r.to_string(),
+            other => format!("{other:?}"),
+        }
+    }
+}
