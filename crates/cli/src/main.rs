@@ -73,6 +73,32 @@ enum Command {
 enum ClusterCommand {
     /// Ask every endpoint for its role, term and log indexes.
     Status(ClusterStatusArgs),
+    /// Add a member: start it first with `latchkey serve --id ID --listen ADDR --join
+    /// CLUSTER_ID` (the id `cluster status` prints) and an empty data dir. It catches up as a
+    /// learner, then becomes a voter.
+    Add(MemberAddrArgs),
+    /// Remove a member (the leader too: another member then leads). Stop its process after.
+    Remove(MemberIdArgs),
+    /// Record a member's new address, after restarting it there with its data dir.
+    Move(MemberAddrArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MemberAddrArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// The member, as ID=HOST:PORT (the address it serves clients and peers on).
+    #[arg(value_parser = query::parse_member, value_name = "ID=ADDR")]
+    pub member: (u64, String),
+}
+
+#[derive(Args, Debug)]
+pub struct MemberIdArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// The member's id.
+    #[arg(value_parser = clap::value_parser!(u64).range(1..), value_name = "ID")]
+    pub id: u64,
 }
 
 #[derive(Args, Debug)]
@@ -86,11 +112,18 @@ pub struct ServeArgs {
     /// Where the Raft log and snapshots live.
     #[arg(long, default_value = "./latchkey-data")]
     pub data_dir: PathBuf,
-    /// Every member of the cluster, this node included: ID=HOST:PORT,... (default: a
-    /// single-node cluster of just this node). A data dir stays with the list it was first
-    /// started with; a different list is refused.
+    /// The members that found the cluster, this node included: ID=HOST:PORT,... (default: a
+    /// single-node cluster of just this node). Read when the data dir is new; afterwards the
+    /// membership lives in the log and changes with `cluster add`/`remove`/`move`, and a list
+    /// that founds another cluster than the data dir's is refused.
     #[arg(long, value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peers: Option<serve::MemberList>,
+    /// Join an existing cluster (its id, as `latchkey cluster status` prints it): with a new
+    /// data dir this node founds nothing and waits until `latchkey cluster add ID=ADDR` adds
+    /// it. Keep the flag on restarts.
+    #[arg(long, value_name = "CLUSTER_ID", conflicts_with = "peers",
+          value_parser = |s: &str| latchkey_server::peer_auth::ClusterId::parse(s))]
+    pub join: Option<latchkey_server::peer_auth::ClusterId>,
     /// Dial these members at another address than their --peers one (a proxy): ID=ADDR,...
     #[arg(long, hide = true, value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peer_dial: Option<serve::MemberList>,
@@ -394,9 +427,12 @@ fn main() -> ExitCode {
             Command::Lock(args) => lock::lock(args).await,
             Command::Status(args) => query::status(args).await.map(|()| 0),
             Command::List(args) => query::list(args).await.map(|()| 0),
-            Command::Cluster {
-                command: ClusterCommand::Status(args),
-            } => query::cluster_status(args).await.map(|()| 0),
+            Command::Cluster { command } => match command {
+                ClusterCommand::Status(args) => query::cluster_status(args).await.map(|()| 0),
+                ClusterCommand::Add(args) => query::cluster_add(args).await.map(|()| 0),
+                ClusterCommand::Remove(args) => query::cluster_remove(args).await.map(|()| 0),
+                ClusterCommand::Move(args) => query::cluster_move(args).await.map(|()| 0),
+            },
             Command::Bench(args) => bench::bench(args).await.map(|()| 0),
         }
     });

@@ -80,7 +80,7 @@ impl PeerService {
         PeerService { raft, auth }
     }
 
-    /// The sender, if it may speak to this member; the payload.
+    /// The sender, if it speaks for this cluster; the payload.
     fn admit(
         &self,
         request: Request<pb::PeerMessage>,
@@ -91,6 +91,32 @@ impl PeerService {
             Ok(from) => Ok((from, message.payload)),
             Err(e) => Err(refuse(method, None, &e.to_string())),
         }
+    }
+
+    /// Whether `from` is a member by this member's Raft membership, which changes (see
+    /// [`PeerAuth::check_member`]); `leader_vote` is the vote a leader's message comes with.
+    fn check_member(
+        &self,
+        method: PeerMethod,
+        from: u64,
+        leader_vote: Option<&Vote>,
+    ) -> Result<(), Status> {
+        use openraft::async_runtime::WatchReceiver;
+        let (known, current) = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            let known: std::collections::BTreeSet<u64> = m
+                .membership_config
+                .membership()
+                .nodes()
+                .map(|(id, _)| *id)
+                .collect();
+            let current = leader_vote.is_some_and(|v| v.committed && *v >= m.vote);
+            (known, current)
+        };
+        self.auth
+            .check_member(from, &known, current)
+            .map_err(|e| refuse(method, Some(from), &e.to_string()))
     }
 }
 
@@ -163,6 +189,7 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         let (from, payload) = self.admit(request, PeerMethod::Vote)?;
         let ballot: Ballot = decode(&payload).map_err(bad)?;
         let (Ballot::Vote(req) | Ballot::PreVote(req)) = &ballot;
+        self.check_member(PeerMethod::Vote, from, None)?;
         check_vote_sender(from, &req.vote, "vote request")
             .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
         let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> = match ballot {
@@ -178,6 +205,7 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (from, payload) = self.admit(request, PeerMethod::Append)?;
         let req: AppendEntriesRequest<TypeConfig> = decode(&payload).map_err(bad)?;
+        self.check_member(PeerMethod::Append, from, Some(&req.vote))?;
         check_vote_sender(from, &req.vote, "append")
             .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))?;
         let res = self.raft.append_entries(req).await;
@@ -190,6 +218,7 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (from, payload) = self.admit(request, PeerMethod::Snapshot)?;
         let (vote, meta, data): (Vote, Meta, Vec<u8>) = decode(&payload).map_err(bad)?;
+        self.check_member(PeerMethod::Snapshot, from, Some(&vote))?;
         check_snapshot(from, &vote, &meta, &data)
             .map_err(|e| refuse(PeerMethod::Snapshot, Some(from), &e))?;
         let snapshot = Snapshot {
@@ -229,6 +258,13 @@ impl PeerConnector for TcpPeerConnector {
     }
 }
 
+/// Every member's address by the Raft membership this node knows, kept up to date by
+/// `Node::follow_membership`. openraft hands a new client the member's address when it starts
+/// replicating to it, but keeps that client when a membership change gives the member a new
+/// address (`cluster move`); each call looks the address up here, so a moved member is dialed
+/// at its new address from the moment this node knows it.
+pub type AddressBook = Arc<std::sync::RwLock<BTreeMap<u64, String>>>;
+
 /// Creates one client per target member; openraft calls it.
 #[derive(Clone)]
 pub struct PeerNetwork {
@@ -241,18 +277,37 @@ pub struct PeerNetwork {
     pub auth: Arc<PeerAuth>,
     /// Per-member dial addresses that override the member's recorded address (a proxy, NAT).
     pub dial: BTreeMap<u64, String>,
+    /// The members' addresses as the membership says now.
+    pub book: AddressBook,
+}
+
+impl PeerNetwork {
+    /// Where to dial `target`: its `--peer-dial` override, else its address in the membership.
+    fn addr_of(&self, target: u64, recorded: &str) -> String {
+        if let Some(dial) = self.dial.get(&target) {
+            return dial.clone();
+        }
+        self.book
+            .read()
+            .expect("address book lock")
+            .get(&target)
+            .cloned()
+            .unwrap_or_else(|| recorded.to_owned())
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
-        let addr = self.dial.get(&target).unwrap_or(&node.addr);
+        let addr = self.addr_of(target, &node.addr);
         PeerClient {
             target,
             reachable: self.reachable.clone(),
             auth: self.auth.clone(),
-            channel: self.connector.channel(addr),
+            channel: self.connector.channel(&addr),
+            addr,
+            network: self.clone(),
         }
     }
 }
@@ -262,9 +317,27 @@ pub struct PeerClient {
     reachable: Arc<std::sync::Mutex<BTreeMap<u64, bool>>>,
     auth: Arc<PeerAuth>,
     channel: Result<Channel, String>,
+    /// The address `channel` dials.
+    addr: String,
+    network: PeerNetwork,
 }
 
 impl PeerClient {
+    /// Dial again if the member moved since the channel was made.
+    fn follow_address(&mut self) {
+        let addr = self.network.addr_of(self.target, &self.addr);
+        if addr != self.addr {
+            tracing::info!(
+                member = self.target,
+                "member {} moved from {} to {addr}",
+                self.target,
+                self.addr
+            );
+            self.channel = self.network.connector.channel(&addr);
+            self.addr = addr;
+        }
+    }
+
     fn client(&self) -> Result<RaftPeerClient<Channel>, Unreachable<TypeConfig>> {
         match &self.channel {
             Ok(c) => Ok(RaftPeerClient::new(c.clone())
@@ -358,6 +431,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.follow_address();
         self.call(
             PeerMethod::Append,
             encode(&rpc),
@@ -372,6 +446,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.follow_address();
         self.call(
             PeerMethod::Vote,
             encode(&Ballot::Vote(rpc)),
@@ -388,6 +463,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.follow_address();
         self.call(
             PeerMethod::Vote,
             encode(&Ballot::PreVote(rpc)),
@@ -404,6 +480,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        self.follow_address();
         let payload = encode(&(vote, snapshot.meta, snapshot.snapshot.into_inner()));
         tokio::select! {
             res = self.call(PeerMethod::Snapshot, payload, &option, |mut c, r| async move { c.snapshot(r).await }) => {
