@@ -94,15 +94,11 @@ impl PeerService {
     }
 
     /// Whether `from` is a member by this member's Raft membership, which changes (see
-    /// [`PeerAuth::check_member`]); `leader_vote` is the vote a leader's message comes with.
-    fn check_member(
-        &self,
-        method: PeerMethod,
-        from: u64,
-        leader_vote: Option<&Vote>,
-    ) -> Result<(), Status> {
+    /// [`PeerAuth::check_member`]). `vouch` is what the message offers for a sender this member
+    /// does not know: a leader's vote, or a candidate's last log index.
+    fn check_member(&self, method: PeerMethod, from: u64, vouch: Vouch<'_>) -> Result<(), Status> {
         use openraft::async_runtime::WatchReceiver;
-        let (known, current) = {
+        let (known, vouched) = {
             let m = self.raft.metrics();
             let m = m.borrow_watched();
             let known: std::collections::BTreeSet<u64> = m
@@ -111,13 +107,27 @@ impl PeerService {
                 .nodes()
                 .map(|(id, _)| *id)
                 .collect();
-            let current = leader_vote.is_some_and(|v| v.committed && *v >= m.vote);
-            (known, current)
+            let vouched = match vouch {
+                Vouch::Leader(v) => v.committed && *v >= m.vote,
+                Vouch::Candidate { last_log_index } => last_log_index > m.last_log_index,
+            };
+            (known, vouched)
         };
         self.auth
-            .check_member(from, &known, current)
+            .check_member(from, &known, vouched)
             .map_err(|e| refuse(method, Some(from), &e.to_string()))
     }
+}
+
+/// What a message from a sender this member does not know offers as proof that it may be a
+/// member this member has not heard of yet (it missed the change that added it).
+enum Vouch<'a> {
+    /// A leader's append or snapshot: its vote, which must be committed (a quorum elected it)
+    /// and at least this member's own.
+    Leader(&'a Vote),
+    /// A candidate's vote request: its log must reach further than this member's, or it could
+    /// not hold entries this member missed. openraft then applies Raft's own vote rules.
+    Candidate { last_log_index: Option<u64> },
 }
 
 /// A refused peer message: logged here, `PERMISSION_DENIED` to the sender, nothing changed.
@@ -189,7 +199,13 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         let (from, payload) = self.admit(request, PeerMethod::Vote)?;
         let ballot: Ballot = decode(&payload).map_err(bad)?;
         let (Ballot::Vote(req) | Ballot::PreVote(req)) = &ballot;
-        self.check_member(PeerMethod::Vote, from, None)?;
+        self.check_member(
+            PeerMethod::Vote,
+            from,
+            Vouch::Candidate {
+                last_log_index: req.last_log_id.as_ref().map(|l| l.index),
+            },
+        )?;
         check_vote_sender(from, &req.vote, "vote request")
             .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
         let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> = match ballot {
@@ -205,7 +221,7 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (from, payload) = self.admit(request, PeerMethod::Append)?;
         let req: AppendEntriesRequest<TypeConfig> = decode(&payload).map_err(bad)?;
-        self.check_member(PeerMethod::Append, from, Some(&req.vote))?;
+        self.check_member(PeerMethod::Append, from, Vouch::Leader(&req.vote))?;
         check_vote_sender(from, &req.vote, "append")
             .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))?;
         let res = self.raft.append_entries(req).await;
@@ -218,7 +234,7 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (from, payload) = self.admit(request, PeerMethod::Snapshot)?;
         let (vote, meta, data): (Vote, Meta, Vec<u8>) = decode(&payload).map_err(bad)?;
-        self.check_member(PeerMethod::Snapshot, from, Some(&vote))?;
+        self.check_member(PeerMethod::Snapshot, from, Vouch::Leader(&vote))?;
         check_snapshot(from, &vote, &meta, &data)
             .map_err(|e| refuse(PeerMethod::Snapshot, Some(from), &e))?;
         let snapshot = Snapshot {

@@ -164,20 +164,20 @@ impl PeerAuth {
     }
 
     /// Whether `from` may speak to this member, given the members of its Raft membership
-    /// (voters and learners) and, for a leader's message (append, snapshot), the leader's vote
-    /// and this member's own. A member that knows no membership yet (started with `--join`,
-    /// not added yet) takes any sender of its cluster: the leader that adds it is not in a
-    /// membership it could know. A member that missed the change adding the current leader
-    /// (it was down) takes that leader's appends when they come with a committed vote at least
-    /// its own, which only a leader elected by a quorum has; a vote request from a non-member
-    /// is refused.
+    /// (voters and learners) and whether the message vouches for a sender it does not know
+    /// (`peer.rs`: a leader's committed vote at least this member's own, or a candidate whose
+    /// log reaches further than this member's). A member that knows no membership yet (started
+    /// with `--join`, not added yet) takes any sender of its cluster: the leader that adds it
+    /// is not in a membership it could know. A member that missed the change adding a member
+    /// (it was down or cut off) must still follow that member as leader, and vote for it, or
+    /// the cluster could be stuck; a sender that vouches for nothing is refused.
     pub fn check_member(
         &self,
         from: u64,
         known: &std::collections::BTreeSet<u64>,
-        leader_vote_is_current: bool,
+        vouched: bool,
     ) -> Result<(), PeerAuthError> {
-        if known.is_empty() || known.contains(&from) || leader_vote_is_current {
+        if known.is_empty() || known.contains(&from) || vouched {
             return Ok(());
         }
         Err(PeerAuthError::NotAMember(from))
@@ -403,7 +403,7 @@ mod tests {
             b.check_member(9, &known, false),
             Err(PeerAuthError::NotAMember(9))
         );
-        // A member not added yet knows no membership; a leader's current vote is admitted.
+        // A member not added yet knows no membership; a sender the message vouches for passes.
         assert_eq!(b.check_member(9, &Default::default(), false), Ok(()));
         assert_eq!(b.check_member(9, &known, true), Ok(()));
         let other: BTreeMap<u64, String> = [(1, "127.0.0.1:7001".to_owned())].into();
