@@ -553,6 +553,21 @@ impl Node {
                 current.node_addr(id).unwrap_or("?")
             )));
         }
+        if let Some(old) = current
+            .learners
+            .iter()
+            .find(|(l, _)| *l == id)
+            .map(|(_, a)| a)
+        {
+            if *old != addr {
+                // openraft's add keeps a known member's address: the learner would be waited
+                // for where it is not.
+                return Err(ApiError::Membership(format!(
+                    "member {id} is already a learner at {old}; `latchkey cluster remove {id}` \
+                     first, or `latchkey cluster move {id}={addr}`"
+                )));
+            }
+        }
         self.leader_only()?;
         tracing::info!(member = id, %addr, "adding a member: as a learner until it caught up");
         let added = tokio::time::timeout(
