@@ -266,6 +266,9 @@ fn grow_three_to_five_then_shrink_to_three_under_load() {
         .filter(|&id| id != leader)
         .take(2)
         .collect();
+    // Its own log has a line for each vote request the others refused.
+    let campaigns = |c: &Cluster| c.log_lines(gone[0], "while requesting pre-vote").len();
+    let campaigns_before = campaigns(&cluster);
     for &id in &gone {
         cluster_cmd(&cluster, &["remove", &id.to_string()]);
         load.wait_progress(&format!("grants after removing {id}"), 5);
@@ -274,6 +277,16 @@ fn grow_three_to_five_then_shrink_to_three_under_load() {
     let (voters, _) = membership(&cluster, leader);
     assert_eq!(voters.len(), 3, "{voters:?}");
     assert!(gone.iter().all(|id| !voters.contains(id)), "{voters:?}");
+    // Left running, a removed follower (which the leader stops replicating to before it learns
+    // the final membership) keeps asking for votes; each member reports it once, not once per
+    // request.
+    wait_until("the removed member campaigns", T, || {
+        campaigns(&cluster) >= campaigns_before + 3 * voters.len()
+    });
+    for &id in &voters {
+        let warned = cluster.log_lines(id, &format!("member {} is not a member", gone[0]));
+        assert!(warned.len() == 1, "member {id}: {warned:#?}");
+    }
     // The removed members are stopped; the three left still serve (a majority of 3, not 5).
     for &id in &gone {
         cluster.kill9(id);

@@ -333,6 +333,10 @@ pub const MEMBERSHIP_CHANGE_TIMEOUT_MS: u64 = 20_000;
 pub const CLIENT_MEMBERSHIP_RPC_TIMEOUT_MS: u64 =
     MEMBER_CATCH_UP_TIMEOUT_MS + MEMBERSHIP_CHANGE_TIMEOUT_MS + 5_000;
 const _: () = assert!(PROPOSE_TIMEOUT_MS <= MEMBERSHIP_CHANGE_TIMEOUT_MS);
+/// Non-member senders a member remembers having reported (one warning each, then debug lines):
+/// a removed member left running asks for votes every election timeout. Claimed ids are free
+/// to invent, so the set is bounded; past it every refusal is a warning again.
+pub const PEER_NON_MEMBERS_REPORTED_MAX: usize = 64;
 /// Bytes of a member's address in a membership change: a host name (at most 253) and a port.
 pub const MEMBER_ADDR_BYTES_MAX: usize = 260;
 /// Characters of a cluster id (`--join`): the hex of `PEER_FINGERPRINT_BYTES` bytes.

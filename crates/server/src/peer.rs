@@ -73,11 +73,19 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
 pub struct PeerService {
     raft: Raft,
     auth: Arc<PeerAuth>,
+    /// Senders already reported as non-members: a removed member left running campaigns every
+    /// election timeout, and is reported once at warn, then at debug (at most
+    /// `PEER_NON_MEMBERS_REPORTED_MAX` remembered; beyond, every refusal is a warning).
+    reported: std::sync::Mutex<std::collections::BTreeSet<u64>>,
 }
 
 impl PeerService {
     pub fn new(raft: Raft, auth: Arc<PeerAuth>) -> PeerService {
-        PeerService { raft, auth }
+        PeerService {
+            raft,
+            auth,
+            reported: Default::default(),
+        }
     }
 
     /// The sender, if it speaks for this cluster; the payload.
@@ -113,9 +121,18 @@ impl PeerService {
             };
             (known, vouched)
         };
-        self.auth
-            .check_member(from, &known, vouched)
-            .map_err(|e| refuse(method, Some(from), &e.to_string()))
+        self.auth.check_member(from, &known, vouched).map_err(|e| {
+            let first = {
+                let mut reported = self.reported.lock().expect("reported lock");
+                reported.len() >= limits::PEER_NON_MEMBERS_REPORTED_MAX || reported.insert(from)
+            };
+            if first {
+                refuse(method, Some(from), &e.to_string())
+            } else {
+                tracing::debug!(?method, from, "refused a peer message: {e}");
+                Status::permission_denied(format!("refused by this member: {e}"))
+            }
+        })
     }
 }
 
