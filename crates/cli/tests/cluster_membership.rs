@@ -365,7 +365,9 @@ fn a_member_that_missed_the_changes_votes_for_a_member_it_never_knew() {
     )
     .unwrap();
     cluster.pause(paused);
-    add_except(&mut cluster, &[paused], 4);
+    // Regression: with the paused member among the endpoints, `cluster add` waited for the
+    // membership call's whole deadline on it.
+    add(&mut cluster, 4);
     add_except(&mut cluster, &[paused], 5);
     // The load's client knows the members that will be left (a paused seed would stall it).
     let load = Load::start(&format!("{},{}", cluster.addr(4), cluster.addr(5)));

@@ -286,6 +286,7 @@ impl Client {
             id,
             addr: addr.to_owned(),
         };
+        self.find_a_member().await?;
         let response = self
             .call(Self::membership_opts(), request, |mut c, r| async move {
                 c.add_member(r).await
@@ -297,6 +298,7 @@ impl Client {
     /// Removes member `id` (the leader too). Answers the voters after the change.
     pub async fn remove_member(&self, id: u64) -> Result<Vec<Member>, Error> {
         let request = pb::RemoveMemberRequest { id };
+        self.find_a_member().await?;
         let response = self
             .call(Self::membership_opts(), request, |mut c, r| async move {
                 c.remove_member(r).await
@@ -311,12 +313,27 @@ impl Client {
             id,
             addr: addr.to_owned(),
         };
+        self.find_a_member().await?;
         let response = self
             .call(Self::membership_opts(), request, |mut c, r| async move {
                 c.move_member(r).await
             })
             .await?;
         Ok(members(response.members))
+    }
+
+    /// Routes the next call to a member that answers, with the short deadline: a membership
+    /// call's own deadline is long (it waits for a catch-up and two commits), and an endpoint
+    /// that accepts connections but never answers (a paused process) would hold it that long.
+    /// The member that answers sends the membership call on to the leader if it is not one.
+    async fn find_a_member(&self) -> Result<(), Error> {
+        self.call(
+            self.short(),
+            pb::NodeStatusRequest {},
+            |mut c, r| async move { c.node_status(r).await },
+        )
+        .await
+        .map(|_| ())
     }
 
     /// A membership change waits for a learner to catch up and for two commits.
