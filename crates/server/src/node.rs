@@ -502,11 +502,17 @@ impl Node {
     /// itself once it leads: nobody else could (with more members, `cluster move` does it).
     pub async fn follow_membership(self: Arc<Node>) {
         let mut metrics = self.raft.server_metrics();
-        let advertised = self
-            .config
-            .members()
-            .remove(&self.id)
-            .unwrap_or_else(|| self.config.listen.to_string());
+        // Where it listens, unless that is a wildcard (0.0.0.0), which names no host: then its
+        // founding `--peers` entry. (Not `--peers` first: a founder moved by `cluster move`
+        // keeps its founding list on its command line.)
+        let advertised = if self.config.listen.ip().is_unspecified() {
+            self.config
+                .members()
+                .remove(&self.id)
+                .unwrap_or_else(|| self.config.listen.to_string())
+        } else {
+            self.config.listen.to_string()
+        };
         loop {
             let (book, moved_alone) = {
                 let m = metrics.borrow_and_update();
