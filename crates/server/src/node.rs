@@ -268,8 +268,7 @@ impl Node {
 
         // The log's record of the cluster (or, in an older dir, of its founding member list),
         // then the file beside it (written only once the log's record agrees, so a refused
-        // start leaves no file naming the wrong cluster). `founding`: this start founds a
-        // cluster (a fresh dir, no --join) and initializes Raft with the flags' member list.
+        // start leaves no file naming the wrong cluster).
         let recorded = match log_store
             .read_node_meta(META_CLUSTER)
             .map_err(StartError::LogStore)?
