@@ -142,6 +142,32 @@ pub struct AuditArgs {
 enum ClusterCommand {
     /// Ask every endpoint for its role, term and log indexes.
     Status(ClusterStatusArgs),
+    /// Add a member: start it first with `latchkey serve --id ID --listen ADDR --join
+    /// CLUSTER_ID` (the id `cluster status` prints) and an empty data dir. It catches up as a
+    /// learner, then becomes a voter.
+    Add(MemberAddrArgs),
+    /// Remove a member (the leader too: another member then leads). Stop its process after.
+    Remove(MemberIdArgs),
+    /// Record a member's new address, after restarting it there with its data dir.
+    Move(MemberAddrArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MemberAddrArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// The member, as ID=HOST:PORT (the address it serves clients and peers on).
+    #[arg(value_parser = query::parse_member, value_name = "ID=ADDR")]
+    pub member: (u64, String),
+}
+
+#[derive(Args, Debug)]
+pub struct MemberIdArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// The member's id.
+    #[arg(value_parser = clap::value_parser!(u64).range(1..), value_name = "ID")]
+    pub id: u64,
 }
 
 /// Every serve flag (but `--config`) is also a key of the config file (its long name) and an
@@ -168,11 +194,18 @@ pub struct ServeArgs {
         value_name = "DIR"
     )]
     pub data_dir: PathBuf,
-    /// Every member of the cluster, this node included: ID=HOST:PORT,... (default: a
-    /// single-node cluster of just this node). A data dir stays with the list it was first
-    /// started with; a different list is refused.
+    /// The members that found the cluster, this node included: ID=HOST:PORT,... (default: a
+    /// single-node cluster of just this node). Read when the data dir is new; afterwards the
+    /// membership lives in the log and changes with `cluster add`/`remove`/`move`, and a list
+    /// that founds another cluster than the data dir's is refused.
     #[arg(long, env = "LATCHKEY_PEERS", value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peers: Option<serve::MemberList>,
+    /// Join an existing cluster (its id, as `latchkey cluster status` prints it): with a new
+    /// data dir this node founds nothing and waits until `latchkey cluster add ID=ADDR` adds
+    /// it. Keep the flag on restarts.
+    #[arg(long, env = "LATCHKEY_JOIN", value_name = "CLUSTER_ID", conflicts_with = "peers",
+          value_parser = |s: &str| latchkey_server::peer_auth::ClusterId::parse(s))]
+    pub join: Option<latchkey_server::peer_auth::ClusterId>,
     /// Dial these members at another address than their --peers one (a proxy): ID=ADDR,...
     #[arg(long, hide = true, env = "LATCHKEY_PEER_DIAL", value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peer_dial: Option<serve::MemberList>,
@@ -216,14 +249,14 @@ pub struct ServeArgs {
     /// outcomes sessions remember. A request that would take the table past it is refused
     /// (`table-full`) until releases or closes make room. Give every member the same value
     /// (members with different ones refuse each other). At most the default, 1 GiB.
-    #[arg(long, default_value_t = latchkey_core::limits::TABLE_BYTES_MAX, value_name = "BYTES")]
+    #[arg(long, env = "LATCHKEY_TABLE_BYTES_MAX", default_value_t = latchkey_core::limits::TABLE_BYTES_MAX, value_name = "BYTES")]
     pub table_bytes_max: usize,
     /// Entries between snapshots; the log before a snapshot is purged.
-    #[arg(long, default_value_t = latchkey_core::limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT, value_name = "N")]
+    #[arg(long, env = "LATCHKEY_SNAPSHOT_EVERY_ENTRIES", default_value_t = latchkey_core::limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT, value_name = "N")]
     pub snapshot_every_entries: u64,
     /// Entries kept in the log behind a snapshot, so that a member a little behind catches up by
     /// entries rather than by a snapshot.
-    #[arg(long, default_value_t = latchkey_core::limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT, value_name = "N")]
+    #[arg(long, env = "LATCHKEY_LOG_KEPT_AFTER_SNAPSHOT", default_value_t = latchkey_core::limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT, value_name = "N")]
     pub log_kept_after_snapshot: u64,
 }
 
@@ -593,11 +626,20 @@ fn main() -> ExitCode {
             Command::Lock(args) => lock::lock(args, timeout).await,
             Command::Status(args) => bounded(timeout, query::status(args)).await.map(|()| 0),
             Command::List(args) => bounded(timeout, query::list(args)).await.map(|()| 0),
-            Command::Cluster {
-                command: ClusterCommand::Status(args),
-            } => bounded(timeout, query::cluster_status(args))
-                .await
-                .map(|()| 0),
+            Command::Cluster { command } => match command {
+                ClusterCommand::Status(args) => bounded(timeout, query::cluster_status(args))
+                    .await
+                    .map(|()| 0),
+                ClusterCommand::Add(args) => {
+                    bounded(timeout, query::cluster_add(args)).await.map(|()| 0)
+                }
+                ClusterCommand::Remove(args) => bounded(timeout, query::cluster_remove(args))
+                    .await
+                    .map(|()| 0),
+                ClusterCommand::Move(args) => bounded(timeout, query::cluster_move(args))
+                    .await
+                    .map(|()| 0),
+            },
             Command::Admin {
                 command: AdminCommand::Release(args),
             } => bounded(timeout, admin::release(args)).await.map(|()| 0),

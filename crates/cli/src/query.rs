@@ -6,7 +6,7 @@ use std::time::Duration;
 use latchkey_client::{describe_session, human_duration, LockInfo, NodeStatus, SessionOwner};
 use serde::Serialize;
 
-use crate::{ClusterStatusArgs, ListArgs, StatusArgs};
+use crate::{ClusterStatusArgs, ListArgs, MemberAddrArgs, MemberIdArgs, StatusArgs};
 
 /// One lock, as printed with `--json`. `token`, `session`, `held_for_ms` and `owner` are null
 /// when the lock is free; `owner` is also null when the holder's client gave none.
@@ -158,6 +158,8 @@ pub struct MemberJson {
 
 #[derive(Serialize, Debug, PartialEq)]
 pub struct ClusterJson {
+    /// The id a new member joins with (`serve --join`), as the members say.
+    pub cluster_id: Option<String>,
     pub leader: Option<u64>,
     pub members: Vec<MemberJson>,
 }
@@ -175,7 +177,7 @@ pub fn cluster_report(answers: &BTreeMap<String, Option<NodeStatus>>) -> Cluster
     // Ids of members by address, from every node's view of the membership.
     let mut ids: BTreeMap<String, u64> = BTreeMap::new();
     for status in answers.values().flatten() {
-        for m in &status.members {
+        for m in status.members.iter().chain(&status.learners) {
             ids.insert(bare(&m.addr), m.id);
         }
     }
@@ -207,7 +209,16 @@ pub fn cluster_report(answers: &BTreeMap<String, Option<NodeStatus>>) -> Cluster
         .filter(|m| m.role == "leader")
         .max_by_key(|m| m.term)
         .and_then(|m| m.id);
-    ClusterJson { leader, members }
+    let cluster_id = answers
+        .values()
+        .flatten()
+        .map(|s| s.cluster_id.clone())
+        .find(|id| !id.is_empty());
+    ClusterJson {
+        cluster_id,
+        leader,
+        members,
+    }
 }
 
 pub async fn cluster_status(args: ClusterStatusArgs) -> anyhow::Result<()> {
@@ -236,7 +247,7 @@ pub async fn cluster_status(args: ClusterStatusArgs) -> anyhow::Result<()> {
             answers.insert(addr, answer);
         }
         for status in answers.values().flatten() {
-            for m in &status.members {
+            for m in status.members.iter().chain(&status.learners) {
                 let addr = bare(&m.addr);
                 if !answers.contains_key(&addr) {
                     to_ask.insert(addr);
@@ -272,10 +283,53 @@ pub async fn cluster_status(args: ClusterStatusArgs) -> anyhow::Result<()> {
             Some(id) => println!("leader: {id}"),
             None => println!("leader: none known"),
         }
+        if let Some(id) = &report.cluster_id {
+            println!("cluster id: {id} (a new member joins with `latchkey serve --join {id}`)");
+        }
     }
     if answers.values().all(Option::is_none) {
         anyhow::bail!("no endpoint answered");
     }
+    Ok(())
+}
+
+/// Parses `ID=HOST:PORT` (clap reports a bad one as a usage error, exit 2).
+pub fn parse_member(text: &str) -> Result<(u64, String), String> {
+    let list = crate::serve::parse_members(text)?;
+    if list.0.len() != 1 {
+        return Err(format!("{text:?}: one member, ID=HOST:PORT"));
+    }
+    Ok(list.0.into_iter().next().expect("one member"))
+}
+
+fn print_members(what: &str, members: &[latchkey_client::Member]) {
+    let list: Vec<String> = members
+        .iter()
+        .map(|m| format!("{}={}", m.id, m.addr))
+        .collect();
+    println!("{what}; voters now: {}", list.join(","));
+}
+
+pub async fn cluster_add(args: MemberAddrArgs) -> anyhow::Result<()> {
+    let client = args.endpoints.client()?;
+    let (id, addr) = &args.member;
+    let members = client.add_member(*id, addr).await?;
+    print_members(&format!("member {id} at {addr} added"), &members);
+    Ok(())
+}
+
+pub async fn cluster_remove(args: MemberIdArgs) -> anyhow::Result<()> {
+    let client = args.endpoints.client()?;
+    let members = client.remove_member(args.id).await?;
+    print_members(&format!("member {} removed", args.id), &members);
+    Ok(())
+}
+
+pub async fn cluster_move(args: MemberAddrArgs) -> anyhow::Result<()> {
+    let client = args.endpoints.client()?;
+    let (id, addr) = &args.member;
+    let members = client.move_member(*id, addr).await?;
+    print_members(&format!("member {id} now at {addr}"), &members);
     Ok(())
 }
 
@@ -365,6 +419,8 @@ mod tests {
                     addr: "h:3".into(),
                 },
             ],
+            learners: vec![],
+            cluster_id: "c0ffee".into(),
             sessions: 0,
             locks: 0,
         };
@@ -375,6 +431,7 @@ mod tests {
         ]);
         let report = cluster_report(&answers);
         assert_eq!(report.leader, Some(1));
+        assert_eq!(report.cluster_id.as_deref(), Some("c0ffee"));
         assert_eq!(report.members.len(), 3);
         assert_eq!(report.members[2].id, Some(3));
         assert_eq!(report.members[2].role, "unreachable");

@@ -105,6 +105,7 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
         args.data_dir.clone(),
         args.peers.clone().unwrap_or_default().0,
     );
+    config.join = args.join.clone();
     config.peer_dial = args.peer_dial.clone().unwrap_or_default().0;
     config.heartbeat_ms = args.heartbeat_ms;
     config.table_bytes_max = args.table_bytes_max;

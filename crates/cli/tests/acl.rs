@@ -205,6 +205,24 @@ fn permissions_are_granted_per_prefix_and_per_permission() {
     assert_ok(&server.as_token(ADMIN, &["lock", "--wait", "5s", "other/job", "--", "true"]));
 }
 
+/// Membership changes concern every lock: they need `admin` on "".
+#[test]
+fn membership_changes_need_admin_on_every_lock() {
+    let server = AclServer::start(&[], "", &[]);
+    for token in [APP, READER] {
+        assert_denied(
+            &server.as_token(token, &["cluster", "add", "9=127.0.0.1:1"]),
+            &["\"admin\" permission on every lock under the prefix \"\""],
+        );
+        assert_denied(
+            &server.as_token(token, &["cluster", "remove", "9"]),
+            &["\"admin\" permission"],
+        );
+    }
+    // Member 9 is not a member: removing it changes nothing and succeeds.
+    assert_ok(&server.as_token(ADMIN, &["cluster", "remove", "9"]));
+}
+
 #[test]
 fn a_token_must_be_given_and_known() {
     let server = AclServer::start(&[], "", &[]);

@@ -152,7 +152,8 @@ fn a_data_dir_from_another_cluster_is_refused_and_left_untouched() {
     );
     assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
     assert!(
-        out.stderr.contains("belongs to a cluster with members")
+        out.stderr.contains("belongs to cluster")
+            && out.stderr.contains("--peers names cluster")
             && out.stderr.contains("refusing to start"),
         "stderr: {}",
         out.stderr

@@ -391,6 +391,72 @@ impl Client {
         })
     }
 
+    /// Adds member `id` at `addr` (a `latchkey serve --join` process): it catches up as a
+    /// learner, then becomes a voter. Answers the voters after the change. Needs `admin` on
+    /// every lock under access control.
+    pub async fn add_member(&self, id: u64, addr: &str) -> Result<Vec<Member>, Error> {
+        let request = pb::AddMemberRequest {
+            id,
+            addr: addr.to_owned(),
+        };
+        self.find_a_member().await?;
+        let response = self
+            .call(Self::membership_opts(), request, |mut c, r| async move {
+                c.add_member(r).await
+            })
+            .await?;
+        Ok(members(response.members))
+    }
+
+    /// Removes member `id` (the leader too). Answers the voters after the change.
+    pub async fn remove_member(&self, id: u64) -> Result<Vec<Member>, Error> {
+        let request = pb::RemoveMemberRequest { id };
+        self.find_a_member().await?;
+        let response = self
+            .call(Self::membership_opts(), request, |mut c, r| async move {
+                c.remove_member(r).await
+            })
+            .await?;
+        Ok(members(response.members))
+    }
+
+    /// Records `addr` as member `id`'s new address. Answers the voters after the change.
+    pub async fn move_member(&self, id: u64, addr: &str) -> Result<Vec<Member>, Error> {
+        let request = pb::MoveMemberRequest {
+            id,
+            addr: addr.to_owned(),
+        };
+        self.find_a_member().await?;
+        let response = self
+            .call(Self::membership_opts(), request, |mut c, r| async move {
+                c.move_member(r).await
+            })
+            .await?;
+        Ok(members(response.members))
+    }
+
+    /// Routes the next call to a member that answers, with the short deadline: a membership
+    /// call's own deadline is long (it waits for a catch-up and two commits), and an endpoint
+    /// that accepts connections but never answers (a paused process) would hold it that long.
+    /// The member that answers sends the membership call on to the leader if it is not one.
+    async fn find_a_member(&self) -> Result<(), Error> {
+        self.call(
+            self.short(),
+            pb::NodeStatusRequest {},
+            |mut c, r| async move { c.node_status(r).await },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// A membership change waits for a learner to catch up and for two commits.
+    fn membership_opts() -> CallOpts {
+        CallOpts {
+            attempt_timeout: Duration::from_millis(limits::CLIENT_MEMBERSHIP_RPC_TIMEOUT_MS),
+            backoff_max: None,
+        }
+    }
+
     /// What the node at `endpoint` says about itself and its group. Asks that node only, once
     /// (a status probe must report an unreachable node rather than retry elsewhere).
     pub async fn node_status(&self, endpoint: &str) -> Result<NodeStatus, Error> {
@@ -414,14 +480,9 @@ impl Client {
                     last_log_index: s.last_log_index,
                     applied_index: s.applied_index,
                     leader_id: (s.leader_id != 0).then_some(s.leader_id),
-                    members: s
-                        .members
-                        .into_iter()
-                        .map(|m| Member {
-                            id: m.id,
-                            addr: m.addr,
-                        })
-                        .collect(),
+                    members: members(s.members),
+                    learners: members(s.learners),
+                    cluster_id: s.cluster_id,
                     sessions: s.sessions,
                     locks: s.locks,
                 });
@@ -654,6 +715,16 @@ impl Client {
             }
         }
     }
+}
+
+fn members(members: Vec<pb::Member>) -> Vec<Member> {
+    members
+        .into_iter()
+        .map(|m| Member {
+            id: m.id,
+            addr: m.addr,
+        })
+        .collect()
 }
 
 /// Who answered a request, and after how many failed attempts.

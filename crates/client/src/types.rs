@@ -231,7 +231,12 @@ pub struct NodeStatus {
     pub applied_index: u64,
     /// The leader this node believes in, if any.
     pub leader_id: Option<u64>,
+    /// The voters.
     pub members: Vec<Member>,
+    /// Members being added, not voting yet.
+    pub learners: Vec<Member>,
+    /// The cluster's id (`latchkey serve --join` takes it).
+    pub cluster_id: String,
     pub sessions: u64,
     pub locks: u64,
 }

@@ -240,7 +240,30 @@ impl Locks for Fake {
             }],
             sessions: 1,
             locks: 1,
+            cluster_id: String::new(),
+            learners: vec![],
         }))
+    }
+
+    async fn add_member(
+        &self,
+        _: Request<AddMemberRequest>,
+    ) -> Result<Response<MembersResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
+    async fn remove_member(
+        &self,
+        _: Request<RemoveMemberRequest>,
+    ) -> Result<Response<MembersResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
+
+    async fn move_member(
+        &self,
+        _: Request<MoveMemberRequest>,
+    ) -> Result<Response<MembersResponse>, Status> {
+        Err(Status::unimplemented("not faked"))
     }
 }
 

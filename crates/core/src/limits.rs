@@ -388,9 +388,10 @@ pub const LOG_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 // ---- peer authentication (issue #13) ----
 
-/// Bytes of the SHA-256 of the member list that name a cluster in every peer request. 16 bytes
-/// (128 bits) make an accidental match between two clusters' member lists' hashes impossible in
-/// practice; the fingerprint is not a secret and not what keeps a forger out (the secret is).
+/// Bytes of the cluster id that names a cluster in every peer request (the SHA-256 of the
+/// founding member list, fixed at bootstrap and kept across membership changes). 16 bytes (128
+/// bits) make an accidental match between two clusters' ids impossible in practice; the id is
+/// not a secret and not what keeps a forger out (the secret is).
 pub const PEER_FINGERPRINT_BYTES: usize = 16;
 /// Bytes of an HMAC-SHA256 tag; a longer hex value in a request is refused before decoding.
 pub const PEER_MAC_BYTES: usize = 32;
@@ -401,6 +402,30 @@ pub const CLUSTER_SECRET_BYTES_MIN: usize = 16;
 /// this big is not a secret someone meant to give.
 pub const CLUSTER_SECRET_BYTES_MAX: usize = 4_096;
 const _: () = assert!(PEER_FINGERPRINT_BYTES <= 32 && PEER_MAC_BYTES == 32);
+
+/// How long an added member may take to catch up as a learner before it is promoted to voter
+/// (`latchkey cluster add`). A new member with an empty data dir receives the latest snapshot
+/// (at most `SNAPSHOT_EVERY_ENTRIES_DEFAULT` entries' worth of table) and the log after it;
+/// a minute covers a large table over a slow link, and a member that is not even running
+/// fails the call rather than hold it: it stays a learner, which does not count towards any
+/// quorum, and `cluster add` may be run again.
+pub const MEMBER_CATCH_UP_TIMEOUT_MS: u64 = 60_000;
+/// How long one membership change (joint configuration, then the final one, each committed)
+/// may take on the leader before the call answers "no quorum".
+pub const MEMBERSHIP_CHANGE_TIMEOUT_MS: u64 = 20_000;
+/// A client's deadline for one attempt of a membership call: the server gives up first, so
+/// the caller hears why rather than only its own timeout.
+pub const CLIENT_MEMBERSHIP_RPC_TIMEOUT_MS: u64 =
+    MEMBER_CATCH_UP_TIMEOUT_MS + MEMBERSHIP_CHANGE_TIMEOUT_MS + 5_000;
+const _: () = assert!(PROPOSE_TIMEOUT_MS <= MEMBERSHIP_CHANGE_TIMEOUT_MS);
+/// Non-member senders a member remembers having reported (one warning each, then debug lines):
+/// a removed member left running asks for votes every election timeout. Claimed ids are free
+/// to invent, so the set is bounded; past it every refusal is a warning again.
+pub const PEER_NON_MEMBERS_REPORTED_MAX: usize = 64;
+/// Bytes of a member's address in a membership change: a host name (at most 253) and a port.
+pub const MEMBER_ADDR_BYTES_MAX: usize = 260;
+/// Characters of a cluster id (`--join`): the hex of `PEER_FINGERPRINT_BYTES` bytes.
+pub const CLUSTER_ID_CHARS: usize = 2 * PEER_FINGERPRINT_BYTES;
 const _: () = assert!(CLUSTER_SECRET_BYTES_MIN < CLUSTER_SECRET_BYTES_MAX);
 
 /// Accepted connections whose first bytes or TLS handshake are being read at once (issue #13).

@@ -41,6 +41,9 @@ pub enum ApiError {
     /// The caller's identity already holds as many sessions or queued acquires as its quota.
     #[error("{0}")]
     QuotaExceeded(String),
+    /// A membership change that conflicts with the membership (or one already under way).
+    #[error("{0}")]
+    Membership(String),
 }
 
 impl ApiError {
@@ -77,6 +80,7 @@ impl ApiError {
             ApiError::PermissionDenied(_) => "permission-denied",
             ApiError::Unauthenticated(_) => "unauthenticated",
             ApiError::QuotaExceeded(_) => "quota-exceeded",
+            ApiError::Membership(_) => "membership",
         }
     }
 
@@ -106,6 +110,7 @@ impl ApiError {
                 | Rejection::SequenceReused { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
+            ApiError::Membership(_) => Code::FailedPrecondition,
             ApiError::TooManyWaiting | ApiError::QuotaExceeded(_) => Code::ResourceExhausted,
             ApiError::PermissionDenied(_) => Code::PermissionDenied,
             ApiError::Unauthenticated(_) => Code::Unauthenticated,
@@ -156,6 +161,9 @@ impl From<RaftError<TypeConfig, ClientWriteError<TypeConfig>>> for ApiError {
         match &e {
             RaftError::APIError(ClientWriteError::ForwardToLeader(f))
             | RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => ApiError::forward(f),
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
+                ApiError::Membership(c.to_string())
+            }
             RaftError::Fatal(_) => ApiError::ShuttingDown,
             _ => ApiError::Raft(e.to_string()),
         }

@@ -63,8 +63,14 @@ pub struct ServerConfig {
     /// in the group's membership).
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
-    /// Every member of the group, this node included: id -> address. Empty means "just me".
+    /// The members that found the group, this node included: id -> address. Empty means "just
+    /// me". Used only when the data dir is new; afterwards the membership is in the log and
+    /// changes through `cluster add`/`remove`/`move` (a dir still checks that these name its
+    /// cluster).
     pub peers: BTreeMap<u64, String>,
+    /// Join this existing cluster (`--join`): with a new data dir the node waits, without
+    /// founding a cluster, until the leader adds it (`cluster add`).
+    pub join: Option<peer_auth::ClusterId>,
     /// Where this node dials a member, when not at its address in `peers` (a proxy, NAT).
     /// Tests route peer traffic through fault-injecting proxies this way.
     pub peer_dial: BTreeMap<u64, String>,
@@ -109,6 +115,7 @@ impl ServerConfig {
             listen,
             data_dir,
             peers: BTreeMap::new(),
+            join: None,
             peer_dial: BTreeMap::new(),
             // Why these values: see `limits::ELECTION_TIMEOUT_MS_MIN_DEFAULT`.
             heartbeat_ms: limits::HEARTBEAT_MS_DEFAULT,
@@ -163,6 +170,9 @@ impl ServerConfig {
                     .collect::<Vec<_>>()
                     .join(","),
             });
+        }
+        if self.join.is_some() && !self.peers.is_empty() {
+            return Err(ConfigError::JoinWithPeers);
         }
         if self.heartbeat_ms == 0 || self.heartbeat_ms * 3 > self.election_timeout_min_ms {
             return Err(ConfigError::HeartbeatTooLong {
@@ -276,6 +286,11 @@ pub enum ConfigError {
          messages"
     )]
     MemberCertificateName { want: String, names: Vec<String> },
+    #[error(
+        "--join and --peers exclude each other: --peers founds a new cluster, --join waits to be \
+         added to an existing one"
+    )]
+    JoinWithPeers,
     #[error("this node's id {id} is not in --peers ({members})")]
     NotAMember { id: u64, members: String },
     #[error("heartbeat must be non-zero and at most a third of the election timeout")]
@@ -413,11 +428,13 @@ where
     let (node, renewals) = node::Node::start(config, env, log_store).await?;
     tracing::info!(
         id = node.id,
+        cluster = %node.cluster,
         addr = %node.config.listen,
         data_dir = %node.config.data_dir.display(),
         "latchkey node serving"
     );
     let duties = tokio::spawn(node.clone().lease_duties(renewals));
+    let membership = tokio::spawn(node.clone().follow_membership());
     let (health, health_service) = tonic_health::server::health_reporter();
     let health_task = tokio::spawn(report_health(node.clone(), health));
     let metrics = metrics_listener.map(|listener| {
@@ -482,6 +499,7 @@ where
 
     node.shutdown.cancel();
     let _ = duties.await;
+    let _ = membership.await;
     let _ = health_task.await;
     if let Some(m) = metrics {
         let _ = m.await;

@@ -19,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{SharedClock, SharedEntropy};
 use crate::leases::Leases;
+use crate::peer::AddressBook;
+use crate::peer_auth::ClusterId;
 use crate::probe::ProbeEvent;
 use crate::waiters::{Observer, Waiters};
 use crate::{NodeEnv, ServerConfig};
@@ -47,10 +49,89 @@ impl NodeLogStore for LogStore<TypeConfig> {
     }
 }
 
-/// Log-store metadata key under which the member list this data dir belongs to is recorded.
-const META_MEMBERS: &str = "members";
+/// Log-store metadata key under which the cluster this data dir belongs to is recorded
+/// ([`DirRecord`]).
+const META_CLUSTER: &str = "cluster";
 /// The same record as a file in the data dir, readable without opening the log.
-const MEMBERS_FILE: &str = "members";
+const CLUSTER_FILE: &str = "cluster";
+/// Where releases before membership changes recorded the member list the data dir was founded
+/// with (log metadata key and file); such a dir belongs to `ClusterId::founded_by` that list.
+const META_MEMBERS_OLD: &str = "members";
+const MEMBERS_FILE_OLD: &str = "members";
+
+/// What a data dir belongs to, for life: a cluster and a member id in it. Written when the
+/// dir is first used (founding a cluster, or `--join`); the membership itself is in the log
+/// and changes through it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DirRecord {
+    cluster: ClusterId,
+    /// `None` in a dir from before membership changes, which did not record it.
+    member: Option<u64>,
+    /// The dir was started with `--join`: it waits to be added and never founds a cluster.
+    joined: bool,
+}
+
+impl DirRecord {
+    fn encode(&self) -> String {
+        let mut text = format!("cluster={}\n", self.cluster);
+        if let Some(id) = self.member {
+            text.push_str(&format!("member={id}\n"));
+        }
+        if self.joined {
+            text.push_str("joined=true\n");
+        }
+        text
+    }
+
+    fn decode(text: &str) -> Result<DirRecord, String> {
+        let mut cluster = None;
+        let mut member = None;
+        let mut joined = false;
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            match line.split_once('=') {
+                Some(("cluster", v)) => cluster = Some(ClusterId::parse(v)?),
+                Some(("member", v)) => {
+                    member = Some(v.parse().map_err(|_| format!("bad member id {v:?}"))?)
+                }
+                Some(("joined", v)) => joined = v == "true",
+                _ => return Err(format!("unexpected line {line:?}")),
+            }
+        }
+        Ok(DirRecord {
+            cluster: cluster.ok_or("no cluster id")?,
+            member,
+            joined,
+        })
+    }
+
+    /// The record of a dir from before membership changes: its founding member list.
+    fn from_old_members(text: &str) -> Result<DirRecord, String> {
+        let mut members = BTreeMap::new();
+        for entry in text.trim().split(',') {
+            let (id, addr) = entry
+                .split_once('=')
+                .ok_or_else(|| format!("bad member entry {entry:?}"))?;
+            let id: u64 = id.parse().map_err(|_| format!("bad member id {id:?}"))?;
+            members.insert(id, addr.to_owned());
+        }
+        Ok(DirRecord {
+            cluster: ClusterId::founded_by(&members),
+            member: None,
+            joined: false,
+        })
+    }
+}
+
+/// The cluster the flags name, if they name one: `--join ID`, or `--peers LIST` (the cluster
+/// that list founds). Without either, a data dir's own record decides (a single node restarted
+/// on another address keeps its cluster).
+fn named_cluster(config: &ServerConfig) -> Option<(ClusterId, &'static str)> {
+    match &config.join {
+        Some(id) => Some((id.clone(), "--join")),
+        None if !config.peers.is_empty() => Some((ClusterId::founded_by(&config.peers), "--peers")),
+        None => None,
+    }
+}
 
 pub struct Node {
     pub id: u64,
@@ -69,6 +150,11 @@ pub struct Node {
     pub probe: crate::SharedProbe,
     /// Who may send this member peer messages, and how it signs its own.
     pub peer_auth: Arc<crate::peer_auth::PeerAuth>,
+    /// The cluster this member belongs to (its data dir's record).
+    pub cluster: ClusterId,
+    /// Where the peer network dials each member; `follow_membership` keeps it in step with the
+    /// Raft membership.
+    pub peer_book: AddressBook,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,38 +166,77 @@ pub enum StartError {
     #[error("state machine: {0}")]
     StateMachine(String),
     #[error(
-        "data dir {dir} belongs to a cluster with members {recorded}, but this node was started \
-         with members {given}; refusing to start (use the original --peers, or a fresh data dir)"
+        "data dir {dir} belongs to cluster {recorded}, but {flag} names cluster {given}; refusing \
+         to start (start it with the flags it was founded or joined with, or a fresh data dir)"
     )]
-    MembersMismatch {
+    ClusterMismatch {
         dir: String,
-        recorded: String,
-        given: String,
+        recorded: ClusterId,
+        flag: &'static str,
+        given: ClusterId,
     },
+    #[error(
+        "data dir {dir} belongs to member {recorded}, but this node was started with --id {given}; \
+         refusing to start"
+    )]
+    MemberMismatch {
+        dir: String,
+        recorded: u64,
+        given: u64,
+    },
+    #[error("data dir {dir}: unreadable cluster record: {why}")]
+    BadRecord { dir: String, why: String },
     #[error("raft: {0}")]
     Raft(String),
 }
 
-fn members_text(members: &BTreeMap<u64, String>) -> String {
-    members
-        .iter()
-        .map(|(id, addr)| format!("{id}={addr}"))
-        .collect::<Vec<_>>()
-        .join(",")
+/// A data dir belongs to one cluster and one member id for life: a node started on it with
+/// flags naming another would form a different cluster around the same log. The one
+/// comparison of a dir's record (its `cluster` file, or the log's own record) with the flags.
+fn check_record(dir: &Path, recorded: &DirRecord, config: &ServerConfig) -> Result<(), StartError> {
+    if let Some((given, flag)) = named_cluster(config) {
+        if given != recorded.cluster {
+            return Err(StartError::ClusterMismatch {
+                dir: dir.display().to_string(),
+                recorded: recorded.cluster.clone(),
+                flag,
+                given,
+            });
+        }
+    }
+    match recorded.member {
+        Some(member) if member != config.id => Err(StartError::MemberMismatch {
+            dir: dir.display().to_string(),
+            recorded: member,
+            given: config.id,
+        }),
+        _ => Ok(()),
+    }
 }
 
-/// A data dir belongs to one member list for life: a node restarted with another list would
-/// form a different cluster around the same log. The one comparison of a recorded member list
-/// (the `members` file, or the log's own record) with the one this node was started with.
-fn check_members(dir: &Path, recorded: &str, given: &str) -> Result<(), StartError> {
-    if recorded == given {
-        return Ok(());
-    }
-    Err(StartError::MembersMismatch {
+fn bad_record(dir: &Path) -> impl FnOnce(String) -> StartError + '_ {
+    move |why| StartError::BadRecord {
         dir: dir.display().to_string(),
-        recorded: recorded.to_owned(),
-        given: given.to_owned(),
-    })
+        why,
+    }
+}
+
+/// The data dir's record as its files say (`cluster`, or the old `members`), if it has one.
+fn read_record_file(dir: &Path) -> Result<Option<DirRecord>, StartError> {
+    let read = |name: &str| match std::fs::read_to_string(dir.join(name)) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(data_dir_error(dir)(e)),
+    };
+    if let Some(text) = read(CLUSTER_FILE)? {
+        return DirRecord::decode(&text).map(Some).map_err(bad_record(dir));
+    }
+    match read(MEMBERS_FILE_OLD)? {
+        Some(text) => DirRecord::from_old_members(&text)
+            .map(Some)
+            .map_err(bad_record(dir)),
+        None => Ok(None),
+    }
 }
 
 fn data_dir_error(dir: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
@@ -122,20 +247,17 @@ fn data_dir_error(dir: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ 
 }
 
 impl Node {
-    /// Open the redb log in the data dir, after checking the dir's `members` file against this
-    /// member list.
+    /// Open the redb log in the data dir, after checking the dir's `cluster` file against the
+    /// flags.
     ///
-    /// The check comes first and reads only `members`, a small file next to the log: opening
-    /// the log may write to it (redb repairs a log after a crash), and a refused start must
-    /// leave the data dir as it was. The log's own record (`META_MEMBERS`), checked by
-    /// [`Node::start`], stays the authority for data dirs from before the file existed.
+    /// The check comes first and reads only that small file next to the log: opening the log
+    /// may write to it (redb repairs a log after a crash), and a refused start must leave the
+    /// data dir as it was. The log's own record, checked by [`Node::start`], stays the
+    /// authority for data dirs from before the file existed.
     pub fn open_log_store(config: &ServerConfig) -> Result<LogStore<TypeConfig>, StartError> {
         let dir = &config.data_dir;
-        let given = members_text(&config.members());
-        match std::fs::read_to_string(dir.join(MEMBERS_FILE)) {
-            Ok(recorded) => check_members(dir, recorded.trim(), &given)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(data_dir_error(dir)(e)),
+        if let Some(recorded) = read_record_file(dir)? {
+            check_record(dir, &recorded, config)?;
         }
         std::fs::create_dir_all(dir).map_err(data_dir_error(dir))?;
         LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
@@ -151,23 +273,54 @@ impl Node {
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir).map_err(data_dir_error(&dir))?;
 
-        // The log's record of the member list, then the file beside it (written only once the
-        // log's record agrees, so a refused start leaves no file naming the wrong list).
-        let members = config.members();
-        let given = members_text(&members);
-        match log_store
-            .read_node_meta(META_MEMBERS)
+        // The log's record of the cluster (or, in an older dir, of its founding member list),
+        // then the file beside it (written only once the log's record agrees, so a refused
+        // start leaves no file naming the wrong cluster).
+        let recorded = match log_store
+            .read_node_meta(META_CLUSTER)
             .map_err(StartError::LogStore)?
         {
-            Some(recorded) => check_members(&dir, &String::from_utf8_lossy(&recorded), &given)?,
-            None => log_store
-                .write_node_meta(META_MEMBERS, given.as_bytes())
-                .map_err(StartError::LogStore)?,
-        }
-        if !dir.join(MEMBERS_FILE).exists() {
-            latchkey_log_store::write_durably(&dir, MEMBERS_FILE, given.as_bytes())
-                .map_err(data_dir_error(&dir))?;
-        }
+            Some(bytes) => Some(
+                DirRecord::decode(&String::from_utf8_lossy(&bytes)).map_err(bad_record(&dir))?,
+            ),
+            None => match log_store
+                .read_node_meta(META_MEMBERS_OLD)
+                .map_err(StartError::LogStore)?
+            {
+                Some(bytes) => Some(
+                    DirRecord::from_old_members(&String::from_utf8_lossy(&bytes))
+                        .map_err(bad_record(&dir))?,
+                ),
+                None => None,
+            },
+        };
+        let record = match recorded {
+            Some(r) => {
+                check_record(&dir, &r, &config)?;
+                DirRecord {
+                    member: Some(config.id),
+                    ..r
+                }
+            }
+            None => DirRecord {
+                cluster: named_cluster(&config)
+                    .map(|(id, _)| id)
+                    .unwrap_or_else(|| ClusterId::founded_by(&config.members())),
+                member: Some(config.id),
+                joined: config.join.is_some(),
+            },
+        };
+        // Founding: a dir that was never started with --join initializes Raft with the flags'
+        // member list if its log holds no membership yet (a fresh dir, or a crash between this
+        // record and the initialization). A joining member waits to be added instead.
+        let founding = !record.joined;
+        let members = config.members();
+        let text = record.encode();
+        log_store
+            .write_node_meta(META_CLUSTER, text.as_bytes())
+            .map_err(StartError::LogStore)?;
+        latchkey_log_store::write_durably(&dir, CLUSTER_FILE, text.as_bytes())
+            .map_err(data_dir_error(&dir))?;
 
         let leases = Arc::new(Mutex::new(Leases::new(config.plant)));
         let waiters = Arc::new(Waiters::default());
@@ -203,7 +356,7 @@ impl Node {
         let peer_auth = Arc::new(
             crate::peer_auth::PeerAuth::with_table_bytes_max(
                 config.id,
-                members.clone(),
+                record.cluster.clone(),
                 config.table_bytes_max,
                 config.cluster_secret.clone(),
             )
@@ -214,6 +367,7 @@ impl Node {
                     .is_some_and(|tls| tls.requires_client_certs()),
             ),
         );
+        let peer_book = AddressBook::default();
         let raft_config = Arc::new(
             config
                 .raft_config()
@@ -228,6 +382,7 @@ impl Node {
                 auth: peer_auth.clone(),
                 reachable: Default::default(),
                 dial: config.peer_dial.clone(),
+                book: peer_book.clone(),
             },
             log_store,
             sm,
@@ -235,11 +390,11 @@ impl Node {
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
 
-        if !raft
+        let initialized = raft
             .is_initialized()
             .await
-            .map_err(|e| StartError::Raft(e.to_string()))?
-        {
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+        if founding && !initialized {
             let nodes: BTreeMap<u64, BasicNode> = members
                 .iter()
                 .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
@@ -249,8 +404,13 @@ impl Node {
             if let Err(e) = raft.initialize(nodes).await {
                 tracing::info!("initialize: {e} (another member may have initialized first)");
             }
+        } else if !initialized {
+            tracing::info!(
+                cluster = %record.cluster,
+                "not a member yet: waiting to be added (`latchkey cluster add {}=ADDR`)",
+                config.id
+            );
         }
-
         let (renew_tx, renew_rx) = mpsc::channel(limits::RENEW_QUEUE_CAPACITY);
         let node = Arc::new(Node {
             id: config.id,
@@ -266,6 +426,8 @@ impl Node {
             metrics,
             probe: env.probe.clone(),
             peer_auth,
+            cluster: record.cluster,
+            peer_book,
         });
         Ok((node, renew_rx))
     }
@@ -350,6 +512,57 @@ impl Node {
                     self.renew_through_log(batch).await
                 }
                 _ = crate::clock::sleep_until(&*self.clock, wake) => {}
+                _ = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// Keeps the peer address book in step with the Raft membership, for as long as the node
+    /// runs. And a single-member cluster restarted on another address records its new address
+    /// itself once it leads: nobody else could (with more members, `cluster move` does it).
+    pub async fn follow_membership(self: Arc<Node>) {
+        let mut metrics = self.raft.server_metrics();
+        // Where it listens, unless that is a wildcard (0.0.0.0), which names no host: then its
+        // founding `--peers` entry. (Not `--peers` first: a founder moved by `cluster move`
+        // keeps its founding list on its command line.)
+        let advertised = if self.config.listen.ip().is_unspecified() {
+            self.config
+                .members()
+                .remove(&self.id)
+                .unwrap_or_else(|| self.config.listen.to_string())
+        } else {
+            self.config.listen.to_string()
+        };
+        loop {
+            let (book, moved_alone) = {
+                let m = metrics.borrow_and_update();
+                let membership = m.membership_config.membership();
+                let book: BTreeMap<u64, String> = membership
+                    .nodes()
+                    .map(|(id, n)| (*id, n.addr.clone()))
+                    .collect();
+                let alone = membership.voter_ids().eq([self.id]) && book.len() == 1;
+                let moved = book.get(&self.id).is_some_and(|a| *a != advertised);
+                let committed =
+                    m.committed_membership_config.log_id() == m.membership_config.log_id();
+                (
+                    book,
+                    alone && moved && committed && m.state == ServerState::Leader,
+                )
+            };
+            *self.peer_book.write().expect("address book lock") = book;
+            if moved_alone {
+                tracing::info!(addr = %advertised, "this member moved: recording its new address");
+                if let Err(e) = self.move_member(self.id, advertised.clone()).await {
+                    tracing::warn!("recording this member's new address failed, will retry: {e}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(limits::LEASE_WRITE_RETRY_MS)) => continue,
+                        _ = self.shutdown.cancelled() => return,
+                    }
+                }
+            }
+            tokio::select! {
+                changed = metrics.changed() => if changed.is_err() { return },
                 _ = self.shutdown.cancelled() => return,
             }
         }
@@ -549,4 +762,27 @@ impl Node {
 pub struct RenewRequest {
     pub sessions: Vec<(SessionId, tokio::time::Instant)>,
     pub reply: oneshot::Sender<Result<Vec<SessionId>, ApiError>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dir_record_round_trips_and_an_old_member_list_keeps_its_cluster() {
+        let founders: BTreeMap<u64, String> = [(1, "h:1".to_owned()), (2, "h:2".to_owned())].into();
+        let record = DirRecord {
+            cluster: ClusterId::founded_by(&founders),
+            member: Some(2),
+            joined: true,
+        };
+        assert_eq!(DirRecord::decode(&record.encode()), Ok(record.clone()));
+        // A data dir of a release before membership changes recorded `1=h:1,2=h:2`: it keeps
+        // the cluster (and so the peer fingerprint) it had.
+        let old = DirRecord::from_old_members("1=h:1,2=h:2").unwrap();
+        assert_eq!(old.cluster, record.cluster);
+        assert_eq!((old.member, old.joined), (None, false));
+        assert!(DirRecord::decode("cluster=xyz\n").is_err());
+        assert!(DirRecord::decode("member=1\n").is_err());
+    }
 }

@@ -179,6 +179,10 @@ pub struct NodeStatus {
     pub leader_id: Option<u64>,
     /// The voters of the group: id and address.
     pub members: Vec<(u64, String)>,
+    /// Members being added, not voting yet.
+    pub learners: Vec<(u64, String)>,
+    /// The cluster's id, which a new member joins with.
+    pub cluster_id: String,
     pub sessions: u64,
     pub locks: u64,
     /// The highest index this member knows committed.
@@ -190,14 +194,22 @@ impl NodeStatus {
     /// applied within `limits::READY_APPLY_LAG_MAX` entries of what it knows committed (a
     /// member catching up would answer reads late and hand its clients a table far behind).
     pub fn readiness(&self) -> Result<(), String> {
+        if self.role == Role::Shutdown {
+            return Err("the Raft core has stopped".into());
+        }
+        // Before its membership is known a starting member reports itself a learner: without a
+        // leader, that it knows none is what matters (it failed the health test under load).
+        if self.leader_id.is_none() {
+            return Err(match self.role {
+                Role::Candidate => "no leader known: an election is under way".into(),
+                _ => "no leader known".into(),
+            });
+        }
         match self.role {
             Role::Leader | Role::Follower => {}
-            Role::Shutdown => return Err("the Raft core has stopped".into()),
+            Role::Shutdown => unreachable!("answered above"),
             Role::Candidate => return Err("an election is under way".into()),
             Role::Learner => return Err("a learner, not a voting member".into()),
-        }
-        if self.leader_id.is_none() {
-            return Err("no leader known".into());
         }
         let lag = self.committed_index.saturating_sub(self.applied_index);
         if lag > limits::READY_APPLY_LAG_MAX {
@@ -224,6 +236,37 @@ impl NodeStatus {
             longest_queues: Vec::new(),
         }
     }
+}
+
+/// A group's members by the membership a member knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    pub voters: Vec<(u64, String)>,
+    pub learners: Vec<(u64, String)>,
+}
+
+impl Membership {
+    fn node_addr(&self, id: u64) -> Option<&str> {
+        self.voters
+            .iter()
+            .chain(&self.learners)
+            .find(|(m, _)| *m == id)
+            .map(|(_, a)| a.as_str())
+    }
+}
+
+/// A member id and address as a membership change takes them: id at least 1, `HOST:PORT`.
+fn check_member_addr(id: u64, addr: &str) -> Result<(), ApiError> {
+    if id == 0 {
+        return Err(ApiError::Invalid("member ids start at 1".into()));
+    }
+    let port = addr.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
+    if addr.len() > limits::MEMBER_ADDR_BYTES_MAX || !matches!(port, Some(Ok(p)) if p > 0) {
+        return Err(ApiError::Invalid(format!(
+            "member address {addr:?} is not HOST:PORT"
+        )));
+    }
+    Ok(())
 }
 
 fn rejected(o: Outcome) -> ApiError {
@@ -509,11 +552,7 @@ impl Node {
             return Err(ApiError::LeasesNotResumed {
                 leader_id: self.id,
                 // The address members and hints name this node by (as in NotLeader's hints).
-                leader_addr: self
-                    .config
-                    .members()
-                    .remove(&self.id)
-                    .unwrap_or_else(|| self.config.listen.to_string()),
+                leader_addr: self.own_addr(),
             });
         }
         let marked: Vec<(SessionId, tokio::time::Instant)> = decisions
@@ -664,6 +703,163 @@ impl Node {
         Ok(self.state.read(|t| t.audit().cloned().collect()))
     }
 
+    /// Add member `id` at `addr`: as a learner first, which receives the log (or a snapshot)
+    /// without counting towards any quorum; once it has caught up (or after
+    /// `MEMBER_CATCH_UP_TIMEOUT_MS`, when the call fails and the member stays a learner), it
+    /// is promoted to voter through joint consensus. Answers the voters after the change.
+    pub async fn add_member(&self, id: u64, addr: String) -> Result<Vec<(u64, String)>, ApiError> {
+        check_member_addr(id, &addr)?;
+        let current = self.membership();
+        if current.voters.iter().any(|(v, _)| *v == id) {
+            if current.node_addr(id) == Some(addr.as_str()) {
+                // A retry of an add that went through.
+                return Ok(current.voters);
+            }
+            return Err(ApiError::Membership(format!(
+                "member {id} is already a voter at {}; `latchkey cluster move {id}={addr}` \
+                 gives it a new address",
+                current.node_addr(id).unwrap_or("?")
+            )));
+        }
+        if let Some(old) = current
+            .learners
+            .iter()
+            .find(|(l, _)| *l == id)
+            .map(|(_, a)| a)
+        {
+            if *old != addr {
+                // openraft's add keeps a known member's address: the learner would be waited
+                // for where it is not.
+                return Err(ApiError::Membership(format!(
+                    "member {id} is already a learner at {old}; `latchkey cluster remove {id}` \
+                     first, or `latchkey cluster move {id}={addr}`"
+                )));
+            }
+        }
+        self.leader_only()?;
+        tracing::info!(member = id, %addr, "adding a member: as a learner until it caught up");
+        let added = tokio::time::timeout(
+            Duration::from_millis(limits::MEMBER_CATCH_UP_TIMEOUT_MS),
+            self.raft
+                .add_learner(id, openraft::BasicNode { addr: addr.clone() }, true),
+        )
+        .await;
+        match added {
+            Ok(result) => {
+                result?;
+            }
+            Err(_) => {
+                return Err(ApiError::Membership(format!(
+                    "member {id} at {addr} did not catch up within {} ms: is it running (`latchkey \
+                     serve --id {id} --join {}`) and reachable? It stays a learner (no vote); run \
+                     the same `cluster add` again, or `cluster remove {id}`",
+                    limits::MEMBER_CATCH_UP_TIMEOUT_MS,
+                    self.cluster
+                )))
+            }
+        }
+        // openraft's blocking add returned: the learner's log matches the leader's.
+        self.change_membership(openraft::ChangeMembers::AddVoterIds([id].into()))
+            .await?;
+        tracing::info!(member = id, %addr, "member added as a voter");
+        Ok(self.membership().voters)
+    }
+
+    /// Remove voter `id` (the leader too: it commits the change, then steps down). Answers the
+    /// voters after the change.
+    pub async fn remove_member(&self, id: u64) -> Result<Vec<(u64, String)>, ApiError> {
+        let current = self.membership();
+        if current.node_addr(id).is_none() {
+            // Not a member (any more): a retry of a removal that went through.
+            return Ok(current.voters);
+        }
+        self.leader_only()?;
+        tracing::info!(member = id, "removing a member");
+        if current.voters.iter().any(|(v, _)| *v == id) {
+            self.change_membership(openraft::ChangeMembers::RemoveVoters([id].into()))
+                .await?;
+        } else {
+            // A learner left over from an add that did not finish.
+            self.change_membership(openraft::ChangeMembers::RemoveNodes([id].into()))
+                .await?;
+        }
+        tracing::info!(member = id, "member removed");
+        Ok(self.membership().voters)
+    }
+
+    /// Record `addr` as member `id`'s address: it was restarted there with its data dir.
+    pub async fn move_member(&self, id: u64, addr: String) -> Result<Vec<(u64, String)>, ApiError> {
+        check_member_addr(id, &addr)?;
+        let current = self.membership();
+        match current.node_addr(id) {
+            None => {
+                return Err(ApiError::Membership(format!(
+                    "{id} is not a member; `latchkey cluster add {id}={addr}` adds it"
+                )))
+            }
+            Some(a) if a == addr => return Ok(current.voters),
+            Some(_) => {}
+        }
+        self.leader_only()?;
+        tracing::info!(member = id, %addr, "recording a member's new address");
+        self.change_membership(openraft::ChangeMembers::SetNodes(
+            [(id, openraft::BasicNode { addr })].into(),
+        ))
+        .await?;
+        Ok(self.membership().voters)
+    }
+
+    /// NotLeader (with the hint) unless this member leads.
+    fn leader_only(&self) -> Result<(), ApiError> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        if m.state == ServerState::Leader {
+            return Ok(());
+        }
+        let leader_addr = m.current_leader.and_then(|l| {
+            m.membership_config
+                .membership()
+                .get_node(&l)
+                .map(|n| n.addr.clone())
+        });
+        Err(ApiError::NotLeader {
+            leader_id: m.current_leader,
+            leader_addr,
+        })
+    }
+
+    async fn change_membership(
+        &self,
+        change: openraft::ChangeMembers<u64, openraft::BasicNode>,
+    ) -> Result<(), ApiError> {
+        tokio::time::timeout(
+            Duration::from_millis(limits::MEMBERSHIP_CHANGE_TIMEOUT_MS),
+            self.raft.change_membership(change, false),
+        )
+        .await
+        .map_err(|_| ApiError::NoQuorum)??;
+        Ok(())
+    }
+
+    /// The membership this member knows (the last in its log, committed or not).
+    pub fn membership(&self) -> Membership {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        let (voters, learners) = membership
+            .nodes()
+            .map(|(id, n)| (*id, n.addr.clone()))
+            .partition(|(id, _)| voters.contains(id));
+        Membership { voters, learners }
+    }
+
+    /// The address the membership gives this member (what leader hints name it by).
+    pub fn own_addr(&self) -> String {
+        self.membership()
+            .node_addr(self.id)
+            .map(str::to_owned)
+            .unwrap_or_else(|| self.config.listen.to_string())
+    }
+
     pub fn status(&self) -> NodeStatus {
         let m = self.raft.metrics().borrow_watched().clone();
         let role = match m.state {
@@ -673,13 +869,10 @@ impl Node {
             ServerState::Learner => Role::Learner,
             ServerState::Shutdown => Role::Shutdown,
         };
-        let membership = m.membership_config.membership();
-        let voters: BTreeSet<u64> = membership.voter_ids().collect();
-        let members = membership
-            .nodes()
-            .filter(|(id, _)| voters.contains(id))
-            .map(|(id, n)| (*id, n.addr.clone()))
-            .collect();
+        let Membership {
+            voters: members,
+            learners,
+        } = self.membership();
         let (sessions, locks) = self
             .state
             .read(|t| (t.session_count() as u64, t.lock_count() as u64));
@@ -691,6 +884,8 @@ impl Node {
             applied_index: m.last_applied.map(|l| l.index).unwrap_or(0),
             leader_id: m.current_leader,
             members,
+            learners,
+            cluster_id: self.cluster.to_string(),
             sessions,
             locks,
             committed_index: m.cluster_committed.map(|l| l.index).unwrap_or(0),

@@ -140,6 +140,10 @@ pub struct PeerService {
     snapshot_bytes_max: u64,
     /// Snapshot streams being received (`limits::SNAPSHOTS_RECEIVING_MAX`).
     receiving: Arc<tokio::sync::Semaphore>,
+    /// Senders already reported as non-members: a removed member left running campaigns every
+    /// election timeout, and is reported once at warn, then at debug (at most
+    /// `PEER_NON_MEMBERS_REPORTED_MAX` remembered; beyond, every refusal is a warning).
+    reported: std::sync::Mutex<std::collections::BTreeSet<u64>>,
 }
 
 impl PeerService {
@@ -149,6 +153,7 @@ impl PeerService {
             auth,
             snapshot_bytes_max: (table_bytes_max + limits::SNAPSHOT_OVERHEAD_BYTES_MAX) as u64,
             receiving: Arc::new(tokio::sync::Semaphore::new(limits::SNAPSHOTS_RECEIVING_MAX)),
+            reported: Default::default(),
         }
     }
 
@@ -187,6 +192,7 @@ impl PeerService {
             ));
         };
         check_snapshot_header(from, &vote, &meta).map_err(refuse_)?;
+        self.check_member(PeerMethod::Snapshot, from, Vouch::Leader(&vote))?;
         if total_bytes > self.snapshot_bytes_max {
             return Err(refuse_(format!(
                 "a snapshot of {total_bytes} bytes, above this member's limit of {} (its table \
@@ -234,7 +240,7 @@ impl PeerService {
         Ok((vote, meta, data))
     }
 
-    /// The sender, if it may speak to this member; the payload.
+    /// The sender, if it speaks for this cluster; the payload.
     fn admit(
         &self,
         request: Request<pb::PeerMessage>,
@@ -251,6 +257,51 @@ impl PeerService {
             .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
         Ok((from, message.payload))
     }
+
+    /// Whether `from` is a member by this member's Raft membership, which changes (see
+    /// [`PeerAuth::check_member`]). `vouch` is what the message offers for a sender this member
+    /// does not know: a leader's vote, or a candidate's last log index.
+    fn check_member(&self, method: PeerMethod, from: u64, vouch: Vouch<'_>) -> Result<(), Status> {
+        use openraft::async_runtime::WatchReceiver;
+        let (known, vouched) = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            let known: std::collections::BTreeSet<u64> = m
+                .membership_config
+                .membership()
+                .nodes()
+                .map(|(id, _)| *id)
+                .collect();
+            let vouched = match vouch {
+                Vouch::Leader(v) => v.committed && *v >= m.vote,
+                Vouch::Candidate { last_log_index } => last_log_index > m.last_log_index,
+            };
+            (known, vouched)
+        };
+        self.auth.check_member(from, &known, vouched).map_err(|e| {
+            let first = {
+                let mut reported = self.reported.lock().expect("reported lock");
+                reported.len() >= limits::PEER_NON_MEMBERS_REPORTED_MAX || reported.insert(from)
+            };
+            if first {
+                refuse(method, Some(from), &e.to_string())
+            } else {
+                tracing::debug!(?method, from, "refused a peer message: {e}");
+                Status::permission_denied(format!("refused by this member: {e}"))
+            }
+        })
+    }
+}
+
+/// What a message from a sender this member does not know offers as proof that it may be a
+/// member this member has not heard of yet (it missed the change that added it).
+enum Vouch<'a> {
+    /// A leader's append or snapshot: its vote, which must be committed (a quorum elected it)
+    /// and at least this member's own.
+    Leader(&'a Vote),
+    /// A candidate's vote request: its log must reach further than this member's, or it could
+    /// not hold entries this member missed. openraft then applies Raft's own vote rules.
+    Candidate { last_log_index: Option<u64> },
 }
 
 /// A refused peer message: logged here, `PERMISSION_DENIED` to the sender, nothing changed.
@@ -341,6 +392,13 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         let (from, payload) = self.admit(request, PeerMethod::Vote)?;
         let ballot: Ballot = decode(&payload).map_err(bad)?;
         let (Ballot::Vote(req) | Ballot::PreVote(req)) = &ballot;
+        self.check_member(
+            PeerMethod::Vote,
+            from,
+            Vouch::Candidate {
+                last_log_index: req.last_log_id.as_ref().map(|l| l.index),
+            },
+        )?;
         check_vote_sender(from, &req.vote, "vote request")
             .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
         let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> = match ballot {
@@ -356,6 +414,7 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (from, payload) = self.admit(request, PeerMethod::Append)?;
         let req: AppendEntriesRequest<TypeConfig> = decode(&payload).map_err(bad)?;
+        self.check_member(PeerMethod::Append, from, Vouch::Leader(&req.vote))?;
         check_vote_sender(from, &req.vote, "append")
             .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))?;
         let res = self.raft.append_entries(req).await;
@@ -444,6 +503,13 @@ impl PeerConnector for TcpPeerConnector {
     }
 }
 
+/// Every member's address by the Raft membership this node knows, kept up to date by
+/// `Node::follow_membership`. openraft hands a new client the member's address when it starts
+/// replicating to it, but keeps that client when a membership change gives the member a new
+/// address (`cluster move`); each call looks the address up here, so a moved member is dialed
+/// at its new address from the moment this node knows it.
+pub type AddressBook = Arc<std::sync::RwLock<BTreeMap<u64, String>>>;
+
 /// Creates one client per target member; openraft calls it.
 #[derive(Clone)]
 pub struct PeerNetwork {
@@ -456,18 +522,37 @@ pub struct PeerNetwork {
     pub auth: Arc<PeerAuth>,
     /// Per-member dial addresses that override the member's recorded address (a proxy, NAT).
     pub dial: BTreeMap<u64, String>,
+    /// The members' addresses as the membership says now.
+    pub book: AddressBook,
+}
+
+impl PeerNetwork {
+    /// Where to dial `target`: its `--peer-dial` override, else its address in the membership.
+    fn addr_of(&self, target: u64, recorded: &str) -> String {
+        if let Some(dial) = self.dial.get(&target) {
+            return dial.clone();
+        }
+        self.book
+            .read()
+            .expect("address book lock")
+            .get(&target)
+            .cloned()
+            .unwrap_or_else(|| recorded.to_owned())
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
-        let addr = self.dial.get(&target).unwrap_or(&node.addr);
+        let addr = self.addr_of(target, &node.addr);
         PeerClient {
             target,
             reachable: self.reachable.clone(),
             auth: self.auth.clone(),
-            channel: self.connector.channel(addr),
+            channel: self.connector.channel(&addr),
+            addr,
+            network: self.clone(),
         }
     }
 }
@@ -477,9 +562,27 @@ pub struct PeerClient {
     reachable: Arc<std::sync::Mutex<BTreeMap<u64, bool>>>,
     auth: Arc<PeerAuth>,
     channel: Result<Channel, String>,
+    /// The address `channel` dials.
+    addr: String,
+    network: PeerNetwork,
 }
 
 impl PeerClient {
+    /// Dial again if the member moved since the channel was made.
+    fn follow_address(&mut self) {
+        let addr = self.network.addr_of(self.target, &self.addr);
+        if addr != self.addr {
+            tracing::info!(
+                member = self.target,
+                "member {} moved from {} to {addr}",
+                self.target,
+                self.addr
+            );
+            self.channel = self.network.connector.channel(&addr);
+            self.addr = addr;
+        }
+    }
+
     fn client(&self) -> Result<RaftPeerClient<Channel>, Unreachable<TypeConfig>> {
         match &self.channel {
             Ok(c) => Ok(RaftPeerClient::new(c.clone())
@@ -573,6 +676,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.follow_address();
         self.call(
             PeerMethod::Append,
             encode(&rpc),
@@ -587,6 +691,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.follow_address();
         self.call(
             PeerMethod::Vote,
             encode(&Ballot::Vote(rpc)),
@@ -603,6 +708,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.follow_address();
         self.call(
             PeerMethod::Vote,
             encode(&Ballot::PreVote(rpc)),
@@ -619,6 +725,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        self.follow_address();
         let mut client = self.client().map_err(StreamingError::Unreachable)?;
         let transfer: u64 = rand::random();
         // Progress: when the transport last took a chunk, and whether it took the last one.

@@ -1,8 +1,10 @@
 //! Who may speak the peer protocol: only members of this cluster (issue #13).
 //!
-//! Every peer request carries the sender's member id and this cluster's fingerprint (a hash of
-//! the member list every member was started with, so two clusters that reuse ids and ports
-//! cannot cross-talk by accident). With a cluster secret (`--cluster-secret-file`), it also
+//! Every peer request carries the sender's member id and this cluster's id (a [`ClusterId`]:
+//! the hash of the member list the cluster was founded with, recorded in every member's data
+//! dir and handed to a new member with `--join`; it stays when the membership changes), so two
+//! clusters that reuse ids and ports cannot cross-talk by accident. Whether the sender is a
+//! member is decided by the receiver against its Raft membership (`peer.rs`), which changes. With a cluster secret (`--cluster-secret-file`), it also
 //! carries an HMAC-SHA256 over the method, sender, receiver, fingerprint and payload: a stranger
 //! without the secret can neither forge nor alter a message, and a message for one member is not
 //! valid at another. Replaying a recorded message is possible to an on-path attacker (Raft
@@ -24,7 +26,7 @@ use latchkey_core::limits;
 
 /// The sender's member id.
 pub const FROM_HEADER: &str = "latchkey-peer-from";
-/// The cluster's fingerprint, hex.
+/// The cluster's id, hex.
 pub const CLUSTER_HEADER: &str = "latchkey-peer-cluster";
 /// HMAC-SHA256 of the message under the cluster secret, hex; only with a secret.
 pub const MAC_HEADER: &str = "latchkey-peer-mac";
@@ -100,11 +102,59 @@ impl std::fmt::Debug for ClusterSecret {
     }
 }
 
-/// A member's view of who its peers are, and its secret if it has one.
+/// A cluster's identity on the peer protocol: hex of `limits::PEER_FINGERPRINT_BYTES` bytes.
+/// Fixed when the cluster is founded and kept for life, whatever its members become.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterId(String);
+
+impl ClusterId {
+    /// The id of a cluster founded with `members` (id -> address): a hash of the list, so every
+    /// founding member computes the same id without talking to the others. (It is also what
+    /// the fingerprint of releases before membership changes was, so their data dirs keep it.)
+    pub fn founded_by(members: &BTreeMap<u64, String>) -> ClusterId {
+        let mut h = Sha256::new();
+        h.update(b"latchkey-cluster-v1");
+        for (id, addr) in members {
+            h.update(id.to_le_bytes());
+            h.update((addr.len() as u64).to_le_bytes());
+            h.update(addr.as_bytes());
+        }
+        ClusterId(hex(&h.finalize()[..limits::PEER_FINGERPRINT_BYTES]))
+    }
+
+    /// Reads an id as `cluster status` prints it.
+    pub fn parse(text: &str) -> Result<ClusterId, String> {
+        let text = text.trim();
+        if text.len() != limits::CLUSTER_ID_CHARS
+            || !text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(format!(
+                "{text:?} is not a cluster id ({} lower-case hex digits, as `latchkey cluster \
+                 status` prints it)",
+                limits::CLUSTER_ID_CHARS
+            ));
+        }
+        Ok(ClusterId(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ClusterId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A member's credentials on the peer protocol: its id, its cluster's id, its secret if it
+/// has one.
 #[derive(Clone)]
 pub struct PeerAuth {
     me: u64,
-    members: BTreeMap<u64, String>,
     fingerprint: String,
     secret: Option<Vec<u8>>,
     /// With mTLS between members (`--tls-ca`): a member's messages must come over a connection
@@ -117,7 +167,6 @@ impl std::fmt::Debug for PeerAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PeerAuth")
             .field("me", &self.me)
-            .field("members", &self.members)
             .field("fingerprint", &self.fingerprint)
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
             .finish()
@@ -125,36 +174,28 @@ impl std::fmt::Debug for PeerAuth {
 }
 
 impl PeerAuth {
-    /// `members`: every member, this one included (id -> address), as every member was started;
-    /// the default table budget.
-    pub fn new(me: u64, members: BTreeMap<u64, String>, secret: Option<ClusterSecret>) -> PeerAuth {
-        PeerAuth::with_table_bytes_max(me, members, limits::TABLE_BYTES_MAX, secret)
+    /// A member of `cluster` with the default table budget.
+    pub fn new(me: u64, cluster: ClusterId, secret: Option<ClusterSecret>) -> PeerAuth {
+        PeerAuth::with_table_bytes_max(me, cluster, limits::TABLE_BYTES_MAX, secret)
     }
 
-    /// The fingerprint covers the table's byte budget too: it decides what `apply` answers, so
-    /// members with different budgets would apply the same log to different tables.
+    /// `cluster`: the cluster's id. The fingerprint every message carries covers this member's
+    /// table budget too: the budget decides what `apply` answers, so members with different
+    /// budgets would apply the same log to different tables; they refuse each other instead.
     pub fn with_table_bytes_max(
         me: u64,
-        members: BTreeMap<u64, String>,
+        cluster: ClusterId,
         table_bytes_max: usize,
         secret: Option<ClusterSecret>,
     ) -> PeerAuth {
-        let secret = secret.map(|s| s.0);
         let mut h = Sha256::new();
-        h.update(b"latchkey-cluster-v1");
-        for (id, addr) in &members {
-            h.update(id.to_le_bytes());
-            h.update((addr.len() as u64).to_le_bytes());
-            h.update(addr.as_bytes());
-        }
-        h.update(b"table-bytes-max");
+        h.update(b"latchkey-fingerprint-v2");
+        h.update(cluster.0.as_bytes());
         h.update((table_bytes_max as u64).to_le_bytes());
-        let fingerprint = hex(&h.finalize()[..limits::PEER_FINGERPRINT_BYTES]);
         PeerAuth {
             me,
-            members,
-            fingerprint,
-            secret,
+            fingerprint: hex(&h.finalize()[..limits::PEER_FINGERPRINT_BYTES]),
+            secret: secret.map(|s| s.0),
             member_certificates: false,
         }
     }
@@ -186,6 +227,26 @@ impl PeerAuth {
         } else {
             Err(PeerAuthError::NotMemberCertificate { from, want, names })
         }
+    }
+
+    /// Whether `from` may speak to this member, given the members of its Raft membership
+    /// (voters and learners) and whether the message vouches for a sender it does not know
+    /// (`peer.rs`: a leader's committed vote at least this member's own, or a candidate whose
+    /// log reaches further than this member's). A member that knows no membership yet (started
+    /// with `--join`, not added yet) takes any sender of its cluster: the leader that adds it
+    /// is not in a membership it could know. A member that missed the change adding a member
+    /// (it was down or cut off) must still follow that member as leader, and vote for it, or
+    /// the cluster could be stuck; a sender that vouches for nothing is refused.
+    pub fn check_member(
+        &self,
+        from: u64,
+        known: &std::collections::BTreeSet<u64>,
+        vouched: bool,
+    ) -> Result<(), PeerAuthError> {
+        if known.is_empty() || known.contains(&from) || vouched {
+            return Ok(());
+        }
+        Err(PeerAuthError::NotAMember(from))
     }
 
     pub fn has_secret(&self) -> bool {
@@ -286,8 +347,9 @@ impl PeerAuth {
         m
     }
 
-    /// Checks a request this member received; the sender's id if it is a member of this
-    /// cluster (and knows the secret, when there is one).
+    /// Checks a request this member received; the sender's id if it speaks for this cluster
+    /// (and knows the secret, when there is one). Whether it is a member is
+    /// [`PeerAuth::check_member`]'s question.
     pub fn verify(
         &self,
         meta: &MetadataMap,
@@ -301,9 +363,6 @@ impl PeerAuth {
             .ok_or(PeerAuthError::NoSender)?;
         if from == self.me {
             return Err(PeerAuthError::FromSelf);
-        }
-        if !self.members.contains_key(&from) {
-            return Err(PeerAuthError::NotAMember(from));
         }
         let cluster = meta.get(CLUSTER_HEADER).and_then(|v| v.to_str().ok());
         if cluster != Some(self.fingerprint.as_str()) {
@@ -404,10 +463,12 @@ pub fn read_secret_file(path: &std::path::Path) -> Result<ClusterSecret, String>
 mod tests {
     use super::*;
 
-    fn members() -> BTreeMap<u64, String> {
-        (1..=3)
-            .map(|i| (i, format!("127.0.0.1:{}", 7000 + i)))
-            .collect()
+    fn members() -> ClusterId {
+        ClusterId::founded_by(
+            &(1..=3)
+                .map(|i| (i, format!("127.0.0.1:{}", 7000 + i)))
+                .collect(),
+        )
     }
 
     fn signed(from: &PeerAuth, to: u64, payload: &[u8]) -> MetadataMap {
@@ -467,15 +528,21 @@ mod tests {
     #[test]
     fn a_non_member_another_cluster_or_no_sender_is_refused() {
         let b = PeerAuth::new(2, members(), None);
-        let outsider = PeerAuth::new(9, members(), None);
-        let m = signed(&outsider, 2, b"x");
+        let known: std::collections::BTreeSet<u64> = [1, 2, 3].into();
+        assert_eq!(b.check_member(1, &known, false), Ok(()));
         assert_eq!(
-            b.verify(&m, PeerMethod::Append, b"x"),
+            b.check_member(9, &known, false),
             Err(PeerAuthError::NotAMember(9))
         );
-        let mut other = members();
-        other.insert(3, "127.0.0.1:9999".into());
-        let m = signed(&PeerAuth::new(1, other, None), 2, b"x");
+        // A member not added yet knows no membership; a sender the message vouches for passes.
+        assert_eq!(b.check_member(9, &Default::default(), false), Ok(()));
+        assert_eq!(b.check_member(9, &known, true), Ok(()));
+        let other: BTreeMap<u64, String> = [(1, "127.0.0.1:7001".to_owned())].into();
+        let m = signed(
+            &PeerAuth::new(1, ClusterId::founded_by(&other), None),
+            2,
+            b"x",
+        );
         assert!(matches!(
             b.verify(&m, PeerMethod::Append, b"x"),
             Err(PeerAuthError::OtherCluster { .. })
@@ -489,6 +556,15 @@ mod tests {
             b.verify(&m, PeerMethod::Append, b"x"),
             Err(PeerAuthError::FromSelf)
         );
+    }
+
+    #[test]
+    fn a_cluster_id_parses_as_printed_and_nothing_else() {
+        let id = members();
+        assert_eq!(ClusterId::parse(id.as_str()), Ok(id.clone()));
+        for bad in ["", "xyz", &id.as_str()[1..], &id.as_str().to_uppercase()] {
+            assert!(ClusterId::parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

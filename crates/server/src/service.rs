@@ -64,6 +64,9 @@ impl LocksService {
     }
 }
 
+/// A membership change concerns every lock: it needs `admin` on the empty prefix.
+const MEMBERSHIP_NEED: Need<'static> = Need::Prefix("", Permission::Admin);
+
 /// The gRPC metadata key of the client's bearer token (`authorization: Bearer TOKEN`).
 const AUTHORIZATION_KEY: &str = "authorization";
 
@@ -189,6 +192,13 @@ fn audit_record(r: AuditRecord) -> pb::AuditRecord {
     out
 }
 
+fn members_pb(members: Vec<(u64, String)>) -> Vec<pb::Member> {
+    members
+        .into_iter()
+        .map(|(id, addr)| pb::Member { id, addr })
+        .collect()
+}
+
 fn status_response(s: NodeStatus) -> pb::NodeStatusResponse {
     pb::NodeStatusResponse {
         id: s.id,
@@ -197,13 +207,11 @@ fn status_response(s: NodeStatus) -> pb::NodeStatusResponse {
         last_log_index: s.last_log_index,
         applied_index: s.applied_index,
         leader_id: s.leader_id.unwrap_or(0),
-        members: s
-            .members
-            .into_iter()
-            .map(|(id, addr)| pb::Member { id, addr })
-            .collect(),
+        members: members_pb(s.members),
         sessions: s.sessions,
         locks: s.locks,
+        cluster_id: s.cluster_id,
+        learners: members_pb(s.learners),
     }
 }
 
@@ -413,6 +421,44 @@ impl pb::locks_server::Locks for LocksService {
         let records = self.node.audit().await?;
         Ok(Response::new(pb::AuditResponse {
             records: records.into_iter().map(audit_record).collect(),
+        }))
+    }
+
+    async fn add_member(
+        &self,
+        request: Request<pb::AddMemberRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
+        self.node.metrics.request("add_member");
+        self.authorize(&request, MEMBERSHIP_NEED, &[])?;
+        let req = request.into_inner();
+        let members = self.node.add_member(req.id, req.addr).await?;
+        Ok(Response::new(pb::MembersResponse {
+            members: members_pb(members),
+        }))
+    }
+
+    async fn remove_member(
+        &self,
+        request: Request<pb::RemoveMemberRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
+        self.node.metrics.request("remove_member");
+        self.authorize(&request, MEMBERSHIP_NEED, &[])?;
+        let members = self.node.remove_member(request.into_inner().id).await?;
+        Ok(Response::new(pb::MembersResponse {
+            members: members_pb(members),
+        }))
+    }
+
+    async fn move_member(
+        &self,
+        request: Request<pb::MoveMemberRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
+        self.node.metrics.request("move_member");
+        self.authorize(&request, MEMBERSHIP_NEED, &[])?;
+        let req = request.into_inner();
+        let members = self.node.move_member(req.id, req.addr).await?;
+        Ok(Response::new(pb::MembersResponse {
+            members: members_pb(members),
         }))
     }
 }

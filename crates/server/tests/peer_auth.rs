@@ -14,7 +14,7 @@ use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::locks_client::LocksClient;
 use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
 use latchkey_raft::{TypeConfig, Vote, VoteRequest};
-use latchkey_server::peer_auth::{ClusterSecret, PeerAuth, PeerMethod};
+use latchkey_server::peer_auth::{ClusterId, ClusterSecret, PeerAuth, PeerMethod};
 use latchkey_server::ServerConfig;
 use serde::Serialize;
 use tokio::sync::oneshot;
@@ -247,7 +247,7 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
         "latchkey-peer-from",
     );
     // Claiming to be a member, without the secret.
-    let no_secret = PeerAuth::new(a_follower, list.clone(), None);
+    let no_secret = PeerAuth::new(a_follower, ClusterId::founded_by(&list), None);
     assert_refused(
         "a forged snapshot without the secret",
         send_snapshot(
@@ -262,7 +262,7 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
     // Another cluster's secret.
     let other = PeerAuth::new(
         a_follower,
-        list.clone(),
+        ClusterId::founded_by(&list),
         Some(ClusterSecret::new(
             b"another-cluster-secret-012345678".to_vec(),
         )),
@@ -280,7 +280,11 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
         "does not verify",
     );
     // A non-member that knows the secret.
-    let outsider = PeerAuth::new(9, list.clone(), Some(ClusterSecret::new(SECRET.to_vec())));
+    let outsider = PeerAuth::new(
+        9,
+        ClusterId::founded_by(&list),
+        Some(ClusterSecret::new(SECRET.to_vec())),
+    );
     assert_refused(
         "a vote from a non-member",
         send(
@@ -298,7 +302,7 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
     // last log id lies above its vote, and a vote for someone else.
     let member = PeerAuth::new(
         a_follower,
-        list.clone(),
+        ClusterId::founded_by(&list),
         Some(ClusterSecret::new(SECRET.to_vec())),
     );
     let garbage = (

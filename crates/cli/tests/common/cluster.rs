@@ -6,6 +6,8 @@
 //! - Faults: [`Cluster::kill9`], [`Cluster::sigterm`], [`Cluster::pause`] (SIGSTOP),
 //!   [`Cluster::resume`], [`Cluster::restart`]; [`Cluster::cut`] one link,
 //!   [`Cluster::isolate`] a member (all its links both ways), [`Cluster::heal`].
+//! - Membership: [`Cluster::spawn_joining`] starts a new member with `--join` (no proxies on
+//!   its links), for `latchkey cluster add`; the founders keep their founding `--peers`.
 //! - Observation: [`Cluster::node_status`] (one member's own view), [`Cluster::wait_leader`]
 //!   (polls with a deadline, never sleeps blindly).
 //!
@@ -50,6 +52,8 @@ pub struct Member {
     pub id: u64,
     pub addr: String,
     process: ServeProcess,
+    /// `Some(cluster id)`: started with `--join`, not as a founder.
+    join: Option<String>,
 }
 
 pub struct Cluster {
@@ -59,6 +63,8 @@ pub struct Cluster {
     timing: Timing,
     /// More `serve` flags every member gets.
     extra_args: Vec<String>,
+    /// `--peers` of the founders (the cluster's id is derived from it).
+    founding: String,
     dir: TempDir,
 }
 
@@ -69,16 +75,26 @@ impl Cluster {
     }
 
     pub fn start_with(n: u64, timing: Timing) -> Cluster {
-        Cluster::start_configured(n, timing, &[])
+        Cluster::start_inner(n, timing, true, &[])
     }
 
     /// [`Cluster::start_with`], every member with more `serve` flags.
     pub fn start_configured(n: u64, timing: Timing, extra_args: &[&str]) -> Cluster {
+        Cluster::start_inner(n, timing, true, extra_args)
+    }
+
+    /// Starts `n` members whose peers dial each other directly, at the addresses the Raft
+    /// membership gives (no proxies, no `--peer-dial`): for tests that move members.
+    pub fn start_without_proxies(n: u64) -> Cluster {
+        Cluster::start_inner(n, Timing::default(), false, &[])
+    }
+
+    fn start_inner(n: u64, timing: Timing, proxied: bool, extra_args: &[&str]) -> Cluster {
         let mut last = String::new();
         // A free port can be taken by someone else before the member binds it: then start
         // over on new ports (the member list is fixed at first start).
         for _ in 0..3 {
-            let mut cluster = Cluster::spawn_all(n, timing.clone(), extra_args);
+            let mut cluster = Cluster::spawn_all(n, timing.clone(), proxied, extra_args);
             match cluster.wait_healthy(READY_TIMEOUT) {
                 Ok(()) => return cluster,
                 Err(e) => {
@@ -89,28 +105,35 @@ impl Cluster {
         panic!("cluster did not start: {last}");
     }
 
-    fn spawn_all(n: u64, timing: Timing, extra_args: &[&str]) -> Cluster {
+    fn spawn_all(n: u64, timing: Timing, proxied: bool, extra_args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let members: Vec<Member> = (1..=n)
             .map(|id| Member {
                 id,
                 addr: format!("127.0.0.1:{}", free_port()),
                 process: ServeProcess::new(dir.path().join(format!("node-{id}.log"))),
+                join: None,
             })
             .collect();
         let mut proxies = BTreeMap::new();
         for from in &members {
             for to in &members {
-                if from.id != to.id {
+                if proxied && from.id != to.id {
                     proxies.insert((from.id, to.id), Proxy::start(&to.addr));
                 }
             }
         }
+        let founding = members
+            .iter()
+            .map(|m| format!("{}={}", m.id, m.addr))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut cluster = Cluster {
             members,
             proxies,
             timing,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            founding,
             dir,
         };
         for id in 1..=n {
@@ -144,13 +167,9 @@ impl Cluster {
             .join(",")
     }
 
-    /// `--peers` of this cluster.
+    /// `--peers` of this cluster's founders.
     pub fn peers_flag(&self) -> String {
-        self.members
-            .iter()
-            .map(|m| format!("{}={}", m.id, m.addr))
-            .collect::<Vec<_>>()
-            .join(",")
+        self.founding.clone()
     }
 
     pub fn data_dir(&self, id: u64) -> PathBuf {
@@ -196,32 +215,81 @@ impl Cluster {
         let dial = self
             .ids()
             .into_iter()
-            .filter(|&j| j != id)
+            .filter(|&j| j != id && self.proxies.contains_key(&(id, j)))
             .map(|j| format!("{j}={}", self.proxies[&(id, j)].addr))
             .collect::<Vec<_>>()
             .join(",");
         let (min, max) = self.timing.election_timeout_ms;
-        let mut args: Vec<OsString> = [
+        let mut args: Vec<OsString> = vec![
             "--id".into(),
             id.to_string().into(),
             "--listen".into(),
             self.addr(id).into(),
             "--data-dir".into(),
             self.data_dir(id).into_os_string(),
-            "--peers".into(),
-            self.peers_flag().into(),
-            "--peer-dial".into(),
-            dial.into(),
             "--heartbeat-ms".into(),
             self.timing.heartbeat_ms.to_string().into(),
             "--election-timeout-ms".into(),
             format!("{min}..{max}").into(),
-        ]
-        .into();
+        ];
+        match &self.member(id).join {
+            Some(cluster) => args.extend(["--join".into(), cluster.into()]),
+            None => args.extend(["--peers".into(), self.peers_flag().into()]),
+        }
+        if !dial.is_empty() {
+            args.extend(["--peer-dial".into(), dial.into()]);
+        }
         args.extend(self.extra_args.iter().map(OsString::from));
         let member = self.member_mut(id);
         let who = format!("node {id} on {}", member.addr);
         member.process.spawn(&who, args);
+    }
+
+    /// The cluster's id, as `cluster status` reports it.
+    pub fn cluster_id(&self) -> String {
+        let status = self.cluster_status().expect("cluster status");
+        status["cluster_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no cluster id in {status}"))
+            .to_owned()
+    }
+
+    /// Starts member `id` with `--join` and an empty data dir on a fresh port (the next id), or
+    /// on its old address (an id that was a member: its data dir must be gone). It waits to be
+    /// added with `latchkey cluster add`; its links have no proxies. Its address.
+    pub fn spawn_joining(&mut self, id: u64) -> String {
+        let cluster = self.cluster_id();
+        let next = self.members.len() as u64 + 1;
+        if id == next {
+            self.members.push(Member {
+                id,
+                addr: format!("127.0.0.1:{}", free_port()),
+                process: ServeProcess::new(self.dir.path().join(format!("node-{id}.log"))),
+                join: Some(cluster),
+            });
+        } else {
+            assert!(id < next, "member ids are added in order");
+            assert!(
+                !self.data_dir(id).exists(),
+                "member {id}'s data dir is still there"
+            );
+            self.member_mut(id).join = Some(cluster);
+        }
+        self.spawn(id);
+        self.addr(id)
+    }
+
+    /// Starts stopped member `id` again on another port with its data dir (it moved); its
+    /// address. For a cluster without proxies (a proxy would go on to the old address).
+    pub fn respawn_elsewhere(&mut self, id: u64) -> String {
+        assert!(
+            self.proxies.is_empty(),
+            "a moved member's proxies would dial its old address"
+        );
+        let addr = format!("127.0.0.1:{}", free_port());
+        self.member_mut(id).addr = addr.clone();
+        self.spawn(id);
+        addr
     }
 
     pub fn is_running(&self, id: u64) -> bool {

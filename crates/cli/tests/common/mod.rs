@@ -189,6 +189,14 @@ impl Server {
         self.process.kill9();
     }
 
+    /// Starts again on a new port with the same data directory (the node moved), and waits
+    /// until it is ready; its new address.
+    pub fn restart_elsewhere(&mut self) -> String {
+        self.addr = format!("127.0.0.1:{}", free_port());
+        self.restart();
+        self.addr.clone()
+    }
+
     /// Starts again on the same port and data directory, and waits until it is ready.
     pub fn restart(&mut self) {
         self.spawn();
