@@ -41,6 +41,9 @@ pub enum ApiError {
     /// The caller's identity already holds as many sessions or queued acquires as its quota.
     #[error("{0}")]
     QuotaExceeded(String),
+    /// The table encodes to more than a backup may hold (`BACKUP_TABLE_BYTES_MAX`).
+    #[error("the table encodes to {bytes} bytes, over the backup limit of {max}")]
+    BackupTooLarge { bytes: u64, max: u64 },
 }
 
 impl ApiError {
@@ -76,6 +79,7 @@ impl ApiError {
             ApiError::PermissionDenied(_) => "permission-denied",
             ApiError::Unauthenticated(_) => "unauthenticated",
             ApiError::QuotaExceeded(_) => "quota-exceeded",
+            ApiError::BackupTooLarge { .. } => "backup-too-large",
         }
     }
 
@@ -104,7 +108,9 @@ impl ApiError {
                 | Rejection::SequenceReused { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
-            ApiError::TooManyWaiting | ApiError::QuotaExceeded(_) => Code::ResourceExhausted,
+            ApiError::TooManyWaiting
+            | ApiError::QuotaExceeded(_)
+            | ApiError::BackupTooLarge { .. } => Code::ResourceExhausted,
             ApiError::PermissionDenied(_) => Code::PermissionDenied,
             ApiError::Unauthenticated(_) => Code::Unauthenticated,
             ApiError::NotLeader { .. }

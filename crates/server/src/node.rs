@@ -48,9 +48,13 @@ impl NodeLogStore for LogStore<TypeConfig> {
 }
 
 /// Log-store metadata key under which the member list this data dir belongs to is recorded.
-const META_MEMBERS: &str = "members";
+pub(crate) const META_MEMBERS: &str = "members";
 /// The same record as a file in the data dir, readable without opening the log.
-const MEMBERS_FILE: &str = "members";
+pub(crate) const MEMBERS_FILE: &str = "members";
+/// The redb log inside the data dir.
+pub(crate) const LOG_FILE: &str = "raft-log.redb";
+/// The state machine's snapshot directory inside the data dir.
+pub(crate) const SNAPSHOT_DIR: &str = "snapshots";
 
 pub struct Node {
     pub id: u64,
@@ -92,7 +96,7 @@ pub enum StartError {
     Raft(String),
 }
 
-fn members_text(members: &BTreeMap<u64, String>) -> String {
+pub(crate) fn members_text(members: &BTreeMap<u64, String>) -> String {
     members
         .iter()
         .map(|(id, addr)| format!("{id}={addr}"))
@@ -138,7 +142,7 @@ impl Node {
             Err(e) => return Err(data_dir_error(dir)(e)),
         }
         std::fs::create_dir_all(dir).map_err(data_dir_error(dir))?;
-        LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
+        LogStore::<TypeConfig>::open(&dir.join(LOG_FILE))
             .map_err(|e| StartError::LogStore(e.to_string()))
     }
 
@@ -184,7 +188,7 @@ impl Node {
             probe: env.probe.clone(),
             node: config.id,
         });
-        let sm = LockStateMachine::open(&dir.join("snapshots"), observer)
+        let sm = LockStateMachine::open(&dir.join(SNAPSHOT_DIR), observer)
             .map_err(|e| StartError::StateMachine(e.to_string()))?;
         let state = sm.handle();
         // Sessions recovered from the snapshot get a lease from now; the entries replayed after

@@ -120,6 +120,11 @@ impl std::fmt::Debug for PeerAuth {
 }
 
 impl PeerAuth {
+    /// This cluster's fingerprint (hex), as every peer message carries it.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
     /// `members`: every member, this one included (id -> address), as every member was started.
     pub fn new(me: u64, members: BTreeMap<u64, String>, secret: Option<ClusterSecret>) -> PeerAuth {
         let secret = secret.map(|s| s.0);

@@ -67,11 +67,25 @@ impl Cluster {
     }
 
     pub fn start_with(n: u64, timing: Timing) -> Cluster {
+        Cluster::start_seeded(n, timing, |_, _| {})
+    }
+
+    /// Starts `n` members like [`Cluster::start_with`], but first calls `seed(cluster, id)`
+    /// for each member, before its data dir exists (e.g. to restore it from a backup with
+    /// this cluster's `--peers`). It runs again for every member if the cluster is started
+    /// over on new ports.
+    pub fn start_seeded(n: u64, timing: Timing, mut seed: impl FnMut(&Cluster, u64)) -> Cluster {
         let mut last = String::new();
         // A free port can be taken by someone else before the member binds it: then start
         // over on new ports (the member list is fixed at first start).
         for _ in 0..3 {
-            let mut cluster = Cluster::spawn_all(n, timing.clone());
+            let mut cluster = Cluster::prepare(n, timing.clone());
+            for id in cluster.ids() {
+                seed(&cluster, id);
+            }
+            for id in cluster.ids() {
+                cluster.spawn(id);
+            }
             match cluster.wait_healthy(READY_TIMEOUT) {
                 Ok(()) => return cluster,
                 Err(e) => {
@@ -82,7 +96,8 @@ impl Cluster {
         panic!("cluster did not start: {last}");
     }
 
-    fn spawn_all(n: u64, timing: Timing) -> Cluster {
+    /// Members on free ports and their proxies; nothing spawned yet.
+    fn prepare(n: u64, timing: Timing) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let members: Vec<Member> = (1..=n)
             .map(|id| Member {
@@ -99,16 +114,12 @@ impl Cluster {
                 }
             }
         }
-        let mut cluster = Cluster {
+        Cluster {
             members,
             proxies,
             timing,
             dir,
-        };
-        for id in 1..=n {
-            cluster.spawn(id);
         }
-        cluster
     }
 
     pub fn ids(&self) -> Vec<u64> {
