@@ -78,6 +78,15 @@ pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
+/// The byte ranges of the chunks a table of `len` bytes is streamed in: consecutive, each at
+/// most `chunk` bytes, covering it all; one empty range for an empty table (the header still
+/// needs a message to ride in).
+pub fn chunk_ranges(len: usize, chunk: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    assert!(chunk > 0, "a chunk holds at least one byte");
+    let count = len.div_ceil(chunk).max(1);
+    (0..count).map(move |i| i * chunk..((i + 1) * chunk).min(len))
+}
+
 /// The whole file for `header` and `table` (checked against the header first).
 pub fn encode_file(header: &BackupHeader, table: &[u8]) -> Result<Vec<u8>, BackupFileError> {
     check_table(header, table)?;
@@ -274,6 +283,14 @@ mod tests {
             table_sha256: sha256(&table),
         };
         encode_file(&header, &table).unwrap()
+    }
+
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one range is the answer, not a range of items
+    fn chunks_cover_the_table_in_order_within_the_chunk_size() {
+        assert_eq!(chunk_ranges(0, 4).collect::<Vec<_>>(), [0..0]);
+        assert_eq!(chunk_ranges(4, 4).collect::<Vec<_>>(), [0..4]);
+        assert_eq!(chunk_ranges(10, 4).collect::<Vec<_>>(), [0..4, 4..8, 8..10]);
     }
 
     #[test]

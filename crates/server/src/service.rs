@@ -425,14 +425,12 @@ impl pb::locks_server::Locks for LocksService {
         // The header rides with the first chunk; an empty table still sends one message. Each
         // chunk is copied out only when the stream is polled.
         let table = image.table;
-        let chunks = table.len().div_ceil(limits::BACKUP_CHUNK_BYTES).max(1);
         let mut header = Some(header);
-        let stream = futures::stream::iter((0..chunks).map(move |i| {
-            let start = i * limits::BACKUP_CHUNK_BYTES;
-            let end = (start + limits::BACKUP_CHUNK_BYTES).min(table.len());
+        let ranges = crate::backup::chunk_ranges(table.len(), limits::BACKUP_CHUNK_BYTES);
+        let stream = futures::stream::iter(ranges.map(move |range| {
             Ok(pb::BackupChunk {
                 header: header.take(),
-                data: table[start..end].to_vec(),
+                data: table[range].to_vec(),
             })
         }));
         Ok(Response::new(Box::pin(stream)))
