@@ -6,6 +6,7 @@
 //! - [`lock`]: `latchkey lock`, running a command under a lock;
 //! - [`query`]: `status`, `list` and `cluster status`;
 //! - [`admin`]: `admin release`, `admin revoke` and `audit`;
+//! - [`snapshot`]: `snapshot save` and `snapshot restore` (backup and restore);
 //! - [`bench`]: the benchmark (workloads, its own cluster, server metrics);
 //! - [`config`]: `serve --config FILE`, the serve flags in a TOML file;
 //! - [`duration`]: `15s`-style durations.
@@ -18,6 +19,7 @@ mod lock;
 mod logwriter;
 mod query;
 mod serve;
+mod snapshot;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -86,6 +88,11 @@ enum Command {
     },
     /// Show the audit log (force-releases, revocations), newest last.
     Audit(AuditArgs),
+    /// Back a running cluster up to a file, or seed a new cluster's data dir from one.
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
+    },
     /// Cluster-wide commands.
     Cluster {
         #[command(subcommand)]
@@ -136,6 +143,46 @@ pub struct AuditArgs {
     /// Print one JSON array.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum SnapshotCommand {
+    /// Copy the whole table (locks, queues, sessions, the token counter) from the running
+    /// cluster's leader, as of a linearizable read, into FILE (written atomically). Needs the
+    /// admin permission on every lock under access control.
+    Save(SnapshotSaveArgs),
+    /// Seed a NEW member's empty data dir from FILE. Restore every member of the new cluster
+    /// from the same FILE, each with its own --id and the same --peers, then start them with
+    /// `latchkey serve` and those flags. Sessions get a full lease from the new cluster's start;
+    /// new tokens are above every token in FILE.
+    Restore(SnapshotRestoreArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SnapshotSaveArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Where to write the backup.
+    pub file: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct SnapshotRestoreArgs {
+    /// The backup written by `latchkey snapshot save`.
+    pub file: PathBuf,
+    /// The new member's data dir: missing or empty (anything else is refused).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: PathBuf,
+    /// The new member's id, as it will be given to `serve`.
+    #[arg(long, default_value_t = 1)]
+    pub id: u64,
+    /// The new cluster's members, as they will be given to `serve` (default: a single-node
+    /// cluster of just this member at --listen).
+    #[arg(long, value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
+    pub peers: Option<serve::MemberList>,
+    /// This member's address, for a single-node cluster (no --peers), as given to `serve`.
+    #[arg(long, default_value = "127.0.0.1:7420", value_parser = serve::parse_listen, value_name = "ADDR")]
+    pub listen: SocketAddr,
 }
 
 #[derive(Subcommand, Debug)]
@@ -647,6 +694,12 @@ fn main() -> ExitCode {
                 command: AdminCommand::Revoke(args),
             } => bounded(timeout, admin::revoke(args)).await.map(|()| 0),
             Command::Audit(args) => bounded(timeout, admin::audit(args)).await.map(|()| 0),
+            Command::Snapshot {
+                command: SnapshotCommand::Save(args),
+            } => bounded(timeout, snapshot::save(args)).await.map(|()| 0),
+            Command::Snapshot {
+                command: SnapshotCommand::Restore(args),
+            } => bounded(timeout, snapshot::restore(args)).await.map(|()| 0),
             Command::Bench(args) => bounded(timeout, bench::bench(args)).await.map(|()| 0),
         }
     });

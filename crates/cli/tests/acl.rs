@@ -592,3 +592,20 @@ fn admin_release_and_revoke_need_the_admin_permission_and_record_the_identity() 
     assert_eq!(records[0]["identity"], "admin");
     assert_eq!(records[0]["lock"], "app/stuck");
 }
+
+/// Issue #14 item 5: a backup holds every lock and session, so `snapshot save` needs the admin
+/// permission on every lock; a reader is refused (exit 5) and no file is written.
+#[test]
+fn snapshot_save_needs_the_admin_permission_on_every_lock() {
+    let server = AclServer::start(&[], "", &[]);
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("backup");
+    let file_arg = file.to_str().unwrap();
+    assert_denied(
+        &server.as_token(READER, &["snapshot", "save", file_arg]),
+        &["\"admin\" permission on every lock"],
+    );
+    assert!(!file.exists());
+    assert_ok(&server.as_token(ADMIN, &["snapshot", "save", file_arg]));
+    assert!(file.exists());
+}

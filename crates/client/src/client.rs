@@ -17,7 +17,7 @@ use crate::env::{ClientClock, ClientEnv};
 use crate::error::{classify, transport_message, Error, Failure};
 use crate::retry::{Backoff, RetryPolicy};
 use crate::session::Session;
-use crate::types::{AuditEntry, LockInfo, LockList, Member, NodeStatus, SessionOptions};
+use crate::types::{AuditEntry, Backup, LockInfo, LockList, Member, NodeStatus, SessionOptions};
 
 /// Settings of a [`Client`]. `Default` is what [`Client::connect`] uses.
 #[derive(Debug, Clone)]
@@ -350,6 +350,66 @@ impl Client {
             .into_iter()
             .map(AuditEntry::from_pb)
             .collect())
+    }
+
+    /// A consistent copy of the whole table, read on the leader after a linearizable read and
+    /// streamed in chunks (`latchkey snapshot save`). Needs admin on every lock under access
+    /// control. One call may take up to `BACKUP_CALL_TIMEOUT_MS`; a failed stream is retried
+    /// whole, like any call.
+    pub async fn backup(&self) -> Result<Backup, Error> {
+        let opts = CallOpts {
+            attempt_timeout: self
+                .inner
+                .config
+                .rpc_timeout
+                .max(Duration::from_millis(limits::BACKUP_CALL_TIMEOUT_MS)),
+            backoff_max: None,
+        };
+        let chunks = self
+            .call(opts, pb::BackupRequest {}, |mut c, r| async move {
+                let mut stream = c.backup(r).await?.into_inner();
+                let mut chunks = Vec::new();
+                let mut bytes = 0u64;
+                while let Some(chunk) = stream.message().await? {
+                    bytes += chunk.data.len() as u64;
+                    if bytes > limits::BACKUP_TABLE_BYTES_MAX {
+                        return Err(tonic::Status::resource_exhausted(format!(
+                            "backup stream exceeds {} bytes",
+                            limits::BACKUP_TABLE_BYTES_MAX
+                        )));
+                    }
+                    chunks.push(chunk);
+                }
+                Ok(tonic::Response::new(chunks))
+            })
+            .await?;
+        let mut chunks = chunks.into_iter();
+        let header = chunks
+            .next()
+            .and_then(|c| c.header.map(|h| (h, c.data)))
+            .ok_or_else(|| Error::Protocol("Backup answered without a header".into()))?;
+        let (header, first) = header;
+        let mut table = first;
+        for chunk in chunks {
+            if chunk.header.is_some() {
+                return Err(Error::Protocol("Backup sent a second header".into()));
+            }
+            table.extend_from_slice(&chunk.data);
+        }
+        if table.len() as u64 != header.table_bytes {
+            return Err(Error::Protocol(format!(
+                "Backup sent {} bytes of table, its header says {}",
+                table.len(),
+                header.table_bytes
+            )));
+        }
+        Ok(Backup {
+            applied_index: header.applied_index,
+            members: header.members,
+            fingerprint: header.fingerprint,
+            table_sha256: header.table_sha256,
+            table,
+        })
     }
 
     /// One lock's holder and queue length, read on the leader.

@@ -247,3 +247,18 @@ pub struct Member {
     pub id: u64,
     pub addr: String,
 }
+
+/// A consistent copy of the whole table, as `Client::backup` received it: the bytes are the
+/// core's table encoding (`latchkey_core::codec`), checked against the header's length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backup {
+    /// The last log index applied to the table: every fencing token issued so far is at most
+    /// this.
+    pub applied_index: u64,
+    /// The cluster it came from: its members (`ID=ADDR,...`) and fingerprint.
+    pub members: String,
+    pub fingerprint: String,
+    /// The SHA-256 the server computed over `table` (the caller checks it).
+    pub table_sha256: Vec<u8>,
+    pub table: Vec<u8>,
+}

@@ -208,6 +208,15 @@ impl Locks for Fake {
         Err(Status::unimplemented("not in the fake"))
     }
 
+    type BackupStream = futures::stream::Empty<Result<BackupChunk, Status>>;
+
+    async fn backup(
+        &self,
+        _: Request<BackupRequest>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
     async fn audit(
         &self,
         _: Request<latchkey_proto::v1::AuditRequest>,

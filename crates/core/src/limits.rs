@@ -534,3 +534,18 @@ pub const REVOKED_GRANTS_PER_SESSION_MAX: usize = 64;
 const _: () = assert!(
     KEEPALIVE_SESSIONS_MAX * (REVOKED_GRANTS_PER_SESSION_MAX + 4) * 10 <= CLIENT_MESSAGE_BYTES_MAX
 );
+/// Bytes of one chunk of a `Backup` stream (`latchkey snapshot save`): the encoded table is
+/// sent in chunks of this size, never as one message, so a table of any size fits the client
+/// message limit; a megabyte keeps the per-message overhead negligible.
+pub const BACKUP_CHUNK_BYTES: usize = 1024 * 1024;
+const _: () = assert!(2 * BACKUP_CHUNK_BYTES <= CLIENT_MESSAGE_BYTES_MAX);
+/// Bytes of an encoded table a backup may hold, which the client buffers and `snapshot
+/// restore` reads whole: a bound on what a client takes from a server (or a file) on trust.
+/// `SESSIONS_MAX` keeps a table in the tens of megabytes; ten times the peer message limit
+/// leaves room for long names and owner descriptions and still refuses a length field gone
+/// wild before allocating it.
+pub const BACKUP_TABLE_BYTES_MAX: u64 = 10 * PEER_MESSAGE_BYTES_MAX as u64;
+/// Deadline of one `Backup` call (the whole stream), in milliseconds, instead of the client's
+/// usual RPC timeout: a table of tens of megabytes is encoded and sent in one call.
+pub const BACKUP_CALL_TIMEOUT_MS: u64 = 120_000;
+const _: () = assert!(BACKUP_TABLE_BYTES_MAX >= PEER_MESSAGE_BYTES_MAX as u64);

@@ -1017,6 +1017,16 @@ impl LockTable {
         }
     }
 
+    /// Lift every session's lease mark, for a table restored from a backup into a new cluster
+    /// (`latchkey snapshot restore`): a mark counts the time a session went unrenewed on the
+    /// old cluster, and the new cluster gives every restored session a full TTL from its own
+    /// start instead, as a new leader does for an unmarked session.
+    pub fn restart_leases(&mut self) {
+        for s in self.sessions.values_mut() {
+            s.lease_mark_ms = None;
+        }
+    }
+
     pub fn sessions(&self) -> impl Iterator<Item = SessionInfo> + '_ {
         self.sessions.iter().map(|(id, s)| SessionInfo {
             id: *id,

@@ -101,3 +101,26 @@ fn marks_do_not_touch_locks_or_outcomes() {
     assert_eq!(t.describe("L"), before);
     assert_eq!(t.request_state(a.id, 1), Some(RequestState::Done(granted)));
 }
+
+/// A table restored into a new cluster (`latchkey snapshot restore`) keeps its sessions but
+/// none of their marks: the old cluster's "unrenewed for u" would cut the new cluster's first
+/// lease short.
+#[test]
+fn restarting_leases_lifts_every_mark_and_keeps_the_sessions() {
+    let mut t = LockTable::new();
+    let a = open(&mut t, 1);
+    let b = open(&mut t, 2);
+    t.apply(
+        3,
+        &cmd(Op::MarkLeases {
+            marks: vec![(a.id, 6_000), (b.id, 1)],
+        }),
+    );
+    assert!(t.sessions().all(|s| s.lease_mark_ms.is_some()));
+    t.restart_leases();
+    let sessions: Vec<SessionInfo> = t.sessions().collect();
+    assert_eq!(sessions.len(), 2);
+    assert!(sessions.iter().all(|s| s.lease_mark_ms.is_none()));
+    assert_eq!(t.last_index(), 3, "restarting leases is not an entry");
+    t.check_invariants().unwrap();
+}

@@ -58,6 +58,17 @@ impl StateHandle {
         f(&read(&self.state).table)
     }
 
+    /// Runs `f` on the table and the index of the last applied log entry (0 before any), both
+    /// read under one lock so they belong together (a backup records the index with the
+    /// table).
+    pub fn read_applied<T>(&self, f: impl FnOnce(&LockTable, u64) -> T) -> T {
+        let state = read(&self.state);
+        f(
+            &state.table,
+            state.last_applied.as_ref().map_or(0, |l| l.index),
+        )
+    }
+
     /// Index of the last applied log entry (0 before any). Every fencing token issued so far is
     /// at most this.
     pub fn applied_index(&self) -> u64 {

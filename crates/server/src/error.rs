@@ -44,6 +44,9 @@ pub enum ApiError {
     /// A membership change that conflicts with the membership (or one already under way).
     #[error("{0}")]
     Membership(String),
+    /// The table encodes to more than a backup may hold (`BACKUP_TABLE_BYTES_MAX`).
+    #[error("the table encodes to {bytes} bytes, over the backup limit of {max}")]
+    BackupTooLarge { bytes: u64, max: u64 },
 }
 
 impl ApiError {
@@ -81,6 +84,7 @@ impl ApiError {
             ApiError::Unauthenticated(_) => "unauthenticated",
             ApiError::QuotaExceeded(_) => "quota-exceeded",
             ApiError::Membership(_) => "membership",
+            ApiError::BackupTooLarge { .. } => "backup-too-large",
         }
     }
 
@@ -111,7 +115,9 @@ impl ApiError {
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::Membership(_) => Code::FailedPrecondition,
-            ApiError::TooManyWaiting | ApiError::QuotaExceeded(_) => Code::ResourceExhausted,
+            ApiError::TooManyWaiting
+            | ApiError::QuotaExceeded(_)
+            | ApiError::BackupTooLarge { .. } => Code::ResourceExhausted,
             ApiError::PermissionDenied(_) => Code::PermissionDenied,
             ApiError::Unauthenticated(_) => Code::Unauthenticated,
             ApiError::NotLeader { .. }

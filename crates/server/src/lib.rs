@@ -17,9 +17,12 @@
 //! - `acl`: client identities (bearer tokens, client certificates), their permissions on
 //!   lock-name prefixes and their quotas (`--acl`); `service` checks every call against it.
 //! - `clock`: the seam through which the server reads time.
+//! - [`backup`]: the backup file (`latchkey snapshot save`, from `ops`' `backup`) and the
+//!   restore that seeds a new member's data dir from it (`latchkey snapshot restore`).
 //! - `error`: the one place server errors become gRPC statuses.
 
 pub mod acl;
+pub mod backup;
 pub mod clock;
 mod error;
 pub mod leases;

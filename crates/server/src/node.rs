@@ -51,9 +51,9 @@ impl NodeLogStore for LogStore<TypeConfig> {
 
 /// Log-store metadata key under which the cluster this data dir belongs to is recorded
 /// ([`DirRecord`]).
-const META_CLUSTER: &str = "cluster";
+pub(crate) const META_CLUSTER: &str = "cluster";
 /// The same record as a file in the data dir, readable without opening the log.
-const CLUSTER_FILE: &str = "cluster";
+pub(crate) const CLUSTER_FILE: &str = "cluster";
 /// Where releases before membership changes recorded the member list the data dir was founded
 /// with (log metadata key and file); such a dir belongs to `ClusterId::founded_by` that list.
 const META_MEMBERS_OLD: &str = "members";
@@ -131,6 +131,21 @@ fn named_cluster(config: &ServerConfig) -> Option<(ClusterId, &'static str)> {
         None if !config.peers.is_empty() => Some((ClusterId::founded_by(&config.peers), "--peers")),
         None => None,
     }
+}
+/// The redb log inside the data dir.
+pub(crate) const LOG_FILE: &str = "raft-log.redb";
+/// The state machine's snapshot directory inside the data dir.
+pub(crate) const SNAPSHOT_DIR: &str = "snapshots";
+
+/// The record of a data dir that member `id` founds a cluster of `members` with (what
+/// `latchkey snapshot restore` writes into the dirs it seeds, as a first start would).
+pub(crate) fn founder_record(id: u64, members: &BTreeMap<u64, String>) -> String {
+    DirRecord {
+        cluster: ClusterId::founded_by(members),
+        member: Some(id),
+        joined: false,
+    }
+    .encode()
 }
 
 pub struct Node {
@@ -214,6 +229,14 @@ fn check_record(dir: &Path, recorded: &DirRecord, config: &ServerConfig) -> Resu
     }
 }
 
+pub(crate) fn members_text(members: &BTreeMap<u64, String>) -> String {
+    members
+        .iter()
+        .map(|(id, addr)| format!("{id}={addr}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn bad_record(dir: &Path) -> impl FnOnce(String) -> StartError + '_ {
     move |why| StartError::BadRecord {
         dir: dir.display().to_string(),
@@ -260,7 +283,7 @@ impl Node {
             check_record(dir, &recorded, config)?;
         }
         std::fs::create_dir_all(dir).map_err(data_dir_error(dir))?;
-        LogStore::<TypeConfig>::open(&dir.join("raft-log.redb"))
+        LogStore::<TypeConfig>::open(&dir.join(LOG_FILE))
             .map_err(|e| StartError::LogStore(e.to_string()))
     }
 
@@ -337,7 +360,7 @@ impl Node {
             probe: env.probe.clone(),
             node: config.id,
         });
-        let sm = LockStateMachine::open(&dir.join("snapshots"), observer)
+        let sm = LockStateMachine::open(&dir.join(SNAPSHOT_DIR), observer)
             .map_err(|e| StartError::StateMachine(e.to_string()))?;
         sm.set_table_bytes_max(config.table_bytes_max);
         let state = sm.handle();

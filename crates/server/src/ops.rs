@@ -40,6 +40,18 @@ pub enum Acquired {
     },
 }
 
+/// A copy of the table for a backup, with where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupImage {
+    /// The last log index applied to `table`: every token issued so far is at most this.
+    pub applied_index: u64,
+    /// The cluster's members (`ID=ADDR,...`) and fingerprint.
+    pub members: String,
+    pub fingerprint: String,
+    /// `latchkey_core::codec::encode_table` output.
+    pub table: Vec<u8>,
+}
+
 /// A new session: its key (the secret proves ownership) and the lease it got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NewSession {
@@ -698,6 +710,29 @@ impl Node {
     }
 
     /// The audit log, oldest first, as of a linearizable read.
+    /// A consistent copy of the whole table (`latchkey snapshot save`), as of a linearizable
+    /// read: encoded under the table's read lock together with the applied index, so applying
+    /// waits for the encoding (as it does for a snapshot build); reads do not.
+    pub async fn backup(&self) -> Result<BackupImage, ApiError> {
+        self.linearizable_read().await?;
+        let (applied_index, table) = self
+            .state
+            .read_applied(|t, applied| (applied, latchkey_core::codec::encode_table(t)));
+        if table.len() as u64 > limits::BACKUP_TABLE_BYTES_MAX {
+            return Err(ApiError::BackupTooLarge {
+                bytes: table.len() as u64,
+                max: limits::BACKUP_TABLE_BYTES_MAX,
+            });
+        }
+        Ok(BackupImage {
+            applied_index,
+            // The voters now (the membership may have changed since the cluster was founded).
+            members: crate::node::members_text(&self.membership().voters.into_iter().collect()),
+            fingerprint: self.peer_auth.fingerprint().to_owned(),
+            table,
+        })
+    }
+
     pub async fn audit(&self) -> Result<Vec<AuditRecord>, ApiError> {
         self.linearizable_read().await?;
         Ok(self.state.read(|t| t.audit().cloned().collect()))

@@ -174,6 +174,11 @@ impl std::fmt::Debug for PeerAuth {
 }
 
 impl PeerAuth {
+    /// This cluster's fingerprint (hex), as every peer message carries it.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
     /// A member of `cluster` with the default table budget.
     pub fn new(me: u64, cluster: ClusterId, secret: Option<ClusterSecret>) -> PeerAuth {
         PeerAuth::with_table_bytes_max(me, cluster, limits::TABLE_BYTES_MAX, secret)

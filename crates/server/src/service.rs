@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use latchkey_core::{Actor, AuditAction, AuditRecord, SessionId, SessionKey, SessionOwner};
+use latchkey_core::{limits, Actor, AuditAction, AuditRecord, SessionId, SessionKey, SessionOwner};
 use latchkey_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
@@ -409,6 +409,39 @@ impl pb::locks_server::Locks for LocksService {
             .revoke_session(SessionId(req.session), by, req.reason)
             .await?;
         Ok(Response::new(pb::AdminRevokeResponse { locks }))
+    }
+
+    type BackupStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<pb::BackupChunk, Status>> + Send + 'static>,
+    >;
+
+    async fn backup(
+        &self,
+        request: Request<pb::BackupRequest>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        self.node.metrics.request("backup");
+        // The copy holds every lock and session: it needs admin on every lock.
+        self.authorize(&request, Need::Prefix("", Permission::Admin), &[])?;
+        let image = self.node.backup().await?;
+        let header = pb::BackupHeader {
+            applied_index: image.applied_index,
+            members: image.members,
+            fingerprint: image.fingerprint,
+            table_bytes: image.table.len() as u64,
+            table_sha256: crate::backup::sha256(&image.table).to_vec(),
+        };
+        // The header rides with the first chunk; an empty table still sends one message. Each
+        // chunk is copied out only when the stream is polled.
+        let table = image.table;
+        let mut header = Some(header);
+        let ranges = crate::backup::chunk_ranges(table.len(), limits::BACKUP_CHUNK_BYTES);
+        let stream = futures::stream::iter(ranges.map(move |range| {
+            Ok(pb::BackupChunk {
+                header: header.take(),
+                data: table[range].to_vec(),
+            })
+        }));
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn audit(

@@ -75,26 +75,46 @@ impl Cluster {
     }
 
     pub fn start_with(n: u64, timing: Timing) -> Cluster {
-        Cluster::start_inner(n, timing, true, &[])
+        Cluster::start_inner(n, timing, true, &[], |_, _| {})
     }
 
     /// [`Cluster::start_with`], every member with more `serve` flags.
     pub fn start_configured(n: u64, timing: Timing, extra_args: &[&str]) -> Cluster {
-        Cluster::start_inner(n, timing, true, extra_args)
+        Cluster::start_inner(n, timing, true, extra_args, |_, _| {})
     }
 
     /// Starts `n` members whose peers dial each other directly, at the addresses the Raft
     /// membership gives (no proxies, no `--peer-dial`): for tests that move members.
     pub fn start_without_proxies(n: u64) -> Cluster {
-        Cluster::start_inner(n, Timing::default(), false, &[])
+        Cluster::start_inner(n, Timing::default(), false, &[], |_, _| {})
     }
 
-    fn start_inner(n: u64, timing: Timing, proxied: bool, extra_args: &[&str]) -> Cluster {
+    /// Starts `n` members like [`Cluster::start_with`], but first calls `seed(cluster, id)`
+    /// for each member, before its data dir exists (e.g. to restore it from a backup with
+    /// this cluster's `--peers`). It runs again for every member if the cluster is started
+    /// over on new ports.
+    pub fn start_seeded(n: u64, timing: Timing, seed: impl FnMut(&Cluster, u64)) -> Cluster {
+        Cluster::start_inner(n, timing, true, &[], seed)
+    }
+
+    fn start_inner(
+        n: u64,
+        timing: Timing,
+        proxied: bool,
+        extra_args: &[&str],
+        mut seed: impl FnMut(&Cluster, u64),
+    ) -> Cluster {
         let mut last = String::new();
         // A free port can be taken by someone else before the member binds it: then start
         // over on new ports (the member list is fixed at first start).
         for _ in 0..3 {
-            let mut cluster = Cluster::spawn_all(n, timing.clone(), proxied, extra_args);
+            let mut cluster = Cluster::prepare(n, timing.clone(), proxied, extra_args);
+            for id in cluster.ids() {
+                seed(&cluster, id);
+            }
+            for id in cluster.ids() {
+                cluster.spawn(id);
+            }
             match cluster.wait_healthy(READY_TIMEOUT) {
                 Ok(()) => return cluster,
                 Err(e) => {
@@ -105,7 +125,8 @@ impl Cluster {
         panic!("cluster did not start: {last}");
     }
 
-    fn spawn_all(n: u64, timing: Timing, proxied: bool, extra_args: &[&str]) -> Cluster {
+    /// Members on free ports and their proxies; nothing spawned yet.
+    fn prepare(n: u64, timing: Timing, proxied: bool, extra_args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let members: Vec<Member> = (1..=n)
             .map(|id| Member {
@@ -128,18 +149,14 @@ impl Cluster {
             .map(|m| format!("{}={}", m.id, m.addr))
             .collect::<Vec<_>>()
             .join(",");
-        let mut cluster = Cluster {
+        Cluster {
             members,
             proxies,
             timing,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             founding,
             dir,
-        };
-        for id in 1..=n {
-            cluster.spawn(id);
         }
-        cluster
     }
 
     pub fn ids(&self) -> Vec<u64> {

@@ -1,0 +1,318 @@
+//! Backup and restore (`latchkey snapshot save` / `latchkey snapshot restore`).
+//!
+//! The backup file (written by the CLI from a `Backup` stream, see `ops.rs` `backup`):
+//!
+//! ```text
+//! "latchkey-backup\n"                       16 bytes, so `file` and a human can tell it
+//! format version byte, postcard BackupHeader   (core `versioned` framing)
+//! the table                                 core `codec::encode_table` output (itself versioned)
+//! SHA-256 of everything before it           32 bytes: a damaged or truncated file is refused
+//! ```
+//!
+//! The header records the last applied index, the source cluster's members and fingerprint,
+//! and the table's length and SHA-256 as the leader computed them (checked end to end).
+//!
+//! Restore seeds a new member's data dir so that `latchkey serve` starts from the table as if
+//! it had installed a snapshot: the state machine's snapshot file holds the table at a log id
+//! whose index is the backup's applied index, with the new cluster's member list as its
+//! membership, and the log store records that log id as purged, so openraft starts with an
+//! empty log after it. New entries then get higher indexes, and tokens (log indexes) keep
+//! increasing across the restore. Every member of the new cluster is restored from the same
+//! file: they start with identical logs and elect a leader as any cluster does.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use latchkey_core::codec::{decode_table, DecodeError};
+use latchkey_core::versioned::{self, VersionedError};
+use latchkey_core::{limits, LockTable};
+use latchkey_log_store::LogStore;
+use latchkey_raft::{LogId, Membership, StoredMembership, TypeConfig};
+use openraft::storage::RaftLogStorage;
+use openraft::vote::RaftLeaderId;
+use openraft::{BasicNode, RaftTypeConfig};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::node;
+
+/// The first bytes of every backup file.
+pub const BACKUP_MAGIC: &[u8; 16] = b"latchkey-backup\n";
+/// Version of the backup file format written by this build.
+pub const BACKUP_FILE_FORMAT_VERSION: u8 = 1;
+const CHECKSUM_BYTES: usize = 32;
+
+/// What a backup came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupHeader {
+    /// The last log index applied to the table: every fencing token issued is at most this.
+    pub applied_index: u64,
+    /// The source cluster's members (`ID=ADDR,...`) and fingerprint.
+    pub members: String,
+    pub fingerprint: String,
+    pub table_bytes: u64,
+    pub table_sha256: [u8; 32],
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackupFileError {
+    #[error("not a latchkey backup file (it does not start with the backup header)")]
+    NotABackup,
+    #[error("backup file is damaged or truncated: its checksum does not match its contents")]
+    Checksum,
+    #[error("backup file format version {found} is not supported (this build reads {expected})")]
+    UnknownVersion { found: u8, expected: u8 },
+    #[error("backup file header is corrupt: {0}")]
+    Header(String),
+    #[error("backup file holds {found} bytes of table, its header says {expected}")]
+    Length { found: u64, expected: u64 },
+    #[error("backup table is {bytes} bytes, over the limit of {max}")]
+    TooLarge { bytes: u64, max: u64 },
+    #[error("backup table does not match the SHA-256 the leader computed")]
+    TableChecksum,
+    #[error("backup table: {0}")]
+    Table(#[from] DecodeError),
+}
+
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// The byte ranges of the chunks a table of `len` bytes is streamed in: consecutive, each at
+/// most `chunk` bytes, covering it all; one empty range for an empty table (the header still
+/// needs a message to ride in).
+pub fn chunk_ranges(len: usize, chunk: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    assert!(chunk > 0, "a chunk holds at least one byte");
+    let count = len.div_ceil(chunk).max(1);
+    (0..count).map(move |i| i * chunk..((i + 1) * chunk).min(len))
+}
+
+/// The whole file for `header` and `table` (checked against the header first).
+pub fn encode_file(header: &BackupHeader, table: &[u8]) -> Result<Vec<u8>, BackupFileError> {
+    check_table(header, table)?;
+    let mut out = BACKUP_MAGIC.to_vec();
+    out.extend(
+        versioned::encode(BACKUP_FILE_FORMAT_VERSION, header)
+            .map_err(|e| BackupFileError::Header(e.to_string()))?,
+    );
+    out.extend_from_slice(table);
+    let sum = sha256(&out);
+    out.extend_from_slice(&sum);
+    Ok(out)
+}
+
+fn check_table(header: &BackupHeader, table: &[u8]) -> Result<(), BackupFileError> {
+    let found = table.len() as u64;
+    if found > limits::BACKUP_TABLE_BYTES_MAX {
+        return Err(BackupFileError::TooLarge {
+            bytes: found,
+            max: limits::BACKUP_TABLE_BYTES_MAX,
+        });
+    }
+    if found != header.table_bytes {
+        return Err(BackupFileError::Length {
+            found,
+            expected: header.table_bytes,
+        });
+    }
+    if sha256(table) != header.table_sha256 {
+        return Err(BackupFileError::TableChecksum);
+    }
+    Ok(())
+}
+
+/// Reads a backup file's bytes: its header and the decoded table (whose invariants hold).
+pub fn decode_file(bytes: &[u8]) -> Result<(BackupHeader, LockTable), BackupFileError> {
+    let Some(rest) = bytes.strip_prefix(BACKUP_MAGIC.as_slice()) else {
+        return Err(BackupFileError::NotABackup);
+    };
+    if rest.len() < CHECKSUM_BYTES {
+        return Err(BackupFileError::Checksum);
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - CHECKSUM_BYTES);
+    if sha256(body) != sum {
+        return Err(BackupFileError::Checksum);
+    }
+    let after_magic = &body[BACKUP_MAGIC.len()..];
+    let (header, table): (BackupHeader, _) =
+        versioned::decode(BACKUP_FILE_FORMAT_VERSION, after_magic).map_err(|e| match e {
+            VersionedError::UnknownVersion { found, expected } => {
+                BackupFileError::UnknownVersion { found, expected }
+            }
+            e => BackupFileError::Header(e.to_string()),
+        })?;
+    check_table(&header, table)?;
+    let table = decode_table(table)?;
+    Ok((header, table))
+}
+
+/// Writes `bytes` to `path` atomically and durably (temp file, fsync, rename, fsync the dir).
+pub fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} names no file", path.display()),
+        )
+    })?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    latchkey_log_store::write_durably(dir, &name.to_string_lossy(), bytes)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("data dir {0} is not empty: restore seeds a new member's data dir only")]
+    DataDirNotEmpty(PathBuf),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    File {
+        path: PathBuf,
+        source: BackupFileError,
+    },
+    #[error("log store: {0}")]
+    LogStore(String),
+    #[error("this node's id {id} is not in the member list {members}")]
+    NotAMember { id: u64, members: String },
+}
+
+/// What a restore wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    pub header: BackupHeader,
+    /// The index the new member's log starts after (the table's snapshot index).
+    pub index: u64,
+    pub sessions: usize,
+    pub locks: usize,
+}
+
+/// Seeds the empty (or missing) `data_dir` of member `id` of a new cluster of `members` from
+/// the backup file at `file`. Refuses a data dir that holds anything.
+pub async fn restore(
+    file: &Path,
+    data_dir: &Path,
+    id: u64,
+    members: &BTreeMap<u64, String>,
+) -> Result<Restored, RestoreError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RestoreError::Io { path, source }
+    };
+    let members_text = node::members_text(members);
+    if !members.contains_key(&id) {
+        return Err(RestoreError::NotAMember {
+            id,
+            members: members_text,
+        });
+    }
+    match std::fs::read_dir(data_dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(RestoreError::DataDirNotEmpty(data_dir.to_path_buf()));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(data_dir)(e)),
+    }
+    let bytes = std::fs::read(file).map_err(io(file))?;
+    let (header, mut table) = decode_file(&bytes).map_err(|source| RestoreError::File {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    drop(bytes);
+    // A new cluster counts every lease from its own start (see `LockTable::restart_leases`).
+    table.restart_leases();
+    // The table's own index is at most the applied index (blank and membership entries apply
+    // no command); the larger keeps every later token above every earlier one.
+    let index = header.applied_index.max(table.last_index());
+    // Term 0: the new cluster's first election is term 1, so its first entry's log id (term 1,
+    // index + 1) is above this one, as openraft requires of a log. The node in it is the
+    // lowest member id, so that every member restored with the same list has the same log id
+    // (members that disagree on the log id at one index break openraft's assertions).
+    let first = *members.keys().next().expect("id is a member");
+    let leader = <TypeConfig as RaftTypeConfig>::LeaderId::new(0, first).to_committed();
+    let log_id = LogId::new(leader, index);
+    let nodes: BTreeMap<u64, BasicNode> = members
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+        .collect();
+    let membership = StoredMembership::new(Some(log_id), Membership::from(nodes));
+
+    let snapshots = data_dir.join(node::SNAPSHOT_DIR);
+    std::fs::create_dir_all(&snapshots).map_err(io(&snapshots))?;
+    let snapshot = latchkey_raft::snapshot::encode(&Some(log_id), &membership, &table);
+    latchkey_raft::snapshot::write_atomically(&snapshots, &snapshot).map_err(io(&snapshots))?;
+
+    // The dir belongs to the new cluster, as if this member had founded it with `members`.
+    let record = node::founder_record(id, members);
+    let log_path = data_dir.join(node::LOG_FILE);
+    {
+        let mut log = LogStore::<TypeConfig>::open(&log_path)
+            .map_err(|e| RestoreError::LogStore(e.to_string()))?;
+        // The log starts after the snapshot: openraft reads (purged, last] as empty.
+        log.purge(log_id)
+            .await
+            .map_err(|e| RestoreError::LogStore(e.to_string()))?;
+        log.write_meta(node::META_CLUSTER, record.as_bytes())
+            .map_err(|e| RestoreError::LogStore(e.to_string()))?;
+    }
+    latchkey_log_store::write_durably(data_dir, node::CLUSTER_FILE, record.as_bytes())
+        .map_err(io(data_dir))?;
+    Ok(Restored {
+        header,
+        index,
+        sessions: table.sessions().count(),
+        locks: table.lock_count(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file() -> Vec<u8> {
+        let table = latchkey_core::codec::encode_table(&LockTable::new());
+        let header = BackupHeader {
+            applied_index: 7,
+            members: "1=127.0.0.1:1".into(),
+            fingerprint: "ab".into(),
+            table_bytes: table.len() as u64,
+            table_sha256: sha256(&table),
+        };
+        encode_file(&header, &table).unwrap()
+    }
+
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one range is the answer, not a range of items
+    fn chunks_cover_the_table_in_order_within_the_chunk_size() {
+        assert_eq!(chunk_ranges(0, 4).collect::<Vec<_>>(), [0..0]);
+        assert_eq!(chunk_ranges(4, 4).collect::<Vec<_>>(), [0..4]);
+        assert_eq!(chunk_ranges(10, 4).collect::<Vec<_>>(), [0..4, 4..8, 8..10]);
+    }
+
+    #[test]
+    fn a_file_round_trips() {
+        let (header, table) = decode_file(&file()).unwrap();
+        assert_eq!(header.applied_index, 7);
+        assert_eq!(table.last_index(), 0);
+    }
+
+    #[test]
+    fn every_flipped_byte_and_every_truncation_is_refused() {
+        let bytes = file();
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            assert!(decode_file(&bad).is_err(), "flipped byte {i} was accepted");
+            assert!(
+                decode_file(&bytes[..i]).is_err(),
+                "truncation to {i} was accepted"
+            );
+        }
+    }
+}
