@@ -11,6 +11,7 @@
 //!
 //! - [`cluster::Cluster`]: N members with fault-injecting proxies on their peer links
 //!   ([`proxy::Proxy`]).
+//! - [`walkthrough`]: a README shell walkthrough run as written, on free ports.
 //! - [`rpc`]: in-process observation: a tokio runtime, raw gRPC clients pinned to one member,
 //!   every member's own status at once.
 //!
@@ -24,6 +25,7 @@ pub mod cluster;
 pub mod proxy;
 pub mod rpc;
 pub mod serve;
+pub mod walkthrough;
 
 use std::ffi::OsStr;
 use std::fs::File;
