@@ -27,8 +27,8 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
             attempts_max: limits::CLIENT_ATTEMPTS_MAX,
-            elapsed_max: Duration::from_secs(20),
-            backoff_initial: Duration::from_millis(50),
+            elapsed_max: Duration::from_millis(limits::CLIENT_RETRY_ELAPSED_MS_MAX),
+            backoff_initial: Duration::from_millis(limits::CLIENT_BACKOFF_MS_INITIAL),
             backoff_max: Duration::from_millis(limits::CLIENT_BACKOFF_MS_MAX),
         }
     }

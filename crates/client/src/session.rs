@@ -102,9 +102,10 @@ impl ClientLease {
     }
 
     /// A renewal failed at `now`: try again after a tenth of the TTL (at least 100 ms), but
-    /// never later than the deadline.
+    /// never later than the deadline (reasons in [`limits::CLIENT_RENEWAL_RETRY_TTL_DIVISOR`]).
     pub(crate) fn failed(&mut self, now: Instant) {
-        let step = (self.ttl / 10).max(Duration::from_millis(100));
+        let step = (self.ttl / limits::CLIENT_RENEWAL_RETRY_TTL_DIVISOR)
+            .max(Duration::from_millis(limits::CLIENT_RENEWAL_RETRY_MS_MIN));
         self.retry_at = Some((now + step).min(self.deadline()));
     }
 }

@@ -250,6 +250,16 @@ const _: () = assert!(CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR >= CLIENT_RENEWAL_TTL_D
 const _: () = assert!(
     CLIENT_RENEWAL_ATTEMPT_MS_MIN <= SESSION_TTL_MS_MIN / CLIENT_RENEWAL_TTL_DIVISOR as u64
 );
+/// After a renewal failed (its attempts ran out, or the answer left the session out), the next
+/// one is sent TTL / this (a tenth) later, at least the minimum below, and never later than the
+/// client's deadline: sooner than the regular TTL/3 schedule, since the lease is now running
+/// down, but not a tight loop against a cluster that is electing a leader.
+pub const CLIENT_RENEWAL_RETRY_TTL_DIVISOR: u32 = 10;
+pub const CLIENT_RENEWAL_RETRY_MS_MIN: u64 = 100;
+// A failed renewal is retried sooner than the regular schedule would send the next one.
+const _: () = assert!(CLIENT_RENEWAL_RETRY_TTL_DIVISOR >= CLIENT_RENEWAL_TTL_DIVISOR);
+const _: () =
+    assert!(CLIENT_RENEWAL_RETRY_MS_MIN <= SESSION_TTL_MS_MIN / CLIENT_RENEWAL_TTL_DIVISOR as u64);
 /// Cap of the backoff between renewal attempts: TTL / this (a twentieth), at least the minimum
 /// below, so that a renewal reaches a new leader within a few hundred ms of its election.
 pub const CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR: u32 = 20;
@@ -273,8 +283,19 @@ const _: () = assert!(
 /// issue #11). A cheap "not the leader" answer or a refused connection every 250 ms per client
 /// is no load for a member.
 pub const CLIENT_BACKOFF_MS_MAX: u64 = 250;
-/// A client's attempts of one request before it gives up (its time budget, 20 s, usually ends
-/// it first). With the backoff capped low, many attempts are needed to ride out an election and
+/// The first backoff of a client's retry sequence (`RetryPolicy::backoff_initial`); it doubles
+/// after each failed attempt up to `CLIENT_BACKOFF_MS_MAX`. Short, because the usual failure is
+/// a follower's "not the leader" answer, which costs the member nothing.
+pub const CLIENT_BACKOFF_MS_INITIAL: u64 = 50;
+const _: () = assert!(CLIENT_BACKOFF_MS_INITIAL <= CLIENT_BACKOFF_MS_MAX);
+/// The time budget of one logical request (`RetryPolicy::elapsed_max`): no new attempt starts
+/// after it. Long enough to ride out several failovers (`LEADERLESS_MS_MAX_DEFAULT`) and the
+/// quick restart of a single node; short enough that a cluster that is really down is reported
+/// within a human's patience. A wait (`Acquire`) re-sends past it under the same sequence number.
+pub const CLIENT_RETRY_ELAPSED_MS_MAX: u64 = 20_000;
+const _: () = assert!(3 * LEADERLESS_MS_MAX_DEFAULT <= CLIENT_RETRY_ELAPSED_MS_MAX);
+/// A client's attempts of one request before it gives up (its time budget,
+/// `CLIENT_RETRY_ELAPSED_MS_MAX`, usually ends it first). With the backoff capped low, many attempts are needed to ride out an election and
 /// the quick restart of a single-node cluster.
 pub const CLIENT_ATTEMPTS_MAX: u32 = 64;
 // The attempts' least total backoff (each delay is at least half its ceiling, the ceilings
