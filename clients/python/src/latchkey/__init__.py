@@ -1,0 +1,42 @@
+"""latchkey: a Python client for the latchkey distributed lock service (gRPC through grpcio).
+
+    import latchkey
+    client = latchkey.Client(["127.0.0.1:7420"])
+    with client.lock("reports/nightly", ttl=15, wait=30) as guard:
+        requests.post(url, headers=guard.fencing_headers(), ...)   # stop when guard.lost is set
+
+The blocking API is here; `latchkey.aio` is the asyncio one. Errors: `latchkey.errors`.
+"""
+
+from . import errors
+from ._core import Holder, LockInfo, NodeStatus, RetryPolicy, safety_margin
+from ._core import now as now
+from .client import Client, LockGuard, LostSignal, Session
+from .errors import (
+    Conflict,
+    InvalidArgument,
+    LatchkeyError,
+    LimitReached,
+    LockHeld,
+    LockLost,
+    NotHeld,
+    PermissionDenied,
+    ProtocolError,
+    ServerError,
+    SessionLost,
+    SessionNotFound,
+    TlsError,
+    TransportError,
+    Unavailable,
+    WaitTimeout,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "Session", "LockGuard", "LostSignal", "LockInfo", "Holder", "NodeStatus",
+    "RetryPolicy", "safety_margin", "now", "errors",
+    "LatchkeyError", "InvalidArgument", "WaitTimeout", "LockHeld", "LockLost", "SessionLost",
+    "NotHeld", "SessionNotFound", "PermissionDenied", "LimitReached", "Conflict", "Unavailable",
+    "TransportError", "TlsError", "ProtocolError", "ServerError",
+]

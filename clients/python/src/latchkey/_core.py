@@ -1,0 +1,493 @@
+"""What the blocking and the asyncio clients share: limits, the clock, the lease arithmetic,
+the sequence window, routing, backoff and the one place where a gRPC status becomes an error.
+
+Nothing here does I/O or starts a thread; the Rust client (crates/client) is the reference and
+each piece names its counterpart there.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Sequence, Tuple
+
+import grpc
+
+from . import errors
+from ._proto import latchkey_pb2 as pb
+
+# --- Limits, mirrored from crates/core/src/limits.rs (the reasons are there). -----------------
+LOCK_NAME_BYTES_MAX = 512
+SESSION_TTL_MS_MIN = 1_000
+SESSION_TTL_MS_MAX = 3_600_000
+SESSION_TTL_MS_DEFAULT = 15_000
+SESSION_SEQ_WINDOW_MAX = 128
+SESSION_WAITS_IN_FLIGHT_MAX = 64
+SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX = 32
+WAIT_TIMEOUT_MS_MAX = 86_400_000
+ACQUIRE_POLL_MS_MAX = 10_000
+CLIENT_MESSAGE_BYTES_MAX = 8 * 1024 * 1024
+CLIENT_RENEWAL_TTL_DIVISOR = 3
+CLIENT_SAFETY_MARGIN_TTL_DIVISOR = 5
+CLIENT_SAFETY_MARGIN_MS_MIN = 200
+CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR = 5
+CLIENT_RENEWAL_ATTEMPT_MS_MIN = 200
+CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR = 20
+CLIENT_RENEWAL_BACKOFF_MS_MIN = 50
+CLIENT_BACKOFF_MS_MAX = 250
+CLIENT_BACKOFF_MS_INITIAL = 50
+CLIENT_ATTEMPTS_MAX = 64
+CLIENT_ELAPSED_MS_MAX = 20_000
+LEADERLESS_MS_MAX_DEFAULT = 100 + 3 * 600
+CLIENT_REFUSED_HINT_IGNORE_MS = LEADERLESS_MS_MAX_DEFAULT
+CLIENT_ACQUIRE_BACKOFF_MS_MAX = 250
+CLIENT_PENDING_AFTER_DEADLINE_MS_MAX = 2 * ACQUIRE_POLL_MS_MAX
+CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX = 1_000
+CLIENT_RPC_TIMEOUT_MS_DEFAULT = 5_000
+# Same relations as the Rust const assertions, checked at import.
+assert 2 * SESSION_SEQ_WINDOW_MAX <= 256  # SESSION_OUTCOMES_MAX
+assert SESSION_WAITS_IN_FLIGHT_MAX + SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX < SESSION_SEQ_WINDOW_MAX
+assert 2 * CLIENT_SAFETY_MARGIN_TTL_DIVISOR <= CLIENT_RENEWAL_TTL_DIVISOR * (
+    CLIENT_SAFETY_MARGIN_TTL_DIVISOR - 1
+)
+
+ERROR_REASON_KEY = "latchkey-error"
+LEADER_ADDR_KEY = "latchkey-leader-addr"
+TOKEN_HEADER = "latchkey-token"
+LOCK_HEADER = "latchkey-lock"
+TLS_REQUIRED_MESSAGE = "latchkey: this server speaks TLS"
+
+# --- The clock. ----------------------------------------------------------------------------
+if hasattr(time, "CLOCK_BOOTTIME"):
+
+    def now() -> float:
+        """Seconds on CLOCK_BOOTTIME: monotonic, and counts time the machine was suspended, so
+        that a holder resuming from suspend sees its lease deadline passed at once (as the
+        server does). Timers (Event.wait, asyncio.sleep) still run on CLOCK_MONOTONIC: a
+        renewal wakes on that schedule, which is why every "lost?" question reads this clock
+        itself rather than trusting a timer."""
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+else:  # pragma: no cover - not Linux
+
+    def now() -> float:
+        """time.monotonic: whether it counts suspended time depends on the platform (macOS's
+        does not), so a holder there learns of a loss after a suspend from its next renewal."""
+        return time.monotonic()
+
+
+# --- Validation. ---------------------------------------------------------------------------
+def validate_name(name: str) -> None:
+    if not isinstance(name, str):
+        raise errors.InvalidArgument(f"a lock name is a str, not {type(name).__name__}")
+    n = len(name.encode("utf-8"))
+    if n == 0:
+        raise errors.InvalidArgument("the lock name is empty")
+    if n > LOCK_NAME_BYTES_MAX:
+        raise errors.InvalidArgument(
+            f"the lock name has {n} bytes, more than {LOCK_NAME_BYTES_MAX}"
+        )
+    for i, c in enumerate(name):
+        if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0:  # Unicode Cc, as Rust's char::is_control
+            raise errors.InvalidArgument(f"the lock name has a control character at {i}")
+
+
+def ttl_ms_of(ttl: float) -> int:
+    """A TTL in seconds as the protocol's milliseconds, checked against the server's range."""
+    try:
+        ms = int(round(float(ttl) * 1000))
+    except (TypeError, ValueError):
+        raise errors.InvalidArgument(f"ttl must be a number of seconds, not {ttl!r}") from None
+    if not SESSION_TTL_MS_MIN <= ms <= SESSION_TTL_MS_MAX:
+        raise errors.InvalidArgument(
+            f"ttl {ttl} s is outside {SESSION_TTL_MS_MIN / 1000:g}..{SESSION_TTL_MS_MAX / 1000:g} s"
+        )
+    return ms
+
+
+def wait_of(wait: Optional[float]) -> Optional[float]:
+    if wait is None:
+        return None
+    try:
+        w = float(wait)
+    except (TypeError, ValueError):
+        raise errors.InvalidArgument(f"wait must be seconds or None, not {wait!r}") from None
+    if w < 0 or w != w:
+        raise errors.InvalidArgument(f"wait must be >= 0 seconds, not {wait!r}")
+    return w
+
+
+# --- The lease (crates/client/src/session.rs, ClientLease). ---------------------------------
+def safety_margin(ttl: float) -> float:
+    """max(TTL / 5, 200 ms)."""
+    return max(ttl / CLIENT_SAFETY_MARGIN_TTL_DIVISOR, CLIENT_SAFETY_MARGIN_MS_MIN / 1000)
+
+
+def renewal_attempt_timeout(ttl: float) -> float:
+    return max(ttl / CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR, CLIENT_RENEWAL_ATTEMPT_MS_MIN / 1000)
+
+
+def renewal_backoff_max(ttl: float) -> float:
+    return max(ttl / CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR, CLIENT_RENEWAL_BACKOFF_MS_MIN / 1000)
+
+
+class ClientLease:
+    """A session's lease as the client sees it. The server expires a session TTL after it last
+    received a renewal; the client cannot see that clock, so it keeps a conservative one: the
+    send instant of the last renewal the server acknowledged, plus the TTL, minus the safety
+    margin. The server received that renewal after it was sent, so its deadline is later than
+    ours by at least the margin: the time a holder has to stop working."""
+
+    def __init__(self, sent: float, ttl: float) -> None:
+        self.ttl = ttl
+        self.margin = safety_margin(ttl)
+        self.acked_sent = sent
+        self.retry_at: Optional[float] = None
+
+    def deadline(self) -> float:
+        return self.acked_sent + max(self.ttl - self.margin, 0.0)
+
+    def next_renewal(self) -> float:
+        if self.retry_at is not None:
+            return self.retry_at
+        return self.acked_sent + self.ttl / CLIENT_RENEWAL_TTL_DIVISOR
+
+    def acknowledged(self, sent: float, server_ttl: float) -> None:
+        """An older acknowledgement never moves the deadline back; a shorter server TTL is
+        believed (0 means "not said")."""
+        if sent >= self.acked_sent:
+            self.acked_sent = sent
+        if 0 < server_ttl < self.ttl:
+            self.ttl = server_ttl
+            self.margin = safety_margin(server_ttl)
+        self.retry_at = None
+
+    def failed(self, at: float) -> None:
+        """A renewal failed at `at`: try again after a tenth of the TTL (at least 100 ms), never
+        later than the deadline."""
+        step = max(self.ttl / 10, 0.1)
+        self.retry_at = min(at + step, self.deadline())
+
+
+# --- The sequence window (session.rs, SeqWindow). --------------------------------------------
+class SeqWindow:
+    """The sequence numbers of a session's unanswered requests. A new request waits while its
+    number would be SESSION_SEQ_WINDOW_MAX or more past the oldest unanswered one, so that the
+    server's memory of outcomes still holds the oldest one's when it is retried. Not locked:
+    the sync and asyncio sessions guard it with their own condition."""
+
+    def __init__(self, first: int = 1) -> None:
+        self.next = first
+        self.unanswered: set = set()
+
+    def try_begin(self) -> Optional[int]:
+        oldest = min(self.unanswered) if self.unanswered else self.next
+        if self.next - oldest >= SESSION_SEQ_WINDOW_MAX:
+            return None
+        seq = self.next
+        self.next += 1
+        self.unanswered.add(seq)
+        return seq
+
+    def end(self, seq: int) -> None:
+        self.unanswered.discard(seq)
+
+
+# --- Backoff (retry.rs). -------------------------------------------------------------------
+class Backoff:
+    """Doubling delays with equal jitter: uniformly in [ceiling/2, ceiling]."""
+
+    def __init__(self, initial: float, cap: float, rng: random.Random) -> None:
+        self.next = min(initial, cap)
+        self.cap = max(cap, self.next)
+        self.rng = rng
+
+    def next_delay(self) -> float:
+        ceiling = self.next
+        self.next = min(self.next * 2, self.cap)
+        return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
+
+
+@dataclass
+class RetryPolicy:
+    attempts_max: int = CLIENT_ATTEMPTS_MAX
+    elapsed_max: float = CLIENT_ELAPSED_MS_MAX / 1000
+    backoff_initial: float = CLIENT_BACKOFF_MS_INITIAL / 1000
+    backoff_max: float = CLIENT_BACKOFF_MS_MAX / 1000
+
+    def backoff(self, cap: Optional[float], rng: random.Random) -> Backoff:
+        if cap is None:
+            return Backoff(self.backoff_initial, self.backoff_max, rng)
+        return Backoff(min(self.backoff_initial, cap), min(self.backoff_max, cap), rng)
+
+
+# --- Endpoints and routing (client.rs, Route). ---------------------------------------------
+def split_endpoint(endpoint: str) -> Tuple[str, str]:
+    """("http"|"https", "host:port") of an endpoint given as host:port or with a scheme."""
+    e = str(endpoint).strip()
+    if not e:
+        raise errors.InvalidArgument("empty endpoint")
+    scheme = "http"
+    if "://" in e:
+        scheme, e = e.split("://", 1)
+        if scheme not in ("http", "https"):
+            raise errors.InvalidArgument(f"endpoint {endpoint!r}: unknown scheme {scheme!r}")
+    e = e.rstrip("/")
+    host, sep, port = e.rpartition(":")
+    if not sep or not host or not port.isdigit() or " " in host:
+        raise errors.InvalidArgument(f"endpoint {endpoint!r}: want HOST:PORT")
+    return scheme, e
+
+
+@dataclass
+class Route:
+    """Where the next attempt goes: the believed leader, else the seeds round-robin. Hints
+    naming a member that just refused us are ignored for a while (issue #11)."""
+
+    seeds: Sequence[str]
+    leader: Optional[str] = None
+    next_seed: int = 0
+    refused: Optional[Tuple[str, float]] = None
+
+    def recently_refused(self, addr: str, at: float) -> bool:
+        return (
+            self.refused is not None
+            and self.refused[0] == addr
+            and at - self.refused[1] < CLIENT_REFUSED_HINT_IGNORE_MS / 1000
+        )
+
+    def pick(self) -> str:
+        if self.leader is not None:
+            return self.leader
+        return self.seeds[self.next_seed % len(self.seeds)]
+
+    def answered(self, addr: str) -> None:
+        if self.refused is not None and self.refused[0] == addr:
+            self.refused = None
+        self.leader = addr
+
+    def reroute(self, addr: str, hint: Optional[str], at: float) -> bool:
+        """`addr` is not the leader: follow `hint` unless it refused us lately; True if followed."""
+        if hint:
+            if hint == addr:
+                # It leads but cannot answer yet: stay, after the backoff.
+                self.leader = hint
+                return False
+            if not self.recently_refused(hint, at):
+                self.leader = hint
+                return True
+        self._next_seed(addr, at)
+        return False
+
+    def unreachable(self, addr: str, at: float) -> None:
+        self.refused = (addr, at)
+        self._next_seed(addr, at)
+
+    def _next_seed(self, addr: str, at: float) -> None:
+        self.leader = None
+        n = len(self.seeds)
+        if self.seeds[self.next_seed % n] == addr:
+            self.next_seed += 1
+        if n > 1 and self.recently_refused(self.seeds[self.next_seed % n], at):
+            self.next_seed += 1
+
+
+# --- Status classification (error.rs, classify). --------------------------------------------
+@dataclass
+class Failure:
+    """One failed attempt: "unavailable" (a node answered but cannot serve: retry, maybe at
+    the leader hint), "transport" (no answer: retry elsewhere) or "fatal" (raise `error`)."""
+
+    kind: str
+    message: str
+    leader_addr: Optional[str] = None
+    error: Optional[errors.LatchkeyError] = field(default=None)
+
+
+def _meta(metadata: Optional[Iterable]) -> dict:
+    out = {}
+    for item in metadata or ():
+        try:
+            k, v = item
+        except (TypeError, ValueError):
+            k, v = item.key, item.value
+        if isinstance(v, bytes):
+            continue
+        out[str(k).lower()] = v
+    return out
+
+
+def classify(code: grpc.StatusCode, details: Optional[str], metadata: Optional[Iterable]) -> Failure:
+    """A failed attempt's status -> what to do. The server sets `latchkey-error` on every
+    status it returns, so an UNAVAILABLE without it came from the transport, not a node."""
+    meta = _meta(metadata)
+    reason = meta.get(ERROR_REASON_KEY)
+    message = details or ""
+    C = grpc.StatusCode
+    if reason is None and TLS_REQUIRED_MESSAGE in message:
+        return Failure("fatal", message, error=errors.TlsError(
+            "this server speaks TLS: use https:// endpoints and give ca=..."))
+    if code == C.UNAVAILABLE and reason is not None:
+        hint = meta.get(LEADER_ADDR_KEY) or None
+        return Failure("unavailable", f"{message} ({reason})", leader_addr=hint)
+    if code in (C.UNAVAILABLE, C.CANCELLED, C.DEADLINE_EXCEEDED) or (
+        code == C.UNKNOWN and reason is None
+    ):
+        return Failure("transport", f"{code.name}: {message}")
+    if code == C.INVALID_ARGUMENT:
+        err: errors.LatchkeyError = errors.InvalidArgument(message, reason=reason)
+    elif code == C.NOT_FOUND:
+        err = errors.SessionNotFound(message, reason=reason)
+    elif code == C.RESOURCE_EXHAUSTED:
+        err = errors.LimitReached(message, reason=reason or "resource-exhausted")
+    elif code in (C.PERMISSION_DENIED, C.UNAUTHENTICATED):
+        err = errors.PermissionDenied(message, reason=reason or code.name.lower())
+    elif code == C.FAILED_PRECONDITION:
+        err = errors.Conflict(message, reason=reason or "failed-precondition")
+    else:
+        err = errors.ServerError(f"{code.name}: {message}", reason=reason)
+    return Failure("fatal", message, error=err)
+
+
+def give_up(failure: Failure, attempts: int, elapsed: float) -> errors.LatchkeyError:
+    if failure.kind == "fatal":
+        assert failure.error is not None
+        return failure.error
+    cls = errors.Unavailable if failure.kind == "unavailable" else errors.TransportError
+    return cls(f"{failure.message} ({attempts} attempts in {elapsed:.1f}s)")
+
+
+# --- Answers. ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Holder:
+    session_id: int
+    token: int
+    held_for: float
+    owner: Optional[dict]
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """One lock as the leader sees it (Describe)."""
+
+    name: str
+    holder: Optional[Holder]
+    waiters: int
+    queue: Tuple[int, ...]
+
+    @property
+    def held(self) -> bool:
+        return self.holder is not None
+
+
+def _owner(o: "pb.Owner") -> Optional[dict]:
+    if not (o.host or o.pid or o.user or o.text):
+        return None
+    return {"host": o.host, "pid": o.pid, "user": o.user, "text": o.text}
+
+
+def lock_info(lock: "pb.LockInfo") -> LockInfo:
+    holder = None
+    if lock.held:
+        holder = Holder(lock.session, lock.token, lock.held_for_ms / 1000,
+                        _owner(lock.owner) if lock.HasField("owner") else None)
+    return LockInfo(lock.name, holder, lock.waiters, tuple(w.session for w in lock.queue))
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    id: int
+    role: str
+    term: int
+    leader_id: Optional[int]
+    members: Tuple[Tuple[int, str], ...]
+    cluster_id: str
+
+
+def node_status(s: "pb.NodeStatusResponse") -> NodeStatus:
+    return NodeStatus(s.id, s.role, s.term, s.leader_id or None,
+                      tuple((m.id, m.addr) for m in s.members), s.cluster_id)
+
+
+def owner_of_this_process(text: str = "") -> "pb.Owner":
+    import getpass
+    import os
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name is not an error
+        user = ""
+    host = socket.gethostname()
+    return pb.Owner(host=host.encode()[:255].decode("utf-8", "ignore"), pid=os.getpid(),
+                    user=user.encode()[:64].decode("utf-8", "ignore"),
+                    text=text.encode()[:256].decode("utf-8", "ignore"))
+
+
+# Method paths of the Locks service (no generated *_pb2_grpc: see README "Python").
+_SERVICE = "/latchkey.v1.Locks/"
+METHODS = {
+    "CreateSession": (pb.CreateSessionRequest, pb.CreateSessionResponse),
+    "KeepAlive": (pb.KeepAliveRequest, pb.KeepAliveResponse),
+    "CloseSession": (pb.CloseSessionRequest, pb.CloseSessionResponse),
+    "Acquire": (pb.AcquireRequest, pb.AcquireResponse),
+    "Release": (pb.ReleaseRequest, pb.ReleaseResponse),
+    "Describe": (pb.DescribeRequest, pb.DescribeResponse),
+    "List": (pb.ListRequest, pb.ListResponse),
+    "NodeStatus": (pb.NodeStatusRequest, pb.NodeStatusResponse),
+}
+
+
+def method_path(name: str) -> str:
+    return _SERVICE + name
+
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", CLIENT_MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", CLIENT_MESSAGE_BYTES_MAX),
+    # The client retries itself, with the same request (same seq): no hidden retries.
+    ("grpc.enable_retries", 0),
+    # A member that came back must be reachable again soon, not after grpc's default
+    # reconnect backoff (up to 120 s).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+@dataclass
+class TlsFiles:
+    ca: Optional[bytes]
+    cert: Optional[bytes]
+    key: Optional[bytes]
+
+
+def read_tls(ca, cert, key) -> Optional[TlsFiles]:
+    if ca is None and cert is None and key is None:
+        return None
+    if (cert is None) != (key is None):
+        raise errors.InvalidArgument("give both cert and key (or neither)")
+    if ca is None:
+        raise errors.InvalidArgument("TLS needs the CA that signed the servers' certificates (ca=...)")
+
+    def read(what: str, path) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(1024 * 1024 + 1)
+        except OSError as e:
+            raise errors.InvalidArgument(f"cannot read the {what} file {path}: {e}") from None
+        if len(data) > 1024 * 1024:
+            raise errors.InvalidArgument(f"the {what} file {path} is too large for PEM")
+        return data
+
+    return TlsFiles(read("CA", ca), read("certificate", cert) if cert else None,
+                    read("key", key) if key else None)
+
+
+def auth_metadata(token: Optional[str]) -> Tuple[Tuple[str, str], ...]:
+    if token is None:
+        return ()
+    if not token or not all(0x21 <= ord(c) <= 0x7E for c in token):
+        raise errors.InvalidArgument("the auth token must be printable ASCII without spaces")
+    return (("authorization", f"Bearer {token}"),)

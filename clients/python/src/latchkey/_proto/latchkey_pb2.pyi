@@ -1,0 +1,371 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AcquireResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACQUIRE_RESULT_UNSPECIFIED: _ClassVar[AcquireResult]
+    ACQUIRE_RESULT_GRANTED: _ClassVar[AcquireResult]
+    ACQUIRE_RESULT_NOT_GRANTED: _ClassVar[AcquireResult]
+    ACQUIRE_RESULT_PENDING: _ClassVar[AcquireResult]
+ACQUIRE_RESULT_UNSPECIFIED: AcquireResult
+ACQUIRE_RESULT_GRANTED: AcquireResult
+ACQUIRE_RESULT_NOT_GRANTED: AcquireResult
+ACQUIRE_RESULT_PENDING: AcquireResult
+
+class Owner(_message.Message):
+    __slots__ = ("host", "pid", "user", "text")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    pid: int
+    user: str
+    text: str
+    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., user: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class Session(_message.Message):
+    __slots__ = ("id", "secret")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    secret: int
+    def __init__(self, id: _Optional[int] = ..., secret: _Optional[int] = ...) -> None: ...
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("ttl_ms", "owner")
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    ttl_ms: int
+    owner: Owner
+    def __init__(self, ttl_ms: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ...) -> None: ...
+
+class CreateSessionResponse(_message.Message):
+    __slots__ = ("session", "ttl_ms")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    ttl_ms: int
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class KeepAliveRequest(_message.Message):
+    __slots__ = ("sessions",)
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[Session]
+    def __init__(self, sessions: _Optional[_Iterable[_Union[Session, _Mapping]]] = ...) -> None: ...
+
+class KeepAliveResponse(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[SessionLease]
+    def __init__(self, leases: _Optional[_Iterable[_Union[SessionLease, _Mapping]]] = ...) -> None: ...
+
+class SessionLease(_message.Message):
+    __slots__ = ("id", "alive", "ttl_ms", "revoked_tokens", "revoked_through")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_THROUGH_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    alive: bool
+    ttl_ms: int
+    revoked_tokens: _containers.RepeatedScalarFieldContainer[int]
+    revoked_through: int
+    def __init__(self, id: _Optional[int] = ..., alive: _Optional[bool] = ..., ttl_ms: _Optional[int] = ..., revoked_tokens: _Optional[_Iterable[int]] = ..., revoked_through: _Optional[int] = ...) -> None: ...
+
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
+
+class CloseSessionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AcquireRequest(_message.Message):
+    __slots__ = ("session", "seq", "name", "wait_timeout_ms")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    seq: int
+    name: str
+    wait_timeout_ms: int
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., seq: _Optional[int] = ..., name: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class AcquireResponse(_message.Message):
+    __slots__ = ("result", "token", "position", "held_by")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
+    result: AcquireResult
+    token: int
+    position: int
+    held_by: LockInfo
+    def __init__(self, result: _Optional[_Union[AcquireResult, str]] = ..., token: _Optional[int] = ..., position: _Optional[int] = ..., held_by: _Optional[_Union[LockInfo, _Mapping]] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("session", "seq", "name", "token")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    seq: int
+    name: str
+    token: int
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., seq: _Optional[int] = ..., name: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("released",)
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    def __init__(self, released: _Optional[bool] = ...) -> None: ...
+
+class DescribeRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class LockInfo(_message.Message):
+    __slots__ = ("name", "held", "session", "token", "held_for_ms", "waiters", "owner", "queue")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HELD_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    WAITERS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    held: bool
+    session: int
+    token: int
+    held_for_ms: int
+    waiters: int
+    owner: Owner
+    queue: _containers.RepeatedCompositeFieldContainer[Waiter]
+    def __init__(self, name: _Optional[str] = ..., held: _Optional[bool] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., queue: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ...) -> None: ...
+
+class Waiter(_message.Message):
+    __slots__ = ("session", "waited_ms", "owner")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    WAITED_MS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    session: int
+    waited_ms: int
+    owner: Owner
+    def __init__(self, session: _Optional[int] = ..., waited_ms: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ...) -> None: ...
+
+class AdminReleaseRequest(_message.Message):
+    __slots__ = ("name", "token", "reason", "operator")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    token: int
+    reason: str
+    operator: str
+    def __init__(self, name: _Optional[str] = ..., token: _Optional[int] = ..., reason: _Optional[str] = ..., operator: _Optional[str] = ...) -> None: ...
+
+class AdminReleaseResponse(_message.Message):
+    __slots__ = ("session", "token")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session: int
+    token: int
+    def __init__(self, session: _Optional[int] = ..., token: _Optional[int] = ...) -> None: ...
+
+class AdminRevokeRequest(_message.Message):
+    __slots__ = ("session", "reason", "operator")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    session: int
+    reason: str
+    operator: str
+    def __init__(self, session: _Optional[int] = ..., reason: _Optional[str] = ..., operator: _Optional[str] = ...) -> None: ...
+
+class AdminRevokeResponse(_message.Message):
+    __slots__ = ("locks",)
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
+    locks: int
+    def __init__(self, locks: _Optional[int] = ...) -> None: ...
+
+class AuditRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AuditRecord(_message.Message):
+    __slots__ = ("index", "at_ms", "action", "lock", "session", "token", "next_token", "locks", "identity", "operator", "reason")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    LOCK_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    at_ms: int
+    action: str
+    lock: str
+    session: int
+    token: int
+    next_token: int
+    locks: int
+    identity: str
+    operator: str
+    reason: str
+    def __init__(self, index: _Optional[int] = ..., at_ms: _Optional[int] = ..., action: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., next_token: _Optional[int] = ..., locks: _Optional[int] = ..., identity: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AuditResponse(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[AuditRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[AuditRecord, _Mapping]]] = ...) -> None: ...
+
+class BackupRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BackupHeader(_message.Message):
+    __slots__ = ("applied_index", "members", "fingerprint", "table_bytes", "table_sha256")
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    TABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TABLE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    applied_index: int
+    members: str
+    fingerprint: str
+    table_bytes: int
+    table_sha256: bytes
+    def __init__(self, applied_index: _Optional[int] = ..., members: _Optional[str] = ..., fingerprint: _Optional[str] = ..., table_bytes: _Optional[int] = ..., table_sha256: _Optional[bytes] = ...) -> None: ...
+
+class BackupChunk(_message.Message):
+    __slots__ = ("header", "data")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    header: BackupHeader
+    data: bytes
+    def __init__(self, header: _Optional[_Union[BackupHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class DescribeResponse(_message.Message):
+    __slots__ = ("lock",)
+    LOCK_FIELD_NUMBER: _ClassVar[int]
+    lock: LockInfo
+    def __init__(self, lock: _Optional[_Union[LockInfo, _Mapping]] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("prefix", "limit")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    limit: int
+    def __init__(self, prefix: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("locks", "truncated")
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    locks: _containers.RepeatedCompositeFieldContainer[LockInfo]
+    truncated: bool
+    def __init__(self, locks: _Optional[_Iterable[_Union[LockInfo, _Mapping]]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class NodeStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("id", "addr")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    addr: str
+    def __init__(self, id: _Optional[int] = ..., addr: _Optional[str] = ...) -> None: ...
+
+class NodeStatusResponse(_message.Message):
+    __slots__ = ("id", "role", "term", "last_log_index", "applied_index", "leader_id", "members", "sessions", "locks", "cluster_id", "learners")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LAST_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEARNERS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    role: str
+    term: int
+    last_log_index: int
+    applied_index: int
+    leader_id: int
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    sessions: int
+    locks: int
+    cluster_id: str
+    learners: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, id: _Optional[int] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., leader_id: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., sessions: _Optional[int] = ..., locks: _Optional[int] = ..., cluster_id: _Optional[str] = ..., learners: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class AddMemberRequest(_message.Message):
+    __slots__ = ("id", "addr")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    addr: str
+    def __init__(self, id: _Optional[int] = ..., addr: _Optional[str] = ...) -> None: ...
+
+class RemoveMemberRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class MoveMemberRequest(_message.Message):
+    __slots__ = ("id", "addr")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    addr: str
+    def __init__(self, id: _Optional[int] = ..., addr: _Optional[str] = ...) -> None: ...
+
+class MembersResponse(_message.Message):
+    __slots__ = ("members",)
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class PeerMessage(_message.Message):
+    __slots__ = ("payload",)
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    def __init__(self, payload: _Optional[bytes] = ...) -> None: ...
+
+class PeerChunk(_message.Message):
+    __slots__ = ("payload", "data", "mac")
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    data: bytes
+    mac: bytes
+    def __init__(self, payload: _Optional[bytes] = ..., data: _Optional[bytes] = ..., mac: _Optional[bytes] = ...) -> None: ...

@@ -1,0 +1,659 @@
+"""The asyncio client (grpc.aio): the same rules as the blocking one, as coroutines and tasks.
+
+    client = latchkey.aio.Client(["127.0.0.1:7420"])
+    async with client.lock("name", ttl=15, wait=30) as guard:
+        ...            # `await guard.lost.wait()` completes when the lock may be lost
+    await client.close()
+
+Each session's renewal is one task, renewing every TTL/3; cancelling a `session.lock(...)` (e.g.
+with asyncio.wait_for) leaves a task that settles the request and releases a late grant.
+Everything of one Client must run on one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+import grpc
+import grpc.aio
+
+from . import _core as core
+from . import errors
+from ._proto import latchkey_pb2 as pb
+
+log = logging.getLogger("latchkey")
+
+_GRANTED = pb.ACQUIRE_RESULT_GRANTED
+_NOT_GRANTED = pb.ACQUIRE_RESULT_NOT_GRANTED
+_PENDING = pb.ACQUIRE_RESULT_PENDING
+_WHY_CLOSED = "the session was closed"
+_WHY_DEADLINE = "no renewal was acknowledged before the lease deadline (TTL minus safety margin)"
+_JOIN_S = 10.0
+
+
+class _Signal:
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._callbacks: Dict[int, Callable[[], None]] = {}
+        self._next = 0
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        if self._event.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def set(self) -> None:
+        if self._event.is_set():
+            return
+        self._event.set()
+        callbacks = list(self._callbacks.values())
+        self._callbacks.clear()
+        for fn in callbacks:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001
+                log.exception("latchkey: a lost callback raised")
+
+    def add(self, fn: Callable[[], None]) -> Callable[[], None]:
+        if self._event.is_set():
+            fn()
+            return lambda: None
+        key = self._next
+        self._next += 1
+        self._callbacks[key] = fn
+        return lambda: self._callbacks.pop(key, None)
+
+
+class LostSignal:
+    """Like asyncio.Event: set once the lock may be lost (see latchkey.LostSignal)."""
+
+    def __init__(self, guard: "LockGuard") -> None:
+        self._guard = guard
+        self._signal = _Signal()
+
+    def is_set(self) -> bool:
+        self._guard._session._check_deadline()
+        return self._signal.is_set()
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        """Completes with True when lost, or False after `timeout` seconds."""
+        if self.is_set():
+            return True
+        return await self._signal.wait(timeout)
+
+    def add_callback(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Calls `fn()` once, on the event loop, when the lock may be lost."""
+        self.is_set()
+        return self._signal.add(fn)
+
+    @property
+    def reason(self) -> Optional[str]:
+        return self._guard.lost_reason
+
+
+class Client:
+    """The asyncio twin of latchkey.Client; same arguments."""
+
+    def __init__(self, endpoints: Sequence[str], *, ca: Optional[str] = None,
+                 cert: Optional[str] = None, key: Optional[str] = None,
+                 auth_token: Optional[str] = None,
+                 rpc_timeout: float = core.CLIENT_RPC_TIMEOUT_MS_DEFAULT / 1000,
+                 retry: Optional[core.RetryPolicy] = None) -> None:
+        if isinstance(endpoints, str):
+            endpoints = [e for e in endpoints.split(",") if e.strip()]
+        split = [core.split_endpoint(e) for e in endpoints]
+        if not split:
+            raise errors.InvalidArgument("no endpoints")
+        self._tls = core.read_tls(ca, cert, key)
+        if self._tls is None and any(s == "https" for s, _ in split):
+            raise errors.InvalidArgument(
+                "an https:// endpoint needs the CA that signed the servers' certificates (ca=...)")
+        self._metadata = core.auth_metadata(auth_token)
+        self._rpc_timeout = float(rpc_timeout)
+        self._retry = retry or core.RetryPolicy()
+        self._rng = random.Random()
+        self._route = core.Route([addr for _, addr in split])
+        self._channels: Dict[str, grpc.aio.Channel] = {}
+        self._callables: Dict[Tuple[str, str], object] = {}
+        self._sessions: Set["Session"] = set()
+        self._closed = False
+
+    async def session(self, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000, *,
+                      owner: Optional[str] = None) -> "Session":
+        ttl_ms = core.ttl_ms_of(ttl)
+        request = pb.CreateSessionRequest(ttl_ms=ttl_ms)
+        if owner is not None:
+            request.owner.CopyFrom(core.owner_of_this_process(owner))
+        sent = core.now()
+        response, _ = await self._call("CreateSession", request, attempt_timeout=self._rpc_timeout)
+        if not response.HasField("session"):
+            raise errors.ProtocolError("CreateSession answered without a session")
+        lease = core.ClientLease(sent, ttl_ms / 1000)
+        lease.acknowledged(sent, response.ttl_ms / 1000)
+        session = Session(self, response.session, lease)
+        self._sessions.add(session)
+        session._start()
+        return session
+
+    def lock(self, name: str, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000,
+             wait: Optional[float] = None, *, owner: Optional[str] = None) -> "_SessionLock":
+        """`async with client.lock("name", ttl=15, wait=30) as guard:`; see latchkey.Client.lock."""
+        return _SessionLock(self, name, ttl, wait, owner)
+
+    async def describe(self, name: str) -> core.LockInfo:
+        core.validate_name(name)
+        response, _ = await self._call("Describe", pb.DescribeRequest(name=name),
+                                       attempt_timeout=self._rpc_timeout)
+        if not response.HasField("lock"):
+            raise errors.ProtocolError("Describe answered without a lock")
+        return core.lock_info(response.lock)
+
+    async def list(self, prefix: str = "") -> List[core.LockInfo]:
+        response, _ = await self._call("List", pb.ListRequest(prefix=prefix),
+                                       attempt_timeout=self._rpc_timeout)
+        return [core.lock_info(lock) for lock in response.locks]
+
+    async def close(self) -> None:
+        for s in list(self._sessions):
+            try:
+                await s.close()
+            except errors.LatchkeyError as e:
+                log.debug("latchkey: closing session %s: %s", s.id, e)
+        self._closed = True
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._callables.clear()
+        for c in channels:
+            await c.close()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def _callable(self, addr: str, method: str):
+        if self._closed:
+            raise errors.InvalidArgument("the client is closed")
+        mc = self._callables.get((addr, method))
+        if mc is None:
+            channel = self._channels.get(addr)
+            if channel is None:
+                if self._tls is not None:
+                    creds = grpc.ssl_channel_credentials(self._tls.ca, self._tls.key, self._tls.cert)
+                    channel = grpc.aio.secure_channel(addr, creds, core.CHANNEL_OPTIONS)
+                else:
+                    channel = grpc.aio.insecure_channel(addr, core.CHANNEL_OPTIONS)
+                self._channels[addr] = channel
+            req, resp = core.METHODS[method]
+            mc = channel.unary_unary(core.method_path(method),
+                                     request_serializer=req.SerializeToString,
+                                     response_deserializer=resp.FromString)
+            self._callables[(addr, method)] = mc
+        return mc
+
+    async def _attempt(self, addr: str, method: str, request, timeout: float,
+                       session: Optional["Session"]):
+        call = self._callable(addr, method)(request, timeout=timeout, metadata=self._metadata)
+        task = asyncio.ensure_future(call)
+        waiter = asyncio.ensure_future(session._lost.wait()) if session is not None else None
+        try:
+            waits = {task} if waiter is None else {task, waiter}
+            done, _ = await asyncio.wait(waits, timeout=timeout + 1.0,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            call.cancel()
+            task.cancel()
+            raise
+        finally:
+            if waiter is not None:
+                waiter.cancel()
+        if task not in done:
+            call.cancel()
+            task.cancel()
+            if session is not None and session._lost.is_set():
+                raise session._lost_error()
+            return core.Failure("transport", f"{addr} did not answer within {timeout:.1f}s")
+        try:
+            return task.result()
+        except asyncio.CancelledError:
+            return core.Failure("transport", f"the call to {addr} was cancelled")
+        except grpc.aio.AioRpcError as e:
+            failure = core.classify(e.code(), e.details(), e.trailing_metadata())
+            if failure.kind == "transport":
+                failure.message = f"cannot reach {addr}: {failure.message}"
+            return failure
+
+    async def _call(self, method: str, request, *, attempt_timeout: float,
+                    backoff_max: Optional[float] = None, session: Optional["Session"] = None,
+                    not_after: Optional[float] = None):
+        """See latchkey.Client._call. Returns (response, failed attempts)."""
+        policy = self._retry
+        start = core.now()
+        backoff = policy.backoff(backoff_max, self._rng)
+        attempts = 0
+        failure = core.Failure("transport", "no attempt was made before the deadline")
+        while True:
+            if session is not None and session._lost.is_set():
+                raise session._lost_error()
+            timeout = attempt_timeout
+            if not_after is not None:
+                timeout = min(timeout, not_after - core.now())
+                if timeout <= 0:
+                    raise core.give_up(failure, attempts, core.now() - start)
+            attempts += 1
+            addr = self._route.pick()
+            outcome = await self._attempt(addr, method, request, timeout, session)
+            if not isinstance(outcome, core.Failure):
+                self._route.answered(addr)
+                return outcome, attempts - 1
+            failure = outcome
+            if failure.kind == "fatal":
+                assert failure.error is not None
+                raise failure.error
+            if failure.kind == "unavailable":
+                hinted = self._route.reroute(addr, failure.leader_addr, core.now())
+            else:
+                self._route.unreachable(addr, core.now())
+                hinted = False
+            elapsed = core.now() - start
+            if attempts >= policy.attempts_max or elapsed >= policy.elapsed_max:
+                raise core.give_up(failure, attempts, elapsed)
+            if not (hinted and attempts == 1):
+                delay = min(backoff.next_delay(), policy.elapsed_max - elapsed)
+                if not_after is not None:
+                    delay = min(delay, not_after - core.now())
+                if session is not None:
+                    if await session._lost.wait(max(delay, 0.0)):
+                        raise session._lost_error()
+                else:
+                    await asyncio.sleep(max(delay, 0.0))
+
+
+class Session:
+    """See latchkey.Session; `await session.lock(name, wait)`, `await session.close()`."""
+
+    def __init__(self, client: Client, key: "pb.Session", lease: core.ClientLease) -> None:
+        self._client = client
+        self._key = pb.Session(id=key.id, secret=key.secret)
+        self.id: int = key.id
+        self.ttl: float = lease.ttl
+        self._lease = lease
+        self._window = core.SeqWindow(1)
+        self._window_waiters: List[asyncio.Future] = []
+        self._deadline = lease.deadline()
+        self._lost = _Signal()
+        self._lost_why: Optional[str] = None
+        self._guards: Set["LockGuard"] = set()
+        self._taken: Tuple[frozenset, int] = (frozenset(), 0)
+        self._waits = asyncio.BoundedSemaphore(core.SESSION_WAITS_IN_FLIGHT_MAX)
+        self._short = asyncio.BoundedSemaphore(core.SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX)
+        self._background: Set[asyncio.Task] = set()
+        self._closed = False
+        self._renewal: Optional[asyncio.Task] = None
+
+    def _start(self) -> None:
+        self._renewal = asyncio.ensure_future(self._renew())
+
+    @property
+    def safety_margin(self) -> float:
+        return core.safety_margin(self.ttl)
+
+    @property
+    def deadline(self) -> float:
+        return self._deadline
+
+    def is_lost(self) -> bool:
+        self._check_deadline()
+        return self._lost.is_set()
+
+    async def lock(self, name: str, wait: Optional[float] = None) -> "LockGuard":
+        """See latchkey.Session.lock. Cancelling it settles the request in the background."""
+        core.validate_name(name)
+        wait = core.wait_of(wait)
+        if self.is_lost():
+            raise self._lost_error()
+        async with self._waits:
+            deadline = None if wait is None else core.now() + wait
+            while True:
+                guard = await self._lock_once(name, deadline)
+                if guard is not None:
+                    return guard
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._mark_lost(_WHY_CLOSED)
+        tasks = [t for t in [self._renewal, *self._background] if t is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=_JOIN_S)
+        self._client._sessions.discard(self)
+        try:
+            await self._client._call("CloseSession", pb.CloseSessionRequest(session=self._key),
+                                     attempt_timeout=self._client._rpc_timeout)
+        except errors.SessionNotFound:
+            pass
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def _mark_lost(self, why: str) -> None:
+        if self._lost_why is not None:
+            return
+        self._lost_why = why
+        if why != _WHY_CLOSED:
+            log.warning("latchkey: session %d lost: %s", self.id, why)
+        self._lost.set()
+        self._wake_window_waiters()
+        for g in list(self._guards):
+            g._lost_signal._signal.set()
+
+    def _check_deadline(self) -> None:
+        if self._lost_why is None and core.now() >= self._deadline:
+            self._mark_lost(_WHY_DEADLINE)
+
+    def _lost_error(self) -> errors.SessionLost:
+        return errors.SessionLost(self.id, self._lost_why or _WHY_DEADLINE)
+
+    def _checked(self, e: errors.LatchkeyError) -> errors.LatchkeyError:
+        if isinstance(e, errors.SessionNotFound):
+            self._mark_lost(f"the server does not know the session: {e.message}")
+            return self._lost_error()
+        return e
+
+    async def _renew(self) -> None:
+        lease = self._lease
+        client = self._client
+        while True:
+            wake_at = min(lease.next_renewal(), lease.deadline())
+            if await self._lost.wait(max(wake_at - core.now(), 0.0)):
+                return
+            sent = core.now()
+            if sent >= lease.deadline():
+                break
+            if sent < lease.next_renewal():
+                continue
+            try:
+                response, _ = await client._call(
+                    "KeepAlive", pb.KeepAliveRequest(sessions=[self._key]),
+                    attempt_timeout=min(client._rpc_timeout, core.renewal_attempt_timeout(lease.ttl)),
+                    backoff_max=core.renewal_backoff_max(lease.ttl),
+                    session=self, not_after=lease.deadline())
+            except errors.SessionLost:
+                return
+            except errors.SessionNotFound as e:
+                self._mark_lost(f"the server does not know the session: {e.message}")
+                return
+            except errors.LatchkeyError as e:
+                log.warning("latchkey: renewal of session %d failed; retrying: %s", self.id, e)
+                lease.failed(core.now())
+                continue
+            if core.now() >= lease.deadline():
+                break
+            answer = next((a for a in response.leases if a.id == self.id), None)
+            if answer is None:
+                lease.failed(core.now())
+                continue
+            if not answer.alive:
+                self._mark_lost("the server says the session has expired")
+                return
+            self._taken_now(frozenset(answer.revoked_tokens), answer.revoked_through)
+            lease.acknowledged(sent, answer.ttl_ms / 1000)
+            self._deadline = lease.deadline()
+        self._mark_lost(_WHY_DEADLINE)
+
+    def _taken_now(self, tokens: frozenset, through: int) -> None:
+        if (tokens, through) == self._taken:
+            return
+        self._taken = (tokens, through)
+        for g in [g for g in self._guards if g._taken()]:
+            log.warning("latchkey: an operator force-released lock %r (token %d)", g.name, g.token)
+            g._lost_signal._signal.set()
+
+    async def _begin(self) -> int:
+        while True:
+            if self._lost_why is not None:
+                raise self._lost_error()
+            seq = self._window.try_begin()
+            if seq is not None:
+                return seq
+            moved = asyncio.get_running_loop().create_future()
+            self._window_waiters.append(moved)
+            await moved
+
+    def _end(self, seq: int) -> None:
+        self._window.end(seq)
+        self._wake_window_waiters()
+
+    def _wake_window_waiters(self) -> None:
+        waiters, self._window_waiters = self._window_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def _acquire_once(self, name: str, seq: int, deadline: Optional[float],
+                            not_after: Optional[float]):
+        if deadline is None:
+            wait_ms = core.WAIT_TIMEOUT_MS_MAX
+        else:
+            wait_ms = min(max(int((deadline - core.now()) * 1000), 0), core.WAIT_TIMEOUT_MS_MAX)
+        request = pb.AcquireRequest(session=self._key, seq=seq, name=name, wait_timeout_ms=wait_ms)
+        try:
+            response, _ = await self._client._call(
+                "Acquire", request,
+                attempt_timeout=core.ACQUIRE_POLL_MS_MAX / 1000 + self._client._rpc_timeout,
+                backoff_max=core.CLIENT_ACQUIRE_BACKOFF_MS_MAX / 1000,
+                session=self, not_after=not_after)
+        except errors.LatchkeyError as e:
+            raise self._checked(e) from None
+        return response
+
+    async def _lock_once(self, name: str, deadline: Optional[float]) -> Optional["LockGuard"]:
+        seq = await self._begin()
+        armed = True
+        try:
+            give_up_at = None if deadline is None else (
+                deadline + core.CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX / 1000)
+            while True:
+                polled_at = core.now()
+                try:
+                    response = await self._acquire_once(name, seq, deadline, give_up_at)
+                except (errors.Unavailable, errors.TransportError):
+                    if give_up_at is None or core.now() < give_up_at:
+                        continue
+                    raise errors.WaitTimeout(name) from None
+                except errors.SessionLost:
+                    armed = False
+                    raise
+                except errors.Conflict as e:
+                    if e.reason == "request-too-old":
+                        armed = False
+                        self._spawn(self._release_orphan(name))
+                    raise
+                if response.result == _GRANTED:
+                    armed = False
+                    return LockGuard(self, name, response.token)
+                if response.result == _NOT_GRANTED:
+                    armed = False
+                    if deadline is None:
+                        return None
+                    if response.HasField("held_by") and response.held_by.held:
+                        raise errors.LockHeld(name, core.lock_info(response.held_by).holder)
+                    raise errors.WaitTimeout(name)
+                if response.result == _PENDING:
+                    if deadline is not None and polled_at > (
+                            deadline + core.CLIENT_PENDING_AFTER_DEADLINE_MS_MAX / 1000):
+                        raise errors.WaitTimeout(name)
+                    continue
+                armed = False
+                raise errors.ProtocolError(f"Acquire answered an unknown result {response.result}")
+        finally:
+            if armed and self._lost_why is None:
+                self._spawn(self._settle(name, seq, deadline))
+            else:
+                self._end(seq)
+
+    def _spawn(self, coro) -> None:
+        if self._closed:
+            coro.close()
+            return
+
+        async def run() -> None:
+            try:
+                await coro
+            except errors.LatchkeyError as e:
+                log.debug("latchkey: background clean-up of session %d: %s", self.id, e)
+
+        task = asyncio.ensure_future(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _settle(self, name: str, seq: int, deadline: Optional[float]) -> None:
+        try:
+            while self._lost_why is None:
+                try:
+                    response = await self._acquire_once(name, seq, deadline, None)
+                except (errors.Unavailable, errors.TransportError):
+                    continue
+                except errors.Conflict as e:
+                    if e.reason == "request-too-old":
+                        await self._release_orphan(name)
+                    return
+                if response.result == _PENDING:
+                    continue
+                if response.result == _GRANTED:
+                    log.debug("latchkey: releasing %r, granted after its wait was abandoned", name)
+                    await self._release_on_server(name, response.token)
+                return
+        finally:
+            self._end(seq)
+
+    async def _release_orphan(self, name: str) -> None:
+        info = await self._client.describe(name)
+        if info.holder is None or info.holder.session_id != self.id:
+            return
+        if any(g.name == name for g in self._guards):
+            return
+        await self._release_on_server(name, info.holder.token)
+
+    async def _release_on_server(self, name: str, token: int) -> None:
+        async with self._short:
+            seq = await self._begin()
+            try:
+                request = pb.ReleaseRequest(session=self._key, seq=seq, name=name, token=token)
+                response, _ = await self._client._call(
+                    "Release", request, attempt_timeout=self._client._rpc_timeout, session=self)
+            except errors.LatchkeyError as e:
+                raise self._checked(e) from None
+            finally:
+                self._end(seq)
+        if not response.released:
+            raise errors.NotHeld(name, token)
+
+
+class LockGuard:
+    """See latchkey.LockGuard; `await guard.release()`, `async with guard:`."""
+
+    def __init__(self, session: Session, name: str, token: int) -> None:
+        self._session = session
+        self.name = name
+        self.token = token
+        self.session_id = session.id
+        self._lost_signal = LostSignal(self)
+        self._released = False
+        session._guards.add(self)
+        if session._lost_why is not None:
+            self._lost_signal._signal.set()
+
+    @property
+    def lost(self) -> LostSignal:
+        return self._lost_signal
+
+    def on_lost(self, fn: Callable[[], None]) -> Callable[[], None]:
+        return self._lost_signal.add_callback(fn)
+
+    def is_lost(self) -> bool:
+        return self._lost_signal.is_set()
+
+    def _taken(self) -> bool:
+        tokens, through = self._session._taken
+        return self.token <= through or self.token in tokens
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        if self._taken():
+            return f"an operator force-released it (token {self.token}); see `latchkey audit`"
+        return self._session._lost_why
+
+    def fencing_headers(self) -> Dict[str, str]:
+        return {core.LOCK_HEADER: self.name, core.TOKEN_HEADER: str(self.token)}
+
+    async def release(self) -> None:
+        """See latchkey.LockGuard.release."""
+        if self._released:
+            return
+        self._released = True
+        session = self._session
+        session._guards.discard(self)
+        if self._taken():
+            raise errors.NotHeld(self.name, self.token)
+        if session.is_lost():
+            raise session._lost_error()
+        await session._release_on_server(self.name, self.token)
+
+    async def __aenter__(self) -> "LockGuard":
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        try:
+            await self.release()
+        except errors.LatchkeyError:
+            if exc_type is None:
+                raise
+            log.warning("latchkey: releasing %r after an exception failed", self.name,
+                        exc_info=True)
+
+    def __repr__(self) -> str:
+        return f"aio.LockGuard(name={self.name!r}, token={self.token}, session={self.session_id})"
+
+
+class _SessionLock:
+    def __init__(self, client: Client, name: str, ttl: float, wait: Optional[float],
+                 owner: Optional[str]) -> None:
+        self._client = client
+        self._args = (name, ttl, wait, owner)
+        self._session: Optional[Session] = None
+        self._guard: Optional[LockGuard] = None
+
+    async def __aenter__(self) -> LockGuard:
+        name, ttl, wait, owner = self._args
+        core.validate_name(name)
+        session = await self._client.session(ttl, owner=owner)
+        try:
+            self._guard = await session.lock(name, wait)
+        except BaseException:
+            await session.close()
+            raise
+        self._session = session
+        return self._guard
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        assert self._session is not None and self._guard is not None
+        try:
+            await self._guard.__aexit__(exc_type, exc, tb)
+        finally:
+            await self._session.close()

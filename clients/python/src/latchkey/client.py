@@ -1,0 +1,767 @@
+"""The blocking client: Client, Session, LockGuard (threads; grpcio's synchronous channels).
+
+Layout: `Client` routes every call (leader hints, retries with backoff, one request re-sent
+unchanged, so a sequence number survives retries); `Session` owns a lease renewed by one
+background thread every TTL/3 and its client-side deadline (`_core.ClientLease`); a
+`LockGuard` is one grant and its lost signal. The asyncio twin is `latchkey.aio`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import weakref
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import grpc
+
+from . import _core as core
+from . import errors
+from ._proto import latchkey_pb2 as pb
+
+log = logging.getLogger("latchkey")
+
+_GRANTED = pb.ACQUIRE_RESULT_GRANTED
+_NOT_GRANTED = pb.ACQUIRE_RESULT_NOT_GRANTED
+_PENDING = pb.ACQUIRE_RESULT_PENDING
+_WHY_CLOSED = "the session was closed"
+_WHY_DEADLINE = "no renewal was acknowledged before the lease deadline (TTL minus safety margin)"
+# Joining a stopped thread: it wakes on the lost signal at once; this only bounds a bug.
+_JOIN_S = 10.0
+
+
+class _Signal:
+    """A one-shot event with callbacks, set at most once."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: Dict[int, Callable[[], None]] = {}
+        self._next = 0
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        return self._event.wait(timeout)
+
+    def set(self) -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+            callbacks = list(self._callbacks.values())
+            self._callbacks.clear()
+        for fn in callbacks:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a user's callback must not stop the others
+                log.exception("latchkey: a lost callback raised")
+
+    def add(self, fn: Callable[[], None]) -> Callable[[], None]:
+        with self._lock:
+            if not self._event.is_set():
+                key = self._next
+                self._next += 1
+                self._callbacks[key] = fn
+
+                def remove() -> None:
+                    with self._lock:
+                        self._callbacks.pop(key, None)
+
+                return remove
+        fn()
+        return lambda: None
+
+
+class LostSignal:
+    """A guard's lost signal, like a threading.Event: set once the lock may be lost (the
+    session's deadline on this client's clock passed without an acknowledged renewal, the
+    server dropped the session, it was closed, or an operator force-released this grant).
+    Stop working under the lock at once: the server keeps it for the safety margin at most."""
+
+    def __init__(self, guard: "LockGuard") -> None:
+        self._guard = guard
+        self._signal = _Signal()
+
+    def is_set(self) -> bool:
+        """Reads the clock itself (not only the renewal thread's timer), so that a holder
+        resuming from a pause and asking before writing gets the true answer."""
+        self._guard._session._check_deadline()
+        return self._signal.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until lost (True) or `timeout` seconds pass (False)."""
+        if self.is_set():
+            return True
+        return self._signal.wait(timeout)
+
+    def add_callback(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Calls `fn()` once when the lock may be lost (at once if it already may be), on a
+        library thread: keep it short. Returns a function that unregisters it."""
+        self.is_set()
+        return self._signal.add(fn)
+
+    @property
+    def reason(self) -> Optional[str]:
+        return self._guard.lost_reason
+
+
+class Client:
+    """A handle on a latchkey cluster: `Client(["127.0.0.1:7420"])`. Thread-safe. Connections
+    open lazily, so this does not fail when no server is up; the first call does, after its
+    retries (up to 64 attempts or 20 s). Endpoints are HOST:PORT (or https://HOST:PORT); a
+    node's leader hint is followed. TLS: `ca=` (PEM file of the CA that signed the servers),
+    optionally `cert=`/`key=` for servers that require client certificates. `auth_token=` is
+    sent as `authorization: Bearer TOKEN` to servers with access control."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        ca: Optional[str] = None,
+        cert: Optional[str] = None,
+        key: Optional[str] = None,
+        auth_token: Optional[str] = None,
+        rpc_timeout: float = core.CLIENT_RPC_TIMEOUT_MS_DEFAULT / 1000,
+        retry: Optional[core.RetryPolicy] = None,
+    ) -> None:
+        if isinstance(endpoints, str):
+            endpoints = [e for e in endpoints.split(",") if e.strip()]
+        split = [core.split_endpoint(e) for e in endpoints]
+        if not split:
+            raise errors.InvalidArgument("no endpoints")
+        self._tls = core.read_tls(ca, cert, key)
+        if self._tls is None and any(s == "https" for s, _ in split):
+            raise errors.InvalidArgument(
+                "an https:// endpoint needs the CA that signed the servers' certificates (ca=...)"
+            )
+        self._metadata = core.auth_metadata(auth_token)
+        self._rpc_timeout = float(rpc_timeout)
+        self._retry = retry or core.RetryPolicy()
+        self._rng = random.Random()
+        self._lock = threading.Lock()
+        self._route = core.Route([addr for _, addr in split])
+        self._channels: Dict[str, grpc.Channel] = {}
+        self._callables: Dict[Tuple[str, str], object] = {}
+        self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
+        self._closed = False
+
+    # --- public API --------------------------------------------------------------------
+    def session(self, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000, *,
+                owner: Optional[str] = None) -> "Session":
+        """Opens a session (a lease of `ttl` seconds, 1..3600) renewed in the background every
+        TTL/3. `owner`: a text shown next to its locks by `latchkey status` (with this
+        process's host, pid and user). Close it (or use `with`)."""
+        ttl_ms = core.ttl_ms_of(ttl)
+        request = pb.CreateSessionRequest(ttl_ms=ttl_ms)
+        if owner is not None:
+            request.owner.CopyFrom(core.owner_of_this_process(owner))
+        # Before the first attempt: the lease starts no earlier than this on the server.
+        sent = core.now()
+        response, _, _ = self._call("CreateSession", request, attempt_timeout=self._rpc_timeout)
+        if not response.HasField("session"):
+            raise errors.ProtocolError("CreateSession answered without a session")
+        lease = core.ClientLease(sent, ttl_ms / 1000)
+        lease.acknowledged(sent, response.ttl_ms / 1000)
+        session = Session(self, response.session, lease)
+        with self._lock:
+            self._sessions.add(session)
+        session._start()
+        return session
+
+    def lock(self, name: str, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000,
+             wait: Optional[float] = None, *, owner: Optional[str] = None) -> "_SessionLock":
+        """`with client.lock("name", ttl=15, wait=30) as guard:` opens a session of its own,
+        takes the lock (waiting up to `wait` seconds; None: until granted; 0: try once), and on
+        exit releases it and closes the session. Raises WaitTimeout (LockHeld for a try-lock
+        that found it held) when not granted."""
+        return _SessionLock(self, name, ttl, wait, owner)
+
+    def describe(self, name: str) -> core.LockInfo:
+        """One lock's holder, token and queue, read on the leader."""
+        core.validate_name(name)
+        response, _, _ = self._call("Describe", pb.DescribeRequest(name=name),
+                                    attempt_timeout=self._rpc_timeout)
+        if not response.HasField("lock"):
+            raise errors.ProtocolError("Describe answered without a lock")
+        return core.lock_info(response.lock)
+
+    def list(self, prefix: str = "") -> List[core.LockInfo]:
+        """Held locks whose names start with `prefix`, up to the server's maximum."""
+        response, _, _ = self._call("List", pb.ListRequest(prefix=prefix),
+                                    attempt_timeout=self._rpc_timeout)
+        return [core.lock_info(lock) for lock in response.locks]
+
+    def node_status(self, endpoint: str) -> core.NodeStatus:
+        """What the node at `endpoint` says about itself; asks that node once, no retry."""
+        _, addr = core.split_endpoint(endpoint)
+        outcome = self._attempt(addr, "NodeStatus", pb.NodeStatusRequest(), self._rpc_timeout, None)
+        if isinstance(outcome, core.Failure):
+            raise core.give_up(outcome, 1, 0.0)
+        return core.node_status(outcome)
+
+    def close(self) -> None:
+        """Closes every open session of this client, then its connections."""
+        with self._lock:
+            sessions = list(self._sessions)
+        for s in sessions:
+            try:
+                s.close()
+            except errors.LatchkeyError as e:
+                log.debug("latchkey: closing session %s: %s", s.id, e)
+        with self._lock:
+            self._closed = True
+            channels = list(self._channels.values())
+            self._channels.clear()
+            self._callables.clear()
+        for c in channels:
+            c.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- calls -------------------------------------------------------------------------
+    def _callable(self, addr: str, method: str):
+        with self._lock:
+            if self._closed:
+                raise errors.InvalidArgument("the client is closed")
+            mc = self._callables.get((addr, method))
+            if mc is None:
+                channel = self._channels.get(addr)
+                if channel is None:
+                    if self._tls is not None:
+                        creds = grpc.ssl_channel_credentials(
+                            self._tls.ca, self._tls.key, self._tls.cert)
+                        channel = grpc.secure_channel(addr, creds, core.CHANNEL_OPTIONS)
+                    else:
+                        channel = grpc.insecure_channel(addr, core.CHANNEL_OPTIONS)
+                    self._channels[addr] = channel
+                req, resp = core.METHODS[method]
+                mc = channel.unary_unary(core.method_path(method),
+                                         request_serializer=req.SerializeToString,
+                                         response_deserializer=resp.FromString)
+                self._callables[(addr, method)] = mc
+            return mc
+
+    def _attempt(self, addr: str, method: str, request, timeout: float,
+                 session: Optional["Session"]):
+        """One attempt: the response, or a Failure. Raises SessionLost if `session` is lost
+        meanwhile (the attempt is cancelled)."""
+        mc = self._callable(addr, method)
+        future = mc.future(request, timeout=timeout, metadata=self._metadata)
+        wake = threading.Event()
+        future.add_done_callback(lambda _f: wake.set())
+        remove = session._lost.add(wake.set) if session is not None else None
+        try:
+            # grpc enforces `timeout`; the extra second only bounds a lost callback.
+            wake.wait(timeout + 1.0)
+        finally:
+            if remove is not None:
+                remove()
+        if not future.done():
+            future.cancel()
+            if session is not None and session._lost.is_set():
+                raise session._lost_error()
+            return core.Failure("transport", f"{addr} did not answer within {timeout:.1f}s")
+        try:
+            return future.result()
+        except grpc.FutureCancelledError:
+            if session is not None and session._lost.is_set():
+                raise session._lost_error() from None
+            return core.Failure("transport", f"the call to {addr} was cancelled")
+        except grpc.RpcError as e:
+            failure = core.classify(e.code(), e.details(), e.trailing_metadata())
+            if failure.kind == "transport":
+                failure.message = f"cannot reach {addr}: {failure.message}"
+            return failure
+
+    def _call(self, method: str, request, *, attempt_timeout: float,
+              backoff_max: Optional[float] = None, session: Optional["Session"] = None,
+              not_after: Optional[float] = None):
+        """One logical request: the same `request` (same seq, if it has one) on every attempt
+        until an answer, a fatal error, the retry budget's end, or `not_after` (a clock
+        instant). Returns (response, endpoint that answered, failed attempts)."""
+        policy = self._retry
+        start = core.now()
+        backoff = policy.backoff(backoff_max, self._rng)
+        attempts = 0
+        failure = core.Failure("transport", "no attempt was made before the deadline")
+        while True:
+            if session is not None and session._lost.is_set():
+                raise session._lost_error()
+            timeout = attempt_timeout
+            if not_after is not None:
+                timeout = min(timeout, not_after - core.now())
+                if timeout <= 0:
+                    raise core.give_up(failure, attempts, core.now() - start)
+            attempts += 1
+            with self._lock:
+                addr = self._route.pick()
+            outcome = self._attempt(addr, method, request, timeout, session)
+            if not isinstance(outcome, core.Failure):
+                with self._lock:
+                    self._route.answered(addr)
+                return outcome, addr, attempts - 1
+            failure = outcome
+            if failure.kind == "fatal":
+                assert failure.error is not None
+                raise failure.error
+            with self._lock:
+                if failure.kind == "unavailable":
+                    hinted = self._route.reroute(addr, failure.leader_addr, core.now())
+                else:
+                    self._route.unreachable(addr, core.now())
+                    hinted = False
+            elapsed = core.now() - start
+            if attempts >= policy.attempts_max or elapsed >= policy.elapsed_max:
+                raise core.give_up(failure, attempts, elapsed)
+            log.debug("latchkey: %s attempt %d failed: %s", method, attempts, failure.message)
+            # A fresh leader hint is worth trying at once, but only the first time in a row.
+            if not (hinted and attempts == 1):
+                delay = min(backoff.next_delay(), policy.elapsed_max - elapsed)
+                if not_after is not None:
+                    delay = min(delay, not_after - core.now())
+                if session is not None:
+                    if session._lost.wait(max(delay, 0.0)):
+                        raise session._lost_error()
+                else:
+                    threading.Event().wait(max(delay, 0.0))
+
+
+class Session:
+    """A lease on the server that keeps this client's locks alive; made by Client.session.
+
+    One background thread renews it every TTL/3 and decides when it may be lost: the send
+    instant of the last acknowledged renewal + TTL - safety margin (max(TTL/5, 200 ms)), on
+    CLOCK_BOOTTIME. Close it when done (`with` does): closing releases its locks on the server.
+    A session that is never closed stops being renewed only when the process exits; the
+    server then expires it after its TTL."""
+
+    def __init__(self, client: Client, key: "pb.Session", lease: core.ClientLease) -> None:
+        self._client = client
+        self._key = pb.Session(id=key.id, secret=key.secret)
+        self.id: int = key.id
+        self.ttl: float = lease.ttl
+        self._lease = lease
+        self._cond = threading.Condition()
+        self._window = core.SeqWindow(1)
+        self._deadline = lease.deadline()
+        self._lost = _Signal()
+        self._lost_why: Optional[str] = None
+        self._guards: "set[LockGuard]" = set()
+        self._taken: Tuple[frozenset, int] = (frozenset(), 0)
+        self._waits = threading.BoundedSemaphore(core.SESSION_WAITS_IN_FLIGHT_MAX)
+        self._short = threading.BoundedSemaphore(core.SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX)
+        self._background: "set[threading.Thread]" = set()
+        self._closed = False
+        self._renewal = threading.Thread(target=self._renew, name=f"latchkey-renew-{self.id}",
+                                         daemon=True)
+
+    def _start(self) -> None:
+        self._renewal.start()
+
+    # --- public API --------------------------------------------------------------------
+    @property
+    def safety_margin(self) -> float:
+        return core.safety_margin(self.ttl)
+
+    @property
+    def deadline(self) -> float:
+        """The client-side deadline, on latchkey's clock (`latchkey.now()`): if no renewal is
+        acknowledged before it, the session is lost."""
+        with self._cond:
+            return self._deadline
+
+    def is_lost(self) -> bool:
+        self._check_deadline()
+        return self._lost.is_set()
+
+    def lock(self, name: str, wait: Optional[float] = None) -> "LockGuard":
+        """Takes lock `name`, waiting in its FIFO queue up to `wait` seconds (None: until
+        granted; 0: try once, never queue). Raises WaitTimeout (LockHeld for a try-lock that
+        found it held), SessionLost if the session is lost meanwhile. The request keeps one
+        sequence number across its long-polls and retries, so it keeps its place in the
+        queue through reconnects and leader changes. A wait abandoned before its outcome is
+        known (a client-side give-up, an exception such as KeyboardInterrupt) is settled by a
+        background thread: a late grant is released."""
+        core.validate_name(name)
+        wait = core.wait_of(wait)
+        if self.is_lost():
+            raise self._lost_error()
+        with self._waits:
+            deadline = None if wait is None else core.now() + wait
+            while True:
+                guard = self._lock_once(name, deadline)
+                if guard is not None:
+                    return guard
+
+    def close(self) -> None:
+        """Ends the session: stops the renewal and asks the server to release its locks and
+        drop its waits. Every guard reports lost from here on."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+        self._mark_lost(_WHY_CLOSED)
+        self._renewal.join(_JOIN_S)
+        with self._cond:
+            background = list(self._background)
+        for t in background:
+            t.join(_JOIN_S)
+        try:
+            self._client._call("CloseSession", pb.CloseSessionRequest(session=self._key),
+                               attempt_timeout=self._client._rpc_timeout)
+        except errors.SessionNotFound:
+            pass  # already gone (expired, or a retried close that went through)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- lost ----------------------------------------------------------------------------
+    def _mark_lost(self, why: str) -> None:
+        with self._cond:
+            if self._lost_why is not None:
+                return
+            self._lost_why = why
+            guards = list(self._guards)
+            self._cond.notify_all()
+        if why != _WHY_CLOSED:
+            log.warning("latchkey: session %d lost: %s", self.id, why)
+        self._lost.set()
+        for g in guards:
+            g._lost_signal._signal.set()
+
+    def _check_deadline(self) -> None:
+        """Past the deadline the session is lost, whether or not the renewal thread's timer has
+        fired yet (after a process pause it may not have): no renewal acknowledged after it
+        counts, so marking it here is what the renewal thread would do."""
+        if self._lost_why is None and core.now() >= self.deadline:
+            self._mark_lost(_WHY_DEADLINE)
+
+    def _lost_error(self) -> errors.SessionLost:
+        return errors.SessionLost(self.id, self._lost_why or _WHY_DEADLINE)
+
+    def _checked(self, e: errors.LatchkeyError) -> errors.LatchkeyError:
+        if isinstance(e, errors.SessionNotFound):
+            self._mark_lost(f"the server does not know the session: {e.message}")
+            return self._lost_error()
+        return e
+
+    # --- the renewal thread ---------------------------------------------------------------
+    def _renew(self) -> None:
+        lease = self._lease
+        client = self._client
+        while True:
+            wake_at = min(lease.next_renewal(), lease.deadline())
+            if self._lost.wait(max(wake_at - core.now(), 0.0)):
+                return
+            sent = core.now()
+            if sent >= lease.deadline():
+                break
+            if sent < lease.next_renewal():
+                continue
+            try:
+                response, _, _ = client._call(
+                    "KeepAlive", pb.KeepAliveRequest(sessions=[self._key]),
+                    attempt_timeout=min(client._rpc_timeout, core.renewal_attempt_timeout(lease.ttl)),
+                    backoff_max=core.renewal_backoff_max(lease.ttl),
+                    session=self, not_after=lease.deadline())
+            except errors.SessionLost:
+                return
+            except errors.SessionNotFound as e:
+                self._mark_lost(f"the server does not know the session: {e.message}")
+                return
+            except errors.LatchkeyError as e:
+                log.warning("latchkey: renewal of session %d failed; retrying: %s", self.id, e)
+                lease.failed(core.now())
+                continue
+            if core.now() >= lease.deadline():
+                break  # acknowledged too late: the deadline passed while it travelled
+            answer = next((lease_ for lease_ in response.leases if lease_.id == self.id), None)
+            if answer is None:
+                log.warning("latchkey: KeepAlive answer without session %d", self.id)
+                lease.failed(core.now())
+                continue
+            if not answer.alive:
+                self._mark_lost("the server says the session has expired")
+                return
+            self._taken_now(frozenset(answer.revoked_tokens), answer.revoked_through)
+            lease.acknowledged(sent, answer.ttl_ms / 1000)
+            with self._cond:
+                self._deadline = lease.deadline()
+        self._mark_lost(_WHY_DEADLINE)
+
+    def _taken_now(self, tokens: frozenset, through: int) -> None:
+        with self._cond:
+            if (tokens, through) == self._taken:
+                return
+            self._taken = (tokens, through)
+            hit = [g for g in self._guards if g._taken()]
+        for g in hit:
+            log.warning("latchkey: an operator force-released lock %r (token %d)", g.name, g.token)
+            g._lost_signal._signal.set()
+
+    # --- sequence numbers ---------------------------------------------------------------------
+    def _begin(self) -> int:
+        with self._cond:
+            while True:
+                if self._lost_why is not None:
+                    raise self._lost_error()
+                seq = self._window.try_begin()
+                if seq is not None:
+                    return seq
+                self._cond.wait()
+
+    def _end(self, seq: int) -> None:
+        with self._cond:
+            self._window.end(seq)
+            self._cond.notify_all()
+
+    # --- acquire ---------------------------------------------------------------------------
+    def _acquire_once(self, name: str, seq: int, deadline: Optional[float],
+                      not_after: Optional[float]):
+        if deadline is None:
+            wait_ms = core.WAIT_TIMEOUT_MS_MAX
+        else:
+            wait_ms = min(max(int((deadline - core.now()) * 1000), 0), core.WAIT_TIMEOUT_MS_MAX)
+        request = pb.AcquireRequest(session=self._key, seq=seq, name=name, wait_timeout_ms=wait_ms)
+        try:
+            response, _, _ = self._client._call(
+                "Acquire", request,
+                # The server long-polls at most ACQUIRE_POLL_MS_MAX whatever we ask.
+                attempt_timeout=core.ACQUIRE_POLL_MS_MAX / 1000 + self._client._rpc_timeout,
+                backoff_max=core.CLIENT_ACQUIRE_BACKOFF_MS_MAX / 1000,
+                session=self, not_after=not_after)
+        except errors.LatchkeyError as e:
+            raise self._checked(e) from None
+        return response
+
+    def _lock_once(self, name: str, deadline: Optional[float]) -> Optional["LockGuard"]:
+        """One logical Acquire (one seq, re-sent until decided). None: start again with a new
+        seq (only after the server's own day-long cap on a wait forever)."""
+        seq = self._begin()
+        armed = True  # while armed, leaving settles the request in the background
+        try:
+            give_up_at = None if deadline is None else (
+                deadline + core.CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX / 1000)
+            while True:
+                polled_at = core.now()
+                try:
+                    response = self._acquire_once(name, seq, deadline, give_up_at)
+                except (errors.Unavailable, errors.TransportError):
+                    # The retry budget of one call ran out (a long election, a partition):
+                    # keep trying under the same seq while the session and the wait last.
+                    if give_up_at is None or core.now() < give_up_at:
+                        continue
+                    raise errors.WaitTimeout(name) from None
+                except errors.SessionLost:
+                    armed = False
+                    raise
+                except errors.Conflict as e:
+                    if e.reason == "request-too-old":
+                        # Granted or not, the outcome is forgotten: look and release.
+                        armed = False
+                        self._spawn(self._release_orphan, name)
+                    raise
+                if response.result == _GRANTED:
+                    armed = False
+                    return LockGuard(self, name, response.token)
+                if response.result == _NOT_GRANTED:
+                    armed = False
+                    if deadline is None:
+                        return None
+                    if response.HasField("held_by") and response.held_by.held:
+                        raise errors.LockHeld(name, core.lock_info(response.held_by).holder)
+                    raise errors.WaitTimeout(name)
+                if response.result == _PENDING:
+                    if deadline is not None and polled_at > (
+                            deadline + core.CLIENT_PENDING_AFTER_DEADLINE_MS_MAX / 1000):
+                        raise errors.WaitTimeout(name)
+                    continue
+                armed = False
+                raise errors.ProtocolError(f"Acquire answered an unknown result {response.result}")
+        finally:
+            if armed and self._lost_why is None:
+                self._spawn(self._settle, name, seq, deadline)
+            else:
+                self._end(seq)
+
+    def _spawn(self, target, *args) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._background = {t for t in self._background if t.is_alive()}
+
+            def run() -> None:
+                try:
+                    target(*args)
+                except errors.LatchkeyError as e:
+                    log.debug("latchkey: background clean-up of session %d: %s", self.id, e)
+                finally:
+                    with self._cond:
+                        self._background.discard(threading.current_thread())
+
+            t = threading.Thread(target=run, name=f"latchkey-settle-{self.id}", daemon=True)
+            self._background.add(t)
+        t.start()
+
+    def _settle(self, name: str, seq: int, deadline: Optional[float]) -> None:
+        """Re-sends an abandoned Acquire until it is decided and releases a late grant, so that
+        a lock nobody holds a guard for does not stay held until the session ends. Ends with
+        the session at the latest (closing it aborts the call)."""
+        try:
+            while self._lost_why is None:
+                try:
+                    response = self._acquire_once(name, seq, deadline, None)
+                except (errors.Unavailable, errors.TransportError):
+                    continue
+                except errors.Conflict as e:
+                    if e.reason == "request-too-old":
+                        self._release_orphan(name)
+                    return
+                if response.result == _PENDING:
+                    continue
+                if response.result == _GRANTED:
+                    log.debug("latchkey: releasing %r, granted after its wait was abandoned", name)
+                    self._release_on_server(name, response.token)
+                return
+        finally:
+            self._end(seq)
+
+    def _release_orphan(self, name: str) -> None:
+        info = self._client.describe(name)
+        if info.holder is None or info.holder.session_id != self.id:
+            return
+        with self._cond:
+            if any(g.name == name for g in self._guards):
+                return
+        self._release_on_server(name, info.holder.token)
+
+    def _release_on_server(self, name: str, token: int) -> None:
+        with self._short:
+            seq = self._begin()
+            try:
+                request = pb.ReleaseRequest(session=self._key, seq=seq, name=name, token=token)
+                response, _, _ = self._client._call(
+                    "Release", request, attempt_timeout=self._client._rpc_timeout, session=self)
+            except errors.LatchkeyError as e:
+                raise self._checked(e) from None
+            finally:
+                self._end(seq)
+        if not response.released:
+            raise errors.NotHeld(name, token)
+
+
+class LockGuard:
+    """A held lock. Send its fencing token with every write to the protected resource
+    (`fencing_headers()`), and stop when `lost` is set. `with guard:` releases on exit."""
+
+    def __init__(self, session: Session, name: str, token: int) -> None:
+        self._session = session
+        self.name = name
+        self.token = token
+        self.session_id = session.id
+        self._lost_signal = LostSignal(self)
+        self._released = False
+        with session._cond:
+            session._guards.add(self)
+            lost_already = session._lost_why is not None
+        if lost_already:
+            self._lost_signal._signal.set()
+
+    @property
+    def lost(self) -> LostSignal:
+        return self._lost_signal
+
+    def on_lost(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Same as `guard.lost.add_callback(fn)`."""
+        return self._lost_signal.add_callback(fn)
+
+    def is_lost(self) -> bool:
+        return self._lost_signal.is_set()
+
+    def _taken(self) -> bool:
+        tokens, through = self._session._taken
+        return self.token <= through or self.token in tokens
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        if self._taken():
+            return f"an operator force-released it (token {self.token}); see `latchkey audit`"
+        return self._session._lost_why
+
+    def fencing_headers(self) -> Dict[str, str]:
+        """{"latchkey-lock": name, "latchkey-token": "<token>"} for a fenced resource."""
+        return {core.LOCK_HEADER: self.name, core.TOKEN_HEADER: str(self.token)}
+
+    def release(self) -> None:
+        """Releases the lock. Raises LockLost (SessionLost, NotHeld) if it may have been lost
+        before: then no call is made when this client already knows (the server frees a lost
+        session's locks by expiry, and a force-released grant is someone else's). A second
+        release does nothing."""
+        if self._released:
+            return
+        self._released = True
+        session = self._session
+        with session._cond:
+            session._guards.discard(self)
+        if self._taken():
+            raise errors.NotHeld(self.name, self.token)
+        if session.is_lost():
+            raise session._lost_error()
+        session._release_on_server(self.name, self.token)
+
+    def __enter__(self) -> "LockGuard":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Releases. With no exception in flight, raises LockLost if the lock may have been
+        lost while held: the work done under it may not have been exclusive."""
+        try:
+            self.release()
+        except errors.LatchkeyError:
+            if exc_type is None:
+                raise
+            log.warning("latchkey: releasing %r after an exception failed", self.name,
+                        exc_info=True)
+
+    def __repr__(self) -> str:
+        return f"LockGuard(name={self.name!r}, token={self.token}, session={self.session_id})"
+
+
+class _SessionLock:
+    """The context manager of Client.lock: a session of its own, one lock."""
+
+    def __init__(self, client: Client, name: str, ttl: float, wait: Optional[float],
+                 owner: Optional[str]) -> None:
+        self._client = client
+        self._args = (name, ttl, wait, owner)
+        self._session: Optional[Session] = None
+        self._guard: Optional[LockGuard] = None
+
+    def __enter__(self) -> LockGuard:
+        name, ttl, wait, owner = self._args
+        core.validate_name(name)
+        session = self._client.session(ttl, owner=owner)
+        try:
+            self._guard = session.lock(name, wait)
+        except BaseException:
+            session.close()
+            raise
+        self._session = session
+        return self._guard
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        assert self._session is not None and self._guard is not None
+        try:
+            self._guard.__exit__(exc_type, exc, tb)
+        finally:
+            self._session.close()

@@ -1,0 +1,107 @@
+"""latchkey's exceptions: one class per cause, all under LatchkeyError (crates/client/src/error.rs).
+
+    LatchkeyError
+    ├── InvalidArgument      bad input; retrying the same input gets the same answer
+    ├── WaitTimeout          the wait for a lock ended without a grant
+    │   └── LockHeld         a try-lock (wait=0) found it held; .holder says by whom
+    ├── LockLost             the lock may be someone else's now
+    │   ├── SessionLost      the session's deadline passed, the server dropped it, or it was closed
+    │   └── NotHeld          a release found the grant no longer current
+    ├── SessionNotFound      the server does not know the session (surfaces as SessionLost
+    │                        from a session's own calls)
+    ├── PermissionDenied     access control refused (reason: permission-denied, unauthenticated)
+    ├── LimitReached         a server limit (queue full, sessions, locks per session)
+    ├── Conflict             the request conflicts with the session's state (reason says which)
+    ├── Unavailable          nodes answered but none could serve within the retry budget
+    ├── TransportError       no node could be reached within the retry budget
+    ├── TlsError             TLS mismatch or untrusted certificate: only configuration fixes it
+    ├── ProtocolError        the server answered something this client does not understand
+    └── ServerError          the server failed (INTERNAL, UNIMPLEMENTED, ...)
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class LatchkeyError(Exception):
+    """Every error of this library. `reason` is the server's stable kebab-case reason
+    (`latchkey-error` metadata) when it gave one."""
+
+    def __init__(self, message: str, *, reason: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+
+
+class InvalidArgument(LatchkeyError, ValueError):
+    pass
+
+
+class WaitTimeout(LatchkeyError, TimeoutError):
+    def __init__(self, name: str, message: Optional[str] = None) -> None:
+        super().__init__(message or f"timed out waiting for lock {name!r}")
+        self.name = name
+
+
+class LockHeld(WaitTimeout):
+    """A try-lock found the lock held. `holder` (a latchkey.Holder) is who held it when the
+    server refused; it may have changed since."""
+
+    def __init__(self, name: str, holder) -> None:
+        super().__init__(name, f"lock {name!r} is held by session {holder.session_id}")
+        self.holder = holder
+
+
+class LockLost(LatchkeyError):
+    pass
+
+
+class SessionLost(LockLost):
+    def __init__(self, session_id: int, why: str) -> None:
+        super().__init__(f"session {session_id} lost: {why}")
+        self.session_id = session_id
+        self.why = why
+
+
+class NotHeld(LockLost):
+    def __init__(self, name: str, token: int) -> None:
+        super().__init__(f"lock {name!r} with token {token} was not held any more")
+        self.name = name
+        self.token = token
+
+
+class SessionNotFound(LatchkeyError):
+    pass
+
+
+class PermissionDenied(LatchkeyError, PermissionError):
+    pass
+
+
+class LimitReached(LatchkeyError):
+    pass
+
+
+class Conflict(LatchkeyError):
+    pass
+
+
+class Unavailable(LatchkeyError):
+    pass
+
+
+class TransportError(LatchkeyError, ConnectionError):
+    pass
+
+
+class TlsError(LatchkeyError):
+    pass
+
+
+class ProtocolError(LatchkeyError):
+    pass
+
+
+class ServerError(LatchkeyError):
+    pass

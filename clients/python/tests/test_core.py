@@ -1,0 +1,88 @@
+"""The pure parts: lease arithmetic (as crates/client/src/session.rs tests it), window, routing."""
+
+from latchkey import _core as core
+
+
+def test_margin_is_a_fifth_of_the_ttl_with_a_floor():
+    assert core.safety_margin(15) == 3
+    assert abs(core.safety_margin(2) - 0.4) < 1e-9
+    assert core.safety_margin(1) == 0.2
+    assert core.safety_margin(0.5) == 0.2
+
+
+def test_deadline_is_acked_send_plus_ttl_minus_margin():
+    lease = core.ClientLease(100.0, 15.0)
+    assert lease.deadline() == 112.0
+    assert lease.next_renewal() == 105.0
+    lease.acknowledged(105.0, 15.0)
+    assert lease.deadline() == 117.0 and lease.next_renewal() == 110.0
+    # A late acknowledgement of an older renewal never moves it back.
+    lease.acknowledged(101.0, 15.0)
+    assert lease.deadline() == 117.0
+
+
+def test_server_ttl_shorter_than_asked_is_believed():
+    lease = core.ClientLease(0.0, 15.0)
+    lease.acknowledged(0.0, 10.0)
+    assert lease.deadline() == 8.0
+    lease.acknowledged(0.0, 0.0)
+    assert lease.deadline() == 8.0
+    lease.acknowledged(0.0, 60.0)
+    assert lease.deadline() == 8.0
+
+
+def test_failed_renewal_retries_sooner_but_not_past_the_deadline():
+    lease = core.ClientLease(0.0, 2.0)
+    assert abs(lease.deadline() - 1.6) < 1e-9
+    lease.failed(0.7)
+    assert abs(lease.next_renewal() - 0.9) < 1e-9
+    lease.failed(1.55)
+    assert abs(lease.next_renewal() - 1.6) < 1e-9
+    lease.acknowledged(1.55, 2.0)
+    assert abs(lease.next_renewal() - (1.55 + 2.0 / 3)) < 1e-9
+
+
+def test_first_renewal_comes_before_the_deadline_for_every_ttl():
+    for ttl_ms in (core.SESSION_TTL_MS_MIN, 2_000, 15_000, core.SESSION_TTL_MS_MAX):
+        lease = core.ClientLease(0.0, ttl_ms / 1000)
+        assert lease.next_renewal() < lease.deadline()
+
+
+def test_a_request_waits_while_the_oldest_unanswered_one_is_a_window_behind():
+    w = core.SeqWindow(1)
+    oldest = w.try_begin()
+    for expected in range(2, core.SESSION_SEQ_WINDOW_MAX + 1):
+        seq = w.try_begin()
+        assert seq == expected
+        w.end(seq)
+    assert w.try_begin() is None
+    w.end(oldest)
+    assert w.try_begin() == core.SESSION_SEQ_WINDOW_MAX + 1
+
+
+def test_routing_follows_hints_but_not_to_a_member_that_just_refused():
+    r = core.Route(["a:1", "b:2", "c:3"])
+    r.answered("a:1")
+    r.unreachable("a:1", 0.0)
+    assert r.pick() == "b:2"
+    assert not r.reroute("b:2", "a:1", 0.1)  # b still names the dead leader
+    assert r.pick() == "c:3"
+    assert r.reroute("c:3", "b:2", 0.2)
+    assert r.pick() == "b:2"
+    # Later, a hint to a is trusted again.
+    assert r.reroute("b:2", "a:1", 0.1 + core.CLIENT_REFUSED_HINT_IGNORE_MS / 1000)
+    assert r.pick() == "a:1"
+
+
+def test_status_classification():
+    import grpc
+
+    C = grpc.StatusCode
+    f = core.classify(C.UNAVAILABLE, "m", [("latchkey-error", "not-leader"),
+                                           ("latchkey-leader-addr", "h:2")])
+    assert f.kind == "unavailable" and f.leader_addr == "h:2"
+    assert core.classify(C.UNAVAILABLE, "refused", []).kind == "transport"
+    f = core.classify(C.PERMISSION_DENIED, "no", [("latchkey-error", "permission-denied")])
+    assert f.kind == "fatal" and f.error.reason == "permission-denied"
+    f = core.classify(C.FAILED_PRECONDITION, "old", [("latchkey-error", "request-too-old")])
+    assert f.error.__class__.__name__ == "Conflict" and f.error.reason == "request-too-old"
