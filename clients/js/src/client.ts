@@ -13,6 +13,8 @@ import {
   LatchkeyError,
   Owner,
   ProtocolError,
+  TlsError,
+  tlsMismatch,
   TransportError,
   Unavailable,
 } from "./errors";
@@ -455,6 +457,8 @@ export class Client {
       } catch (e) {
         if (e instanceof Aborted) throw e;
         const err = e as grpc.ServiceError;
+        const mismatch = tlsMismatch(t, err);
+        if (mismatch !== undefined) throw new TlsError(mismatch);
         failure = classify(err);
         if (failure.kind === "transport") failure = { kind: "transport", message: `cannot reach ${t}: ${failure.message}` };
       }

@@ -134,6 +134,46 @@ export class PermissionDenied extends LatchkeyError {
   }
 }
 
+/**
+ * The client and the server do not speak the same protocol (TLS to a plaintext port or the
+ * reverse) or do not trust each other's certificates. Not retried: only a change of
+ * configuration fixes it; the message says which.
+ */
+export class TlsError extends LatchkeyError {
+  constructor(message: string) {
+    super("tls", `TLS: ${message}`);
+  }
+}
+
+/** What the server says to a plaintext client of its TLS port (crates/core/src/lib.rs). */
+export const TLS_REQUIRED_MESSAGE = "latchkey: this server speaks TLS: use https:// and --ca";
+
+/**
+ * A protocol or certificate mismatch with the server at `target`, recognised in a status that
+ * did not come from a latchkey node (it names a reason on every status), as the Rust client's
+ * `tls::mismatch` does; undefined for any other failure.
+ */
+export function tlsMismatch(target: string, err: ServiceError): string | undefined {
+  if (meta(err.metadata, ERROR_REASON_KEY) !== undefined) return undefined;
+  const text = `${err.details ?? ""} ${err.message ?? ""}`;
+  if (text.includes(TLS_REQUIRED_MESSAGE) || (err.code === Code.PERMISSION_DENIED && /Protocol not secure enough/.test(text))) {
+    return `the server at ${target} speaks TLS: use https://${target} and options.tls.ca`;
+  }
+  if (/wrong version number|packet length too long|unknown protocol/i.test(text)) {
+    return `the server at ${target} does not speak TLS: use ${target} without https:// (or its TLS port)`;
+  }
+  if (/unable to verify|self[- ]signed certificate|unable to get (local )?issuer|certificate verify failed|Hostname\/IP does not match/i.test(text)) {
+    return `the certificate of the server at ${target} is not trusted by options.tls.ca (${err.details})`;
+  }
+  if (/certificate required/i.test(text)) {
+    return `the server at ${target} requires a client certificate: give options.tls.cert and options.tls.key`;
+  }
+  if (/alert (certificate unknown|bad certificate|unknown ca|decrypt error)/i.test(text)) {
+    return `the server at ${target} refused this client's certificate (${err.details})`;
+  }
+  return undefined;
+}
+
 /** The server answered something this client does not understand. */
 export class ProtocolError extends LatchkeyError {
   constructor(message: string) {

@@ -30,6 +30,7 @@ export {
   Unavailable,
   TransportError,
   PermissionDenied,
+  TlsError,
   ProtocolError,
   ServerError,
 } from "./errors";

@@ -102,6 +102,27 @@ describe("client", () => {
     }
   });
 
+  it("releases a grant that comes after its wait was abandoned", async () => {
+    const holder = await client.lock("late", { ttl: 5, wait: 5 });
+    const session = await client.session({ ttl: 5 });
+    try {
+      const abandon = new AbortController();
+      const wait = session.lock("late", { wait: 30, signal: abandon.signal });
+      await waitUntil("the waiter queued", 5000, async () => (await client.describe("late")).waiters === 1);
+      abandon.abort(new Error("not needed any more"));
+      await assert.rejects(wait, /not needed any more/);
+      // The server still has the waiter: the release hands it the lock, which nobody wants.
+      assert.equal((await client.describe("late")).waiters, 1);
+      await holder.release();
+      await waitUntil("the late grant released", 10_000, async () => (await client.describe("late")).holder === undefined);
+      // The session is still good for other locks.
+      const again = await session.lock("late", { wait: 5 });
+      await again.release();
+    } finally {
+      await session.close();
+    }
+  });
+
   it("rejects bad input before sending it", async () => {
     await assert.rejects(client.lock("", { ttl: 5 }), InvalidArgument);
     await assert.rejects(client.lock("x".repeat(513), { ttl: 5 }), InvalidArgument);

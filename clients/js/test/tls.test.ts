@@ -7,7 +7,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 
-import { Client, InvalidArgument } from "latchkey";
+import { Client, InvalidArgument, TlsError } from "latchkey";
 import { Server } from "./harness";
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "latchkey-js-tls-"));
@@ -22,6 +22,9 @@ before(async () => {
   // As in the README's "TLS" section: a CA, then a member and a client certificate.
   openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
     "-subj", "/CN=latchkey CA", "-keyout", "ca.key", "-out", "ca.pem",
+    "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign");
+  openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+    "-subj", "/CN=another CA", "-keyout", "other.key", "-out", "other.pem",
     "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign");
   for (const name of ["member-1", "client"]) {
     openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", `/CN=${name}`,
@@ -56,4 +59,24 @@ it("holds a lock over mutual TLS", async () => {
 
 it("refuses an https endpoint without a CA", () => {
   assert.throws(() => new Client([server.endpoint]), InvalidArgument);
+});
+
+it("names a protocol or certificate mismatch at once, without retrying", async () => {
+  const ca = fs.readFileSync(file("ca.pem"));
+  const cases: Array<[string, string, ConstructorParameters<typeof Client>[1], RegExp]> = [
+    ["plaintext client", server.addr, {}, /speaks TLS: use https:\/\//],
+    ["untrusted server", server.endpoint, { tls: { ca: fs.readFileSync(file("other.pem")) } }, /not trusted by options.tls.ca/],
+    ["no client certificate", server.endpoint, { tls: { ca } }, /requires a client certificate/],
+    ["unknown client certificate", server.endpoint, { tls: { ca, cert: fs.readFileSync(file("other.pem")), key: fs.readFileSync(file("other.key")) } }, /refused this client's certificate/],
+  ];
+  for (const [what, endpoint, options, message] of cases) {
+    const client = new Client([endpoint], options);
+    try {
+      const started = performance.now();
+      await assert.rejects(client.describe("x"), (e) => e instanceof TlsError && message.test(e.message), what);
+      assert.ok(performance.now() - started < 2000, `${what}: not retried`);
+    } finally {
+      await client.close();
+    }
+  }
 });
