@@ -1,0 +1,39 @@
+// latchkey for Node: a client of the latchkey lock service over gRPC.
+//
+//   client.ts   endpoints, leader routing, the retry loop, keepalive batches
+//   session.ts  a session's lease, its renewal every TTL/3, the deadline rule
+//   lock.ts     acquire (long-poll, same seq across re-sends, release of unwanted grants), LockGuard
+//   errors.ts   one error class per cause; gRPC status -> error
+//   limits.ts   every bound, copied from crates/core/src/limits.rs
+
+// `await using` needs Symbol.asyncDispose; Node 20 has had it since 20.4 (as a Node symbol). On an
+// older runtime, define it before any class that uses it is evaluated.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+(Symbol as any).asyncDispose ??= Symbol.for("nodejs.asyncDispose");
+
+export { Client, DEFAULT_RETRY } from "./client";
+export type { ClientOptions, RetryPolicy, LockInfo, NodeStatus } from "./client";
+export { Session, safetyMarginMs } from "./session";
+export type { SessionOptions } from "./session";
+export { LockGuard, LOCK_HEADER, TOKEN_HEADER } from "./lock";
+export type { LockOptions } from "./lock";
+export {
+  LatchkeyError,
+  InvalidArgument,
+  SessionNotFound,
+  SessionLost,
+  NotHeld,
+  LimitReached,
+  Conflict,
+  WaitTimeout,
+  Held,
+  Unavailable,
+  TransportError,
+  PermissionDenied,
+  TlsError,
+  ProtocolError,
+  ServerError,
+} from "./errors";
+export type { Holder, Owner } from "./errors";
+export * as limits from "./limits";
+export * as testing from "./testing";

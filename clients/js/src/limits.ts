@@ -1,0 +1,84 @@
+// Every bound the Node client uses. Each value is a copy of crates/core/src/limits.rs (the one
+// source of the numbers and their full reasons); the short reason is repeated here so that a
+// reader of this package does not need the Rust tree. test/limits.test.ts checks that the copies
+// still match the Rust file when it is there (a repository checkout).
+
+/** A lock name is at most this many bytes of UTF-8 (`LOCK_NAME_BYTES_MAX`). */
+export const LOCK_NAME_BYTES_MAX = 512;
+/** Shortest session lease: below 1 s a renewal every third leaves no room for a blip. */
+export const SESSION_TTL_MS_MIN = 1_000;
+/** Longest session lease: a crashed holder blocks its locks that long. */
+export const SESSION_TTL_MS_MAX = 3_600_000;
+/** The lease when none is asked for: freeing locks soon after a crash vs surviving GC pauses. */
+export const SESSION_TTL_MS_DEFAULT = 15_000;
+/** Lock waits (Acquire long-polls) one session keeps in flight; the server remembers outcomes. */
+export const SESSION_WAITS_IN_FLIGHT_MAX = 64;
+/** Releases one session keeps in flight, apart from its waits (a release is what ends waits). */
+export const SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX = 32;
+/**
+ * A session starts no request whose sequence number is this far or more past its oldest
+ * unanswered one, so that the server (which remembers `SESSION_OUTCOMES_MAX` = 256 outcomes,
+ * at least twice this) still knows that request's outcome when it is retried.
+ */
+export const SESSION_SEQ_WINDOW_MAX = 128;
+/** Sessions renewed by one KeepAlive request. */
+export const KEEPALIVE_SESSIONS_MAX = 1_024;
+/** A wait longer than this (a day) is cut to it by the server; the client re-sends. */
+export const WAIT_TIMEOUT_MS_MAX = 86_400_000;
+/** One Acquire call long-polls at most this long, then the server answers PENDING. */
+export const ACQUIRE_POLL_MS_MAX = 10_000;
+/** Bytes of one client gRPC message (the largest is a List answer). */
+export const CLIENT_MESSAGE_BYTES_MAX = 8 * 1024 * 1024;
+/** Renew every TTL / 3: two renewals can be lost in a row before the lease is in danger. */
+export const CLIENT_RENEWAL_TTL_DIVISOR = 3;
+/** The safety margin is TTL / 5 (20 %): the client stops believing it holds its locks that long before the lease deadline it measured. */
+export const CLIENT_SAFETY_MARGIN_TTL_DIVISOR = 5;
+/** The least safety margin: a late timer, scheduling on a loaded client, time to stop. */
+export const CLIENT_SAFETY_MARGIN_MS_MIN = 200;
+/** One renewal attempt's deadline: TTL / 5, at least 200 ms (retried while the lease has room). */
+export const CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR = 5;
+export const CLIENT_RENEWAL_ATTEMPT_MS_MIN = 200;
+/** Cap of the backoff between renewal attempts: TTL / 20, at least 50 ms (reach a new leader soon). */
+export const CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR = 20;
+export const CLIENT_RENEWAL_BACKOFF_MS_MIN = 50;
+/** Cap of the doubling backoff between attempts of one request (issue #11: a long cap slept past a new leader's election). */
+export const CLIENT_BACKOFF_MS_MAX = 250;
+/** First backoff step of a request's retries. */
+export const CLIENT_BACKOFF_MS_INITIAL = 50;
+/** Attempts of one request before it gives up (its 20 s time budget usually ends it first). */
+export const CLIENT_ATTEMPTS_MAX = 64;
+/** Time from a request's first attempt after which no new attempt starts (rides out an election and a quick restart). */
+export const CLIENT_RETRY_ELAPSED_MS_MAX = 20_000;
+/** Heartbeat + 3 election timeouts with the default timing: the longest a group is leaderless. */
+export const LEADERLESS_MS_MAX_DEFAULT = 100 + 3 * 600;
+/** How long leader hints naming a member that just refused us are ignored (issue #11). */
+export const CLIENT_REFUSED_HINT_IGNORE_MS = LEADERLESS_MS_MAX_DEFAULT;
+/** Cap of the backoff between attempts of one Acquire. */
+export const CLIENT_ACQUIRE_BACKOFF_MS_MAX = 250;
+/** A request still PENDING this long after its wait timeout is given up (the server cancels first). */
+export const CLIENT_PENDING_AFTER_DEADLINE_MS_MAX = 2 * ACQUIRE_POLL_MS_MAX;
+/** A wait with no server answering gives up this long after the caller's wait timeout. */
+export const CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX = 1_000;
+/** One attempt of a short RPC: a paused node must not hold a caller for long. */
+export const CLIENT_RPC_TIMEOUT_MS_DEFAULT = 5_000;
+/** Opening a TCP connection to one endpoint (a dead member is skipped early). */
+export const CLIENT_CONNECT_TIMEOUT_MS_DEFAULT = 2_000;
+/**
+ * Reconnect backoff of one gRPC channel (grpc-js defaults to 1 s doubling to 120 s, during which
+ * every call to that member fails at once: a restarted leader would stay unused for minutes).
+ * This client has its own retry loop and backoff, so the channel's is kept short.
+ */
+export const CLIENT_RECONNECT_BACKOFF_MS_INITIAL = 100;
+export const CLIENT_RECONNECT_BACKOFF_MS_MAX = 1_000;
+
+// The relations limits.rs asserts at compile time, checked at load time.
+function assert(ok: boolean, what: string): void {
+  if (!ok) throw new Error(`latchkey limits: ${what}`);
+}
+assert(2 * SESSION_SEQ_WINDOW_MAX <= 256, "the seq window fits the server's memory of outcomes");
+assert(SESSION_WAITS_IN_FLIGHT_MAX + SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX < SESSION_SEQ_WINDOW_MAX, "in-flight budgets never fill the window");
+assert(CLIENT_SAFETY_MARGIN_MS_MIN <= SESSION_TTL_MS_MIN / CLIENT_SAFETY_MARGIN_TTL_DIVISOR, "the margin leaves room for a renewal");
+assert(2 * CLIENT_SAFETY_MARGIN_TTL_DIVISOR <= CLIENT_RENEWAL_TTL_DIVISOR * (CLIENT_SAFETY_MARGIN_TTL_DIVISOR - 1), "two renewals fall due before the margin");
+assert(CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR >= CLIENT_RENEWAL_TTL_DIVISOR, "renewal attempts never pile up");
+assert(CLIENT_ACQUIRE_BACKOFF_MS_MAX <= CLIENT_BACKOFF_MS_MAX, "a waiter is no slower to find a leader");
+assert(CLIENT_CONNECT_TIMEOUT_MS_DEFAULT < CLIENT_RPC_TIMEOUT_MS_DEFAULT, "connect within one attempt");

@@ -1,0 +1,403 @@
+// Taking a lock (`acquire`) and holding it (`LockGuard`); crates/client/src/lock.rs is the
+// reference.
+import type { Wire } from "./client";
+import { isRetryable, isTooOld } from "./client";
+import { Held, InvalidArgument, LatchkeyError, NotHeld, ProtocolError, SessionLost, WaitTimeout } from "./errors";
+import { holderFromWire } from "./client";
+import * as limits from "./limits";
+import type { Session } from "./session";
+import { Aborted, now, sleepUntil } from "./util";
+
+/** Header that carries the fencing token to a fenced resource. */
+export const TOKEN_HEADER = "latchkey-token";
+/** Header that carries the lock name to a fenced resource. */
+export const LOCK_HEADER = "latchkey-lock";
+
+export interface LockOptions {
+  /** Seconds to wait in the queue: undefined waits until granted, 0 tries once. */
+  wait?: number;
+  /**
+   * Abandons the wait (the promise rejects with the signal's reason). The server may still
+   * have the waiter: a background task of the session settles it and releases a late grant.
+   */
+  signal?: AbortSignal;
+}
+
+/** Lock names: 1..=512 bytes of UTF-8, no control characters (the server's rule). */
+export function validateName(name: string): void {
+  if (typeof name !== "string" || name.length === 0) throw new InvalidArgument("the lock name is empty");
+  const bytes = Buffer.byteLength(name, "utf8");
+  if (bytes > limits.LOCK_NAME_BYTES_MAX) {
+    throw new InvalidArgument(`the lock name is ${bytes} bytes, more than ${limits.LOCK_NAME_BYTES_MAX}`);
+  }
+  // eslint-disable-next-line no-control-regex
+  const at = name.search(/[\u0000-\u001f\u007f-\u009f]/);
+  if (at >= 0) throw new InvalidArgument(`the lock name has a control character at ${at}`);
+}
+
+/** One Acquire call (with its retries) for request `seq`, waiting until `deadline`. */
+async function acquireOnce(
+  session: Session,
+  name: string,
+  seq: number,
+  deadline: number | undefined,
+  signal: AbortSignal,
+): Promise<Wire> {
+  const waitMs =
+    deadline === undefined
+      ? limits.WAIT_TIMEOUT_MS_MAX
+      : Math.min(Math.max(0, Math.floor(deadline - now())), limits.WAIT_TIMEOUT_MS_MAX);
+  try {
+    const { response } = await session.client.call<Wire>(
+      "Acquire",
+      { session: session.wire, seq: String(seq), name, wait_timeout_ms: String(waitMs) },
+      {
+        // The server long-polls at most ACQUIRE_POLL_MS_MAX whatever we ask, so every attempt
+        // allows a full poll.
+        attemptTimeoutMs: limits.ACQUIRE_POLL_MS_MAX + session.client.rpcTimeoutMs,
+        backoffMaxMs: limits.CLIENT_ACQUIRE_BACKOFF_MS_MAX,
+        signal,
+      },
+    );
+    return response;
+  } catch (e) {
+    throw session.check(e);
+  }
+}
+
+type Race =
+  | { kind: "answer"; response: Wire }
+  | { kind: "error"; error: unknown }
+  | { kind: "lost" }
+  | { kind: "give-up" }
+  | { kind: "abandoned" };
+
+/** @internal See `Session.lock`. */
+export async function acquire(session: Session, name: string, options: LockOptions): Promise<LockGuard> {
+  validateName(name);
+  const wait = options.wait;
+  if (wait !== undefined && (!Number.isFinite(wait) || wait < 0)) {
+    throw new InvalidArgument(`wait ${wait} s must be a number of seconds >= 0 (undefined: forever)`);
+  }
+  const lost = session.lostError();
+  if (lost) throw lost;
+  options.signal?.throwIfAborted();
+  const releasePermit = await session.waits.acquire();
+  try {
+    const deadline = wait === undefined ? undefined : now() + wait * 1000;
+    for (;;) {
+      // One logical request: its seq is fixed here and reused by every re-send.
+      const seq = await session.window.begin();
+      let armed = true;
+      try {
+        for (;;) {
+          const sent = now();
+          const giveUpAt = deadline === undefined ? undefined : deadline + limits.CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX;
+          const stop = new AbortController();
+          const races: Array<Promise<Race>> = [
+            acquireOnce(session, name, seq, deadline, stop.signal).then(
+              (response): Race => ({ kind: "answer", response }),
+              (error): Race => ({ kind: "error", error }),
+            ),
+            onAbort(session.signal, stop.signal).then((): Race => ({ kind: "lost" })),
+          ];
+          if (giveUpAt !== undefined) {
+            races.push(sleepUntil(giveUpAt, stop.signal).then((): Race => ({ kind: "give-up" }), (): Race => ({ kind: "abandoned" })));
+          }
+          if (options.signal) races.push(onAbort(options.signal, stop.signal).then((): Race => ({ kind: "abandoned" })));
+          const r = await Promise.race(races);
+          stop.abort();
+          switch (r.kind) {
+            case "lost":
+              armed = false;
+              throw session.lostError() ?? new SessionLost(session.id, "lost");
+            case "give-up":
+              // Still armed: the background task settles the request.
+              throw new WaitTimeout(name);
+            case "abandoned":
+              if (options.signal?.aborted) throw options.signal.reason ?? new Aborted();
+              continue; // the give-up timer was aborted by `stop` after another branch won
+            case "error": {
+              const e = r.error;
+              if (e instanceof Aborted) {
+                // Only close() of the client or the session aborts a call that won the race.
+                const lostNow = session.lostError();
+                if (lostNow) {
+                  armed = false;
+                  throw lostNow;
+                }
+                throw e;
+              }
+              // The retry budget of one call ran out (a long election, a partition): keep
+              // trying under the same seq while the session and the wait last.
+              if (isRetryable(e) && (giveUpAt === undefined || now() < giveUpAt)) continue;
+              if (isTooOld(e)) {
+                // Granted or not, the outcome is forgotten: a grant would be held with no
+                // guard, so look and release it.
+                armed = false;
+                session.spawnBackground(() => releaseOrphan(session, name));
+              } else if (e instanceof SessionLost) {
+                armed = false;
+              }
+              throw e;
+            }
+            case "answer":
+              break;
+          }
+          const response = r.response;
+          switch (response.result) {
+            case "ACQUIRE_RESULT_GRANTED":
+              armed = false;
+              return new LockGuard(session, name, BigInt(response.token));
+            case "ACQUIRE_RESULT_NOT_GRANTED": {
+              armed = false;
+              if (deadline === undefined) break; // only after the server's own cap on a wait (a day): again
+              const holder = holderFromWire(response.held_by);
+              if (holder) throw new Held(name, holder);
+              throw new WaitTimeout(name);
+            }
+            case "ACQUIRE_RESULT_PENDING":
+              if (deadline !== undefined && sent > deadline + limits.CLIENT_PENDING_AFTER_DEADLINE_MS_MAX) {
+                throw new WaitTimeout(name); // still armed: the background task settles it
+              }
+              continue;
+            default:
+              armed = false;
+              throw new ProtocolError(`Acquire answered an unknown result ${response.result}`);
+          }
+          break; // NOT_GRANTED of an endless wait: a new logical request
+        }
+      } finally {
+        if (armed) settleInBackground(session, name, seq, deadline);
+        else session.window.end(seq);
+      }
+    }
+  } finally {
+    releasePermit();
+  }
+}
+
+/** Resolves when `signal` aborts; never, if `stop` aborts first (then it lets go of the listener). */
+function onAbort(signal: AbortSignal, stop: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      signal.removeEventListener("abort", done);
+      stop.removeEventListener("abort", done);
+      if (signal.aborted) resolve();
+    };
+    signal.addEventListener("abort", done, { once: true });
+    stop.addEventListener("abort", done, { once: true });
+  });
+}
+
+/**
+ * An Acquire whose outcome the caller will never see: keep re-sending it (same seq) until it is
+ * decided, and release a late grant, so that a lock nobody holds a guard for does not stay held
+ * until the session ends. Ends when the session stops (closing it releases everything anyway).
+ */
+function settleInBackground(session: Session, name: string, seq: number, deadline: number | undefined): void {
+  if (session.lostError()) {
+    session.window.end(seq);
+    return;
+  }
+  session.spawnBackground(async (signal) => {
+    try {
+      for (;;) {
+        let response: Wire;
+        try {
+          response = await acquireOnce(session, name, seq, deadline, signal);
+        } catch (e) {
+          if (isTooOld(e)) return void (await releaseOrphan(session, name));
+          if (isRetryable(e)) continue;
+          return;
+        }
+        if (response.result === "ACQUIRE_RESULT_PENDING") continue;
+        if (response.result === "ACQUIRE_RESULT_GRANTED") {
+          await releaseOnServer(session, name, BigInt(response.token)).catch(() => undefined);
+        }
+        return;
+      }
+    } finally {
+      session.window.end(seq);
+    }
+  });
+}
+
+/**
+ * An Acquire of `name` by this session was granted or not, and its outcome is lost to us: if the
+ * server says the session holds `name` while no guard of ours does, release it.
+ */
+async function releaseOrphan(session: Session, name: string): Promise<void> {
+  const info = await session.client.describe(name).catch(() => undefined);
+  const holder = info?.holder;
+  if (!holder || holder.sessionId !== session.id || session.guarded.has(name)) return;
+  await releaseOnServer(session, name, holder.token).catch(() => undefined);
+}
+
+/** @internal */
+export async function releaseOnServer(session: Session, name: string, token: bigint): Promise<void> {
+  const releasePermit = await session.shortRequests.acquire();
+  const seq = await session.window.begin();
+  try {
+    const { response } = await session.client.call<Wire>(
+      "Release",
+      { session: session.wire, seq: String(seq), name, token: token.toString() },
+      session.client.short(),
+    );
+    if (!response.released) throw new NotHeld(name, token);
+  } catch (e) {
+    throw session.check(e);
+  } finally {
+    session.window.end(seq);
+    releasePermit();
+  }
+}
+
+/**
+ * A held lock. Its fencing token goes with every write to the protected resource
+ * (`fencingHeaders()`). Release it with `await guard.release()` (in a `finally`), or hold it
+ * with `await using guard = await client.lock(...)`.
+ *
+ * The lost signal, three ways: `guard.lost` (a Promise that resolves with the reason),
+ * `guard.signal` (an AbortSignal, for fetch and friends), `guard.onLost(callback)`. It fires when
+ * the session's deadline on this client's clock passed without an acknowledged renewal, the
+ * server said the session is gone, the session was closed, or a keepalive said an operator
+ * force-released this grant. Stop working under the lock at once: the server keeps it for the
+ * session's safety margin at most.
+ */
+export class LockGuard {
+  readonly name: string;
+  /**
+   * The fencing token of this grant, larger than that of every earlier grant of the lock. A
+   * bigint: tokens are unsigned 64-bit on the wire, and a JavaScript number is exact only up to
+   * 2^53; a rounded token could compare equal to (or below) an older one and break fencing.
+   */
+  readonly token: bigint;
+  readonly session: Session;
+  /** Resolves with the reason once the lock may be lost. Never rejects. */
+  readonly lost: Promise<string>;
+  /** @internal release() also closes the session (a guard from `Client.lock`). */
+  ownsSession = false;
+  private readonly controller = new AbortController();
+  private released?: Promise<void>;
+
+  /** @internal */
+  constructor(session: Session, name: string, token: bigint) {
+    this.session = session;
+    this.name = name;
+    this.token = token;
+    session.guarded.add(name);
+    this.lost = new Promise((resolve) => {
+      this.controller.signal.addEventListener("abort", () => resolve(this.lostReason() ?? "lost"), { once: true });
+    });
+    const onSessionLost = () => this.fire();
+    const onTaken = () => {
+      if (this.taken()) this.fire();
+    };
+    if (session.signal.aborted) this.fire();
+    else session.signal.addEventListener("abort", onSessionLost, { once: true });
+    session.events.on("taken", onTaken);
+    this.detach = () => {
+      session.signal.removeEventListener("abort", onSessionLost);
+      session.events.off("taken", onTaken);
+    };
+    this.controller.signal.addEventListener("abort", this.detach, { once: true });
+  }
+
+  /** Stops listening to the session: after release() the lost signal no longer fires. */
+  private readonly detach: () => void;
+
+  private fire(): void {
+    if (!this.controller.signal.aborted) {
+      this.controller.abort(
+        this.taken() ? new NotHeld(this.name, this.token) : (this.session.lostError() ?? new SessionLost(this.session.id, "lost")),
+      );
+    }
+  }
+
+  private taken(): boolean {
+    const t = this.session.taken;
+    return this.token <= t.through || t.tokens.has(this.token);
+  }
+
+  /** Aborted once the lock may be lost; its reason is a SessionLost (or NotHeld, force-released). */
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  /** Calls `callback(reason)` once the lock may be lost (at once if it already may be). Returns the function that unsubscribes. */
+  onLost(callback: (reason: string) => void): () => void {
+    const handler = () => callback(this.lostReason() ?? "lost");
+    if (this.controller.signal.aborted) {
+      queueMicrotask(handler);
+      return () => undefined;
+    }
+    this.controller.signal.addEventListener("abort", handler, { once: true });
+    return () => this.controller.signal.removeEventListener("abort", handler);
+  }
+
+  /**
+   * Whether the lock may be lost: the signal fired, or the session's deadline passed on this
+   * client's clock (checked here, not left to a timer, so that a holder that resumes from a
+   * pause and asks before writing gets the true answer).
+   */
+  isLost(): boolean {
+    return this.controller.signal.aborted || this.session.isLost() || this.taken();
+  }
+
+  /** Why the lock may be lost, once it may be. */
+  lostReason(): string | undefined {
+    if (this.taken()) return `an operator force-released it (token ${this.token}); see \`latchkey audit\``;
+    if (this.session.lostReason !== undefined) return this.session.lostReason;
+    return this.session.isLost() ? "the session's deadline passed without an acknowledged renewal" : undefined;
+  }
+
+  /** `{"latchkey-lock": name, "latchkey-token": "<token>"}`: send both to a fenced resource. */
+  fencingHeaders(): { [LOCK_HEADER]: string; [TOKEN_HEADER]: string } {
+    return { [LOCK_HEADER]: this.name, [TOKEN_HEADER]: this.token.toString() };
+  }
+
+  /**
+   * Releases the lock (and closes the session if this guard came from `Client.lock`). Throws
+   * SessionLost at once, without asking a server, if the lock may already be lost (the server
+   * ends the session within its safety margin, releasing it), and NotHeld if the server says the
+   * grant was no longer current. A second call returns the first one's outcome. From the call
+   * on, the lost signal no longer fires (`lost` stays pending, `onLost` callbacks are not called).
+   */
+  release(): Promise<void> {
+    this.released ??= this.releaseOnce();
+    return this.released;
+  }
+
+  private async releaseOnce(): Promise<void> {
+    // Released on purpose: closing the guard's own session is no loss to report.
+    this.detach();
+    this.session.guarded.delete(this.name);
+    try {
+      if (this.taken()) throw new NotHeld(this.name, this.token);
+      if (this.session.isLost()) {
+        throw this.session.lostError() ?? new SessionLost(this.session.id, this.lostReason() ?? "lost");
+      }
+      await releaseOnServer(this.session, this.name, this.token);
+    } finally {
+      if (this.ownsSession) await this.session.close().catch(() => undefined);
+    }
+  }
+
+  /**
+   * For `await using`: releases, and does not throw when the lock was already lost (SessionLost,
+   * NotHeld): either way it is not held any more, which is what leaving the scope wants. Other
+   * errors (no server reachable) are thrown.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      await this.release();
+    } catch (e) {
+      if (e instanceof SessionLost || e instanceof NotHeld) return;
+      throw e;
+    }
+  }
+}
+
+export { LatchkeyError };

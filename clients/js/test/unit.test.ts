@@ -1,0 +1,120 @@
+// The pure pieces: lease arithmetic (the deadline rule), the sequence window, status mapping,
+// and the limits copied from the Rust tree.
+import { it } from "node:test";
+import * as assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { Metadata, status } from "@grpc/grpc-js";
+
+import { Conflict, InvalidArgument, LimitReached, PermissionDenied, safetyMarginMs, ServerError, SessionNotFound, limits, testing } from "latchkey";
+
+const { ClientLease, SeqWindow, classify } = testing;
+
+it("the margin is a fifth of the TTL with a floor", () => {
+  assert.equal(safetyMarginMs(15_000), 3_000);
+  assert.equal(safetyMarginMs(2_000), 400);
+  assert.equal(safetyMarginMs(1_000), 200);
+  assert.equal(safetyMarginMs(500), 200);
+});
+
+it("the deadline is the acknowledged renewal's send time + TTL - margin", () => {
+  const t0 = 1_000;
+  const lease = new ClientLease(t0, 15_000);
+  assert.equal(lease.deadline(), t0 + 12_000);
+  assert.equal(lease.nextRenewal(), t0 + 5_000);
+  // A renewal sent at t0+5 s and acknowledged (whenever) moves the deadline to t0+17 s.
+  lease.acknowledged(t0 + 5_000, 15_000);
+  assert.equal(lease.deadline(), t0 + 17_000);
+  assert.equal(lease.nextRenewal(), t0 + 10_000);
+  // A late acknowledgement of an older renewal never moves it back.
+  lease.acknowledged(t0 + 1_000, 15_000);
+  assert.equal(lease.deadline(), t0 + 17_000);
+});
+
+it("a shorter server TTL is believed, a longer or absent one is not", () => {
+  const lease = new ClientLease(0, 15_000);
+  lease.acknowledged(0, 10_000);
+  assert.equal(lease.deadline(), 8_000);
+  lease.acknowledged(0, 0);
+  assert.equal(lease.deadline(), 8_000);
+  lease.acknowledged(0, 60_000);
+  assert.equal(lease.deadline(), 8_000);
+});
+
+it("a failed renewal retries sooner, never past the deadline", () => {
+  const lease = new ClientLease(0, 2_000);
+  assert.equal(lease.deadline(), 1_600);
+  lease.failed(700);
+  assert.equal(lease.nextRenewal(), 900);
+  lease.failed(1_550);
+  assert.equal(lease.nextRenewal(), 1_600);
+  lease.acknowledged(1_550, 2_000);
+  assert.equal(lease.nextRenewal(), 1_550 + 2_000 / 3);
+});
+
+it("the first renewal comes before the deadline for every TTL", () => {
+  for (const ttl of [limits.SESSION_TTL_MS_MIN, 2_000, 15_000, limits.SESSION_TTL_MS_MAX]) {
+    const lease = new ClientLease(0, ttl);
+    assert.ok(lease.nextRenewal() < lease.deadline(), `ttl ${ttl}`);
+  }
+});
+
+it("a request waits while the oldest unanswered one is a window behind", () => {
+  const w = new SeqWindow(1);
+  const oldest = w.tryBegin()!;
+  for (let expected = 2; expected <= limits.SESSION_SEQ_WINDOW_MAX; expected++) {
+    const seq = w.tryBegin()!;
+    assert.equal(seq, expected);
+    w.end(seq);
+  }
+  assert.equal(w.tryBegin(), undefined);
+  w.end(oldest);
+  assert.equal(w.tryBegin(), limits.SESSION_SEQ_WINDOW_MAX + 1);
+});
+
+function statusError(code: status, meta: Record<string, string> = {}) {
+  const metadata = new Metadata();
+  for (const [k, v] of Object.entries(meta)) metadata.set(k, v);
+  return Object.assign(new Error("msg"), { code, details: "msg", metadata });
+}
+
+it("maps gRPC statuses like the Rust client", () => {
+  const hinted = classify(statusError(status.UNAVAILABLE, { "latchkey-error": "not-leader", "latchkey-leader-addr": "127.0.0.1:7421" }));
+  assert.deepEqual(hinted, { kind: "unavailable", leaderAddr: "127.0.0.1:7421", message: "msg (not-leader)" });
+  const empty = classify(statusError(status.UNAVAILABLE, { "latchkey-error": "not-leader", "latchkey-leader-addr": "" }));
+  assert.equal(empty.kind === "unavailable" && empty.leaderAddr, undefined);
+  for (const code of [status.UNAVAILABLE, status.UNKNOWN, status.DEADLINE_EXCEEDED, status.CANCELLED]) {
+    assert.equal(classify(statusError(code)).kind, "transport", status[code]);
+  }
+  const fatal = (code: status, reason: string) => {
+    const f = classify(statusError(code, { "latchkey-error": reason }));
+    assert.equal(f.kind, "fatal");
+    return (f as { error: Error }).error;
+  };
+  assert.ok(fatal(status.INVALID_ARGUMENT, "name-empty") instanceof InvalidArgument);
+  assert.ok(fatal(status.NOT_FOUND, "session-not-found") instanceof SessionNotFound);
+  const limit = fatal(status.RESOURCE_EXHAUSTED, "queue-full");
+  assert.ok(limit instanceof LimitReached && limit.reason === "queue-full");
+  const conflict = fatal(status.FAILED_PRECONDITION, "request-too-old");
+  assert.ok(conflict instanceof Conflict && conflict.reason === "request-too-old");
+  assert.ok(fatal(status.PERMISSION_DENIED, "permission-denied") instanceof PermissionDenied);
+  assert.ok(fatal(status.UNAUTHENTICATED, "unauthenticated") instanceof PermissionDenied);
+  assert.ok(fatal(status.UNKNOWN, "bug") instanceof ServerError);
+});
+
+it("the limits match crates/core/src/limits.rs", (t) => {
+  const rust = path.resolve(__dirname, "..", "..", "..", "crates", "core", "src", "limits.rs");
+  if (!fs.existsSync(rust)) return t.skip("not in a repository checkout");
+  const text = fs.readFileSync(rust, "utf8");
+  const value = (name: string): number => {
+    const m = new RegExp(`pub const ${name}: \\w+ =\\s*([^;]+);`).exec(text);
+    assert.ok(m, `${name} in limits.rs`);
+    const expr = m[1].replace(/(\d)_(?=\d)/g, "$1").replace(/\b([A-Z][A-Z0-9_]+)\b/g, (n) => String(value(n)));
+    assert.match(expr, /^[\d\s*+/()-]+$/, `${name} = ${m[1]}`);
+    return Function(`return (${expr});`)() as number;
+  };
+  const copied: Record<string, number> = limits as unknown as Record<string, number>;
+  const names = Object.keys(copied).filter((n) => text.includes(`pub const ${n}:`));
+  assert.ok(names.length >= 25, `${names.length} names compared`);
+  for (const n of names) assert.equal(copied[n], value(n), n);
+});
