@@ -405,8 +405,12 @@ impl Drop for LockGuard {
 }
 
 /// Whether the server answered that it no longer remembers the request's outcome.
+/// The server no longer remembers the request's outcome: `request-too-old`, or
+/// `unknown-request` (the node's own end-of-wait cancel found the request neither queued nor
+/// remembered). Either way a grant it may have made is unknown to us (docs/protocol.md).
 fn is_too_old(e: &Error) -> bool {
-    matches!(e, Error::Conflict { reason, .. } if reason == "request-too-old")
+    matches!(e, Error::Conflict { reason, .. }
+        if reason == "request-too-old" || reason == "unknown-request")
 }
 
 /// An Acquire of `name` by this session was granted or not, and its outcome is lost to us:

@@ -2,6 +2,9 @@
 //! it reaches the shipped binary or a library).
 //!
 //! Layout:
+//! - [`conformance`]: the Rust client's conformance agent (`docs/conformance.md`), which
+//!   the one conformance suite (`crates/cli/tests/conformance.rs`) drives like the other
+//!   languages' agents.
 //! - [`node`]: [`Node`], one latchkey node served in this process (`latchkey_server::run` on a
 //!   loopback port) for the server's API tests and the client's pause scenario.
 //! - [`wait`]: [`wait_until`] and [`wait_until_async`], the one way tests wait for an event:
@@ -13,6 +16,7 @@
 //! The process tests' harness (real `latchkey serve` processes, killed and paused) stays in
 //! `crates/cli/tests/common`: it needs the binary Cargo builds for those tests.
 
+pub mod conformance;
 pub mod node;
 pub mod resource;
 pub mod wait;

@@ -3,7 +3,9 @@
 //!
 //! Modes: [`Mode::Pass`] forwards bytes; [`Mode::Drop`] kills every open connection and closes
 //! new ones at once (a crashed host or a firewall that rejects); [`Mode::Blackhole`] accepts
-//! connections and swallows their bytes (a silent partition: the dialer sees timeouts). Plain
+//! connections and swallows their bytes (a silent partition: the dialer sees timeouts);
+//! [`Mode::AnswersLost`] forwards what the dialer sends and swallows what comes back (requests
+//! arrive and take effect, their answers are lost: the dialer retries). Plain
 //! threads, blocking sockets; every thread ends when its sockets are shut down, which happens
 //! on a mode change and when the proxy drops.
 
@@ -18,6 +20,7 @@ pub enum Mode {
     Pass,
     Drop,
     Blackhole,
+    AnswersLost,
 }
 
 struct Shared {
@@ -72,11 +75,12 @@ impl Proxy {
     }
 
     /// Switches the mode. Leaving `Pass` kills the open connections when going to `Drop`;
-    /// leaving `Blackhole` kills them too (bytes were swallowed mid-stream, the connections
-    /// are garbage), so that the dialer reconnects cleanly.
+    /// leaving `Blackhole` or `AnswersLost` kills them too (bytes were swallowed mid-stream,
+    /// the connections are garbage), so that the dialer reconnects cleanly.
     pub fn set(&self, mode: Mode) {
         let old = std::mem::replace(&mut *self.shared.mode.lock().expect("proxy mode"), mode);
-        if mode == Mode::Drop || (old == Mode::Blackhole && mode != Mode::Blackhole) {
+        let swallowed = matches!(old, Mode::Blackhole | Mode::AnswersLost);
+        if mode == Mode::Drop || (swallowed && mode != old) {
             self.shared.kill_all();
         }
     }
@@ -108,7 +112,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 let s = shared.clone();
                 std::thread::spawn(move || swallow(client, s));
             }
-            Mode::Pass => {
+            Mode::Pass | Mode::AnswersLost => {
                 let target = shared.target.parse().expect("proxy target");
                 let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(1)) else {
                     continue; // the member is down: the dialer sees its connection close
@@ -121,29 +125,37 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                     server.try_clone().expect("clone"),
                 );
                 let (a, b) = (shared.clone(), shared.clone());
-                std::thread::spawn(move || pump(client, server, a));
-                std::thread::spawn(move || pump(s2, c2, b));
+                std::thread::spawn(move || pump(client, server, Direction::Request, a));
+                std::thread::spawn(move || pump(s2, c2, Direction::Answer, b));
             }
         }
     }
 }
 
-/// Copies `from` to `to` while the mode is `Pass`; swallows while it is `Blackhole`.
-fn pump(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>) {
+/// Which way a pump copies: from the dialer to the target, or back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Request,
+    Answer,
+}
+
+/// Copies `from` to `to` while the mode is `Pass` (or `AnswersLost`, for requests); swallows
+/// while it is `Blackhole` (or `AnswersLost`, for answers).
+fn pump(mut from: TcpStream, mut to: TcpStream, direction: Direction, shared: Arc<Shared>) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        match shared.mode() {
-            Mode::Pass => {
-                if to.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-            Mode::Blackhole => {}
+        let forward = match shared.mode() {
+            Mode::Pass => true,
+            Mode::AnswersLost => direction == Direction::Request,
+            Mode::Blackhole => false,
             Mode::Drop => break,
+        };
+        if forward && to.write_all(&buf[..n]).is_err() {
+            break;
         }
     }
     let _ = to.shutdown(Shutdown::Both);

@@ -1,0 +1,226 @@
+//! The Rust client's conformance agent (issue #15 item 5): the JSON-lines protocol every
+//! latchkey client's agent speaks (`docs/conformance.md`), over `latchkey-client`'s public API
+//! only. The conformance suite (`crates/cli/tests/conformance.rs`) drives this agent, the
+//! Python client's and the TypeScript client's through the same commands against real
+//! `latchkey serve` processes.
+//!
+//! One command per line in, one answer per line out, each answer carrying its command's `id`.
+//! Commands run concurrently (a `lock` may wait), so answers may come out of order.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use latchkey_client::{Client, Error, LockGuard, Session};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+/// The agent's state: one client, its sessions and guards by the names the suite gave them.
+#[derive(Clone)]
+struct Agent {
+    client: Client,
+    sessions: Arc<Mutex<HashMap<String, Arc<Session>>>>,
+    guards: Arc<Mutex<HashMap<String, Option<LockGuard>>>>,
+    next_guard: Arc<Mutex<u64>>,
+}
+
+/// Serves commands from `input` until it closes, sending each answer to `output`; then closes
+/// every session it opened.
+pub async fn serve(
+    endpoints: Vec<String>,
+    mut input: mpsc::Receiver<String>,
+    output: std::sync::mpsc::Sender<String>,
+) {
+    let client = match Client::connect(endpoints).await {
+        Ok(client) => client,
+        Err(e) => {
+            let _ = output.send(
+                json!({"id": null, "ok": false, "error": "other", "message": e.to_string()})
+                    .to_string(),
+            );
+            return;
+        }
+    };
+    let agent = Agent {
+        client,
+        sessions: Arc::default(),
+        guards: Arc::default(),
+        next_guard: Arc::default(),
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    while let Some(line) = input.recv().await {
+        let (agent, output) = (agent.clone(), output.clone());
+        tasks.spawn(async move {
+            let answer = match serde_json::from_str::<Value>(&line) {
+                Ok(command) => {
+                    let id = command.get("id").cloned().unwrap_or(Value::Null);
+                    let mut answer = agent.run(&command).await;
+                    answer["id"] = id;
+                    answer
+                }
+                Err(_) => json!({"id": null, "ok": false, "error": "bad-command"}),
+            };
+            let _ = output.send(answer.to_string());
+        });
+        // Reap finished commands so the set does not grow with the run.
+        while tasks.try_join_next().is_some() {}
+    }
+    tasks.shutdown().await;
+    let sessions: Vec<_> = agent.sessions.lock().unwrap().drain().collect();
+    for (_, session) in sessions {
+        if let Ok(session) = Arc::try_unwrap(session) {
+            let _ = session.close().await;
+        }
+    }
+}
+
+fn failed(e: &Error) -> Value {
+    let code = match e {
+        Error::WaitTimedOut { .. } | Error::Held { .. } => "wait-timeout",
+        Error::PermissionDenied { .. } => "permission-denied",
+        Error::SessionLost { .. } => "lost",
+        _ => "other",
+    };
+    json!({"ok": false, "error": code, "message": e.to_string()})
+}
+
+fn field<'a>(command: &'a Value, name: &str) -> Result<&'a str, Value> {
+    command[name].as_str().ok_or_else(
+        || json!({"ok": false, "error": "bad-command", "message": format!("no {name}")}),
+    )
+}
+
+impl Agent {
+    async fn run(&self, command: &Value) -> Value {
+        match self.try_run(command).await {
+            Ok(answer) | Err(answer) => answer,
+        }
+    }
+
+    fn session(&self, name: &str) -> Result<Arc<Session>, Value> {
+        self.sessions.lock().unwrap().get(name).cloned().ok_or_else(
+            || json!({"ok": false, "error": "other", "message": format!("no session {name}")}),
+        )
+    }
+
+    /// Runs `f` on the guard named `name` (or answers that there is none).
+    fn with_guard<T>(&self, name: &str, f: impl FnOnce(&LockGuard) -> T) -> Result<T, Value> {
+        let guards = self.guards.lock().unwrap();
+        match guards.get(name) {
+            Some(Some(guard)) => Ok(f(guard)),
+            _ => Err(json!({"ok": false, "error": "other", "message": format!("no guard {name}")})),
+        }
+    }
+
+    async fn try_run(&self, command: &Value) -> Result<Value, Value> {
+        match command["op"].as_str().unwrap_or("") {
+            "session" => {
+                let name = field(command, "session")?;
+                let ttl = Duration::from_millis(command["ttl_ms"].as_u64().unwrap_or(15_000));
+                let session = self.client.session(ttl).await.map_err(|e| failed(&e))?;
+                let id = session.id();
+                self.sessions
+                    .lock()
+                    .unwrap()
+                    .insert(name.to_owned(), Arc::new(session));
+                Ok(json!({"ok": true, "session_id": id}))
+            }
+            "lock" => {
+                let session = self.session(field(command, "session")?)?;
+                let wait = command["wait_ms"].as_u64().map(Duration::from_millis);
+                let guard = session
+                    .lock(field(command, "name")?)
+                    .wait(wait)
+                    .await
+                    .map_err(|e| failed(&e))?;
+                let token = guard.token();
+                let name = {
+                    let mut next = self.next_guard.lock().unwrap();
+                    *next += 1;
+                    format!("g-{next}")
+                };
+                self.guards
+                    .lock()
+                    .unwrap()
+                    .insert(name.clone(), Some(guard));
+                Ok(json!({"ok": true, "token": token, "guard": name}))
+            }
+            "release" => {
+                let name = field(command, "guard")?;
+                let guard = self
+                    .guards
+                    .lock()
+                    .unwrap()
+                    .get_mut(name)
+                    .and_then(Option::take);
+                let Some(guard) = guard else {
+                    return Err(
+                        json!({"ok": false, "error": "other", "message": format!("no guard {name}")}),
+                    );
+                };
+                let was_lost = guard.is_lost();
+                match guard.release().await {
+                    Ok(()) if was_lost => Ok(json!({"ok": false, "error": "lost"})),
+                    Ok(()) => Ok(json!({"ok": true})),
+                    Err(e) => Err(failed(&e)),
+                }
+            }
+            "lost" => {
+                let lost = self.with_guard(field(command, "guard")?, LockGuard::is_lost)?;
+                Ok(json!({"ok": true, "lost": lost}))
+            }
+            "wait_lost" => {
+                let timeout = Duration::from_millis(command["timeout_ms"].as_u64().unwrap_or(0));
+                let lost = self.with_guard(field(command, "guard")?, |g| g.lost())?;
+                let lost = tokio::time::timeout(timeout, lost).await.is_ok();
+                Ok(json!({"ok": true, "lost": lost}))
+            }
+            "fencing_headers" => {
+                let headers = self.with_guard(field(command, "guard")?, |g| {
+                    latchkey_client::fencing_headers(g)
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), Value::String(v)))
+                        .collect::<serde_json::Map<_, _>>()
+                })?;
+                Ok(json!({"ok": true, "headers": headers}))
+            }
+            "describe" => {
+                let info = self
+                    .client
+                    .describe(field(command, "name")?)
+                    .await
+                    .map_err(|e| failed(&e))?;
+                let holder = info.holder.as_ref();
+                Ok(json!({
+                    "ok": true,
+                    "held": holder.is_some(),
+                    "token": holder.map(|h| h.token),
+                    "session_id": holder.map(|h| h.session),
+                    "waiters": info.waiters,
+                }))
+            }
+            "close" => {
+                let name = field(command, "session")?;
+                let session = self.sessions.lock().unwrap().remove(name);
+                let Some(session) = session else {
+                    return Err(
+                        json!({"ok": false, "error": "other", "message": format!("no session {name}")}),
+                    );
+                };
+                // Guards hold the session's shared state, not the `Session`: it can close.
+                match Arc::try_unwrap(session) {
+                    Ok(session) => session.close().await.map_err(|e| failed(&e))?,
+                    Err(_) => {
+                        return Err(
+                            json!({"ok": false, "error": "other", "message": "session busy"}),
+                        )
+                    }
+                }
+                Ok(json!({"ok": true}))
+            }
+            "inject_retry" => Ok(json!({"ok": false, "error": "unsupported",
+                "message": "the suite injects retries in the network (a proxy that loses answers)"})),
+            _ => Ok(json!({"ok": false, "error": "unknown-op"})),
+        }
+    }
+}
