@@ -7,6 +7,7 @@
 //! - [`query`]: `status`, `list` and `cluster status`;
 //! - [`admin`]: `admin release`, `admin revoke` and `audit`;
 //! - [`snapshot`]: `snapshot save` and `snapshot restore` (backup and restore);
+//! - [`watch`]: `latchkey watch`, lock changes as they apply;
 //! - [`bench`]: the benchmark (workloads, its own cluster, server metrics);
 //! - [`config`]: `serve --config FILE`, the serve flags in a TOML file;
 //! - [`duration`]: `15s`-style durations.
@@ -20,6 +21,7 @@ mod logwriter;
 mod query;
 mod serve;
 mod snapshot;
+mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -81,6 +83,11 @@ enum Command {
     /// List held locks, optionally only those whose names start with PREFIX: holder, owner,
     /// held for, the number of waiters and the longest wait.
     List(ListArgs),
+    /// Print lock changes (grants, releases, expiries, queue changes) of the locks whose names
+    /// start with PREFIX, one line each, as the cluster applies them, until interrupted (exit
+    /// 130). Moves to another endpoint when its member fails, without repeating or skipping an
+    /// event; events it can no longer get are reported as a `missed` line.
+    Watch(WatchArgs),
     /// Incident tools, each recorded in the audit log (see README "Breaking a stuck lock").
     Admin {
         #[command(subcommand)]
@@ -454,6 +461,21 @@ pub struct ListArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Print one JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+    /// Start after this log index (an event's `index`), replaying what the member still keeps;
+    /// default: from now.
+    #[arg(long, value_name = "INDEX")]
+    pub after: Option<u64>,
+    #[arg(default_value = "")]
+    pub prefix: String,
+}
+
+#[derive(Args, Debug)]
 pub struct ClusterStatusArgs {
     #[command(flatten)]
     pub endpoints: Endpoints,
@@ -673,6 +695,7 @@ fn main() -> ExitCode {
             Command::Lock(args) => lock::lock(args, timeout).await,
             Command::Status(args) => bounded(timeout, query::status(args)).await.map(|()| 0),
             Command::List(args) => bounded(timeout, query::list(args)).await.map(|()| 0),
+            Command::Watch(args) => bounded(timeout, watch::watch(args)).await.map(|()| 0),
             Command::Cluster { command } => match command {
                 ClusterCommand::Status(args) => bounded(timeout, query::cluster_status(args))
                     .await

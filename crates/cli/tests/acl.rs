@@ -609,3 +609,28 @@ fn snapshot_save_needs_the_admin_permission_on_every_lock() {
     assert_ok(&server.as_token(ADMIN, &["snapshot", "save", file_arg]));
     assert!(file.exists());
 }
+
+#[test]
+fn watch_needs_the_read_permission_on_its_prefix() {
+    let server = AclServer::start(&[], "", &[]);
+    assert_ok(&server.as_token(APP, &["lock", "--wait", "5s", "app/job", "--", "true"]));
+    assert_denied(
+        &server.as_token(APP, &["watch", "other/"]),
+        &["\"read\" permission on every lock under the prefix \"other/\""],
+    );
+    assert_denied(
+        &server.as_token(APP, &["watch"]),
+        &["\"read\" permission on every lock under the prefix \"\""],
+    );
+    // Allowed under its prefix: it streams until --timeout ends it (exit 1).
+    let out = server.as_token(
+        APP,
+        &["watch", "--json", "--after", "0", "--timeout", "3s", "app/"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(r#""kind":"granted","lock":"app/job""#),
+        "{}",
+        out.stdout
+    );
+}

@@ -655,7 +655,7 @@ impl Client {
 
     /// `uri` failed in transport: go to the next seed, and leave hints naming `uri` alone for a
     /// while (see [`Route::refused`]).
-    fn unreachable(&self, uri: &str) {
+    pub(crate) fn unreachable(&self, uri: &str) {
         let now = self.clock().now();
         let mut route = self.inner.route.lock().expect("route lock poisoned");
         route.refused = Some((uri.to_owned(), now));
@@ -673,6 +673,12 @@ impl Client {
         if seeds.len() > 1 && route.recently_refused(&seeds[route.next_seed % seeds.len()], now) {
             route.next_seed = route.next_seed.wrapping_add(1);
         }
+    }
+
+    /// The next delay of `backoff`, jittered with this client's seeded generator.
+    pub(crate) fn backoff_delay(&self, backoff: &mut Backoff) -> Duration {
+        let mut rng = self.inner.rng.lock().expect("rng lock poisoned");
+        backoff.next_delay(&mut *rng)
     }
 
     /// Runs one logical request: the same `request` (same sequence number, if it has one) is

@@ -51,6 +51,7 @@
 //! - [`types`]: plain answers of the read-only calls (no protobuf types in this API).
 //! - [`error`]: [`Error`], and the one mapping from gRPC statuses.
 //! - [`retry`]: [`RetryPolicy`] and the jittered exponential backoff.
+//! - [`watch`]: [`Watch`], a stream of lock changes that resumes on another member.
 //! - [`env`]: [`ClientEnv`], the seams for time, connections and jitter (the simulation runs
 //!   this library through them).
 
@@ -63,11 +64,13 @@ pub mod retry;
 pub mod session;
 pub mod tls;
 pub mod types;
+pub mod watch;
 
 pub use client::{AuthToken, Client, ClientConfig};
 pub use env::{BootClock, ClientClock, ClientConnector, ClientEnv, SystemClock, TcpConnector};
 pub use error::Error;
 pub use latchkey_core::SessionOwner;
+pub use latchkey_core::{WatchEvent, WatchKind};
 pub use lock::{
     fencing_header, fencing_headers, LockGuard, LockRequest, LOCK_HEADER, TOKEN_HEADER,
 };
@@ -78,3 +81,4 @@ pub use types::{
     describe_session, human_duration, AuditEntry, Backup, Holder, LockInfo, LockList, Member,
     NodeStatus, SessionOptions, Waiter,
 };
+pub use watch::{Watch, WatchItem};

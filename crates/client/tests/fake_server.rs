@@ -217,6 +217,12 @@ impl Locks for Fake {
         Err(Status::unimplemented("not in the fake"))
     }
 
+    type WatchStream = futures::stream::Empty<Result<WatchMessage, Status>>;
+
+    async fn watch(&self, _: Request<WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
     async fn audit(
         &self,
         _: Request<latchkey_proto::v1::AuditRequest>,

@@ -6,6 +6,7 @@
 //! - [`codec`]: the versioned byte encoding of snapshots.
 //! - [`versioned`]: the framing every versioned encoding shares (format byte + postcard).
 //! - [`limits`]: every bound in the system, with the reason for its value.
+//! - [`watch`]: the events `latchkey watch` streams, derived from an applied entry (pure).
 //!
 //! Nothing here does I/O, reads a clock or draws a random number: the leader stamps time and
 //! randomness into each [`Command`], so every member applies the same entries to the same result.
@@ -16,9 +17,11 @@ pub mod limits;
 pub mod table;
 pub mod types;
 pub mod versioned;
+pub mod watch;
 
 pub use table::{validate_name, validate_stored_name, validate_ttl_ms, LockTable};
 pub use types::*;
+pub use watch::{watch_events, WatchEvent, WatchKind};
 
 /// What a latchkey TLS port answers a plaintext HTTP/2 client, as its GOAWAY's debug data; the
 /// client library recognises it and fails at once with this advice instead of retrying.

@@ -570,3 +570,25 @@ pub const BACKUP_TABLE_BYTES_MAX: u64 = 10 * PEER_MESSAGE_BYTES_MAX as u64;
 /// usual RPC timeout: a table of tens of megabytes is encoded and sent in one call.
 pub const BACKUP_CALL_TIMEOUT_MS: u64 = 120_000;
 const _: () = assert!(BACKUP_TABLE_BYTES_MAX >= PEER_MESSAGE_BYTES_MAX as u64);
+/// Watch events (`latchkey watch`) one member keeps in memory, newest last, so that a watcher
+/// that reconnects (to this member or, after a failover, to another) resumes where it stopped.
+/// At a few thousand changes a second this covers the seconds a failover takes; older events
+/// are gone, and a watcher asking for them is told so (a `Missed` notice), never skipped
+/// silently. Bytes: at most this × (`LOCK_NAME_BYTES_MAX` + 64), under 6 MB.
+pub const WATCH_EVENTS_KEPT: usize = 10_000;
+/// Applied entries queued for the live watchers of one member (a broadcast channel). A watcher
+/// that falls further behind re-reads from the kept events, so this only has to absorb a
+/// burst; it is at most `WATCH_EVENTS_KEPT` so that catching up from them is possible.
+pub const WATCH_CHANNEL_CAPACITY: usize = 1_024;
+const _: () = assert!(WATCH_CHANNEL_CAPACITY <= WATCH_EVENTS_KEPT);
+/// Watch streams one member serves at once (each is a task and a channel receiver); more are
+/// refused with RESOURCE_EXHAUSTED.
+pub const WATCHERS_MAX: usize = 1_000;
+/// A watch stream with nothing to send says how far it got this often (a `Progress` message,
+/// in milliseconds), so that its client can resume from there and can tell a quiet stream
+/// from a dead member.
+pub const WATCH_PROGRESS_MS: u64 = 2_000;
+/// A client's watch that hears nothing for this long (milliseconds) takes its member for dead
+/// and resumes on another: a few progress intervals, so one late message is not a failover.
+pub const CLIENT_WATCH_SILENCE_MS: u64 = 4 * WATCH_PROGRESS_MS;
+const _: () = assert!(CLIENT_WATCH_SILENCE_MS >= 2 * WATCH_PROGRESS_MS);

@@ -478,7 +478,12 @@ impl LockTable {
                     .map(|&(_, sid, seq)| (sid, seq))
                     .collect();
                 for &(sid, seq) in &ended {
-                    self.cancel_wait(sid, seq);
+                    let name = self.cancel_wait(sid, seq);
+                    fx.changes.push(LockChange::WaitEnded {
+                        name,
+                        session: sid,
+                        seq,
+                    });
                     self.record(sid, seq, Outcome::NotGranted);
                 }
                 let count = ended.len();
@@ -513,6 +518,19 @@ impl LockTable {
                     Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
                     Seen::New => {
                         let o = self.acquire(session.id, *seq, name, *wait_ms, index, cmd.now_ms);
+                        match o {
+                            Outcome::Granted { token } => fx.changes.push(LockChange::Granted {
+                                name: name.clone(),
+                                session: session.id,
+                                token,
+                            }),
+                            Outcome::Queued { .. } => fx.changes.push(LockChange::Queued {
+                                name: name.clone(),
+                                session: session.id,
+                                seq: *seq,
+                            }),
+                            _ => {}
+                        }
                         if o == Outcome::NotGranted {
                             fx.busy = self.describe(name).and_then(|l| l.holder);
                         }
@@ -531,7 +549,12 @@ impl LockTable {
                     }
                     Seen::Done(o) => o,
                     Seen::Waiting => {
-                        self.cancel_wait(session.id, *seq);
+                        let name = self.cancel_wait(session.id, *seq);
+                        fx.changes.push(LockChange::WaitEnded {
+                            name,
+                            session: session.id,
+                            seq: *seq,
+                        });
                         self.record(session.id, *seq, Outcome::NotGranted);
                         Outcome::NotGranted
                     }
@@ -757,7 +780,8 @@ impl LockTable {
         }
     }
 
-    fn cancel_wait(&mut self, sid: SessionId, seq: u64) {
+    /// Takes request `seq` out of its queue; answers the lock's name.
+    fn cancel_wait(&mut self, sid: SessionId, seq: u64) -> String {
         let s = self.sessions.get_mut(&sid).expect("live");
         let name = s.waiting.remove(&seq).expect("waiting");
         let lock = self
@@ -775,6 +799,7 @@ impl LockTable {
             "waiter indexed by its end"
         );
         self.bytes -= waiter_bytes(&name);
+        name
     }
 
     fn release(
@@ -873,6 +898,11 @@ impl LockTable {
             .held
             .remove(name);
         assert!(removed, "{name}: holder's session does not record the hold");
+        fx.changes.push(LockChange::Released {
+            name: name.to_owned(),
+            session: old.session,
+            token: old.token,
+        });
         // The first waiter whose wait has not ended gets the lock; the ones before it leave the
         // queue not granted, as an `ExpireWaits` would have made them.
         let next = loop {
@@ -891,6 +921,11 @@ impl LockTable {
             s.waiting.remove(&w.seq).expect("recorded wait");
             self.record(w.session, w.seq, Outcome::NotGranted);
             fx.ended_waits.push((w.session, w.seq));
+            fx.changes.push(LockChange::WaitEnded {
+                name: name.to_owned(),
+                session: w.session,
+                seq: w.seq,
+            });
         };
         let lock = self.locks.get_mut(name).expect("held");
         // Tokens are entry indexes, and one entry hands a lock over at most once (sessions
@@ -909,6 +944,11 @@ impl LockTable {
         assert_eq!(waited_for.as_deref(), Some(name));
         s.held.insert(key);
         self.record(next.session, next.seq, Outcome::Granted { token: index });
+        fx.changes.push(LockChange::Granted {
+            name: name.to_owned(),
+            session: next.session,
+            token: index,
+        });
         fx.handoffs.push(Handoff {
             name: name.to_owned(),
             session: next.session,
@@ -923,8 +963,13 @@ impl LockTable {
         for id in ids {
             let waits: Vec<u64> = self.sessions[id].waiting.keys().copied().collect();
             for seq in waits {
-                self.cancel_wait(*id, seq);
+                let name = self.cancel_wait(*id, seq);
                 fx.dropped_waits.push((*id, seq));
+                fx.changes.push(LockChange::WaitEnded {
+                    name,
+                    session: *id,
+                    seq,
+                });
             }
         }
         for id in ids {

@@ -374,6 +374,40 @@ pub struct Applied {
     /// An Acquire not granted because the lock was held: the holder as of this entry, so the
     /// caller can say who held it when it asked (not who holds it later).
     pub busy: Option<HolderState>,
+    /// Every change to a lock's holder or queue made by this entry, in the order it was made
+    /// (what `latchkey watch` streams; see [`crate::watch`]).
+    pub changes: Vec<LockChange>,
+}
+
+/// One change to one lock made by an applied entry: the raw material of watch events. Why it
+/// happened (a release, an expiry, a revoke) is the entry's command.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum LockChange {
+    /// `session` got `name` with `token` (straight away, or handed over from the queue).
+    Granted {
+        name: String,
+        session: SessionId,
+        token: u64,
+    },
+    /// `session` lost its grant `token` of `name`.
+    Released {
+        name: String,
+        session: SessionId,
+        token: u64,
+    },
+    /// `session` joined `name`'s queue with its request `seq`.
+    Queued {
+        name: String,
+        session: SessionId,
+        seq: u64,
+    },
+    /// `session`'s request `seq` left `name`'s queue without a grant (its wait ended, was
+    /// cancelled, or its session went away).
+    WaitEnded {
+        name: String,
+        session: SessionId,
+        seq: u64,
+    },
 }
 
 impl Applied {
@@ -384,6 +418,7 @@ impl Applied {
             dropped_waits: Vec::new(),
             ended_waits: Vec::new(),
             busy: None,
+            changes: Vec::new(),
         }
     }
 }

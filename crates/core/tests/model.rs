@@ -113,6 +113,7 @@ impl Model {
             dropped_waits: vec![],
             ended_waits: vec![],
             busy: None,
+            changes: vec![],
         };
         let now = cmd.now_ms;
         fx.outcome = match &cmd.op {
@@ -611,6 +612,9 @@ struct Run {
     names: BTreeSet<String>,
     /// The entries applied, for replay.
     log: Vec<(u64, Command, Applied)>,
+    /// The holders as the entries' watch events tell them (`LockChange`s replayed alone): must
+    /// match the model's after every entry.
+    watched: BTreeMap<String, (SessionId, u64)>,
 }
 
 impl Run {
@@ -628,6 +632,7 @@ impl Run {
             tokens: vec![],
             names: NAMES.iter().map(|n| n.to_string()).collect(),
             log: vec![],
+            watched: BTreeMap::new(),
         }
     }
 
@@ -805,7 +810,39 @@ impl Run {
             panic!("{ctx}: invariant broken: {e}");
         }
         let want = self.model.apply(index, &cmd);
-        assert_eq!(got, want, "{ctx}: the table and the model disagree");
+        // The model does not list changes; they are checked against its holders below.
+        let unchanged = Applied {
+            changes: vec![],
+            ..got.clone()
+        };
+        assert_eq!(unchanged, want, "{ctx}: the table and the model disagree");
+        for event in latchkey_core::watch_events(index, &cmd, &got) {
+            let key = (event.session, event.token.unwrap_or(0));
+            match event.kind {
+                WatchKind::Granted => {
+                    let before = self.watched.insert(event.lock.clone(), key);
+                    assert_eq!(before, None, "{ctx}: {event:?} granted a held lock");
+                }
+                WatchKind::Released
+                | WatchKind::Expired
+                | WatchKind::Revoked
+                | WatchKind::ForceReleased => {
+                    let before = self.watched.remove(&event.lock);
+                    assert_eq!(before, Some(key), "{ctx}: {event:?} ended another grant");
+                }
+                WatchKind::Queued | WatchKind::WaitEnded => {}
+            }
+        }
+        let by_model: BTreeMap<String, (SessionId, u64)> = self
+            .model
+            .holders
+            .iter()
+            .map(|(n, (s, t, _))| (n.clone(), (*s, *t)))
+            .collect();
+        assert_eq!(
+            self.watched, by_model,
+            "{ctx}: watch events disagree with the model"
+        );
         self.history.observe(&ctx, index, &op, fresh, &got);
         self.history.compare(&ctx, &self.table, &self.names);
         for name in &self.names {

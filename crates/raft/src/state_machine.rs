@@ -138,6 +138,7 @@ fn no_command_response() -> Applied {
         dropped_waits: Vec::new(),
         ended_waits: Vec::new(),
         busy: None,
+        changes: Vec::new(),
     }
 }
 

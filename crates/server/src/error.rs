@@ -47,6 +47,8 @@ pub enum ApiError {
     /// The table encodes to more than a backup may hold (`BACKUP_TABLE_BYTES_MAX`).
     #[error("the table encodes to {bytes} bytes, over the backup limit of {max}")]
     BackupTooLarge { bytes: u64, max: u64 },
+    #[error(transparent)]
+    TooManyWatchers(#[from] crate::watch::TooManyWatchers),
 }
 
 impl ApiError {
@@ -85,6 +87,7 @@ impl ApiError {
             ApiError::QuotaExceeded(_) => "quota-exceeded",
             ApiError::Membership(_) => "membership",
             ApiError::BackupTooLarge { .. } => "backup-too-large",
+            ApiError::TooManyWatchers(_) => "too-many-watchers",
         }
     }
 
@@ -117,7 +120,8 @@ impl ApiError {
             ApiError::Membership(_) => Code::FailedPrecondition,
             ApiError::TooManyWaiting
             | ApiError::QuotaExceeded(_)
-            | ApiError::BackupTooLarge { .. } => Code::ResourceExhausted,
+            | ApiError::BackupTooLarge { .. }
+            | ApiError::TooManyWatchers(_) => Code::ResourceExhausted,
             ApiError::PermissionDenied(_) => Code::PermissionDenied,
             ApiError::Unauthenticated(_) => Code::Unauthenticated,
             ApiError::NotLeader { .. }

@@ -35,6 +35,7 @@ pub mod probe;
 mod service;
 pub mod tls;
 mod waiters;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -170,6 +170,8 @@ pub struct Node {
     /// Where the peer network dials each member; `follow_membership` keeps it in step with the
     /// Raft membership.
     pub peer_book: AddressBook,
+    /// This member's recent lock changes and its watch streams.
+    pub watch: Arc<crate::watch::WatchHub>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -352,6 +354,7 @@ impl Node {
         log_store.observe_commits(Box::new(move |took| {
             fsync_seconds.observe(took.as_secs_f64())
         }));
+        let watch = Arc::new(crate::watch::WatchHub::default());
         let observer = Arc::new(Observer {
             waiters: waiters.clone(),
             leases: leases.clone(),
@@ -359,11 +362,14 @@ impl Node {
             metrics: metrics.clone(),
             probe: env.probe.clone(),
             node: config.id,
+            watch: watch.clone(),
         });
         let sm = LockStateMachine::open(&dir.join(SNAPSHOT_DIR), observer)
             .map_err(|e| StartError::StateMachine(e.to_string()))?;
         sm.set_table_bytes_max(config.table_bytes_max);
         let state = sm.handle();
+        // Events before the table this member starts from (its snapshot) were never seen here.
+        watch.started_at(state.applied_index());
         // Sessions recovered from the snapshot get a lease from now; the entries replayed after
         // it add theirs through the observer.
         {
@@ -451,6 +457,7 @@ impl Node {
             peer_auth,
             cluster: record.cluster,
             peer_book,
+            watch,
         });
         Ok((node, renew_rx))
     }

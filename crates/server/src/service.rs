@@ -12,6 +12,7 @@ use crate::acl::{Identity, Need, Permission};
 use crate::error::ApiError;
 use crate::node::Node;
 use crate::ops::{Acquired, Held, LockView, NodeStatus};
+use crate::watch::WatchOut;
 
 pub struct LocksService {
     node: Arc<Node>,
@@ -190,6 +191,26 @@ fn audit_record(r: AuditRecord) -> pb::AuditRecord {
         }
     }
     out
+}
+
+fn watch_message(out: WatchOut) -> pb::WatchMessage {
+    use pb::watch_message::Item;
+    let item = match out {
+        WatchOut::Event(e) => Item::Event(pb::WatchEvent {
+            index: e.index,
+            ordinal: e.ordinal,
+            kind: e.kind.as_str().to_owned(),
+            lock: e.lock,
+            session: e.session.0,
+            token: e.token.unwrap_or(0),
+        }),
+        WatchOut::Missed { after, through } => Item::Missed(pb::WatchMissed {
+            after_index: after,
+            through_index: through,
+        }),
+        WatchOut::Progress(index) => Item::Progress(pb::WatchProgress { index }),
+    };
+    pb::WatchMessage { item: Some(item) }
 }
 
 fn members_pb(members: Vec<(u64, String)>) -> Vec<pb::Member> {
@@ -442,6 +463,32 @@ impl pb::locks_server::Locks for LocksService {
             })
         }));
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    type WatchStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<pb::WatchMessage, Status>> + Send + 'static>,
+    >;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        self.node.metrics.request("watch");
+        self.authorize(
+            &request,
+            Need::Prefix(&request.get_ref().prefix, Permission::Read),
+            &[],
+        )?;
+        let req = request.into_inner();
+        let stream = self
+            .node
+            .watch
+            .watch(req.prefix, req.after_index, self.node.shutdown.clone())
+            .map_err(ApiError::from)?;
+        Ok(Response::new(Box::pin(futures::StreamExt::map(
+            stream,
+            |out| Ok::<_, Status>(watch_message(out)),
+        ))))
     }
 
     async fn audit(

@@ -139,6 +139,8 @@ pub struct Observer {
     pub probe: SharedProbe,
     /// This member's id, for the probe.
     pub node: u64,
+    /// Where watch streams get this member's lock changes.
+    pub watch: Arc<crate::watch::WatchHub>,
 }
 
 impl ApplyObserver for Observer {
@@ -149,13 +151,16 @@ impl ApplyObserver for Observer {
             .expect("leases lock")
             .installed(table.sessions(), now);
         self.waiters.recheck(table);
+        self.watch.installed(last_index);
         self.metrics.snapshots_installed.inc();
         self.probe
             .event(self.node, ProbeEvent::SnapshotInstalled { last_index });
     }
 
-    fn applied(&self, _index: u64, cmd: &Command, applied: &Applied) {
+    fn applied(&self, index: u64, cmd: &Command, applied: &Applied) {
         self.metrics.applied(&cmd.op, applied);
+        self.watch
+            .publish(index, latchkey_core::watch_events(index, cmd, applied));
         match (&cmd.op, &applied.outcome) {
             // Owned or not: every created session gets its lease.
             (_, Outcome::SessionCreated { id, ttl_ms }) => {

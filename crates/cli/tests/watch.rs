@@ -1,0 +1,318 @@
+//! `latchkey watch` (issue #14 item 8) against real `latchkey serve` processes: the events of a
+//! scripted workload in order, a watch that survives the death of the leader it streams from
+//! without repeating or skipping an event, and the `missed` notice for events a member no
+//! longer keeps.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::Cluster;
+use common::{wait_until, Proc, Server, Work, CLI_TIMEOUT};
+use serde_json::Value;
+
+/// How long a watch may take to print what the test waits for.
+const WATCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A `latchkey watch --json` process; a failing test prints what it wrote.
+struct Watcher(Proc);
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- watch {:?} stdout ---\n{}\n--- stderr ---\n{}",
+                self.0.args,
+                self.0.stdout(),
+                self.0.stderr()
+            );
+        }
+    }
+}
+
+/// `latchkey watch --json ARGS` in its own process.
+fn spawn_watch(work: &Work, args: &[&str]) -> Watcher {
+    let mut full = vec!["watch".to_string(), "--json".into()];
+    full.extend(args.iter().map(|s| s.to_string()));
+    Watcher(Proc::spawn(&full, work.dir.path()))
+}
+
+/// The JSON lines the watch printed so far (a last line still being written is left out).
+fn lines(watch: &Watcher) -> Vec<Value> {
+    let out = watch.0.stdout();
+    let complete = match out.rfind('\n') {
+        Some(end) => &out[..end],
+        None => "",
+    };
+    complete
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
+}
+
+fn wait_lines(watch: &mut Watcher, n: usize, what: &str) -> Vec<Value> {
+    let mut seen = Vec::new();
+    wait_until(what, WATCH_TIMEOUT, || {
+        seen = lines(watch);
+        seen.len() >= n || watch.0.try_status().is_some()
+    });
+    assert!(seen.len() >= n, "{what}: {} of {n} lines", seen.len());
+    seen
+}
+
+fn summary(v: &Value) -> (String, String) {
+    (
+        v["kind"].as_str().unwrap().to_owned(),
+        v["lock"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+fn position(v: &Value) -> (u64, u64) {
+    (v["index"].as_u64().unwrap(), v["ordinal"].as_u64().unwrap())
+}
+
+fn assert_positions_increase(events: &[Value]) {
+    for pair in events.windows(2) {
+        assert!(
+            position(&pair[0]) < position(&pair[1]),
+            "positions not strictly increasing: {} then {}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+#[test]
+fn watch_shows_grant_queue_handoff_and_expiry_in_order() {
+    let server = Server::start();
+    let work = Work::new();
+    // From index 0: a fresh member keeps every event, so nothing before the watch connects is
+    // lost to a race.
+    let mut watch = spawn_watch(
+        &work,
+        &["--endpoints", &server.addr, "--after", "0", "jobs/"],
+    );
+
+    let a_held = work.path("a.held");
+    let a_go = work.path("a.go");
+    let a = server.lock(
+        "jobs/a",
+        &[],
+        &format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            a_held.display(),
+            a_go.display()
+        ),
+        work.dir.path(),
+    );
+    wait_until("a holds jobs/a", WATCH_TIMEOUT, || a_held.exists());
+    // Another prefix: not shown.
+    assert!(server
+        .cli(&["lock", "other/x", "--", "true"])
+        .status
+        .success());
+    let b_held = work.path("b.held");
+    let mut b = server.lock(
+        "jobs/a",
+        &["--ttl", "2s"],
+        &format!("touch {}; sleep 1000", b_held.display()),
+        work.dir.path(),
+    );
+    wait_lines(&mut watch, 2, "granted, queued");
+    work.touch("a.go");
+    wait_until("b holds jobs/a", WATCH_TIMEOUT, || b_held.exists());
+    // b's holder dies without a word: its session expires after its 2 s TTL.
+    b.signal_group(nix::sys::signal::Signal::SIGKILL);
+    b.wait(CLI_TIMEOUT);
+    let events = wait_lines(&mut watch, 5, "through the expiry");
+    drop(a);
+
+    let kinds: Vec<(String, String)> = events.iter().map(summary).collect();
+    let want = ["granted", "queued", "released", "granted", "expired"]
+        .map(|k| (k.to_owned(), "jobs/a".to_owned()));
+    assert_eq!(kinds, want, "{events:#?}");
+    assert_positions_increase(&events);
+    let token = |i: usize| events[i]["token"].as_u64();
+    let session = |i: usize| events[i]["session"].as_u64().unwrap();
+    // a's grant: its token is its entry's index; the queue change has no token.
+    assert_eq!(token(0), events[0]["index"].as_u64());
+    assert_eq!(token(1), None);
+    // The release and the handoff are one entry: a's token ends, b's begins at that index.
+    assert_eq!(events[2]["index"], events[3]["index"]);
+    assert_eq!((session(2), token(2)), (session(0), token(0)));
+    assert_eq!(token(3), events[3]["index"].as_u64());
+    assert_eq!(session(3), session(1));
+    // The expiry ends b's grant.
+    assert_eq!((session(4), token(4)), (session(3), token(3)));
+    assert!(watch.0.try_status().is_none(), "the watch exited");
+}
+
+#[test]
+fn watch_resumes_on_another_member_when_its_member_dies_without_gaps_or_repeats() {
+    let mut cluster = Cluster::start(3);
+    let work = Work::new();
+    let (leader, _) = cluster.wait_leader(&[], Duration::from_secs(30));
+    // The watch connects to its first endpoint: the leader, killed below.
+    let mut endpoints = vec![cluster.addr(leader)];
+    endpoints.extend(
+        cluster
+            .ids()
+            .into_iter()
+            .filter(|&id| id != leader)
+            .map(|id| cluster.addr(id)),
+    );
+    let endpoints = endpoints.join(",");
+    let mut watch = spawn_watch(&work, &["--endpoints", &endpoints, "--after", "0", "w/"]);
+
+    let run = |cluster: &Cluster, i: usize, live: &str| {
+        let name = format!("w/{i}");
+        let out = cluster.cli(&["lock", "--endpoints", live, &name, "--", "true"]);
+        assert!(out.status.success(), "lock {name}: {}", out.stderr);
+    };
+    let mut want = Vec::new();
+    for i in 0..5 {
+        run(&cluster, i, &cluster.endpoints());
+        want.push(("granted".to_owned(), format!("w/{i}")));
+        want.push(("released".to_owned(), format!("w/{i}")));
+    }
+    wait_lines(&mut watch, want.len(), "before the kill");
+
+    cluster.kill9(leader);
+    let (new_leader, _) = cluster.wait_leader(&[leader], Duration::from_secs(30));
+    let live = cluster
+        .ids()
+        .into_iter()
+        .filter(|&id| id != leader)
+        .map(|id| cluster.addr(id))
+        .collect::<Vec<_>>()
+        .join(",");
+    for i in 5..10 {
+        run(&cluster, i, &live);
+        want.push(("granted".to_owned(), format!("w/{i}")));
+        want.push(("released".to_owned(), format!("w/{i}")));
+    }
+    let events = wait_lines(&mut watch, want.len(), "after the kill");
+    let got: Vec<(String, String)> = events.iter().map(summary).collect();
+    assert_eq!(got, want, "{events:#?}");
+    assert_positions_increase(&events);
+    assert!(
+        events.iter().all(|e| e["kind"] != "missed"),
+        "nothing may be missed: {events:#?}"
+    );
+
+    // Another member streams the same events at the same positions: positions are log
+    // positions, the same on every member.
+    let mut other = spawn_watch(
+        &work,
+        &[
+            "--endpoints",
+            &cluster.addr(new_leader),
+            "--after",
+            "0",
+            "w/",
+        ],
+    );
+    let replayed = wait_lines(&mut other, want.len(), "replay on the new leader");
+    assert_eq!(replayed, events);
+}
+
+#[test]
+fn a_watch_from_before_what_a_member_keeps_is_told_it_missed_events() {
+    // Snapshots every 10 entries: after a restart the member starts from its snapshot, and the
+    // events before it are not kept.
+    let mut server = Server::start_with(&[
+        "--snapshot-every-entries",
+        "10",
+        "--log-kept-after-snapshot",
+        "0",
+    ]);
+    for i in 0..6 {
+        let name = format!("m/{i}");
+        let out = server.cli(&["lock", &name, "--", "true"]);
+        assert!(out.status.success(), "lock {name}: {}", out.stderr);
+    }
+    server.kill9();
+    server.restart();
+    let work = Work::new();
+    let mut watch = spawn_watch(&work, &["--endpoints", &server.addr, "--after", "0", "m/"]);
+    let out = server.cli(&["lock", "m/after", "--", "true"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let mut seen = Vec::new();
+    wait_until("the watch shows m/after released", WATCH_TIMEOUT, || {
+        seen = lines(&watch);
+        seen.iter()
+            .any(|e| e["lock"] == "m/after" && e["kind"] == "released")
+    });
+    assert_eq!(seen[0]["kind"], "missed", "{seen:#?}");
+    assert_eq!(seen[0]["after_index"], 0);
+    let through = seen[0]["through_index"].as_u64().unwrap();
+    assert!(through >= 10, "{seen:#?}");
+    // Everything after the notice is after the gap, in order.
+    assert!(seen[1..]
+        .iter()
+        .all(|e| e["index"].as_u64().unwrap() > through));
+    assert_positions_increase(&seen[1..]);
+    assert!(watch.0.try_status().is_none(), "the watch exited");
+}
+
+#[test]
+fn watch_stops_on_ctrl_c_with_exit_130() {
+    let server = Server::start();
+    let work = Work::new();
+    let mut watch = spawn_watch(&work, &["--endpoints", &server.addr, "--after", "0"]);
+    // A line printed: the watch is streaming (its signal handlers were set before it started).
+    let out = server.cli(&["lock", "x", "--", "true"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    wait_lines(&mut watch, 1, "the watch prints the grant");
+    watch.0.signal_group(nix::sys::signal::Signal::SIGINT);
+    assert_eq!(watch.0.wait_code(CLI_TIMEOUT), 130);
+}
+
+#[test]
+fn watch_leaves_a_member_that_stops_answering() {
+    let cluster = Cluster::start(3);
+    let work = Work::new();
+    let (leader, _) = cluster.wait_leader(&[], Duration::from_secs(30));
+    let paused = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    // The watch streams from the follower that is paused below (SIGSTOP: its connections stay
+    // open, it just says nothing): only the silence tells.
+    let mut endpoints = vec![cluster.addr(paused)];
+    endpoints.extend(
+        cluster
+            .ids()
+            .into_iter()
+            .filter(|&id| id != paused)
+            .map(|id| cluster.addr(id)),
+    );
+    let mut watch = spawn_watch(
+        &work,
+        &["--endpoints", &endpoints.join(","), "--after", "0", "p/"],
+    );
+    let lock = |name: &str| {
+        let out = cluster.cli(&[
+            "lock",
+            "--endpoints",
+            &cluster.addr(leader),
+            name,
+            "--",
+            "true",
+        ]);
+        assert!(out.status.success(), "lock {name}: {}", out.stderr);
+    };
+    lock("p/before");
+    wait_lines(&mut watch, 2, "before the pause");
+    cluster.pause(paused);
+    lock("p/during");
+    let events = wait_lines(&mut watch, 4, "after the pause");
+    cluster.resume(paused);
+    let got: Vec<(String, String)> = events.iter().map(summary).collect();
+    let want = [
+        ("granted", "p/before"),
+        ("released", "p/before"),
+        ("granted", "p/during"),
+        ("released", "p/during"),
+    ]
+    .map(|(k, l)| (k.to_owned(), l.to_owned()));
+    assert_eq!(got, want, "{events:#?}");
+    assert_positions_increase(&events);
+}

@@ -1,0 +1,393 @@
+//! Watch: this member's recent lock changes and the live watchers (`Locks.Watch`, `latchkey
+//! watch`).
+//!
+//! The apply observer publishes every applied entry's events ([`latchkey_core::watch_events`])
+//! here: the last `WATCH_EVENTS_KEPT` are kept, and every entry goes to a broadcast channel that
+//! each watch stream follows. An event's position is its entry's log index (and its ordinal in
+//! the entry), the same on every member, so a watcher resumes on any member after the last index
+//! it saw. What this member cannot replay (events evicted from the kept ones, entries covered by
+//! an installed snapshot or by the snapshot it started from) is announced as `Missed`, never
+//! skipped silently: the `floor` below is the highest index whose events may be gone.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use latchkey_core::{limits, WatchEvent};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+/// One thing a watch stream sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchOut {
+    Event(WatchEvent),
+    /// The events of entries in `(after, through]` cannot be sent.
+    Missed {
+        after: u64,
+        through: u64,
+    },
+    /// Every event of the entries up to this index has been sent.
+    Progress(u64),
+}
+
+/// What goes to the live watchers, one per applied entry or installed snapshot.
+#[derive(Debug)]
+enum Published {
+    Entry {
+        index: u64,
+        events: Vec<WatchEvent>,
+    },
+    /// A snapshot replaced the table: the entries up to `through` were not applied here.
+    Installed {
+        through: u64,
+    },
+}
+
+struct Kept {
+    events: VecDeque<WatchEvent>,
+    /// Events of entries at or below this index may be missing here.
+    floor: u64,
+    /// The last entry published (or the snapshot's index).
+    last_index: u64,
+}
+
+pub struct WatchHub {
+    kept: Mutex<Kept>,
+    tx: broadcast::Sender<Arc<Published>>,
+    watchers: AtomicUsize,
+}
+
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("too many watch streams on this node (limit {})", limits::WATCHERS_MAX)]
+pub struct TooManyWatchers;
+
+impl Default for WatchHub {
+    fn default() -> Self {
+        WatchHub {
+            kept: Mutex::new(Kept {
+                events: VecDeque::new(),
+                floor: 0,
+                last_index: 0,
+            }),
+            tx: broadcast::channel(limits::WATCH_CHANNEL_CAPACITY).0,
+            watchers: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl WatchHub {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept.lock().expect("watch hub lock")
+    }
+
+    /// The state machine started from a table covering the log up to `applied_index` (its
+    /// snapshot): events up to it were never seen here.
+    pub fn started_at(&self, applied_index: u64) {
+        let mut kept = self.kept();
+        kept.floor = applied_index;
+        kept.last_index = applied_index;
+    }
+
+    /// The entry at `index` was applied with these events (from the apply observer).
+    pub fn publish(&self, index: u64, events: Vec<WatchEvent>) {
+        let mut kept = self.kept();
+        kept.events.extend(events.iter().cloned());
+        while kept.events.len() > limits::WATCH_EVENTS_KEPT {
+            let gone = kept.events.pop_front().expect("over the limit");
+            kept.floor = kept.floor.max(gone.index);
+        }
+        kept.last_index = kept.last_index.max(index);
+        // Sent under the lock, so a subscriber sees each entry either kept or live, not both
+        // or neither. No receiver is fine.
+        let _ = self.tx.send(Arc::new(Published::Entry { index, events }));
+    }
+
+    /// A snapshot covering the log up to `through` replaced the table.
+    pub fn installed(&self, through: u64) {
+        let mut kept = self.kept();
+        kept.events.clear();
+        kept.floor = kept.floor.max(through);
+        kept.last_index = kept.last_index.max(through);
+        let _ = self.tx.send(Arc::new(Published::Installed { through }));
+    }
+
+    /// A watch of `prefix` from after `after` (unset: from now). The stream ends at `shutdown`
+    /// or when the client goes away (tonic drops it).
+    pub fn watch(
+        self: &Arc<Self>,
+        prefix: String,
+        after: Option<u64>,
+        shutdown: CancellationToken,
+    ) -> Result<impl futures::Stream<Item = WatchOut> + Send + 'static, TooManyWatchers> {
+        let guard = WatcherGuard::new(self.clone())?;
+        let mut cursor = Cursor {
+            hub: self.clone(),
+            prefix,
+            sent: 0,
+            pending: VecDeque::new(),
+            rx: self.tx.subscribe(),
+            shutdown,
+            _guard: guard,
+        };
+        cursor.start(after, true);
+        Ok(futures::stream::unfold(cursor, |mut c| async move {
+            c.next().await.map(|out| (out, c))
+        }))
+    }
+}
+
+/// Counts one watch stream against `WATCHERS_MAX` while it lives.
+struct WatcherGuard(Arc<WatchHub>);
+
+impl WatcherGuard {
+    fn new(hub: Arc<WatchHub>) -> Result<WatcherGuard, TooManyWatchers> {
+        hub.watchers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limits::WATCHERS_MAX).then_some(n + 1)
+            })
+            .map_err(|_| TooManyWatchers)?;
+        Ok(WatcherGuard(hub))
+    }
+}
+
+impl Drop for WatcherGuard {
+    fn drop(&mut self) {
+        self.0.watchers.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One watch stream's position: everything up to `sent` has been sent or declared missed.
+struct Cursor {
+    hub: Arc<WatchHub>,
+    prefix: String,
+    sent: u64,
+    pending: VecDeque<WatchOut>,
+    rx: broadcast::Receiver<Arc<Published>>,
+    shutdown: CancellationToken,
+    _guard: WatcherGuard,
+}
+
+impl Cursor {
+    /// (Re)subscribes after `after` (unset: now): what the kept events hold after it, or a
+    /// `Missed` for what they no longer hold, then the live channel from there.
+    fn start(&mut self, after: Option<u64>, first: bool) {
+        let kept = self.hub.kept();
+        // Subscribed under the lock: every entry is either in `kept` or still to come on `rx`.
+        self.rx = self.hub.tx.subscribe();
+        let after = after.unwrap_or(kept.last_index);
+        if first {
+            self.pending.push_back(WatchOut::Progress(after));
+        }
+        self.sent = after;
+        if after < kept.floor {
+            self.pending.push_back(WatchOut::Missed {
+                after,
+                through: kept.floor,
+            });
+            self.sent = kept.floor;
+        }
+        for e in kept.events.iter().filter(|e| e.index > self.sent) {
+            if e.lock.starts_with(&self.prefix) {
+                self.pending.push_back(WatchOut::Event(e.clone()));
+            }
+        }
+        self.sent = self.sent.max(kept.last_index);
+    }
+
+    async fn next(&mut self) -> Option<WatchOut> {
+        loop {
+            if let Some(out) = self.pending.pop_front() {
+                return Some(out);
+            }
+            let progress = Duration::from_millis(limits::WATCH_PROGRESS_MS);
+            let received = tokio::select! {
+                _ = self.shutdown.cancelled() => return None,
+                r = tokio::time::timeout(progress, self.rx.recv()) => r,
+            };
+            match received {
+                Err(_quiet) => return Some(WatchOut::Progress(self.sent)),
+                Ok(Ok(published)) => self.take(&published),
+                // Behind the channel: catch up from the kept events (or say what is gone).
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
+                    let sent = self.sent;
+                    self.start(Some(sent), false);
+                }
+                Ok(Err(broadcast::error::RecvError::Closed)) => return None,
+            }
+        }
+    }
+
+    fn take(&mut self, published: &Published) {
+        match published {
+            Published::Entry { index, events } => {
+                if *index <= self.sent {
+                    return;
+                }
+                self.sent = *index;
+                for e in events.iter().filter(|e| e.lock.starts_with(&self.prefix)) {
+                    self.pending.push_back(WatchOut::Event(e.clone()));
+                }
+            }
+            Published::Installed { through } => {
+                if *through > self.sent {
+                    self.pending.push_back(WatchOut::Missed {
+                        after: self.sent,
+                        through: *through,
+                    });
+                    self.sent = *through;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use latchkey_core::{SessionId, WatchKind};
+
+    fn event(index: u64, lock: &str) -> WatchEvent {
+        WatchEvent {
+            index,
+            ordinal: 0,
+            kind: WatchKind::Granted,
+            lock: lock.into(),
+            session: SessionId(1),
+            token: Some(index),
+        }
+    }
+
+    async fn take(
+        s: &mut (impl futures::Stream<Item = WatchOut> + Unpin),
+        n: usize,
+    ) -> Vec<WatchOut> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(
+                tokio::time::timeout(Duration::from_secs(5), s.next())
+                    .await
+                    .expect("an item in time")
+                    .expect("stream open"),
+            );
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn replays_kept_events_after_the_index_then_follows_live_ones_filtered() {
+        let hub = Arc::new(WatchHub::default());
+        hub.started_at(2);
+        hub.publish(3, vec![event(3, "a/1")]);
+        hub.publish(4, vec![event(4, "b/1")]);
+        hub.publish(5, vec![event(5, "a/2")]);
+        let s = hub
+            .watch("a/".into(), Some(3), CancellationToken::new())
+            .unwrap();
+        let mut s = Box::pin(s);
+        hub.publish(6, vec![event(6, "a/3")]);
+        assert_eq!(
+            take(&mut s, 3).await,
+            vec![
+                WatchOut::Progress(3),
+                WatchOut::Event(event(5, "a/2")),
+                WatchOut::Event(event(6, "a/3")),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_resume_from_before_what_is_kept_is_told_it_missed_events() {
+        let hub = Arc::new(WatchHub::default());
+        hub.started_at(10);
+        hub.publish(11, vec![event(11, "x")]);
+        let mut s = Box::pin(
+            hub.watch(String::new(), Some(4), CancellationToken::new())
+                .unwrap(),
+        );
+        assert_eq!(
+            take(&mut s, 3).await,
+            vec![
+                WatchOut::Progress(4),
+                WatchOut::Missed {
+                    after: 4,
+                    through: 10
+                },
+                WatchOut::Event(event(11, "x")),
+            ]
+        );
+        // A snapshot install while watching: a gap, announced.
+        hub.installed(20);
+        hub.publish(21, vec![event(21, "y")]);
+        assert_eq!(
+            take(&mut s, 2).await,
+            vec![
+                WatchOut::Missed {
+                    after: 11,
+                    through: 20
+                },
+                WatchOut::Event(event(21, "y")),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn evicted_events_raise_the_floor() {
+        let hub = Arc::new(WatchHub::default());
+        for i in 1..=(limits::WATCH_EVENTS_KEPT as u64 + 5) {
+            hub.publish(i, vec![event(i, "x")]);
+        }
+        let mut s = Box::pin(
+            hub.watch(String::new(), Some(0), CancellationToken::new())
+                .unwrap(),
+        );
+        assert_eq!(
+            take(&mut s, 3).await,
+            vec![
+                WatchOut::Progress(0),
+                WatchOut::Missed {
+                    after: 0,
+                    through: 5
+                },
+                WatchOut::Event(event(6, "x")),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lagging_watcher_catches_up_from_the_kept_events_without_a_gap() {
+        let hub = Arc::new(WatchHub::default());
+        let mut s = Box::pin(
+            hub.watch(String::new(), None, CancellationToken::new())
+                .unwrap(),
+        );
+        let n = limits::WATCH_CHANNEL_CAPACITY as u64 * 3;
+        for i in 1..=n {
+            hub.publish(i, vec![event(i, "x")]);
+        }
+        let got = take(&mut s, n as usize + 1).await;
+        assert_eq!(got[0], WatchOut::Progress(0));
+        for (i, out) in got[1..].iter().enumerate() {
+            assert_eq!(*out, WatchOut::Event(event(i as u64 + 1, "x")));
+        }
+    }
+
+    #[tokio::test]
+    async fn watchers_are_bounded_and_counted_down_when_dropped() {
+        let hub = Arc::new(WatchHub::default());
+        let streams: Vec<_> = (0..limits::WATCHERS_MAX)
+            .map(|_| {
+                hub.watch(String::new(), None, CancellationToken::new())
+                    .unwrap()
+            })
+            .collect();
+        assert!(hub
+            .watch(String::new(), None, CancellationToken::new())
+            .is_err());
+        drop(streams);
+        assert!(hub
+            .watch(String::new(), None, CancellationToken::new())
+            .is_ok());
+    }
+}
