@@ -533,9 +533,8 @@ where
         let _ = m.await;
     }
     if let Some(h) = http {
-        match h.await {
-            Ok(Err(e)) => tracing::warn!("HTTP API: {e}"),
-            Ok(Ok(())) | Err(_) => {}
+        if let Ok(Err(e)) = h.await {
+            tracing::warn!("HTTP API: {e}");
         }
     }
     if core_stopped.load(std::sync::atomic::Ordering::Relaxed) {
