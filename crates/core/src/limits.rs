@@ -439,6 +439,12 @@ const _: () = assert!(KEEPALIVE_SESSIONS_MAX * 64 + 1024 <= HTTP_BODY_BYTES_MAX)
 /// (at most `ACQUIRE_POLL_MS_MAX` each) included: each costs a task and its buffers.
 pub const HTTP_CONNECTIONS_MAX: usize = 1_024;
 const _: () = assert!(HTTP_CONNECTIONS_MAX <= CLIENT_CONCURRENT_REQUESTS_MAX);
+/// An HTTP API connection on which nothing was read or written for this long is closed, so that
+/// idle keep-alive connections (or a client that stops mid-request) do not hold the
+/// `HTTP_CONNECTIONS_MAX` slots forever. Longer than a long-poll, which reads and writes nothing
+/// while it waits.
+pub const HTTP_IDLE_TIMEOUT_MS: u64 = ACQUIRE_POLL_MS_MAX + 20_000;
+const _: () = assert!(HTTP_IDLE_TIMEOUT_MS > ACQUIRE_POLL_MS_MAX + 5_000);
 /// Accepted connections whose first bytes or TLS handshake are being read at once (issue #13).
 /// Each costs a task and a few KiB of handshake buffers; a flood of connections that never speak
 /// waits in the kernel's accept backlog instead of growing the server's memory.

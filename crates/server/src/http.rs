@@ -10,8 +10,8 @@
 //! holds `docs/openapi.json` to it. The document itself is served at `GET /v1/openapi.json`.
 //!
 //! Connections come through `tls::accept_loop` like gRPC's (TLS when the node has TLS, with
-//! ALPN `http/1.1`), at most `HTTP_CONNECTIONS_MAX` at once; a body is at most
-//! `HTTP_BODY_BYTES_MAX`.
+//! ALPN `http/1.1`), at most `HTTP_CONNECTIONS_MAX` at once, each closed once idle for
+//! `HTTP_IDLE_TIMEOUT_MS`; a body is at most `HTTP_BODY_BYTES_MAX`.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -676,11 +676,48 @@ impl HttpConnection for tokio_rustls::server::TlsStream<TcpStream> {
     }
 }
 
-/// A served connection holding one of the `HTTP_CONNECTIONS_MAX` slots until it is dropped.
+/// A served connection holding one of the `HTTP_CONNECTIONS_MAX` slots until it is dropped, and
+/// failing (so that hyper closes it) once it was idle, nothing read or written, for
+/// `HTTP_IDLE_TIMEOUT_MS`.
 struct Counted<IO> {
     io: IO,
+    idle: Pin<Box<tokio::time::Sleep>>,
     _slot: OwnedSemaphorePermit,
 }
+
+impl<IO> Counted<IO> {
+    fn new(io: IO, slot: OwnedSemaphorePermit) -> Counted<IO> {
+        Counted {
+            io,
+            idle: Box::pin(tokio::time::sleep(IDLE)),
+            _slot: slot,
+        }
+    }
+
+    /// After an I/O call: progress restarts the idle clock; no progress fails the connection
+    /// once the clock ran out (polling it also arms the wake-up for that moment).
+    fn watch<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        match polled {
+            Poll::Pending => match self.idle.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "HTTP API connection idle too long",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+            ready => {
+                self.idle.as_mut().reset(tokio::time::Instant::now() + IDLE);
+                ready
+            }
+        }
+    }
+}
+
+const IDLE: std::time::Duration = std::time::Duration::from_millis(limits::HTTP_IDLE_TIMEOUT_MS);
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
     fn poll_read(
@@ -688,7 +725,8 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        self.watch(cx, polled)
     }
 }
 
@@ -698,11 +736,13 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch(cx, polled)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        let polled = Pin::new(&mut self.io).poll_flush(cx);
+        self.watch(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -714,7 +754,8 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -743,7 +784,7 @@ impl<IO: HttpConnection> Listener for HttpListener<IO> {
             match self.incoming.recv().await {
                 Some(Ok(io)) => {
                     let peer = io.peer();
-                    return (Counted { io, _slot: slot }, peer);
+                    return (Counted::new(io, slot), peer);
                 }
                 Some(Err(e)) => {
                     // EMFILE and the like: back off a little rather than spin (axum's own loop
