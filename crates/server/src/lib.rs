@@ -21,7 +21,7 @@
 //! - `clock`: the seam through which the server reads time.
 //! - [`backup`]: the backup file (`latchkey snapshot save`, from `ops`' `backup`) and the
 //!   restore that seeds a new member's data dir from it (`latchkey snapshot restore`).
-//! - `error`: the one place server errors become gRPC statuses.
+//! - `error`: the one place server errors become gRPC statuses and HTTP API JSON errors.
 
 pub mod acl;
 pub mod backup;
