@@ -273,6 +273,10 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (and /healthz); off unless given.
     #[arg(long, env = "LATCHKEY_METRICS_LISTEN", value_parser = serve::parse_listen, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve the HTTP/JSON API at http://ADDR/v1/ (https:// with --tls-cert); off unless given.
+    /// Its description: GET /v1/openapi.json, or docs/openapi.json in the source.
+    #[arg(long, env = "LATCHKEY_HTTP_LISTEN", value_parser = serve::parse_listen, value_name = "ADDR")]
+    pub http_listen: Option<SocketAddr>,
     /// A file holding this cluster's secret (at least 16 bytes, mode 0600; e.g.
     /// `head -c 32 /dev/urandom | base64 > FILE`). Every member signs its peer messages with it
     /// and refuses those that do not verify, so strangers and other clusters cannot speak Raft

@@ -112,6 +112,7 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
     config.snapshot_every_entries = args.snapshot_every_entries;
     config.log_kept_after_snapshot = args.log_kept_after_snapshot;
     config.metrics_listen = args.metrics_listen;
+    config.http_listen = args.http_listen;
     config.cluster_secret = args
         .cluster_secret_file
         .as_deref()
@@ -168,12 +169,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
              as a member (give every member --cluster-secret-file FILE)"
         );
     }
-    if config.acl.is_none() && !config.listen.ip().is_loopback() {
+    let client_addrs = std::iter::once(config.listen).chain(config.http_listen);
+    for addr in client_addrs.filter(|a| config.acl.is_none() && !a.ip().is_loopback()) {
         tracing::warn!(
-            "WARNING: serving clients on {} without authentication: anyone who reaches this \
+            "WARNING: serving clients on {addr} without authentication: anyone who reaches this \
              address can take, release and list every lock (give --acl FILE, see README \
-             \"Access control\")",
-            config.listen
+             \"Access control\")"
         );
     }
     let listener = TcpListener::bind(config.listen)

@@ -452,3 +452,84 @@ fn sighup_after_replacing_the_files_serves_the_new_certificate() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_tls_failure(&with(&old_pem), "is not trusted by --ca");
 }
+
+/// `curl ARGS`: its exit status and what it printed (the body, then the status code on a line of
+/// its own), bounded in time by curl's own `--max-time`.
+fn curl(args: &[&str]) -> (bool, String) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "20", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The HTTP API of a TLS node is served over TLS (issue #15): with the node's certificate, its
+/// client-certificate check, and the certificate's identity under access control; a
+/// plaintext client is answered in HTTP, with a JSON error that says to use TLS.
+#[test]
+fn the_http_api_of_a_tls_node_needs_tls_and_knows_client_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let (cert, key) = ca.issue(dir.path(), "server");
+    let (worker_cert, worker_key) = ca.issue(dir.path(), "worker");
+    let (stranger_cert, stranger_key) = ca.issue(dir.path(), "stranger");
+    let acl = dir.path().join("acl.toml");
+    std::fs::write(
+        &acl,
+        "[roles.reader]\nread = [\"\"]\n\n[identities.worker]\nroles = [\"reader\"]\n",
+    )
+    .unwrap();
+    let http_port = free_port();
+    let mut flags = tls_flags(&cert, &key, Some(&ca_pem));
+    flags.extend([
+        "--acl".to_owned(),
+        acl.display().to_string(),
+        "--http-listen".to_owned(),
+        format!("127.0.0.1:{http_port}"),
+    ]);
+    let _server = Server::start(dir.path(), 1, free_port(), &flags);
+    let url = format!("https://127.0.0.1:{http_port}/v1/cluster/status");
+    let files = paths(&[
+        &ca_pem,
+        &worker_cert,
+        &worker_key,
+        &stranger_cert,
+        &stranger_key,
+    ]);
+    let as_worker = [
+        "--cacert", &files[0], "--cert", &files[1], "--key", &files[2], &url,
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out) = curl(&as_worker);
+        if ok && out.contains(r#""role":"leader""#) && out.ends_with("\n200") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker never read the status: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let as_stranger = [
+        "--cacert", &files[0], "--cert", &files[3], "--key", &files[4], &url,
+    ];
+    let (_, out) = curl(&as_stranger);
+    assert!(
+        out.contains(r#""code":"unauthenticated""#) && out.ends_with("\n401"),
+        "{out}"
+    );
+    // Without a client certificate the handshake itself fails (the CA makes it mandatory).
+    let (ok, out) = curl(&["--cacert", &files[0], &url]);
+    assert!(!ok, "a client without a certificate got in: {out}");
+    let (_, out) = curl(&[&format!("http://127.0.0.1:{http_port}/v1/cluster/status")]);
+    assert!(
+        out.contains(r#""code":"tls-required""#) && out.ends_with("\n400"),
+        "{out}"
+    );
+}

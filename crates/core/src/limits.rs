@@ -449,6 +449,23 @@ pub const MEMBER_ADDR_BYTES_MAX: usize = 260;
 pub const CLUSTER_ID_CHARS: usize = 2 * PEER_FINGERPRINT_BYTES;
 const _: () = assert!(CLUSTER_SECRET_BYTES_MIN < CLUSTER_SECRET_BYTES_MAX);
 
+/// Bytes of one HTTP API request body (`--http-listen`, issue #15). The largest is a keepalive
+/// of `KEEPALIVE_SESSIONS_MAX` sessions, each `{"id":N,"secret":"N"}` in at most 64 bytes; an
+/// acquire with an owner is under 2 KiB. A larger body is refused (413) before it is parsed.
+pub const HTTP_BODY_BYTES_MAX: usize = 256 * 1024;
+const _: () = assert!(KEEPALIVE_SESSIONS_MAX * 64 + 1024 <= HTTP_BODY_BYTES_MAX);
+/// HTTP API connections served at once by one node; further accepted connections wait (in the
+/// handshake channel, then the kernel's backlog) until one closes. An HTTP/1.1 connection
+/// carries one request at a time, so this also bounds the HTTP requests in flight, long-polls
+/// (at most `ACQUIRE_POLL_MS_MAX` each) included: each costs a task and its buffers.
+pub const HTTP_CONNECTIONS_MAX: usize = 1_024;
+const _: () = assert!(HTTP_CONNECTIONS_MAX <= CLIENT_CONCURRENT_REQUESTS_MAX);
+/// An HTTP API connection on which nothing was read or written for this long is closed, so that
+/// idle keep-alive connections (or a client that stops mid-request) do not hold the
+/// `HTTP_CONNECTIONS_MAX` slots forever. Longer than a long-poll, which reads and writes nothing
+/// while it waits.
+pub const HTTP_IDLE_TIMEOUT_MS: u64 = ACQUIRE_POLL_MS_MAX + 20_000;
+const _: () = assert!(HTTP_IDLE_TIMEOUT_MS > ACQUIRE_POLL_MS_MAX + 5_000);
 /// Accepted connections whose first bytes or TLS handshake are being read at once (issue #13).
 /// Each costs a task and a few KiB of handshake buffers; a flood of connections that never speak
 /// waits in the kernel's accept backlog instead of growing the server's memory.

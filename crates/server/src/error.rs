@@ -1,5 +1,10 @@
-//! The one place where server-side errors become gRPC statuses.
+//! The one place where server-side errors become gRPC statuses, and HTTP API responses: a
+//! JSON body `{"code", "message", "leader_id", "leader_addr"}` whose `code` is the reason the
+//! gRPC status carries in its `latchkey-error` metadata, under the HTTP status matching the
+//! gRPC code.
 
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use latchkey_core::Rejection;
 use latchkey_proto::{ERROR_REASON_KEY, LEADER_ADDR_KEY, LEADER_ID_KEY};
 use latchkey_raft::TypeConfig;
@@ -132,6 +137,38 @@ impl ApiError {
         }
     }
 
+    /// The leader the client should ask instead, when this error names one: id and address
+    /// (the member's address in the Raft membership, where it serves gRPC).
+    fn leader_hint(&self) -> (Option<u64>, Option<&str>) {
+        match self {
+            ApiError::NotLeader {
+                leader_id,
+                leader_addr,
+            } => (*leader_id, leader_addr.as_deref()),
+            ApiError::LeasesNotResumed {
+                leader_id,
+                leader_addr,
+            } => (Some(*leader_id), Some(leader_addr.as_str())),
+            _ => (None, None),
+        }
+    }
+
+    /// The HTTP status of this error on the HTTP API: the counterpart of its gRPC code, so that
+    /// the two APIs classify every error alike.
+    pub fn http_status(&self) -> StatusCode {
+        match self.code() {
+            Code::InvalidArgument => StatusCode::BAD_REQUEST,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            // Busy, conflicting with the session's state, or a membership conflict.
+            Code::FailedPrecondition => StatusCode::CONFLICT,
+            Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+            Code::PermissionDenied => StatusCode::FORBIDDEN,
+            Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
     fn forward(f: &ForwardToLeader<TypeConfig>) -> ApiError {
         ApiError::NotLeader {
             leader_id: f.leader_id,
@@ -145,17 +182,7 @@ impl From<ApiError> for Status {
         let mut status = Status::new(e.code(), e.to_string());
         let md = status.metadata_mut();
         md.insert(ERROR_REASON_KEY, e.reason().parse().expect("ascii reason"));
-        let hint = match &e {
-            ApiError::NotLeader {
-                leader_id,
-                leader_addr,
-            } => (*leader_id, leader_addr.as_deref()),
-            ApiError::LeasesNotResumed {
-                leader_id,
-                leader_addr,
-            } => (Some(*leader_id), Some(leader_addr.as_str())),
-            _ => (None, None),
-        };
+        let hint = e.leader_hint();
         if let Some(id) = hint.0 {
             md.insert(LEADER_ID_KEY, id.to_string().parse().expect("ascii id"));
         }
@@ -163,6 +190,41 @@ impl From<ApiError> for Status {
             md.insert(LEADER_ADDR_KEY, addr);
         }
         status
+    }
+}
+
+/// The body of every error of the HTTP API.
+#[derive(Debug, serde::Serialize)]
+pub struct ErrorBody<'a> {
+    /// Stable, kebab-case: the same reasons as gRPC's `latchkey-error` metadata, plus the
+    /// HTTP API's own (`no-such-route`, `method-not-allowed`, `body-too-large`).
+    pub code: &'a str,
+    pub message: String,
+    /// Set when this node is not the leader and knows which member is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_addr: Option<&'a str>,
+}
+
+impl ErrorBody<'_> {
+    /// The response carrying this body under `status`.
+    pub fn into_response_with(self, status: StatusCode) -> Response {
+        let body = serde_json::to_vec(&self).expect("an error body always encodes");
+        (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (leader_id, leader_addr) = self.leader_hint();
+        ErrorBody {
+            code: self.reason(),
+            message: self.to_string(),
+            leader_id,
+            leader_addr,
+        }
+        .into_response_with(self.http_status())
     }
 }
 

@@ -14,17 +14,20 @@
 //!   Protobuf types stop at these two.
 //! - `leases`: session deadlines on the leader's monotonic clock.
 //! - `waiters`: long-polling Acquire calls, woken by the apply observer.
+//! - [`http`]: the HTTP/JSON API (`--http-listen`), a second translator over `ops` beside
+//!   `service`, with the same access check; [`http::ROUTES`] is its list of routes.
 //! - `acl`: client identities (bearer tokens, client certificates), their permissions on
 //!   lock-name prefixes and their quotas (`--acl`); `service` checks every call against it.
 //! - `clock`: the seam through which the server reads time.
 //! - [`backup`]: the backup file (`latchkey snapshot save`, from `ops`' `backup`) and the
 //!   restore that seeds a new member's data dir from it (`latchkey snapshot restore`).
-//! - `error`: the one place server errors become gRPC statuses.
+//! - `error`: the one place server errors become gRPC statuses and HTTP API JSON errors.
 
 pub mod acl;
 pub mod backup;
 pub mod clock;
 mod error;
+pub mod http;
 pub mod leases;
 mod metrics;
 mod node;
@@ -98,6 +101,9 @@ pub struct ServerConfig {
     pub table_bytes_max: usize,
     /// Where to serve Prometheus metrics (`/metrics`) and `/healthz` over HTTP; off when `None`.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where to serve the HTTP/JSON API (`--http-listen`, see `http`); off when `None`. With
+    /// `tls`, it is served over TLS with the same certificate and client verification.
+    pub http_listen: Option<SocketAddr>,
     /// The secret every member signs its peer messages with (`--cluster-secret-file`); without
     /// one, peers are told apart only by member id and cluster fingerprint (see `peer_auth`).
     pub cluster_secret: Option<peer_auth::ClusterSecret>,
@@ -129,6 +135,7 @@ impl ServerConfig {
             log_kept_after_snapshot: limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT,
             table_bytes_max: limits::TABLE_BYTES_MAX,
             metrics_listen: None,
+            http_listen: None,
             cluster_secret: None,
             tls: None,
             acl: None,
@@ -360,7 +367,7 @@ pub async fn run(
             let incoming = ReceiverStream::new(rx);
             let handshake_tls = server_tls.clone();
             tokio::spawn(tls::accept_loop(listener, tx, move |stream, from| {
-                tls::tls_handshake(handshake_tls.clone(), stream, from)
+                tls::tls_handshake(handshake_tls.clone(), tls::Served::Grpc, stream, from)
             }));
             let stop_watching = tokio_util::sync::CancellationToken::new();
             let watch = tokio::spawn(server_tls.clone().watch(stop_watching.clone()));
@@ -429,6 +436,14 @@ where
             Some(listener)
         }
     };
+    let http_listener = match config.http_listen {
+        None => None,
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot serve the HTTP API on {addr}: {e}"))?,
+        ),
+    };
     let (node, renewals) = node::Node::start(config, env, log_store).await?;
     tracing::info!(
         id = node.id,
@@ -454,6 +469,16 @@ where
                     .read(|t| t.longest_queues(limits::METRICS_LONGEST_QUEUES));
                 gauges
             },
+            async move { stop.cancelled().await },
+        ))
+    });
+
+    let http = http_listener.map(|listener| {
+        let stop = node.shutdown.clone();
+        tokio::spawn(http::serve(
+            listener,
+            node.clone(),
+            node.config.tls.clone(),
             async move { stop.cancelled().await },
         ))
     });
@@ -507,6 +532,11 @@ where
     let _ = health_task.await;
     if let Some(m) = metrics {
         let _ = m.await;
+    }
+    if let Some(h) = http {
+        if let Ok(Err(e)) = h.await {
+            tracing::warn!("HTTP API: {e}");
+        }
     }
     if core_stopped.load(std::sync::atomic::Ordering::Relaxed) {
         use openraft::async_runtime::WatchReceiver;

@@ -25,7 +25,8 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
 type Count = Counter<u64, AtomicU64>;
-/// The `method` label of [`Metrics::requests`]: the gRPC method's name in snake case.
+/// The `method` label of [`Metrics::requests`]: the gRPC method's name in snake case (an HTTP
+/// API call counts under its gRPC counterpart's).
 type MethodLabel = [(&'static str, &'static str); 1];
 /// The `lock` label of [`Metrics::queue_length`].
 type LockLabel = [(&'static str, String); 1];
@@ -55,7 +56,8 @@ pub struct Metrics {
     pub logged_renewals: Count,
     pub snapshots_installed: Count,
     pub waits_expired: Count,
-    /// Client gRPC calls received, by method (`latchkey bench` divides them by operations).
+    /// Client calls received, gRPC and HTTP API alike, by method (`latchkey bench` divides them
+    /// by operations).
     requests: Family<MethodLabel, Count>,
     /// Proposal to applied outcome, on the leader that proposed (a majority's fsync included).
     pub commit_seconds: Histogram,

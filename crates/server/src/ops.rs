@@ -1,5 +1,6 @@
-//! The node's operations, in domain types: what the gRPC service calls (it only translates
-//! protobuf to these and back) and what the lease task proposes through.
+//! The node's operations, in domain types: what the gRPC service and the HTTP API call (each
+//! only translates its wire format to these and back) and what the lease task proposes through.
+//! [`Node::authorize`] is the one access check both APIs run before any operation.
 //!
 //! Mutations become Raft log entries stamped with the leader's time; reads and keepalives are
 //! answered only after this node confirmed with a majority that it is still the leader.
@@ -16,7 +17,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::{ReadPolicy, ServerState};
 use tokio::sync::oneshot;
 
-use crate::acl::Identity;
+use crate::acl::{Identity, Need};
 use crate::error::ApiError;
 use crate::leases::Renew;
 use crate::metrics::Gauges;
@@ -300,7 +301,49 @@ impl Drop for SlotGuard {
     }
 }
 
+/// What a client call presents to prove who it is: the `authorization` header's value (gRPC
+/// metadata or HTTP header, `Bearer TOKEN`) and the client certificate chain of its TLS
+/// connection.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Credentials<'a> {
+    pub authorization: Option<&'a [u8]>,
+    pub certs: Option<&'a [rustls_pki_types::CertificateDer<'static>]>,
+}
+
 impl Node {
+    /// The one place a client call is authenticated and authorised (issue #13), for gRPC and
+    /// HTTP alike: `None` when access control is off (every call allowed), else the caller's
+    /// identity once it holds `need` and owns every session in `sessions`.
+    pub fn authorize(
+        &self,
+        credentials: Credentials<'_>,
+        need: Need<'_>,
+        sessions: &[SessionId],
+    ) -> Result<Option<Arc<Identity>>, ApiError> {
+        let Some(acl) = &self.config.acl else {
+            return Ok(None);
+        };
+        let who = acl.authenticate(credentials.authorization, credentials.certs)?;
+        who.allows(need)?;
+        for id in sessions {
+            // The owner is fixed at creation, so this node's table answers for any session it
+            // has applied; one it has not is refused by the operation (not found, or not the
+            // leader).
+            let owner = self
+                .state
+                .read(|t| t.session_identity(*id).map(|o| o.map(str::to_owned)));
+            if let Some(owner) = owner {
+                if owner.as_deref() != Some(who.name.as_str()) {
+                    return Err(ApiError::PermissionDenied(format!(
+                        "session {id} belongs to another identity than {:?}",
+                        who.name
+                    )));
+                }
+            }
+        }
+        Ok(Some(who))
+    }
+
     /// Stamp and propose one command; answer with its outcome once a majority has it on disk
     /// and it is applied.
     pub async fn propose(&self, op: Op) -> Result<Outcome, ApiError> {

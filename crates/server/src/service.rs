@@ -1,6 +1,7 @@
 //! The client-facing `Locks` gRPC service: translates protobuf requests to the node's
 //! operations (`ops.rs`) and their answers back. No lock or lease policy lives here; access
-//! control (`acl.rs`) is checked here, in [`LocksService::authorize`], before any operation.
+//! control (`acl.rs`) is checked before any operation by `Node::authorize` (`ops.rs`), the one
+//! check the HTTP API (`http.rs`) runs too.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use tonic::{Request, Response, Status};
 use crate::acl::{Identity, Need, Permission};
 use crate::error::ApiError;
 use crate::node::Node;
-use crate::ops::{Acquired, Held, LockView, NodeStatus};
+use crate::ops::{Acquired, Credentials, Held, LockView, NodeStatus};
 use crate::watch::WatchOut;
 
 pub struct LocksService {
@@ -23,45 +24,28 @@ impl LocksService {
         LocksService { node }
     }
 
-    /// The one place a client call is authenticated and authorised (issue #13): `None` when
-    /// access control is off (every call allowed), else the caller's identity once it holds
-    /// `need` and owns every session in `sessions`.
+    /// Checks the call with [`Node::authorize`], the one access check of both APIs, with the
+    /// credentials the gRPC request carries (`authorization` metadata, the TLS client
+    /// certificates).
     fn authorize<T>(
         &self,
         request: &Request<T>,
         need: Need<'_>,
         sessions: &[SessionId],
     ) -> Result<Option<Arc<Identity>>, ApiError> {
-        let Some(acl) = &self.node.config.acl else {
+        if self.node.config.acl.is_none() {
+            // No credentials to read: the common case costs nothing.
             return Ok(None);
-        };
+        }
         let certs = request.peer_certs();
-        let who = acl.authenticate(
-            request
+        let credentials = Credentials {
+            authorization: request
                 .metadata()
                 .get(AUTHORIZATION_KEY)
                 .map(|v| v.as_bytes()),
-            certs.as_deref().map(Vec::as_slice),
-        )?;
-        who.allows(need)?;
-        for id in sessions {
-            // The owner is fixed at creation, so this node's table answers for any session it
-            // has applied; one it has not is refused by the operation (not found, or not the
-            // leader).
-            let owner = self
-                .node
-                .state
-                .read(|t| t.session_identity(*id).map(|o| o.map(str::to_owned)));
-            if let Some(owner) = owner {
-                if owner.as_deref() != Some(who.name.as_str()) {
-                    return Err(ApiError::PermissionDenied(format!(
-                        "session {id} belongs to another identity than {:?}",
-                        who.name
-                    )));
-                }
-            }
-        }
-        Ok(Some(who))
+            certs: certs.as_deref().map(Vec::as_slice),
+        };
+        self.node.authorize(credentials, need, sessions)
     }
 }
 

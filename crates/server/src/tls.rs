@@ -52,7 +52,10 @@ pub struct TlsFiles {
 pub struct ServerTls {
     files: TlsFiles,
     current: Arc<CurrentCert>,
+    /// gRPC's (ALPN `h2`) and the HTTP API's (ALPN `http/1.1`): one configuration otherwise,
+    /// the same certificate and client verification.
     acceptor: TlsAcceptor,
+    http_acceptor: TlsAcceptor,
     /// The CA's certificates in PEM, for dialing members.
     ca_pem: Option<Vec<u8>>,
     /// Modification times of the cert and key files when last loaded.
@@ -185,12 +188,15 @@ impl ServerTls {
         };
         let current = Arc::new(CurrentCert(RwLock::new(pair)));
         let mut config = builder.with_cert_resolver(current.clone());
-        // gRPC is HTTP/2 only.
+        let mut http_config = config.clone();
+        // gRPC is HTTP/2 only; the HTTP API (`http.rs`) is served over HTTP/1.1.
         config.alpn_protocols = vec![b"h2".to_vec()];
+        http_config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(ServerTls {
             files,
             current,
             acceptor: TlsAcceptor::from(Arc::new(config)),
+            http_acceptor: TlsAcceptor::from(Arc::new(http_config)),
             ca_pem,
             loaded_mtimes: std::sync::Mutex::new(mtimes),
         }))
@@ -407,15 +413,53 @@ pub(crate) async fn plaintext_handshake(stream: TcpStream, from: SocketAddr) -> 
     }
 }
 
+/// What a TLS port serves: the protocol decides the ALPN offered and how a plaintext client is
+/// told to use TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// gRPC (HTTP/2): clients and members on `--listen`.
+    Grpc,
+    /// The HTTP/JSON API (HTTP/1.1) on `--http-listen`.
+    Http,
+}
+
+/// An HTTP/1.1 400 response with a JSON error body, what a plaintext client of the HTTP API's
+/// TLS port reads (`curl` prints it).
+fn http_plaintext_refusal() -> Vec<u8> {
+    let body = serde_json::to_vec(&crate::error::ErrorBody {
+        code: "tls-required",
+        message: latchkey_core::TLS_REQUIRED_MESSAGE.to_owned(),
+        leader_id: None,
+        leader_addr: None,
+    })
+    .expect("an error body always encodes");
+    let mut out = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(&body);
+    out
+}
+
 /// A TLS port: a plaintext client is told to use TLS; a failed handshake drops that connection
 /// only, logged at debug.
 pub(crate) async fn tls_handshake(
     tls: Arc<ServerTls>,
+    served: Served,
     stream: TcpStream,
     from: SocketAddr,
 ) -> Option<TlsStream<TcpStream>> {
+    let (acceptor, refusal) = match served {
+        Served::Grpc => (&tls.acceptor, plaintext_refusal as fn() -> Vec<u8>),
+        Served::Http => (
+            &tls.http_acceptor,
+            http_plaintext_refusal as fn() -> Vec<u8>,
+        ),
+    };
     match first_byte(&stream).await {
-        Some(TLS_HANDSHAKE_RECORD) => match tls.acceptor.accept(stream).into_fallible().await {
+        Some(TLS_HANDSHAKE_RECORD) => match acceptor.accept(stream).into_fallible().await {
             Ok(stream) => Some(stream),
             Err((e, stream)) => {
                 tracing::debug!(%from, "TLS handshake failed: {e}");
@@ -426,7 +470,7 @@ pub(crate) async fn tls_handshake(
         },
         Some(_) => {
             tracing::debug!(%from, "refused a plaintext client on this TLS port");
-            refuse(stream, &plaintext_refusal()).await;
+            refuse(stream, &refusal()).await;
             None
         }
         None => None,

@@ -54,6 +54,8 @@ pub struct Member {
     process: ServeProcess,
     /// `Some(cluster id)`: started with `--join`, not as a founder.
     join: Option<String>,
+    /// Where it serves the HTTP API (`--http-listen`), if the cluster was started with it.
+    pub http_addr: Option<String>,
 }
 
 pub struct Cluster {
@@ -76,6 +78,12 @@ impl Cluster {
 
     pub fn start_with(n: u64, timing: Timing) -> Cluster {
         Cluster::start_inner(n, timing, true, &[], |_, _| {})
+    }
+
+    /// [`Cluster::start`], every member also serving the HTTP API on a port of its own
+    /// ([`Member::http_addr`]).
+    pub fn start_with_http(n: u64) -> Cluster {
+        Cluster::start_inner(n, Timing::default(), true, &["--http-listen"], |_, _| {})
     }
 
     /// [`Cluster::start_with`], every member with more `serve` flags.
@@ -134,6 +142,9 @@ impl Cluster {
                 addr: format!("127.0.0.1:{}", free_port()),
                 process: ServeProcess::new(dir.path().join(format!("node-{id}.log"))),
                 join: None,
+                http_addr: extra_args
+                    .contains(&"--http-listen")
+                    .then(|| format!("127.0.0.1:{}", free_port())),
             })
             .collect();
         let mut proxies = BTreeMap::new();
@@ -153,7 +164,12 @@ impl Cluster {
             members,
             proxies,
             timing,
-            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            // `--http-listen` alone stands for each member's own `--http-listen ADDR`.
+            extra_args: extra_args
+                .iter()
+                .filter(|a| **a != "--http-listen")
+                .map(|a| a.to_string())
+                .collect(),
             founding,
             dir,
         }
@@ -257,6 +273,9 @@ impl Cluster {
             args.extend(["--peer-dial".into(), dial.into()]);
         }
         args.extend(self.extra_args.iter().map(OsString::from));
+        if let Some(http) = &self.member(id).http_addr {
+            args.extend(["--http-listen".into(), http.into()]);
+        }
         let member = self.member_mut(id);
         let who = format!("node {id} on {}", member.addr);
         member.process.spawn(&who, args);
@@ -283,6 +302,7 @@ impl Cluster {
                 addr: format!("127.0.0.1:{}", free_port()),
                 process: ServeProcess::new(self.dir.path().join(format!("node-{id}.log"))),
                 join: Some(cluster),
+                http_addr: None,
             });
         } else {
             assert!(id < next, "member ids are added in order");

@@ -79,6 +79,89 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// One HTTP/1.1 answer: its status, headers (names lowercased) and body.
+#[derive(Debug)]
+pub struct HttpReply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpReply {
+    /// The body as JSON; panics (naming the reply) when it is not.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("the body is not JSON ({e}): {self:?}"))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// `METHOD path` on `addr` with `headers` and a JSON `body`, over one HTTP/1.1 connection
+/// closed after the answer, waiting at most `timeout` for it (a long-polling acquire takes up
+/// to `ACQUIRE_POLL_MS_MAX`). `Err` says what failed.
+pub fn http_call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+    timeout: Duration,
+) -> Result<HttpReply, String> {
+    use std::io::Write as _;
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if let Some(body) = body {
+        request.push_str(&format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+    } else {
+        request.push_str("\r\n");
+    }
+    s.write_all(request.as_bytes())
+        .map_err(|e| format!("send to {addr}: {e}"))?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)
+        .map_err(|e| format!("read from {addr}: {e} (so far: {reply:?})"))?;
+    let (head, body) = reply
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no end of headers in {reply:?}"))?;
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status line in {reply:?}"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    if headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"))
+    {
+        return Err(format!(
+            "a chunked reply, which this client does not decode: {reply:?}"
+        ));
+    }
+    Ok(HttpReply {
+        status,
+        headers,
+        body: body.to_owned(),
+    })
+}
+
 fn read(path: &Path) -> String {
     let mut text = String::new();
     if let Ok(mut f) = File::open(path) {

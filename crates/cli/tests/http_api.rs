@@ -1,0 +1,589 @@
+//! The HTTP/JSON API (`serve --http-listen`, issue #15 item 2) against real `latchkey serve`
+//! processes: a whole session's flow, exactly-once retries, errors as JSON with a stable code
+//! (a follower's with the leader's address), access control, the OpenAPI document held to the
+//! served routes, and the README's curl walkthrough run as written.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::cluster::Cluster;
+use common::serve::ServeProcess;
+use common::{free_port, http_call, wait_until, HttpReply, Server, POLL, READY_TIMEOUT};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// Longer than one long-poll (`ACQUIRE_POLL_MS_MAX`), so that a waiting acquire answers.
+const CALL_TIMEOUT: Duration =
+    Duration::from_millis(latchkey_core::limits::ACQUIRE_POLL_MS_MAX + 20_000);
+
+/// A server with the HTTP API on a port of its own; its HTTP address.
+fn http_server() -> (Server, String) {
+    let http = format!("127.0.0.1:{}", free_port());
+    let server = Server::start_with(&["--http-listen", &http]);
+    (server, http)
+}
+
+fn call(addr: &str, method: &str, path: &str, body: Option<Value>) -> HttpReply {
+    let body = body.map(|b| b.to_string());
+    http_call(addr, method, path, &[], body.as_deref(), CALL_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+/// POST `body` to `path`, expecting 200; the answer's JSON.
+fn post_ok(addr: &str, path: &str, body: Value) -> Value {
+    let reply = call(addr, "POST", path, Some(body.clone()));
+    assert_eq!(reply.status, 200, "POST {path} {body}: {reply:?}");
+    reply.json()
+}
+
+fn get_ok(addr: &str, path: &str) -> Value {
+    let reply = call(addr, "GET", path, None);
+    assert_eq!(reply.status, 200, "GET {path}: {reply:?}");
+    reply.json()
+}
+
+fn new_session(addr: &str) -> Value {
+    let created = post_ok(addr, "/v1/sessions", json!({"ttl_ms": 15_000}));
+    assert_eq!(created["ttl_ms"], 15_000, "{created}");
+    assert!(created["session"]["secret"].is_string(), "{created}");
+    created["session"].clone()
+}
+
+fn acquire(addr: &str, session: &Value, seq: u64, name: &str, wait_ms: u64) -> Value {
+    post_ok(
+        addr,
+        "/v1/locks/acquire",
+        json!({"session": session, "seq": seq, "name": name, "wait_timeout_ms": wait_ms}),
+    )
+}
+
+/// The error a reply carries: its status and its JSON `code`, checked to have a message.
+fn error_of(reply: &HttpReply) -> (u16, String) {
+    let body = reply.json();
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "an error has a message: {reply:?}"
+    );
+    assert_eq!(reply.header("content-type"), Some("application/json"));
+    (reply.status, body["code"].as_str().unwrap_or("").to_owned())
+}
+
+#[test]
+fn a_session_takes_waits_for_and_hands_over_a_lock_over_http() {
+    let (_server, http) = http_server();
+    let a = new_session(&http);
+    let b = new_session(&http);
+
+    let first = acquire(&http, &a, 1, "deploy/web", 0);
+    assert_eq!(first["result"], "granted", "{first}");
+    let token_a = first["token"].as_u64().expect("a token");
+
+    // B asks without waiting: told who holds it.
+    let refused = acquire(&http, &b, 1, "deploy/web", 0);
+    assert_eq!(refused["result"], "not-granted", "{refused}");
+    assert_eq!(refused["held_by"]["token"], token_a, "{refused}");
+
+    // B waits (long-poll) while A holds it.
+    let waiter = {
+        let (http, b) = (http.clone(), b.clone());
+        std::thread::spawn(move || {
+            // Re-sent with the same seq while pending, as the protocol says; bounded.
+            for _ in 0..10 {
+                let answer = acquire(&http, &b, 2, "deploy/web", 60_000);
+                if answer["result"] != "pending" {
+                    return answer;
+                }
+            }
+            panic!("still pending after 10 long-polls");
+        })
+    };
+    wait_until("B queued", Duration::from_secs(20), || {
+        get_ok(&http, "/v1/lock?name=deploy%2Fweb")["lock"]["waiters"] == 1
+    });
+    let described = get_ok(&http, "/v1/lock?name=deploy/web")["lock"].clone();
+    assert_eq!(described["holder"]["session"], a["id"], "{described}");
+    assert_eq!(described["queue"][0]["session"], b["id"], "{described}");
+    assert!(
+        !waiter.is_finished(),
+        "B's acquire answered while A held the lock"
+    );
+
+    let released = post_ok(
+        &http,
+        "/v1/locks/release",
+        json!({"session": a, "seq": 2, "name": "deploy/web", "token": token_a}),
+    );
+    assert_eq!(released["released"], true, "{released}");
+    let handed = waiter.join().expect("B's acquire");
+    assert_eq!(handed["result"], "granted", "{handed}");
+    let token_b = handed["token"].as_u64().expect("a token");
+    assert!(
+        token_b > token_a,
+        "tokens increase: {token_a} then {token_b}"
+    );
+
+    let listed = get_ok(&http, "/v1/locks?prefix=deploy/");
+    assert_eq!(listed["truncated"], false, "{listed}");
+    assert_eq!(
+        listed["locks"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    assert_eq!(listed["locks"][0]["holder"]["token"], token_b, "{listed}");
+
+    let renewed = post_ok(&http, "/v1/sessions/keepalive", json!({"sessions": [a, b]}));
+    let leases = renewed["leases"].as_array().expect("leases");
+    assert_eq!(leases.len(), 2, "{renewed}");
+    assert!(
+        leases
+            .iter()
+            .all(|l| l["alive"] == true && l["ttl_ms"] == 15_000),
+        "{renewed}"
+    );
+
+    // Closing B releases its lock; A's keepalive of B then says it is gone.
+    assert_eq!(
+        post_ok(&http, "/v1/sessions/close", json!({"session": b})),
+        json!({})
+    );
+    let after = post_ok(&http, "/v1/sessions/keepalive", json!({"sessions": [a, b]}));
+    assert_eq!(after["leases"][0]["alive"], true, "{after}");
+    assert_eq!(after["leases"][1]["alive"], false, "{after}");
+    let free = get_ok(&http, "/v1/lock?name=deploy/web");
+    assert!(free["lock"]["holder"].is_null(), "{free}");
+
+    let status = get_ok(&http, "/v1/cluster/status");
+    assert_eq!(status["role"], "leader", "{status}");
+    assert_eq!(status["leader_id"], status["id"], "{status}");
+    assert_eq!(
+        status["members"].as_array().map(Vec::len),
+        Some(1),
+        "{status}"
+    );
+}
+
+#[test]
+fn a_retried_acquire_gets_its_first_outcome() {
+    let (_server, http) = http_server();
+    let s = new_session(&http);
+    let first = acquire(&http, &s, 7, "jobs/a", 0);
+    assert_eq!(first["result"], "granted", "{first}");
+    // The same request again (a retry after a lost answer): the same grant, not a new one.
+    let retried = acquire(&http, &s, 7, "jobs/a", 0);
+    assert_eq!(retried, first, "a retry answers the original outcome");
+    let released = post_ok(
+        &http,
+        "/v1/locks/release",
+        json!({"session": s, "seq": 8, "name": "jobs/a", "token": first["token"]}),
+    );
+    assert_eq!(released["released"], true, "{released}");
+    let release_retried = post_ok(
+        &http,
+        "/v1/locks/release",
+        json!({"session": s, "seq": 8, "name": "jobs/a", "token": first["token"]}),
+    );
+    assert_eq!(
+        release_retried, released,
+        "a retried release answers its first outcome"
+    );
+    // Still the original outcome after the release: a late duplicate takes nothing.
+    let late = acquire(&http, &s, 7, "jobs/a", 0);
+    assert_eq!(late["result"], "granted", "{late}");
+    assert_eq!(late["token"], first["token"], "{late}");
+    let free = get_ok(&http, "/v1/lock?name=jobs/a");
+    assert!(
+        free["lock"]["holder"].is_null(),
+        "the duplicate took the lock: {free}"
+    );
+    // A new request is a new grant, with a higher token.
+    let again = acquire(&http, &s, 9, "jobs/a", 0);
+    assert!(again["token"].as_u64() > first["token"].as_u64(), "{again}");
+}
+
+#[test]
+fn errors_are_json_with_a_stable_code() {
+    let (_server, http) = http_server();
+    let s = new_session(&http);
+    let post = |path: &str, body: &str| {
+        http_call(&http, "POST", path, &[], Some(body), CALL_TIMEOUT).expect("an answer")
+    };
+    let cases: Vec<(HttpReply, (u16, &str))> = vec![
+        (post("/v1/sessions", "{not json"), (400, "invalid-request")),
+        (
+            post("/v1/sessions", r#"{"ttl_ms": 15000, "tll": 1}"#),
+            (400, "invalid-request"),
+        ),
+        (
+            post("/v1/sessions", r#"{"ttl_ms": 5}"#),
+            (400, "ttl-out-of-range"),
+        ),
+        (
+            post(
+                "/v1/locks/acquire",
+                r#"{"session": {"id": 1, "secret": 5}, "seq": 1, "name": "x"}"#,
+            ),
+            (400, "invalid-request"),
+        ),
+        (
+            post(
+                "/v1/locks/acquire",
+                &json!({"session": {"id": 999_999, "secret": "1"}, "seq": 1, "name": "x"})
+                    .to_string(),
+            ),
+            (404, "session-not-found"),
+        ),
+        (
+            post(
+                "/v1/locks/acquire",
+                &json!({"session": s, "seq": 1, "name": ""}).to_string(),
+            ),
+            (400, "name-empty"),
+        ),
+        (
+            call(&http, "GET", "/v1/nothing", None),
+            (404, "no-such-route"),
+        ),
+        (
+            call(&http, "GET", "/v1/locks/acquire", None),
+            (405, "method-not-allowed"),
+        ),
+        (
+            call(&http, "GET", "/v1/lock", None),
+            (400, "invalid-request"),
+        ),
+        (
+            call(&http, "GET", "/v1/lock?nme=x", None),
+            (400, "invalid-request"),
+        ),
+        (
+            call(&http, "GET", "/v1/locks?limit=many", None),
+            (400, "invalid-request"),
+        ),
+        (
+            post(
+                "/v1/sessions/keepalive",
+                &format!(
+                    r#"{{"sessions": [], "pad": "{}"}}"#,
+                    "x".repeat(latchkey_core::limits::HTTP_BODY_BYTES_MAX)
+                ),
+            ),
+            (413, "body-too-large"),
+        ),
+    ];
+    for (reply, want) in cases {
+        assert_eq!(error_of(&reply), (want.0, want.1.to_owned()), "{reply:?}");
+    }
+}
+
+#[test]
+fn a_follower_answers_not_leader_with_the_leaders_address() {
+    let cluster = Cluster::start_with_http(3);
+    let (leader, _) = cluster.wait_leader(&[], READY_TIMEOUT);
+    let leader_addr = cluster.addr(leader);
+    let follower = cluster
+        .members
+        .iter()
+        .find(|m| m.id != leader)
+        .expect("a follower");
+    let follower_http = follower.http_addr.clone().expect("HTTP on every member");
+    let reply = call(
+        &follower_http,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"ttl_ms": 15_000})),
+    );
+    assert_eq!(
+        error_of(&reply),
+        (503, "not-leader".to_owned()),
+        "{reply:?}"
+    );
+    let body = reply.json();
+    assert_eq!(body["leader_id"], leader, "{body}");
+    assert_eq!(body["leader_addr"], leader_addr.as_str(), "{body}");
+    // Reads are the leader's too; the follower's own status is not.
+    let read = call(&follower_http, "GET", "/v1/lock?name=x", None);
+    assert_eq!(error_of(&read), (503, "not-leader".to_owned()), "{read:?}");
+    let status = get_ok(&follower_http, "/v1/cluster/status");
+    assert_eq!(status["role"], "follower", "{status}");
+    assert_eq!(status["leader_id"], leader, "{status}");
+    // The leader's HTTP API takes the call.
+    let leader_http = cluster
+        .members
+        .iter()
+        .find(|m| m.id == leader)
+        .and_then(|m| m.http_addr.clone())
+        .expect("the leader's HTTP address");
+    new_session(&leader_http);
+}
+
+const APP: &str = "app-token-0123456789";
+const OTHER: &str = "other-token-0123456789";
+
+fn sha256_hex(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Kills the server when dropped, printing its log if the test failed.
+struct Running(ServeProcess);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- server log ---\n{}", self.0.log_tail(60));
+        }
+        self.0.kill9();
+    }
+}
+
+#[test]
+fn access_control_applies_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("acl.toml");
+    std::fs::write(
+        &acl,
+        format!(
+            r#"
+[roles.app]
+lock = ["app/"]
+read = ["app/"]
+
+[identities.app]
+token_sha256 = "{}"
+roles = ["app"]
+
+[identities.other]
+token_sha256 = "{}"
+roles = ["app"]
+"#,
+            sha256_hex(APP),
+            sha256_hex(OTHER)
+        ),
+    )
+    .unwrap();
+    let http = format!("127.0.0.1:{}", free_port());
+    let mut process = ServeProcess::new(dir.path().join("server.log"));
+    process.spawn(
+        "the ACL server",
+        [
+            "--listen".to_owned(),
+            format!("127.0.0.1:{}", free_port()),
+            "--data-dir".to_owned(),
+            dir.path().join("data").display().to_string(),
+            "--acl".to_owned(),
+            acl.display().to_string(),
+            "--http-listen".to_owned(),
+            http.clone(),
+        ],
+    );
+    let _running = Running(process);
+    let app = format!("Bearer {APP}");
+    let other = format!("Bearer {OTHER}");
+    let as_app = [("authorization", app.as_str())];
+    let as_other = [("authorization", other.as_str())];
+    let send = |auth: &[(&str, &str)], method: &str, path: &str, body: Option<Value>| {
+        let body = body.map(|b| b.to_string());
+        http_call(&http, method, path, auth, body.as_deref(), CALL_TIMEOUT)
+    };
+    wait_until("the ACL server leads", READY_TIMEOUT, || {
+        send(&as_app, "GET", "/v1/cluster/status", None)
+            .is_ok_and(|r| r.status == 200 && r.json()["role"] == "leader")
+    });
+
+    let session = json!({"ttl_ms": 15_000});
+    let anonymous = send(&[], "POST", "/v1/sessions", Some(session.clone())).unwrap();
+    assert_eq!(error_of(&anonymous), (401, "unauthenticated".to_owned()));
+    let wrong = send(
+        &[("authorization", "Bearer not-a-known-token")],
+        "POST",
+        "/v1/sessions",
+        Some(session.clone()),
+    )
+    .unwrap();
+    assert_eq!(error_of(&wrong), (401, "unauthenticated".to_owned()));
+
+    let created = send(&as_app, "POST", "/v1/sessions", Some(session)).unwrap();
+    assert_eq!(created.status, 200, "{created:?}");
+    let s = created.json()["session"].clone();
+    let take = |auth: &[(&str, &str)], seq: u64, name: &str| {
+        send(
+            auth,
+            "POST",
+            "/v1/locks/acquire",
+            Some(json!({"session": s, "seq": seq, "name": name})),
+        )
+        .unwrap()
+    };
+    let outside = take(&as_app, 1, "ops/db");
+    assert_eq!(error_of(&outside), (403, "permission-denied".to_owned()));
+    assert!(
+        outside.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("ops/db"),
+        "{outside:?}"
+    );
+    // Another identity may not use app's session, even on names it may lock.
+    let borrowed = take(&as_other, 2, "app/x");
+    assert_eq!(error_of(&borrowed), (403, "permission-denied".to_owned()));
+    let granted = take(&as_app, 3, "app/x");
+    assert_eq!(granted.status, 200, "{granted:?}");
+    assert_eq!(granted.json()["result"], "granted");
+    let read_outside = send(&as_app, "GET", "/v1/locks?prefix=", None).unwrap();
+    assert_eq!(
+        error_of(&read_outside),
+        (403, "permission-denied".to_owned())
+    );
+    let read_inside = send(&as_app, "GET", "/v1/locks?prefix=app/", None).unwrap();
+    assert_eq!(read_inside.status, 200, "{read_inside:?}");
+}
+
+/// The (method, path) pairs `docs/openapi.json` documents.
+fn documented_routes() -> BTreeSet<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("docs/openapi.json"))
+            .expect("docs/openapi.json is JSON");
+    assert_eq!(
+        doc["openapi"].as_str().map(|v| &v[..2]),
+        Some("3."),
+        "an OpenAPI 3 document"
+    );
+    let mut routes = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for method in item.as_object().expect("a path item").keys() {
+            routes.insert((method.to_uppercase(), path.clone()));
+        }
+    }
+    routes
+}
+
+#[test]
+fn the_openapi_document_describes_exactly_the_served_routes() {
+    let documented = documented_routes();
+    let routed: BTreeSet<(String, String)> = latchkey_server::http::ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(
+        documented, routed,
+        "docs/openapi.json and http::ROUTES differ"
+    );
+
+    // And the running server serves each of them (a route it lacks answers no-such-route or
+    // method-not-allowed, whatever the body).
+    let (_server, http) = http_server();
+    for (method, path) in &documented {
+        let body = (method == "POST").then(|| json!({}));
+        let reply = call(&http, method, path, body);
+        let code = serde_json::from_str::<Value>(&reply.body)
+            .ok()
+            .and_then(|b| b["code"].as_str().map(str::to_owned));
+        assert!(
+            !matches!(
+                code.as_deref(),
+                Some("no-such-route" | "method-not-allowed")
+            ),
+            "{method} {path} is documented but not served: {reply:?}"
+        );
+    }
+    let served = get_ok(&http, "/v1/openapi.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(
+        served, file,
+        "GET /v1/openapi.json serves docs/openapi.json"
+    );
+}
+
+/// The README's "HTTP API" walkthrough: the shell block between the `http-api` markers, run by
+/// `bash` in an empty directory with `latchkey` on the PATH and its ports moved to free ones.
+#[test]
+fn the_readme_http_walkthrough_runs_as_written() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("README.md");
+    let start = readme
+        .find("<!-- http-api:begin -->")
+        .expect("README.md has the http-api:begin marker");
+    let end = readme
+        .find("<!-- http-api:end -->")
+        .expect("README.md has the http-api:end marker");
+    let script = readme[start..end]
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.rsplit_once("```"))
+        .map(|(body, _)| body.to_owned())
+        .expect("the walkthrough is one ```sh block");
+    for fixed in ["127.0.0.1:7420", "127.0.0.1:7480"] {
+        assert!(script.contains(fixed), "the walkthrough uses {fixed}");
+    }
+    let script = script
+        .replace("127.0.0.1:7420", &format!("127.0.0.1:{}", free_port()))
+        .replace("127.0.0.1:7480", &format!("127.0.0.1:{}", free_port()));
+    let dir = tempfile::tempdir().unwrap();
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_latchkey")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    use std::os::unix::process::CommandExt as _;
+    let mut child = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        // Its own process group, killed whole below: the server it starts goes with it.
+        .process_group(0)
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("bash");
+    let _group = Group(child.id() as i32);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the walkthrough did not finish in 120 s");
+        }
+        std::thread::sleep(POLL);
+    };
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        status.success(),
+        "the walkthrough failed: {status}\n{stdout}\n{stderr}"
+    );
+    // What the walkthrough's comments promise.
+    for promised in [
+        r#""result":"granted""#,
+        r#""result":"not-granted""#,
+        r#""released":true"#,
+        r#""code":"session-not-found""#,
+    ] {
+        assert!(
+            stdout.contains(promised),
+            "no {promised} in:\n{stdout}\n{stderr}"
+        );
+    }
+}
+
+/// Kills the walkthrough's process group (the shell and the server it started) when dropped.
+struct Group(i32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(-self.0),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}

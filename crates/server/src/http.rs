@@ -1,0 +1,883 @@
+//! The HTTP/JSON API (`--http-listen`, issue #15): the client calls of the gRPC `Locks` service
+//! (sessions, keepalive, acquire with its long-poll, release, describe, list, this node's
+//! status) as JSON over HTTP/1.1, for clients without gRPC. Like `service.rs` it only
+//! translates: every call is checked by `Node::authorize` and runs the same operation of
+//! `ops.rs`, so the semantics (exactly-once by session and sequence number, the long-poll bound
+//! `ACQUIRE_POLL_MS_MAX`, the leader-only answers) are the gRPC API's. Errors are
+//! `error::ErrorBody` JSON with the gRPC reason as `code`.
+//!
+//! [`ROUTES`] is the API's one list of (method, path): the router is built from it, and a test
+//! holds `docs/openapi.json` to it. The document itself is served at `GET /v1/openapi.json`.
+//!
+//! Connections come through `tls::accept_loop` like gRPC's (TLS when the node has TLS, with
+//! ALPN `http/1.1`), at most `HTTP_CONNECTIONS_MAX` at once, each closed once idle for
+//! `HTTP_IDLE_TIMEOUT_MS`; a body is at most `HTTP_BODY_BYTES_MAX`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Bytes;
+use axum::extract::connect_info::Connected;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, MethodRouter};
+use axum::serve::{IncomingStream, Listener};
+use axum::Router;
+use latchkey_core::{limits, SessionId, SessionKey, SessionOwner};
+use rustls_pki_types::CertificateDer;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+use crate::acl::{Need, Permission};
+use crate::error::{ApiError, ErrorBody};
+use crate::node::Node;
+use crate::ops::{Acquired, Credentials, Held, LockView, NodeStatus, Waiting};
+use crate::tls::{self, ServerTls};
+
+/// Every route of the HTTP API: (method, path). The router serves exactly these, and
+/// `docs/openapi.json` documents exactly these (`cli/tests/http_api.rs`).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("POST", "/v1/sessions"),
+    ("POST", "/v1/sessions/keepalive"),
+    ("POST", "/v1/sessions/close"),
+    ("POST", "/v1/locks/acquire"),
+    ("POST", "/v1/locks/release"),
+    ("GET", "/v1/lock"),
+    ("GET", "/v1/locks"),
+    ("GET", "/v1/cluster/status"),
+    ("GET", "/v1/openapi.json"),
+];
+
+/// The API's description, served at `GET /v1/openapi.json`.
+const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+type Api = Arc<Node>;
+
+fn handler(method: &str, path: &str) -> MethodRouter<Api> {
+    match (method, path) {
+        ("POST", "/v1/sessions") => post(create_session),
+        ("POST", "/v1/sessions/keepalive") => post(keep_alive),
+        ("POST", "/v1/sessions/close") => post(close_session),
+        ("POST", "/v1/locks/acquire") => post(acquire),
+        ("POST", "/v1/locks/release") => post(release),
+        ("GET", "/v1/lock") => get(describe),
+        ("GET", "/v1/locks") => get(list),
+        ("GET", "/v1/cluster/status") => get(status),
+        ("GET", "/v1/openapi.json") => get(openapi),
+        _ => unreachable!("ROUTES lists {method} {path}, which has no handler"),
+    }
+}
+
+/// The API's router, built from [`ROUTES`]; anything else is answered with a JSON error.
+pub(crate) fn router(node: Arc<Node>) -> Router {
+    ROUTES
+        .iter()
+        .fold(Router::new(), |router, (method, path)| {
+            router.route(path, handler(method, path))
+        })
+        .fallback(|| async {
+            ErrorBody {
+                code: "no-such-route",
+                message: "no such route: see GET /v1/openapi.json".into(),
+                leader_id: None,
+                leader_addr: None,
+            }
+            .into_response_with(StatusCode::NOT_FOUND)
+        })
+        .method_not_allowed_fallback(|| async {
+            ErrorBody {
+                code: "method-not-allowed",
+                message: "this route does not take this method: see GET /v1/openapi.json".into(),
+                leader_id: None,
+                leader_addr: None,
+            }
+            .into_response_with(StatusCode::METHOD_NOT_ALLOWED)
+        })
+        .layer(DefaultBodyLimit::max(limits::HTTP_BODY_BYTES_MAX))
+        .with_state(node)
+}
+
+/// An HTTP API failure: an operation's error, or a request refused before it reached one.
+enum HttpError {
+    Api(ApiError),
+    BodyTooLarge,
+}
+
+impl From<ApiError> for HttpError {
+    fn from(e: ApiError) -> HttpError {
+        HttpError::Api(e)
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        match self {
+            HttpError::Api(e) => e.into_response(),
+            HttpError::BodyTooLarge => ErrorBody {
+                code: "body-too-large",
+                message: format!(
+                    "the request body is over {} bytes",
+                    limits::HTTP_BODY_BYTES_MAX
+                ),
+                leader_id: None,
+                leader_addr: None,
+            }
+            .into_response_with(StatusCode::PAYLOAD_TOO_LARGE),
+        }
+    }
+}
+
+type Answer = Result<Response, HttpError>;
+
+fn json<T: Serialize>(body: &T) -> Response {
+    let bytes = serde_json::to_vec(body).expect("API answers always encode");
+    ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+/// The request body as `T`; a body that is not JSON of that shape is `invalid-request` naming
+/// what is wrong (serde's line, column and field).
+fn parse<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, HttpError> {
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => HttpError::BodyTooLarge,
+        _ => HttpError::Api(ApiError::Invalid(rejection.body_text())),
+    })?;
+    serde_json::from_slice(&body).map_err(|e| {
+        HttpError::Api(ApiError::Invalid(format!(
+            "the body is not the JSON this call takes: {e}"
+        )))
+    })
+}
+
+/// The query string's parameters, each once and each one of `known`, percent-decoded.
+fn query<'a>(raw: Option<String>, known: &[&'a str]) -> Result<Vec<(&'a str, String)>, ApiError> {
+    let mut out: Vec<(&'a str, String)> = Vec::new();
+    let raw = raw.unwrap_or_default();
+    for pair in raw.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(&s.replace('+', " "))
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| ApiError::Invalid(format!("{pair:?} is not UTF-8 once decoded")))
+        };
+        let key = decode(key)?;
+        let Some(known) = known.iter().find(|k| **k == key) else {
+            return Err(ApiError::Invalid(format!(
+                "unknown query parameter {key:?}; this call takes {known:?}"
+            )));
+        };
+        if out.iter().any(|(k, _)| k == known) {
+            return Err(ApiError::Invalid(format!(
+                "the query parameter {key:?} is given twice"
+            )));
+        }
+        out.push((known, decode(value)?));
+    }
+    Ok(out)
+}
+
+fn param(params: &[(&str, String)], name: &str) -> Option<String> {
+    params
+        .iter()
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.clone())
+}
+
+/// What a connection presented: the client certificate chain of its TLS session, if any.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpPeer {
+    certs: Option<Arc<[CertificateDer<'static>]>>,
+}
+
+fn credentials<'a>(headers: &'a HeaderMap, peer: &'a HttpPeer) -> Credentials<'a> {
+    Credentials {
+        authorization: headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()),
+        certs: peer.certs.as_deref(),
+    }
+}
+
+/// A session as JSON: the secret is a decimal string, since a 64-bit secret is beyond the
+/// integers a JSON number carries exactly (JavaScript's 2^53).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionJson {
+    id: u64,
+    #[serde(with = "decimal")]
+    secret: u64,
+}
+
+impl From<SessionJson> for SessionKey {
+    fn from(s: SessionJson) -> SessionKey {
+        SessionKey {
+            id: SessionId(s.id),
+            secret: s.secret,
+        }
+    }
+}
+
+mod decimal {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&v.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(|_| {
+            serde::de::Error::custom(format!(
+                "{text:?} is not a secret: a string of decimal digits, as the session was given"
+            ))
+        })
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OwnerJson {
+    #[serde(default)]
+    host: String,
+    #[serde(default)]
+    pid: u32,
+    #[serde(default)]
+    user: String,
+    #[serde(default)]
+    text: String,
+}
+
+impl From<OwnerJson> for SessionOwner {
+    fn from(o: OwnerJson) -> SessionOwner {
+        SessionOwner {
+            host: o.host,
+            pid: o.pid,
+            user: o.user,
+            text: o.text,
+        }
+    }
+}
+
+impl From<SessionOwner> for OwnerJson {
+    fn from(o: SessionOwner) -> OwnerJson {
+        OwnerJson {
+            host: o.host,
+            pid: o.pid,
+            user: o.user,
+            text: o.text,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSessionRequest {
+    ttl_ms: u64,
+    owner: Option<OwnerJson>,
+}
+
+#[derive(Serialize)]
+struct CreateSessionResponse {
+    session: SessionJson,
+    ttl_ms: u64,
+}
+
+async fn create_session(
+    State(node): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    node.metrics.request("create_session");
+    let who = node.authorize(
+        credentials(&headers, &peer),
+        Need::Anywhere(Permission::Lock),
+        &[],
+    )?;
+    let req: CreateSessionRequest = parse(body)?;
+    let created = node
+        .create_session(req.ttl_ms, who.as_deref(), req.owner.map(Into::into))
+        .await?;
+    Ok(json(&CreateSessionResponse {
+        session: SessionJson {
+            id: created.key.id.0,
+            secret: created.key.secret,
+        },
+        ttl_ms: created.ttl_ms,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeepAliveRequest {
+    sessions: Vec<SessionJson>,
+}
+
+#[derive(Serialize)]
+struct LeaseJson {
+    id: u64,
+    alive: bool,
+    ttl_ms: u64,
+    revoked_tokens: Vec<u64>,
+    revoked_through: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct KeepAliveResponse {
+    leases: Vec<LeaseJson>,
+}
+
+async fn keep_alive(
+    State(node): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    node.metrics.request("keep_alive");
+    // Parsed before the access check, which needs the sessions' ids.
+    let req: KeepAliveRequest = parse(body)?;
+    let ids: Vec<SessionId> = req.sessions.iter().map(|s| SessionId(s.id)).collect();
+    node.authorize(
+        credentials(&headers, &peer),
+        Need::Anywhere(Permission::Lock),
+        &ids,
+    )?;
+    let keys: Vec<SessionKey> = req.sessions.into_iter().map(Into::into).collect();
+    let leases = node
+        .keep_alive(&keys)
+        .await?
+        .into_iter()
+        .map(|l| LeaseJson {
+            id: l.id.0,
+            alive: l.alive,
+            ttl_ms: l.ttl_ms,
+            revoked_tokens: l.revoked_tokens,
+            revoked_through: l.revoked_through,
+        })
+        .collect();
+    Ok(json(&KeepAliveResponse { leases }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CloseSessionRequest {
+    session: SessionJson,
+}
+
+async fn close_session(
+    State(node): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    node.metrics.request("close_session");
+    let req: CloseSessionRequest = parse(body)?;
+    node.authorize(
+        credentials(&headers, &peer),
+        Need::Anywhere(Permission::Lock),
+        &[SessionId(req.session.id)],
+    )?;
+    node.close_session(req.session.into()).await?;
+    Ok(json(&serde_json::json!({})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcquireRequest {
+    session: SessionJson,
+    seq: u64,
+    name: String,
+    #[serde(default)]
+    wait_timeout_ms: u64,
+}
+
+#[derive(Serialize)]
+struct HolderJson {
+    session: u64,
+    token: u64,
+    held_for_ms: u64,
+    owner: Option<OwnerJson>,
+}
+
+fn holder(h: Held) -> HolderJson {
+    HolderJson {
+        session: h.session.0,
+        token: h.token,
+        held_for_ms: h.held_for_ms,
+        owner: h.owner.map(Into::into),
+    }
+}
+
+/// `result` is `granted` (with `token`), `pending` (with `position`: re-send the same request)
+/// or `not-granted` (with `held_by` when the lock was held and no wait was asked).
+#[derive(Serialize)]
+struct AcquireResponse {
+    result: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    position: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    held_by: Option<HolderJson>,
+}
+
+fn acquire_response(a: Acquired) -> AcquireResponse {
+    let none = AcquireResponse {
+        result: "",
+        token: None,
+        position: None,
+        held_by: None,
+    };
+    match a {
+        Acquired::Granted { token } => AcquireResponse {
+            result: "granted",
+            token: Some(token),
+            ..none
+        },
+        Acquired::Pending { position } => AcquireResponse {
+            result: "pending",
+            position: Some(position),
+            ..none
+        },
+        Acquired::NotGranted { held_by } => AcquireResponse {
+            result: "not-granted",
+            held_by: held_by.map(holder),
+            ..none
+        },
+    }
+}
+
+async fn acquire(
+    State(node): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    node.metrics.request("acquire");
+    let req: AcquireRequest = parse(body)?;
+    let who = node.authorize(
+        credentials(&headers, &peer),
+        Need::Lock(&req.name, Permission::Lock),
+        &[SessionId(req.session.id)],
+    )?;
+    let acquired = node
+        .acquire(
+            req.session.into(),
+            req.seq,
+            req.name,
+            req.wait_timeout_ms,
+            who.as_deref(),
+        )
+        .await?;
+    Ok(json(&acquire_response(acquired)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseRequest {
+    session: SessionJson,
+    seq: u64,
+    name: String,
+    token: u64,
+}
+
+async fn release(
+    State(node): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    node.metrics.request("release");
+    let req: ReleaseRequest = parse(body)?;
+    node.authorize(
+        credentials(&headers, &peer),
+        Need::Lock(&req.name, Permission::Lock),
+        &[SessionId(req.session.id)],
+    )?;
+    let released = node
+        .release(req.session.into(), req.seq, req.name, req.token)
+        .await?;
+    Ok(json(&serde_json::json!({ "released": released })))
+}
+
+#[derive(Serialize)]
+struct WaiterJson {
+    session: u64,
+    waited_ms: u64,
+    owner: Option<OwnerJson>,
+}
+
+/// One lock: `holder` is null when it is free; `queue` lists its waiters in order (all from
+/// describe, the first few from list), `waiters` counts them all.
+#[derive(Serialize)]
+struct LockJson {
+    name: String,
+    holder: Option<HolderJson>,
+    waiters: u32,
+    queue: Vec<WaiterJson>,
+}
+
+fn lock_json(lock: LockView) -> LockJson {
+    LockJson {
+        name: lock.name,
+        holder: lock.held.map(holder),
+        waiters: lock.waiters,
+        queue: lock
+            .queue
+            .into_iter()
+            .map(|w: Waiting| WaiterJson {
+                session: w.session.0,
+                waited_ms: w.waited_ms,
+                owner: w.owner.map(Into::into),
+            })
+            .collect(),
+    }
+}
+
+async fn describe(
+    State(node): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Answer {
+    node.metrics.request("describe");
+    let params = query(raw, &["name"])?;
+    let name = param(&params, "name")
+        .ok_or_else(|| ApiError::Invalid("give the lock's name: ?name=NAME".into()))?;
+    node.authorize(
+        credentials(&headers, &peer),
+        Need::Lock(&name, Permission::Read),
+        &[],
+    )?;
+    let lock = node.describe(&name).await?;
+    Ok(json(&serde_json::json!({ "lock": lock_json(lock) })))
+}
+
+#[derive(Serialize)]
+struct ListResponse {
+    locks: Vec<LockJson>,
+    truncated: bool,
+}
+
+async fn list(
+    State(node): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Answer {
+    node.metrics.request("list");
+    let params = query(raw, &["prefix", "limit"])?;
+    let prefix = param(&params, "prefix").unwrap_or_default();
+    let limit = match param(&params, "limit") {
+        None => 0,
+        Some(text) => text
+            .parse::<usize>()
+            .map_err(|_| ApiError::Invalid(format!("limit={text:?} is not a whole number")))?,
+    };
+    node.authorize(
+        credentials(&headers, &peer),
+        Need::Prefix(&prefix, Permission::Read),
+        &[],
+    )?;
+    let (locks, truncated) = node.list(&prefix, limit).await?;
+    Ok(json(&ListResponse {
+        locks: locks.into_iter().map(lock_json).collect(),
+        truncated,
+    }))
+}
+
+#[derive(Serialize)]
+struct MemberJson {
+    id: u64,
+    addr: String,
+}
+
+#[derive(Serialize)]
+struct StatusResponse {
+    id: u64,
+    role: &'static str,
+    term: u64,
+    last_log_index: u64,
+    committed_index: u64,
+    applied_index: u64,
+    leader_id: Option<u64>,
+    members: Vec<MemberJson>,
+    learners: Vec<MemberJson>,
+    cluster_id: String,
+    sessions: u64,
+    locks: u64,
+}
+
+fn members_json(members: Vec<(u64, String)>) -> Vec<MemberJson> {
+    members
+        .into_iter()
+        .map(|(id, addr)| MemberJson { id, addr })
+        .collect()
+}
+
+fn status_response(s: NodeStatus) -> StatusResponse {
+    StatusResponse {
+        id: s.id,
+        role: s.role.as_str(),
+        term: s.term,
+        last_log_index: s.last_log_index,
+        committed_index: s.committed_index,
+        applied_index: s.applied_index,
+        leader_id: s.leader_id,
+        members: members_json(s.members),
+        learners: members_json(s.learners),
+        cluster_id: s.cluster_id,
+        sessions: s.sessions,
+        locks: s.locks,
+    }
+}
+
+async fn status(
+    State(node): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+) -> Answer {
+    node.metrics.request("node_status");
+    node.authorize(
+        credentials(&headers, &peer),
+        Need::Anywhere(Permission::Read),
+        &[],
+    )?;
+    Ok(json(&status_response(node.status())))
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// A connection the HTTP API serves: what it tells about its client.
+trait HttpConnection: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    fn peer(&self) -> HttpPeer;
+}
+
+impl HttpConnection for TcpStream {
+    fn peer(&self) -> HttpPeer {
+        HttpPeer { certs: None }
+    }
+}
+
+impl HttpConnection for tokio_rustls::server::TlsStream<TcpStream> {
+    fn peer(&self) -> HttpPeer {
+        HttpPeer {
+            certs: self.get_ref().1.peer_certificates().map(Arc::from),
+        }
+    }
+}
+
+/// A served connection holding one of the `HTTP_CONNECTIONS_MAX` slots until it is dropped, and
+/// failing (so that hyper closes it) once it was idle, nothing read or written, for
+/// `HTTP_IDLE_TIMEOUT_MS`.
+struct Counted<IO> {
+    io: IO,
+    idle: Pin<Box<tokio::time::Sleep>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl<IO> Counted<IO> {
+    fn new(io: IO, slot: OwnedSemaphorePermit) -> Counted<IO> {
+        Counted {
+            io,
+            idle: Box::pin(tokio::time::sleep(IDLE)),
+            _slot: slot,
+        }
+    }
+
+    /// After an I/O call: progress restarts the idle clock; no progress fails the connection
+    /// once the clock ran out (polling it also arms the wake-up for that moment).
+    fn watch<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        match polled {
+            Poll::Pending => match self.idle.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "HTTP API connection idle too long",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+            ready => {
+                self.idle.as_mut().reset(tokio::time::Instant::now() + IDLE);
+                ready
+            }
+        }
+    }
+}
+
+const IDLE: std::time::Duration = std::time::Duration::from_millis(limits::HTTP_IDLE_TIMEOUT_MS);
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        self.watch(cx, polled)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch(cx, polled)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let polled = Pin::new(&mut self.io).poll_flush(cx);
+        self.watch(cx, polled)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// The connections `tls::accept_loop` hands over (handshake done), as axum's listener.
+struct HttpListener<IO> {
+    incoming: mpsc::Receiver<std::io::Result<IO>>,
+    slots: Arc<Semaphore>,
+}
+
+impl<IO: HttpConnection> Listener for HttpListener<IO> {
+    type Io = Counted<IO>;
+    type Addr = HttpPeer;
+
+    async fn accept(&mut self) -> (Counted<IO>, HttpPeer) {
+        loop {
+            let slot = self
+                .slots
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            match self.incoming.recv().await {
+                Some(Ok(io)) => {
+                    let peer = io.peer();
+                    return (Counted::new(io, slot), peer);
+                }
+                Some(Err(e)) => {
+                    // EMFILE and the like: back off a little rather than spin (axum's own loop
+                    // does the same).
+                    tracing::warn!(error = %e, "HTTP API: accepting a connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                // The accept loop ended: only graceful shutdown is left to do.
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<HttpPeer> {
+        Ok(HttpPeer { certs: None })
+    }
+}
+
+impl<IO: HttpConnection> Connected<IncomingStream<'_, HttpListener<IO>>> for HttpPeer {
+    fn connect_info(stream: IncomingStream<'_, HttpListener<IO>>) -> HttpPeer {
+        stream.remote_addr().clone()
+    }
+}
+
+/// Serves the HTTP API on `listener` (TLS when `tls` is given) until `shutdown` completes and
+/// the requests in flight are answered (long-polls end with the node's shutdown).
+pub(crate) async fn serve(
+    listener: TcpListener,
+    node: Arc<Node>,
+    tls: Option<Arc<ServerTls>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(node).into_make_service_with_connect_info::<HttpPeer>();
+    let slots = Arc::new(Semaphore::new(limits::HTTP_CONNECTIONS_MAX));
+    let (tx_capacity, addr) = (limits::CONN_HANDSHAKES_IN_FLIGHT_MAX, local(&listener));
+    match tls {
+        None => {
+            let (tx, incoming) = mpsc::channel(tx_capacity);
+            let accept = tokio::spawn(tls::accept_loop(listener, tx, tls::plaintext_handshake));
+            tracing::info!(%addr, "serving the HTTP API");
+            let served = axum::serve(HttpListener { incoming, slots }, app)
+                .with_graceful_shutdown(shutdown)
+                .await;
+            // The listener (the channel's receiver) is dropped: the accept loop returns.
+            let _ = accept.await;
+            served
+        }
+        Some(server_tls) => {
+            let (tx, incoming) = mpsc::channel(tx_capacity);
+            let accept = tokio::spawn(tls::accept_loop(listener, tx, move |stream, from| {
+                tls::tls_handshake(server_tls.clone(), tls::Served::Http, stream, from)
+            }));
+            tracing::info!(%addr, "serving the HTTP API over TLS");
+            let served = axum::serve(HttpListener { incoming, slots }, app)
+                .with_graceful_shutdown(shutdown)
+                .await;
+            let _ = accept.await;
+            served
+        }
+    }
+}
+
+fn local(listener: &TcpListener) -> String {
+    listener
+        .local_addr()
+        .map(|a: SocketAddr| a.to_string())
+        .unwrap_or_else(|e| format!("? ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_parameters_are_decoded_and_checked() {
+        let q = query(Some("name=deploy%2Fprod+eu&".into()), &["name"]).unwrap();
+        assert_eq!(q, vec![("name", "deploy/prod eu".to_owned())]);
+        assert_eq!(query(None, &["name"]).unwrap(), vec![]);
+        assert!(query(Some("nam=x".into()), &["name"]).is_err());
+        assert!(query(Some("name=a&name=b".into()), &["name"]).is_err());
+        assert!(query(Some("name=%ff".into()), &["name"]).is_err());
+    }
+
+    #[test]
+    fn a_secret_is_a_decimal_string_both_ways() {
+        let s: SessionJson =
+            serde_json::from_str(r#"{"id":3,"secret":"18446744073709551615"}"#).unwrap();
+        assert_eq!(s.secret, u64::MAX);
+        assert_eq!(
+            serde_json::to_string(&s).unwrap(),
+            r#"{"id":3,"secret":"18446744073709551615"}"#
+        );
+        // A number would have lost precision in a JavaScript client: refused.
+        assert!(serde_json::from_str::<SessionJson>(r#"{"id":3,"secret":12}"#).is_err());
+    }
+}
