@@ -322,6 +322,25 @@ fn check_vote_sender(from: u64, vote: &Vote, what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a vote request may skip the leader lease. openraft grants a `leadership_transfer`
+/// vote even while this member's leader lease holds (`Engine::handle_vote_req`: the flag means
+/// "the current leader asked for this election"), so any member could depose a healthy leader
+/// by setting it. latchkey never calls `Raft::trigger().transfer_leader`, and the one transfer
+/// openraft starts on its own (a removed leader's step-down watcher) needs the
+/// `RaftNetworkV2::transfer_leader` call, which this network leaves at openraft's default
+/// (unreachable): the others elect once the lease runs out. So no honest member sends such a
+/// vote, and it is refused here, the one place to allow it once leader transfer is a feature
+/// (e.g. only from the member the leader named as its successor).
+fn check_leadership_transfer(from: u64, req: &VoteRequest<TypeConfig>) -> Result<(), String> {
+    if req.leadership_transfer {
+        return Err(format!(
+            "member {from} asked for a leadership-transfer vote, which would skip the leader \
+             lease; this cluster never transfers leadership"
+        ));
+    }
+    Ok(())
+}
+
 /// The next chunk of a snapshot stream, which must come within `SNAPSHOT_CHUNK_TIMEOUT_MS`.
 async fn next_chunk(
     stream: &mut tonic::Streaming<pb::PeerChunk>,
@@ -400,6 +419,8 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
             },
         )?;
         check_vote_sender(from, &req.vote, "vote request")
+            .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
+        check_leadership_transfer(from, req)
             .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
         let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> = match ballot {
             Ballot::Vote(req) => self.raft.vote(req).await,
