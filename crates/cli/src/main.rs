@@ -233,6 +233,11 @@ pub struct ServeArgs {
     /// Address to serve clients and peers on: IP:PORT, or HOST:PORT resolved once at start.
     #[arg(long, env = "LATCHKEY_LISTEN", default_value = "127.0.0.1:7420", value_parser = serve::parse_listen, value_name = "ADDR")]
     pub listen: SocketAddr,
+    /// Serve the other members (Raft) on this address instead of --listen, which then answers
+    /// clients only. This member's --peers entry (or `cluster add` address) must then be
+    /// ID=CLIENT_ADDR/PEER_ADDR. Same TLS as --listen.
+    #[arg(long, env = "LATCHKEY_PEER_LISTEN", value_parser = serve::parse_listen, value_name = "ADDR")]
+    pub peer_listen: Option<SocketAddr>,
     /// Where the Raft log and snapshots live.
     #[arg(
         long,
@@ -242,9 +247,10 @@ pub struct ServeArgs {
     )]
     pub data_dir: PathBuf,
     /// The members that found the cluster, this node included: ID=HOST:PORT,... (default: a
-    /// single-node cluster of just this node). Read when the data dir is new; afterwards the
-    /// membership lives in the log and changes with `cluster add`/`remove`/`move`, and a list
-    /// that founds another cluster than the data dir's is refused.
+    /// single-node cluster of just this node); ID=HOST:PORT/PEER_HOST:PORT for a member that
+    /// serves the others on its --peer-listen address. Read when the data dir is new;
+    /// afterwards the membership lives in the log and changes with `cluster add`/`remove`/
+    /// `move`, and a list that founds another cluster than the data dir's is refused.
     #[arg(long, env = "LATCHKEY_PEERS", value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peers: Option<serve::MemberList>,
     /// Join an existing cluster (its id, as `latchkey cluster status` prints it): with a new

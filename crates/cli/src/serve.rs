@@ -106,6 +106,7 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
         args.peers.clone().unwrap_or_default().0,
     );
     config.join = args.join.clone();
+    config.peer_listen = args.peer_listen;
     config.peer_dial = args.peer_dial.clone().unwrap_or_default().0;
     config.heartbeat_ms = args.heartbeat_ms;
     config.table_bytes_max = args.table_bytes_max;
@@ -154,6 +155,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Refuse a bad configuration before binding or touching the data dir.
     let config = config(&args).context("refusing to start")?;
     if let Some(mine) = config.peers.get(&config.id) {
+        let mine = latchkey_server::member_addr::MemberAddr::split(mine).client;
         if config.listen.port() != 0 && mine.parse().ok() != Some(config.listen) {
             // Not fatal (NAT, 0.0.0.0), but usually a typo that leaves the node unreachable.
             tracing::warn!(
@@ -164,8 +166,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     if config.peers.len() > 1 && config.cluster_secret.is_none() {
         tracing::warn!(
-            "peers are not authenticated: anyone who reaches this port can send Raft messages \
-             as a member (give every member --cluster-secret-file FILE)"
+            "peers are not authenticated: anyone who reaches {} can send Raft messages as a \
+             member (give every member --cluster-secret-file FILE)",
+            config.peer_listen.unwrap_or(config.listen)
         );
     }
     if config.acl.is_none() && !config.listen.ip().is_loopback() {

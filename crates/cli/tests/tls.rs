@@ -297,27 +297,42 @@ fn a_client_without_a_certificate_is_refused_when_the_server_requires_one() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-#[test]
-fn three_members_over_mtls_grant_a_lock() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new("cluster CA");
-    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+/// Three members of one cluster over mTLS, each with its `member-ID` certificate from `ca`,
+/// and, with `peer_listen`, serving its peers on a port of its own (`--peer-listen`): the
+/// members and their peer ports.
+fn mtls_cluster(dir: &Path, ca: &Ca, ca_pem: &Path, peer_listen: bool) -> (Vec<Server>, Vec<u16>) {
     let ports = [free_port(), free_port(), free_port()];
+    let peer_ports = if peer_listen {
+        vec![free_port(), free_port(), free_port()]
+    } else {
+        ports.to_vec()
+    };
     let peers = (1..=3)
-        .zip(ports)
-        .map(|(id, port)| format!("{id}=127.0.0.1:{port}"))
+        .zip(ports.iter().zip(&peer_ports))
+        .map(|(id, (port, peer))| match peer_listen {
+            true => format!("{id}=127.0.0.1:{port}/127.0.0.1:{peer}"),
+            false => format!("{id}=127.0.0.1:{port}"),
+        })
         .collect::<Vec<_>>()
         .join(",");
-    let members: Vec<Server> = (1..=3u64)
-        .zip(ports)
-        .map(|(id, port)| {
-            let (cert, key) = ca.issue(dir.path(), &format!("member-{id}"));
-            let mut flags = tls_flags(&cert, &key, Some(&ca_pem));
+    let members = (1..=3u64)
+        .zip(ports.iter().zip(&peer_ports))
+        .map(|(id, (&port, peer))| {
+            let (cert, key) = ca.issue(dir, &format!("member-{id}"));
+            let mut flags = tls_flags(&cert, &key, Some(ca_pem));
             flags.extend(["--peers".to_owned(), peers.clone()]);
-            Server::start(dir.path(), id, port, &flags)
+            if peer_listen {
+                flags.extend(["--peer-listen".to_owned(), format!("127.0.0.1:{peer}")]);
+            }
+            Server::start(dir, id, port, &flags)
         })
         .collect();
-    let (cert, key) = ca.issue(dir.path(), "client");
+    (members, peer_ports)
+}
+
+/// A lock through `members` as a client with a certificate from `ca`.
+fn assert_locks(dir: &Path, ca: &Ca, ca_pem: &Path, members: &[Server]) {
+    let (cert, key) = ca.issue(dir, "client");
     let endpoints = members
         .iter()
         .map(Server::https)
@@ -325,7 +340,7 @@ fn three_members_over_mtls_grant_a_lock() {
         .join(",");
     let flags = paths(&[
         Path::new("--ca"),
-        &ca_pem,
+        ca_pem,
         Path::new("--cert"),
         &cert,
         Path::new("--key"),
@@ -342,6 +357,25 @@ fn three_members_over_mtls_grant_a_lock() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+#[test]
+fn three_members_over_mtls_grant_a_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("cluster CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let (members, _) = mtls_cluster(dir.path(), &ca, &ca_pem, false);
+    assert_locks(dir.path(), &ca, &ca_pem, &members);
+}
+
+/// `--peer-listen`: the peer listener speaks the same TLS (and mTLS) as the client one.
+#[test]
+fn three_members_over_mtls_on_their_own_peer_ports_grant_a_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("cluster CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let (members, _) = mtls_cluster(dir.path(), &ca, &ca_pem, true);
+    assert_locks(dir.path(), &ca, &ca_pem, &members);
 }
 
 #[test]

@@ -16,6 +16,7 @@ use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
 use latchkey_raft::{Raft, TypeConfig};
 
+use crate::member_addr::MemberAddr;
 use crate::peer_auth::{PeerAuth, PeerMethod};
 use openraft::errors::{
     NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
@@ -524,7 +525,7 @@ impl PeerConnector for TcpPeerConnector {
     }
 }
 
-/// Every member's address by the Raft membership this node knows, kept up to date by
+/// Every member's peer address by the Raft membership this node knows, kept up to date by
 /// `Node::follow_membership`. openraft hands a new client the member's address when it starts
 /// replicating to it, but keeps that client when a membership change gives the member a new
 /// address (`cluster move`); each call looks the address up here, so a moved member is dialed
@@ -566,7 +567,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
-        let addr = self.addr_of(target, &node.addr);
+        let addr = self.addr_of(target, MemberAddr::split(&node.addr).peer());
         PeerClient {
             target,
             reachable: self.reachable.clone(),
