@@ -462,45 +462,81 @@ fn issue(dir: &Path, ca: &(rcgen::Certificate, KeyPair), cn: &str) -> (String, S
     (c.display().to_string(), k.display().to_string())
 }
 
-#[test]
-fn a_client_certificate_names_its_identity() {
-    let certs = tempfile::tempdir().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "test CA");
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = (params.self_signed(&ca_key).unwrap(), ca_key);
-    let ca_pem = certs.path().join("ca.pem");
-    std::fs::write(&ca_pem, ca.0.pem()).unwrap();
-    let ca_pem = ca_pem.display().to_string();
-    let (server_cert, server_key) = issue(certs.path(), &ca, "server");
-    let (worker_cert, worker_key) = issue(certs.path(), &ca, "worker");
-    let (stranger_cert, stranger_key) = issue(certs.path(), &ca, "stranger");
-    let client = |cert: &str, key: &str| {
+/// A CA in a temporary directory, and the client flags of certificates it signs.
+struct TestCa {
+    certs: tempfile::TempDir,
+    pem: String,
+    ca: (rcgen::Certificate, KeyPair),
+}
+
+impl TestCa {
+    fn new() -> TestCa {
+        let certs = tempfile::tempdir().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "test CA");
+        let ca_key = KeyPair::generate().unwrap();
+        let ca = (params.self_signed(&ca_key).unwrap(), ca_key);
+        let pem = certs.path().join("ca.pem");
+        std::fs::write(&pem, ca.0.pem()).unwrap();
+        TestCa {
+            pem: pem.display().to_string(),
+            certs,
+            ca,
+        }
+    }
+
+    /// `--ca`, `--cert`, `--key` of a new certificate naming `cn`.
+    fn client(&self, cn: &str) -> Vec<String> {
+        let (cert, key) = issue(self.certs.path(), &self.ca, cn);
         vec![
             "--ca".to_owned(),
-            ca_pem.clone(),
+            self.pem.clone(),
             "--cert".to_owned(),
-            cert.to_owned(),
+            cert,
             "--key".to_owned(),
-            key.to_owned(),
+            key,
         ]
-    };
-    let server = AclServer::start(
-        &[
-            "--tls-cert".to_owned(),
-            server_cert,
-            "--tls-key".to_owned(),
-            server_key,
-            "--tls-ca".to_owned(),
-            ca_pem.clone(),
-        ],
-        "https://",
-        &client(&worker_cert, &worker_key),
-    );
-    let worker = client(&worker_cert, &worker_key);
+    }
+}
+
+/// A TLS server that requires client certificates from `ca`, with the ACL of [`acl_file`].
+struct TlsAclServer {
+    server: AclServer,
+    ca: TestCa,
+}
+
+impl TlsAclServer {
+    fn start() -> TlsAclServer {
+        let ca = TestCa::new();
+        let (server_cert, server_key) = issue(ca.certs.path(), &ca.ca, "server");
+        let server = AclServer::start(
+            &[
+                "--tls-cert".to_owned(),
+                server_cert,
+                "--tls-key".to_owned(),
+                server_key,
+                "--tls-ca".to_owned(),
+                ca.pem.clone(),
+            ],
+            "https://",
+            &ca.client("worker"),
+        );
+        TlsAclServer { server, ca }
+    }
+
+    fn client(&self, cn: &str) -> Vec<String> {
+        self.ca.client(cn)
+    }
+}
+
+#[test]
+fn a_client_certificate_names_its_identity() {
+    let tls = TlsAclServer::start();
+    let server = &tls.server;
+    let worker = tls.client("worker");
     assert_ok(&server.cli(&["lock", "--wait", "5s", "work/x", "--", "true"], &worker));
     assert_denied(
         &server.cli(&["lock", "--wait", "5s", "app/x", "--", "true"], &worker),
@@ -510,9 +546,48 @@ fn a_client_certificate_names_its_identity() {
     assert_denied(
         &server.cli(
             &["lock", "--wait", "5s", "work/x", "--", "true"],
-            &client(&stranger_cert, &stranger_key),
+            &tls.client("stranger"),
         ),
         &["\"stranger\""],
+    );
+}
+
+/// README "Access control": "`lock` does not imply `read`". `worker` may lock under `work/`
+/// and has no `read` anywhere.
+#[test]
+fn the_lock_permission_does_not_imply_read() {
+    let tls = TlsAclServer::start();
+    let worker = tls.client("worker");
+    assert_ok(
+        &tls.server
+            .cli(&["lock", "--wait", "5s", "work/x", "--", "true"], &worker),
+    );
+    assert_denied(
+        &tls.server.cli(&["status", "work/x"], &worker),
+        &["identity \"worker\" lacks the \"read\" permission on lock \"work/x\""],
+    );
+    assert_denied(
+        &tls.server.cli(&["list", "work/"], &worker),
+        &["\"read\" permission"],
+    );
+}
+
+/// README "Access control": "A bearer token ... wins over a client certificate". The same
+/// connection presents `worker`'s certificate (lock under `work/`) and `app`'s token (lock
+/// under `app/`): the call is `app`'s, both ways.
+#[test]
+fn a_bearer_token_wins_over_a_client_certificate() {
+    let tls = TlsAclServer::start();
+    let mut both = tls.client("worker");
+    both.extend(["--auth-token".to_owned(), APP.to_owned()]);
+    assert_ok(
+        &tls.server
+            .cli(&["lock", "--wait", "5s", "app/x", "--", "true"], &both),
+    );
+    assert_denied(
+        &tls.server
+            .cli(&["lock", "--wait", "5s", "work/x", "--", "true"], &both),
+        &["identity \"app\" lacks the \"lock\" permission on lock \"work/x\""],
     );
 }
 

@@ -486,3 +486,118 @@ fn sighup_after_replacing_the_files_serves_the_new_certificate() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_tls_failure(&with(&old_pem), "is not trusted by --ca");
 }
+
+/// README "TLS", rotation: without SIGHUP, the files' modification times are polled every
+/// `TLS_RELOAD_POLL_MS`, and a changed pair is served from then on.
+#[test]
+fn replacing_the_files_without_sighup_serves_the_new_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let old_ca = Ca::new("old CA");
+    let new_ca = Ca::new("new CA");
+    let old_pem = old_ca.write(&dir.path().join("old-ca.pem"));
+    let new_pem = new_ca.write(&dir.path().join("new-ca.pem"));
+    let (cert, key) = old_ca.issue(dir.path(), "server");
+    let mut server = Server::start(dir.path(), 1, free_port(), &tls_flags(&cert, &key, None));
+    let endpoint = server.https();
+    let with = |ca: &Path| lock_once(&endpoint, &paths(&[Path::new("--ca"), ca]));
+    let out = with(&old_pem);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // The new CA's pair over the old files; their modification times move past the loaded
+    // ones even on a file system with coarse timestamps.
+    let (new_cert, new_key) = new_ca.issue(dir.path(), "next");
+    let later = std::time::SystemTime::now() + Duration::from_secs(2);
+    for (from, to) in [(&new_key, &key), (&new_cert, &cert)] {
+        std::fs::copy(from, to).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(to)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+    }
+    // Bounded by `wait_for_log`'s 30 s, several poll intervals.
+    server.wait_for_log("the certificate files changed: reloaded the TLS certificate");
+    assert!(!server.log().contains("SIGHUP"), "{}", server.log());
+    let out = with(&new_pem);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_tls_failure(&with(&old_pem), "is not trusted by --ca");
+}
+
+/// README "Securing a cluster": "a client's certificate from the same CA cannot speak for a
+/// member". On a real mTLS cluster, a connection presenting `member-2`'s certificate (signed
+/// by the members' CA) sends member 3's peer port a message signed as member 1: refused for
+/// its certificate. The same message as member 2 passes that check (and fails only on its
+/// payload), so what refused the first was the certificate.
+#[test]
+fn a_member_certificate_cannot_speak_for_another_member() {
+    use latchkey_proto::v1 as pb;
+    use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
+    use latchkey_server::peer_auth::{ClusterId, PeerAuth, PeerMethod};
+    use latchkey_server::PeerConnector;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("cluster CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let (members, peer_ports) = mtls_cluster(dir.path(), &ca, &ca_pem, true);
+    assert_locks(dir.path(), &ca, &ca_pem, &members);
+    let peers: std::collections::BTreeMap<u64, String> = (1..=3u64)
+        .zip(members.iter().zip(&peer_ports))
+        .map(|(id, (m, peer))| (id, format!("{}/127.0.0.1:{peer}", m.plain())))
+        .collect();
+    let cluster = ClusterId::founded_by(&peers);
+    let (cert, key) = ca.issue(dir.path(), "member-2");
+    let tls = latchkey_server::tls::ServerTls::load(latchkey_server::tls::TlsFiles {
+        cert,
+        key,
+        ca: Some(ca_pem.clone()),
+    })
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let send_as = |from: u64| {
+        let channel = {
+            let _in_runtime = rt.enter();
+            latchkey_server::tls::TlsPeerConnector(tls.clone())
+                .channel(&format!("127.0.0.1:{}", peer_ports[2]))
+                .unwrap()
+        };
+        let payload = b"not a vote".to_vec();
+        let mut meta = tonic::metadata::MetadataMap::new();
+        PeerAuth::new(from, cluster.clone(), None).sign(&mut meta, PeerMethod::Vote, 3, &payload);
+        let request = tonic::Request::from_parts(
+            meta,
+            tonic::Extensions::default(),
+            pb::PeerMessage { payload },
+        );
+        rt.block_on(RaftPeerClient::new(channel).vote(request))
+    };
+    let as_member_1 = send_as(1).expect_err("member 1's message over member 2's certificate");
+    assert_eq!(
+        as_member_1.code(),
+        tonic::Code::PermissionDenied,
+        "{as_member_1:?}"
+    );
+    assert!(
+        as_member_1
+            .message()
+            .contains("must come with a certificate naming `member-1`"),
+        "{as_member_1:?}"
+    );
+    let as_member_2 = send_as(2).expect_err("a payload that is no vote");
+    assert_eq!(
+        as_member_2.code(),
+        tonic::Code::InvalidArgument,
+        "{as_member_2:?}"
+    );
+    // Refused with a log line, and the cluster unharmed.
+    assert!(
+        members[2].log().contains("refused a peer message"),
+        "{}",
+        members[2].log()
+    );
+    assert_locks(dir.path(), &ca, &ca_pem, &members);
+}
