@@ -298,6 +298,10 @@ pub struct ServeArgs {
     /// do anything. See README "Access control".
     #[arg(long, env = "LATCHKEY_ACL", value_name = "FILE")]
     pub acl: Option<PathBuf>,
+    /// The access-control list given inline in the config file (`[acl]`, see `config.rs`):
+    /// not a flag.
+    #[arg(skip)]
+    pub inline_acl: Option<String>,
     /// The lock table's memory budget, in bytes: sessions, held locks, queued waits and the
     /// outcomes sessions remember. A request that would take the table past it is refused
     /// (`table-full`) until releases or closes make room. Give every member the same value
@@ -609,17 +613,22 @@ fn parse_cli() -> Result<Cli, config::ConfigFileError> {
     use clap::{CommandFactory, FromArgMatches};
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut command = Cli::command();
+    let mut inline_acl = None;
     if let Some(path) = config::path_in(&command, &argv) {
         let serve = command
             .find_subcommand("serve")
             .expect("latchkey has a serve subcommand");
         let values = config::load(&path, serve)?;
         command = command.mut_subcommand("serve", |serve| config::apply(serve, &values));
+        inline_acl = values.inline_acl;
     }
-    let cli = command
+    let mut cli = command
         .try_get_matches_from(&argv)
         .and_then(|matches| Cli::from_arg_matches(&matches))
         .unwrap_or_else(|e| e.exit());
+    if let Command::Serve(args) = &mut cli.command {
+        args.inline_acl = inline_acl;
+    }
     if cli.timeout.is_some() && matches!(cli.command, Command::Serve(_)) {
         Cli::command()
             .error(

@@ -138,12 +138,24 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
         ),
         _ => None,
     };
-    config.acl = args
-        .acl
-        .as_deref()
-        .map(|path| latchkey_server::acl::Acl::load(path).map(std::sync::Arc::new))
-        .transpose()
-        .map_err(|e| ConfigError::Acl(e.to_string()))?;
+    config.acl = match (&args.acl, &args.inline_acl) {
+        (Some(path), Some(_)) => {
+            return Err(ConfigError::Acl(format!(
+                "two access-control lists: --acl {} (or LATCHKEY_ACL, or `acl = \"FILE\"`) and \
+                 the config file's inline [acl]; give one",
+                path.display()
+            )))
+        }
+        (Some(path), None) => Some(
+            latchkey_server::acl::Acl::load(path).map_err(|e| ConfigError::Acl(e.to_string()))?,
+        ),
+        // Checked when the config file was read; parsed again from the same text.
+        (None, Some(text)) => Some(latchkey_server::acl::Acl::parse(text).map_err(|e| {
+            ConfigError::Acl(format!("the config file's inline access-control list: {e}"))
+        })?),
+        (None, None) => None,
+    }
+    .map(std::sync::Arc::new);
     (
         config.election_timeout_min_ms,
         config.election_timeout_max_ms,

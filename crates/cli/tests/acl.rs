@@ -31,7 +31,14 @@ fn sha256_hex(token: &str) -> String {
 /// (with small quotas), `reader` may only read, `admin` may do anything, and the certificate
 /// identity `worker` may lock under `work/`.
 fn acl_file(dir: &Path) -> PathBuf {
-    let text = format!(
+    let path = dir.join("acl.toml");
+    std::fs::write(&path, acl_text()).unwrap();
+    path
+}
+
+/// The text of [`acl_file`].
+fn acl_text() -> String {
+    format!(
         r#"
 [roles.app]
 lock = ["app/"]
@@ -71,10 +78,7 @@ roles = ["worker"]
         sha256_hex(APP),
         sha256_hex(APP2),
         sha256_hex(READER),
-    );
-    let path = dir.join("acl.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    )
 }
 
 /// A node serving with `--acl` (and `extra` flags), ready once the admin sees it lead.
@@ -88,6 +92,18 @@ impl AclServer {
     fn start(extra: &[String], scheme: &str, client_flags: &[String]) -> AclServer {
         let dir = tempfile::tempdir().unwrap();
         let acl = acl_file(dir.path());
+        let mut args = vec!["--acl".to_owned(), acl.display().to_string()];
+        args.extend_from_slice(extra);
+        AclServer::start_in(dir, &args, scheme, client_flags)
+    }
+
+    /// A node serving with `args` (which give the access-control list) in `dir`.
+    fn start_in(
+        dir: tempfile::TempDir,
+        extra: &[String],
+        scheme: &str,
+        client_flags: &[String],
+    ) -> AclServer {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let mut process = ServeProcess::new(dir.path().join("server.log"));
@@ -96,8 +112,6 @@ impl AclServer {
             addr.clone(),
             "--data-dir".to_owned(),
             dir.path().join("data").display().to_string(),
-            "--acl".to_owned(),
-            acl.display().to_string(),
         ];
         args.extend_from_slice(extra);
         process.spawn("the ACL server", &args);
@@ -683,4 +697,66 @@ fn snapshot_save_needs_the_admin_permission_on_every_lock() {
     assert!(!file.exists());
     assert_ok(&server.as_token(ADMIN, &["snapshot", "save", file_arg]));
     assert!(file.exists());
+}
+
+/// The access-control list inline in `serve --config`'s file (`[acl.roles.*]`,
+/// `[acl.identities.*]`), instead of an `--acl` file: the same allows and denies.
+#[test]
+fn an_acl_inline_in_the_config_file_allows_and_denies() {
+    let dir = tempfile::tempdir().unwrap();
+    // The ACL file's tables, each moved under `acl.`.
+    let inline = acl_text()
+        .replace("[roles.", "[acl.roles.")
+        .replace("[identities.", "[acl.identities.");
+    let config = dir.path().join("latchkey.toml");
+    std::fs::write(&config, format!("heartbeat-ms = 100\n{inline}")).unwrap();
+    let config = config.display().to_string();
+    let server = AclServer::start_in(dir, &["--config".to_owned(), config], "", &[]);
+    assert_ok(&server.as_token(APP, &["lock", "--wait", "5s", "app/job", "--", "true"]));
+    assert_denied(
+        &server.as_token(APP, &["lock", "--wait", "5s", "other/job", "--", "true"]),
+        &["\"lock\" permission on lock \"other/job\"", "\"app\""],
+    );
+    assert_denied(
+        &server.as_token(READER, &["lock", "--wait", "5s", "app/job", "--", "true"]),
+        &["\"lock\" permission"],
+    );
+    let unknown = server.as_token("not-a-known-token-0123", &["status", "app/job"]);
+    assert_eq!(
+        unknown.status.code(),
+        Some(EXIT_PERMISSION_DENIED),
+        "{}",
+        unknown.stderr
+    );
+}
+
+/// One access-control list, from one place: an inline one and `--acl` together are refused at
+/// start, naming both.
+#[test]
+fn an_inline_acl_and_an_acl_file_together_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = acl_file(dir.path());
+    let config = dir.path().join("latchkey.toml");
+    std::fs::write(&config, "[acl.roles.r]\nread = [\"\"]\n").unwrap();
+    let out = run(
+        &[
+            "serve".to_owned(),
+            "--config".to_owned(),
+            config.display().to_string(),
+            "--acl".to_owned(),
+            file.display().to_string(),
+            "--listen".to_owned(),
+            format!("127.0.0.1:{}", free_port()),
+            "--data-dir".to_owned(),
+            dir.path().join("data").display().to_string(),
+        ],
+        dir.path(),
+        CLI_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("two access-control lists") && out.stderr.contains("inline [acl]"),
+        "{}",
+        out.stderr
+    );
 }
