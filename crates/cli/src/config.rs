@@ -11,6 +11,11 @@
 //!
 //! What the file holds is checked as values only; whether they make a valid node is
 //! `ServerConfig::validate`'s job, as for flags.
+//!
+//! One key is more than a flag: `acl` is either a path, as `--acl` takes, or a table holding
+//! the access-control list itself (`[acl.roles.NAME]`, `[acl.identities.NAME]`, the schema of
+//! an `--acl` file), checked here and handed to `serve` as [`FileValues::inline_acl`]; `serve`
+//! refuses it together with `--acl`/`LATCHKEY_ACL` (one list, from one place).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -56,7 +61,15 @@ pub enum ConfigFileError {
 
 /// The values of one config file, by flag id, ready to become the flags' defaults.
 #[derive(Debug, Default)]
-pub struct FileValues(Vec<(clap::Id, OsString)>);
+pub struct FileValues {
+    flags: Vec<(clap::Id, OsString)>,
+    /// The access-control list given inline (`[acl]`), as TOML text in the `--acl` file's
+    /// schema, already checked.
+    pub inline_acl: Option<String>,
+}
+
+/// The serve flag whose key may also hold its file's contents inline.
+const ACL_ARG: &str = "acl";
 
 /// The settable flags of `serve`: all but `--config` itself and clap's own.
 pub fn keys(serve: &Command) -> impl Iterator<Item = &Arg> {
@@ -95,7 +108,9 @@ pub fn parse(
     base: &Path,
     serve: &Command,
 ) -> Result<FileValues, ConfigFileError> {
-    let table: BTreeMap<Spanned<String>, Spanned<toml::Value>> =
+    // Values without spans: toml 0.8 cannot deserialize a nested table (the inline `[acl]`)
+    // into a `Spanned<Value>`. A value's errors name its key's line, where it starts.
+    let table: BTreeMap<Spanned<String>, toml::Value> =
         toml::from_str(text).map_err(|e| ConfigFileError::Syntax {
             path: shown.to_owned(),
             message: e.to_string(),
@@ -107,6 +122,7 @@ pub fn parse(
             .count()
     };
     let mut values = Vec::new();
+    let mut inline_acl = None;
     for (key, value) in &table {
         let Some(arg) = keys(serve).find(|a| a.get_long() == Some(key.get_ref().as_str())) else {
             return Err(ConfigFileError::UnknownKey {
@@ -122,11 +138,18 @@ pub fn parse(
         };
         let bad = |message: String| ConfigFileError::BadValue {
             path: shown.to_owned(),
-            line: line(value.span()),
+            line: line(key.span()),
             key: key.get_ref().clone(),
             message,
         };
-        let text = as_flag_text(value.get_ref(), arg).map_err(bad)?;
+        if let (ACL_ARG, toml::Value::Table(acl)) = (arg.get_id().as_str(), value) {
+            let text = toml::to_string(acl).map_err(|e| bad(e.to_string()))?;
+            latchkey_server::acl::Acl::parse(&text)
+                .map_err(|e| bad(format!("the inline access-control list: {e}")))?;
+            inline_acl = Some(text);
+            continue;
+        }
+        let text = as_flag_text(value, arg).map_err(bad)?;
         check_value(arg, &text).map_err(bad)?;
         let text = match arg.get_value_hint() {
             ValueHint::AnyPath | ValueHint::FilePath | ValueHint::DirPath => {
@@ -136,12 +159,15 @@ pub fn parse(
         };
         values.push((arg.get_id().clone(), text));
     }
-    Ok(FileValues(values))
+    Ok(FileValues {
+        flags: values,
+        inline_acl,
+    })
 }
 
 /// `serve` with the file's values as its flags' defaults (see the module comment).
 pub fn apply(serve: Command, values: &FileValues) -> Command {
-    values.0.iter().fold(serve, |serve, (id, value)| {
+    values.flags.iter().fold(serve, |serve, (id, value)| {
         serve.mut_arg(id, |arg| arg.default_value(value.clone()))
     })
 }
@@ -261,8 +287,11 @@ mod tests {
              data-dir = \"data\"\nelection-timeout-ms = \"800..1600\"\n",
         )
         .unwrap();
-        let by_id: BTreeMap<&str, &OsString> =
-            values.0.iter().map(|(id, v)| (id.as_str(), v)).collect();
+        let by_id: BTreeMap<&str, &OsString> = values
+            .flags
+            .iter()
+            .map(|(id, v)| (id.as_str(), v))
+            .collect();
         assert_eq!(by_id["id"], "2");
         assert_eq!(by_id["peers"], "1=a:1,2=b:2");
         // Relative to the file's directory.
@@ -379,6 +408,54 @@ mod tests {
                 "--{long}"
             );
         }
+    }
+
+    /// The access-control list inline: `[acl.roles.*]` and `[acl.identities.*]`, the schema of
+    /// an `--acl` file, checked at load with the key's line in its errors.
+    #[test]
+    fn an_inline_acl_is_loaded_and_checked() {
+        use latchkey_server::acl::{Acl, Need, Permission};
+        use sha2::Digest;
+        let hash: String = sha2::Sha256::digest(b"ci-token")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let values = parse_text(&format!(
+            "listen = \"127.0.0.1:7420\"\n\
+             [acl.roles.deployer]\nlock = [\"deploy/\"]\nread = [\"deploy/\"]\n\
+             [acl.identities.ci]\ntoken_sha256 = \"{hash}\"\nroles = [\"deployer\"]\n"
+        ))
+        .unwrap();
+        let acl = Acl::parse(values.inline_acl.as_deref().expect("an inline ACL")).unwrap();
+        let ci = acl
+            .authenticate(Some(&b"Bearer ci-token"[..]), None)
+            .expect("the token names ci");
+        assert_eq!(ci.name, "ci");
+        assert!(ci
+            .allows(Need::Lock("deploy/web", Permission::Lock))
+            .is_ok());
+        assert!(ci.allows(Need::Lock("other/x", Permission::Lock)).is_err());
+        assert!(ci
+            .allows(Need::Lock("deploy/web", Permission::Admin))
+            .is_err());
+        assert!(acl.authenticate(Some(&b"Bearer other"[..]), None).is_err());
+        // No `acl` flag default: the file's list is not a path.
+        assert!(!values.flags.iter().any(|(id, _)| id.as_str() == "acl"));
+        // `acl` as a path still works.
+        let values = parse_text("acl = \"acl.toml\"\n").unwrap();
+        assert!(values.inline_acl.is_none());
+        assert_eq!(values.flags[0].1, "/etc/latchkey/acl.toml");
+
+        // A bad list names the key, its line and what is wrong.
+        let e = parse_text("id = 1\n[acl.identities.ci]\nroles = [\"nobody\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key `acl`"), "{e}");
+        assert!(e.contains("\"nobody\", which is not defined"), "{e}");
+        let e = parse_text("[acl.identities.ci]\nrole = [\"x\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("inline access-control list"), "{e}");
     }
 
     #[test]

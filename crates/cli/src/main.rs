@@ -240,6 +240,11 @@ pub struct ServeArgs {
     /// Address to serve clients and peers on: IP:PORT, or HOST:PORT resolved once at start.
     #[arg(long, env = "LATCHKEY_LISTEN", default_value = "127.0.0.1:7420", value_parser = serve::parse_listen, value_name = "ADDR")]
     pub listen: SocketAddr,
+    /// Serve the other members (Raft) on this address instead of --listen, which then answers
+    /// clients only. This member's --peers entry (or `cluster add` address) must then be
+    /// ID=CLIENT_ADDR/PEER_ADDR. Same TLS as --listen.
+    #[arg(long, env = "LATCHKEY_PEER_LISTEN", value_parser = serve::parse_listen, value_name = "ADDR")]
+    pub peer_listen: Option<SocketAddr>,
     /// Where the Raft log and snapshots live.
     #[arg(
         long,
@@ -249,9 +254,10 @@ pub struct ServeArgs {
     )]
     pub data_dir: PathBuf,
     /// The members that found the cluster, this node included: ID=HOST:PORT,... (default: a
-    /// single-node cluster of just this node). Read when the data dir is new; afterwards the
-    /// membership lives in the log and changes with `cluster add`/`remove`/`move`, and a list
-    /// that founds another cluster than the data dir's is refused.
+    /// single-node cluster of just this node); ID=HOST:PORT/PEER_HOST:PORT for a member that
+    /// serves the others on its --peer-listen address. Read when the data dir is new;
+    /// afterwards the membership lives in the log and changes with `cluster add`/`remove`/
+    /// `move`, and a list that founds another cluster than the data dir's is refused.
     #[arg(long, env = "LATCHKEY_PEERS", value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peers: Option<serve::MemberList>,
     /// Join an existing cluster (its id, as `latchkey cluster status` prints it): with a new
@@ -303,6 +309,10 @@ pub struct ServeArgs {
     /// do anything. See README "Access control".
     #[arg(long, env = "LATCHKEY_ACL", value_name = "FILE")]
     pub acl: Option<PathBuf>,
+    /// The access-control list given inline in the config file (`[acl]`, see `config.rs`):
+    /// not a flag.
+    #[arg(skip)]
+    pub inline_acl: Option<String>,
     /// The lock table's memory budget, in bytes: sessions, held locks, queued waits and the
     /// outcomes sessions remember. A request that would take the table past it is refused
     /// (`table-full`) until releases or closes make room. Give every member the same value
@@ -629,17 +639,22 @@ fn parse_cli() -> Result<Cli, config::ConfigFileError> {
     use clap::{CommandFactory, FromArgMatches};
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut command = Cli::command();
+    let mut inline_acl = None;
     if let Some(path) = config::path_in(&command, &argv) {
         let serve = command
             .find_subcommand("serve")
             .expect("latchkey has a serve subcommand");
         let values = config::load(&path, serve)?;
         command = command.mut_subcommand("serve", |serve| config::apply(serve, &values));
+        inline_acl = values.inline_acl;
     }
-    let cli = command
+    let mut cli = command
         .try_get_matches_from(&argv)
         .and_then(|matches| Cli::from_arg_matches(&matches))
         .unwrap_or_else(|e| e.exit());
+    if let Command::Serve(args) = &mut cli.command {
+        args.inline_acl = inline_acl;
+    }
     if cli.timeout.is_some() && matches!(cli.command, Command::Serve(_)) {
         Cli::command()
             .error(

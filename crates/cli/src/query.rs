@@ -164,12 +164,15 @@ pub struct ClusterJson {
     pub members: Vec<MemberJson>,
 }
 
+/// An endpoint or a member's recorded address as the address clients dial: no scheme, and no
+/// path, trailing `/` or peer address (a member with `--peer-listen` is recorded as
+/// `CLIENT/PEER`; its peer port answers no client).
 fn bare(addr: &str) -> String {
-    addr.trim()
+    let addr = addr
+        .trim()
         .trim_start_matches("http://")
-        .trim_start_matches("https://")
-        .trim_end_matches('/')
-        .to_owned()
+        .trim_start_matches("https://");
+    addr.split('/').next().unwrap_or(addr).to_owned()
 }
 
 /// Builds the report from what each address answered (`None`: unreachable).

@@ -106,6 +106,7 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
         args.peers.clone().unwrap_or_default().0,
     );
     config.join = args.join.clone();
+    config.peer_listen = args.peer_listen;
     config.peer_dial = args.peer_dial.clone().unwrap_or_default().0;
     config.heartbeat_ms = args.heartbeat_ms;
     config.table_bytes_max = args.table_bytes_max;
@@ -138,12 +139,24 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
         ),
         _ => None,
     };
-    config.acl = args
-        .acl
-        .as_deref()
-        .map(|path| latchkey_server::acl::Acl::load(path).map(std::sync::Arc::new))
-        .transpose()
-        .map_err(|e| ConfigError::Acl(e.to_string()))?;
+    config.acl = match (&args.acl, &args.inline_acl) {
+        (Some(path), Some(_)) => {
+            return Err(ConfigError::Acl(format!(
+                "two access-control lists: --acl {} (or LATCHKEY_ACL, or `acl = \"FILE\"`) and \
+                 the config file's inline [acl]; give one",
+                path.display()
+            )))
+        }
+        (Some(path), None) => Some(
+            latchkey_server::acl::Acl::load(path).map_err(|e| ConfigError::Acl(e.to_string()))?,
+        ),
+        // Checked when the config file was read; parsed again from the same text.
+        (None, Some(text)) => Some(latchkey_server::acl::Acl::parse(text).map_err(|e| {
+            ConfigError::Acl(format!("the config file's inline access-control list: {e}"))
+        })?),
+        (None, None) => None,
+    }
+    .map(std::sync::Arc::new);
     (
         config.election_timeout_min_ms,
         config.election_timeout_max_ms,
@@ -155,6 +168,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Refuse a bad configuration before binding or touching the data dir.
     let config = config(&args).context("refusing to start")?;
     if let Some(mine) = config.peers.get(&config.id) {
+        let mine = latchkey_server::member_addr::MemberAddr::split(mine).client;
         if config.listen.port() != 0 && mine.parse().ok() != Some(config.listen) {
             // Not fatal (NAT, 0.0.0.0), but usually a typo that leaves the node unreachable.
             tracing::warn!(
@@ -165,8 +179,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     if config.peers.len() > 1 && config.cluster_secret.is_none() {
         tracing::warn!(
-            "peers are not authenticated: anyone who reaches this port can send Raft messages \
-             as a member (give every member --cluster-secret-file FILE)"
+            "peers are not authenticated: anyone who reaches {} can send Raft messages as a \
+             member (give every member --cluster-secret-file FILE)",
+            config.peer_listen.unwrap_or(config.listen)
         );
     }
     let client_addrs = std::iter::once(config.listen).chain(config.http_listen);

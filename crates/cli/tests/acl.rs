@@ -31,7 +31,14 @@ fn sha256_hex(token: &str) -> String {
 /// (with small quotas), `reader` may only read, `admin` may do anything, and the certificate
 /// identity `worker` may lock under `work/`.
 fn acl_file(dir: &Path) -> PathBuf {
-    let text = format!(
+    let path = dir.join("acl.toml");
+    std::fs::write(&path, acl_text()).unwrap();
+    path
+}
+
+/// The text of [`acl_file`].
+fn acl_text() -> String {
+    format!(
         r#"
 [roles.app]
 lock = ["app/"]
@@ -71,10 +78,7 @@ roles = ["worker"]
         sha256_hex(APP),
         sha256_hex(APP2),
         sha256_hex(READER),
-    );
-    let path = dir.join("acl.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    )
 }
 
 /// A node serving with `--acl` (and `extra` flags), ready once the admin sees it lead.
@@ -88,6 +92,18 @@ impl AclServer {
     fn start(extra: &[String], scheme: &str, client_flags: &[String]) -> AclServer {
         let dir = tempfile::tempdir().unwrap();
         let acl = acl_file(dir.path());
+        let mut args = vec!["--acl".to_owned(), acl.display().to_string()];
+        args.extend_from_slice(extra);
+        AclServer::start_in(dir, &args, scheme, client_flags)
+    }
+
+    /// A node serving with `args` (which give the access-control list) in `dir`.
+    fn start_in(
+        dir: tempfile::TempDir,
+        extra: &[String],
+        scheme: &str,
+        client_flags: &[String],
+    ) -> AclServer {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let mut process = ServeProcess::new(dir.path().join("server.log"));
@@ -96,8 +112,6 @@ impl AclServer {
             addr.clone(),
             "--data-dir".to_owned(),
             dir.path().join("data").display().to_string(),
-            "--acl".to_owned(),
-            acl.display().to_string(),
         ];
         args.extend_from_slice(extra);
         process.spawn("the ACL server", &args);
@@ -462,45 +476,81 @@ fn issue(dir: &Path, ca: &(rcgen::Certificate, KeyPair), cn: &str) -> (String, S
     (c.display().to_string(), k.display().to_string())
 }
 
-#[test]
-fn a_client_certificate_names_its_identity() {
-    let certs = tempfile::tempdir().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "test CA");
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = (params.self_signed(&ca_key).unwrap(), ca_key);
-    let ca_pem = certs.path().join("ca.pem");
-    std::fs::write(&ca_pem, ca.0.pem()).unwrap();
-    let ca_pem = ca_pem.display().to_string();
-    let (server_cert, server_key) = issue(certs.path(), &ca, "server");
-    let (worker_cert, worker_key) = issue(certs.path(), &ca, "worker");
-    let (stranger_cert, stranger_key) = issue(certs.path(), &ca, "stranger");
-    let client = |cert: &str, key: &str| {
+/// A CA in a temporary directory, and the client flags of certificates it signs.
+struct TestCa {
+    certs: tempfile::TempDir,
+    pem: String,
+    ca: (rcgen::Certificate, KeyPair),
+}
+
+impl TestCa {
+    fn new() -> TestCa {
+        let certs = tempfile::tempdir().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "test CA");
+        let ca_key = KeyPair::generate().unwrap();
+        let ca = (params.self_signed(&ca_key).unwrap(), ca_key);
+        let pem = certs.path().join("ca.pem");
+        std::fs::write(&pem, ca.0.pem()).unwrap();
+        TestCa {
+            pem: pem.display().to_string(),
+            certs,
+            ca,
+        }
+    }
+
+    /// `--ca`, `--cert`, `--key` of a new certificate naming `cn`.
+    fn client(&self, cn: &str) -> Vec<String> {
+        let (cert, key) = issue(self.certs.path(), &self.ca, cn);
         vec![
             "--ca".to_owned(),
-            ca_pem.clone(),
+            self.pem.clone(),
             "--cert".to_owned(),
-            cert.to_owned(),
+            cert,
             "--key".to_owned(),
-            key.to_owned(),
+            key,
         ]
-    };
-    let server = AclServer::start(
-        &[
-            "--tls-cert".to_owned(),
-            server_cert,
-            "--tls-key".to_owned(),
-            server_key,
-            "--tls-ca".to_owned(),
-            ca_pem.clone(),
-        ],
-        "https://",
-        &client(&worker_cert, &worker_key),
-    );
-    let worker = client(&worker_cert, &worker_key);
+    }
+}
+
+/// A TLS server that requires client certificates from `ca`, with the ACL of [`acl_file`].
+struct TlsAclServer {
+    server: AclServer,
+    ca: TestCa,
+}
+
+impl TlsAclServer {
+    fn start() -> TlsAclServer {
+        let ca = TestCa::new();
+        let (server_cert, server_key) = issue(ca.certs.path(), &ca.ca, "server");
+        let server = AclServer::start(
+            &[
+                "--tls-cert".to_owned(),
+                server_cert,
+                "--tls-key".to_owned(),
+                server_key,
+                "--tls-ca".to_owned(),
+                ca.pem.clone(),
+            ],
+            "https://",
+            &ca.client("worker"),
+        );
+        TlsAclServer { server, ca }
+    }
+
+    fn client(&self, cn: &str) -> Vec<String> {
+        self.ca.client(cn)
+    }
+}
+
+#[test]
+fn a_client_certificate_names_its_identity() {
+    let tls = TlsAclServer::start();
+    let server = &tls.server;
+    let worker = tls.client("worker");
     assert_ok(&server.cli(&["lock", "--wait", "5s", "work/x", "--", "true"], &worker));
     assert_denied(
         &server.cli(&["lock", "--wait", "5s", "app/x", "--", "true"], &worker),
@@ -510,9 +560,48 @@ fn a_client_certificate_names_its_identity() {
     assert_denied(
         &server.cli(
             &["lock", "--wait", "5s", "work/x", "--", "true"],
-            &client(&stranger_cert, &stranger_key),
+            &tls.client("stranger"),
         ),
         &["\"stranger\""],
+    );
+}
+
+/// README "Access control": "`lock` does not imply `read`". `worker` may lock under `work/`
+/// and has no `read` anywhere.
+#[test]
+fn the_lock_permission_does_not_imply_read() {
+    let tls = TlsAclServer::start();
+    let worker = tls.client("worker");
+    assert_ok(
+        &tls.server
+            .cli(&["lock", "--wait", "5s", "work/x", "--", "true"], &worker),
+    );
+    assert_denied(
+        &tls.server.cli(&["status", "work/x"], &worker),
+        &["identity \"worker\" lacks the \"read\" permission on lock \"work/x\""],
+    );
+    assert_denied(
+        &tls.server.cli(&["list", "work/"], &worker),
+        &["\"read\" permission"],
+    );
+}
+
+/// README "Access control": "A bearer token ... wins over a client certificate". The same
+/// connection presents `worker`'s certificate (lock under `work/`) and `app`'s token (lock
+/// under `app/`): the call is `app`'s, both ways.
+#[test]
+fn a_bearer_token_wins_over_a_client_certificate() {
+    let tls = TlsAclServer::start();
+    let mut both = tls.client("worker");
+    both.extend(["--auth-token".to_owned(), APP.to_owned()]);
+    assert_ok(
+        &tls.server
+            .cli(&["lock", "--wait", "5s", "app/x", "--", "true"], &both),
+    );
+    assert_denied(
+        &tls.server
+            .cli(&["lock", "--wait", "5s", "work/x", "--", "true"], &both),
+        &["identity \"app\" lacks the \"lock\" permission on lock \"work/x\""],
     );
 }
 
@@ -632,5 +721,67 @@ fn watch_needs_the_read_permission_on_its_prefix() {
         out.stdout.contains(r#""kind":"granted","lock":"app/job""#),
         "{}",
         out.stdout
+    );
+}
+
+/// The access-control list inline in `serve --config`'s file (`[acl.roles.*]`,
+/// `[acl.identities.*]`), instead of an `--acl` file: the same allows and denies.
+#[test]
+fn an_acl_inline_in_the_config_file_allows_and_denies() {
+    let dir = tempfile::tempdir().unwrap();
+    // The ACL file's tables, each moved under `acl.`.
+    let inline = acl_text()
+        .replace("[roles.", "[acl.roles.")
+        .replace("[identities.", "[acl.identities.");
+    let config = dir.path().join("latchkey.toml");
+    std::fs::write(&config, format!("heartbeat-ms = 100\n{inline}")).unwrap();
+    let config = config.display().to_string();
+    let server = AclServer::start_in(dir, &["--config".to_owned(), config], "", &[]);
+    assert_ok(&server.as_token(APP, &["lock", "--wait", "5s", "app/job", "--", "true"]));
+    assert_denied(
+        &server.as_token(APP, &["lock", "--wait", "5s", "other/job", "--", "true"]),
+        &["\"lock\" permission on lock \"other/job\"", "\"app\""],
+    );
+    assert_denied(
+        &server.as_token(READER, &["lock", "--wait", "5s", "app/job", "--", "true"]),
+        &["\"lock\" permission"],
+    );
+    let unknown = server.as_token("not-a-known-token-0123", &["status", "app/job"]);
+    assert_eq!(
+        unknown.status.code(),
+        Some(EXIT_PERMISSION_DENIED),
+        "{}",
+        unknown.stderr
+    );
+}
+
+/// One access-control list, from one place: an inline one and `--acl` together are refused at
+/// start, naming both.
+#[test]
+fn an_inline_acl_and_an_acl_file_together_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = acl_file(dir.path());
+    let config = dir.path().join("latchkey.toml");
+    std::fs::write(&config, "[acl.roles.r]\nread = [\"\"]\n").unwrap();
+    let out = run(
+        &[
+            "serve".to_owned(),
+            "--config".to_owned(),
+            config.display().to_string(),
+            "--acl".to_owned(),
+            file.display().to_string(),
+            "--listen".to_owned(),
+            format!("127.0.0.1:{}", free_port()),
+            "--data-dir".to_owned(),
+            dir.path().join("data").display().to_string(),
+        ],
+        dir.path(),
+        CLI_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("two access-control lists") && out.stderr.contains("inline [acl]"),
+        "{}",
+        out.stderr
     );
 }

@@ -297,27 +297,42 @@ fn a_client_without_a_certificate_is_refused_when_the_server_requires_one() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-#[test]
-fn three_members_over_mtls_grant_a_lock() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new("cluster CA");
-    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+/// Three members of one cluster over mTLS, each with its `member-ID` certificate from `ca`,
+/// and, with `peer_listen`, serving its peers on a port of its own (`--peer-listen`): the
+/// members and their peer ports.
+fn mtls_cluster(dir: &Path, ca: &Ca, ca_pem: &Path, peer_listen: bool) -> (Vec<Server>, Vec<u16>) {
     let ports = [free_port(), free_port(), free_port()];
+    let peer_ports = if peer_listen {
+        vec![free_port(), free_port(), free_port()]
+    } else {
+        ports.to_vec()
+    };
     let peers = (1..=3)
-        .zip(ports)
-        .map(|(id, port)| format!("{id}=127.0.0.1:{port}"))
+        .zip(ports.iter().zip(&peer_ports))
+        .map(|(id, (port, peer))| match peer_listen {
+            true => format!("{id}=127.0.0.1:{port}/127.0.0.1:{peer}"),
+            false => format!("{id}=127.0.0.1:{port}"),
+        })
         .collect::<Vec<_>>()
         .join(",");
-    let members: Vec<Server> = (1..=3u64)
-        .zip(ports)
-        .map(|(id, port)| {
-            let (cert, key) = ca.issue(dir.path(), &format!("member-{id}"));
-            let mut flags = tls_flags(&cert, &key, Some(&ca_pem));
+    let members = (1..=3u64)
+        .zip(ports.iter().zip(&peer_ports))
+        .map(|(id, (&port, peer))| {
+            let (cert, key) = ca.issue(dir, &format!("member-{id}"));
+            let mut flags = tls_flags(&cert, &key, Some(ca_pem));
             flags.extend(["--peers".to_owned(), peers.clone()]);
-            Server::start(dir.path(), id, port, &flags)
+            if peer_listen {
+                flags.extend(["--peer-listen".to_owned(), format!("127.0.0.1:{peer}")]);
+            }
+            Server::start(dir, id, port, &flags)
         })
         .collect();
-    let (cert, key) = ca.issue(dir.path(), "client");
+    (members, peer_ports)
+}
+
+/// A lock through `members` as a client with a certificate from `ca`.
+fn assert_locks(dir: &Path, ca: &Ca, ca_pem: &Path, members: &[Server]) {
+    let (cert, key) = ca.issue(dir, "client");
     let endpoints = members
         .iter()
         .map(Server::https)
@@ -325,7 +340,7 @@ fn three_members_over_mtls_grant_a_lock() {
         .join(",");
     let flags = paths(&[
         Path::new("--ca"),
-        &ca_pem,
+        ca_pem,
         Path::new("--cert"),
         &cert,
         Path::new("--key"),
@@ -342,6 +357,25 @@ fn three_members_over_mtls_grant_a_lock() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+#[test]
+fn three_members_over_mtls_grant_a_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("cluster CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let (members, _) = mtls_cluster(dir.path(), &ca, &ca_pem, false);
+    assert_locks(dir.path(), &ca, &ca_pem, &members);
+}
+
+/// `--peer-listen`: the peer listener speaks the same TLS (and mTLS) as the client one.
+#[test]
+fn three_members_over_mtls_on_their_own_peer_ports_grant_a_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("cluster CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let (members, _) = mtls_cluster(dir.path(), &ca, &ca_pem, true);
+    assert_locks(dir.path(), &ca, &ca_pem, &members);
 }
 
 #[test]
@@ -532,4 +566,119 @@ fn the_http_api_of_a_tls_node_needs_tls_and_knows_client_certificates() {
         out.contains(r#""code":"tls-required""#) && out.ends_with("\n400"),
         "{out}"
     );
+}
+
+/// README "TLS", rotation: without SIGHUP, the files' modification times are polled every
+/// `TLS_RELOAD_POLL_MS`, and a changed pair is served from then on.
+#[test]
+fn replacing_the_files_without_sighup_serves_the_new_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let old_ca = Ca::new("old CA");
+    let new_ca = Ca::new("new CA");
+    let old_pem = old_ca.write(&dir.path().join("old-ca.pem"));
+    let new_pem = new_ca.write(&dir.path().join("new-ca.pem"));
+    let (cert, key) = old_ca.issue(dir.path(), "server");
+    let mut server = Server::start(dir.path(), 1, free_port(), &tls_flags(&cert, &key, None));
+    let endpoint = server.https();
+    let with = |ca: &Path| lock_once(&endpoint, &paths(&[Path::new("--ca"), ca]));
+    let out = with(&old_pem);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // The new CA's pair over the old files; their modification times move past the loaded
+    // ones even on a file system with coarse timestamps.
+    let (new_cert, new_key) = new_ca.issue(dir.path(), "next");
+    let later = std::time::SystemTime::now() + Duration::from_secs(2);
+    for (from, to) in [(&new_key, &key), (&new_cert, &cert)] {
+        std::fs::copy(from, to).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(to)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+    }
+    // Bounded by `wait_for_log`'s 30 s, several poll intervals.
+    server.wait_for_log("the certificate files changed: reloaded the TLS certificate");
+    assert!(!server.log().contains("SIGHUP"), "{}", server.log());
+    let out = with(&new_pem);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_tls_failure(&with(&old_pem), "is not trusted by --ca");
+}
+
+/// README "Securing a cluster": "a client's certificate from the same CA cannot speak for a
+/// member". On a real mTLS cluster, a connection presenting `member-2`'s certificate (signed
+/// by the members' CA) sends member 3's peer port a message signed as member 1: refused for
+/// its certificate. The same message as member 2 passes that check (and fails only on its
+/// payload), so what refused the first was the certificate.
+#[test]
+fn a_member_certificate_cannot_speak_for_another_member() {
+    use latchkey_proto::v1 as pb;
+    use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
+    use latchkey_server::peer_auth::{ClusterId, PeerAuth, PeerMethod};
+    use latchkey_server::PeerConnector;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("cluster CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let (members, peer_ports) = mtls_cluster(dir.path(), &ca, &ca_pem, true);
+    assert_locks(dir.path(), &ca, &ca_pem, &members);
+    let peers: std::collections::BTreeMap<u64, String> = (1..=3u64)
+        .zip(members.iter().zip(&peer_ports))
+        .map(|(id, (m, peer))| (id, format!("{}/127.0.0.1:{peer}", m.plain())))
+        .collect();
+    let cluster = ClusterId::founded_by(&peers);
+    let (cert, key) = ca.issue(dir.path(), "member-2");
+    let tls = latchkey_server::tls::ServerTls::load(latchkey_server::tls::TlsFiles {
+        cert,
+        key,
+        ca: Some(ca_pem.clone()),
+    })
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let send_as = |from: u64| {
+        let channel = {
+            let _in_runtime = rt.enter();
+            latchkey_server::tls::TlsPeerConnector(tls.clone())
+                .channel(&format!("127.0.0.1:{}", peer_ports[2]))
+                .unwrap()
+        };
+        let payload = b"not a vote".to_vec();
+        let mut meta = tonic::metadata::MetadataMap::new();
+        PeerAuth::new(from, cluster.clone(), None).sign(&mut meta, PeerMethod::Vote, 3, &payload);
+        let request = tonic::Request::from_parts(
+            meta,
+            tonic::Extensions::default(),
+            pb::PeerMessage { payload },
+        );
+        rt.block_on(RaftPeerClient::new(channel).vote(request))
+    };
+    let as_member_1 = send_as(1).expect_err("member 1's message over member 2's certificate");
+    assert_eq!(
+        as_member_1.code(),
+        tonic::Code::PermissionDenied,
+        "{as_member_1:?}"
+    );
+    assert!(
+        as_member_1
+            .message()
+            .contains("must come with a certificate naming `member-1`"),
+        "{as_member_1:?}"
+    );
+    let as_member_2 = send_as(2).expect_err("a payload that is no vote");
+    assert_eq!(
+        as_member_2.code(),
+        tonic::Code::InvalidArgument,
+        "{as_member_2:?}"
+    );
+    // Refused with a log line, and the cluster unharmed.
+    assert!(
+        members[2].log().contains("refused a peer message"),
+        "{}",
+        members[2].log()
+    );
+    assert_locks(dir.path(), &ca, &ca_pem, &members);
 }

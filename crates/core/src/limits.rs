@@ -443,8 +443,11 @@ const _: () = assert!(PROPOSE_TIMEOUT_MS <= MEMBERSHIP_CHANGE_TIMEOUT_MS);
 /// a removed member left running asks for votes every election timeout. Claimed ids are free
 /// to invent, so the set is bounded; past it every refusal is a warning again.
 pub const PEER_NON_MEMBERS_REPORTED_MAX: usize = 64;
-/// Bytes of a member's address in a membership change: a host name (at most 253) and a port.
-pub const MEMBER_ADDR_BYTES_MAX: usize = 260;
+/// Bytes of a `HOST:PORT`: a host name (at most 253) and a port.
+pub const HOST_PORT_BYTES_MAX: usize = 260;
+/// Bytes of a member's address in a membership change: a client `HOST:PORT` and, with
+/// `--peer-listen`, `/` and a peer one.
+pub const MEMBER_ADDR_BYTES_MAX: usize = 2 * HOST_PORT_BYTES_MAX + 1;
 /// Characters of a cluster id (`--join`): the hex of `PEER_FINGERPRINT_BYTES` bytes.
 pub const CLUSTER_ID_CHARS: usize = 2 * PEER_FINGERPRINT_BYTES;
 const _: () = assert!(CLUSTER_SECRET_BYTES_MIN < CLUSTER_SECRET_BYTES_MAX);

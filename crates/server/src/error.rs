@@ -172,7 +172,12 @@ impl ApiError {
     fn forward(f: &ForwardToLeader<TypeConfig>) -> ApiError {
         ApiError::NotLeader {
             leader_id: f.leader_id,
-            leader_addr: f.leader_node.as_ref().map(|n| n.addr.clone()),
+            // Clients are sent to the leader's client address, never its peer one.
+            leader_addr: f.leader_node.as_ref().map(|n| {
+                crate::member_addr::MemberAddr::split(&n.addr)
+                    .client
+                    .to_owned()
+            }),
         }
     }
 }

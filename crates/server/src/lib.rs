@@ -21,6 +21,7 @@
 //! - `clock`: the seam through which the server reads time.
 //! - [`backup`]: the backup file (`latchkey snapshot save`, from `ops`' `backup`) and the
 //!   restore that seeds a new member's data dir from it (`latchkey snapshot restore`).
+//! - `member_addr`: a member's recorded address, `CLIENT` or `CLIENT/PEER` (`--peer-listen`).
 //! - `error`: the one place server errors become gRPC statuses and HTTP API JSON errors.
 
 pub mod acl;
@@ -29,6 +30,7 @@ pub mod clock;
 mod error;
 pub mod http;
 pub mod leases;
+pub mod member_addr;
 mod metrics;
 mod node;
 mod ops;
@@ -66,12 +68,17 @@ pub use probe::{NoProbe, Plant, Probe, ProbeEvent, SharedProbe};
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub id: u64,
-    /// The address clients and peers reach this node at (also what is recorded as its address
-    /// in the group's membership).
+    /// The address clients (and, without `peer_listen`, peers) reach this node at (also what
+    /// is recorded as its address in the group's membership).
     pub listen: SocketAddr,
+    /// Serve the peer service here instead of on `listen` (`--peer-listen`): the client port
+    /// then answers no Raft message. Recorded in the membership after `listen`, as
+    /// `CLIENT/PEER` (`member_addr`).
+    pub peer_listen: Option<SocketAddr>,
     pub data_dir: PathBuf,
-    /// The members that found the group, this node included: id -> address. Empty means "just
-    /// me". Used only when the data dir is new; afterwards the membership is in the log and
+    /// The members that found the group, this node included: id -> address (`CLIENT` or
+    /// `CLIENT/PEER`, see `member_addr`). Empty means "just me". Used only when the data dir
+    /// is new; afterwards the membership is in the log and
     /// changes through `cluster add`/`remove`/`move` (a dir still checks that these name its
     /// cluster).
     pub peers: BTreeMap<u64, String>,
@@ -123,6 +130,7 @@ impl ServerConfig {
         ServerConfig {
             id,
             listen,
+            peer_listen: None,
             data_dir,
             peers: BTreeMap::new(),
             join: None,
@@ -158,10 +166,18 @@ impl ServerConfig {
     /// The group's members, this node included.
     pub fn members(&self) -> BTreeMap<u64, String> {
         if self.peers.is_empty() {
-            BTreeMap::from([(self.id, self.listen.to_string())])
+            BTreeMap::from([(self.id, self.own_addr())])
         } else {
             self.peers.clone()
         }
+    }
+
+    /// This node's address as the membership records it: `listen`, and `peer_listen` if set.
+    pub fn own_addr(&self) -> String {
+        member_addr::MemberAddr::join(
+            &self.listen.to_string(),
+            self.peer_listen.map(|a| a.to_string()).as_deref(),
+        )
     }
 
     /// Check the configuration once, where it is built; [`run`] and [`run_with`] take only a
@@ -184,6 +200,21 @@ impl ServerConfig {
         }
         if self.join.is_some() && !self.peers.is_empty() {
             return Err(ConfigError::JoinWithPeers);
+        }
+        for (id, addr) in &self.peers {
+            member_addr::MemberAddr::check(addr)
+                .map_err(|why| ConfigError::MemberAddr { id: *id, why })?;
+        }
+        if let Some(mine) = self.peers.get(&self.id) {
+            // The others dial this member at the peer part of its entry: it must serve the peer
+            // service there, and only there.
+            let given = member_addr::MemberAddr::split(mine).peer.is_some();
+            if given != self.peer_listen.is_some() {
+                return Err(ConfigError::PeerListenMismatch {
+                    id: self.id,
+                    entry: mine.clone(),
+                });
+            }
         }
         if self.heartbeat_ms == 0 || self.heartbeat_ms * 3 > self.election_timeout_min_ms {
             return Err(ConfigError::HeartbeatTooLong {
@@ -302,6 +333,14 @@ pub enum ConfigError {
          added to an existing one"
     )]
     JoinWithPeers,
+    #[error("member {id}'s address: {why}")]
+    MemberAddr { id: u64, why: String },
+    #[error(
+        "this member's --peers entry {id}={entry} and --peer-listen disagree: with --peer-listen \
+         ADDR, its entry must be CLIENT_ADDR/PEER_ADDR (the others dial the peer part), and \
+         without it just CLIENT_ADDR"
+    )]
+    PeerListenMismatch { id: u64, entry: String },
     #[error("this node's id {id} is not in --peers ({members})")]
     NotAMember { id: u64, members: String },
     #[error("heartbeat must be non-zero and at most a third of the election timeout")]
@@ -332,6 +371,12 @@ impl ValidConfig {
         self.0.listen = listen;
         self
     }
+
+    /// The same for `peer_listen`, at the address the peer listener got.
+    fn peer_listening_on(mut self, peer_listen: SocketAddr) -> ValidConfig {
+        self.0.peer_listen = Some(peer_listen);
+        self
+    }
 }
 
 impl std::ops::Deref for ValidConfig {
@@ -342,12 +387,24 @@ impl std::ops::Deref for ValidConfig {
 }
 
 /// Serve one node on `listener` until `shutdown` completes, then stop every task and return.
-/// The log is the redb store in `config.data_dir`.
+/// The log is the redb store in `config.data_dir`. With `config.peer_listen`, the peer service
+/// is served on a listener of its own bound here (with the same TLS), and not on `listener`.
 pub async fn run(
     listener: TcpListener,
     config: ValidConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let peer_listen = config.peer_listen;
+    let (peer_listener, config) = match peer_listen {
+        None => (None, config),
+        Some(addr) => {
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen for members on {addr}: {e}"))?;
+            let bound = l.local_addr()?;
+            (Some(l), config.peer_listening_on(bound))
+        }
+    };
     let log_store = node::Node::open_log_store(&config)?;
     // Connections come through `tls::accept_loop`, which tells a client speaking the wrong
     // protocol (TLS to a plaintext port or the reverse) so and does the TLS handshake.
@@ -357,25 +414,41 @@ pub async fn run(
     use tokio_stream::wrappers::ReceiverStream;
     match config.tls.clone() {
         None => {
-            let (tx, rx) = channel();
-            let incoming = ReceiverStream::new(rx);
-            tokio::spawn(tls::accept_loop(listener, tx, tls::plaintext_handshake));
-            run_with(incoming, config, NodeEnv::real(), log_store, shutdown).await
+            let accept = |listener| {
+                let (tx, rx) = channel();
+                tokio::spawn(tls::accept_loop(listener, tx, tls::plaintext_handshake));
+                ReceiverStream::new(rx)
+            };
+            let incoming = accept(listener);
+            let peer_incoming = peer_listener.map(accept);
+            run_with(
+                incoming,
+                peer_incoming,
+                config,
+                NodeEnv::real(),
+                log_store,
+                shutdown,
+            )
+            .await
         }
         Some(server_tls) => {
-            let (tx, rx) = channel();
-            let incoming = ReceiverStream::new(rx);
-            let handshake_tls = server_tls.clone();
-            tokio::spawn(tls::accept_loop(listener, tx, move |stream, from| {
-                tls::tls_handshake(handshake_tls.clone(), tls::Served::Grpc, stream, from)
-            }));
+            let accept = |listener| {
+                let (tx, rx) = channel();
+                let handshake_tls = server_tls.clone();
+                tokio::spawn(tls::accept_loop(listener, tx, move |stream, from| {
+                    tls::tls_handshake(handshake_tls.clone(), tls::Served::Grpc, stream, from)
+                }));
+                ReceiverStream::new(rx)
+            };
+            let incoming = accept(listener);
+            let peer_incoming = peer_listener.map(accept);
             let stop_watching = tokio_util::sync::CancellationToken::new();
             let watch = tokio::spawn(server_tls.clone().watch(stop_watching.clone()));
             let env = NodeEnv {
                 connector: Arc::new(tls::TlsPeerConnector(server_tls)),
                 ..NodeEnv::real()
             };
-            let served = run_with(incoming, config, env, log_store, shutdown).await;
+            let served = run_with(incoming, peer_incoming, config, env, log_store, shutdown).await;
             stop_watching.cancel();
             let _ = watch.await;
             served
@@ -407,11 +480,13 @@ impl NodeEnv {
 }
 
 /// [`run`] with everything from outside supplied: `incoming` yields accepted client and peer
-/// connections (any transport tonic can serve), `env` gives the clock, entropy, probe and the
-/// connector used to reach peers, and `log_store` is the log (the redb one, or a simulation's
-/// that can lose unsynced writes).
+/// connections (any transport tonic can serve), or client connections only when
+/// `peer_incoming` yields the peers' (`--peer-listen`); `env` gives the clock, entropy, probe
+/// and the connector used to reach peers, and `log_store` is the log (the redb one, or a
+/// simulation's that can lose unsynced writes).
 pub async fn run_with<I, IO, IE, LS>(
     incoming: I,
+    peer_incoming: Option<I>,
     config: ValidConfig,
     env: NodeEnv,
     log_store: LS,
@@ -449,6 +524,7 @@ where
         id = node.id,
         cluster = %node.cluster,
         addr = %node.config.listen,
+        peer_addr = %node.config.peer_listen.unwrap_or(node.config.listen),
         data_dir = %node.config.data_dir.display(),
         "latchkey node serving"
     );
@@ -493,7 +569,6 @@ where
     ))
     .max_decoding_message_size(limits::PEER_MESSAGE_BYTES_MAX)
     .max_encoding_message_size(limits::PEER_MESSAGE_BYTES_MAX);
-    let stop = node.shutdown.clone();
     // A member whose Raft core stopped (a storage failure such as ENOSPC, EIO or EFBIG stops it
     // for good) can only refuse every call. Rather than linger as a process that answers
     // "shutting down", which no supervisor can tell from a working one, it stops serving and
@@ -501,6 +576,7 @@ where
     // is on disk (issue #14).
     let core_stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut core_metrics = node.raft.server_metrics();
+    let stop = node.shutdown.clone();
     let stop_serving = {
         let core_stopped = core_stopped.clone();
         async move {
@@ -512,19 +588,55 @@ where
                 } => {
                     core_stopped.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
+                // A server that ended on its own (its listener failed) ends the other too.
+                () = stop.cancelled() => {}
             }
             // End long-polls first, so that graceful shutdown does not wait for them.
             stop.cancel();
         }
     };
-    let served = tonic::transport::Server::builder()
-        .concurrency_limit_per_connection(limits::CLIENT_CONCURRENT_REQUESTS_MAX)
-        .http2_max_pending_accept_reset_streams(Some(limits::CLIENT_PENDING_RESET_STREAMS_MAX))
-        .add_service(locks)
-        .add_service(peer)
-        .add_service(health_service)
-        .serve_with_incoming_shutdown(incoming, stop_serving)
-        .await;
+    let builder = || {
+        tonic::transport::Server::builder()
+            .concurrency_limit_per_connection(limits::CLIENT_CONCURRENT_REQUESTS_MAX)
+            .http2_max_pending_accept_reset_streams(Some(limits::CLIENT_PENDING_RESET_STREAMS_MAX))
+    };
+    // A server ending on its own (its listener failed) ends the node's serving
+    // (`stop_serving` above), and so the other server.
+    let ended = |served: Result<(), tonic::transport::Error>| {
+        node.shutdown.cancel();
+        served
+    };
+    let (shared_peer, own_peer) = match peer_incoming {
+        None => (Some(peer), None),
+        Some(peer_incoming) => (None, Some((peer, peer_incoming))),
+    };
+    let serve_clients = async {
+        ended(
+            builder()
+                .add_service(locks)
+                .add_optional_service(shared_peer)
+                .add_service(health_service)
+                .serve_with_incoming_shutdown(incoming, node.shutdown.clone().cancelled_owned())
+                .await,
+        )
+    };
+    let serve_peers = async {
+        match own_peer {
+            // The peer service is served with the clients'.
+            None => Ok(()),
+            Some((peer, peer_incoming)) => ended(
+                builder()
+                    .add_service(peer)
+                    .serve_with_incoming_shutdown(
+                        peer_incoming,
+                        node.shutdown.clone().cancelled_owned(),
+                    )
+                    .await,
+            ),
+        }
+    };
+    let ((), served, peers_served) = tokio::join!(stop_serving, serve_clients, serve_peers);
+    let served = served.and(peers_served);
 
     node.shutdown.cancel();
     let _ = duties.await;
@@ -604,6 +716,49 @@ mod tests {
     fn a_restarted_leader_must_win_an_election() {
         let config = ServerConfig::single(1, "127.0.0.1:0".parse().unwrap(), "unused".into());
         assert_eq!(config.raft_config().enable_leader_restore, Some(false));
+    }
+
+    /// `--peer-listen` and this member's `--peers` entry must agree: the others dial the
+    /// entry's peer part, so a member must serve the peer service there, and only with one.
+    #[test]
+    fn peer_listen_and_the_members_own_entry_must_agree() {
+        use super::ConfigError;
+        let peers = |one: &str| {
+            [(1, one.to_owned()), (2, "127.0.0.1:7002".to_owned())]
+                .into_iter()
+                .collect()
+        };
+        let config = |one: &str, peer_listen: Option<&str>| {
+            let mut c = ServerConfig::cluster(
+                1,
+                "127.0.0.1:7001".parse().unwrap(),
+                "unused".into(),
+                peers(one),
+            );
+            c.peer_listen = peer_listen.map(|a| a.parse().unwrap());
+            c.validate().map(|_| ())
+        };
+        assert_eq!(config("127.0.0.1:7001", None), Ok(()));
+        assert_eq!(
+            config("127.0.0.1:7001/127.0.0.1:8001", Some("127.0.0.1:8001")),
+            Ok(())
+        );
+        for (one, peer_listen) in [
+            ("127.0.0.1:7001/127.0.0.1:8001", None),
+            ("127.0.0.1:7001", Some("127.0.0.1:8001")),
+        ] {
+            assert!(
+                matches!(
+                    config(one, peer_listen),
+                    Err(ConfigError::PeerListenMismatch { id: 1, .. })
+                ),
+                "{one} {peer_listen:?}"
+            );
+        }
+        assert!(matches!(
+            config("127.0.0.1:7001/", None),
+            Err(ConfigError::MemberAddr { id: 1, .. })
+        ));
     }
 
     /// See the comment in `raft_config`: without pre-vote a follower back from a SIGSTOP or a

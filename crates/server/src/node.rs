@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{SharedClock, SharedEntropy};
 use crate::leases::Leases;
+use crate::member_addr::MemberAddr;
 use crate::peer::AddressBook;
 use crate::peer_auth::ClusterId;
 use crate::probe::ProbeEvent;
@@ -552,27 +553,37 @@ impl Node {
     /// itself once it leads: nobody else could (with more members, `cluster move` does it).
     pub async fn follow_membership(self: Arc<Node>) {
         let mut metrics = self.raft.server_metrics();
-        // Where it listens, unless that is a wildcard (0.0.0.0), which names no host: then its
-        // founding `--peers` entry. (Not `--peers` first: a founder moved by `cluster move`
-        // keeps its founding list on its command line.)
-        let advertised = if self.config.listen.ip().is_unspecified() {
+        // Where it listens (and listens for members), unless that is a wildcard (0.0.0.0),
+        // which names no host: then its founding `--peers` entry. (Not `--peers` first: a
+        // founder moved by `cluster move` keeps its founding list on its command line.)
+        let wildcard = self.config.listen.ip().is_unspecified()
+            || self
+                .config
+                .peer_listen
+                .is_some_and(|p| p.ip().is_unspecified());
+        let advertised = if wildcard {
             self.config
                 .members()
                 .remove(&self.id)
-                .unwrap_or_else(|| self.config.listen.to_string())
+                .unwrap_or_else(|| self.config.own_addr())
         } else {
-            self.config.listen.to_string()
+            self.config.own_addr()
         };
         loop {
             let (book, moved_alone) = {
                 let m = metrics.borrow_and_update();
                 let membership = m.membership_config.membership();
-                let book: BTreeMap<u64, String> = membership
+                let recorded: BTreeMap<u64, &str> = membership
                     .nodes()
-                    .map(|(id, n)| (*id, n.addr.clone()))
+                    .map(|(id, n)| (*id, n.addr.as_str()))
                     .collect();
-                let alone = membership.voter_ids().eq([self.id]) && book.len() == 1;
-                let moved = book.get(&self.id).is_some_and(|a| *a != advertised);
+                let alone = membership.voter_ids().eq([self.id]) && recorded.len() == 1;
+                let moved = recorded.get(&self.id).is_some_and(|a| *a != advertised);
+                // Members dial each other at the peer part of their addresses.
+                let book: BTreeMap<u64, String> = recorded
+                    .iter()
+                    .map(|(id, a)| (*id, MemberAddr::split(a).peer().to_owned()))
+                    .collect();
                 let committed =
                     m.committed_membership_config.log_id() == m.membership_config.log_id();
                 (

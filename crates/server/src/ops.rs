@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use crate::acl::{Identity, Need};
 use crate::error::ApiError;
 use crate::leases::Renew;
+use crate::member_addr::MemberAddr;
 use crate::metrics::Gauges;
 use crate::node::{Node, RenewRequest};
 use crate::waiters::{Slot, WaitEnd};
@@ -268,17 +269,13 @@ impl Membership {
     }
 }
 
-/// A member id and address as a membership change takes them: id at least 1, `HOST:PORT`.
+/// A member id and address as a membership change takes them: id at least 1, `HOST:PORT` or
+/// `HOST:PORT/HOST:PORT` (client, then peer address: `member_addr`).
 fn check_member_addr(id: u64, addr: &str) -> Result<(), ApiError> {
     if id == 0 {
         return Err(ApiError::Invalid("member ids start at 1".into()));
     }
-    let port = addr.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
-    if addr.len() > limits::MEMBER_ADDR_BYTES_MAX || !matches!(port, Some(Ok(p)) if p > 0) {
-        return Err(ApiError::Invalid(format!(
-            "member address {addr:?} is not HOST:PORT"
-        )));
-    }
+    MemberAddr::check(addr).map_err(ApiError::Invalid)?;
     Ok(())
 }
 
@@ -607,7 +604,7 @@ impl Node {
             return Err(ApiError::LeasesNotResumed {
                 leader_id: self.id,
                 // The address members and hints name this node by (as in NotLeader's hints).
-                leader_addr: self.own_addr(),
+                leader_addr: self.own_client_addr(),
             });
         }
         let marked: Vec<(SessionId, tokio::time::Instant)> = decisions
@@ -897,7 +894,7 @@ impl Node {
             m.membership_config
                 .membership()
                 .get_node(&l)
-                .map(|n| n.addr.clone())
+                .map(|n| MemberAddr::split(&n.addr).client.to_owned())
         });
         Err(ApiError::NotLeader {
             leader_id: m.current_leader,
@@ -930,11 +927,11 @@ impl Node {
         Membership { voters, learners }
     }
 
-    /// The address the membership gives this member (what leader hints name it by).
-    pub fn own_addr(&self) -> String {
+    /// The client address the membership gives this member (what leader hints name it by).
+    pub fn own_client_addr(&self) -> String {
         self.membership()
             .node_addr(self.id)
-            .map(str::to_owned)
+            .map(|a| MemberAddr::split(a).client.to_owned())
             .unwrap_or_else(|| self.config.listen.to_string())
     }
 

@@ -16,6 +16,7 @@ use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
 use latchkey_raft::{Raft, TypeConfig};
 
+use crate::member_addr::MemberAddr;
 use crate::peer_auth::{PeerAuth, PeerMethod};
 use openraft::errors::{
     NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
@@ -322,6 +323,25 @@ fn check_vote_sender(from: u64, vote: &Vote, what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a vote request may skip the leader lease. openraft grants a `leadership_transfer`
+/// vote even while this member's leader lease holds (`Engine::handle_vote_req`: the flag means
+/// "the current leader asked for this election"), so any member could depose a healthy leader
+/// by setting it. latchkey never calls `Raft::trigger().transfer_leader`, and the one transfer
+/// openraft starts on its own (a removed leader's step-down watcher) needs the
+/// `RaftNetworkV2::transfer_leader` call, which this network leaves at openraft's default
+/// (unreachable): the others elect once the lease runs out. So no honest member sends such a
+/// vote, and it is refused here, the one place to allow it once leader transfer is a feature
+/// (e.g. only from the member the leader named as its successor).
+fn check_leadership_transfer(from: u64, req: &VoteRequest<TypeConfig>) -> Result<(), String> {
+    if req.leadership_transfer {
+        return Err(format!(
+            "member {from} asked for a leadership-transfer vote, which would skip the leader \
+             lease; this cluster never transfers leadership"
+        ));
+    }
+    Ok(())
+}
+
 /// The next chunk of a snapshot stream, which must come within `SNAPSHOT_CHUNK_TIMEOUT_MS`.
 async fn next_chunk(
     stream: &mut tonic::Streaming<pb::PeerChunk>,
@@ -400,6 +420,8 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
             },
         )?;
         check_vote_sender(from, &req.vote, "vote request")
+            .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
+        check_leadership_transfer(from, req)
             .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
         let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> = match ballot {
             Ballot::Vote(req) => self.raft.vote(req).await,
@@ -503,7 +525,7 @@ impl PeerConnector for TcpPeerConnector {
     }
 }
 
-/// Every member's address by the Raft membership this node knows, kept up to date by
+/// Every member's peer address by the Raft membership this node knows, kept up to date by
 /// `Node::follow_membership`. openraft hands a new client the member's address when it starts
 /// replicating to it, but keeps that client when a membership change gives the member a new
 /// address (`cluster move`); each call looks the address up here, so a moved member is dialed
@@ -545,7 +567,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
-        let addr = self.addr_of(target, &node.addr);
+        let addr = self.addr_of(target, MemberAddr::split(&node.addr).peer());
         PeerClient {
             target,
             reachable: self.reachable.clone(),

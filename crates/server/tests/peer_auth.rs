@@ -2,8 +2,9 @@
 //! a cluster secret; a stranger and a member that sends nonsense try what the issue found
 //! possible before (a forged snapshot replacing the table, a garbage one stopping the Raft core,
 //! one "above its vote" tripping openraft's assertion, a `leadership_transfer` vote deposing
-//! the leader). Each is refused with `PERMISSION_DENIED`; the leader keeps leading in the same
-//! term, a held lock keeps its holder and token, and the cluster still grants.
+//! the leader, from a stranger or from a member). Each is refused with `PERMISSION_DENIED`;
+//! the leader keeps leading in the same term, a held lock keeps its holder and token, and the
+//! cluster still grants.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -390,6 +391,31 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
         )
         .await,
         "for member 9",
+    );
+    // A member's own leadership-transfer vote, with a log that reaches past the leader's:
+    // openraft would grant it despite the leader lease, and the leader would step down.
+    let member_transfer = encode(&Ballot::Vote(VoteRequest {
+        vote: Vote::new(high, a_follower),
+        last_log_id: Some(latchkey_raft::LogId::new(
+            openraft::type_config::alias::CommittedLeaderIdOf::<TypeConfig> {
+                term: before.term,
+                node_id: leader_id,
+            },
+            1_000_000,
+        )),
+        leadership_transfer: true,
+    }));
+    assert_refused(
+        "a member's leadership-transfer vote",
+        send(
+            addr,
+            leader_id,
+            Some(&member),
+            PeerMethod::Vote,
+            member_transfer,
+        )
+        .await,
+        "leadership-transfer",
     );
 
     // Nothing changed: the same leader in the same term, the lock with the same holder and

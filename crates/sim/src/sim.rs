@@ -247,6 +247,7 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
             let server = server.validate()?;
             run_with(
                 net::incoming(listener),
+                None,
                 server,
                 env,
                 store,

@@ -48,9 +48,22 @@ impl Default for Timing {
     }
 }
 
+/// How members reach each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Links {
+    /// Through a fault-injecting proxy per directed link (`--peer-dial`).
+    Proxied,
+    /// At the addresses the membership gives, on the client port.
+    Direct,
+    /// At the addresses the membership gives, on each member's `--peer-listen` port.
+    PeerListen,
+}
+
 pub struct Member {
     pub id: u64,
     pub addr: String,
+    /// `--peer-listen`, when the member serves its peers on a port of its own.
+    pub peer_addr: Option<String>,
     process: ServeProcess,
     /// `Some(cluster id)`: started with `--join`, not as a founder.
     join: Option<String>,
@@ -77,24 +90,42 @@ impl Cluster {
     }
 
     pub fn start_with(n: u64, timing: Timing) -> Cluster {
-        Cluster::start_inner(n, timing, true, &[], |_, _| {})
+        Cluster::start_inner(n, timing, Links::Proxied, &[], |_, _| {})
     }
 
     /// [`Cluster::start`], every member also serving the HTTP API on a port of its own
     /// ([`Member::http_addr`]).
     pub fn start_with_http(n: u64) -> Cluster {
-        Cluster::start_inner(n, Timing::default(), true, &["--http-listen"], |_, _| {})
+        Cluster::start_inner(
+            n,
+            Timing::default(),
+            Links::Proxied,
+            &["--http-listen"],
+            |_, _| {},
+        )
     }
 
     /// [`Cluster::start_with`], every member with more `serve` flags.
     pub fn start_configured(n: u64, timing: Timing, extra_args: &[&str]) -> Cluster {
-        Cluster::start_inner(n, timing, true, extra_args, |_, _| {})
+        Cluster::start_inner(n, timing, Links::Proxied, extra_args, |_, _| {})
+    }
+
+    /// Starts `n` members that each serve their peers on a port of their own (`--peer-listen`,
+    /// `--peers ID=CLIENT/PEER,...`), dialing each other directly (no proxies).
+    pub fn start_with_peer_listen(n: u64, extra_args: &[&str]) -> Cluster {
+        Cluster::start_inner(
+            n,
+            Timing::default(),
+            Links::PeerListen,
+            extra_args,
+            |_, _| {},
+        )
     }
 
     /// Starts `n` members whose peers dial each other directly, at the addresses the Raft
     /// membership gives (no proxies, no `--peer-dial`): for tests that move members.
     pub fn start_without_proxies(n: u64) -> Cluster {
-        Cluster::start_inner(n, Timing::default(), false, &[], |_, _| {})
+        Cluster::start_inner(n, Timing::default(), Links::Direct, &[], |_, _| {})
     }
 
     /// Starts `n` members like [`Cluster::start_with`], but first calls `seed(cluster, id)`
@@ -102,13 +133,13 @@ impl Cluster {
     /// this cluster's `--peers`). It runs again for every member if the cluster is started
     /// over on new ports.
     pub fn start_seeded(n: u64, timing: Timing, seed: impl FnMut(&Cluster, u64)) -> Cluster {
-        Cluster::start_inner(n, timing, true, &[], seed)
+        Cluster::start_inner(n, timing, Links::Proxied, &[], seed)
     }
 
     fn start_inner(
         n: u64,
         timing: Timing,
-        proxied: bool,
+        links: Links,
         extra_args: &[&str],
         mut seed: impl FnMut(&Cluster, u64),
     ) -> Cluster {
@@ -116,7 +147,7 @@ impl Cluster {
         // A free port can be taken by someone else before the member binds it: then start
         // over on new ports (the member list is fixed at first start).
         for _ in 0..3 {
-            let mut cluster = Cluster::prepare(n, timing.clone(), proxied, extra_args);
+            let mut cluster = Cluster::prepare(n, timing.clone(), links, extra_args);
             for id in cluster.ids() {
                 seed(&cluster, id);
             }
@@ -134,12 +165,15 @@ impl Cluster {
     }
 
     /// Members on free ports and their proxies; nothing spawned yet.
-    fn prepare(n: u64, timing: Timing, proxied: bool, extra_args: &[&str]) -> Cluster {
+    fn prepare(n: u64, timing: Timing, links: Links, extra_args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
+        let proxied = links == Links::Proxied;
         let members: Vec<Member> = (1..=n)
             .map(|id| Member {
                 id,
                 addr: format!("127.0.0.1:{}", free_port()),
+                peer_addr: (links == Links::PeerListen)
+                    .then(|| format!("127.0.0.1:{}", free_port())),
                 process: ServeProcess::new(dir.path().join(format!("node-{id}.log"))),
                 join: None,
                 http_addr: extra_args
@@ -157,7 +191,10 @@ impl Cluster {
         }
         let founding = members
             .iter()
-            .map(|m| format!("{}={}", m.id, m.addr))
+            .map(|m| match &m.peer_addr {
+                Some(peer) => format!("{}={}/{peer}", m.id, m.addr),
+                None => format!("{}={}", m.id, m.addr),
+            })
             .collect::<Vec<_>>()
             .join(",");
         Cluster {
@@ -272,6 +309,9 @@ impl Cluster {
         if !dial.is_empty() {
             args.extend(["--peer-dial".into(), dial.into()]);
         }
+        if let Some(peer) = &self.member(id).peer_addr {
+            args.extend(["--peer-listen".into(), peer.into()]);
+        }
         args.extend(self.extra_args.iter().map(OsString::from));
         if let Some(http) = &self.member(id).http_addr {
             args.extend(["--http-listen".into(), http.into()]);
@@ -300,6 +340,7 @@ impl Cluster {
             self.members.push(Member {
                 id,
                 addr: format!("127.0.0.1:{}", free_port()),
+                peer_addr: None,
                 process: ServeProcess::new(self.dir.path().join(format!("node-{id}.log"))),
                 join: Some(cluster),
                 http_addr: None,
