@@ -60,6 +60,9 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process; the serve flags' size is not worth a box (and clap's derive
+// would have to see through it).
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a latchkey node (logs to stderr; stops cleanly on SIGINT/SIGTERM).
