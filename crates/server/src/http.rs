@@ -7,7 +7,9 @@
 //! `error::ErrorBody` JSON with the gRPC reason as `code`.
 //!
 //! [`ROUTES`] is the API's one list of (method, path): the router is built from it, and a test
-//! holds `docs/openapi.json` to it. The document itself is served at `GET /v1/openapi.json`.
+//! holds `docs/openapi.json` to it. The document itself is served at `GET /v1/openapi.json`,
+//! and the read-only web page (issue #15 item 6) at `GET /ui`: static files from `ui/`, whose
+//! script reads the routes above (see `ui/app.js`).
 //!
 //! Connections come through `tls::accept_loop` like gRPC's (TLS when the node has TLS, with
 //! ALPN `http/1.1`), at most `HTTP_CONNECTIONS_MAX` at once, each closed once idle for
@@ -53,10 +55,24 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/locks"),
     ("GET", "/v1/cluster/status"),
     ("GET", "/v1/openapi.json"),
+    ("GET", "/ui"),
+    ("GET", "/ui/app.js"),
 ];
 
 /// The API's description, served at `GET /v1/openapi.json`.
 const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+/// The web page (`GET /ui`) and its script (`GET /ui/app.js`): static, no data of their own;
+/// the script reads the routes above with the viewer's credentials (see `ui/app.js`).
+const UI_HTML: &str = include_str!("ui/index.html");
+const UI_JS: &str = include_str!("ui/app.js");
+
+/// The page runs only its own script and reads only this origin: anything that slipped into
+/// the page from a server string (which the script never parses as HTML) could not run or send
+/// data elsewhere, and no other site may frame it.
+const UI_CSP: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; \
+     style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; \
+     frame-ancestors 'none'";
 
 type Api = Arc<Node>;
 
@@ -71,6 +87,10 @@ fn handler(method: &str, path: &str) -> MethodRouter<Api> {
         ("GET", "/v1/locks") => get(list),
         ("GET", "/v1/cluster/status") => get(status),
         ("GET", "/v1/openapi.json") => get(openapi),
+        ("GET", "/ui") => get(|| async { ui_asset("text/html; charset=utf-8", UI_HTML) }),
+        ("GET", "/ui/app.js") => {
+            get(|| async { ui_asset("text/javascript; charset=utf-8", UI_JS) })
+        }
         _ => unreachable!("ROUTES lists {method} {path}, which has no handler"),
     }
 }
@@ -655,6 +675,21 @@ async fn status(
 
 async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// A static file of the web page. Served without an access check, like the OpenAPI document:
+/// it holds no data; what it shows comes from the API calls it makes with the viewer's token.
+fn ui_asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_SECURITY_POLICY, UI_CSP),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 /// A connection the HTTP API serves: what it tells about its client.

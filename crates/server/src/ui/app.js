@@ -1,0 +1,207 @@
+// latchkey's web page: reads this node's JSON API and renders it, once a second.
+//
+// Why polling and not a watch: one GET of each route per second is simple, bounded (one
+// request of each kind in flight at a time, the next only after the last answered) and
+// stateless on the server; a page left open costs the node what a `latchkey list` a second
+// costs it.
+//
+// Every string from the server goes into the page as text (textContent, createTextNode),
+// never parsed as HTML; the page's Content-Security-Policy runs only this script.
+//
+// Access: with `--acl` the API wants `Authorization: Bearer TOKEN`; the token typed in the
+// field is kept in sessionStorage (this tab only) and sent with every call. The page is
+// read-only: it only calls GET routes.
+"use strict";
+
+const REFRESH_MS = 1000;
+// Locks whose queue the list cut short get a describe each, at most this many per refresh.
+const DESCRIBES_PER_REFRESH_MAX = 10;
+const TOKEN_KEY = "latchkey.token";
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, text, attrs) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+  return node;
+}
+
+function row(cells, attrs) {
+  const tr = el("tr", null, attrs);
+  for (const cell of cells) {
+    tr.appendChild(cell instanceof Node ? cell : el("td", cell));
+  }
+  return tr;
+}
+
+function fill(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+function duration(ms) {
+  if (ms < 1000) return `${ms} ms`;
+  const s = Math.floor(ms / 1000);
+  if (s < 120) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 120) return `${m} min ${s % 60} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+function owner(o) {
+  if (!o) return "";
+  const who = [o.user, o.host].filter(Boolean).join("@");
+  const parts = [who, o.pid ? `pid ${o.pid}` : "", o.text].filter(Boolean);
+  return parts.join(", ");
+}
+
+class ApiError extends Error {}
+
+async function get(path) {
+  const headers = { Accept: "application/json" };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const response = await fetch(path, { headers, cache: "no-store" });
+  const body = await response.json().catch(() => null);
+  if (!response.ok) {
+    let message = body && body.message ? `${body.code}: ${body.message}` : `HTTP ${response.status}`;
+    if (body && body.code === "not-leader") {
+      message += ` (the leader is member ${body.leader_id ?? "?"} at ${body.leader_addr ?? "?"};` +
+        " open /ui on its --http-listen address)";
+    }
+    throw new ApiError(message);
+  }
+  return body;
+}
+
+function renderStatus(s) {
+  const facts = [
+    ["this node", `member ${s.id}`],
+    ["role", s.role],
+    ["leader", s.leader_id === null ? "none known" : `member ${s.leader_id}`],
+    ["term", s.term],
+    ["last log index", s.last_log_index],
+    ["commit index", s.committed_index],
+    ["applied index", s.applied_index],
+    ["cluster id", s.cluster_id],
+  ];
+  fill($("node").tBodies[0], facts.map(([k, v]) => row([el("th", k), el("td", v)], { "data-fact": k })));
+  const members = s.members.map((m) => {
+    const role = m.id === s.leader_id ? "leader" : "voter";
+    const attrs = { "data-member": m.id };
+    if (role === "leader") attrs.class = "leader";
+    const me = m.id === s.id ? " (this node)" : "";
+    return row([`${m.id}${me}`, el("td", m.addr, { class: "mono" }), role], attrs);
+  });
+  const learners = s.learners.map((m) =>
+    row([`${m.id}${m.id === s.id ? " (this node)" : ""}`, el("td", m.addr, { class: "mono" }), "learner"],
+      { "data-member": m.id }));
+  fill($("members").tBodies[0], members.concat(learners));
+  $("sessions-total").textContent = String(s.sessions);
+}
+
+function queueCell(lock) {
+  const td = el("td");
+  if (lock.waiters === 0) {
+    td.textContent = "none";
+    return td;
+  }
+  const ol = el("ol");
+  for (const w of lock.queue) {
+    const text = `session ${w.session}${w.owner ? ` (${owner(w.owner)})` : ""}, waiting ${duration(w.waited_ms)}`;
+    ol.appendChild(el("li", text, { "data-waiter": w.session }));
+  }
+  td.appendChild(ol);
+  if (lock.queue.length < lock.waiters) {
+    td.appendChild(el("div", `and ${lock.waiters - lock.queue.length} more`, { class: "note" }));
+  }
+  return td;
+}
+
+function renderLocks(locks, truncated) {
+  const rows = locks.map((lock) => {
+    const h = lock.holder;
+    return row([
+      el("td", lock.name, { class: "mono" }),
+      h ? String(h.session) : "free",
+      el("td", h ? h.token : "", { class: "mono", "data-token": "" }),
+      h ? owner(h.owner) : "",
+      h ? duration(h.held_for_ms) : "",
+      queueCell(lock),
+    ], { "data-lock": lock.name });
+  });
+  fill($("locks").tBodies[0], rows);
+  $("locks-note").textContent =
+    `${locks.length} lock${locks.length === 1 ? "" : "s"}` + (truncated ? " (the list was cut short: narrow the prefix)" : "");
+}
+
+function renderSessions(locks) {
+  const sessions = new Map();
+  const entry = (id, o) => {
+    if (!sessions.has(id)) sessions.set(id, { owner: o, holds: [], waits: [] });
+    return sessions.get(id);
+  };
+  for (const lock of locks) {
+    if (lock.holder) entry(lock.holder.session, lock.holder.owner).holds.push(lock.name);
+    lock.queue.forEach((w, i) => entry(w.session, w.owner).waits.push(`${lock.name} (#${i + 1})`));
+  }
+  const rows = [...sessions.entries()]
+    .sort((a, b) => a[0] - b[0])
+    .map(([id, s]) => row([String(id), owner(s.owner), s.holds.join(", "), s.waits.join(", ")], { "data-session": id }));
+  fill($("sessions").tBodies[0], rows);
+}
+
+function renderMetrics(s, locks) {
+  const held = locks.filter((l) => l.holder).length;
+  const waiting = locks.reduce((n, l) => n + l.waiters, 0);
+  const longest = locks.reduce((best, l) => (l.waiters > (best ? best.waiters : 0) ? l : best), null);
+  const facts = [
+    ["sessions", s.sessions],
+    ["locks (in the table)", s.locks],
+    ["locks held (listed)", held],
+    ["waiters (listed)", waiting],
+    ["longest queue", longest ? `${longest.name}: ${longest.waiters}` : "none"],
+    ["commit index - applied index", s.committed_index - s.applied_index],
+  ];
+  fill($("metrics").tBodies[0], facts.map(([k, v]) => row([el("th", k), el("td", v)], { "data-metric": k })));
+}
+
+async function refresh() {
+  const status = await get("/v1/cluster/status");
+  renderStatus(status);
+  const prefix = $("prefix").value;
+  const listed = await get(`/v1/locks?prefix=${encodeURIComponent(prefix)}`);
+  const locks = listed.locks;
+  // The list carries the first few waiters of each queue; describe fills in the rest.
+  const cut = locks.filter((l) => l.queue.length < l.waiters).slice(0, DESCRIBES_PER_REFRESH_MAX);
+  for (const lock of cut) {
+    const described = await get(`/v1/lock?name=${encodeURIComponent(lock.name)}`);
+    lock.queue = described.lock.queue;
+    lock.waiters = described.lock.waiters;
+  }
+  renderLocks(locks, listed.truncated);
+  renderSessions(locks);
+  renderMetrics(status, locks);
+}
+
+async function loop() {
+  try {
+    await refresh();
+    $("error").textContent = "";
+    $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+    document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
+  } catch (e) {
+    const why = e instanceof ApiError ? e.message : `cannot reach the node: ${e.message}`;
+    $("error").textContent = `${why} (the tables show the last refresh that worked)`;
+  }
+  setTimeout(loop, REFRESH_MS);
+}
+
+$("token").value = sessionStorage.getItem(TOKEN_KEY) || "";
+$("auth").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const token = $("token").value.trim();
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+});
+loop();
