@@ -163,13 +163,23 @@ impl BenchCluster {
                 command.env_remove(key);
             }
         }
-        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory of the
-        // parent. The signal fires when the *thread* that spawned the member exits: members
-        // are spawned from the bench's main future, whose thread lives as long as the bench.
+        // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid are async-signal-safe and touch no
+        // memory of the parent. The signal fires when the *thread* that spawned the member
+        // exits: members are spawned from the bench's main future, whose thread lives as long
+        // as the bench. A bench that dies between the fork and the prctl sends no signal (the
+        // child was already orphaned): the child then sees another parent and does not exec
+        // (prctl(2)); before this check such a member outlived a bench killed -9 as it started.
+        let bench = nix::unistd::getpid();
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                    .map_err(std::io::Error::from)
+                    .map_err(std::io::Error::from)?;
+                if nix::unistd::getppid() != bench {
+                    return Err(std::io::Error::other(
+                        "the bench exited as this member started",
+                    ));
+                }
+                Ok(())
             });
         }
         let child = command
