@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
 use common::serve::ServeProcess;
-use common::{free_port, http_call, wait_until, HttpReply, Server, POLL, READY_TIMEOUT};
+use common::{free_port, http_call, run, wait_until, HttpReply, Server, POLL, READY_TIMEOUT};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -444,6 +444,152 @@ roles = ["app"]
 }
 
 /// The (method, path) pairs `docs/openapi.json` documents.
+const ADMIN: &str = "admin-token-0123456789";
+
+/// `POST /v1/admin/release` is the gRPC AdminRelease: refused without `admin` on the lock,
+/// else the holder's grant is taken and the audit log names the identity and the reason.
+#[test]
+fn an_admin_force_releases_over_http_and_the_audit_log_has_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("acl.toml");
+    std::fs::write(
+        &acl,
+        format!(
+            r#"
+[roles.app]
+lock = ["app/"]
+read = ["app/"]
+
+[roles.admin]
+admin = [""]
+read = [""]
+
+[identities.app]
+token_sha256 = "{}"
+roles = ["app"]
+
+[identities.ops]
+token_sha256 = "{}"
+roles = ["admin"]
+"#,
+            sha256_hex(APP),
+            sha256_hex(ADMIN)
+        ),
+    )
+    .unwrap();
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
+    let mut process = ServeProcess::new(dir.path().join("server.log"));
+    process.spawn(
+        "the ACL server",
+        [
+            "--listen".to_owned(),
+            grpc.clone(),
+            "--data-dir".to_owned(),
+            dir.path().join("data").display().to_string(),
+            "--acl".to_owned(),
+            acl.display().to_string(),
+            "--http-listen".to_owned(),
+            http.clone(),
+        ],
+    );
+    let _running = Running(process);
+    let app = format!("Bearer {APP}");
+    let admin = format!("Bearer {ADMIN}");
+    let as_app = [("authorization", app.as_str())];
+    let as_admin = [("authorization", admin.as_str())];
+    let send = |auth: &[(&str, &str)], method: &str, path: &str, body: Option<Value>| {
+        let body = body.map(|b| b.to_string());
+        http_call(&http, method, path, auth, body.as_deref(), CALL_TIMEOUT).unwrap()
+    };
+    wait_until("the ACL server leads", READY_TIMEOUT, || {
+        http_call(
+            &http,
+            "GET",
+            "/v1/cluster/status",
+            &as_app,
+            None,
+            CALL_TIMEOUT,
+        )
+        .is_ok_and(|r| r.status == 200 && r.json()["role"] == "leader")
+    });
+    let status = send(&as_app, "GET", "/v1/cluster/status", None).json();
+    assert_eq!(status["access_control"], true, "{status}");
+
+    let created = send(
+        &as_app,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"ttl_ms": 15_000})),
+    );
+    assert_eq!(created.status, 200, "{created:?}");
+    let s = created.json()["session"].clone();
+    let granted = send(
+        &as_app,
+        "POST",
+        "/v1/locks/acquire",
+        Some(json!({"session": s, "seq": 1, "name": "app/x"})),
+    );
+    assert_eq!(granted.json()["result"], "granted", "{granted:?}");
+    let token = granted.json()["token"].as_u64().unwrap();
+
+    let release =
+        |auth: &[(&str, &str)], body: Value| send(auth, "POST", "/v1/admin/release", Some(body));
+    let reason = "INC-7 stuck deploy";
+    // May lock app/x, but not force-release it.
+    let denied = release(
+        &as_app,
+        json!({"name": "app/x", "token": token, "reason": reason}),
+    );
+    assert_eq!(error_of(&denied), (403, "permission-denied".to_owned()));
+    let anonymous = release(&[], json!({"name": "app/x", "reason": reason}));
+    assert_eq!(error_of(&anonymous), (401, "unauthenticated".to_owned()));
+    let no_reason = release(&as_admin, json!({"name": "app/x", "reason": ""}));
+    assert_eq!(error_of(&no_reason).0, 400, "{no_reason:?}");
+    let stale = release(
+        &as_admin,
+        json!({"name": "app/x", "token": token + 1, "reason": reason}),
+    );
+    assert_eq!(error_of(&stale).0, 409, "{stale:?}");
+    let held = send(&as_app, "GET", "/v1/lock?name=app/x", None).json();
+    assert_eq!(held["lock"]["holder"]["token"], token, "still held: {held}");
+
+    let taken = release(
+        &as_admin,
+        json!({"name": "app/x", "token": token, "reason": reason, "operator": "alice@ops"}),
+    );
+    assert_eq!(taken.status, 200, "{taken:?}");
+    assert_eq!(
+        taken.json(),
+        json!({"session": s["id"], "token": token}),
+        "{taken:?}"
+    );
+    let free = send(&as_app, "GET", "/v1/lock?name=app/x", None).json();
+    assert_eq!(free["lock"]["holder"], Value::Null, "{free}");
+
+    let audit = run(
+        &[
+            "audit".into(),
+            "--json".into(),
+            "--endpoints".into(),
+            grpc,
+            "--auth-token".into(),
+            ADMIN.into(),
+        ],
+        dir.path(),
+        CALL_TIMEOUT,
+    );
+    assert!(audit.status.success(), "latchkey audit: {audit:?}");
+    let records: Value = serde_json::from_str(&audit.stdout).unwrap();
+    assert_eq!(records.as_array().map(Vec::len), Some(1), "{records}");
+    let r = &records[0];
+    assert_eq!(r["action"], "force-release", "{r}");
+    assert_eq!(r["lock"], "app/x", "{r}");
+    assert_eq!(r["token"], token, "{r}");
+    assert_eq!(r["identity"], "ops", "{r}");
+    assert_eq!(r["reason"], reason, "{r}");
+}
+
 fn documented_routes() -> BTreeSet<(String, String)> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
     let doc: Value =

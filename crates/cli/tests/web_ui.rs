@@ -2,7 +2,9 @@
 //! `latchkey serve`: served with its content policy, and driven in a real headless chromium
 //! (Debian's, through `playwright-core` from `tests/web_ui/`, see `check.mjs` there): it loads,
 //! shows a lock that `latchkey lock` took (token, owner as literal text, its waiter) and drops
-//! it once released. Screenshots go to `target/ui-screenshots/`.
+//! it once released; its force-release button takes the lock from the holder (no access
+//! control) or shows the API's refusal (a token without the admin permission). Screenshots go
+//! to `target/ui-screenshots/`.
 //!
 //! Without node, the `npm ci`'d `tests/web_ui/node_modules` or chromium (`/usr/bin/chromium`, or
 //! `LATCHKEY_CHROMIUM`) the browser test is skipped with a message, unless
@@ -17,7 +19,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::serve::ServeProcess;
-use common::{free_port, http_call, token_of, wait_until, Proc, Server, Work, READY_TIMEOUT};
+use common::{free_port, http_call, run, token_of, wait_until, Proc, Server, Work, READY_TIMEOUT};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -25,6 +27,22 @@ use sha2::{Digest, Sha256};
 const T: Duration = Duration::from_secs(30);
 /// How long the browser script may take for one step (its own waits are 20 s each).
 const BROWSER_STEP: Duration = Duration::from_secs(60);
+/// `latchkey lock`'s exit code when the lock was taken from it.
+const EXIT_LOCK_LOST: i32 = 4;
+/// The reason the browser types for a force-release.
+const FORCE_REASON: &str = "web-ui test: the deploy hung";
+
+/// How the held lock of the browser scenario ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Its holder releases it.
+    HolderReleases,
+    /// The page's force-release button takes it (the viewer may).
+    ForcedFromPage,
+    /// The page's force-release is refused (the viewer's token lacks admin); then its holder
+    /// releases it.
+    RefusedOnPage,
+}
 
 fn http_server() -> (Server, String) {
     let http = format!("127.0.0.1:{}", free_port());
@@ -157,8 +175,13 @@ impl Browsed<'_> {
 
 /// The browser scenario: a holder (owner text with markup) and a waiter on `deploy/web`; the
 /// page must show the holder's token, its owner as text and the waiter, then lose the row once
-/// both are done. Screenshots in `target/ui-screenshots/<shots>/`.
-fn page_shows_a_held_lock_and_drops_it(kit: (PathBuf, String), node: Browsed, shots: &str) {
+/// both are done, ended as `ending` says. Screenshots in `target/ui-screenshots/<shots>/`.
+fn page_shows_a_held_lock_and_drops_it(
+    kit: (PathBuf, String),
+    node: Browsed,
+    shots: &str,
+    ending: Ending,
+) {
     let (dir, chromium) = kit;
     let work = Work::new();
     // Markup on purpose: the page must show it as text.
@@ -197,11 +220,19 @@ fn page_shows_a_held_lock_and_drops_it(kit: (PathBuf, String), node: Browsed, sh
         .arg(&shots)
         .env("LATCHKEY_CHROMIUM", &chromium)
         .env_remove("LATCHKEY_UI_TOKEN")
+        .env_remove("LATCHKEY_UI_FORCE_RELEASE")
+        .env_remove("LATCHKEY_UI_EXPECT")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     if let Some(bearer) = node.bearer {
         command.env("LATCHKEY_UI_TOKEN", bearer);
+    }
+    if ending != Ending::HolderReleases {
+        command.env("LATCHKEY_UI_FORCE_RELEASE", FORCE_REASON);
+    }
+    if ending == Ending::RefusedOnPage {
+        command.env("LATCHKEY_UI_EXPECT", "denied");
     }
     let mut browser = command.spawn().expect("spawning node");
     // Killed on every way out of this test, also a failed assertion.
@@ -235,6 +266,44 @@ fn page_shows_a_held_lock_and_drops_it(kit: (PathBuf, String), node: Browsed, sh
     assert_eq!(next_line("shown"), "shown");
     assert!(shots.join("held.png").is_file(), "no held.png");
 
+    if ending == Ending::ForcedFromPage {
+        assert_eq!(next_line("gone"), "gone");
+        assert_eq!(
+            holder.wait_code(T),
+            EXIT_LOCK_LOST,
+            "the holder loses the lock: {}",
+            holder.stderr()
+        );
+        assert_eq!(waiter.wait_code(T), 0, "waiter: {}", waiter.stderr());
+        let status = browser.0.wait().expect("waiting for node");
+        assert!(status.success(), "the browser script: {status:?}");
+        assert!(shots.join("forced.png").is_file(), "no forced.png");
+        let audit = run(
+            &[
+                "audit".into(),
+                "--json".into(),
+                "--endpoints".into(),
+                node.addr.into(),
+            ],
+            work.dir.path(),
+            T,
+        );
+        assert!(audit.status.success(), "latchkey audit: {audit:?}");
+        let records: Value = serde_json::from_str(&audit.stdout).expect("audit --json");
+        assert_eq!(records.as_array().map(Vec::len), Some(1), "{records}");
+        assert_eq!(records[0]["action"], "force-release", "{records}");
+        assert_eq!(records[0]["lock"], "deploy/web", "{records}");
+        assert_eq!(records[0]["token"], token, "{records}");
+        assert_eq!(records[0]["reason"], FORCE_REASON, "{records}");
+        drop(stdin);
+        reader.join().expect("the stdout reader");
+        return;
+    }
+    if ending == Ending::RefusedOnPage {
+        assert_eq!(next_line("denied"), "denied");
+        assert!(shots.join("denied.png").is_file(), "no denied.png");
+    }
+
     work.touch("release");
     assert_eq!(holder.wait_code(T), 0, "holder: {}", holder.stderr());
     assert_eq!(waiter.wait_code(T), 0, "waiter: {}", waiter.stderr());
@@ -258,7 +327,21 @@ fn the_page_shows_a_held_lock_and_drops_it_once_released_in_chromium() {
         http: &http,
         bearer: None,
     };
-    page_shows_a_held_lock_and_drops_it(kit, node, "open");
+    page_shows_a_held_lock_and_drops_it(kit, node, "open", Ending::HolderReleases);
+}
+
+#[test]
+fn without_acl_the_pages_force_release_takes_the_lock_and_is_audited_in_chromium() {
+    let Some(kit) = browser_kit_or_skip() else {
+        return;
+    };
+    let (server, http) = http_server();
+    let node = Browsed {
+        addr: &server.addr,
+        http: &http,
+        bearer: None,
+    };
+    page_shows_a_held_lock_and_drops_it(kit, node, "forced", Ending::ForcedFromPage);
 }
 
 const VIEWER: &str = "web-ui-viewer-token-0123456789";
@@ -276,7 +359,7 @@ impl Drop for Running {
 }
 
 #[test]
-fn under_acl_the_page_asks_for_the_token_and_shows_what_it_grants_in_chromium() {
+fn under_acl_the_page_uses_the_token_and_shows_a_refused_force_release_in_chromium() {
     let Some(kit) = browser_kit_or_skip() else {
         return;
     };
@@ -331,5 +414,7 @@ fn under_acl_the_page_asks_for_the_token_and_shows_what_it_grants_in_chromium() 
         http: &http,
         bearer: Some(VIEWER),
     };
-    page_shows_a_held_lock_and_drops_it(kit, node, "acl");
+    // The viewer may lock and read but not force-release: the page offers the button (a token
+    // was entered), and the server refuses.
+    page_shows_a_held_lock_and_drops_it(kit, node, "acl", Ending::RefusedOnPage);
 }

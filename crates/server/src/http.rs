@@ -1,6 +1,7 @@
 //! The HTTP/JSON API (`--http-listen`, issue #15): the client calls of the gRPC `Locks` service
 //! (sessions, keepalive, acquire with its long-poll, release, describe, list, this node's
-//! status) as JSON over HTTP/1.1, for clients without gRPC. Like `service.rs` it only
+//! status) and the admin force-release (`AdminRelease`, for the web page) as JSON over
+//! HTTP/1.1, for clients without gRPC. Like `service.rs` it only
 //! translates: every call is checked by `Node::authorize` and runs the same operation of
 //! `ops.rs`, so the semantics (exactly-once by session and sequence number, the long-poll bound
 //! `ACQUIRE_POLL_MS_MAX`, the leader-only answers) are the gRPC API's. Errors are
@@ -8,8 +9,9 @@
 //!
 //! [`ROUTES`] is the API's one list of (method, path): the router is built from it, and a test
 //! holds `docs/openapi.json` to it. The document itself is served at `GET /v1/openapi.json`,
-//! and the read-only web page (issue #15 item 6) at `GET /ui`: static files from `ui/`, whose
-//! script reads the routes above (see `ui/app.js`).
+//! and the web page (issue #15 item 6) at `GET /ui`: static files from `ui/`, whose script
+//! reads the routes above and offers force-release to a viewer who may be an admin (see
+//! `ui/app.js`).
 //!
 //! Connections come through `tls::accept_loop` like gRPC's (TLS when the node has TLS, with
 //! ALPN `http/1.1`), at most `HTTP_CONNECTIONS_MAX` at once, each closed once idle for
@@ -30,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::serve::{IncomingStream, Listener};
 use axum::Router;
-use latchkey_core::{limits, SessionId, SessionKey, SessionOwner};
+use latchkey_core::{limits, Actor, SessionId, SessionKey, SessionOwner};
 use rustls_pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -54,6 +56,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/lock"),
     ("GET", "/v1/locks"),
     ("GET", "/v1/cluster/status"),
+    ("POST", "/v1/admin/release"),
     ("GET", "/v1/openapi.json"),
     ("GET", "/ui"),
     ("GET", "/ui/app.js"),
@@ -86,6 +89,7 @@ fn handler(method: &str, path: &str) -> MethodRouter<Api> {
         ("GET", "/v1/lock") => get(describe),
         ("GET", "/v1/locks") => get(list),
         ("GET", "/v1/cluster/status") => get(status),
+        ("POST", "/v1/admin/release") => post(admin_release),
         ("GET", "/v1/openapi.json") => get(openapi),
         ("GET", "/ui") => get(|| async { ui_asset("text/html; charset=utf-8", UI_HTML) }),
         ("GET", "/ui/app.js") => {
@@ -633,6 +637,9 @@ struct StatusResponse {
     cluster_id: String,
     sessions: u64,
     locks: u64,
+    /// Whether this node checks credentials (`--acl`): the web page offers its admin actions
+    /// without a token only when it does not.
+    access_control: bool,
 }
 
 fn members_json(members: Vec<(u64, String)>) -> Vec<MemberJson> {
@@ -642,7 +649,7 @@ fn members_json(members: Vec<(u64, String)>) -> Vec<MemberJson> {
         .collect()
 }
 
-fn status_response(s: NodeStatus) -> StatusResponse {
+fn status_response(s: NodeStatus, access_control: bool) -> StatusResponse {
     StatusResponse {
         id: s.id,
         role: s.role.as_str(),
@@ -656,6 +663,7 @@ fn status_response(s: NodeStatus) -> StatusResponse {
         cluster_id: s.cluster_id,
         sessions: s.sessions,
         locks: s.locks,
+        access_control,
     }
 }
 
@@ -670,7 +678,47 @@ async fn status(
         Need::Anywhere(Permission::Read),
         &[],
     )?;
-    Ok(json(&status_response(node.status())))
+    let access_control = node.config.acl.is_some();
+    Ok(json(&status_response(node.status(), access_control)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdminReleaseRequest {
+    name: String,
+    /// Release only if the holder's grant has this token.
+    token: Option<u64>,
+    reason: String,
+    /// Who says they are doing it, recorded beside the authenticated identity.
+    #[serde(default)]
+    operator: String,
+}
+
+/// The gRPC `AdminRelease` over HTTP: same access check (`admin` on the lock), same operation,
+/// same audit record.
+async fn admin_release(
+    State(node): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    node.metrics.request("admin_release");
+    let req: AdminReleaseRequest = parse(body)?;
+    let who = node.authorize(
+        credentials(&headers, &peer),
+        Need::Lock(&req.name, Permission::Admin),
+        &[],
+    )?;
+    let by = Actor {
+        identity: who.map(|w| w.name.clone()),
+        claimed: req.operator,
+    };
+    let (session, token) = node
+        .force_release(req.name, req.token, by, req.reason)
+        .await?;
+    Ok(json(
+        &serde_json::json!({ "session": session.0, "token": token }),
+    ))
 }
 
 async fn openapi() -> Response {

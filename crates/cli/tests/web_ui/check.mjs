@@ -11,6 +11,12 @@
 //
 // With LATCHKEY_UI_TOKEN set (a node with --acl), it first waits for the page to show the
 // API's "unauthenticated" error, then types the token into the page's field.
+//
+// With LATCHKEY_UI_FORCE_RELEASE=REASON, after "shown" it clicks LOCK's force-release button,
+// types REASON and confirms. With LATCHKEY_UI_EXPECT=denied it then waits for the page to show
+// the API's "permission-denied" with LOCK still held, takes SHOT_DIR/denied.png, prints "denied"
+// and goes on as above; else it waits until LOCK's row no longer shows TOKEN (the waiter may
+// take it, then release it), takes SHOT_DIR/forced.png and prints "gone".
 import { chromium } from "playwright-core";
 import { createInterface } from "node:readline";
 import { join } from "node:path";
@@ -28,11 +34,14 @@ const browser = await chromium.launch({
 });
 const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
 const bearer = process.env.LATCHKEY_UI_TOKEN;
+const forceReason = process.env.LATCHKEY_UI_FORCE_RELEASE;
+const expectDenied = process.env.LATCHKEY_UI_EXPECT === "denied";
 const pageErrors = [];
 page.on("pageerror", (e) => pageErrors.push(String(e)));
 page.on("console", (m) => {
   // Before it has the token, the API answers the page 401, as it should.
-  const expected = bearer && m.text().includes("status of 401");
+  const expected = (bearer && m.text().includes("status of 401")) ||
+    (expectDenied && m.text().includes("status of 403"));
   if (m.type() === "error" && !expected) pageErrors.push(`console: ${m.text()}`);
 });
 
@@ -98,6 +107,35 @@ await step(`waiting for ${lock} held with token ${token}, owner ${ownerText} and
   await page.screenshot({ path: join(shots, "held.png"), fullPage: true });
 });
 console.log("shown");
+
+if (forceReason) {
+  await step(`force-releasing ${lock} from the page`, async () => {
+    const button = page.locator(`#locks tbody tr[data-lock="${lock}"] button.force-release`);
+    await button.click({ timeout: WAIT_MS });
+    await page.fill("#release-reason", forceReason, { timeout: WAIT_MS });
+    await page.click("#release-confirm", { timeout: WAIT_MS });
+  });
+  if (expectDenied) {
+    await step("waiting for the page to show the refusal", async () => {
+      await page.waitForFunction(() => document.getElementById("release-error").textContent.startsWith("permission-denied"),
+        null, { timeout: WAIT_MS });
+      const row = await page.evaluate(lockRow, [lock]);
+      if (!row || row.token !== token) throw new Error(`the lock should still be held: ${JSON.stringify(row)}`);
+      noPageErrors();
+      await page.screenshot({ path: join(shots, "denied.png"), fullPage: true });
+    });
+    console.log("denied");
+  } else {
+    await step(`waiting for ${lock}'s row to lose token ${token}`, async () => {
+      await untilRow((r) => r === null || r.token !== token);
+      noPageErrors();
+      await page.screenshot({ path: join(shots, "forced.png"), fullPage: true });
+    });
+    console.log("gone");
+    await browser.close();
+    process.exit(0);
+  }
+}
 
 await step("waiting for the test to release the lock", async () => {
   const line = await stdinLines.next();

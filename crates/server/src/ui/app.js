@@ -9,8 +9,11 @@
 // never parsed as HTML; the page's Content-Security-Policy runs only this script.
 //
 // Access: with `--acl` the API wants `Authorization: Bearer TOKEN`; the token typed in the
-// field is kept in sessionStorage (this tab only) and sent with every call. The page is
-// read-only: it only calls GET routes.
+// field is kept in sessionStorage (this tab only) and sent with every call. The page only
+// reads (GET routes), but for one admin action: force-release (POST /v1/admin/release), whose
+// button each held lock shows when the viewer may have the admin permission: a token was
+// entered, or the node has no access control (`access_control` in the status). The page
+// probes nothing: a token without the permission gets the API's refusal, shown as is.
 "use strict";
 
 const REFRESH_MS = 1000;
@@ -57,11 +60,14 @@ function owner(o) {
 
 class ApiError extends Error {}
 
-async function get(path) {
-  const headers = { Accept: "application/json" };
+// The last status's `access_control`; null until one arrived.
+let accessControl = null;
+
+async function call(path, init) {
+  const headers = { Accept: "application/json", ...(init.headers || {}) };
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers.Authorization = `Bearer ${token}`;
-  const response = await fetch(path, { headers, cache: "no-store" });
+  const response = await fetch(path, { ...init, headers, cache: "no-store" });
   const body = await response.json().catch(() => null);
   if (!response.ok) {
     let message = body && body.message ? `${body.code}: ${body.message}` : `HTTP ${response.status}`;
@@ -72,6 +78,54 @@ async function get(path) {
     throw new ApiError(message);
   }
   return body;
+}
+
+const get = (path) => call(path, { method: "GET" });
+
+const post = (path, body) =>
+  call(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+
+function mayForceRelease() {
+  return accessControl === false || Boolean(sessionStorage.getItem(TOKEN_KEY));
+}
+
+// Opens the reason form (outside the table, which each refresh rebuilds) for this grant.
+function askForceRelease(name, token) {
+  $("release-lock").textContent = name;
+  $("release-token").textContent = String(token);
+  $("release").dataset.lock = name;
+  $("release").dataset.token = String(token);
+  $("release-error").textContent = "";
+  $("release-result").textContent = "";
+  $("release").hidden = false;
+  $("release-reason").focus();
+}
+
+async function forceRelease(event) {
+  event.preventDefault();
+  const form = $("release");
+  const name = form.dataset.lock;
+  // Only the grant the page showed: if another took the lock since, the API says token-mismatch.
+  const token = Number(form.dataset.token);
+  const reason = $("release-reason").value.trim();
+  $("release-error").textContent = "";
+  $("release-result").textContent = "";
+  if (!reason) {
+    $("release-error").textContent = "give a reason: the audit log records it";
+    return;
+  }
+  $("release-confirm").disabled = true;
+  try {
+    const taken = await post("/v1/admin/release", { name, token, reason });
+    $("release-result").textContent = `force-released ${name} (session ${taken.session}, token ${taken.token})`;
+    $("release-reason").value = "";
+    form.hidden = true;
+  } catch (e) {
+    const why = e instanceof ApiError ? e.message : `cannot reach the node: ${e.message}`;
+    $("release-error").textContent = why;
+  } finally {
+    $("release-confirm").disabled = false;
+  }
 }
 
 function renderStatus(s) {
@@ -98,6 +152,7 @@ function renderStatus(s) {
       { "data-member": m.id }));
   fill($("members").tBodies[0], members.concat(learners));
   $("sessions-total").textContent = String(s.sessions);
+  accessControl = s.access_control;
 }
 
 function queueCell(lock) {
@@ -118,6 +173,17 @@ function queueCell(lock) {
   return td;
 }
 
+function adminCell(lock) {
+  const td = el("td");
+  const h = lock.holder;
+  if (h && mayForceRelease()) {
+    const button = el("button", "force-release", { type: "button", class: "force-release" });
+    button.addEventListener("click", () => askForceRelease(lock.name, h.token));
+    td.appendChild(button);
+  }
+  return td;
+}
+
 function renderLocks(locks, truncated) {
   const rows = locks.map((lock) => {
     const h = lock.holder;
@@ -128,6 +194,7 @@ function renderLocks(locks, truncated) {
       h ? owner(h.owner) : "",
       h ? duration(h.held_for_ms) : "",
       queueCell(lock),
+      adminCell(lock),
     ], { "data-lock": lock.name });
   });
   fill($("locks").tBodies[0], rows);
@@ -203,5 +270,9 @@ $("auth").addEventListener("submit", (event) => {
   const token = $("token").value.trim();
   if (token) sessionStorage.setItem(TOKEN_KEY, token);
   else sessionStorage.removeItem(TOKEN_KEY);
+});
+$("release").addEventListener("submit", forceRelease);
+$("release-cancel").addEventListener("click", () => {
+  $("release").hidden = true;
 });
 loop();
