@@ -95,6 +95,10 @@ fn limit_value(name: &str) -> Option<u128> {
         BACKUP_CHUNK_BYTES,
         BACKUP_TABLE_BYTES_MAX,
         BACKUP_CALL_TIMEOUT_MS,
+        WATCH_EVENTS_KEPT,
+        WATCHERS_MAX,
+        WATCH_PROGRESS_MS,
+        CLIENT_WATCH_SILENCE_MS,
     )
 }
 
