@@ -18,6 +18,54 @@ ACQUIRE_RESULT_GRANTED: AcquireResult
 ACQUIRE_RESULT_NOT_GRANTED: AcquireResult
 ACQUIRE_RESULT_PENDING: AcquireResult
 
+class WatchRequest(_message.Message):
+    __slots__ = ("prefix", "after_index")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    AFTER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    after_index: int
+    def __init__(self, prefix: _Optional[str] = ..., after_index: _Optional[int] = ...) -> None: ...
+
+class WatchEvent(_message.Message):
+    __slots__ = ("index", "ordinal", "kind", "lock", "session", "token")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ORDINAL_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LOCK_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    ordinal: int
+    kind: str
+    lock: str
+    session: int
+    token: int
+    def __init__(self, index: _Optional[int] = ..., ordinal: _Optional[int] = ..., kind: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ...) -> None: ...
+
+class WatchMissed(_message.Message):
+    __slots__ = ("after_index", "through_index")
+    AFTER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    THROUGH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    after_index: int
+    through_index: int
+    def __init__(self, after_index: _Optional[int] = ..., through_index: _Optional[int] = ...) -> None: ...
+
+class WatchProgress(_message.Message):
+    __slots__ = ("index",)
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    def __init__(self, index: _Optional[int] = ...) -> None: ...
+
+class WatchMessage(_message.Message):
+    __slots__ = ("event", "missed", "progress")
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    MISSED_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    event: WatchEvent
+    missed: WatchMissed
+    progress: WatchProgress
+    def __init__(self, event: _Optional[_Union[WatchEvent, _Mapping]] = ..., missed: _Optional[_Union[WatchMissed, _Mapping]] = ..., progress: _Optional[_Union[WatchProgress, _Mapping]] = ...) -> None: ...
+
 class Owner(_message.Message):
     __slots__ = ("host", "pid", "user", "text")
     HOST_FIELD_NUMBER: _ClassVar[int]
