@@ -9,7 +9,8 @@
 //! The search is Wing and Gong's, with Lowe's memo of (operations linearized, model state), as
 //! Porcupine and Knossos run it: the entries (calls and returns, in execution order) form a
 //! linked list; the search linearizes a call that comes before the first remaining return, lifts
-//! it and its return out of the list, and backtracks when it meets a return it could not lift.
+//! it and its return out of the list, and backtracks when it meets the return of an operation
+//! it has not linearized.
 //! An operation without an answer may be linearized (with the model's own result) or not at all.
 //! stateright's `LinearizabilityTester` judges the same histories (the test
 //! `agrees_with_stateright_on_random_histories` holds the two equal), but it copies the whole
@@ -49,7 +50,7 @@ pub enum LockRet {
 
 impl LockModel {
     /// Used for operations without an answer: they may have taken effect.
-    pub fn invoke(&mut self, op: &LockOp) -> LockRet {
+    fn invoke(&mut self, op: &LockOp) -> LockRet {
         match op {
             LockOp::Acquire { session } => match self.holder {
                 None => {
@@ -76,7 +77,7 @@ impl LockModel {
     }
 
     /// Whether `op` answered `ret` is a step of the model from this state (taken if so).
-    pub fn is_valid_step(&mut self, op: &LockOp, ret: &LockRet) -> bool {
+    fn is_valid_step(&mut self, op: &LockOp, ret: &LockRet) -> bool {
         match (op, ret) {
             (LockOp::Acquire { session }, LockRet::Granted(token)) => {
                 let ok = self.holder.is_none() && *token > self.last_token;
@@ -210,7 +211,8 @@ struct Operation {
     answer: Option<usize>,
 }
 
-/// An entry of the history: an operation's call, or a return (whose operation is `answer`ed).
+/// An entry of the history: an operation's call, or its return (the operation's `answer`
+/// names the entry; backtracking finds the operation on its stack).
 #[derive(Debug, Clone, Copy)]
 enum Entry {
     Call(usize),
@@ -431,28 +433,45 @@ mod tests {
         assert_eq!(messages(&check(&h.h), "linearizable").len(), 1);
     }
 
-    /// One random history over a few threads: calls and returns interleaved at random, the
-    /// answers either those of a real lock taking effect at a random moment inside each call
-    /// (a linearizable history by construction) or drawn at random; the last operation of a
-    /// thread is sometimes left without an answer.
-    fn random_history(rng: &mut StdRng) -> Vec<(Thread, Result<LockOp, LockRet>)> {
-        let threads = rng.random_range(1..=3u32);
+    /// A step of a test history: a call (`Ok`) or a return (`Err`) on a thread.
+    type TestStep = (Thread, Result<LockOp, LockRet>);
+
+    /// `n` sequential answered operations on a thread of their own (ends of a session that
+    /// never holds), so that the operations after them have ids past 64 and the search's set of
+    /// linearized operations spans several words.
+    fn sequential_prefix(n: usize) -> Vec<TestStep> {
+        let thread = (99, 0, 0);
+        let end = LockOp::End { sessions: vec![99] };
+        (0..n)
+            .flat_map(|_| [(thread, Ok(end.clone())), (thread, Err(LockRet::Done))])
+            .collect()
+    }
+
+    /// One random history over up to four threads: calls and returns interleaved at random;
+    /// the answers either those of a real lock taking effect at a random moment inside each
+    /// call (mostly linearizable: the model refuses some answers a real lock gives, such as a
+    /// holder's own second acquire) or drawn at random. The last operation of a thread is
+    /// sometimes left without an answer, having taken effect or not.
+    fn random_history(rng: &mut StdRng) -> Vec<TestStep> {
+        let threads = rng.random_range(1..=4usize);
         let honest = rng.random_bool(0.5);
-        let mut left: Vec<u32> = (0..threads).map(|_| rng.random_range(1..=4)).collect();
+        let mut left: Vec<u32> = (0..threads).map(|_| rng.random_range(1..=3)).collect();
         // Per thread: 0 idle, 1 called, 2 took effect (honest only); and the answer to give.
-        let mut phase = vec![(0u8, None::<LockOp>, None::<LockRet>); threads as usize];
+        let mut phase = vec![(0u8, None::<LockOp>, None::<LockRet>); threads];
         let (mut real, mut token) = (LockModel::default(), 0u64);
         let mut out = Vec::new();
-        while let Some(t) = {
-            let busy: Vec<usize> = (0..threads as usize)
+        loop {
+            let busy: Vec<usize> = (0..threads)
                 .filter(|&t| left[t] > 0 || phase[t].0 > 0)
                 .collect();
-            (!busy.is_empty()).then(|| busy[rng.random_range(0..busy.len())])
-        } {
+            if busy.is_empty() {
+                return out;
+            }
+            let t = busy[rng.random_range(0..busy.len())];
             let thread = (t as u32, 0, 0);
-            let session = t as u64 + rng.random_range(0..=1) * 10;
             match phase[t].0 {
                 0 => {
+                    let session = t as u64 + rng.random_range(0..=1) * 10;
                     let op = match rng.random_range(0..5) {
                         0 | 1 => LockOp::Acquire { session },
                         2 | 3 => LockOp::Release {
@@ -467,6 +486,8 @@ mod tests {
                     out.push((thread, Ok(op.clone())));
                     phase[t] = (1, Some(op), None);
                 }
+                // The last call of a thread may end it unanswered before it took effect.
+                1 if honest && left[t] == 0 && rng.random_bool(0.15) => phase[t] = (0, None, None),
                 1 if honest => {
                     let op = phase[t].1.clone().expect("called");
                     let ret = match &op {
@@ -491,46 +512,81 @@ mod tests {
                             LockOp::End { .. } => LockRet::Done,
                         }
                     });
-                    // The last operation of a thread may stay unanswered (it took effect
-                    // or not: the checkers must allow both).
+                    // The last operation of a thread may stay unanswered after it took effect.
                     if left[t] > 0 || rng.random_bool(0.7) {
                         out.push((thread, Err(ret)));
-                    } else {
-                        left[t] = 0;
                     }
                     phase[t] = (0, None, None);
                 }
             }
         }
-        out
+    }
+
+    /// Feeds `steps` to both; the index of the first step either refused as malformed.
+    fn feed(
+        steps: &[TestStep],
+        ours: &mut History,
+        reference: &mut LinearizabilityTester<Thread, LockModel>,
+    ) -> (Option<usize>, Option<usize>) {
+        let (mut ours_bad, mut reference_bad) = (None, None);
+        for (i, (thread, step)) in steps.iter().enumerate() {
+            let (a, b) = match step {
+                Ok(op) => (
+                    ours.invoke(*thread, op.clone()).is_err(),
+                    reference.on_invoke(*thread, op.clone()).is_err(),
+                ),
+                Err(ret) => (
+                    ours.answer(*thread, ret.clone()).is_err(),
+                    reference.on_return(*thread, ret.clone()).is_err(),
+                ),
+            };
+            if a && ours_bad.is_none() {
+                ours_bad = Some(i);
+            }
+            if b && reference_bad.is_none() {
+                reference_bad = Some(i);
+            }
+            if ours_bad.is_some() || reference_bad.is_some() {
+                break;
+            }
+        }
+        (ours_bad, reference_bad)
     }
 
     /// Holds the search above to stateright's tester, the reference: the same verdict on every
-    /// history, over enough histories of both kinds that a wrong answer of either kind shows.
+    /// history, over enough histories of both kinds that a wrong answer of either kind shows;
+    /// a tenth of them behind a sequential prefix of 70 operations (ids past one word), one in
+    /// fifty made malformed (a thread calling twice, or a return from a thread that called
+    /// nothing), which both must refuse at the same step.
     #[test]
     fn agrees_with_stateright_on_random_histories() {
         let mut rng = StdRng::seed_from_u64(0x1a_e4);
-        let (mut linearizable, mut not) = (0, 0);
+        let (mut linearizable, mut not, mut malformed) = (0, 0, 0);
         for i in 0..20_000 {
-            let steps = random_history(&mut rng);
+            let mut steps = if rng.random_bool(0.1) {
+                sequential_prefix(70)
+            } else {
+                Vec::new()
+            };
+            steps.extend(random_history(&mut rng));
+            if rng.random_bool(0.02) {
+                let at = rng.random_range(0..=steps.len());
+                let bad = match steps.get(at) {
+                    Some((thread, Ok(op))) => (*thread, Ok(op.clone())),
+                    _ => ((200, 0, 0), Err(LockRet::Done)),
+                };
+                steps.insert(at.min(steps.len()), bad);
+            }
             let mut ours = History::default();
-            let mut reference: LinearizabilityTester<Thread, LockModel> =
-                LinearizabilityTester::new(LockModel::default());
-            for (thread, step) in &steps {
-                match step {
-                    Ok(op) => {
-                        ours.invoke(*thread, op.clone()).expect("well formed");
-                        reference
-                            .on_invoke(*thread, op.clone())
-                            .expect("well formed");
-                    }
-                    Err(ret) => {
-                        ours.answer(*thread, ret.clone()).expect("well formed");
-                        reference
-                            .on_return(*thread, ret.clone())
-                            .expect("well formed");
-                    }
-                }
+            let mut reference = LinearizabilityTester::new(LockModel::default());
+            let (ours_bad, reference_bad) = feed(&steps, &mut ours, &mut reference);
+            assert_eq!(
+                ours_bad, reference_bad,
+                "history {i}: refused as malformed at different steps: {steps:?}"
+            );
+            if ours_bad.is_some() {
+                malformed += 1;
+                continue;
             }
             let verdict = ours.is_linearizable(LockModel::default());
             assert_eq!(
@@ -545,9 +601,34 @@ mod tests {
             }
         }
         assert!(
-            linearizable > 2_000 && not > 2_000,
-            "too few of one kind: {linearizable} linearizable, {not} not"
+            linearizable > 2_000 && not > 2_000 && malformed > 100,
+            "too few of one kind: {linearizable} linearizable, {not} not, {malformed} malformed"
         );
+    }
+
+    /// Fourteen overlapping session ends, then a release no one could have answered: the
+    /// search must rule out every order of the fourteen, 14! of them, which only the memo (2^14
+    /// sets of ends, one model state) makes finish.
+    #[test]
+    fn the_memo_bounds_a_wide_hopeless_history() {
+        let mut h = History::default();
+        for t in 0..14 {
+            h.invoke((t, 0, 0), LockOp::End { sessions: vec![7] })
+                .expect("call");
+        }
+        for t in 0..14 {
+            h.answer((t, 0, 0), LockRet::Done).expect("answer");
+        }
+        h.invoke(
+            (50, 0, 0),
+            LockOp::Release {
+                session: 1,
+                token: 1,
+            },
+        )
+        .expect("call");
+        h.answer((50, 0, 0), LockRet::Released).expect("answer");
+        assert!(!h.is_linearizable(LockModel::default()));
     }
 
     #[test]
