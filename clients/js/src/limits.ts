@@ -35,6 +35,13 @@ export const CLIENT_RENEWAL_TTL_DIVISOR = 3;
 export const CLIENT_SAFETY_MARGIN_TTL_DIVISOR = 5;
 /** The least safety margin: a late timer, scheduling on a loaded client, time to stop. */
 export const CLIENT_SAFETY_MARGIN_MS_MIN = 200;
+/**
+ * A lead of the wall clock over the monotonic clock larger than this is taken as a suspend (or
+ * a forward step of the wall clock) and added to the client's clock (`SuspendAwareClock`): above
+ * the clocks' resolution and NTP's slewing between two readings, below the least safety margin,
+ * so that a suspend too short to be seen still leaves the holder most of its margin.
+ */
+export const CLIENT_SUSPEND_DETECT_MS = 50;
 /** One renewal attempt's deadline: TTL / 5, at least 200 ms (retried while the lease has room). */
 export const CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR = 5;
 export const CLIENT_RENEWAL_ATTEMPT_MS_MIN = 200;
@@ -77,6 +84,7 @@ function assert(ok: boolean, what: string): void {
 }
 assert(2 * SESSION_SEQ_WINDOW_MAX <= 256, "the seq window fits the server's memory of outcomes");
 assert(SESSION_WAITS_IN_FLIGHT_MAX + SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX < SESSION_SEQ_WINDOW_MAX, "in-flight budgets never fill the window");
+assert(4 * CLIENT_SUSPEND_DETECT_MS <= CLIENT_SAFETY_MARGIN_MS_MIN, "an unseen suspend leaves most of the margin");
 assert(CLIENT_SAFETY_MARGIN_MS_MIN <= SESSION_TTL_MS_MIN / CLIENT_SAFETY_MARGIN_TTL_DIVISOR, "the margin leaves room for a renewal");
 assert(2 * CLIENT_SAFETY_MARGIN_TTL_DIVISOR <= CLIENT_RENEWAL_TTL_DIVISOR * (CLIENT_SAFETY_MARGIN_TTL_DIVISOR - 1), "two renewals fall due before the margin");
 assert(CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR >= CLIENT_RENEWAL_TTL_DIVISOR, "renewal attempts never pile up");

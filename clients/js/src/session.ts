@@ -183,7 +183,7 @@ export class Session {
     return this.lease.marginMs;
   }
 
-  /** The client-side deadline, on the `performance.now()` clock. */
+  /** The client-side deadline, on the client's clock (`now()` in util.ts). */
   get deadline(): number {
     return this.lease.deadline();
   }

@@ -28,3 +28,4 @@ export async function acquireTwiceWithSameSeq(session: Session, name: string): P
 // The pure pieces, for unit tests: the lease arithmetic, the sequence window, the status mapping.
 export { ClientLease, SeqWindow } from "./session";
 export { classify } from "./errors";
+export { SuspendAwareClock } from "./util";

@@ -1,15 +1,60 @@
 // Small helpers: the client's clock, abortable sleeps, a semaphore.
 import { performance } from "node:perf_hooks";
 
+import * as limits from "./limits";
+
 /**
- * The clock every deadline of this client is measured on: milliseconds of `performance.now()`,
- * which is monotonic (never jumps with the wall clock). On Linux it is CLOCK_MONOTONIC, which
- * does NOT advance while the machine is suspended (the Rust client uses CLOCK_BOOTTIME, which
- * does). After a suspend the deadline this client computes is later than the server's: see the
- * README ("Node: what is different").
+ * A monotonic clock that also counts time the machine spent suspended, from two sources: a
+ * monotonic clock that may stop during a suspend (`performance.now()`: CLOCK_MONOTONIC on
+ * Linux) and the wall clock, which keeps running through one (`Date.now()`). Node has no
+ * CLOCK_BOOTTIME, which the Rust and Python clients read. A suspend shows as the wall clock
+ * running ahead of the monotonic one; every such lead of more than `CLIENT_SUSPEND_DETECT_MS`
+ * is added to the reading from then on, so a lease deadline measured on this clock comes at
+ * once after a suspend. A wall clock stepped forward (by hand, or NTP) counts the same way,
+ * which can only make a lease end sooner on the client; one stepped back is ignored. The
+ * reading never decreases and never runs slower than the monotonic source.
+ */
+export class SuspendAwareClock {
+  private monoAt: number;
+  private wallAt: number;
+  private skipped = 0;
+
+  constructor(
+    private readonly mono: () => number,
+    private readonly wall: () => number,
+  ) {
+    this.monoAt = mono();
+    this.wallAt = wall();
+  }
+
+  /** Milliseconds since an arbitrary origin. */
+  now(): number {
+    const mono = this.mono();
+    const wall = this.wall();
+    // How far the wall clock ran ahead of the monotonic one since the last re-anchoring. Small
+    // differences are the two clocks' resolution and NTP's slewing: they are not added, or
+    // their noise would add up.
+    const lead = wall - this.wallAt - (mono - this.monoAt);
+    if (Math.abs(lead) > limits.CLIENT_SUSPEND_DETECT_MS) {
+      if (lead > 0) this.skipped += lead;
+      this.monoAt = mono;
+      this.wallAt = wall;
+    }
+    return mono + this.skipped;
+  }
+}
+
+const clock = new SuspendAwareClock(
+  () => performance.now(),
+  () => Date.now(),
+);
+
+/**
+ * The clock every deadline of this client is measured on, in milliseconds: `performance.now()`
+ * plus the time the machine spent suspended, as `SuspendAwareClock` detects it.
  */
 export function now(): number {
-  return performance.now();
+  return clock.now();
 }
 
 /** Thrown into a sleep or a call when its AbortSignal fires. */

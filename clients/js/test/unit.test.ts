@@ -118,3 +118,81 @@ it("the limits match crates/core/src/limits.rs", (t) => {
   assert.ok(names.length >= 25, `${names.length} names compared`);
   for (const n of names) assert.equal(copied[n], value(n), n);
 });
+
+// The client's clock: monotonic, and counting a suspend (which CLOCK_MONOTONIC, under
+// performance.now(), does not) by the wall clock's lead over it.
+function fakeClock() {
+  const t = { mono: 1_000.25, wall: 1_700_000_000_000 };
+  const clock = new testing.SuspendAwareClock(() => t.mono, () => t.wall);
+  return { t, clock };
+}
+
+it("the clock follows the monotonic clock while the wall clock keeps pace", () => {
+  const { t, clock } = fakeClock();
+  const start = clock.now();
+  t.mono += 5_000;
+  t.wall += 5_000;
+  assert.equal(clock.now() - start, 5_000);
+});
+
+it("a suspend (the wall clock ran on, the monotonic clock stood) is counted", () => {
+  const { t, clock } = fakeClock();
+  const lease = new ClientLease(clock.now(), 15_000);
+  t.mono += 1_000;
+  t.wall += 1_000;
+  assert.ok(clock.now() < lease.deadline());
+  // 20 s pass in a suspend: CLOCK_MONOTONIC advanced 3 ms of them, the wall clock all.
+  t.wall += 20_000;
+  t.mono += 3;
+  assert.equal(clock.now() - (lease.deadline() - 12_000), 1_000 + 20_000);
+  assert.ok(clock.now() >= lease.deadline(), "the lease is over at once after the suspend");
+  // Afterwards the clock follows the monotonic one again, the suspend still counted.
+  t.mono += 100;
+  t.wall += 100;
+  assert.equal(clock.now() - (lease.deadline() - 12_000), 21_100);
+});
+
+it("a wall clock stepped back is ignored and never moves the clock back", () => {
+  const { t, clock } = fakeClock();
+  const before = clock.now();
+  t.wall -= 3_600_000;
+  t.mono += 10;
+  assert.equal(clock.now() - before, 10);
+  t.wall += 10;
+  t.mono += 10;
+  assert.equal(clock.now() - before, 20);
+});
+
+it("the two clocks' jitter and small drift add nothing", () => {
+  const { t, clock } = fakeClock();
+  const start = clock.now();
+  let seed = 7;
+  const jitter = () => {
+    seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+    return (seed % 3) - 1; // -1, 0 or 1 ms: Date.now()'s rounding
+  };
+  const wall0 = t.wall;
+  for (let i = 1; i <= 100_000; i++) {
+    t.mono += 0.37;
+    t.wall = wall0 + Math.floor(i * 0.37) + jitter();
+    const r = clock.now();
+    assert.ok(r - start <= i * 0.37 + 1e-6, `reading ${i} ran ahead: ${r - start}`);
+  }
+});
+
+it("the clock's reading never decreases, whatever the two sources do", () => {
+  const { t, clock } = fakeClock();
+  let seed = 11;
+  const rnd = (n: number) => {
+    seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+    return seed % n;
+  };
+  let last = clock.now();
+  for (let i = 0; i < 10_000; i++) {
+    t.mono += rnd(5);
+    t.wall += rnd(200) - 60 + (rnd(100) === 0 ? 10_000 : 0) - (rnd(100) === 0 ? 10_000 : 0);
+    const r = clock.now();
+    assert.ok(r >= last, `step ${i}: ${r} < ${last}`);
+    last = r;
+  }
+});
