@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Callable, List, Optional
 
@@ -53,10 +54,12 @@ class Server:
     """One `latchkey serve` member."""
 
     def __init__(self, tmp: Path, node_id: int = 1, port: Optional[int] = None,
-                 peers: Optional[str] = None) -> None:
+                 peers: Optional[str] = None, metrics: bool = False) -> None:
         self.id = node_id
         self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
+        # --metrics-listen: Prometheus text at http://ADDR/metrics (see `requests`).
+        self.metrics_addr = f"127.0.0.1:{free_port()}" if metrics else None
         self.dir = tmp / f"node{node_id}"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.dir / "server.log"
@@ -69,9 +72,22 @@ class Server:
                 "--data-dir", str(self.dir / "data")]
         if self.peers:
             args += ["--peers", self.peers]
+        if self.metrics_addr:
+            args += ["--metrics-listen", self.metrics_addr]
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
+
+    def requests(self, method: str) -> int:
+        """Client calls of `method` (snake case: "keep_alive") this member received so far:
+        its `latchkey_requests_total{method=...}` counter (0 before the first)."""
+        assert self.metrics_addr is not None, "start the server with metrics=True"
+        with urllib.request.urlopen(f"http://{self.metrics_addr}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        for line in text.splitlines():
+            if line.startswith(f'latchkey_requests_total{{method="{method}"}} '):
+                return int(float(line.split()[-1]))
+        return 0
 
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -146,6 +162,18 @@ def wait_leader(servers: List[Server]) -> Server:
 @pytest.fixture
 def server(tmp_path):
     s = Server(tmp_path)
+    s.start()
+    try:
+        wait_leader([s])
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def metered_server(tmp_path):
+    """A single member that also serves its Prometheus metrics (Server.requests)."""
+    s = Server(tmp_path, metrics=True)
     s.start()
     try:
         wait_leader([s])

@@ -102,3 +102,49 @@ def test_async_lost_when_the_server_is_paused(server):
             await s.close()
 
     run(main())
+
+
+def test_async_sessions_of_one_client_renew_in_shared_keepalives(metered_server):
+    n, ttl, window = 200, 3.0, 4.0
+    period = ttl / 3
+
+    async def main():
+        async with latchkey.aio.Client([metered_server.addr]) as c:
+            # Opened at once, so that their renewals come due together, every TTL/3.
+            sessions = await asyncio.gather(*(c.session(ttl=ttl) for _ in range(n)))
+            try:
+                start = [s.deadline for s in sessions]
+                before = metered_server.requests("keep_alive")
+                await asyncio.sleep(window)
+                keepalives = metered_server.requests("keep_alive") - before
+                assert not [s.id for s in sessions if s.is_lost()], "sessions were lost"
+                # Each session renewed about every TTL/3: its deadline moved on by that each time.
+                renewed = [round((s.deadline - d) / period) for s, d in zip(sessions, start)]
+                assert min(renewed) >= window / period - 2, renewed
+                renewals = sum(renewed)
+                print(f"{renewals} renewals of {n} sessions in {keepalives} KeepAlive requests")
+                # One request per session's renewal without batching; a handful per round with.
+                assert keepalives * 10 <= renewals, (keepalives, renewals)
+
+                # Half of them closed while their renewals wait in batches with the others'
+                # (the server stopped): the others' renewals are answered once it runs again.
+                metered_server.pause()
+                paused_at = latchkey.now()
+                try:
+                    await asyncio.sleep(0.7 * period)
+                    closing = [asyncio.ensure_future(s.close()) for s in sessions[::2]]
+                    await asyncio.sleep(0.1)
+                finally:
+                    metered_server.resume()
+                await asyncio.wait_for(asyncio.gather(*closing), 10)
+                await asyncio.sleep(period + 0.2)
+                rest = sessions[1::2]
+                assert not [s.id for s in rest if s.is_lost()], "open sessions were lost"
+                # Each renewed since: its last acknowledged renewal was sent after the pause.
+                acked = [s.deadline - (s.ttl - s.safety_margin) for s in rest]
+                assert min(acked) > paused_at, (min(acked), paused_at)
+            finally:
+                for s in sessions:
+                    await s.close()
+
+    run(main())

@@ -86,3 +86,62 @@ def test_status_classification():
     assert f.kind == "fatal" and f.error.reason == "permission-denied"
     f = core.classify(C.FAILED_PRECONDITION, "old", [("latchkey-error", "request-too-old")])
     assert f.error.__class__.__name__ == "Conflict" and f.error.reason == "request-too-old"
+
+
+def test_keepalive_batches_take_at_most_the_limit_oldest_first():
+    q = core.KeepAliveQueue()
+
+    def waiting(i, attempt=1.0, backoff=0.1, deadline=10.0):
+        return core.KeepAliveWaiting(core.pb.Session(id=i, secret=i), attempt, backoff,
+                                     deadline, None)
+
+    # Only the first to join an empty queue starts a sender.
+    assert q.join(waiting(1))
+    assert not q.join(waiting(2))
+    for i in range(3, core.KEEPALIVE_SESSIONS_MAX + 3):
+        assert not q.join(waiting(i))
+    batch = q.take()
+    assert [w.session.id for w in batch] == list(range(1, core.KEEPALIVE_SESSIONS_MAX + 1))
+    assert len(q) == 2
+    assert [w.session.id for w in q.take()] == [core.KEEPALIVE_SESSIONS_MAX + 1,
+                                                core.KEEPALIVE_SESSIONS_MAX + 2]
+    assert q.take() == [] and q.join(waiting(7))
+    # Attempts and backoff of its tightest member, until its last member's deadline.
+    b = core.keepalive_batch([waiting(1, 0.2, 0.05, 3.0), waiting(2, 1.0, 0.25, 12.0),
+                              waiting(3, 0.6, 0.15, 5.0)])
+    assert [s.id for s in b.request.sessions] == [1, 2, 3]
+    assert (b.attempt_timeout, b.backoff_max, b.not_after) == (0.2, 0.05, 12.0)
+    response = core.pb.KeepAliveResponse(leases=[core.pb.SessionLease(id=2, alive=True)])
+    assert core.lease_of(response, 2).alive and core.lease_of(response, 1) is None
+
+
+def test_a_renewal_wakes_a_gather_window_early_but_never_after_its_deadline():
+    lease = core.ClientLease(0.0, 3.0)
+    assert abs(core.renewal_wake(lease) - (1.0 - core.KEEPALIVE_GATHER_S)) < 1e-9
+    lease.failed(2.35)  # a retry is due at the deadline at the latest
+    assert abs(core.renewal_wake(lease) - (lease.deadline() - core.KEEPALIVE_GATHER_S)) < 1e-9
+
+
+def test_the_limits_match_crates_core_limits_rs():
+    import re
+    from pathlib import Path
+
+    import pytest
+
+    rust = Path(__file__).resolve().parents[3] / "crates" / "core" / "src" / "limits.rs"
+    if not rust.is_file():
+        pytest.skip("not in a repository checkout")
+    text = rust.read_text()
+
+    def value(name):
+        m = re.search(rf"pub const {name}: \w+ =\s*([^;]+);", text)
+        assert m, f"{name} in limits.rs"
+        expr = re.sub(r"(\d)_(?=\d)", r"\1", m.group(1))
+        expr = re.sub(r"\b([A-Z][A-Z0-9_]+)\b", lambda n: str(value(n.group(1))), expr)
+        assert re.fullmatch(r"[\d\s*+/()-]+", expr), f"{name} = {m.group(1)}"
+        return eval(expr)  # noqa: S307 - digits and operators only, checked above
+
+    names = [n for n in dir(core) if n.isupper() and f"pub const {n}:" in text]
+    assert len(names) >= 25, names
+    for n in names:
+        assert getattr(core, n) == value(n), n

@@ -193,3 +193,58 @@ def test_a_held_lock_survives_the_leader_being_killed(cluster):
             g2.release()
             other.close()
             g.release()
+
+
+def test_the_sessions_of_one_client_renew_in_shared_keepalives(metered_server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    n, ttl, window = 200, 3.0, 4.0
+    period = ttl / 3
+    with latchkey.Client([metered_server.addr]) as c:
+        # Opened at once (a thread each, released together), so that their renewals come due
+        # together, every TTL/3.
+        barrier = threading.Barrier(n)
+
+        def open_one(_):
+            barrier.wait(10)
+            return c.session(ttl=ttl)
+
+        with ThreadPoolExecutor(n) as pool:
+            sessions = list(pool.map(open_one, range(n)))
+        try:
+            start = [s.deadline for s in sessions]
+            before = metered_server.requests("keep_alive")
+            time.sleep(window)
+            keepalives = metered_server.requests("keep_alive") - before
+            assert not [s.id for s in sessions if s.is_lost()], "sessions were lost"
+            # Each session renewed about every TTL/3: its deadline moved on by that each time.
+            renewed = [round((s.deadline - d) / period) for s, d in zip(sessions, start)]
+            assert min(renewed) >= window / period - 2, renewed
+            renewals = sum(renewed)
+            print(f"{renewals} renewals of {n} sessions in {keepalives} KeepAlive requests")
+            # One request per session's renewal without batching; with it, a handful per round.
+            assert keepalives * 10 <= renewals, (keepalives, renewals)
+
+            # Half of them closed while their renewals wait in batches with the others' (the
+            # server stopped): the others' renewals are answered once it runs again.
+            metered_server.pause()
+            paused_at = latchkey.now()
+            try:
+                time.sleep(0.7 * period)
+                with ThreadPoolExecutor(n // 2) as pool:
+                    closing = [pool.submit(s.close) for s in sessions[::2]]
+                    time.sleep(0.1)
+                    metered_server.resume()
+                    for f in closing:
+                        f.result(10)
+            finally:
+                metered_server.resume()
+            time.sleep(period + 0.2)
+            rest = sessions[1::2]
+            assert not [s.id for s in rest if s.is_lost()], "open sessions were lost"
+            # Each renewed since: its last acknowledged renewal was sent after the pause began.
+            acked = [s.deadline - (s.ttl - s.safety_margin) for s in rest]
+            assert min(acked) > paused_at, (min(acked), paused_at)
+        finally:
+            for s in sessions:
+                s.close()

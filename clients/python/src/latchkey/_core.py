@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Sequence, Tuple
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 import grpc
 
@@ -45,6 +45,7 @@ CLIENT_ACQUIRE_BACKOFF_MS_MAX = 250
 CLIENT_PENDING_AFTER_DEADLINE_MS_MAX = 2 * ACQUIRE_POLL_MS_MAX
 CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX = 1_000
 CLIENT_RPC_TIMEOUT_MS_DEFAULT = 5_000
+KEEPALIVE_SESSIONS_MAX = 1_024  # sessions renewed by one KeepAlive request
 # Same relations as the Rust const assertions, checked at import.
 assert 2 * SESSION_SEQ_WINDOW_MAX <= 256  # SESSION_OUTCOMES_MAX
 assert SESSION_WAITS_IN_FLIGHT_MAX + SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX < SESSION_SEQ_WINDOW_MAX
@@ -168,6 +169,92 @@ class ClientLease:
         later than the deadline."""
         step = max(self.ttl / 10, 0.1)
         self.retry_at = min(at + step, self.deadline())
+
+
+# --- Keepalive batches (crates/client/src/keepalive.rs). -----------------------------------
+# How long the first renewal to join an empty batch lets the others join before the batch is
+# sent (the Rust client yields one scheduler turn; tokio's timers tick in whole milliseconds, so
+# renewals due in the same millisecond meet there). Python's timers do not tick: renewals due
+# together wake one thread or task after another under the GIL, spread over milliseconds, and
+# a window of one turn catches fewer of them (200 sessions opened at once, 800 renewals: 68
+# KeepAlives from threads and 39 from tasks with no window, 23 and 27 with this one). So every
+# renewal wakes this much before it is due (`renewal_wake`) and its batch leaves at most this
+# much after its first member joined: no member's KeepAlive is sent later than it would be
+# alone, and none more than this much early (its deadline, counted from the instant it
+# joined, is that much conservative). 2 ms is under half a percent of the shortest slack a
+# renewal has (TTL 1 s: due at 333 ms, deadline at 800 ms).
+KEEPALIVE_GATHER_S = 0.002
+
+
+def renewal_wake(lease: ClientLease) -> float:
+    """When a session's renewal wakes to join the next keepalive batch: KEEPALIVE_GATHER_S
+    before its renewal is due, and never after its deadline."""
+    return min(lease.next_renewal() - KEEPALIVE_GATHER_S, lease.deadline())
+
+
+@dataclass
+class KeepAliveWaiting:
+    """One session's renewal waiting in a batch. `attempt_timeout`/`backoff_max` are what it
+    would use alone; `not_after` is its deadline (it stops waiting then); `reply` is where the
+    blocking or asyncio client puts its answer."""
+
+    session: "pb.Session"
+    attempt_timeout: float
+    backoff_max: float
+    not_after: float
+    reply: Any
+
+
+class KeepAliveQueue:
+    """The renewals waiting for the next batch (keepalive.rs, Batcher). Not locked: the
+    blocking client guards it with a lock, the asyncio one runs it on one event loop."""
+
+    def __init__(self) -> None:
+        self._waiting: List[KeepAliveWaiting] = []
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def join(self, waiting: KeepAliveWaiting) -> bool:
+        """Adds a renewal; True if it is the first of an empty batch: then the caller starts
+        the sender (which gathers, then `take`s until empty)."""
+        self._waiting.append(waiting)
+        return len(self._waiting) == 1
+
+    def take(self) -> List[KeepAliveWaiting]:
+        """The oldest waiting renewals, up to KEEPALIVE_SESSIONS_MAX: one request's worth."""
+        batch = self._waiting[:KEEPALIVE_SESSIONS_MAX]
+        del self._waiting[:KEEPALIVE_SESSIONS_MAX]
+        return batch
+
+
+@dataclass(frozen=True)
+class KeepAliveBatch:
+    request: "pb.KeepAliveRequest"
+    attempt_timeout: float
+    backoff_max: float
+    not_after: float
+
+
+def keepalive_batch(batch: Sequence[KeepAliveWaiting]) -> KeepAliveBatch:
+    """One request for `batch`, retried like one session's renewal: attempts and backoff as
+    short as its tightest member's (a member with a short TTL must reach a new leader as soon
+    as it would alone; re-sending a keepalive costs nothing), until its last member's deadline
+    (after that nobody can use the answer; each member stops waiting at its own). Unlike the
+    Rust client's, a member's attempt timeout here never shrinks with its time to the deadline
+    (the call's `not_after` does that), so a member about to be lost cannot cut the others'
+    attempts short."""
+    return KeepAliveBatch(
+        request=pb.KeepAliveRequest(sessions=[w.session for w in batch]),
+        attempt_timeout=min(w.attempt_timeout for w in batch),
+        backoff_max=min(w.backoff_max for w in batch),
+        not_after=max(w.not_after for w in batch),
+    )
+
+
+def lease_of(response: "pb.KeepAliveResponse", session_id: int) -> Optional["pb.SessionLease"]:
+    """This session's lease in a batch's answer; None if the server left it out."""
+    return next((lease for lease in response.leases if lease.id == session_id), None)
 
 
 # --- The sequence window (session.rs, SeqWindow). --------------------------------------------

@@ -5,8 +5,9 @@
         ...            # `await guard.lost.wait()` completes when the lock may be lost
     await client.close()
 
-Each session's renewal is one task, renewing every TTL/3; cancelling a `session.lock(...)` (e.g.
-with asyncio.wait_for) leaves a task that settles the request and releases a late grant.
+Each session's renewal is one task, renewing every TTL/3 in KeepAlive batches shared with the
+client's other sessions due at the same moment (`_KeepAlives`); cancelling a `session.lock(...)`
+(e.g. with asyncio.wait_for) leaves a task that settles the request and releases a late grant.
 Everything of one Client must run on one event loop.
 """
 
@@ -101,6 +102,88 @@ class LostSignal:
         return self._guard.lost_reason
 
 
+class _KeepAlives:
+    """The keepalives of one Client's sessions travel together: see latchkey.client._KeepAlives
+    (the same rules, with tasks). The first renewal to join an empty batch starts a task that
+    lets the others join for KEEPALIVE_GATHER_S, then sends it; further full batches go out on
+    tasks of their own. The task is not the first member's: that one may stop waiting (its
+    deadline, a close) and the others' renewal must not be cancelled with it."""
+
+    def __init__(self, client: "Client") -> None:
+        self._client = client
+        self._queue = core.KeepAliveQueue()
+        self._tasks: Set[asyncio.Task] = set()
+
+    async def renew(self, session: "Session", *, attempt_timeout: float, backoff_max: float,
+                    not_after: float) -> Optional["pb.SessionLease"]:
+        """See latchkey.client._KeepAlives.renew."""
+        reply = asyncio.get_running_loop().create_future()
+        waiting = core.KeepAliveWaiting(session._key, attempt_timeout, backoff_max, not_after,
+                                        reply)
+        if self._queue.join(waiting):
+            self._spawn(self._gather())
+        # One session's loss (a close, the server dropping it) ends only its own wait.
+        lost = asyncio.ensure_future(session._lost.wait())
+        try:
+            await asyncio.wait({reply, lost}, timeout=max(not_after - core.now(), 0.0),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            if not reply.done():
+                reply.cancel()  # the batch's answer is dropped, not left unretrieved
+        if reply.cancelled():
+            if session._lost.is_set():
+                raise session._lost_error()
+            raise errors.TransportError(
+                "the keepalive batch was not answered before the session's deadline")
+        outcome = reply.result()
+        if isinstance(outcome, errors.LatchkeyError):
+            raise outcome
+        return core.lease_of(outcome, session.id)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._tasks.discard)
+
+    async def _gather(self) -> None:
+        await asyncio.sleep(core.KEEPALIVE_GATHER_S)
+        while True:
+            batch = self._queue.take()
+            if not batch:
+                return
+            if len(self._queue) == 0:
+                # Whoever joins from now on finds the queue empty and starts its own gatherer.
+                await self._send(batch)
+                return
+            self._spawn(self._send(batch))
+
+    async def _send(self, batch: List[core.KeepAliveWaiting]) -> None:
+        b = core.keepalive_batch(batch)
+        outcome: object
+        try:
+            outcome, _ = await self._client._call(
+                "KeepAlive", b.request, attempt_timeout=b.attempt_timeout,
+                backoff_max=b.backoff_max, not_after=b.not_after)
+        except errors.LatchkeyError as e:
+            outcome = e  # each member's failure
+        except Exception as e:  # noqa: BLE001 - a bug must not leave the members waiting
+            log.exception("latchkey: a keepalive batch failed")
+            outcome = errors.ServerError(f"the keepalive batch failed: {e!r}")
+        # An answer, or the error, as a result: an exception nobody retrieves would be logged.
+        for w in batch:
+            if not w.reply.done():
+                w.reply.set_result(outcome)
+
+    async def close(self) -> None:
+        """Ends the batches in flight (their members are closed by now)."""
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=_JOIN_S)
+
+
 class Client:
     """The asyncio twin of latchkey.Client; same arguments."""
 
@@ -126,6 +209,7 @@ class Client:
         self._channels: Dict[str, grpc.aio.Channel] = {}
         self._callables: Dict[Tuple[str, str], object] = {}
         self._sessions: Set["Session"] = set()
+        self._keepalives = _KeepAlives(self)
         self._closed = False
 
     async def session(self, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000, *,
@@ -169,6 +253,7 @@ class Client:
                 await s.close()
             except errors.LatchkeyError as e:
                 log.debug("latchkey: closing session %s: %s", s.id, e)
+        await self._keepalives.close()
         self._closed = True
         channels = list(self._channels.values())
         self._channels.clear()
@@ -379,20 +464,22 @@ class Session:
         lease = self._lease
         client = self._client
         while True:
-            wake_at = min(lease.next_renewal(), lease.deadline())
+            # A gather window early: see _core.KEEPALIVE_GATHER_S.
+            wake_at = core.renewal_wake(lease)
             if await self._lost.wait(max(wake_at - core.now(), 0.0)):
                 return
             sent = core.now()
             if sent >= lease.deadline():
                 break
-            if sent < lease.next_renewal():
+            if sent < wake_at:
                 continue
             try:
-                response, _ = await client._call(
-                    "KeepAlive", pb.KeepAliveRequest(sessions=[self._key]),
+                # With every other session of this client due now, in one KeepAlive.
+                answer = await client._keepalives.renew(
+                    self,
                     attempt_timeout=min(client._rpc_timeout, core.renewal_attempt_timeout(lease.ttl)),
                     backoff_max=core.renewal_backoff_max(lease.ttl),
-                    session=self, not_after=lease.deadline())
+                    not_after=lease.deadline())
             except errors.SessionLost:
                 return
             except errors.SessionNotFound as e:
@@ -404,7 +491,6 @@ class Session:
                 continue
             if core.now() >= lease.deadline():
                 break
-            answer = next((a for a in response.leases if a.id == self.id), None)
             if answer is None:
                 lease.failed(core.now())
                 continue

@@ -2,8 +2,10 @@
 
 Layout: `Client` routes every call (leader hints, retries with backoff, one request re-sent
 unchanged, so a sequence number survives retries); `Session` owns a lease renewed by one
-background thread every TTL/3 and its client-side deadline (`_core.ClientLease`); a
-`LockGuard` is one grant and its lost signal. The asyncio twin is `latchkey.aio`.
+background thread every TTL/3 and its client-side deadline (`_core.ClientLease`), whose
+KeepAlive travels with those of the client's other sessions due at the same moment
+(`_KeepAlives`); a `LockGuard` is one grant and its lost signal. The asyncio twin is
+`latchkey.aio`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 import weakref
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -108,6 +111,100 @@ class LostSignal:
         return self._guard.lost_reason
 
 
+class _Reply:
+    """Where a batch puts one member's answer: the KeepAliveResponse or the call's error."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.outcome: object = None
+
+
+class _KeepAlives:
+    """The keepalives of one Client's sessions travel together (crates/client/src/keepalive.rs).
+
+    Each session's renewal thread decides *when* to renew (its own lease), but the RPC is
+    shared: a renewal joins the batch being gathered, and one KeepAlive carries every session
+    waiting at that moment (up to KEEPALIVE_SESSIONS_MAX). Like group commit: the first renewal
+    to join an empty batch starts a short-lived thread that lets the others join for
+    KEEPALIVE_GATHER_S (each renewal woke that much early: none goes out later than alone),
+    takes the batch and sends it; each further full batch goes out on a thread of its own, so
+    that no batch waits behind another's retries. The sending thread is not the first member's
+    own: that member may reach its deadline or be closed and stop waiting, and the others'
+    renewal must go on. A batch's call ends at its last member's deadline at the latest."""
+
+    def __init__(self, client: "Client") -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self._queue = core.KeepAliveQueue()
+
+    def renew(self, session: "Session", *, attempt_timeout: float, backoff_max: float,
+              not_after: float) -> Optional["pb.SessionLease"]:
+        """Renews `session` with the next batch: its lease in the answer (None: left out).
+        Raises the batch call's error, SessionLost if the session is lost while it waits, or
+        TransportError if no answer came before `not_after` (its deadline)."""
+        waiting = core.KeepAliveWaiting(session._key, attempt_timeout, backoff_max, not_after,
+                                        _Reply())
+        reply: _Reply = waiting.reply
+        with self._lock:
+            first = self._queue.join(waiting)
+        if first:
+            self._start(self._gather)
+        # One session's loss (a close, the server dropping it) ends only its own wait.
+        remove = session._lost.add(reply.done.set)
+        try:
+            reply.done.wait(max(not_after - core.now(), 0.0))
+        finally:
+            remove()
+        outcome = reply.outcome
+        if outcome is None:
+            if session._lost.is_set():
+                raise session._lost_error()
+            raise errors.TransportError(
+                "the keepalive batch was not answered before the session's deadline")
+        if isinstance(outcome, errors.LatchkeyError):
+            raise outcome
+        return core.lease_of(outcome, session.id)
+
+    def _start(self, target, *args) -> None:
+        try:
+            threading.Thread(target=target, args=args, name="latchkey-keepalive",
+                             daemon=True).start()
+        except RuntimeError:
+            # No thread to spare: send on this one rather than leave the batch unsent (every
+            # later renewal would wait behind it). This caller then waits for the batch's call.
+            target(*args)
+
+    def _gather(self) -> None:
+        time.sleep(core.KEEPALIVE_GATHER_S)
+        while True:
+            with self._lock:
+                batch = self._queue.take()
+                last = len(self._queue) == 0
+            if not batch:
+                return
+            if last:
+                # Whoever joins from now on finds the queue empty and starts its own gatherer.
+                self._send(batch)
+                return
+            self._start(self._send, batch)
+
+    def _send(self, batch: List[core.KeepAliveWaiting]) -> None:
+        b = core.keepalive_batch(batch)
+        outcome: object
+        try:
+            outcome, _, _ = self._client._call(
+                "KeepAlive", b.request, attempt_timeout=b.attempt_timeout,
+                backoff_max=b.backoff_max, not_after=b.not_after)
+        except errors.LatchkeyError as e:
+            outcome = e  # each member's failure
+        except Exception as e:  # noqa: BLE001 - a bug must not leave the members waiting
+            log.exception("latchkey: a keepalive batch failed")
+            outcome = errors.ServerError(f"the keepalive batch failed: {e!r}")
+        for w in batch:
+            w.reply.outcome = outcome
+            w.reply.done.set()
+
+
 class Client:
     """A handle on a latchkey cluster: `Client(["127.0.0.1:7420"])`. Thread-safe. Connections
     open lazily, so this does not fail when no server is up; the first call does, after its
@@ -146,6 +243,7 @@ class Client:
         self._channels: Dict[str, grpc.Channel] = {}
         self._callables: Dict[Tuple[str, str], object] = {}
         self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
+        self._keepalives = _KeepAlives(self)
         self._closed = False
 
     # --- public API --------------------------------------------------------------------
@@ -336,11 +434,12 @@ class Client:
 class Session:
     """A lease on the server that keeps this client's locks alive; made by Client.session.
 
-    One background thread renews it every TTL/3 and decides when it may be lost: the send
-    instant of the last acknowledged renewal + TTL - safety margin (max(TTL/5, 200 ms)), on
-    CLOCK_BOOTTIME. Close it when done (`with` does): closing releases its locks on the server.
-    A session that is never closed stops being renewed only when the process exits; the
-    server then expires it after its TTL."""
+    One background thread renews it every TTL/3 (in one KeepAlive with the client's other
+    sessions due then) and decides when it may be lost: the send instant of the last
+    acknowledged renewal + TTL - safety margin (max(TTL/5, 200 ms)), on CLOCK_BOOTTIME. Close
+    it when done (`with` does): closing releases its locks on the server. A session that is
+    never closed stops being renewed only when the process exits; the server then expires it
+    after its TTL."""
 
     def __init__(self, client: Client, key: "pb.Session", lease: core.ClientLease) -> None:
         self._client = client
@@ -460,20 +559,22 @@ class Session:
         lease = self._lease
         client = self._client
         while True:
-            wake_at = min(lease.next_renewal(), lease.deadline())
+            # A gather window early: see _core.KEEPALIVE_GATHER_S.
+            wake_at = core.renewal_wake(lease)
             if self._lost.wait(max(wake_at - core.now(), 0.0)):
                 return
             sent = core.now()
             if sent >= lease.deadline():
                 break
-            if sent < lease.next_renewal():
+            if sent < wake_at:
                 continue
             try:
-                response, _, _ = client._call(
-                    "KeepAlive", pb.KeepAliveRequest(sessions=[self._key]),
+                # With every other session of this client due now, in one KeepAlive.
+                answer = client._keepalives.renew(
+                    self,
                     attempt_timeout=min(client._rpc_timeout, core.renewal_attempt_timeout(lease.ttl)),
                     backoff_max=core.renewal_backoff_max(lease.ttl),
-                    session=self, not_after=lease.deadline())
+                    not_after=lease.deadline())
             except errors.SessionLost:
                 return
             except errors.SessionNotFound as e:
@@ -485,7 +586,6 @@ class Session:
                 continue
             if core.now() >= lease.deadline():
                 break  # acknowledged too late: the deadline passed while it travelled
-            answer = next((lease_ for lease_ in response.leases if lease_.id == self.id), None)
             if answer is None:
                 log.warning("latchkey: KeepAlive answer without session %d", self.id)
                 lease.failed(core.now())
