@@ -45,7 +45,8 @@ impl Batcher {
 }
 
 /// Renew `session` with the next batch of this client's keepalives. `opts` bounds this
-/// session's attempts; a batch uses the tightest of its members'.
+/// session's attempts; a batch uses the longest attempt and the shortest backoff of its
+/// members' (see `send`).
 pub(crate) async fn keep_alive(client: &Client, session: pb::Session, opts: CallOpts) -> Renewed {
     // Checked before joining: a renewal that joined and then found no runtime to send the
     // batch would leave it unsent, and every later renewal would wait behind it.
