@@ -1,5 +1,6 @@
 // `Client`: endpoints, leader routing, and the retry loop every RPC goes through
 // (crates/client/src/client.rs is the reference).
+import * as os from "node:os";
 import * as path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
@@ -20,6 +21,7 @@ import {
 } from "./errors";
 import * as limits from "./limits";
 import { Aborted, now, sleep } from "./util";
+import { validateName } from "./lock";
 import type { LockGuard, LockOptions } from "./lock";
 import { Session, SessionOptions } from "./session";
 
@@ -82,6 +84,79 @@ export interface LockInfo {
   waiters: number;
   /** Waiters in queue order. */
   queue: Array<{ sessionId: bigint; waitedMs: number; owner?: Owner }>;
+}
+
+/** The answer of `list`: held locks in name order, and whether more matched than came back. */
+export interface LockList {
+  /** Each with at most LIST_WAITERS_SHOWN_MAX waiters of its queue's head (`waiters` counts them all). */
+  locks: LockInfo[];
+  /** More locks match than were returned (LIST_RESULTS_MAX, the `limit`, or the answer's byte bound). */
+  truncated: boolean;
+}
+
+/** Options of `list`. */
+export interface ListOptions {
+  /** At most this many locks, 1..=LIST_RESULTS_MAX; undefined: the server's maximum. */
+  limit?: number;
+}
+
+/** Options of `forceRelease`. */
+export interface ForceReleaseOptions {
+  /**
+   * Take the grant only if it has this token. Undefined: the current holder's token is read
+   * first (`describe`) and the release made conditional on it, so that a retry after a lost
+   * answer can never take the next holder's grant.
+   */
+  token?: bigint;
+  /** Why (required, at most AUDIT_REASON_BYTES_MAX bytes): recorded in the audit log. */
+  reason: string;
+  /** Who says they are doing it, recorded beside the authenticated identity. Default: `user@host` of this process. */
+  operator?: string;
+}
+
+/** The grant `forceRelease` took. */
+export interface ForceReleased {
+  sessionId: bigint;
+  token: bigint;
+}
+
+/** Options of `revoke`. */
+export interface RevokeOptions {
+  /** Why (required, at most AUDIT_REASON_BYTES_MAX bytes): recorded in the audit log. */
+  reason: string;
+  /** As in ForceReleaseOptions. */
+  operator?: string;
+}
+
+/** What `revoke` ended. */
+export interface Revoked {
+  /** Locks the session held (handed to their next waiters). */
+  locks: number;
+}
+
+/** One administrative action of the audit log (`audit`). */
+export interface AuditRecord {
+  /** The log index of the entry that did it. */
+  index: bigint;
+  /** The leader's wall clock then, Unix ms. */
+  atMs: number;
+  /** "force-release" or "revoke". */
+  action: string;
+  /** force-release: the lock; undefined for a revoke. */
+  lock?: string;
+  /** force-release: the session whose grant was taken; revoke: the session ended. */
+  sessionId: bigint;
+  /** force-release: the grant taken; undefined for a revoke. */
+  token?: bigint;
+  /** force-release: the next waiter's grant; undefined when nobody waited (and for a revoke). */
+  nextToken?: bigint;
+  /** revoke: how many locks the session held; undefined for a force-release. */
+  locks?: number;
+  /** The authenticated identity; undefined without access control ("anonymous"). */
+  identity?: string;
+  /** What the operator's tool said about them (e.g. user@host). */
+  operator: string;
+  reason: string;
 }
 
 /** One node's view of its Raft group (`nodeStatus`). */
@@ -148,6 +223,78 @@ function lockInfoFromWire(info: Wire): LockInfo {
       waitedMs: Number(w.waited_ms),
       owner: ownerFromWire(w.owner),
     })),
+  };
+}
+
+/** Unicode White_Space, as Rust's `str::trim` (the server's test of an empty reason) knows it. */
+const BLANK = /^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$/;
+
+/** An administrative action's reason: required, at most AUDIT_REASON_BYTES_MAX bytes (`validate_reason`). */
+function checkReason(reason: unknown): string {
+  if (typeof reason !== "string" || BLANK.test(reason)) throw new InvalidArgument("a reason is required (it is recorded in the audit log)");
+  const bytes = Buffer.byteLength(reason, "utf8");
+  if (bytes > limits.AUDIT_REASON_BYTES_MAX) {
+    throw new InvalidArgument(`the reason is ${bytes} bytes, more than ${limits.AUDIT_REASON_BYTES_MAX}`);
+  }
+  return reason;
+}
+
+/** The operator string: the caller's (at most AUDIT_ACTOR_BYTES_MAX bytes), or `user@host` of this process, cut to fit. */
+function checkOperator(operator: unknown): string {
+  if (operator === undefined) return cutUtf8(defaultOperator(), limits.AUDIT_ACTOR_BYTES_MAX);
+  if (typeof operator !== "string") throw new InvalidArgument("the operator must be a string");
+  const bytes = Buffer.byteLength(operator, "utf8");
+  if (bytes > limits.AUDIT_ACTOR_BYTES_MAX) {
+    throw new InvalidArgument(`the operator is ${bytes} bytes, more than ${limits.AUDIT_ACTOR_BYTES_MAX}`);
+  }
+  return operator;
+}
+
+/** `user@host` as the CLI records it (crates/cli/src/admin.rs `operator`). */
+function defaultOperator(): string {
+  const user = (process.env.USER ?? process.env.LOGNAME ?? process.env.USERNAME ?? "").trim();
+  let host = "";
+  try {
+    host = os.hostname().trim();
+  } catch {
+    host = "";
+  }
+  if (user !== "" && host !== "") return `${user}@${host}`;
+  if (user !== "") return user;
+  return host === "" ? "" : `@${host}`;
+}
+
+function cutUtf8(s: string, maxBytes: number): string {
+  const b = Buffer.from(s, "utf8");
+  if (b.length <= maxBytes) return s;
+  let end = maxBytes;
+  while (end > 0 && (b[end] & 0xc0) === 0x80) end--;
+  return b.subarray(0, end).toString("utf8");
+}
+
+const U64_MAX = (1n << 64n) - 1n;
+
+/** A 64-bit id or token given by the caller: a bigint in `min..=2^64-1`. */
+function checkU64(what: string, v: unknown, min: bigint): bigint {
+  if (typeof v !== "bigint") throw new InvalidArgument(`${what} must be a bigint (64-bit values lose precision as numbers)`);
+  if (v < min || v > U64_MAX) throw new InvalidArgument(`${what} ${v} is out of range ${min}..=${U64_MAX}`);
+  return v;
+}
+
+function auditRecordFromWire(r: Wire): AuditRecord {
+  const release = r.action === "force-release";
+  return {
+    index: BigInt(r.index),
+    atMs: Number(r.at_ms),
+    action: r.action,
+    lock: release ? r.lock : undefined,
+    sessionId: BigInt(r.session),
+    token: release ? BigInt(r.token) : undefined,
+    nextToken: release && BigInt(r.next_token) !== 0n ? BigInt(r.next_token) : undefined,
+    locks: release ? undefined : Number(r.locks),
+    identity: r.identity === "" ? undefined : r.identity,
+    operator: r.operator,
+    reason: r.reason,
   };
 }
 
@@ -265,6 +412,82 @@ export class Client {
     const { response } = await this.call<Wire>("Describe", { name }, this.short());
     if (!response.lock) throw new ProtocolError("Describe answered without a lock");
     return lockInfoFromWire(response.lock);
+  }
+
+  /**
+   * The held locks whose names start with `prefix` (every held lock with the default ""), in
+   * name order, read on the leader. One request: the protocol does not page. At most
+   * LIST_RESULTS_MAX locks (or `limit`), each with at most LIST_WAITERS_SHOWN_MAX waiters;
+   * `truncated` says when more matched (narrow the prefix to see them).
+   */
+  async list(prefix = "", options: ListOptions = {}): Promise<LockList> {
+    if (typeof prefix !== "string") throw new InvalidArgument("the prefix must be a string");
+    const bytes = Buffer.byteLength(prefix, "utf8");
+    if (bytes > limits.LOCK_NAME_BYTES_MAX) {
+      throw new InvalidArgument(`the prefix is ${bytes} bytes, more than ${limits.LOCK_NAME_BYTES_MAX}`);
+    }
+    const limit = options.limit ?? 0;
+    if (options.limit !== undefined && (!Number.isInteger(limit) || limit < 1 || limit > limits.LIST_RESULTS_MAX)) {
+      throw new InvalidArgument(`limit ${options.limit} is out of range 1..=${limits.LIST_RESULTS_MAX}`);
+    }
+    const { response } = await this.call<Wire>("List", { prefix, limit }, this.short());
+    return { locks: (response.locks ?? []).map(lockInfoFromWire), truncated: Boolean(response.truncated) };
+  }
+
+  /**
+   * Force-releases `name` (an operator's incident tool; needs `admin` on the name under access
+   * control): the next waiter gets it with a higher token, and the holder's client learns at
+   * its next renewal that the grant is gone (its guard reports lost; a release throws NotHeld).
+   * Answers the grant taken. Recorded in the audit log with `reason` and `operator`.
+   *
+   * The call is not sequenced, so it always goes out with a token: without `token`, the
+   * holder's is read first (`describe`, which needs `read` on the name). A retry after a lost
+   * answer then fails with Conflict `token-mismatch` or `lock-not-held` instead of taking the
+   * next holder's grant; so does a release of a free lock (`lock-not-held`).
+   */
+  async forceRelease(name: string, options: ForceReleaseOptions): Promise<ForceReleased> {
+    validateName(name);
+    if (options === null || typeof options !== "object") throw new InvalidArgument("forceRelease needs options with a reason");
+    const reason = checkReason(options.reason);
+    const operator = checkOperator(options.operator);
+    let token = options.token === undefined ? undefined : checkU64("the token", options.token, 1n);
+    if (token === undefined) {
+      const holder = (await this.describe(name)).holder;
+      if (holder === undefined) throw new Conflict("lock-not-held", `lock ${JSON.stringify(name)} is not held`);
+      token = holder.token;
+    }
+    const { response } = await this.call<Wire>(
+      "AdminRelease",
+      { name, token: String(token), reason, operator },
+      this.short(),
+    );
+    return { sessionId: BigInt(response.session), token: BigInt(response.token) };
+  }
+
+  /**
+   * Ends session `sessionId` as an expiry would (an operator's tool; needs `admin` on every
+   * lock, prefix "", under access control): its locks go to their next waiters, its waits leave
+   * their queues, its client reports it lost. Answers how many locks it held. Recorded in the
+   * audit log. A session that does not exist (or a retry of a revoke that went through) is
+   * SessionNotFound.
+   */
+  async revoke(sessionId: bigint, options: RevokeOptions): Promise<Revoked> {
+    const session = checkU64("the session id", sessionId, 0n);
+    if (options === null || typeof options !== "object") throw new InvalidArgument("revoke needs options with a reason");
+    const reason = checkReason(options.reason);
+    const operator = checkOperator(options.operator);
+    const { response } = await this.call<Wire>("AdminRevoke", { session: String(session), reason, operator }, this.short());
+    return { locks: Number(response.locks) };
+  }
+
+  /**
+   * The audit log (force-releases and revocations), oldest first, read on the leader: at most
+   * AUDIT_RECORDS_MAX records, the oldest dropped first. Needs `read` on every lock (prefix "")
+   * under access control.
+   */
+  async audit(): Promise<AuditRecord[]> {
+    const { response } = await this.call<Wire>("Audit", {}, this.short());
+    return (response.records ?? []).map(auditRecordFromWire);
   }
 
   /**

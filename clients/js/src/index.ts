@@ -1,6 +1,6 @@
 // latchkey for Node: a client of the latchkey lock service over gRPC.
 //
-//   client.ts   endpoints, leader routing, the retry loop, keepalive batches
+//   client.ts   endpoints, leader routing, the retry loop, keepalive batches, list, the admin calls
 //   session.ts  a session's lease, its renewal every TTL/3, the deadline rule
 //   lock.ts     acquire (long-poll, same seq across re-sends, release of unwanted grants), LockGuard
 //   errors.ts   one error class per cause; gRPC status -> error
@@ -12,7 +12,19 @@
 (Symbol as any).asyncDispose ??= Symbol.for("nodejs.asyncDispose");
 
 export { Client, DEFAULT_RETRY } from "./client";
-export type { ClientOptions, RetryPolicy, LockInfo, NodeStatus } from "./client";
+export type {
+  ClientOptions,
+  RetryPolicy,
+  LockInfo,
+  LockList,
+  ListOptions,
+  NodeStatus,
+  ForceReleaseOptions,
+  ForceReleased,
+  RevokeOptions,
+  Revoked,
+  AuditRecord,
+} from "./client";
 export { Session, safetyMarginMs } from "./session";
 export type { SessionOptions } from "./session";
 export { LockGuard, LOCK_HEADER, TOKEN_HEADER } from "./lock";

@@ -1,6 +1,6 @@
 // Every bound the Node client uses. Each value is a copy of crates/core/src/limits.rs (the one
 // source of the numbers and their full reasons); the short reason is repeated here so that a
-// reader of this package does not need the Rust tree. test/limits.test.ts checks that the copies
+// reader of this package does not need the Rust tree. test/unit.test.ts checks that the copies
 // still match the Rust file when it is there (a repository checkout).
 
 /** A lock name is at most this many bytes of UTF-8 (`LOCK_NAME_BYTES_MAX`). */
@@ -21,6 +21,16 @@ export const SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX = 32;
  * at least twice this) still knows that request's outcome when it is retried.
  */
 export const SESSION_SEQ_WINDOW_MAX = 128;
+/** Locks returned by one `List` request (`limit` 0 or above it: this many). */
+export const LIST_RESULTS_MAX = 10_000;
+/** Waiters shown per lock in a `List` answer (the queue's head); `waiters` counts them all. A list of whole queues would be gigabytes. */
+export const LIST_WAITERS_SHOWN_MAX = 4;
+/** Records the audit log keeps, oldest dropped first; the whole log fits one `Audit` answer. */
+export const AUDIT_RECORDS_MAX = 1_000;
+/** Bytes of an administrative action's reason: a sentence or a ticket link. */
+export const AUDIT_REASON_BYTES_MAX = 1_024;
+/** Bytes of each actor string of an audit record (the identity, the operator's claimed name). */
+export const AUDIT_ACTOR_BYTES_MAX = 256;
 /** Sessions renewed by one KeepAlive request. */
 export const KEEPALIVE_SESSIONS_MAX = 1_024;
 /** A wait longer than this (a day) is cut to it by the server; the client re-sends. */

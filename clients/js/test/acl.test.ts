@@ -1,5 +1,5 @@
 // Access control: the bearer token is sent, allowed calls pass, others are PermissionDenied
-// (not retried), a client without a token is refused.
+// (not retried), a client without a token is refused; the admin calls need `admin`.
 import { after, before, it } from "node:test";
 import * as assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
@@ -12,6 +12,7 @@ import { Server } from "./harness";
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "latchkey-js-acl-"));
 const token = randomBytes(24).toString("hex");
+const adminToken = randomBytes(24).toString("hex");
 let server: Server;
 
 before(async () => {
@@ -25,6 +26,13 @@ read = ["deploy/", "probe/"]
 [identities.ci]
 token_sha256 = "${createHash("sha256").update(token).digest("hex")}"
 roles = ["deployer"]
+
+[roles.root]
+admin = [""]
+
+[identities.ops]
+token_sha256 = "${createHash("sha256").update(adminToken).digest("hex")}"
+roles = ["root"]
 `,
   );
   server = await Server.start(["--acl", acl], { authToken: token });
@@ -49,5 +57,36 @@ it("sends the bearer token and reports refusals as PermissionDenied", async () =
   } finally {
     await client.close();
     await anonymous.close();
+  }
+});
+
+it("the admin calls need admin: a non-admin token is PermissionDenied, an admin's is audited under its identity", async () => {
+  const deployer = new Client([server.addr], { authToken: token });
+  const ops = new Client([server.addr], { authToken: adminToken });
+  const denied = (e: unknown) => e instanceof PermissionDenied && e.reason === "permission-denied";
+  try {
+    const session = await deployer.session({ ttl: 5 });
+    const guard = await session.lock("deploy/admin", { wait: 5 });
+    // `read` on deploy/ lists it; not every lock.
+    assert.deepEqual(
+      (await deployer.list("deploy/")).locks.map((l) => [l.name, l.holder?.token]),
+      [["deploy/admin", guard.token]],
+    );
+    await assert.rejects(deployer.list(""), denied);
+    await assert.rejects(deployer.forceRelease("deploy/admin", { token: guard.token, reason: "mine" }), denied);
+    await assert.rejects(deployer.revoke(session.id, { reason: "mine" }), denied);
+    await assert.rejects(deployer.audit(), denied);
+    assert.equal((await ops.describe("deploy/admin")).holder?.token, guard.token, "still held");
+    // The admin may.
+    assert.deepEqual(await ops.forceRelease("deploy/admin", { reason: "INC-7" }), { sessionId: session.id, token: guard.token });
+    const record = (await ops.audit()).at(-1)!;
+    assert.equal(record.action, "force-release");
+    assert.equal(record.identity, "ops");
+    assert.equal(record.reason, "INC-7");
+    assert.deepEqual(await ops.revoke(session.id, { reason: "INC-7 cleanup" }), { locks: 0 });
+    await assert.rejects(guard.release());
+  } finally {
+    await deployer.close();
+    await ops.close();
   }
 });
