@@ -13,7 +13,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import pytest
 
@@ -54,7 +54,8 @@ class Server:
     """One `latchkey serve` member."""
 
     def __init__(self, tmp: Path, node_id: int = 1, port: Optional[int] = None,
-                 peers: Optional[str] = None, metrics: bool = False) -> None:
+                 peers: Optional[str] = None, metrics: bool = False,
+                 extra: Sequence[str] = ()) -> None:
         self.id = node_id
         self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
@@ -64,6 +65,7 @@ class Server:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.dir / "server.log"
         self.peers = peers
+        self.extra = list(extra)  # more `serve` flags, e.g. ["--acl", FILE]
         self.proc: Optional[subprocess.Popen] = None
         self.paused = False
 
@@ -74,6 +76,7 @@ class Server:
             args += ["--peers", self.peers]
         if self.metrics_addr:
             args += ["--metrics-listen", self.metrics_addr]
+        args += self.extra
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -128,9 +131,10 @@ class Server:
             self.log.close()
 
 
-def wait_leader(servers: List[Server]) -> Server:
-    """Waits until one member says it leads and serves a read; that member."""
-    probe = latchkey.Client([s.addr for s in servers], rpc_timeout=1.0)
+def wait_leader(servers: List[Server], auth_token: Optional[str] = None) -> Server:
+    """Waits until one member says it leads and serves a read; that member. Under --acl,
+    `auth_token` is an identity's that may read "probe/"."""
+    probe = latchkey.Client([s.addr for s in servers], rpc_timeout=1.0, auth_token=auth_token)
     found: List[Server] = []
 
     def ready() -> bool:

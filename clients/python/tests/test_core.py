@@ -145,3 +145,44 @@ def test_the_limits_match_crates_core_limits_rs():
     assert len(names) >= 25, names
     for n in names:
         assert getattr(core, n) == value(n), n
+
+
+def test_a_failover_is_another_node_or_a_retry():
+    # As session.rs's a_failover_is_another_node_or_a_retry.
+    f = core.FailoverDetector("a:1")
+    assert not f.acknowledged("a:1", 0)
+    assert f.acknowledged("b:2", 0), "another node answered"
+    assert not f.acknowledged("b:2", 0)
+    assert f.acknowledged("b:2", 2), "answered after retries"
+    f.failed()
+    assert f.acknowledged("b:2", 0), "a renewal failed before"
+    assert not f.acknowledged("b:2", 0)
+
+
+def test_admin_input_is_checked_as_the_server_checks_it():
+    import pytest
+
+    from latchkey import errors
+
+    core.validate_reason("r" * core.AUDIT_REASON_BYTES_MAX)
+    core.validate_reason("x\x1c")  # not whitespace to Rust's trim
+    for bad, reason in [("", "reason-empty"), (" \n\u3000\u2028", "reason-empty"),
+                        ("r" * (core.AUDIT_REASON_BYTES_MAX + 1), "field-too-long")]:
+        with pytest.raises(errors.InvalidArgument) as e:
+            core.validate_reason(bad)
+        assert e.value.reason == reason
+    core.validate_operator("")
+    core.validate_operator("o" * core.AUDIT_ACTOR_BYTES_MAX)
+    with pytest.raises(errors.InvalidArgument):
+        core.validate_operator("é" * (core.AUDIT_ACTOR_BYTES_MAX // 2 + 1))
+    assert core.u64_of("t", core.U64_MAX) == 2**64 - 1
+    for bad in (-1, 2**64, 1.0, "1", True, None):
+        with pytest.raises(errors.InvalidArgument):
+            core.u64_of("t", bad)
+    assert len(core.operator_of_this_process().encode()) <= core.AUDIT_ACTOR_BYTES_MAX
+    with pytest.raises(errors.Conflict) as e:
+        core.holder_token(core.LockInfo("x", None, 0, ()))
+    assert e.value.reason == "lock-not-held"
+    r = core.pb.AuditRecord(index=3, at_ms=9, action="revoke", session=4, locks=2,
+                            operator="o", reason="r")
+    assert core.audit_entry(r) == core.AuditEntry(3, 9, "revoke", "", 4, 0, 0, 2, None, "o", "r")

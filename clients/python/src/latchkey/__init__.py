@@ -9,7 +9,8 @@ The blocking API is here; `latchkey.aio` is the asyncio one. Errors: `latchkey.e
 """
 
 from . import errors
-from ._core import Holder, LockInfo, NodeStatus, RetryPolicy, safety_margin
+from ._core import AuditEntry, ForceReleased, Holder, LockInfo, NodeStatus, RetryPolicy
+from ._core import safety_margin
 from ._core import now as now
 from .client import Client, LockGuard, LostSignal, Session
 from .errors import (
@@ -35,7 +36,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Session", "LockGuard", "LostSignal", "LockInfo", "Holder", "NodeStatus",
-    "RetryPolicy", "safety_margin", "now", "errors",
+    "RetryPolicy", "AuditEntry", "ForceReleased", "safety_margin", "now", "errors",
     "LatchkeyError", "InvalidArgument", "WaitTimeout", "LockHeld", "LockLost", "SessionLost",
     "NotHeld", "SessionNotFound", "PermissionDenied", "LimitReached", "Conflict", "Unavailable",
     "TransportError", "TlsError", "ProtocolError", "ServerError",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import grpc
 
@@ -46,6 +46,14 @@ CLIENT_PENDING_AFTER_DEADLINE_MS_MAX = 2 * ACQUIRE_POLL_MS_MAX
 CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX = 1_000
 CLIENT_RPC_TIMEOUT_MS_DEFAULT = 5_000
 KEEPALIVE_SESSIONS_MAX = 1_024  # sessions renewed by one KeepAlive request
+# Records the audit log keeps, oldest dropped first (one Audit answer holds them all).
+AUDIT_RECORDS_MAX = 1_000
+# Bytes of an administrative action's reason: a sentence or a ticket link.
+AUDIT_REASON_BYTES_MAX = 1_024
+# Bytes of each actor string of an audit record (the identity, the operator's claimed name).
+AUDIT_ACTOR_BYTES_MAX = 256
+# Session ids and fencing tokens are protobuf uint64.
+U64_MAX = 2**64 - 1
 # Same relations as the Rust const assertions, checked at import.
 assert 2 * SESSION_SEQ_WINDOW_MAX <= 256  # SESSION_OUTCOMES_MAX
 assert SESSION_WAITS_IN_FLIGHT_MAX + SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX < SESSION_SEQ_WINDOW_MAX
@@ -119,6 +127,64 @@ def wait_of(wait: Optional[float]) -> Optional[float]:
     return w
 
 
+# Rust's char::is_whitespace (Unicode White_Space), which the server's `reason.trim()` strips:
+# Python's str.isspace also counts U+001C..U+001F, which the server keeps.
+_RUST_WHITESPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def validate_reason(reason: str) -> None:
+    """An administrative action's reason, as the server checks it (core's validate_reason):
+    required (not only whitespace), at most AUDIT_REASON_BYTES_MAX bytes of UTF-8."""
+    if not isinstance(reason, str):
+        raise errors.InvalidArgument(f"a reason is a str, not {type(reason).__name__}")
+    if all(c in _RUST_WHITESPACE for c in reason):
+        raise errors.InvalidArgument("a reason is required (it is recorded in the audit log)",
+                                     reason="reason-empty")
+    n = len(reason.encode("utf-8"))
+    if n > AUDIT_REASON_BYTES_MAX:
+        raise errors.InvalidArgument(
+            f"the reason has {n} bytes, more than {AUDIT_REASON_BYTES_MAX}",
+            reason="field-too-long")
+
+
+def validate_operator(operator: str) -> None:
+    """Who the operator says they are (audit record's `operator`): at most
+    AUDIT_ACTOR_BYTES_MAX bytes of UTF-8, may be empty."""
+    if not isinstance(operator, str):
+        raise errors.InvalidArgument(f"an operator is a str, not {type(operator).__name__}")
+    n = len(operator.encode("utf-8"))
+    if n > AUDIT_ACTOR_BYTES_MAX:
+        raise errors.InvalidArgument(
+            f"the operator has {n} bytes, more than {AUDIT_ACTOR_BYTES_MAX}",
+            reason="field-too-long")
+
+
+def u64_of(what: str, value: object) -> int:
+    """A session id or token as the protocol's uint64 (not a bool, not a float)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise errors.InvalidArgument(f"{what} is an int, not {type(value).__name__}")
+    if not 0 <= value <= U64_MAX:
+        raise errors.InvalidArgument(f"{what} {value} is outside 0..2**64-1")
+    return value
+
+
+def operator_of_this_process() -> str:
+    """`user@host`, as `latchkey admin` records it beside the authenticated identity
+    (crates/cli/src/admin.rs, operator()): each part cut as a session owner's is."""
+    me = owner_of_this_process()
+    user, host = me.user.strip(), me.host.strip()
+    if user and host:
+        out = f"{user}@{host}"
+    elif user or host:
+        out = user if user else f"@{host}"
+    else:
+        out = ""
+    return out.encode()[:AUDIT_ACTOR_BYTES_MAX].decode("utf-8", "ignore")
+
+
 # --- The lease (crates/client/src/session.rs, ClientLease). ---------------------------------
 def safety_margin(ttl: float) -> float:
     """max(TTL / 5, 200 ms)."""
@@ -169,6 +235,28 @@ class ClientLease:
         later than the deadline."""
         step = max(self.ttl / 10, 0.1)
         self.retry_at = min(at + step, self.deadline())
+
+
+# --- The failover signal (session.rs, FailoverDetector). ----------------------------------
+class FailoverDetector:
+    """Whether an acknowledged renewal marks a failover: another node answered it than the
+    previous one (the first: the node that answered CreateSession), or it was answered only
+    after failed attempts, or a renewal failed since the last acknowledgement. A session's
+    `failovers()` counts them."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.last_endpoint = endpoint
+        self.disrupted = False
+
+    def failed(self) -> None:
+        """A renewal failed after its retries."""
+        self.disrupted = True
+
+    def acknowledged(self, endpoint: str, failed_attempts: int) -> bool:
+        failover = self.disrupted or failed_attempts > 0 or endpoint != self.last_endpoint
+        self.disrupted = False
+        self.last_endpoint = endpoint
+        return failover
 
 
 # --- Keepalive batches (crates/client/src/keepalive.rs). -----------------------------------
@@ -497,6 +585,72 @@ def node_status(s: "pb.NodeStatusResponse") -> NodeStatus:
                       tuple((m.id, m.addr) for m in s.members), s.cluster_id)
 
 
+class ForceReleased(NamedTuple):
+    """The grant a force-release took (AdminReleaseResponse): its session and token."""
+
+    session_id: int
+    token: int
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One administrative action of the audit log (crates/client/src/types.rs, AuditEntry)."""
+
+    index: int
+    at_ms: int  # the leader's wall clock, Unix ms
+    action: str  # "force-release" or "revoke"
+    lock: str  # force-release: the lock; revoke: ""
+    session_id: int
+    token: int  # force-release: the grant taken
+    next_token: int  # force-release: the next waiter's grant (0: none)
+    locks: int  # revoke: how many locks the session held
+    identity: Optional[str]  # the authenticated identity; None without access control
+    operator: str  # what the operator's tool said about them (e.g. user@host)
+    reason: str
+
+
+def audit_entry(r: "pb.AuditRecord") -> AuditEntry:
+    return AuditEntry(r.index, r.at_ms, r.action, r.lock, r.session, r.token, r.next_token,
+                      r.locks, r.identity or None, r.operator, r.reason)
+
+
+def admin_release_request(name: str, token: int, reason: str,
+                          operator: str) -> "pb.AdminReleaseRequest":
+    """The request of a force-release, always conditional on `token` (protocol.md, 10:
+    AdminRelease is not sequenced; a retry without a token could take the next holder's)."""
+    return pb.AdminReleaseRequest(name=name, token=token, reason=reason, operator=operator)
+
+
+def check_admin_release(name: str, token: Optional[int], reason: str,
+                        operator: Optional[str]) -> Tuple[Optional[int], str]:
+    """Validates a force-release's input before any call: (token or None, operator)."""
+    validate_name(name)
+    if token is not None:
+        token = u64_of("the token", token)
+    validate_reason(reason)
+    operator = operator_of_this_process() if operator is None else operator
+    validate_operator(operator)
+    return token, operator
+
+
+def check_admin_revoke(session_id: int, reason: str,
+                       operator: Optional[str]) -> "pb.AdminRevokeRequest":
+    """Validates a revoke's input before any call; its request."""
+    session_id = u64_of("the session id", session_id)
+    validate_reason(reason)
+    operator = operator_of_this_process() if operator is None else operator
+    validate_operator(operator)
+    return pb.AdminRevokeRequest(session=session_id, reason=reason, operator=operator)
+
+
+def holder_token(info: LockInfo) -> int:
+    """The current holder's token, read before a force-release without one (client.rs,
+    admin_release); Conflict `lock-not-held` when nobody holds it."""
+    if info.holder is None:
+        raise errors.Conflict(f"lock {info.name!r} is not held", reason="lock-not-held")
+    return info.holder.token
+
+
 def owner_of_this_process(text: str = "") -> "pb.Owner":
     import getpass
     import os
@@ -523,6 +677,9 @@ METHODS = {
     "Describe": (pb.DescribeRequest, pb.DescribeResponse),
     "List": (pb.ListRequest, pb.ListResponse),
     "NodeStatus": (pb.NodeStatusRequest, pb.NodeStatusResponse),
+    "AdminRelease": (pb.AdminReleaseRequest, pb.AdminReleaseResponse),
+    "AdminRevoke": (pb.AdminRevokeRequest, pb.AdminRevokeResponse),
+    "Audit": (pb.AuditRequest, pb.AuditResponse),
 }
 
 

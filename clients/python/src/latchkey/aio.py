@@ -115,8 +115,8 @@ class _KeepAlives:
         self._tasks: Set[asyncio.Task] = set()
 
     async def renew(self, session: "Session", *, attempt_timeout: float, backoff_max: float,
-                    not_after: float) -> Optional["pb.SessionLease"]:
-        """See latchkey.client._KeepAlives.renew."""
+                    not_after: float) -> Tuple[Optional["pb.SessionLease"], str, int]:
+        """See latchkey.client._KeepAlives.renew: (lease or None, endpoint, failed attempts)."""
         reply = asyncio.get_running_loop().create_future()
         waiting = core.KeepAliveWaiting(session._key, attempt_timeout, backoff_max, not_after,
                                         reply)
@@ -136,10 +136,10 @@ class _KeepAlives:
                 raise session._lost_error()
             raise errors.TransportError(
                 "the keepalive batch was not answered before the session's deadline")
-        outcome = reply.result()
+        outcome, addr, failed_attempts = reply.result()
         if isinstance(outcome, errors.LatchkeyError):
             raise outcome
-        return core.lease_of(outcome, session.id)
+        return core.lease_of(outcome, session.id), addr, failed_attempts
 
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
@@ -161,8 +161,9 @@ class _KeepAlives:
     async def _send(self, batch: List[core.KeepAliveWaiting]) -> None:
         b = core.keepalive_batch(batch)
         outcome: object
+        addr, failed_attempts = "", 0
         try:
-            outcome, _ = await self._client._call(
+            outcome, addr, failed_attempts = await self._client._call(
                 "KeepAlive", b.request, attempt_timeout=b.attempt_timeout,
                 backoff_max=b.backoff_max, not_after=b.not_after)
         except errors.LatchkeyError as e:
@@ -173,7 +174,7 @@ class _KeepAlives:
         # An answer, or the error, as a result: an exception nobody retrieves would be logged.
         for w in batch:
             if not w.reply.done():
-                w.reply.set_result(outcome)
+                w.reply.set_result((outcome, addr, failed_attempts))
 
     async def close(self) -> None:
         """Ends the batches in flight (their members are closed by now)."""
@@ -219,12 +220,13 @@ class Client:
         if owner is not None:
             request.owner.CopyFrom(core.owner_of_this_process(owner))
         sent = core.now()
-        response, _ = await self._call("CreateSession", request, attempt_timeout=self._rpc_timeout)
+        response, addr, _ = await self._call("CreateSession", request,
+                                             attempt_timeout=self._rpc_timeout)
         if not response.HasField("session"):
             raise errors.ProtocolError("CreateSession answered without a session")
         lease = core.ClientLease(sent, ttl_ms / 1000)
         lease.acknowledged(sent, response.ttl_ms / 1000)
-        session = Session(self, response.session, lease)
+        session = Session(self, response.session, lease, addr)
         self._sessions.add(session)
         session._start()
         return session
@@ -236,16 +238,41 @@ class Client:
 
     async def describe(self, name: str) -> core.LockInfo:
         core.validate_name(name)
-        response, _ = await self._call("Describe", pb.DescribeRequest(name=name),
+        response, _, _ = await self._call("Describe", pb.DescribeRequest(name=name),
                                        attempt_timeout=self._rpc_timeout)
         if not response.HasField("lock"):
             raise errors.ProtocolError("Describe answered without a lock")
         return core.lock_info(response.lock)
 
     async def list(self, prefix: str = "") -> List[core.LockInfo]:
-        response, _ = await self._call("List", pb.ListRequest(prefix=prefix),
-                                       attempt_timeout=self._rpc_timeout)
+        response, _, _ = await self._call("List", pb.ListRequest(prefix=prefix),
+                                          attempt_timeout=self._rpc_timeout)
         return [core.lock_info(lock) for lock in response.locks]
+
+    async def force_release(self, name: str, *, token: Optional[int] = None, reason: str,
+                            operator: Optional[str] = None) -> core.ForceReleased:
+        """See latchkey.Client.force_release."""
+        token, operator = core.check_admin_release(name, token, reason, operator)
+        if token is None:
+            token = core.holder_token(await self.describe(name))
+        response, _, _ = await self._call(
+            "AdminRelease", core.admin_release_request(name, token, reason, operator),
+            attempt_timeout=self._rpc_timeout)
+        return core.ForceReleased(response.session, response.token)
+
+    async def revoke(self, session_id: int, *, reason: str,
+                     operator: Optional[str] = None) -> int:
+        """See latchkey.Client.revoke: how many locks the session held."""
+        request = core.check_admin_revoke(session_id, reason, operator)
+        response, _, _ = await self._call("AdminRevoke", request,
+                                          attempt_timeout=self._rpc_timeout)
+        return response.locks
+
+    async def audit(self) -> List[core.AuditEntry]:
+        """See latchkey.Client.audit: the audit log, oldest first."""
+        response, _, _ = await self._call("Audit", pb.AuditRequest(),
+                                          attempt_timeout=self._rpc_timeout)
+        return [core.audit_entry(r) for r in response.records]
 
     async def close(self) -> None:
         for s in list(self._sessions):
@@ -322,7 +349,8 @@ class Client:
     async def _call(self, method: str, request, *, attempt_timeout: float,
                     backoff_max: Optional[float] = None, session: Optional["Session"] = None,
                     not_after: Optional[float] = None):
-        """See latchkey.Client._call. Returns (response, failed attempts)."""
+        """See latchkey.Client._call. Returns (response, endpoint that answered, failed
+        attempts)."""
         policy = self._retry
         start = core.now()
         backoff = policy.backoff(backoff_max, self._rng)
@@ -341,7 +369,7 @@ class Client:
             outcome = await self._attempt(addr, method, request, timeout, session)
             if not isinstance(outcome, core.Failure):
                 self._route.answered(addr)
-                return outcome, attempts - 1
+                return outcome, addr, attempts - 1
             failure = outcome
             if failure.kind == "fatal":
                 assert failure.error is not None
@@ -368,7 +396,8 @@ class Client:
 class Session:
     """See latchkey.Session; `await session.lock(name, wait)`, `await session.close()`."""
 
-    def __init__(self, client: Client, key: "pb.Session", lease: core.ClientLease) -> None:
+    def __init__(self, client: Client, key: "pb.Session", lease: core.ClientLease,
+                 endpoint: str) -> None:
         self._client = client
         self._key = pb.Session(id=key.id, secret=key.secret)
         self.id: int = key.id
@@ -381,6 +410,8 @@ class Session:
         self._lost_why: Optional[str] = None
         self._guards: Set["LockGuard"] = set()
         self._taken: Tuple[frozenset, int] = (frozenset(), 0)
+        self._failover_detector = core.FailoverDetector(endpoint)
+        self._failovers = 0
         self._waits = asyncio.BoundedSemaphore(core.SESSION_WAITS_IN_FLIGHT_MAX)
         self._short = asyncio.BoundedSemaphore(core.SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX)
         self._background: Set[asyncio.Task] = set()
@@ -401,6 +432,11 @@ class Session:
     def is_lost(self) -> bool:
         self._check_deadline()
         return self._lost.is_set()
+
+    def failovers(self) -> int:
+        """See latchkey.Session.failovers: renewals acknowledged by another node than the
+        previous one, or only after failed attempts."""
+        return self._failovers
 
     async def lock(self, name: str, wait: Optional[float] = None) -> "LockGuard":
         """See latchkey.Session.lock. Cancelling it settles the request in the background."""
@@ -475,7 +511,7 @@ class Session:
                 continue
             try:
                 # With every other session of this client due now, in one KeepAlive.
-                answer = await client._keepalives.renew(
+                answer, addr, failed_attempts = await client._keepalives.renew(
                     self,
                     attempt_timeout=min(client._rpc_timeout, core.renewal_attempt_timeout(lease.ttl)),
                     backoff_max=core.renewal_backoff_max(lease.ttl),
@@ -487,6 +523,7 @@ class Session:
                 return
             except errors.LatchkeyError as e:
                 log.warning("latchkey: renewal of session %d failed; retrying: %s", self.id, e)
+                self._failover_detector.failed()
                 lease.failed(core.now())
                 continue
             if core.now() >= lease.deadline():
@@ -500,6 +537,9 @@ class Session:
             self._taken_now(frozenset(answer.revoked_tokens), answer.revoked_through)
             lease.acknowledged(sent, answer.ttl_ms / 1000)
             self._deadline = lease.deadline()
+            if self._failover_detector.acknowledged(addr, failed_attempts):
+                self._failovers += 1
+                log.info("latchkey: session %d renewed after a failover (by %s)", self.id, addr)
         self._mark_lost(_WHY_DEADLINE)
 
     def _taken_now(self, tokens: frozenset, through: int) -> None:
@@ -539,7 +579,7 @@ class Session:
             wait_ms = min(max(int((deadline - core.now()) * 1000), 0), core.WAIT_TIMEOUT_MS_MAX)
         request = pb.AcquireRequest(session=self._key, seq=seq, name=name, wait_timeout_ms=wait_ms)
         try:
-            response, _ = await self._client._call(
+            response, _, _ = await self._client._call(
                 "Acquire", request,
                 attempt_timeout=core.ACQUIRE_POLL_MS_MAX / 1000 + self._client._rpc_timeout,
                 backoff_max=core.CLIENT_ACQUIRE_BACKOFF_MS_MAX / 1000,
@@ -641,7 +681,7 @@ class Session:
             seq = await self._begin()
             try:
                 request = pb.ReleaseRequest(session=self._key, seq=seq, name=name, token=token)
-                response, _ = await self._client._call(
+                response, _, _ = await self._client._call(
                     "Release", request, attempt_timeout=self._client._rpc_timeout, session=self)
             except errors.LatchkeyError as e:
                 raise self._checked(e) from None

@@ -112,11 +112,13 @@ class LostSignal:
 
 
 class _Reply:
-    """Where a batch puts one member's answer: the KeepAliveResponse or the call's error."""
+    """Where a batch puts one member's answer: the KeepAliveResponse or the call's error, and
+    who answered it after how many failed attempts (the failover signal's input)."""
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.outcome: object = None
+        self.answered: Tuple[str, int] = ("", 0)
 
 
 class _KeepAlives:
@@ -138,10 +140,11 @@ class _KeepAlives:
         self._queue = core.KeepAliveQueue()
 
     def renew(self, session: "Session", *, attempt_timeout: float, backoff_max: float,
-              not_after: float) -> Optional["pb.SessionLease"]:
-        """Renews `session` with the next batch: its lease in the answer (None: left out).
-        Raises the batch call's error, SessionLost if the session is lost while it waits, or
-        TransportError if no answer came before `not_after` (its deadline)."""
+              not_after: float) -> Tuple[Optional["pb.SessionLease"], str, int]:
+        """Renews `session` with the next batch: its lease in the answer (None: left out), the
+        endpoint that answered and the batch call's failed attempts. Raises the batch call's
+        error, SessionLost if the session is lost while it waits, or TransportError if no
+        answer came before `not_after` (its deadline)."""
         waiting = core.KeepAliveWaiting(session._key, attempt_timeout, backoff_max, not_after,
                                         _Reply())
         reply: _Reply = waiting.reply
@@ -163,7 +166,8 @@ class _KeepAlives:
                 "the keepalive batch was not answered before the session's deadline")
         if isinstance(outcome, errors.LatchkeyError):
             raise outcome
-        return core.lease_of(outcome, session.id)
+        addr, failed_attempts = reply.answered
+        return core.lease_of(outcome, session.id), addr, failed_attempts
 
     def _start(self, target, *args) -> None:
         try:
@@ -191,16 +195,19 @@ class _KeepAlives:
     def _send(self, batch: List[core.KeepAliveWaiting]) -> None:
         b = core.keepalive_batch(batch)
         outcome: object
+        answered = ("", 0)
         try:
-            outcome, _, _ = self._client._call(
+            outcome, addr, failed_attempts = self._client._call(
                 "KeepAlive", b.request, attempt_timeout=b.attempt_timeout,
                 backoff_max=b.backoff_max, not_after=b.not_after)
+            answered = (addr, failed_attempts)
         except errors.LatchkeyError as e:
             outcome = e  # each member's failure
         except Exception as e:  # noqa: BLE001 - a bug must not leave the members waiting
             log.exception("latchkey: a keepalive batch failed")
             outcome = errors.ServerError(f"the keepalive batch failed: {e!r}")
         for w in batch:
+            w.reply.answered = answered
             w.reply.outcome = outcome
             w.reply.done.set()
 
@@ -258,12 +265,13 @@ class Client:
             request.owner.CopyFrom(core.owner_of_this_process(owner))
         # Before the first attempt: the lease starts no earlier than this on the server.
         sent = core.now()
-        response, _, _ = self._call("CreateSession", request, attempt_timeout=self._rpc_timeout)
+        response, addr, _ = self._call("CreateSession", request,
+                                       attempt_timeout=self._rpc_timeout)
         if not response.HasField("session"):
             raise errors.ProtocolError("CreateSession answered without a session")
         lease = core.ClientLease(sent, ttl_ms / 1000)
         lease.acknowledged(sent, response.ttl_ms / 1000)
-        session = Session(self, response.session, lease)
+        session = Session(self, response.session, lease, addr)
         with self._lock:
             self._sessions.add(session)
         session._start()
@@ -299,6 +307,45 @@ class Client:
         if isinstance(outcome, core.Failure):
             raise core.give_up(outcome, 1, 0.0)
         return core.node_status(outcome)
+
+    # --- administration (an operator's tools; recorded in the audit log) ---------------
+    def force_release(self, name: str, *, token: Optional[int] = None, reason: str,
+                      operator: Optional[str] = None) -> core.ForceReleased:
+        """Force-releases lock `name` (needs `admin` on it under access control): the next
+        waiter gets it with a higher token, and the holder's client learns from its next
+        renewal that it lost the lock (its guard's `lost` is set). Answers the grant taken,
+        `ForceReleased(session_id, token)`. `reason` is required (at most 1,024 bytes) and
+        recorded in the audit log with `operator` (default `user@host` of this process; the
+        server adds the authenticated identity).
+
+        Without `token`, the holder's token is read first (Describe) and the release made
+        conditional on it, so that a retry after a lost answer can never take the *next*
+        holder's grant: it fails with Conflict `token-mismatch` or `lock-not-held` instead
+        (also raised when nobody holds the lock)."""
+        token, operator = core.check_admin_release(name, token, reason, operator)
+        if token is None:
+            token = core.holder_token(self.describe(name))
+        response, _, _ = self._call(
+            "AdminRelease", core.admin_release_request(name, token, reason, operator),
+            attempt_timeout=self._rpc_timeout)
+        return core.ForceReleased(response.session, response.token)
+
+    def revoke(self, session_id: int, *, reason: str, operator: Optional[str] = None) -> int:
+        """Ends session `session_id` as an expiry would (needs `admin` on every lock under
+        access control): its locks go to their next waiters, its client's guards report lost.
+        Answers how many locks it held. Recorded in the audit log (`reason` required, as for
+        force_release). SessionNotFound: no such session (any more); a retry after a lost
+        answer gets it too, so it may be this very call that ended it (see `audit()`)."""
+        request = core.check_admin_revoke(session_id, reason, operator)
+        response, _, _ = self._call("AdminRevoke", request, attempt_timeout=self._rpc_timeout)
+        return response.locks
+
+    def audit(self) -> List[core.AuditEntry]:
+        """The audit log (force-releases and revocations), oldest first, read on the leader:
+        the newest AUDIT_RECORDS_MAX (1,000) records. Needs `read` on every lock (prefix "")
+        under access control."""
+        response, _, _ = self._call("Audit", pb.AuditRequest(), attempt_timeout=self._rpc_timeout)
+        return [core.audit_entry(r) for r in response.records]
 
     def close(self) -> None:
         """Closes every open session of this client, then its connections."""
@@ -441,7 +488,8 @@ class Session:
     never closed stops being renewed only when the process exits; the server then expires it
     after its TTL."""
 
-    def __init__(self, client: Client, key: "pb.Session", lease: core.ClientLease) -> None:
+    def __init__(self, client: Client, key: "pb.Session", lease: core.ClientLease,
+                 endpoint: str) -> None:
         self._client = client
         self._key = pb.Session(id=key.id, secret=key.secret)
         self.id: int = key.id
@@ -454,6 +502,9 @@ class Session:
         self._lost_why: Optional[str] = None
         self._guards: "set[LockGuard]" = set()
         self._taken: Tuple[frozenset, int] = (frozenset(), 0)
+        # Only the renewal thread moves the detector; the count is read under _cond.
+        self._failover_detector = core.FailoverDetector(endpoint)
+        self._failovers = 0
         self._waits = threading.BoundedSemaphore(core.SESSION_WAITS_IN_FLIGHT_MAX)
         self._short = threading.BoundedSemaphore(core.SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX)
         self._background: "set[threading.Thread]" = set()
@@ -479,6 +530,14 @@ class Session:
     def is_lost(self) -> bool:
         self._check_deadline()
         return self._lost.is_set()
+
+    def failovers(self) -> int:
+        """How many failovers the session has lived through: renewals acknowledged by another
+        node than the previous one (the first: the node that created it), or only after failed
+        attempts (an election, a node down). Starts at 0, never decreases. Nothing is lost by a
+        failover while `lost` is not set; a holder may want to re-check its resource or log."""
+        with self._cond:
+            return self._failovers
 
     def lock(self, name: str, wait: Optional[float] = None) -> "LockGuard":
         """Takes lock `name`, waiting in its FIFO queue up to `wait` seconds (None: until
@@ -570,7 +629,7 @@ class Session:
                 continue
             try:
                 # With every other session of this client due now, in one KeepAlive.
-                answer = client._keepalives.renew(
+                answer, addr, failed_attempts = client._keepalives.renew(
                     self,
                     attempt_timeout=min(client._rpc_timeout, core.renewal_attempt_timeout(lease.ttl)),
                     backoff_max=core.renewal_backoff_max(lease.ttl),
@@ -582,6 +641,7 @@ class Session:
                 return
             except errors.LatchkeyError as e:
                 log.warning("latchkey: renewal of session %d failed; retrying: %s", self.id, e)
+                self._failover_detector.failed()
                 lease.failed(core.now())
                 continue
             if core.now() >= lease.deadline():
@@ -595,8 +655,13 @@ class Session:
                 return
             self._taken_now(frozenset(answer.revoked_tokens), answer.revoked_through)
             lease.acknowledged(sent, answer.ttl_ms / 1000)
+            failover = self._failover_detector.acknowledged(addr, failed_attempts)
             with self._cond:
                 self._deadline = lease.deadline()
+                if failover:
+                    self._failovers += 1
+            if failover:
+                log.info("latchkey: session %d renewed after a failover (by %s)", self.id, addr)
         self._mark_lost(_WHY_DEADLINE)
 
     def _taken_now(self, tokens: frozenset, through: int) -> None:
