@@ -106,13 +106,15 @@ def test_keepalive_batches_take_at_most_the_limit_oldest_first():
     assert [w.session.id for w in q.take()] == [core.KEEPALIVE_SESSIONS_MAX + 1,
                                                 core.KEEPALIVE_SESSIONS_MAX + 2]
     assert q.take() == [] and q.join(waiting(7))
-    # Attempts and backoff of its tightest member, until its last member's deadline.
+    # Attempts of its most patient member, backoff of its tightest, until its first member's
+    # deadline (a later retry could renew a session its client has given up).
     b = core.keepalive_batch([waiting(1, 0.2, 0.05, 3.0), waiting(2, 1.0, 0.25, 12.0),
                               waiting(3, 0.6, 0.15, 5.0)])
     assert [s.id for s in b.request.sessions] == [1, 2, 3]
-    assert (b.attempt_timeout, b.backoff_max, b.not_after) == (0.2, 0.05, 12.0)
+    assert (b.attempt_timeout, b.backoff_max, b.not_after) == (1.0, 0.05, 3.0)
     response = core.pb.KeepAliveResponse(leases=[core.pb.SessionLease(id=2, alive=True)])
-    assert core.lease_of(response, 2).alive and core.lease_of(response, 1) is None
+    leases = core.leases_by_id(response)
+    assert leases[2].alive and 1 not in leases
 
 
 def test_a_renewal_wakes_a_gather_window_early_but_never_after_its_deadline():

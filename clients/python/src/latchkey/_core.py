@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import grpc
 
@@ -325,24 +325,26 @@ class KeepAliveBatch:
 
 
 def keepalive_batch(batch: Sequence[KeepAliveWaiting]) -> KeepAliveBatch:
-    """One request for `batch`, retried like one session's renewal: attempts and backoff as
-    short as its tightest member's (a member with a short TTL must reach a new leader as soon
-    as it would alone; re-sending a keepalive costs nothing), until its last member's deadline
-    (after that nobody can use the answer; each member stops waiting at its own). Unlike the
-    Rust client's, a member's attempt timeout here never shrinks with its time to the deadline
-    (the call's `not_after` does that), so a member about to be lost cannot cut the others'
-    attempts short."""
+    """One request for `batch`. Attempts as long as its most patient member's, as the Rust
+    client's `send` does: a member with a short TTL (short attempts) must not cut every attempt
+    of a thousand other sessions below one read-index round or logged renewal; each member still
+    stops waiting at its own deadline. Backoff as short as its tightest member's (re-sending a
+    keepalive costs nothing). Retried until its *first* member's deadline: after that a retry
+    could renew on the server a session its client has already given up (its guards reported
+    lost), which would then sit on its locks for another TTL; the members still waiting then
+    fail this attempt and join the next batch at once (their lease's retry schedule)."""
     return KeepAliveBatch(
         request=pb.KeepAliveRequest(sessions=[w.session for w in batch]),
-        attempt_timeout=min(w.attempt_timeout for w in batch),
+        attempt_timeout=max(w.attempt_timeout for w in batch),
         backoff_max=min(w.backoff_max for w in batch),
-        not_after=max(w.not_after for w in batch),
+        not_after=min(w.not_after for w in batch),
     )
 
 
-def lease_of(response: "pb.KeepAliveResponse", session_id: int) -> Optional["pb.SessionLease"]:
-    """This session's lease in a batch's answer; None if the server left it out."""
-    return next((lease for lease in response.leases if lease.id == session_id), None)
+def leases_by_id(response: "pb.KeepAliveResponse") -> Dict[int, "pb.SessionLease"]:
+    """A batch's answer by session id, built once per batch (a lookup per member would be
+    quadratic in a batch of 1,024); a session the server left out is missing."""
+    return {lease.id: lease for lease in response.leases}
 
 
 # --- The sequence window (session.rs, SeqWindow). --------------------------------------------

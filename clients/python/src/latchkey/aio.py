@@ -121,7 +121,15 @@ class _KeepAlives:
         waiting = core.KeepAliveWaiting(session._key, attempt_timeout, backoff_max, not_after,
                                         reply)
         if self._queue.join(waiting):
-            self._spawn(self._gather())
+            try:
+                gatherer = self._spawn(self._gather())
+            except BaseException:
+                # No gatherer: fail the waiting renewals, or the queue would never be empty
+                # again and no later renewal would start one.
+                self._fail_waiting(errors.ServerError("the keepalive batch could not be sent"))
+                raise
+            # A gatherer cancelled before it ran never reaches its own handler (below).
+            gatherer.add_done_callback(self._after_gatherer)
         # One session's loss (a close, the server dropping it) ends only its own wait.
         lost = asyncio.ensure_future(session._lost.wait())
         try:
@@ -136,45 +144,81 @@ class _KeepAlives:
                 raise session._lost_error()
             raise errors.TransportError(
                 "the keepalive batch was not answered before the session's deadline")
-        outcome, addr, failed_attempts = reply.result()
+        outcome, lease, addr, failed_attempts = reply.result()
         if isinstance(outcome, errors.LatchkeyError):
             raise outcome
-        return core.lease_of(outcome, session.id), addr, failed_attempts
+        return lease, addr, failed_attempts
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)  # the loop keeps only a weak reference
         task.add_done_callback(self._tasks.discard)
+        return task
 
-    async def _gather(self) -> None:
-        await asyncio.sleep(core.KEEPALIVE_GATHER_S)
+    def _after_gatherer(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            self._fail_waiting(errors.ServerError("the keepalive batch was cancelled"))
+
+    def _fail_waiting(self, error: errors.LatchkeyError) -> None:
+        """Fails every renewal waiting for a batch; the queue is left empty, so the next
+        renewal starts a gatherer again."""
         while True:
             batch = self._queue.take()
             if not batch:
                 return
-            if len(self._queue) == 0:
-                # Whoever joins from now on finds the queue empty and starts its own gatherer.
-                await self._send(batch)
-                return
-            self._spawn(self._send(batch))
+            self._answer(batch, error, None, "", 0)
+
+    async def _gather(self) -> None:
+        try:
+            await asyncio.sleep(core.KEEPALIVE_GATHER_S)
+            while True:
+                batch = self._queue.take()
+                if not batch:
+                    return
+                if len(self._queue) == 0:
+                    # Whoever joins from now on finds the queue empty and starts its own
+                    # gatherer.
+                    await self._send(batch)
+                    return
+                self._spawn(self._send(batch))
+        except BaseException:
+            # Cancelled (a task-cancelling shutdown while the client stays in use) or broken
+            # before the queue was emptied: without this the queue would stay non-empty, no
+            # renewal would start a gatherer again, and every later renewal would wait out its
+            # deadline.
+            self._fail_waiting(errors.ServerError("the keepalive batch was cancelled"))
+            raise
 
     async def _send(self, batch: List[core.KeepAliveWaiting]) -> None:
         b = core.keepalive_batch(batch)
         outcome: object
         addr, failed_attempts = "", 0
+        leases = None
         try:
             outcome, addr, failed_attempts = await self._client._call(
                 "KeepAlive", b.request, attempt_timeout=b.attempt_timeout,
                 backoff_max=b.backoff_max, not_after=b.not_after)
+            leases = core.leases_by_id(outcome)
         except errors.LatchkeyError as e:
             outcome = e  # each member's failure
+        except asyncio.CancelledError:
+            self._answer(batch, errors.ServerError("the keepalive batch was cancelled"), None,
+                         "", 0)
+            raise
         except Exception as e:  # noqa: BLE001 - a bug must not leave the members waiting
             log.exception("latchkey: a keepalive batch failed")
             outcome = errors.ServerError(f"the keepalive batch failed: {e!r}")
+        self._answer(batch, outcome, leases, addr, failed_attempts)
+
+    @staticmethod
+    def _answer(batch: List[core.KeepAliveWaiting], outcome: object,
+                leases: Optional[Dict[int, "pb.SessionLease"]], addr: str,
+                failed_attempts: int) -> None:
         # An answer, or the error, as a result: an exception nobody retrieves would be logged.
         for w in batch:
             if not w.reply.done():
-                w.reply.set_result((outcome, addr, failed_attempts))
+                lease = None if leases is None else leases.get(w.session.id)
+                w.reply.set_result((outcome, lease, addr, failed_attempts))
 
     async def close(self) -> None:
         """Ends the batches in flight (their members are closed by now)."""

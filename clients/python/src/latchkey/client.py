@@ -118,6 +118,7 @@ class _Reply:
     def __init__(self) -> None:
         self.done = threading.Event()
         self.outcome: object = None
+        self.lease: Optional["pb.SessionLease"] = None
         self.answered: Tuple[str, int] = ("", 0)
 
 
@@ -132,7 +133,8 @@ class _KeepAlives:
     takes the batch and sends it; each further full batch goes out on a thread of its own, so
     that no batch waits behind another's retries. The sending thread is not the first member's
     own: that member may reach its deadline or be closed and stop waiting, and the others'
-    renewal must go on. A batch's call ends at its last member's deadline at the latest."""
+    renewal must go on. A batch's call ends at its first member's deadline at the latest (see
+    _core.keepalive_batch)."""
 
     def __init__(self, client: "Client") -> None:
         self._client = client
@@ -150,8 +152,12 @@ class _KeepAlives:
         reply: _Reply = waiting.reply
         with self._lock:
             first = self._queue.join(waiting)
-        if first:
-            self._start(self._gather)
+        if first and not self._spawn(self._gather):
+            # No thread to spare. Sending on this session's own thread would leave its loss
+            # unreported until the batch's call ended (up to another member's deadline), so
+            # every waiting renewal fails this attempt instead and retries on its schedule.
+            self._fail_waiting(errors.ServerError(
+                "no thread could be started to send the keepalive batch"))
         # One session's loss (a close, the server dropping it) ends only its own wait.
         remove = session._lost.add(reply.done.set)
         try:
@@ -167,16 +173,26 @@ class _KeepAlives:
         if isinstance(outcome, errors.LatchkeyError):
             raise outcome
         addr, failed_attempts = reply.answered
-        return core.lease_of(outcome, session.id), addr, failed_attempts
+        return reply.lease, addr, failed_attempts
 
-    def _start(self, target, *args) -> None:
+    def _spawn(self, target, *args) -> bool:
+        """Runs `target` on a thread of its own; False if no thread could be started."""
         try:
             threading.Thread(target=target, args=args, name="latchkey-keepalive",
                              daemon=True).start()
+            return True
         except RuntimeError:
-            # No thread to spare: send on this one rather than leave the batch unsent (every
-            # later renewal would wait behind it). This caller then waits for the batch's call.
-            target(*args)
+            return False
+
+    def _fail_waiting(self, error: errors.LatchkeyError) -> None:
+        """Fails every renewal waiting for a batch (the queue is left empty, so the next
+        renewal starts a gatherer again)."""
+        while True:
+            with self._lock:
+                batch = self._queue.take()
+            if not batch:
+                return
+            self._answer(batch, error, None, ("", 0))
 
     def _gather(self) -> None:
         time.sleep(core.KEEPALIVE_GATHER_S)
@@ -190,24 +206,33 @@ class _KeepAlives:
                 # Whoever joins from now on finds the queue empty and starts its own gatherer.
                 self._send(batch)
                 return
-            self._start(self._send, batch)
+            if not self._spawn(self._send, batch):
+                self._send(batch)  # on this gatherer thread, no member's own
 
     def _send(self, batch: List[core.KeepAliveWaiting]) -> None:
         b = core.keepalive_batch(batch)
         outcome: object
         answered = ("", 0)
+        leases = None
         try:
             outcome, addr, failed_attempts = self._client._call(
                 "KeepAlive", b.request, attempt_timeout=b.attempt_timeout,
                 backoff_max=b.backoff_max, not_after=b.not_after)
             answered = (addr, failed_attempts)
+            leases = core.leases_by_id(outcome)
         except errors.LatchkeyError as e:
             outcome = e  # each member's failure
         except Exception as e:  # noqa: BLE001 - a bug must not leave the members waiting
             log.exception("latchkey: a keepalive batch failed")
             outcome = errors.ServerError(f"the keepalive batch failed: {e!r}")
+        self._answer(batch, outcome, leases, answered)
+
+    @staticmethod
+    def _answer(batch: List[core.KeepAliveWaiting], outcome: object,
+                leases: Optional[Dict[int, "pb.SessionLease"]], answered: Tuple[str, int]) -> None:
         for w in batch:
             w.reply.answered = answered
+            w.reply.lease = None if leases is None else leases.get(w.session.id)
             w.reply.outcome = outcome
             w.reply.done.set()
 
