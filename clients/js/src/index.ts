@@ -26,6 +26,7 @@ export type {
   AuditRecord,
 } from "./client";
 export { Session, safetyMarginMs } from "./session";
+export { now } from "./util";
 export type { SessionOptions } from "./session";
 export { LockGuard, LOCK_HEADER, TOKEN_HEADER } from "./lock";
 export type { LockOptions } from "./lock";

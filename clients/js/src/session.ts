@@ -183,7 +183,7 @@ export class Session {
     return this.lease.marginMs;
   }
 
-  /** The client-side deadline, on the client's clock (`now()` in util.ts). */
+  /** The client-side deadline, on the client's clock: compare it with the package's `now()`. */
   get deadline(): number {
     return this.lease.deadline();
   }
@@ -314,6 +314,10 @@ export class Session {
         deadlineStop.abort();
         if (result === "aborted") return;
         if (result === "deadline") break;
+        // An answer that arrives after the deadline counts for nothing (the guards may already
+        // have reported lost, and lost is final), however the race above went: after a suspend
+        // the timer behind `sleepUntil` fires late, while the clock has moved on.
+        if (now() >= lease.deadline()) break;
         if (result.ok) {
           const l = result.lease;
           if (l === undefined) {

@@ -35,7 +35,9 @@ export class SuspendAwareClock {
     // differences are the two clocks' resolution and NTP's slewing: they are not added, or
     // their noise would add up.
     const lead = wall - this.wallAt - (mono - this.monoAt);
-    if (Math.abs(lead) > limits.CLIENT_SUSPEND_DETECT_MS) {
+    // A wall clock behind the anchor (a step back, or jitter) moves the anchor at once, so
+    // that a later suspend is measured in full, not less that lag.
+    if (lead > limits.CLIENT_SUSPEND_DETECT_MS || lead < 0) {
       if (lead > 0) this.skipped += lead;
       this.monoAt = mono;
       this.wallAt = wall;
@@ -51,7 +53,9 @@ const clock = new SuspendAwareClock(
 
 /**
  * The clock every deadline of this client is measured on, in milliseconds: `performance.now()`
- * plus the time the machine spent suspended, as `SuspendAwareClock` detects it.
+ * plus the time the machine spent suspended, as `SuspendAwareClock` detects it. Exported:
+ * `Session.deadline` is on this clock, so compare it with `now()`, never with
+ * `performance.now()`, which leaves the suspends out.
  */
 export function now(): number {
   return clock.now();

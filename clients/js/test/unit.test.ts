@@ -196,3 +196,14 @@ it("the clock's reading never decreases, whatever the two sources do", () => {
     last = r;
   }
 });
+
+it("a wall clock that fell behind does not hide a later suspend", () => {
+  const { t, clock } = fakeClock();
+  const start = clock.now();
+  // The wall clock falls 40 ms behind (below the detection threshold), then a 60 ms suspend.
+  t.mono += 1_000;
+  t.wall += 960;
+  assert.equal(clock.now() - start, 1_000);
+  t.wall += 60;
+  assert.equal(clock.now() - start, 1_060, "the 60 ms suspend is counted in full");
+});
