@@ -6,6 +6,7 @@ The binary: $LATCHKEY_BIN, or <repo>/target/debug/latchkey.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -163,27 +164,42 @@ def wait_leader(servers: List[Server], auth_token: Optional[str] = None) -> Serv
     return found[0]
 
 
-@pytest.fixture
-def server(tmp_path):
-    s = Server(tmp_path)
+def run(coro):
+    """Runs an asyncio test body, bounded in time."""
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+async def wait_until_async(what, cond, timeout=10.0):
+    """wait_until for an async condition."""
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.02) + 1):
+        if await cond():
+            return
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting until {what}")
+
+
+def _serving(s):
+    """Starts `s`, yields it once it leads, and stops it."""
     s.start()
     try:
         wait_leader([s])
         yield s
     finally:
         s.stop()
+
+
+@pytest.fixture
+def server(tmp_path):
+    yield from _serving(Server(tmp_path))
 
 
 @pytest.fixture
 def metered_server(tmp_path):
     """A single member that also serves its Prometheus metrics (Server.requests)."""
-    s = Server(tmp_path, metrics=True)
-    s.start()
-    try:
-        wait_leader([s])
-        yield s
-    finally:
-        s.stop()
+    yield from _serving(Server(tmp_path, metrics=True))
 
 
 @pytest.fixture

@@ -13,25 +13,10 @@ import pytest
 
 import latchkey
 import latchkey.aio
-from conftest import Server, free_port, wait_leader, wait_until
+from conftest import Server, free_port, run, wait_leader, wait_until, wait_until_async
 
 # A TTL of 3 s renews every second: a force-release reaches its holder within about that.
 TTL = 3.0
-
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 60))
-
-
-async def wait_until_async(what, cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.02) + 1):
-        if await cond():
-            return
-        if time.monotonic() >= deadline:
-            break
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting until {what}")
 
 
 def test_force_release_takes_another_clients_lock_and_is_audited(server):

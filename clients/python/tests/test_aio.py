@@ -9,21 +9,7 @@ import pytest
 
 import latchkey
 import latchkey.aio
-
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 60))
-
-
-async def wait_until_async(what, cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.02) + 1):
-        if await cond():
-            return
-        if time.monotonic() >= deadline:
-            break
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting until {what}")
+from conftest import run, wait_until_async
 
 
 def test_async_round_trip_fifo_and_timeout(server):
