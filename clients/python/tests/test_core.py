@@ -106,12 +106,12 @@ def test_keepalive_batches_take_at_most_the_limit_oldest_first():
     assert [w.session.id for w in q.take()] == [core.KEEPALIVE_SESSIONS_MAX + 1,
                                                 core.KEEPALIVE_SESSIONS_MAX + 2]
     assert q.take() == [] and q.join(waiting(7))
-    # Attempts of its most patient member, backoff of its tightest, until its first member's
-    # deadline (a later retry could renew a session its client has given up).
+    # Attempts of its most patient member, backoff of its tightest, until its last member's
+    # deadline (as crates/client/src/keepalive.rs `send`).
     b = core.keepalive_batch([waiting(1, 0.2, 0.05, 3.0), waiting(2, 1.0, 0.25, 12.0),
                               waiting(3, 0.6, 0.15, 5.0)])
     assert [s.id for s in b.request.sessions] == [1, 2, 3]
-    assert (b.attempt_timeout, b.backoff_max, b.not_after) == (1.0, 0.05, 3.0)
+    assert (b.attempt_timeout, b.backoff_max, b.not_after) == (1.0, 0.05, 12.0)
     response = core.pb.KeepAliveResponse(leases=[core.pb.SessionLease(id=2, alive=True)])
     leases = core.leases_by_id(response)
     assert leases[2].alive and 1 not in leases

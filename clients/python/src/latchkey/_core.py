@@ -325,19 +325,20 @@ class KeepAliveBatch:
 
 
 def keepalive_batch(batch: Sequence[KeepAliveWaiting]) -> KeepAliveBatch:
-    """One request for `batch`. Attempts as long as its most patient member's, as the Rust
-    client's `send` does: a member with a short TTL (short attempts) must not cut every attempt
-    of a thousand other sessions below one read-index round or logged renewal; each member still
-    stops waiting at its own deadline. Backoff as short as its tightest member's (re-sending a
-    keepalive costs nothing). Retried until its *first* member's deadline: after that a retry
-    could renew on the server a session its client has already given up (its guards reported
-    lost), which would then sit on its locks for another TTL; the members still waiting then
-    fail this attempt and join the next batch at once (their lease's retry schedule)."""
+    """One request for `batch`, as the Rust client's `send` builds it: attempts as long as its
+    most patient member's (a member with a short TTL must not cut every attempt of a thousand
+    other sessions below one read-index round or logged renewal), backoff as short as its
+    tightest member's (re-sending a keepalive costs nothing), retried until its last member's
+    deadline. Each member stops waiting at its own deadline, so none is held past it; a member
+    near its deadline must not cut the call short for the others either (they would all fail
+    that renewal, and count a failover, for nothing). The price, as in the Rust client: a retry
+    may still renew on the server a member its client has given up meanwhile; the server then
+    expires it one TTL later."""
     return KeepAliveBatch(
         request=pb.KeepAliveRequest(sessions=[w.session for w in batch]),
         attempt_timeout=max(w.attempt_timeout for w in batch),
         backoff_max=min(w.backoff_max for w in batch),
-        not_after=min(w.not_after for w in batch),
+        not_after=max(w.not_after for w in batch),
     )
 
 

@@ -133,7 +133,7 @@ class _KeepAlives:
     takes the batch and sends it; each further full batch goes out on a thread of its own, so
     that no batch waits behind another's retries. The sending thread is not the first member's
     own: that member may reach its deadline or be closed and stop waiting, and the others'
-    renewal must go on. A batch's call ends at its first member's deadline at the latest (see
+    renewal must go on. A batch's call ends at its last member's deadline at the latest (see
     _core.keepalive_batch)."""
 
     def __init__(self, client: "Client") -> None:
