@@ -128,7 +128,6 @@ class _KeepAlives:
                 # again and no later renewal would start one.
                 self._fail_waiting(errors.ServerError("the keepalive batch could not be sent"))
                 raise
-            # A gatherer cancelled before it ran never reaches its own handler (below).
             gatherer.add_done_callback(self._after_gatherer)
         # One session's loss (a close, the server dropping it) ends only its own wait.
         lost = asyncio.ensure_future(session._lost.wait())
@@ -156,7 +155,11 @@ class _KeepAlives:
         return task
 
     def _after_gatherer(self, task: asyncio.Task) -> None:
-        if task.cancelled():
+        """A gatherer cancelled (a task-cancelling shutdown while the client stays in use, also
+        before it ever ran) or broken before the queue was empty: fail what waits, or the queue
+        would stay non-empty, no renewal would start a gatherer again, and every later renewal
+        would wait out its deadline."""
+        if task.cancelled() or task.exception() is not None:
             self._fail_waiting(errors.ServerError("the keepalive batch was cancelled"))
 
     def _fail_waiting(self, error: errors.LatchkeyError) -> None:
@@ -169,25 +172,16 @@ class _KeepAlives:
             self._answer(batch, error, None, "", 0)
 
     async def _gather(self) -> None:
-        try:
-            await asyncio.sleep(core.KEEPALIVE_GATHER_S)
-            while True:
-                batch = self._queue.take()
-                if not batch:
-                    return
-                if len(self._queue) == 0:
-                    # Whoever joins from now on finds the queue empty and starts its own
-                    # gatherer.
-                    await self._send(batch)
-                    return
-                self._spawn(self._send(batch))
-        except BaseException:
-            # Cancelled (a task-cancelling shutdown while the client stays in use) or broken
-            # before the queue was emptied: without this the queue would stay non-empty, no
-            # renewal would start a gatherer again, and every later renewal would wait out its
-            # deadline.
-            self._fail_waiting(errors.ServerError("the keepalive batch was cancelled"))
-            raise
+        await asyncio.sleep(core.KEEPALIVE_GATHER_S)
+        while True:
+            batch = self._queue.take()
+            if not batch:
+                return
+            if len(self._queue) == 0:
+                # Whoever joins from now on finds the queue empty and starts its own gatherer.
+                await self._send(batch)
+                return
+            self._spawn(self._send(batch))
 
     async def _send(self, batch: List[core.KeepAliveWaiting]) -> None:
         b = core.keepalive_batch(batch)
