@@ -400,12 +400,26 @@ pub const LOG_WRITE_QUEUE_CAPACITY: usize = 1_024;
 pub const LOG_WRITE_BATCH_REQUESTS_MAX: usize = 1_024;
 const _: () = assert!(LOG_WRITE_BATCH_REQUESTS_MAX >= 1);
 const _: () = assert!(LOG_WRITE_BATCH_REQUESTS_MAX <= LOG_WRITE_QUEUE_CAPACITY);
-/// redb's page cache. Its default, 1 GiB, would let a long-running node's resident memory grow
-/// toward a gigabyte of cached log pages that are rarely read again: entries are read back only
-/// to replicate the recent tail (usually still in the writer's pending set) and when a follower
-/// catches up. 64 MiB holds several hundred thousand recent entries, far more than
-/// `SNAPSHOT_EVERY_ENTRIES_DEFAULT` keeps between snapshots (issue #11, hold workload).
-pub const LOG_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Bytes of already-synced log entries the log store keeps in memory (the newest ones); older
+/// entries are read back from their segment file with a positioned read. Entries are read back
+/// to replicate the recent tail and when a follower catches up; the live log is normally at most
+/// `SNAPSHOT_EVERY_ENTRIES_DEFAULT + LOG_KEPT_AFTER_SNAPSHOT_DEFAULT` entries of a few hundred
+/// bytes (a few MiB), so 16 MiB serves those reads from memory, while a log that grew far beyond
+/// the snapshot policy (a slow state machine, a raised `--snapshot-every-entries`) does not grow
+/// the node's memory with it. Entries not yet synced are always in memory besides this
+/// (bounded by the write queue).
+pub const LOG_TAIL_CACHE_BYTES: usize = 16 * 1024 * 1024;
+const _: () = assert!(
+    (SNAPSHOT_EVERY_ENTRIES_DEFAULT + LOG_KEPT_AFTER_SNAPSHOT_DEFAULT) as usize * 512
+        <= LOG_TAIL_CACHE_BYTES
+);
+/// A log-store segment file is closed, and a new one started with a checkpoint, once it holds
+/// this many bytes. Segments are the unit of deletion after a purge, so the disk holds the live
+/// log plus at most about one segment of purged entries; a rotation costs a checkpoint and two
+/// extra fsyncs, so at a few hundred bytes per entry 32 MiB makes it rare (every ~100,000
+/// entries) and keeps a restart's replay of the segments short.
+pub const LOG_SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
+const _: () = assert!(LOG_SEGMENT_BYTES >= 1024 * 1024 && LOG_SEGMENT_BYTES <= 64 * 1024 * 1024);
 
 // ---- peer authentication (issue #13) ----
 

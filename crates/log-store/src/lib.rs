@@ -1,31 +1,40 @@
-//! latchkey's Raft log store: openraft's `RaftLogStorage` on one redb file.
+//! latchkey's Raft log store: openraft's `RaftLogStorage` on an append-only segment log.
 //!
 //! Layout:
 //! - [`LogStore`] (this file): the cheap, cloneable handle openraft and the server hold. Reads
-//!   run on the caller; writes are queued to the writer. [`LogReader`] is openraft's weak
-//!   reader handle.
-//! - `writer`: the one thread that owns write transactions and commits each batch of queued
-//!   requests with one fsync (group commit), then acknowledges them.
-//! - `pending`: submitted writes the writer has not committed yet, merged into every read so an
-//!   appended entry is readable as soon as `append` returns, as openraft requires.
+//!   run on the caller from the in-memory index; writes update the index and are queued to
+//!   the writer. [`LogReader`] is openraft's weak reader handle.
+//! - `index`: the in-memory view every read is served from, updated at submit time: live
+//!   entries (their bytes while unsynced, then a bounded tail cache, then a location in a
+//!   segment), the vote, committed log id, purge point and meta keys.
+//! - `writer`: the one thread that writes each batch of queued requests with one `write` and
+//!   one `fdatasync` (group commit), then acknowledges them.
+//! - `disk`: the segment files: appending, rotation with a checkpoint, deletion after a purge,
+//!   replay and the crash rules on open.
+//! - `format`: the bytes of a segment (header, checksummed frames and records), pure.
 //! - `codec`: the versioned value encoding (format byte + postcard).
-//! - [`durable`]: replacing a small file atomically and durably (the server's `members` file,
+//! - `migrate`: reading a log written by the previous (redb) build into a segment directory.
+//! - [`durable`]: replacing a small file atomically and durably (the server's `cluster` file,
 //!   the snapshot file).
 //!
-//! Tables in the file: `raft_log` (index -> entry), `raft_state` (vote, committed log id, last
-//! purged log id), `app_meta` (the server's own keys, e.g. the cluster identity).
+//! On disk, a directory (`<data-dir>/raft-log/`) of segment files `<number:020>.seg`, numbered
+//! consecutively; see `format` for the bytes and `disk` for the crash rules.
 //!
-//! Durability rule: an append's `IOFlushed` callback fires, and `save_vote` returns, only after
-//! the transaction that holds the write has committed with `Durability::Immediate`.
+//! Durability rule: an append's `IOFlushed` callback fires, and `save_vote` and `write_meta`
+//! return, only after the frame that holds the write was written and `fdatasync`ed.
 
 mod codec;
+mod disk;
 pub mod durable;
-mod pending;
+mod format;
+mod index;
+mod migrate;
 mod writer;
 
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds, RangeInclusive};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -35,63 +44,60 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::type_config::alias::{LogIdOf, VoteOf};
 use openraft::{LogState, OptionalSend, RaftLogReader, RaftTypeConfig};
-use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
-// Every bound of the store (queue, batch, cache), with its reason, is in the core's limits.
+// Every bound of the store (queue, batch, cache, segment size), with its reason, is in the
+// core's limits.
 use latchkey_core::limits;
 
 pub use codec::VALUE_FORMAT_VERSION;
+use disk::Disk;
 pub use durable::write_durably;
-use pending::Pending;
+pub use format::SEGMENT_MAGIC;
+use index::{Index, Source};
+pub use migrate::{migrate_from_redb, Migrated};
 use writer::{BeforeCommit, Op, Request};
 
-const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
-const STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_state");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("app_meta");
-
-const KEY_VOTE: &str = "vote";
-const KEY_COMMITTED: &str = "committed";
-const KEY_LAST_PURGED: &str = "last_purged";
-
-/// Why the log store could not be opened or a metadata operation failed. Failures inside the
-/// openraft traits are `io::Error`s (what the traits return), which openraft turns into a
-/// `StorageError` naming the subject.
+/// Why the log store could not be opened, migrated, or a metadata operation failed. Failures
+/// inside the openraft traits are `io::Error`s (what the traits return), which openraft turns
+/// into a `StorageError` naming the subject.
 #[derive(Debug, thiserror::Error)]
 pub enum LogStoreError {
-    #[error("cannot open the log store {path}: {source}")]
-    Open {
+    #[error("log store: cannot {op} {path}: {source}")]
+    Io {
+        op: &'static str,
         path: PathBuf,
-        source: redb::DatabaseError,
+        #[source]
+        source: io::Error,
     },
-    #[error("log store transaction failed: {0}")]
-    Transaction(#[from] redb::TransactionError),
-    #[error("log store table failed: {0}")]
-    Table(#[from] redb::TableError),
-    #[error("log store I/O failed: {0}")]
-    Storage(#[from] redb::StorageError),
-    #[error("log store commit failed: {0}")]
-    Commit(#[from] redb::CommitError),
-    #[error("log store durability setting failed: {0}")]
-    Durability(#[from] redb::SetDurabilityError),
-    /// Fatal: the file holds something this build cannot read.
+    /// Fatal: the log holds something this build cannot read, or damage a crash cannot explain.
     #[error("log store is corrupt: {0}")]
     Corrupt(String),
+    /// An earlier write or fsync failed; the store writes nothing more until it is reopened.
+    #[error("log store refuses writes after a failure: {0}")]
+    Failed(String),
     #[error("cannot start the log store writer thread: {0}")]
     SpawnWriter(io::Error),
+    /// The old (redb) log could not be read for migration.
+    #[error("cannot read the old log {path} to migrate it: {source}")]
+    OldLog {
+        path: PathBuf,
+        #[source]
+        source: redb::Error,
+    },
 }
 
 /// Counters of the writer, for tests and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LogStoreStats {
-    /// Write transactions committed (each is one fsync).
+    /// Group commits written (each is one `write` and one `fdatasync`).
     pub write_transactions: u64,
-    /// Requests (appends, vote and committed saves, truncations, purges) those transactions held.
+    /// Requests (appends, vote and committed saves, truncations, purges) those commits held.
     pub requests_written: u64,
 }
 
-/// Told the duration of each group commit (write transaction and fsync) once it returned; the
-/// server feeds its `latchkey_fsync_seconds` histogram from it.
+/// Told the duration of each group commit (write and fdatasync) once it returned; the server
+/// feeds its `latchkey_fsync_seconds` histogram from it.
 pub type CommitObserver = Box<dyn Fn(std::time::Duration) + Send + Sync>;
 
 #[derive(Debug, Default)]
@@ -115,7 +121,25 @@ impl Debug for ObserverSlot {
     }
 }
 
-/// Handle to the log store. Clones share the file, the writer and the pending writes.
+/// How a store is opened; `Default` is production. Tests shrink the segments (so rotation and
+/// deletion happen often) and the tail cache (so reads go to the files), and hold the writer.
+pub(crate) struct Options {
+    pub(crate) segment_bytes: u64,
+    pub(crate) cache_bytes: usize,
+    pub(crate) before_commit: Option<BeforeCommit>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            segment_bytes: limits::LOG_SEGMENT_BYTES,
+            cache_bytes: limits::LOG_TAIL_CACHE_BYTES,
+            before_commit: None,
+        }
+    }
+}
+
+/// Handle to the log store. Clones share the files, the writer and the index.
 pub struct LogStore<C: RaftTypeConfig> {
     shared: Arc<Shared<C>>,
 }
@@ -137,8 +161,8 @@ impl<C: RaftTypeConfig> Debug for LogStore<C> {
 }
 
 struct Shared<C: RaftTypeConfig> {
-    db: Arc<Database>,
-    pending: Arc<Mutex<Pending<LogIdOf<C>>>>,
+    index: Arc<Mutex<Index<LogIdOf<C>>>>,
+    disk: Arc<Mutex<Disk>>,
     counters: Arc<Counters>,
     /// `None` only while dropping: closing the channel is what stops the writer.
     tx: Option<mpsc::Sender<Request<C>>>,
@@ -148,7 +172,7 @@ struct Shared<C: RaftTypeConfig> {
 impl<C: RaftTypeConfig> Drop for Shared<C> {
     fn drop(&mut self) {
         // The writer finishes what is queued, sees the closed channel and returns; joining it
-        // means the file is closed when the last handle is gone, so the store can be reopened.
+        // means every acknowledged write is on disk when the last handle is gone.
         self.tx.take();
         if let Some(writer) = self.writer.take() {
             if writer.join().is_err() {
@@ -158,19 +182,17 @@ impl<C: RaftTypeConfig> Drop for Shared<C> {
     }
 }
 
-type PendingGuard<'a, C> = MutexGuard<'a, Pending<LogIdOf<C>>>;
-
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding this lock is a bug in this crate; the overlay may be half updated.
-    m.lock().expect("log store pending-writes lock poisoned")
-}
-
-fn io_err(what: &str, e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(format!("{what}: {e}"))
+    // A panic while holding this lock is a bug in this crate; the state may be half updated.
+    m.lock().expect("log store lock poisoned")
 }
 
 fn writer_gone() -> io::Error {
     io::Error::other("log store writer has stopped")
+}
+
+fn invalid_data(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 
 /// The indexes of `range` that are also in `allowed`, as one inclusive range, or `None` if
@@ -200,60 +222,66 @@ fn intersect(
 }
 
 impl<C: RaftTypeConfig> LogStore<C> {
-    /// Opens (creating if needed) the log store in the redb file at `path`, e.g.
-    /// `<data-dir>/raft-log.redb`, and starts its writer thread.
-    pub fn open(path: &Path) -> Result<LogStore<C>, LogStoreError> {
-        Self::open_with_hook(path, None)
+    /// Opens (creating if needed) the log store in the segment directory `dir`, e.g.
+    /// `<data-dir>/raft-log`, replays it and starts its writer thread. A log of the previous
+    /// (redb) build is migrated first with [`migrate_from_redb`].
+    pub fn open(dir: &Path) -> Result<LogStore<C>, LogStoreError> {
+        Self::open_with(dir, Options::default())
     }
 
-    pub(crate) fn open_with_hook(
-        path: &Path,
-        before_commit: Option<BeforeCommit>,
-    ) -> Result<LogStore<C>, LogStoreError> {
-        let db = redb::Builder::new()
-            .set_cache_size(limits::LOG_CACHE_BYTES)
-            .create(path)
-            .map_err(|source| LogStoreError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        // Create the tables up front so that readers never meet a missing table.
-        let txn = db.begin_write()?;
-        txn.open_table(LOG)?;
-        txn.open_table(STATE)?;
-        txn.open_table(META)?;
-        txn.commit()?;
+    pub(crate) fn open_with(dir: &Path, options: Options) -> Result<LogStore<C>, LogStoreError> {
+        let entry = |index: u64, bytes: &[u8]| -> Result<LogIdOf<C>, String> {
+            let entry: C::Entry = codec::decode(bytes, &format_args!("log entry {index}"))
+                .map_err(|e| e.to_string())?;
+            if entry.index() != index {
+                return Err(format!(
+                    "log entry stored at {index} has index {}",
+                    entry.index()
+                ));
+            }
+            Ok(entry.log_id())
+        };
+        let log_id = |bytes: &[u8]| -> Result<(LogIdOf<C>, u64), String> {
+            let log_id: LogIdOf<C> =
+                codec::decode(bytes, &"last purged log id").map_err(|e| e.to_string())?;
+            let index = log_id.index();
+            Ok((log_id, index))
+        };
+        let decoders = disk::Decoders {
+            entry: &entry,
+            log_id: &log_id,
+        };
+        let (index, disk) = disk::load(dir, options.segment_bytes, options.cache_bytes, &decoders)?;
+        // Refuse a log we cannot read now, rather than when Raft first needs it.
+        let corrupt = |e: io::Error| LogStoreError::Corrupt(format!("{}: {e}", dir.display()));
+        if let Some(v) = &index.vote {
+            codec::decode::<VoteOf<C>>(v, &"vote").map_err(corrupt)?;
+        }
+        if let Some(c) = &index.committed {
+            codec::decode::<Option<LogIdOf<C>>>(c, &"committed log id").map_err(corrupt)?;
+        }
 
-        let db = Arc::new(db);
-        let pending = Arc::new(Mutex::new(Pending::new()));
+        let index = Arc::new(Mutex::new(index));
+        let disk = Arc::new(Mutex::new(disk));
         let counters = Arc::new(Counters::default());
         let (tx, rx) = mpsc::channel(limits::LOG_WRITE_QUEUE_CAPACITY);
+        let before_commit = options.before_commit;
         let writer = std::thread::Builder::new()
             .name("latchkey-log-writer".into())
             .spawn({
-                let (db, pending, counters) = (db.clone(), pending.clone(), counters.clone());
-                move || writer::run::<C>(db, pending, counters, rx, before_commit)
+                let (disk, index, counters) = (disk.clone(), index.clone(), counters.clone());
+                move || writer::run::<C>(disk, index, counters, rx, before_commit)
             })
             .map_err(LogStoreError::SpawnWriter)?;
-        let store = LogStore {
+        Ok(LogStore {
             shared: Arc::new(Shared {
-                db,
-                pending,
+                index,
+                disk,
                 counters,
                 tx: Some(tx),
                 writer: Some(writer),
             }),
-        };
-
-        // Refuse a file we cannot read now, rather than when Raft first needs it.
-        let shared = &store.shared;
-        shared
-            .read_state::<VoteOf<C>>(KEY_VOTE)
-            .and_then(|_| shared.read_state::<Option<LogIdOf<C>>>(KEY_COMMITTED))
-            .and_then(|_| shared.read_state::<LogIdOf<C>>(KEY_LAST_PURGED))
-            .and_then(|_| shared.log_state())
-            .map_err(|e| LogStoreError::Corrupt(e.to_string()))?;
-        Ok(store)
+        })
     }
 
     /// Tells `observer` the duration of every group commit from now on (the first observer set
@@ -273,24 +301,34 @@ impl<C: RaftTypeConfig> LogStore<C> {
 
     /// Reads an application key (the server's cluster identity, member list, ...).
     pub fn read_meta(&self, key: &str) -> Result<Option<Vec<u8>>, LogStoreError> {
-        let txn = self.shared.db.begin_read()?;
-        let table = txn.open_table(META)?;
-        Ok(table.get(key)?.map(|v| v.value().to_vec()))
+        Ok(lock(&self.shared.index).meta.get(key).cloned())
     }
 
-    /// Writes an application key durably (fsync) before returning. Blocks the calling thread for
-    /// one commit: call it at start-up or from a blocking task.
+    /// Writes an application key durably (one write and fdatasync of its own) before
+    /// returning. Blocks the calling thread for one sync: call it at start-up or from a
+    /// blocking task.
     ///
-    /// It does not go through the writer: app keys are independent of the Raft log, so their
-    /// order relative to log writes does not matter, and redb runs one write transaction at a
-    /// time anyway. Going through the async queue would need an async API or risk blocking a
-    /// runtime thread on the queue.
+    /// It does not go through the writer's queue (that would need an async API or risk
+    /// blocking a runtime thread on the queue): it writes under the same lock the writer holds
+    /// for each batch, so it is ordered with the batches, and a rotation's checkpoint, taken
+    /// under that lock too, holds every meta key written before it. App keys are independent
+    /// of the Raft log, so their order relative to log writes does not matter otherwise.
     pub fn write_meta(&self, key: &str, value: &[u8]) -> Result<(), LogStoreError> {
-        let mut txn = self.shared.db.begin_write()?;
-        txn.set_durability(Durability::Immediate)?;
-        txn.open_table(META)?.insert(key, value)?;
-        txn.commit()?;
-        Ok(())
+        let mut disk = lock(&self.shared.disk);
+        match disk.write_batch([format::Record::Meta { key, value }]) {
+            Ok(_) => {
+                lock(&self.shared.index)
+                    .meta
+                    .insert(key.to_owned(), value.to_vec());
+                Ok(())
+            }
+            Err(msg) => {
+                lock(&self.shared.index)
+                    .failed
+                    .get_or_insert_with(|| msg.clone());
+                Err(LogStoreError::Failed(msg))
+            }
+        }
     }
 
     fn sender(&self) -> &mpsc::Sender<Request<C>> {
@@ -300,143 +338,134 @@ impl<C: RaftTypeConfig> LogStore<C> {
             .expect("the sender lives until the store is dropped")
     }
 
-    /// Queues one write. `make` updates the overlay and builds the request under the overlay
-    /// lock, and the request enters the queue under the same lock, so queue order equals
-    /// sequence order: the writer's "committed up to `seq`" then covers exactly what it says.
+    /// Queues one write. `make` updates the index and builds the request under the index
+    /// lock, and the request enters the queue under the same lock, so queue order (file order)
+    /// equals the order in which reads saw the changes.
     async fn submit(
         &self,
-        make: impl FnOnce(&mut Pending<LogIdOf<C>>, u64) -> Op<C>,
+        make: impl FnOnce(&mut Index<LogIdOf<C>>, u64) -> Result<Op<C>, io::Error>,
     ) -> Result<(), io::Error> {
         let permit = self.sender().reserve().await.map_err(|_| writer_gone())?;
-        let mut pending = lock(&self.shared.pending);
-        if let Some(msg) = &pending.failed {
+        let mut index = lock(&self.shared.index);
+        if let Some(msg) = &index.failed {
             return Err(io::Error::other(format!(
                 "log store refuses writes after a failure: {msg}"
             )));
         }
-        let seq = pending.take_seq();
-        let op = make(&mut pending, seq);
+        let seq = index.take_seq();
+        let op = make(&mut index, seq)?;
         permit.send(Request { seq, op });
         Ok(())
+    }
+
+    /// Segment numbers on disk, oldest first.
+    #[cfg(test)]
+    pub(crate) fn segment_numbers(&self) -> Vec<u64> {
+        lock(&self.shared.disk).segment_numbers()
     }
 }
 
 impl<C: RaftTypeConfig> Shared<C> {
-    /// Takes the overlay's view and a read transaction together (see `pending`).
-    fn begin_read(&self) -> Result<(PendingGuard<'_, C>, redb::ReadTransaction), io::Error> {
-        let pending = lock(&self.pending);
-        if let Some(msg) = &pending.failed {
+    fn index(&self) -> Result<MutexGuard<'_, Index<LogIdOf<C>>>, io::Error> {
+        let index = lock(&self.index);
+        if let Some(msg) = &index.failed {
             return Err(io::Error::other(format!("log store failed earlier: {msg}")));
         }
-        let txn = self.db.begin_read().map_err(|e| io_err("begin read", e))?;
-        Ok((pending, txn))
-    }
-
-    fn read_state<T: serde::de::DeserializeOwned>(
-        &self,
-        key: &str,
-    ) -> Result<Option<T>, io::Error> {
-        let txn = self.db.begin_read().map_err(|e| io_err("begin read", e))?;
-        read_state_in(&txn, key)
+        Ok(index)
     }
 
     fn entries(&self, range: impl RangeBounds<u64>) -> Result<Vec<C::Entry>, io::Error> {
-        let (overlay, file_range, txn) = {
-            let (pending, txn) = self.begin_read()?;
-            let overlay: Vec<(u64, Vec<u8>)> = match intersect(&range, &(..)) {
-                Some(r) => pending
-                    .entries
-                    .range(r)
-                    .map(|(&i, e)| (i, e.value.1.clone()))
-                    .collect(),
-                None => Vec::new(),
-            };
-            (overlay, intersect(&range, &pending.file_bounds()), txn)
+        let Some(range) = intersect(&range, &(..)) else {
+            return Ok(Vec::new());
         };
-        let mut rows: std::collections::BTreeMap<u64, Vec<u8>> = std::collections::BTreeMap::new();
-        if let Some(file_range) = file_range {
-            let table = txn
-                .open_table(LOG)
-                .map_err(|e| io_err("open log table", e))?;
-            for row in table.range(file_range).map_err(|e| io_err("read log", e))? {
-                let (k, v) = row.map_err(|e| io_err("read log", e))?;
-                rows.insert(k.value(), v.value().to_vec());
+        let sources = self.index()?.sources(range).map_err(invalid_data)?;
+        let mut out = Vec::with_capacity(sources.len());
+        let decode = |index: u64, bytes: &[u8]| -> Result<C::Entry, io::Error> {
+            let entry: C::Entry = codec::decode(bytes, &format_args!("log entry {index}"))?;
+            if entry.index() != index {
+                return Err(invalid_data(format!(
+                    "log entry stored at {index} has index {}",
+                    entry.index()
+                )));
             }
-        }
-        rows.extend(overlay);
-        rows.into_iter()
-            .map(|(index, bytes)| {
-                let entry: C::Entry = codec::decode(&bytes, &format_args!("log entry {index}"))?;
-                if entry.index() != index {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("log entry stored at {index} has index {}", entry.index()),
-                    ));
+            Ok(entry)
+        };
+        let mut i = 0;
+        while i < sources.len() {
+            let (index, source) = &sources[i];
+            let (file, first) = match source {
+                Source::Memory(bytes) => {
+                    out.push(decode(*index, bytes)?);
+                    i += 1;
+                    continue;
                 }
-                Ok(entry)
-            })
-            .collect()
+                Source::Disk(file, loc) => (file, *loc),
+            };
+            // Entries next to each other in one segment are read with one positioned read.
+            let mut end = first.offset + u64::from(first.len);
+            let mut j = i + 1;
+            while let Some((_, Source::Disk(_, loc))) = sources.get(j) {
+                if loc.segment != first.segment || loc.offset != end {
+                    break;
+                }
+                end += u64::from(loc.len);
+                j += 1;
+            }
+            let mut buf = vec![0u8; (end - first.offset) as usize];
+            file.read_exact_at(&mut buf, first.offset).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("read log entries from segment {}: {e}", first.segment),
+                )
+            })?;
+            for (index, source) in &sources[i..j] {
+                let Source::Disk(_, loc) = source else {
+                    unreachable!("the run holds disk entries only")
+                };
+                let at = (loc.offset - first.offset) as usize;
+                let record = &buf[at..at + loc.len as usize];
+                out.push(decode(*index, entry_bytes(record, *index)?)?);
+            }
+            i = j;
+        }
+        Ok(out)
     }
 
     fn log_state(&self) -> Result<LogState<C>, io::Error> {
-        let (overlay_last, pending_purged, file_range, txn) = {
-            let (pending, txn) = self.begin_read()?;
-            (
-                pending
-                    .entries
-                    .last_key_value()
-                    .map(|(_, e)| e.value.0.clone()),
-                pending.purged.as_ref().map(|p| p.value.0.clone()),
-                intersect(&(..), &pending.file_bounds()),
-                txn,
-            )
-        };
-        let last_purged_log_id = match pending_purged {
-            Some(log_id) => Some(log_id),
-            None => read_state_in::<LogIdOf<C>>(&txn, KEY_LAST_PURGED)?,
-        };
-        let mut file_last = None;
-        if let Some(file_range) = file_range {
-            let table = txn
-                .open_table(LOG)
-                .map_err(|e| io_err("open log table", e))?;
-            let last = table
-                .range(file_range)
-                .map_err(|e| io_err("read log", e))?
-                .next_back()
-                .transpose()
-                .map_err(|e| io_err("read log", e))?;
-            if let Some((k, v)) = last {
-                let index = k.value();
-                let entry: C::Entry = codec::decode(v.value(), &format_args!("log entry {index}"))?;
-                file_last = Some(entry.log_id());
-            }
-        }
-        // The overlay holds the tail, but take the higher index in case it does not.
-        let last_log_id = match (overlay_last, file_last) {
-            (Some(a), Some(b)) => Some(if a.index >= b.index { a } else { b }),
-            (a, b) => a.or(b),
-        };
+        let index = self.index()?;
+        let last_purged_log_id = index.last_purged.clone();
         Ok(LogState {
-            last_log_id: last_log_id.or_else(|| last_purged_log_id.clone()),
+            last_log_id: index.last_log_id().or_else(|| last_purged_log_id.clone()),
             last_purged_log_id,
         })
     }
+
+    fn read_vote(&self) -> Result<Option<VoteOf<C>>, io::Error> {
+        let bytes = self.index()?.vote.clone();
+        bytes.map(|b| codec::decode(&b, &"vote")).transpose()
+    }
 }
 
-fn read_state_in<T: serde::de::DeserializeOwned>(
-    txn: &redb::ReadTransaction,
-    key: &str,
-) -> Result<Option<T>, io::Error> {
-    let table = txn
-        .open_table(STATE)
-        .map_err(|e| io_err("open state table", e))?;
-    let value = table.get(key).map_err(|e| io_err(key, e))?;
-    value.map(|v| codec::decode(v.value(), &key)).transpose()
+/// The entry bytes of the record read back from `loc`, after checking its checksum, kind and
+/// index: a positioned read of a damaged sector is an error, not a wrong entry.
+fn entry_bytes(record: &[u8], index: u64) -> Result<&[u8], io::Error> {
+    let bad = |why: &dyn std::fmt::Display| {
+        invalid_data(format!(
+            "log entry {index} read back from its segment: {why}"
+        ))
+    };
+    let frame = format::frame_at(record, 0).map_err(|e| bad(&e))?;
+    if frame.body.end != record.len() {
+        return Err(bad(&"record length changed"));
+    }
+    match format::decode_record(frame.kind, &record[frame.body]).map_err(|e| bad(&e))? {
+        format::Record::Entry { index: at, bytes } if at == index => Ok(bytes),
+        other => Err(bad(&format_args!("found {other:?}"))),
+    }
 }
 
-// Reads run on the caller's task: they hit redb's page cache (replication reads recent entries),
-// and a `spawn_blocking` per read would cost more than the read.
+// Reads run on the caller's task: they are served from memory, or from one positioned read of
+// the page cache for older entries; a `spawn_blocking` per read would cost more than the read.
 impl<C: RaftTypeConfig> RaftLogReader<C> for LogStore<C> {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
@@ -446,14 +475,15 @@ impl<C: RaftTypeConfig> RaftLogReader<C> for LogStore<C> {
     }
 
     async fn read_vote(&mut self) -> Result<Option<VoteOf<C>>, io::Error> {
-        // Vote saves wait for their commit, so the file alone is current.
-        self.shared.read_state(KEY_VOTE)
+        // Vote saves wait for their sync, and the vote becomes readable only then.
+        self.shared.read_vote()
     }
 }
 
 /// The reader openraft hands to its replication and state-machine tasks. It holds the store
 /// weakly: those tasks may outlive `Raft::shutdown` by a moment, and a strong handle would keep
-/// the file open, so an in-process restart could not reopen it (redb allows one opener).
+/// the writer running and the files open, so an in-process restart would open a second writer
+/// on the same directory.
 pub struct LogReader<C: RaftTypeConfig> {
     shared: Weak<Shared<C>>,
 }
@@ -483,7 +513,7 @@ impl<C: RaftTypeConfig> RaftLogReader<C> for LogReader<C> {
     }
 
     async fn read_vote(&mut self) -> Result<Option<VoteOf<C>>, io::Error> {
-        self.shared()?.read_state(KEY_VOTE)
+        self.shared()?.read_vote()
     }
 }
 
@@ -503,29 +533,26 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
     async fn save_vote(&mut self, vote: &VoteOf<C>) -> Result<(), io::Error> {
         let bytes = codec::encode(vote)?;
         let (done, saved) = oneshot::channel();
-        self.submit(|_, _| Op::SaveVote { bytes, done }).await?;
+        self.submit(|_, _| Ok(Op::SaveVote { bytes, done })).await?;
         // Durable before returning, as openraft requires of a vote.
         saved.await.map_err(|_| writer_gone())?
     }
 
     async fn save_committed(&mut self, committed: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         let bytes = codec::encode(&committed)?;
-        self.submit(|p, seq| {
-            p.save_committed(seq, bytes.clone());
-            Op::SaveCommitted { bytes }
+        self.submit(|index, _| {
+            index.committed = Some(bytes.clone());
+            Ok(Op::SaveCommitted { bytes })
         })
         .await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogIdOf<C>>, io::Error> {
-        let (pending_bytes, txn) = {
-            let (pending, txn) = self.shared.begin_read()?;
-            (pending.committed.as_ref().map(|c| c.value.clone()), txn)
-        };
-        match pending_bytes {
-            Some(bytes) => codec::decode::<Option<LogIdOf<C>>>(&bytes, &KEY_COMMITTED),
-            None => Ok(read_state_in::<Option<LogIdOf<C>>>(&txn, KEY_COMMITTED)?.flatten()),
-        }
+        let bytes = self.shared.index()?.committed.clone();
+        Ok(bytes
+            .map(|b| codec::decode::<Option<LogIdOf<C>>>(&b, &"committed log id"))
+            .transpose()?
+            .flatten())
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<C>) -> Result<(), io::Error>
@@ -537,25 +564,42 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
         // reaches the caller.
         let encoded = entries
             .into_iter()
-            .map(|e| Ok((e.log_id(), codec::encode(&e)?)))
+            .map(|e| Ok((e.log_id(), Arc::<[u8]>::from(codec::encode(&e)?))))
             .collect::<Result<Vec<_>, io::Error>>()?;
-        self.submit(|p, seq| {
+        self.submit(|index, seq| {
+            if let Some((first, _)) = encoded.first() {
+                index
+                    .check_append(first.index())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            }
+            for pair in encoded.windows(2) {
+                if pair[1].0.index() != pair[0].0.index() + 1 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "appended entries {} and {} are not consecutive",
+                            pair[0].0.index(),
+                            pair[1].0.index()
+                        ),
+                    ));
+                }
+            }
             let mut rows = Vec::with_capacity(encoded.len());
             for (log_id, bytes) in encoded {
-                let index = log_id.index();
-                p.append(seq, index, log_id, bytes.clone());
-                rows.push((index, bytes));
+                let i = log_id.index();
+                index.append(seq, i, log_id, bytes.clone());
+                rows.push((i, bytes));
             }
-            Op::Append { rows, callback }
+            Ok(Op::Append { rows, callback })
         })
         .await
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |l| l.index() + 1);
-        self.submit(|p, seq| {
-            p.truncate(seq, from);
-            Op::Truncate { from }
+        self.submit(|index, _| {
+            index.truncate(from);
+            Ok(Op::Truncate { from })
         })
         .await
     }
@@ -563,9 +607,9 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
     async fn purge(&mut self, log_id: LogIdOf<C>) -> Result<(), io::Error> {
         let last_purged = codec::encode(&log_id)?;
         let upto = log_id.index();
-        self.submit(|p, seq| {
-            p.purge(seq, log_id, upto);
-            Op::Purge { upto, last_purged }
+        self.submit(|index, _| {
+            index.purge(log_id, upto);
+            Ok(Op::Purge { upto, last_purged })
         })
         .await
     }

@@ -1,10 +1,11 @@
-//! The one thread that writes the log file: group commit.
+//! The one thread that writes the Raft log: group commit.
 //!
 //! It sleeps until a request arrives, then takes every request already waiting (up to
-//! `limits::LOG_WRITE_BATCH_REQUESTS_MAX`) and writes them, in submission order, in ONE redb transaction
-//! committed with `Durability::Immediate` (fsync). Only after that commit returns does it tell the
-//! submitters: an append's `IOFlushed` callback fires, a vote save returns. Many entries therefore
-//! share one fsync, and nothing is acknowledged before it is on disk.
+//! `limits::LOG_WRITE_BATCH_REQUESTS_MAX`) and encodes them, in submission order, into ONE frame
+//! appended to the active segment with one `write` and one `fdatasync`. Only after that returns
+//! does it tell the submitters: an append's `IOFlushed` callback fires, a vote save returns.
+//! Many entries therefore share one fsync, and nothing is acknowledged before it is on disk.
+//! Then it rotates the segment if it is full and deletes segments that hold only purged entries.
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -13,13 +14,13 @@ use std::sync::{Arc, Mutex};
 use openraft::storage::IOFlushed;
 use openraft::type_config::alias::LogIdOf;
 use openraft::RaftTypeConfig;
-use redb::{Database, Durability};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::pending::Pending;
+use crate::disk::Disk;
+use crate::format::Record;
+use crate::index::{Index, Synced};
+use crate::{lock, Counters};
 use latchkey_core::limits;
-
-use crate::{lock, Counters, KEY_COMMITTED, KEY_LAST_PURGED, KEY_VOTE, LOG, STATE};
 
 pub(crate) struct Request<C: RaftTypeConfig> {
     pub(crate) seq: u64,
@@ -29,7 +30,7 @@ pub(crate) struct Request<C: RaftTypeConfig> {
 pub(crate) enum Op<C: RaftTypeConfig> {
     Append {
         /// (index, encoded entry), in index order.
-        rows: Vec<(u64, Vec<u8>)>,
+        rows: Vec<(u64, Arc<[u8]>)>,
         callback: IOFlushed<C>,
     },
     SaveVote {
@@ -54,9 +55,53 @@ pub(crate) enum Op<C: RaftTypeConfig> {
 /// hold the writer while they queue requests or check that nothing was acknowledged early.
 pub(crate) type BeforeCommit = Box<dyn FnMut(usize) + Send>;
 
+fn records<C: RaftTypeConfig>(batch: &[Request<C>]) -> impl Iterator<Item = Record<'_>> {
+    batch.iter().flat_map(|request| {
+        let records: Vec<Record<'_>> = match &request.op {
+            Op::Append { rows, .. } => rows
+                .iter()
+                .map(|(index, bytes)| Record::Entry {
+                    index: *index,
+                    bytes,
+                })
+                .collect(),
+            Op::SaveVote { bytes, .. } => vec![Record::Vote(bytes)],
+            Op::SaveCommitted { bytes } => vec![Record::Committed(bytes)],
+            Op::Truncate { from } => vec![Record::Truncate { from: *from }],
+            Op::Purge { upto, last_purged } => vec![Record::Purge {
+                upto: *upto,
+                last_purged,
+            }],
+        };
+        records
+    })
+}
+
+/// Writes the batch and returns where each entry went, tagged with its request.
+fn write<C: RaftTypeConfig>(disk: &mut Disk, batch: &[Request<C>]) -> Result<Vec<Synced>, String> {
+    let locs = disk.write_batch(records(batch))?;
+    // `locs` are in record order; pair them with their requests' sequence numbers.
+    let mut locs = locs.into_iter();
+    let mut synced = Vec::new();
+    for request in batch {
+        if let Op::Append { rows, .. } = &request.op {
+            for _ in rows {
+                let (index, loc) = locs.next().expect("one location per entry record");
+                synced.push(Synced {
+                    index,
+                    seq: request.seq,
+                    loc,
+                });
+            }
+        }
+    }
+    debug_assert!(locs.next().is_none());
+    Ok(synced)
+}
+
 pub(crate) fn run<C: RaftTypeConfig>(
-    db: Arc<Database>,
-    pending: Arc<Mutex<Pending<LogIdOf<C>>>>,
+    disk: Arc<Mutex<Disk>>,
+    index: Arc<Mutex<Index<LogIdOf<C>>>>,
     counters: Arc<Counters>,
     mut rx: mpsc::Receiver<Request<C>>,
     mut before_commit: Option<BeforeCommit>,
@@ -75,37 +120,42 @@ pub(crate) fn run<C: RaftTypeConfig>(
             hook(batch.len());
         }
 
-        let last_seq = batch.last().expect("batch holds the first request").seq;
-        let failed = lock(&pending).failed.clone();
-        let result = match failed {
-            // The file may miss an earlier batch: writing this one could leave a hole.
-            Some(msg) => Err(msg),
-            None => {
-                let started = std::time::Instant::now();
-                let result = commit_batch(&db, &batch);
-                if let (Ok(()), Some(observe)) = (&result, counters.commit_observer.0.get()) {
+        let started = std::time::Instant::now();
+        // `write` refuses (with the first failure's message) once anything failed: the file
+        // may miss an earlier batch, and writing this one could leave a hole.
+        let result = write(&mut lock(&disk), &batch);
+        match &result {
+            Ok(synced) => {
+                if let Some(observe) = counters.commit_observer.0.get() {
                     observe(started.elapsed());
                 }
-                result.map_err(|e| format!("log store write failed: {e}"))
-            }
-        };
-        match &result {
-            Ok(()) => {
                 counters.write_transactions.fetch_add(1, Ordering::Relaxed);
                 counters
                     .requests_written
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                lock(&pending).committed(last_seq);
+                let mut idx = lock(&index);
+                idx.synced(synced);
+                // The vote becomes readable once durable: its saver waits for exactly that.
+                if let Some(vote) = batch.iter().rev().find_map(|r| match &r.op {
+                    Op::SaveVote { bytes, .. } => Some(bytes.clone()),
+                    _ => None,
+                }) {
+                    idx.vote = Some(vote);
+                }
+                idx.debug_check();
             }
             Err(msg) => {
                 tracing::error!(error = %msg, "log store write failed; the store refuses further writes");
-                lock(&pending).failed.get_or_insert_with(|| msg.clone());
+                lock(&index).failed.get_or_insert_with(|| msg.clone());
             }
         }
 
-        // Only now, after the commit (and its fsync) returned, acknowledge.
+        // Only now, after the write and its fdatasync returned, acknowledge.
         for request in batch.drain(..) {
-            let outcome = result.clone().map_err(io::Error::other);
+            let outcome = result
+                .as_ref()
+                .map(|_| ())
+                .map_err(|m| io::Error::other(m.clone()));
             match request.op {
                 Op::Append { callback, .. } => callback.io_completed(outcome),
                 Op::SaveVote { done, .. } => {
@@ -115,40 +165,13 @@ pub(crate) fn run<C: RaftTypeConfig>(
                 Op::SaveCommitted { .. } | Op::Truncate { .. } | Op::Purge { .. } => {}
             }
         }
-    }
-}
 
-fn commit_batch<C: RaftTypeConfig>(db: &Database, batch: &[Request<C>]) -> Result<(), redb::Error> {
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)?;
-    {
-        let mut log = txn.open_table(LOG)?;
-        let mut state = txn.open_table(STATE)?;
-        for request in batch {
-            match &request.op {
-                Op::Append { rows, .. } => {
-                    for (index, bytes) in rows {
-                        log.insert(*index, bytes.as_slice())?;
-                    }
-                }
-                Op::SaveVote { bytes, .. } => {
-                    state.insert(KEY_VOTE, bytes.as_slice())?;
-                }
-                Op::SaveCommitted { bytes } => {
-                    state.insert(KEY_COMMITTED, bytes.as_slice())?;
-                }
-                Op::Truncate { from } => {
-                    log.retain_in(*from.., |_, _| false)?;
-                }
-                Op::Purge { upto, last_purged } => {
-                    // The purge point goes in the same transaction as the deletion, so after a
-                    // crash `get_log_state` never reports entries that are gone as present.
-                    state.insert(KEY_LAST_PURGED, last_purged.as_slice())?;
-                    log.retain_in(..=*upto, |_, _| false)?;
-                }
+        if result.is_ok() {
+            let mut disk = lock(&disk);
+            if let Err(msg) = disk.maintain(&index) {
+                tracing::error!(error = %msg, "log store rotation failed; the store refuses further writes");
+                lock(&index).failed.get_or_insert(msg);
             }
         }
     }
-    txn.commit()?;
-    Ok(())
 }

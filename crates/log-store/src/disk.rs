@@ -1,0 +1,530 @@
+//! The segment files: creating them, appending synced frames, rotation with a checkpoint,
+//! deletion from the front, and replay on open.
+//!
+//! Crash rules (the same as the fence crate's log, `latchkey_fence::durable`):
+//! - a new segment is written whole (header and checkpoint) under `<name>.tmp`, fsynced,
+//!   renamed into place and the directory fsynced before anything is written to it, so every
+//!   segment with a final name starts with a complete checkpoint; a leftover `.tmp` is an
+//!   interrupted rotation and is removed on open;
+//! - a torn group commit can only be at the end of the last segment: it was never acknowledged,
+//!   so it is dropped and the file truncated, so later appends do not follow garbage;
+//! - anything else damaged (a non-last segment, damage followed by a good frame, a bad header,
+//!   a missing segment number, a gap in the entries) is [`LogStoreError::Corrupt`];
+//! - after a failed write or fsync nothing more is written (`failed`): the kernel may have
+//!   dropped the data while a later fsync reports success.
+//!
+//! Deletion: the front segment is deleted once every entry it holds is at or below the durable
+//! purge point and a later segment exists (which starts with a checkpoint of the vote, committed
+//! log id, purge point and meta keys, so nothing else of the front segment is needed); the
+//! directory is fsynced after each deletion, so the segments on disk are always consecutive.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::format::{self, Record, FRAME_BATCH, FRAME_CHECKPOINT};
+use crate::index::{Index, Loc};
+use crate::{lock, LogStoreError};
+
+const SEGMENT_SUFFIX: &str = ".seg";
+const TMP_SUFFIX: &str = ".tmp";
+
+pub(crate) fn segment_name(number: u64) -> String {
+    format!("{number:020}{SEGMENT_SUFFIX}")
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(SEGMENT_SUFFIX)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LogStoreError {
+    let path = path.to_path_buf();
+    move |source| LogStoreError::Io { op, path, source }
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// What the writer has written: the state a checkpoint records.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Written {
+    pub(crate) vote: Option<Vec<u8>>,
+    pub(crate) committed: Option<Vec<u8>>,
+    /// (index, encoded log id)
+    pub(crate) last_purged: Option<(u64, Vec<u8>)>,
+    pub(crate) meta: BTreeMap<String, Vec<u8>>,
+}
+
+impl Written {
+    fn checkpoint(&self, buf: &mut Vec<u8>) -> Result<(), String> {
+        let start = format::begin_frame(buf, FRAME_CHECKPOINT);
+        if let Some(v) = &self.vote {
+            format::encode_record(buf, &Record::Vote(v))?;
+        }
+        if let Some(c) = &self.committed {
+            format::encode_record(buf, &Record::Committed(c))?;
+        }
+        if let Some((upto, lp)) = &self.last_purged {
+            format::encode_record(
+                buf,
+                &Record::Purge {
+                    upto: *upto,
+                    last_purged: lp,
+                },
+            )?;
+        }
+        for (key, value) in &self.meta {
+            format::encode_record(buf, &Record::Meta { key, value })?;
+        }
+        format::end_frame(buf, start)
+    }
+}
+
+#[derive(Debug)]
+struct SegmentInfo {
+    number: u64,
+    /// The highest index of any entry record written to it (truncated ones included).
+    max_entry: Option<u64>,
+}
+
+/// The writer's side of the files. One lock (`Arc<Mutex<Disk>>`) orders every write: the
+/// writer thread's batches, `write_meta`, rotation and deletion. Lock order: `Disk`, then
+/// `Index`.
+#[derive(Debug)]
+pub(crate) struct Disk {
+    dir: PathBuf,
+    segment_bytes: u64,
+    active: Arc<File>,
+    active_len: u64,
+    /// Oldest first; the last is the active one.
+    segments: VecDeque<SegmentInfo>,
+    pub(crate) written: Written,
+    pub(crate) failed: Option<String>,
+    buf: Vec<u8>,
+}
+
+/// Writes segment `number` (header + checkpoint of `written`) under a temporary name, fsyncs
+/// it, renames it into place and fsyncs the directory. Returns the open file and its length.
+fn create_segment(
+    dir: &Path,
+    number: u64,
+    written: &Written,
+) -> Result<(File, u64), LogStoreError> {
+    let mut buf = format::segment_header(number).to_vec();
+    written
+        .checkpoint(&mut buf)
+        .map_err(|e| LogStoreError::Corrupt(format!("cannot encode a checkpoint: {e}")))?;
+    let path = dir.join(segment_name(number));
+    let tmp = dir.join(format!("{}{TMP_SUFFIX}", segment_name(number)));
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io_err("create", &tmp))?;
+        f.write_all(&buf)
+            .and_then(|()| f.sync_all())
+            .map_err(io_err("write", &tmp))?;
+    }
+    fs::rename(&tmp, &path).map_err(io_err("rename into place", &path))?;
+    sync_dir(dir).map_err(io_err("sync directory", dir))?;
+    let f = open_segment(&path)?;
+    Ok((f, buf.len() as u64))
+}
+
+fn open_segment(path: &Path) -> Result<File, LogStoreError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io_err("open", path))
+}
+
+impl Disk {
+    fn fail(&mut self, msg: String) -> String {
+        self.failed.get_or_insert(msg).clone()
+    }
+
+    /// Appends `self.buf` (complete frames) to the active segment and `fdatasync`s it.
+    fn write_buf_synced(&mut self) -> Result<u64, String> {
+        if let Some(msg) = &self.failed {
+            return Err(msg.clone());
+        }
+        let at = self.active_len;
+        let result = self
+            .active
+            .write_all_at(&self.buf, at)
+            .and_then(|()| self.active.sync_data());
+        match result {
+            Ok(()) => {
+                self.active_len += self.buf.len() as u64;
+                Ok(at)
+            }
+            Err(e) => Err(self.fail(format!("log store write failed: {e}"))),
+        }
+    }
+
+    /// Encodes `records` as one batch frame, writes it with one write and one fsync, and
+    /// returns, for every entry record among them, its index with its location.
+    pub(crate) fn write_batch<'r>(
+        &mut self,
+        records: impl IntoIterator<Item = Record<'r>>,
+    ) -> Result<Vec<(u64, Loc)>, String> {
+        if let Some(msg) = &self.failed {
+            return Err(msg.clone());
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let mut entries = Vec::new();
+        let start = format::begin_frame(&mut buf, FRAME_BATCH);
+        let mut max_entry = self.segments.back().and_then(|s| s.max_entry);
+        let encoded: Result<(), String> = records.into_iter().try_for_each(|r| {
+            let at = format::encode_record(&mut buf, &r)?;
+            match r {
+                Record::Entry { index, .. } => {
+                    let len = u32::try_from(buf.len() - at)
+                        .map_err(|_| format!("log entry {index} is too large"))?;
+                    entries.push((index, at, len));
+                    max_entry = Some(max_entry.map_or(index, |m| m.max(index)));
+                }
+                Record::Vote(v) => self.written.vote = Some(v.to_vec()),
+                Record::Committed(c) => self.written.committed = Some(c.to_vec()),
+                Record::Purge { upto, last_purged } => {
+                    self.written.last_purged = Some((upto, last_purged.to_vec()))
+                }
+                Record::Meta { key, value } => {
+                    self.written.meta.insert(key.to_owned(), value.to_vec());
+                }
+                Record::Truncate { .. } => {}
+            }
+            Ok(())
+        });
+        let result = encoded
+            .and_then(|()| format::end_frame(&mut buf, start))
+            .map_err(|e| self.fail(format!("log store encoding failed: {e}")));
+        self.buf = buf;
+        result?;
+        let at = self.write_buf_synced()?;
+        self.segments
+            .back_mut()
+            .expect("an active segment")
+            .max_entry = max_entry;
+        let segment = self.segments.back().expect("an active segment").number;
+        Ok(entries
+            .into_iter()
+            .map(|(index, off, len)| {
+                (
+                    index,
+                    Loc {
+                        segment,
+                        offset: at + off as u64,
+                        len,
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// After a batch: start a new segment if the active one is full, then delete front
+    /// segments that hold only purged entries. A failure is fail-stop like a failed write.
+    pub(crate) fn maintain<L: Clone>(&mut self, index: &Mutex<Index<L>>) -> Result<(), String> {
+        if self.failed.is_some() {
+            return Ok(());
+        }
+        self.rotate_if_full(index)
+            .and_then(|()| self.delete_purged(index))
+            .map_err(|e| self.fail(e.to_string()))
+    }
+
+    fn rotate_if_full<L: Clone>(&mut self, index: &Mutex<Index<L>>) -> Result<(), LogStoreError> {
+        if self.active_len < self.segment_bytes {
+            return Ok(());
+        }
+        let number = self.segments.back().expect("an active segment").number + 1;
+        let (file, len) = create_segment(&self.dir, number, &self.written)?;
+        let file = Arc::new(file);
+        lock(index).files.insert(number, file.clone());
+        self.segments.push_back(SegmentInfo {
+            number,
+            max_entry: None,
+        });
+        self.active = file;
+        self.active_len = len;
+        Ok(())
+    }
+
+    fn delete_purged<L: Clone>(&mut self, index: &Mutex<Index<L>>) -> Result<(), LogStoreError> {
+        let purged = self.written.last_purged.as_ref().map(|(upto, _)| *upto);
+        while self.segments.len() > 1 {
+            let front = &self.segments[0];
+            let deletable = match front.max_entry {
+                None => true,
+                Some(max) => purged.is_some_and(|p| max <= p),
+            };
+            if !deletable {
+                break;
+            }
+            let number = front.number;
+            lock(index).files.remove(&number);
+            let path = self.dir.join(segment_name(number));
+            fs::remove_file(&path).map_err(io_err("delete", &path))?;
+            // One at a time, so that the segments left after a crash are consecutive.
+            sync_dir(&self.dir).map_err(io_err("sync directory", &self.dir))?;
+            self.segments.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Segment numbers on disk, oldest first (for tests).
+    #[cfg(test)]
+    pub(crate) fn segment_numbers(&self) -> Vec<u64> {
+        self.segments.iter().map(|s| s.number).collect()
+    }
+}
+
+/// How replay turns stored bytes into log ids: the entry's (checking its index) and a purge
+/// record's.
+pub(crate) struct Decoders<'a, L> {
+    pub(crate) entry: &'a dyn Fn(u64, &[u8]) -> Result<L, String>,
+    pub(crate) log_id: &'a dyn Fn(&[u8]) -> Result<(L, u64), String>,
+}
+
+/// Opens (creating if needed) the segment directory `dir` and replays it.
+pub(crate) fn load<L: Clone>(
+    dir: &Path,
+    segment_bytes: u64,
+    cache_bytes: usize,
+    decode: &Decoders<'_, L>,
+) -> Result<(Index<L>, Disk), LogStoreError> {
+    fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    let mut numbers = Vec::new();
+    let mut removed_tmp = false;
+    for entry in fs::read_dir(dir).map_err(io_err("list", dir))? {
+        let entry = entry.map_err(io_err("list", dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(TMP_SUFFIX) {
+            // An interrupted rotation (or migration): the rename never happened.
+            let path = entry.path();
+            fs::remove_file(&path).map_err(io_err("remove", &path))?;
+            removed_tmp = true;
+        } else if let Some(n) = parse_segment_name(name) {
+            numbers.push(n);
+        }
+    }
+    if removed_tmp {
+        sync_dir(dir).map_err(io_err("sync directory", dir))?;
+    }
+    numbers.sort_unstable();
+    if numbers.is_empty() {
+        let (file, _) = create_segment(dir, 1, &Written::default())?;
+        drop(file);
+        numbers.push(1);
+    }
+    for pair in numbers.windows(2) {
+        if pair[1] != pair[0] + 1 {
+            return Err(LogStoreError::Corrupt(format!(
+                "{}: segment {} follows segment {}: segments are missing",
+                dir.display(),
+                pair[1],
+                pair[0]
+            )));
+        }
+    }
+
+    let mut index = Index::new(cache_bytes);
+    let mut written = Written::default();
+    let mut segments = VecDeque::new();
+    let mut active = None;
+    for (i, &number) in numbers.iter().enumerate() {
+        let last = i + 1 == numbers.len();
+        let path = dir.join(segment_name(number));
+        let file = open_segment(&path)?;
+        let mut buf = Vec::new();
+        (&file)
+            .read_to_end_at(&mut buf)
+            .map_err(io_err("read", &path))?;
+        let corrupt = |offset: usize, reason: &dyn std::fmt::Display| {
+            LogStoreError::Corrupt(format!("{} at byte {offset}: {reason}", path.display()))
+        };
+        let parsed = format::parse_segment(&buf, number, last).map_err(|e| match e {
+            format::SegmentError::BadHeader(reason) => corrupt(0, &reason),
+            format::SegmentError::Corrupt { offset, reason } => corrupt(
+                offset,
+                &format_args!(
+                    "{reason}{}",
+                    if last {
+                        "; valid data follows, so this is not a torn write from a crash"
+                    } else {
+                        " in a segment that is not the last"
+                    }
+                ),
+            ),
+        })?;
+        let mut info = SegmentInfo {
+            number,
+            max_entry: None,
+        };
+        for (k, frame) in parsed.frames.iter().enumerate() {
+            let at = frame.body.start - format::FRAME_HEADER_BYTES;
+            let is_checkpoint = frame.kind == FRAME_CHECKPOINT;
+            match (k, frame.kind) {
+                (0, FRAME_CHECKPOINT) | (1.., FRAME_BATCH) => {}
+                (0, _) => return Err(corrupt(at, &"the segment does not start with a checkpoint")),
+                _ => return Err(corrupt(at, &"unexpected frame kind")),
+            }
+            let mut state = if is_checkpoint {
+                Written::default()
+            } else {
+                written.clone()
+            };
+            for record in format::records(&buf, frame.body.clone()) {
+                let (off, range, record) = record.map_err(|e| corrupt(at, &e))?;
+                let fail = |e: String| corrupt(off, &e);
+                match record {
+                    Record::Entry { index: n, bytes } if !is_checkpoint => {
+                        let log_id = (decode.entry)(n, bytes).map_err(fail)?;
+                        let loc = Loc {
+                            segment: number,
+                            offset: off as u64,
+                            len: (range.end - range.start) as u32,
+                        };
+                        index.replay_entry(n, log_id, loc, bytes).map_err(fail)?;
+                        info.max_entry = Some(info.max_entry.map_or(n, |m| m.max(n)));
+                    }
+                    Record::Truncate { from } if !is_checkpoint => index.truncate(from),
+                    Record::Entry { .. } | Record::Truncate { .. } => {
+                        return Err(fail("a checkpoint holds a log record".into()))
+                    }
+                    Record::Vote(v) => state.vote = Some(v.to_vec()),
+                    Record::Committed(c) => state.committed = Some(c.to_vec()),
+                    Record::Purge { upto, last_purged } => {
+                        let (log_id, at_index) = (decode.log_id)(last_purged).map_err(fail)?;
+                        if at_index != upto {
+                            return Err(fail(format!(
+                                "purge up to {upto} names log id index {at_index}"
+                            )));
+                        }
+                        index.purge(log_id, upto);
+                        state.last_purged = Some((upto, last_purged.to_vec()));
+                    }
+                    Record::Meta { key, value } => {
+                        state.meta.insert(key.to_owned(), value.to_vec());
+                    }
+                }
+            }
+            // A checkpoint restates what the segments before it say; if they are still
+            // there, they must agree.
+            if is_checkpoint && i > 0 && state != written {
+                return Err(corrupt(
+                    at,
+                    &"the checkpoint disagrees with the segments before it",
+                ));
+            }
+            written = state;
+        }
+        if last && parsed.valid_len < buf.len() {
+            tracing::warn!(
+                path = %path.display(),
+                dropped_bytes = buf.len() - parsed.valid_len,
+                "dropping a torn write at the end of the Raft log (never acknowledged)"
+            );
+            file.set_len(parsed.valid_len as u64)
+                .and_then(|()| file.sync_all())
+                .map_err(io_err("truncate torn tail of", &path))?;
+        }
+        let file = Arc::new(file);
+        index.files.insert(number, file.clone());
+        segments.push_back(info);
+        if last {
+            active = Some((file, parsed.valid_len as u64));
+        }
+    }
+    index
+        .check_replayed()
+        .map_err(|e| LogStoreError::Corrupt(format!("{}: {e}", dir.display())))?;
+    index.vote = written.vote.clone();
+    index.committed = written.committed.clone();
+    index.meta = written.meta.clone();
+    index.debug_check();
+    let (active, active_len) = active.expect("at least one segment");
+    Ok((
+        index,
+        Disk {
+            dir: dir.to_path_buf(),
+            segment_bytes,
+            active,
+            active_len,
+            segments,
+            written,
+            failed: None,
+            buf: Vec::new(),
+        },
+    ))
+}
+
+/// `read_to_end` without moving a cursor the writer relies on (it writes at offsets).
+trait ReadToEndAt {
+    fn read_to_end_at(self, buf: &mut Vec<u8>) -> io::Result<()>;
+}
+
+impl ReadToEndAt for &File {
+    fn read_to_end_at(self, buf: &mut Vec<u8>) -> io::Result<()> {
+        let len = self.metadata()?.len() as usize;
+        buf.resize(len, 0);
+        self.read_exact_at(buf, 0)
+    }
+}
+
+/// Writes a fresh segment directory at `dir` (which must not exist) holding `written` as the
+/// checkpoint and `entries` (index, encoded entry) after it, fsynced. For migration.
+pub(crate) fn write_fresh(
+    dir: &Path,
+    written: &Written,
+    entries: impl Iterator<Item = Result<(u64, Vec<u8>), LogStoreError>>,
+) -> Result<(), LogStoreError> {
+    fs::create_dir(dir).map_err(io_err("create directory", dir))?;
+    let (file, mut len) = create_segment(dir, 1, written)?;
+    let path = dir.join(segment_name(1));
+    // Frames of at most about 1 MiB: a frame's length is a u32, and none of this is torn (it is
+    // fsynced before the directory is renamed into place).
+    const FRAME_BYTES: usize = 1 << 20;
+    let mut buf = Vec::new();
+    let mut start = format::begin_frame(&mut buf, FRAME_BATCH);
+    let flush = |buf: &mut Vec<u8>, len: &mut u64| -> Result<(), LogStoreError> {
+        file.write_all_at(buf, *len)
+            .map_err(io_err("write", &path))?;
+        *len += buf.len() as u64;
+        buf.clear();
+        Ok(())
+    };
+    for entry in entries {
+        let (index, bytes) = entry?;
+        format::encode_record(
+            &mut buf,
+            &Record::Entry {
+                index,
+                bytes: &bytes,
+            },
+        )
+        .map_err(LogStoreError::Corrupt)?;
+        if buf.len() >= FRAME_BYTES {
+            format::end_frame(&mut buf, start).map_err(LogStoreError::Corrupt)?;
+            flush(&mut buf, &mut len)?;
+            start = format::begin_frame(&mut buf, FRAME_BATCH);
+        }
+    }
+    format::end_frame(&mut buf, start).map_err(LogStoreError::Corrupt)?;
+    flush(&mut buf, &mut len)?;
+    file.sync_all().map_err(io_err("sync", &path))?;
+    sync_dir(dir).map_err(io_err("sync directory", dir))
+}
