@@ -76,7 +76,7 @@ struct Bench {
 impl Bench {
     fn open() -> Bench {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
-        let store = Store::open(&dir.path().join("raft-log.redb")).expect("open log store");
+        let store = Store::open(&dir.path().join("raft-log")).expect("open log store");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -294,9 +294,14 @@ impl Disk {
 /// How replay turns stored bytes into log ids: the entry's (checking its index) and a purge
 /// record's.
 pub(crate) struct Decoders<'a, L> {
-    pub(crate) entry: &'a dyn Fn(u64, &[u8]) -> Result<L, String>,
-    pub(crate) log_id: &'a dyn Fn(&[u8]) -> Result<(L, u64), String>,
+    pub(crate) entry: &'a DecodeEntry<L>,
+    pub(crate) log_id: &'a DecodeLogId<L>,
 }
+
+/// Decodes the entry stored at an index (refusing one whose own index differs) to its log id.
+pub(crate) type DecodeEntry<L> = dyn Fn(u64, &[u8]) -> Result<L, String>;
+/// Decodes a purge record's log id, with its index.
+pub(crate) type DecodeLogId<L> = dyn Fn(&[u8]) -> Result<(L, u64), String>;
 
 /// Opens (creating if needed) the segment directory `dir` and replays it.
 pub(crate) fn load<L: Clone>(

@@ -1,4 +1,4 @@
-//! openraft's storage conformance suite on latchkey's real storage: the redb log store and the
+//! openraft's storage conformance suite on latchkey's real storage: the segment log store and the
 //! lock state machine, each built in a fresh temporary directory.
 
 use std::sync::Arc;
@@ -14,8 +14,7 @@ impl StoreBuilder<TypeConfig, LogStore, LockStateMachine, TempDir> for Builder {
     async fn build(&self) -> Result<(TempDir, LogStore, LockStateMachine), StorageError> {
         let err = |e: String| StorageError::read(TypeConfig::err_from_string(e));
         let dir = tempfile::tempdir().map_err(|e| err(e.to_string()))?;
-        let log =
-            LogStore::open(&dir.path().join("raft-log.redb")).map_err(|e| err(e.to_string()))?;
+        let log = LogStore::open(&dir.path().join("raft-log")).map_err(|e| err(e.to_string()))?;
         let sm = LockStateMachine::open(&dir.path().join("snapshots"), Arc::new(NoopObserver))
             .map_err(|e| err(e.to_string()))?;
         Ok((dir, log, sm))

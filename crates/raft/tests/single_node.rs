@@ -58,7 +58,7 @@ const WAIT: Option<Duration> = Some(Duration::from_secs(20));
 
 async fn start(dir: &Path) -> (Raft, StateHandle, LogStore) {
     let config = Arc::new(Config::default().validate().unwrap());
-    let log = LogStore::open(&dir.join("raft-log.redb")).unwrap();
+    let log = LogStore::open(&dir.join("raft-log")).unwrap();
     let sm = LockStateMachine::open(&dir.join("snapshots"), Arc::new(NoopObserver)).unwrap();
     let handle = sm.handle();
     let raft = Raft::new(1, config, NoPeers, log.clone(), sm)

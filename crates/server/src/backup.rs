@@ -26,7 +26,6 @@ use std::path::{Path, PathBuf};
 use latchkey_core::codec::{decode_table, DecodeError};
 use latchkey_core::versioned::{self, VersionedError};
 use latchkey_core::{limits, LockTable};
-use latchkey_log_store::LogStore;
 use latchkey_raft::{LogId, Membership, StoredMembership, TypeConfig};
 use openraft::storage::RaftLogStorage;
 use openraft::vote::RaftLeaderId;
@@ -250,10 +249,10 @@ pub async fn restore(
 
     // The dir belongs to the new cluster, as if this member had founded it with `members`.
     let record = node::founder_record(id, members);
-    let log_path = data_dir.join(node::LOG_FILE);
     {
-        let mut log = LogStore::<TypeConfig>::open(&log_path)
-            .map_err(|e| RestoreError::LogStore(e.to_string()))?;
+        // The dir was empty, so there is nothing to migrate; the same opener as a start.
+        let mut log =
+            node::open_log_dir(data_dir).map_err(|e| RestoreError::LogStore(e.to_string()))?;
         // The log starts after the snapshot: openraft reads (purged, last] as empty.
         log.purge(log_id)
             .await

@@ -387,7 +387,7 @@ impl std::ops::Deref for ValidConfig {
 }
 
 /// Serve one node on `listener` until `shutdown` completes, then stop every task and return.
-/// The log is the redb store in `config.data_dir`. With `config.peer_listen`, the peer service
+/// The log is the segment log store in `config.data_dir`. With `config.peer_listen`, the peer service
 /// is served on a listener of its own bound here (with the same TLS), and not on `listener`.
 pub async fn run(
     listener: TcpListener,
@@ -482,7 +482,7 @@ impl NodeEnv {
 /// [`run`] with everything from outside supplied: `incoming` yields accepted client and peer
 /// connections (any transport tonic can serve), or client connections only when
 /// `peer_incoming` yields the peers' (`--peer-listen`); `env` gives the clock, entropy, probe
-/// and the connector used to reach peers, and `log_store` is the log (the redb one, or a
+/// and the connector used to reach peers, and `log_store` is the log (the segment log store, or a
 /// simulation's that can lose unsynced writes).
 pub async fn run_with<I, IO, IE, LS>(
     incoming: I,

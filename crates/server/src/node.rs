@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use latchkey_log_store::LogStore;
+use latchkey_log_store::{LogStore, LogStoreError, Migrated};
 use latchkey_raft::{LockStateMachine, Raft, StateHandle, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, ReadPolicy, ServerState};
@@ -27,7 +27,7 @@ use crate::waiters::{Observer, Waiters};
 use crate::{NodeEnv, ServerConfig};
 
 /// The log storage a node runs on: openraft's log storage plus a little durable metadata. The
-/// redb store is the real one; a simulation supplies one that can lose unsynced writes.
+/// segment log store is the real one; a simulation supplies one that can lose unsynced writes.
 pub trait NodeLogStore: openraft::storage::RaftLogStorage<TypeConfig> {
     fn read_node_meta(&self, key: &str) -> Result<Option<Vec<u8>>, String>;
     fn write_node_meta(&self, key: &str, value: &[u8]) -> Result<(), String>;
@@ -133,8 +133,23 @@ fn named_cluster(config: &ServerConfig) -> Option<(ClusterId, &'static str)> {
         None => None,
     }
 }
-/// The redb log inside the data dir.
-pub(crate) const LOG_FILE: &str = "raft-log.redb";
+/// The log's segment directory inside the data dir.
+pub(crate) const LOG_DIR: &str = "raft-log";
+/// The log of a data dir from a build before the segment log (one redb file), migrated into
+/// [`LOG_DIR`] on the first start (then renamed to `raft-log.redb.migrated` and kept).
+pub(crate) const OLD_LOG_FILE: &str = "raft-log.redb";
+
+/// Opens the log store of `data_dir`, first migrating a log of the previous (redb) build if the
+/// dir has one and no segment directory yet.
+pub(crate) fn open_log_dir(data_dir: &Path) -> Result<LogStore<TypeConfig>, LogStoreError> {
+    let old = data_dir.join(OLD_LOG_FILE);
+    let new = data_dir.join(LOG_DIR);
+    match latchkey_log_store::migrate_from_redb::<TypeConfig>(&old, &new)? {
+        Migrated::Nothing => {}
+        done => tracing::info!(?done, dir = %data_dir.display(), "migrated the Raft log from redb"),
+    }
+    LogStore::<TypeConfig>::open(&new)
+}
 /// The state machine's snapshot directory inside the data dir.
 pub(crate) const SNAPSHOT_DIR: &str = "snapshots";
 
@@ -273,12 +288,12 @@ fn data_dir_error(dir: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ 
 }
 
 impl Node {
-    /// Open the redb log in the data dir, after checking the dir's `cluster` file against the
-    /// flags.
+    /// Open the log in the data dir (migrating a previous build's redb log first), after
+    /// checking the dir's `cluster` file against the flags.
     ///
     /// The check comes first and reads only that small file next to the log: opening the log
-    /// may write to it (redb repairs a log after a crash), and a refused start must leave the
-    /// data dir as it was. The log's own record, checked by [`Node::start`], stays the
+    /// may write to it (a migration, or the truncation of a torn tail after a crash), and a
+    /// refused start must leave the data dir as it was. The log's own record, checked by [`Node::start`], stays the
     /// authority for data dirs from before the file existed.
     pub fn open_log_store(config: &ServerConfig) -> Result<LogStore<TypeConfig>, StartError> {
         let dir = &config.data_dir;
@@ -286,8 +301,7 @@ impl Node {
             check_record(dir, &recorded, config)?;
         }
         std::fs::create_dir_all(dir).map_err(data_dir_error(dir))?;
-        LogStore::<TypeConfig>::open(&dir.join(LOG_FILE))
-            .map_err(|e| StartError::LogStore(e.to_string()))
+        open_log_dir(dir).map_err(|e| StartError::LogStore(e.to_string()))
     }
 
     pub async fn start<LS: NodeLogStore>(

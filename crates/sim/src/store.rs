@@ -387,7 +387,7 @@ impl latchkey_server::NodeLogStore for SimLogStore {
     }
 
     fn write_node_meta(&self, key: &str, value: &[u8]) -> Result<(), String> {
-        // Synchronous and durable at once, like the redb store's metadata writes.
+        // Synchronous and durable at once, like the log store's metadata writes.
         self.disk().meta.insert(key.to_owned(), value.to_vec());
         Ok(())
     }
