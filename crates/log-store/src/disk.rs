@@ -30,6 +30,8 @@ use crate::index::{Index, Loc};
 use crate::{lock, LogStoreError};
 
 const SEGMENT_SUFFIX: &str = ".seg";
+/// Held locked (flock, exclusive) while a store has the directory open.
+const LOCK_FILE: &str = "LOCK";
 const TMP_SUFFIX: &str = ".tmp";
 
 pub(crate) fn segment_name(number: u64) -> String {
@@ -109,6 +111,26 @@ pub(crate) struct Disk {
     pub(crate) written: Written,
     pub(crate) failed: Option<String>,
     buf: Vec<u8>,
+    /// Released when the writer and every handle are gone.
+    _lock: nix::fcntl::Flock<File>,
+}
+
+/// Takes the directory's lock, or fails at once if another store holds it.
+fn lock_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>, LogStoreError> {
+    let path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io_err("open", &path))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
+        |(_, errno)| LogStoreError::Locked {
+            path: dir.to_path_buf(),
+            source: io::Error::from(errno),
+        },
+    )
 }
 
 /// Writes segment `number` (header + checkpoint of `written`) under a temporary name, fsyncs
@@ -284,6 +306,15 @@ impl Disk {
         Ok(())
     }
 
+    /// Makes every later write fail for real: the active segment is swapped for a read-only
+    /// handle of the same file, so `pwrite` returns `EBADF` (for the fail-stop tests).
+    #[cfg(test)]
+    pub(crate) fn break_writes(&mut self) {
+        let number = self.segments.back().expect("an active segment").number;
+        let path = self.dir.join(segment_name(number));
+        self.active = Arc::new(File::open(path).expect("reopen read-only"));
+    }
+
     /// Segment numbers on disk, oldest first (for tests).
     #[cfg(test)]
     pub(crate) fn segment_numbers(&self) -> Vec<u64> {
@@ -311,6 +342,7 @@ pub(crate) fn load<L: Clone>(
     decode: &Decoders<'_, L>,
 ) -> Result<(Index<L>, Disk), LogStoreError> {
     fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    let dir_lock = lock_dir(dir)?;
     let mut numbers = Vec::new();
     let mut removed_tmp = false;
     for entry in fs::read_dir(dir).map_err(io_err("list", dir))? {
@@ -473,6 +505,7 @@ pub(crate) fn load<L: Clone>(
             written,
             failed: None,
             buf: Vec::new(),
+            _lock: dir_lock,
         },
     ))
 }

@@ -70,6 +70,13 @@ pub enum LogStoreError {
         #[source]
         source: io::Error,
     },
+    /// Another store (in this process or another) has the directory open.
+    #[error("log store {path} is in use by another process or store: {source}")]
+    Locked {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     /// Fatal: the log holds something this build cannot read, or damage a crash cannot explain.
     #[error("log store is corrupt: {0}")]
     Corrupt(String),

@@ -457,7 +457,60 @@ async fn a_leftover_temporary_segment_is_removed_on_open() {
     let mut store = Store::open(&path).unwrap();
     assert_eq!(read_all(&mut store).await, ["t1i1"]);
     assert_eq!(segment_paths(&path).len(), 1);
-    assert_eq!(std::fs::read_dir(&path).unwrap().count(), 1);
+    let mut names: Vec<_> = std::fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["00000000000000000001.seg", "LOCK"]);
+}
+
+#[tokio::test]
+async fn a_second_store_on_the_same_directory_is_refused_until_the_first_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    let mut first = Store::open(&path).unwrap();
+    flushed(append(&mut first, vec![entry(1, 1)]).await).await;
+    assert!(matches!(
+        Store::open(&path),
+        Err(LogStoreError::Locked { .. })
+    ));
+    // A reader openraft still holds does not keep the directory locked.
+    let reader = first.get_log_reader().await;
+    drop(first);
+    let mut second = Store::open(&path).unwrap();
+    assert_eq!(read_all(&mut second).await, ["t1i1"]);
+    drop(reader);
+}
+
+/// Fail-stop: after a failed write, the failed batch is not acknowledged as written, and every
+/// later write and read is refused until the store is reopened; what was synced before stays.
+#[tokio::test]
+async fn after_a_failed_write_the_store_refuses_everything_until_reopened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    {
+        let mut store = Store::open(&path).unwrap();
+        flushed(append(&mut store, vec![entry(1, 1)]).await).await;
+        lock(&store.shared.disk).break_writes();
+        let rx = append(&mut store, vec![entry(1, 2)]).await;
+        let outcome = rx.await.expect("callback fired");
+        assert!(outcome.is_err(), "the failed batch is reported as failed");
+        assert_eq!(store.stats().write_transactions, 1);
+        let (tx, _rx) = Tc::oneshot();
+        let again = store.append(vec![entry(1, 3)], IOFlushed::signal(tx)).await;
+        assert!(again.is_err(), "a later append is refused");
+        assert!(store.save_vote(&vote(2)).await.is_err());
+        assert!(matches!(
+            store.write_meta("k", b"v"),
+            Err(LogStoreError::Failed(_))
+        ));
+        assert!(store.try_get_log_entries(..).await.is_err());
+    }
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(read_all(&mut store).await, ["t1i1"]);
+    flushed(append(&mut store, vec![entry(2, 2)]).await).await;
+    assert_eq!(read_all(&mut store).await, ["t1i1", "t2i2"]);
 }
 
 #[tokio::test]
