@@ -96,10 +96,14 @@ fn file_indexes(dir: &Path) -> Vec<u64> {
 
 /// A writer that stops before each commit until the test lets it go. `entered` tells the test
 /// the size of the batch the writer holds; sending on (or dropping) the gate lets it commit.
+///
+/// `gate` is declared first so that it is dropped first: dropping the store joins the writer,
+/// which would otherwise wait at the gate forever when a test fails while holding it (a hang
+/// instead of a failure).
 struct Held {
+    gate: Option<std_mpsc::Sender<()>>,
     store: Store,
     entered: std_mpsc::Receiver<usize>,
-    gate: Option<std_mpsc::Sender<()>>,
 }
 
 impl Held {
