@@ -1,6 +1,6 @@
 //! Append throughput of the log store through openraft's `RaftLogStorage::append`, with real
 //! fsyncs: an entry counts only once its flush callback fired, which the writer does only after
-//! the redb transaction holding it committed with `Durability::Immediate`.
+//! the group commit holding it was written to its segment and `fdatasync`ed.
 //!
 //! `cargo bench -p latchkey-log-store --bench append`. The store lives under cargo's target tmp
 //! dir (on the build disk), not in `/tmp`, which may be a tmpfs where an fsync costs nothing.
@@ -99,7 +99,7 @@ impl Bench {
     fn report(&self, what: &str) {
         let stats = self.store.stats();
         println!(
-            "{what}: {} entries in {} fsynced transactions, {:.1} entries per fsync",
+            "{what}: {} entries in {} fsynced group commits, {:.1} entries per fsync",
             stats.requests_written,
             stats.write_transactions,
             stats.requests_written as f64 / stats.write_transactions.max(1) as f64
@@ -130,7 +130,7 @@ fn one_at_a_time(c: &mut Criterion) {
 
 /// (b) Appends keep coming while earlier ones wait for their fsync, up to `IN_FLIGHT` unflushed
 /// at once (as openraft pipelines appends for many clients); the writer commits everything
-/// queued during one fsync in the next transaction.
+/// queued during one fsync in the next group commit.
 fn pipelined(c: &mut Criterion) {
     let mut bench = Bench::open();
     let mut g = c.benchmark_group("log_store/append");
