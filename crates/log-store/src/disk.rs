@@ -341,7 +341,16 @@ pub(crate) fn load<L: Clone>(
     cache_bytes: usize,
     decode: &Decoders<'_, L>,
 ) -> Result<(Index<L>, Disk), LogStoreError> {
+    let created = !dir.exists();
     fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    if created {
+        // The directory's own entry must be durable before anything in it is acknowledged.
+        let parent = match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        sync_dir(parent).map_err(io_err("sync directory", parent))?;
+    }
     let dir_lock = lock_dir(dir)?;
     let mut numbers = Vec::new();
     let mut removed_tmp = false;

@@ -314,9 +314,12 @@ pub(crate) fn parse_segment(buf: &[u8], number: u64, last: bool) -> Result<Parse
 /// Whether damage at `off` can be a torn last write: no good frame starts after it. (A frame's
 /// bytes inside the torn write are records, not frames, so they do not count.)
 fn is_torn_tail(buf: &[u8], off: usize) -> bool {
-    !(off + 1..buf.len()).any(|p| {
-        frame_at(buf, p).is_ok_and(|f| f.kind == FRAME_BATCH || f.kind == FRAME_CHECKPOINT)
-    })
+    let frame_kind = |p: usize| {
+        buf.get(p + FRAME_HEADER_BYTES - 1)
+            .is_some_and(|&k| k == FRAME_BATCH || k == FRAME_CHECKPOINT)
+    };
+    // The kind byte first: most offsets fail there, before a checksum is computed.
+    !(off + 1..buf.len()).any(|p| frame_kind(p) && frame_at(buf, p).is_ok())
 }
 
 #[cfg(test)]
