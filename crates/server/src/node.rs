@@ -840,4 +840,58 @@ mod tests {
         assert!(DirRecord::decode("cluster=xyz\n").is_err());
         assert!(DirRecord::decode("member=1\n").is_err());
     }
+
+    /// A data dir of a build before the segment log holds `raft-log.redb`: the first open moves
+    /// its entries and keys into `raft-log/` and keeps the old file; a second open finds the
+    /// segment log and migrates nothing.
+    #[tokio::test]
+    async fn a_data_dir_with_a_redb_log_is_migrated_once() {
+        use latchkey_log_store::VALUE_FORMAT_VERSION;
+        use openraft::entry::RaftEntry;
+        use openraft::vote::RaftLeaderId;
+        use openraft::{RaftLogReader, RaftTypeConfig};
+        use redb::TableDefinition;
+
+        let dir = tempfile::tempdir().unwrap();
+        let log_id = |i| {
+            latchkey_raft::LogId::new(
+                <TypeConfig as RaftTypeConfig>::LeaderId::new(1, 1).to_committed(),
+                i,
+            )
+        };
+        {
+            let db = redb::Database::create(dir.path().join(OLD_LOG_FILE)).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut log = txn
+                    .open_table(TableDefinition::<u64, &[u8]>::new("raft_log"))
+                    .unwrap();
+                for i in 0..=3 {
+                    let entry = latchkey_raft::Entry::new_blank(log_id(i));
+                    let bytes =
+                        latchkey_core::versioned::encode(VALUE_FORMAT_VERSION, &entry).unwrap();
+                    log.insert(i, bytes.as_slice()).unwrap();
+                }
+                let mut meta = txn
+                    .open_table(TableDefinition::<&str, &[u8]>::new("app_meta"))
+                    .unwrap();
+                meta.insert(META_CLUSTER, &b"the record"[..]).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        for open in 1..=2 {
+            let mut log = open_log_dir(dir.path()).unwrap();
+            let entries = log.try_get_log_entries(..).await.unwrap();
+            let ids: Vec<_> = entries.iter().map(|e| e.log_id()).collect();
+            assert_eq!(ids, (0..=3).map(log_id).collect::<Vec<_>>(), "open {open}");
+            assert_eq!(
+                log.read_meta(META_CLUSTER).unwrap().as_deref(),
+                Some(&b"the record"[..])
+            );
+            drop(log);
+            assert!(dir.path().join(LOG_DIR).is_dir());
+            assert!(!dir.path().join(OLD_LOG_FILE).exists());
+            assert!(dir.path().join("raft-log.redb.migrated").is_file());
+        }
+    }
 }
