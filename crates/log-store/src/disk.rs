@@ -416,6 +416,13 @@ pub(crate) fn load<L: Clone>(
                 ),
             ),
         })?;
+        if parsed.frames.is_empty() {
+            // A segment gets its final name only once its checkpoint is durable.
+            return Err(corrupt(
+                format::HEADER_BYTES,
+                &"the segment has no checkpoint",
+            ));
+        }
         let mut info = SegmentInfo {
             number,
             max_entry: None,

@@ -83,6 +83,9 @@ pub enum LogStoreError {
     /// An earlier write or fsync failed; the store writes nothing more until it is reopened.
     #[error("log store refuses writes after a failure: {0}")]
     Failed(String),
+    /// A meta key's length must fit the record's 16-bit length field.
+    #[error("log store meta key of {0} bytes is too long")]
+    MetaKeyTooLong(usize),
     #[error("cannot start the log store writer thread: {0}")]
     SpawnWriter(io::Error),
     /// The old (redb) log could not be read for migration.
@@ -321,6 +324,10 @@ impl<C: RaftTypeConfig> LogStore<C> {
     /// under that lock too, holds every meta key written before it. App keys are independent
     /// of the Raft log, so their order relative to log writes does not matter otherwise.
     pub fn write_meta(&self, key: &str, value: &[u8]) -> Result<(), LogStoreError> {
+        // Refused before the writer sees it: an encoding failure there is fail-stop.
+        if u16::try_from(key.len()).is_err() {
+            return Err(LogStoreError::MetaKeyTooLong(key.len()));
+        }
         let mut disk = lock(&self.shared.disk);
         match disk.write_batch([format::Record::Meta { key, value }]) {
             Ok(_) => {

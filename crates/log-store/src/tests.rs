@@ -335,6 +335,32 @@ fn open_refuses_a_value_in_an_unknown_format() {
 }
 
 #[test]
+fn a_segment_without_its_checkpoint_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    drop(Store::open(&path).unwrap());
+    let last = segment_paths(&path).pop().unwrap();
+    let bytes = std::fs::read(&last).unwrap();
+    std::fs::write(&last, &bytes[..format::HEADER_BYTES + 3]).unwrap();
+    match Store::open(&path) {
+        Err(LogStoreError::Corrupt(msg)) => assert!(msg.contains("no checkpoint"), "{msg}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_meta_key_too_long_for_its_record_is_refused_without_stopping_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("log")).unwrap();
+    let key = "k".repeat(70_000);
+    assert!(matches!(
+        store.write_meta(&key, b"v"),
+        Err(LogStoreError::MetaKeyTooLong(70_000))
+    ));
+    store.write_meta("k", b"v").unwrap();
+}
+
+#[test]
 fn open_refuses_an_entry_stored_under_another_index() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log");
