@@ -55,26 +55,27 @@ pub(crate) enum Op<C: RaftTypeConfig> {
 /// hold the writer while they queue requests or check that nothing was acknowledged early.
 pub(crate) type BeforeCommit = Box<dyn FnMut(usize) + Send>;
 
-fn records<C: RaftTypeConfig>(batch: &[Request<C>]) -> impl Iterator<Item = Record<'_>> {
-    batch.iter().flat_map(|request| {
-        let records: Vec<Record<'_>> = match &request.op {
-            Op::Append { rows, .. } => rows
-                .iter()
-                .map(|(index, bytes)| Record::Entry {
+/// The records of a batch, in submission order (one allocation per batch, not per request).
+fn records<C: RaftTypeConfig>(batch: &[Request<C>]) -> Vec<Record<'_>> {
+    let mut records = Vec::with_capacity(batch.len());
+    for request in batch {
+        match &request.op {
+            Op::Append { rows, .. } => {
+                records.extend(rows.iter().map(|(index, bytes)| Record::Entry {
                     index: *index,
                     bytes,
-                })
-                .collect(),
-            Op::SaveVote { bytes, .. } => vec![Record::Vote(bytes)],
-            Op::SaveCommitted { bytes } => vec![Record::Committed(bytes)],
-            Op::Truncate { from } => vec![Record::Truncate { from: *from }],
-            Op::Purge { upto, last_purged } => vec![Record::Purge {
+                }))
+            }
+            Op::SaveVote { bytes, .. } => records.push(Record::Vote(bytes)),
+            Op::SaveCommitted { bytes } => records.push(Record::Committed(bytes)),
+            Op::Truncate { from } => records.push(Record::Truncate { from: *from }),
+            Op::Purge { upto, last_purged } => records.push(Record::Purge {
                 upto: *upto,
                 last_purged,
-            }],
-        };
-        records
-    })
+            }),
+        }
+    }
+    records
 }
 
 /// Writes the batch and returns where each entry went, tagged with its request.
