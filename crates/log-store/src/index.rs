@@ -291,10 +291,13 @@ impl<L: Clone> Index<L> {
         self.cached_bytes
     }
 
-    /// Cheap structural invariants, asserted in debug builds after every change the writer
-    /// makes: the cache accounting matches, and only synced entries may have left memory.
+    /// Structural invariants, asserted in this crate's own tests after every change the writer
+    /// makes: the cache accounting matches, and only synced entries may have left memory. It
+    /// walks every live entry, so it is not run in other builds: in a debug build of the server
+    /// a live log of 140,000 entries (crates/cli/tests/snapshot_stream.rs) made every group
+    /// commit walk them all under the index lock, and the test crawled at ~50 entries/s.
     pub(crate) fn debug_check(&self) {
-        if cfg!(debug_assertions) {
+        if cfg!(test) {
             let mut bytes = 0;
             for i in &self.cached {
                 let slot = &self.entries[i];
