@@ -505,6 +505,23 @@ pub(crate) fn load<L: Clone>(
     index
         .check_replayed()
         .map_err(|e| LogStoreError::Corrupt(format!("{}: {e}", dir.display())))?;
+    // What replay read may be only in the page cache: a process killed between a batch's
+    // `write` and its `fdatasync`, or between a rotation's rename and its directory fsync,
+    // leaves bytes and names the kernel shows but the disk does not hold. Openraft is about to
+    // act on them as persisted (a vote it will not contradict, entries it counts toward a
+    // quorum), and later batches would be acknowledged in a segment whose name a power loss
+    // could still take away. So make all of it durable before anything is answered: every
+    // segment, the directory's entries, and the directory's own entry in its parent.
+    for (number, file) in &index.files {
+        file.sync_all()
+            .map_err(io_err("sync segment", &dir.join(segment_name(*number))))?;
+    }
+    sync_dir(dir).map_err(io_err("sync directory", dir))?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    sync_dir(parent).map_err(io_err("sync directory", parent))?;
     index.vote = written.vote.clone();
     index.committed = written.committed.clone();
     index.meta = written.meta.clone();

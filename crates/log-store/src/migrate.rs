@@ -70,6 +70,16 @@ pub fn migrate_from_redb<C: RaftTypeConfig>(
     if !old_file.exists() {
         return Ok(Migrated::Nothing);
     }
+    // The kept copy of an earlier migration is never replaced: a data dir that has both was
+    // run by an older build again after an upgrade, and which log is right is the operator's
+    // call, not a rename's.
+    if migrated_name.exists() {
+        return Err(LogStoreError::Io {
+            op: "migrate (a copy of an earlier migration is already kept; move one of them away)",
+            path: migrated_name,
+            source: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+        });
+    }
     if new_dir.exists() {
         fs::rename(old_file, &migrated_name).map_err(io_err("rename", old_file))?;
         disk::sync_dir(dir).map_err(io_err("sync directory", dir))?;

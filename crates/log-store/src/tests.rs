@@ -1068,6 +1068,34 @@ mod migration {
     }
 
     #[tokio::test]
+    async fn an_old_log_beside_a_kept_copy_is_refused_and_both_are_left_as_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("raft-log.redb");
+        let new = dir.path().join("raft-log");
+        let kept = dir.path().join("raft-log.redb.migrated");
+        old_file(&old);
+        migrate_from_redb::<Tc>(&old, &new).unwrap();
+        // An older build started on the dir again and made a fresh redb log of its own.
+        old_file(&old);
+        let kept_before = std::fs::read(&kept).unwrap();
+        match migrate_from_redb::<Tc>(&old, &new) {
+            Err(LogStoreError::Io { op, path, .. }) => {
+                assert!(op.contains("already kept"), "{op}");
+                assert_eq!(path, kept);
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(old.is_file(), "the old log stays");
+        assert_eq!(
+            std::fs::read(&kept).unwrap(),
+            kept_before,
+            "the kept copy stays"
+        );
+        let mut store = Store::open(&new).unwrap();
+        check(&mut store).await;
+    }
+
+    #[tokio::test]
     async fn a_migration_interrupted_before_its_commit_point_is_redone() {
         let dir = tempfile::tempdir().unwrap();
         let old = dir.path().join("raft-log.redb");

@@ -151,6 +151,18 @@ pub(crate) fn run<C: RaftTypeConfig>(
             }
         }
 
+        // Rotation and the deletion of purged segments come before the acknowledgements, so
+        // that whoever saw a batch acknowledged sees the segments as that batch left them (the
+        // tests rely on it; a rotation is rare, every `LOG_SEGMENT_BYTES`). A failure here
+        // stops later writes; this batch is already durable and is acknowledged as such.
+        if result.is_ok() {
+            let mut disk = lock(&disk);
+            if let Err(msg) = disk.maintain(&index) {
+                tracing::error!(error = %msg, "log store rotation failed; the store refuses further writes");
+                lock(&index).failed.get_or_insert(msg);
+            }
+        }
+
         // Only now, after the write and its fdatasync returned, acknowledge.
         for request in batch.drain(..) {
             let outcome = result
@@ -164,14 +176,6 @@ pub(crate) fn run<C: RaftTypeConfig>(
                     let _ = done.send(outcome);
                 }
                 Op::SaveCommitted { .. } | Op::Truncate { .. } | Op::Purge { .. } => {}
-            }
-        }
-
-        if result.is_ok() {
-            let mut disk = lock(&disk);
-            if let Err(msg) = disk.maintain(&index) {
-                tracing::error!(error = %msg, "log store rotation failed; the store refuses further writes");
-                lock(&index).failed.get_or_insert(msg);
             }
         }
     }
