@@ -392,22 +392,25 @@ mod tests {
         ));
     }
 
+    /// A batch frame of entries 1 and 2.
+    fn two_entry_batch() -> Vec<u8> {
+        let entries = [
+            Record::Entry {
+                index: 1,
+                bytes: b"one",
+            },
+            Record::Entry {
+                index: 2,
+                bytes: b"two",
+            },
+        ];
+        frame(FRAME_BATCH, &entries)
+    }
+
     #[test]
     fn every_cut_of_the_last_frame_is_a_torn_tail_only_in_the_last_segment() {
         let good = segment(&[frame(FRAME_CHECKPOINT, &[])]);
-        let last = frame(
-            FRAME_BATCH,
-            &[
-                Record::Entry {
-                    index: 1,
-                    bytes: b"one",
-                },
-                Record::Entry {
-                    index: 2,
-                    bytes: b"two",
-                },
-            ],
-        );
+        let last = two_entry_batch();
         let mut full = good.clone();
         full.extend_from_slice(&last);
         for cut in good.len() + 1..full.len() {
@@ -427,19 +430,7 @@ mod tests {
     fn valid_records_inside_a_torn_batch_do_not_make_it_corruption() {
         let good = segment(&[frame(FRAME_CHECKPOINT, &[])]);
         let mut buf = good.clone();
-        buf.extend_from_slice(&frame(
-            FRAME_BATCH,
-            &[
-                Record::Entry {
-                    index: 1,
-                    bytes: b"one",
-                },
-                Record::Entry {
-                    index: 2,
-                    bytes: b"two",
-                },
-            ],
-        ));
+        buf.extend_from_slice(&two_entry_batch());
         buf[good.len() + 2] ^= 0xFF; // the frame's length
         buf[good.len() + FRAME_HEADER_BYTES + 2] ^= 0xFF; // and the first record
         let parsed = parse_segment(&buf, 7, true).expect("torn tail");
