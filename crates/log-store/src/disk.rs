@@ -341,19 +341,10 @@ pub(crate) fn load<L: Clone>(
     cache_bytes: usize,
     decode: &Decoders<'_, L>,
 ) -> Result<(Index<L>, Disk), LogStoreError> {
-    let created = !dir.exists();
+    // A new directory's entry is made durable with everything else at the end of `load`.
     fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
-    if created {
-        // The directory's own entry must be durable before anything in it is acknowledged.
-        let parent = match dir.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        sync_dir(parent).map_err(io_err("sync directory", parent))?;
-    }
     let dir_lock = lock_dir(dir)?;
     let mut numbers = Vec::new();
-    let mut removed_tmp = false;
     for entry in fs::read_dir(dir).map_err(io_err("list", dir))? {
         let entry = entry.map_err(io_err("list", dir))?;
         let name = entry.file_name();
@@ -362,13 +353,9 @@ pub(crate) fn load<L: Clone>(
             // An interrupted rotation (or migration): the rename never happened.
             let path = entry.path();
             fs::remove_file(&path).map_err(io_err("remove", &path))?;
-            removed_tmp = true;
         } else if let Some(n) = parse_segment_name(name) {
             numbers.push(n);
         }
-    }
-    if removed_tmp {
-        sync_dir(dir).map_err(io_err("sync directory", dir))?;
     }
     numbers.sort_unstable();
     if numbers.is_empty() {
