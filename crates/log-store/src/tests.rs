@@ -191,6 +191,42 @@ async fn appends_queued_while_the_writer_is_busy_share_one_transaction() {
     assert_eq!(file_indexes(&path), (1..=APPENDS).collect::<Vec<_>>());
 }
 
+#[tokio::test]
+async fn a_committed_save_alone_waits_for_the_next_write_or_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    let mut held = Held::open(&path);
+    let first = append(&mut held.store, vec![entry(1, 1), entry(1, 2)]).await;
+    assert_eq!(held.wait_entered(), 1);
+    held.release_one();
+    flushed(first).await;
+
+    // Alone, it is no batch of its own (the old writer took it within a millisecond).
+    held.store.save_committed(Some(log_id(1, 2))).await.unwrap();
+    assert!(held
+        .entered
+        .recv_timeout(std::time::Duration::from_millis(200))
+        .is_err());
+    assert_eq!(
+        held.store.read_committed().await.unwrap(),
+        Some(log_id(1, 2))
+    );
+
+    // It rides in the next batch, ahead of the append queued after it.
+    let second = append(&mut held.store, vec![entry(1, 3)]).await;
+    assert_eq!(held.wait_entered(), 2);
+    held.release_all();
+    flushed(second).await;
+    assert_eq!(held.store.stats().write_transactions, 2);
+
+    // The last one, still alone when the store closes, is written at shutdown.
+    held.store.save_committed(Some(log_id(1, 3))).await.unwrap();
+    drop(held);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.read_committed().await.unwrap(), Some(log_id(1, 3)));
+    assert_eq!(read_all(&mut store).await, ["t1i1", "t1i2", "t1i3"]);
+}
+
 // Two workers: the test blocks one waiting for the writer while the save runs on the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn save_vote_returns_only_after_its_commit() {

@@ -6,6 +6,7 @@
 //! does it tell the submitters: an append's `IOFlushed` callback fires, a vote save returns.
 //! Many entries therefore share one fsync, and nothing is acknowledged before it is on disk.
 //! Then it rotates the segment if it is full and deletes segments that hold only purged entries.
+//! A save of the committed log id alone is not worth an `fdatasync`: it waits for the next batch.
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -108,14 +109,32 @@ pub(crate) fn run<C: RaftTypeConfig>(
     mut before_commit: Option<BeforeCommit>,
 ) {
     let mut batch: Vec<Request<C>> = Vec::with_capacity(limits::LOG_WRITE_BATCH_REQUESTS_MAX);
+    // The newest committed-id save of a batch that held nothing else, not yet written.
+    let mut deferred: Option<Request<C>> = None;
     // Ends when every handle is gone (the channel closes) and the queue is drained.
     while let Some(first) = rx.blocking_recv() {
+        // Submitted before everything now queued, so it goes first: file order stays
+        // submission order.
+        batch.extend(deferred.take());
         batch.push(first);
         while batch.len() < limits::LOG_WRITE_BATCH_REQUESTS_MAX {
             match rx.try_recv() {
                 Ok(request) => batch.push(request),
                 Err(_) => break,
             }
+        }
+        // A batch of nothing but committed-id saves is not written on its own. openraft's
+        // committed id may lag on disk (it must never lead the entries, and it cannot: it is
+        // written after them), no one waits for it, and a frame of its own would cost every
+        // member one more `fdatasync` per commit, on the path of the next append. It rides in
+        // the next batch that has to be written anyway, or in the last one at shutdown.
+        if batch
+            .iter()
+            .all(|r| matches!(r.op, Op::SaveCommitted { .. }))
+        {
+            deferred = batch.pop();
+            batch.clear();
+            continue;
         }
         if let Some(hook) = before_commit.as_mut() {
             hook(batch.len());
@@ -177,6 +196,13 @@ pub(crate) fn run<C: RaftTypeConfig>(
                 }
                 Op::SaveCommitted { .. } | Op::Truncate { .. } | Op::Purge { .. } => {}
             }
+        }
+    }
+    // Shutdown: the committed id saved last is on disk when the last handle is gone.
+    if let Some(last) = deferred {
+        let mut disk = lock(&disk);
+        if let Err(msg) = write(&mut disk, &[last]) {
+            tracing::error!(error = %msg, "log store could not save the committed log id at shutdown");
         }
     }
 }
