@@ -365,6 +365,12 @@ const _: () = assert!(CLIENT_CONNECT_TIMEOUT_MS_DEFAULT < CLIENT_RPC_TIMEOUT_MS_
 /// A member's time to open a TCP connection to a peer. openraft retries replication on its own,
 /// so a dead peer needs to cost a replication stream only about a heartbeat's worth of waits.
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 1_000;
+/// Appends a leader sends down one `AppendStream` before their answers come back. The member
+/// takes at most 64 at a time into its Raft core (openraft's `PIPELINE_BUFFER_SIZE` in
+/// `raft/stream_append.rs`), so more would only wait in buffers; this bounds the leader's record
+/// of send times and the entries in flight to one member (each append at most `max_payload_entries`,
+/// openraft's default 300).
+pub const PEER_APPENDS_UNANSWERED_MAX: usize = 64;
 
 /// Keepalive batches of marked sessions queued for the leader's lease task, which writes their
 /// renewal; beyond it keepalives wait (and, past their deadline, the client retries).

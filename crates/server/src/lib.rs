@@ -566,6 +566,7 @@ where
         node.raft.clone(),
         node.peer_auth.clone(),
         node.config.table_bytes_max,
+        node.shutdown.clone(),
     ))
     .max_decoding_message_size(limits::PEER_MESSAGE_BYTES_MAX)
     .max_encoding_message_size(limits::PEER_MESSAGE_BYTES_MAX);

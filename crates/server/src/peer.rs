@@ -18,17 +18,22 @@ use latchkey_raft::{Raft, TypeConfig};
 
 use crate::member_addr::MemberAddr;
 use crate::peer_auth::{PeerAuth, PeerMethod};
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use openraft::base::{BoxFuture, BoxStream as RaftBoxStream};
 use openraft::errors::{
-    NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
+    Fatal, NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
 };
-use openraft::network::{RPCOption, RaftNetworkV2};
+use openraft::network::{stream_append_sequential, RPCOption, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult, VoteRequest,
+    VoteResponse,
 };
 use openraft::storage::{Snapshot, SnapshotMeta};
-use openraft::{BasicNode, RaftNetworkFactory};
+use openraft::{BasicNode, OptionalSend, RaftNetworkFactory};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
@@ -70,6 +75,19 @@ enum SnapshotFrame {
     /// The chunk's data are the snapshot's bytes from `offset` on.
     Data { transfer: u64, offset: u64 },
 }
+
+/// The header of one append of an `AppendStream`: which stream (drawn by the sender for each)
+/// and its place in it. Covered by the append's MAC with the request, it keeps an append from
+/// being replayed into another stream, dropped, or reordered within its own.
+#[derive(Serialize, Deserialize)]
+struct AppendFrame {
+    stream: u64,
+    seq: u64,
+}
+
+/// What the member answers to each append of a stream: openraft's answer, or the reason its
+/// Raft core stopped.
+type StreamAppendReply = Result<StreamAppendResult<TypeConfig>, Fatal<TypeConfig>>;
 
 /// The chunks of one snapshot transfer to member `to`, made (and signed) one at a time as the
 /// stream is read, so that sending a snapshot never holds a second copy of it. Public for the
@@ -133,6 +151,7 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
 
 /// The server side: checks who sent each message and what it says (see `peer_auth.rs`), then
 /// hands it to the local Raft node.
+#[derive(Clone)]
 pub struct PeerService {
     raft: Raft,
     auth: Arc<PeerAuth>,
@@ -144,18 +163,61 @@ pub struct PeerService {
     /// Senders already reported as non-members: a removed member left running campaigns every
     /// election timeout, and is reported once at warn, then at debug (at most
     /// `PEER_NON_MEMBERS_REPORTED_MAX` remembered; beyond, every refusal is a warning).
-    reported: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+    reported: Arc<std::sync::Mutex<std::collections::BTreeSet<u64>>>,
+    /// The node is shutting down: streams of appends end (a leader's stream never ends on its
+    /// own, and the server's graceful shutdown waits for every open stream).
+    stop: CancellationToken,
 }
 
 impl PeerService {
-    pub fn new(raft: Raft, auth: Arc<PeerAuth>, table_bytes_max: usize) -> PeerService {
+    pub fn new(
+        raft: Raft,
+        auth: Arc<PeerAuth>,
+        table_bytes_max: usize,
+        stop: CancellationToken,
+    ) -> PeerService {
         PeerService {
             raft,
             auth,
             snapshot_bytes_max: (table_bytes_max + limits::SNAPSHOT_OVERHEAD_BYTES_MAX) as u64,
             receiving: Arc::new(tokio::sync::Semaphore::new(limits::SNAPSHOTS_RECEIVING_MAX)),
             reported: Default::default(),
+            stop,
         }
+    }
+
+    /// One append of a stream from member `from`, the `seq`th of the stream (numbered from 0),
+    /// checked as a unary `Append` is: its MAC, its place in the stream, then what it says.
+    /// The stream's id, taken from its first append, is `stream`.
+    fn open_append(
+        &self,
+        from: u64,
+        seq: u64,
+        stream: Option<u64>,
+        item: pb::PeerChunk,
+    ) -> Result<(u64, AppendEntriesRequest<TypeConfig>), Status> {
+        let method = PeerMethod::AppendItem;
+        self.auth
+            .verify_item(method, from, &item.payload, &item.data, &item.mac)
+            .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
+        let header: AppendFrame = decode(&item.payload).map_err(bad)?;
+        if header.seq != seq || stream.is_some_and(|s| s != header.stream) {
+            return Err(refuse(
+                method,
+                Some(from),
+                &format!(
+                    "append {} of stream {} out of place (expected append {seq} of stream {})",
+                    header.seq,
+                    header.stream,
+                    stream.map_or_else(|| "any".to_owned(), |s| s.to_string())
+                ),
+            ));
+        }
+        let req: AppendEntriesRequest<TypeConfig> = decode(&item.data).map_err(bad)?;
+        self.check_member(PeerMethod::Append, from, Vouch::Leader(&req.vote))?;
+        check_vote_sender(from, &req.vote, "append")
+            .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))?;
+        Ok((header.stream, req))
     }
 
     /// Reads a snapshot stream from member `from` into memory, checking each chunk's MAC, its
@@ -443,6 +505,74 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         reply(&res)
     }
 
+    type AppendStreamStream = BoxStream<'static, Result<pb::PeerMessage, Status>>;
+
+    /// A leader's appends, pipelined: each is checked as a unary `Append` is and handed to
+    /// openraft's `Raft::stream_append`, which answers each, in order, once its entries are
+    /// durable here. An append that fails its checks ends the stream: the answers to the
+    /// appends before it, then the refusal.
+    async fn append_stream(
+        &self,
+        request: Request<tonic::Streaming<pb::PeerChunk>>,
+    ) -> Result<Response<Self::AppendStreamStream>, Status> {
+        let certs = request.peer_certs();
+        let (headers, _, inbound) = request.into_parts();
+        let method = PeerMethod::AppendStream;
+        let from = self
+            .auth
+            .verify(&headers, method, &[])
+            .map_err(|e| refuse(method, None, &e.to_string()))?;
+        self.auth
+            .verify_certificate(from, certs.as_deref().map(Vec::as_slice))
+            .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
+        let refused: Arc<std::sync::Mutex<Option<Status>>> = Default::default();
+        let checker = self.clone();
+        let refusal = refused.clone();
+        // (the inbound stream, the next append's number, the stream's id once known)
+        let input = futures::stream::unfold(
+            (inbound, 0u64, None::<u64>),
+            move |(mut inbound, seq, stream)| {
+                let checker = checker.clone();
+                let refusal = refusal.clone();
+                async move {
+                    let next = tokio::select! {
+                        biased;
+                        () = checker.stop.cancelled() => return None,
+                        next = inbound.next() => next,
+                    };
+                    match next? {
+                        // The leader went away or reset the stream: nothing more to answer.
+                        Err(status) => {
+                            tracing::debug!(from, "a stream of appends ended: {status}");
+                            None
+                        }
+                        Ok(item) => match checker.open_append(from, seq, stream, item) {
+                            Ok((id, req)) => Some((req, (inbound, seq + 1, Some(id)))),
+                            Err(status) => {
+                                *refusal.lock().expect("refusal lock") = Some(status);
+                                None
+                            }
+                        },
+                    }
+                }
+            },
+        );
+        let answers = self
+            .raft
+            .stream_append(input)
+            .map(|reply: StreamAppendReply| {
+                Ok(pb::PeerMessage {
+                    payload: encode(&reply),
+                })
+            });
+        let refusal =
+            futures::stream::once(
+                async move { refused.lock().expect("refusal lock").take().map(Err) },
+            )
+            .filter_map(futures::future::ready);
+        Ok(Response::new(Box::pin(answers.chain(refusal))))
+    }
+
     async fn snapshot(
         &self,
         request: Request<tonic::Streaming<pb::PeerChunk>>,
@@ -575,6 +705,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             channel: self.connector.channel(&addr),
             addr,
             network: self.clone(),
+            streams: true,
         }
     }
 }
@@ -587,6 +718,9 @@ pub struct PeerClient {
     /// The address `channel` dials.
     addr: String,
     network: PeerNetwork,
+    /// Whether the member takes `AppendStream`; false once it answered that it does not (an
+    /// older latchkey), and appends go one `Append` call at a time.
+    streams: bool,
 }
 
 impl PeerClient {
@@ -634,31 +768,9 @@ impl PeerClient {
         r
     }
 
-    /// Logs the member going down (the first failed call after a success, or the first call)
-    /// and coming back, once each.
+    /// Logs the member going down or coming back (see [`note_reachable`]).
     fn note_reachable(&self, failed: Option<&Status>) {
-        let now = failed.is_none();
-        let before = self
-            .reachable
-            .lock()
-            .expect("reachable lock")
-            .insert(self.target, now);
-        match (before, failed) {
-            (Some(true) | None, Some(e)) => tracing::warn!(
-                member = self.target,
-                "member {} is unreachable: {}",
-                self.target,
-                e.message()
-            ),
-            (Some(false), None) => {
-                tracing::info!(
-                    member = self.target,
-                    "member {} is reachable again",
-                    self.target
-                )
-            }
-            _ => {}
-        }
+        note_reachable(&self.reachable, self.target, failed);
     }
 
     /// Call, decode, and turn a remote `Fatal` into "unreachable": the member is shutting down.
@@ -677,21 +789,258 @@ impl PeerClient {
         let client = self.client()?;
         let resp = f(client, self.request(method, payload, option)).await;
         self.note_reachable(resp.as_ref().err());
-        let resp = resp.map_err(|s| {
-            if s.code() == tonic::Code::Unavailable {
-                RPCError::Unreachable(Unreachable::new(&s))
-            } else {
-                RPCError::Network(NetworkError::new(&s))
-            }
-        })?;
+        let resp = resp.map_err(|s| rpc_error(&s))?;
         let res: Result<T, RaftError<TypeConfig>> = decode(&resp.into_inner().payload)
             .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
         res.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
     }
 }
 
+/// Logs member `target` going down (the first failed call after a success, or the first call)
+/// and coming back, once each.
+fn note_reachable(
+    reachable: &std::sync::Mutex<BTreeMap<u64, bool>>,
+    target: u64,
+    failed: Option<&Status>,
+) {
+    let now = failed.is_none();
+    let before = reachable
+        .lock()
+        .expect("reachable lock")
+        .insert(target, now);
+    match (before, failed) {
+        (Some(true) | None, Some(e)) => tracing::warn!(
+            member = target,
+            "member {target} is unreachable: {}",
+            e.message()
+        ),
+        (Some(false), None) => {
+            tracing::info!(member = target, "member {target} is reachable again")
+        }
+        _ => {}
+    }
+}
+
+/// An RPC failure as openraft sees it: a member that is down or refuses to serve
+/// (`UNAVAILABLE`) is unreachable, and openraft backs off; anything else is a network error.
+fn rpc_error(status: &Status) -> RPCError<TypeConfig> {
+    if status.code() == tonic::Code::Unavailable {
+        RPCError::Unreachable(Unreachable::new(status))
+    } else {
+        RPCError::Network(NetworkError::new(status))
+    }
+}
+
+/// The appends of one `AppendStream` sent and not yet answered, oldest first: when each was
+/// sent, for the per-append deadline, and a permit each, so that at most
+/// `limits::PEER_APPENDS_UNANSWERED_MAX` are in flight.
+struct Unanswered {
+    sent: std::sync::Mutex<std::collections::VecDeque<tokio::time::Instant>>,
+    /// Woken when an append is sent, so that a reader waiting without a deadline takes one.
+    more: tokio::sync::Notify,
+    permits: tokio::sync::Semaphore,
+}
+
+impl Unanswered {
+    fn new() -> Unanswered {
+        Unanswered {
+            sent: Default::default(),
+            more: tokio::sync::Notify::new(),
+            permits: tokio::sync::Semaphore::new(limits::PEER_APPENDS_UNANSWERED_MAX),
+        }
+    }
+
+    /// Waits for room, then notes an append as sent.
+    async fn send(&self) {
+        self.permits
+            .acquire()
+            .await
+            .expect("the semaphore is never closed")
+            .forget();
+        self.sent
+            .lock()
+            .expect("unanswered lock")
+            .push_back(tokio::time::Instant::now());
+        self.more.notify_one();
+    }
+
+    /// Notes the oldest append answered; false if none was waiting for an answer.
+    fn answered(&self) -> bool {
+        let answered = self
+            .sent
+            .lock()
+            .expect("unanswered lock")
+            .pop_front()
+            .is_some();
+        if answered {
+            self.permits.add_permits(1);
+        }
+        answered
+    }
+
+    fn oldest(&self) -> Option<tokio::time::Instant> {
+        self.sent.lock().expect("unanswered lock").front().copied()
+    }
+}
+
+/// The answers of an `AppendStream`, each checked against the appends sent: an answer must
+/// come within `ttl` of its append, and no answer may come unasked.
+async fn next_answer(
+    inbound: &mut tonic::Streaming<pb::PeerMessage>,
+    unanswered: &Unanswered,
+    ttl: Duration,
+    target: u64,
+) -> Option<Result<StreamAppendResult<TypeConfig>, Status>> {
+    loop {
+        let next = match unanswered.oldest() {
+            Some(sent) => tokio::select! {
+                next = inbound.next() => next,
+                () = tokio::time::sleep_until(sent + ttl) => {
+                    return Some(Err(Status::deadline_exceeded(format!(
+                        "member {target} did not answer an append within {ttl:?}"
+                    ))));
+                }
+            },
+            None => tokio::select! {
+                next = inbound.next() => next,
+                // An append was sent: wait again, now with its deadline.
+                () = unanswered.more.notified() => continue,
+            },
+        };
+        return match next {
+            None if unanswered.oldest().is_some() => Some(Err(Status::unavailable(format!(
+                "member {target} ended the stream of appends before answering them all"
+            )))),
+            None => None,
+            Some(Err(status)) => Some(Err(status)),
+            Some(Ok(message)) => {
+                if !unanswered.answered() {
+                    return Some(Err(Status::internal(format!(
+                        "member {target} answered an append that was not sent"
+                    ))));
+                }
+                match decode::<StreamAppendReply>(&message.payload) {
+                    Err(e) => Some(Err(Status::internal(e))),
+                    // Its Raft core stopped: it is shutting down.
+                    Ok(Err(fatal)) => Some(Err(Status::unavailable(fatal.to_string()))),
+                    Ok(Ok(answer)) => Some(Ok(answer)),
+                }
+            }
+        };
+    }
+}
+
 impl RaftNetworkV2<TypeConfig> for PeerClient {
     type SnapshotData = Cursor<Vec<u8>>;
+
+    /// Appends pipelined over one `AppendStream` call: openraft sends the next append without
+    /// waiting for the answer to the last (`limits::PEER_APPENDS_UNANSWERED_MAX` at most), and
+    /// each is answered in order once durable at the member. Each append has until openraft's
+    /// `soft_ttl` for its answer; an idle stream waits for the next append as long as it takes.
+    /// A member that does not know the call (an older latchkey) is sent `Append`s instead from
+    /// the next stream on.
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<
+        's,
+        Result<
+            RaftBoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>,
+            RPCError<TypeConfig>,
+        >,
+    >
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        if !self.streams {
+            return stream_append_sequential(self, input, option);
+        }
+        Box::pin(async move {
+            // openraft waits out its backoff inside the request stream, before it yields the
+            // next request; a call that fails before it polls the stream (the member is down)
+            // would skip it, and openraft would redial in a tight loop. So the first request
+            // is taken before the call is made.
+            let mut input = input;
+            let Some(first) = input.next().await else {
+                let none: RaftBoxStream<'s, _> = Box::pin(futures::stream::empty());
+                return Ok(none);
+            };
+            let input = futures::stream::once(futures::future::ready(first)).chain(input);
+            self.follow_address();
+            let mut client = self.client()?;
+            let ttl = option.soft_ttl();
+            let target = self.target;
+            let stream: u64 = rand::random();
+            let unanswered = Arc::new(Unanswered::new());
+            let appends = {
+                let auth = self.auth.clone();
+                let unanswered = unanswered.clone();
+                input.enumerate().then(move |(seq, req)| {
+                    let auth = auth.clone();
+                    let unanswered = unanswered.clone();
+                    async move {
+                        unanswered.send().await;
+                        let header = encode(&AppendFrame {
+                            stream,
+                            seq: seq as u64,
+                        });
+                        let data = encode(&req);
+                        let mac = auth.sign_item(PeerMethod::AppendItem, target, &header, &data);
+                        pb::PeerChunk {
+                            payload: header,
+                            data,
+                            mac,
+                        }
+                    }
+                })
+            };
+            let mut headers = tonic::metadata::MetadataMap::new();
+            self.auth
+                .sign(&mut headers, PeerMethod::AppendStream, target, &[]);
+            let request = Request::from_parts(headers, tonic::Extensions::default(), appends);
+            let opened = match tokio::time::timeout(ttl, client.append_stream(request)).await {
+                Ok(opened) => opened,
+                Err(_) => Err(Status::deadline_exceeded(format!(
+                    "member {target} did not take a stream of appends within {ttl:?}"
+                ))),
+            };
+            let inbound = match opened {
+                Ok(response) => response.into_inner(),
+                Err(status) if status.code() == tonic::Code::Unimplemented => {
+                    tracing::warn!(
+                        member = target,
+                        "member {target} does not take streams of appends (an older latchkey?); \
+                         sending it one append per call"
+                    );
+                    self.streams = false;
+                    return Err(rpc_error(&status));
+                }
+                Err(status) => {
+                    self.note_reachable(Some(&status));
+                    return Err(rpc_error(&status));
+                }
+            };
+            self.note_reachable(None);
+            let reachable = self.reachable.clone();
+            let answers = futures::stream::unfold(Some((inbound, unanswered)), move |state| {
+                let reachable = reachable.clone();
+                async move {
+                    let (mut inbound, unanswered) = state?;
+                    match next_answer(&mut inbound, &unanswered, ttl, target).await? {
+                        Ok(answer) => Some((Ok(answer), Some((inbound, unanswered)))),
+                        // The stream ends with its first failure.
+                        Err(status) => {
+                            note_reachable(&reachable, target, Some(&status));
+                            Some((Err(rpc_error(&status)), None))
+                        }
+                    }
+                }
+            });
+            let answers: RaftBoxStream<'s, _> = Box::pin(answers);
+            Ok(answers)
+        })
+    }
 
     async fn append_entries(
         &mut self,
@@ -888,5 +1237,159 @@ mod hostile_input {
             let data = mutate(data, &edits, cut);
             let _ = check_snapshot(2, &Vote::new_committed(4, 2), &meta, &data);
         }
+    }
+}
+
+/// The leader's side of `AppendStream` against a member that answers it and one that does not
+/// know it (an older latchkey): appends are pipelined over one call, or, after one failed
+/// attempt, sent one `Append` at a time.
+#[cfg(test)]
+mod append_streams {
+    use super::*;
+    use crate::peer_auth::ClusterId;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A member that answers every append with success and counts how each arrived.
+    struct FakeMember {
+        streams: bool,
+        unary: Arc<AtomicUsize>,
+        streamed: Arc<AtomicUsize>,
+    }
+
+    type Answer = Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>;
+
+    #[tonic::async_trait]
+    impl pb::raft_peer_server::RaftPeer for FakeMember {
+        async fn vote(
+            &self,
+            _: Request<pb::PeerMessage>,
+        ) -> Result<Response<pb::PeerMessage>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+
+        async fn append(
+            &self,
+            _: Request<pb::PeerMessage>,
+        ) -> Result<Response<pb::PeerMessage>, Status> {
+            self.unary.fetch_add(1, Ordering::SeqCst);
+            reply(&Answer::Ok(AppendEntriesResponse::Success))
+        }
+
+        type AppendStreamStream = BoxStream<'static, Result<pb::PeerMessage, Status>>;
+
+        async fn append_stream(
+            &self,
+            request: Request<tonic::Streaming<pb::PeerChunk>>,
+        ) -> Result<Response<Self::AppendStreamStream>, Status> {
+            if !self.streams {
+                return Err(Status::unimplemented("unknown method AppendStream"));
+            }
+            let streamed = self.streamed.clone();
+            let answers = request.into_inner().map(move |item| {
+                let item = item?;
+                let header: AppendFrame = decode(&item.payload).map_err(bad)?;
+                assert_eq!(header.seq as usize, streamed.fetch_add(1, Ordering::SeqCst));
+                let answer: StreamAppendReply = Ok(Ok(None));
+                Ok(pb::PeerMessage {
+                    payload: encode(&answer),
+                })
+            });
+            Ok(Response::new(Box::pin(answers)))
+        }
+
+        async fn snapshot(
+            &self,
+            _: Request<tonic::Streaming<pb::PeerChunk>>,
+        ) -> Result<Response<pb::PeerMessage>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+    }
+
+    /// A leader's client (member 1) for a fake member 2; the fake's counts of unary and
+    /// streamed appends.
+    async fn client_for(streams: bool) -> (PeerClient, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (unary, streamed) = (Arc::default(), Arc::default());
+        let fake = FakeMember {
+            streams,
+            unary: Arc::clone(&unary),
+            streamed: Arc::clone(&streamed),
+        };
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pb::raft_peer_server::RaftPeerServer::new(fake))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let members = BTreeMap::from([(1, "127.0.0.1:1".to_owned()), (2, addr.clone())]);
+        let mut network = PeerNetwork {
+            connector: Arc::new(TcpPeerConnector),
+            reachable: Default::default(),
+            auth: Arc::new(PeerAuth::new(1, ClusterId::founded_by(&members), None)),
+            dial: BTreeMap::new(),
+            book: Default::default(),
+        };
+        let client = network.new_client(2, &BasicNode { addr }).await;
+        (client, unary, streamed)
+    }
+
+    fn heartbeat() -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: None,
+            leader_commit: None,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Sends three appends in one stream; the answers.
+    async fn send_three(
+        client: &mut PeerClient,
+    ) -> Result<
+        Vec<Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>,
+        RPCError<TypeConfig>,
+    > {
+        let input = futures::stream::iter(vec![heartbeat(), heartbeat(), heartbeat()]);
+        let option = RPCOption::new(Duration::from_secs(10));
+        let answers = client.stream_append(input, option).await?;
+        Ok(answers.collect().await)
+    }
+
+    #[tokio::test]
+    async fn appends_go_down_one_stream_to_a_member_that_takes_it() {
+        let (mut client, unary, streamed) = client_for(true).await;
+        let answers = send_three(&mut client).await.expect("the stream opens");
+        assert_eq!(answers.len(), 3, "{answers:?}");
+        assert!(
+            answers.iter().all(|a| matches!(a, Ok(Ok(None)))),
+            "{answers:?}"
+        );
+        assert_eq!(
+            (
+                unary.load(Ordering::SeqCst),
+                streamed.load(Ordering::SeqCst)
+            ),
+            (0, 3)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_member_that_does_not_know_the_stream_gets_one_append_per_call() {
+        let (mut client, unary, streamed) = client_for(false).await;
+        // The first attempt fails (openraft retries it); from then on, one call per append.
+        assert!(send_three(&mut client).await.is_err());
+        let answers = send_three(&mut client).await.expect("sequential appends");
+        assert_eq!(answers.len(), 3, "{answers:?}");
+        assert!(
+            answers.iter().all(|a| matches!(a, Ok(Ok(None)))),
+            "{answers:?}"
+        );
+        assert_eq!(
+            (
+                unary.load(Ordering::SeqCst),
+                streamed.load(Ordering::SeqCst)
+            ),
+            (3, 0)
+        );
     }
 }

@@ -43,6 +43,10 @@ pub enum PeerMethod {
     Snapshot,
     /// One chunk of a snapshot stream (see [`PeerAuth::sign_chunk`]).
     SnapshotChunk,
+    /// The start of a stream of appends (its headers, with an empty payload).
+    AppendStream,
+    /// One append of such a stream (see [`PeerAuth::sign_item`]).
+    AppendItem,
 }
 
 impl PeerMethod {
@@ -52,6 +56,8 @@ impl PeerMethod {
             PeerMethod::Append => b"append",
             PeerMethod::Snapshot => b"snapshot",
             PeerMethod::SnapshotChunk => b"snapshot-chunk",
+            PeerMethod::AppendStream => b"append-stream",
+            PeerMethod::AppendItem => b"append-item",
         }
     }
 }
@@ -298,14 +304,7 @@ impl PeerAuth {
     /// transfer and the offset, none moved to another place or another transfer. Empty without
     /// a secret.
     pub fn sign_chunk(&self, to: u64, header: &[u8], data: &[u8]) -> Vec<u8> {
-        match &self.secret {
-            None => Vec::new(),
-            Some(secret) => self
-                .chunk_mac(secret, self.me, to, header, data)
-                .finalize()
-                .into_bytes()
-                .to_vec(),
-        }
+        self.sign_item(PeerMethod::SnapshotChunk, to, header, data)
     }
 
     /// Checks a chunk of a snapshot stream from member `from` (already admitted by [`verify`]
@@ -319,20 +318,48 @@ impl PeerAuth {
         data: &[u8],
         mac: &[u8],
     ) -> Result<(), PeerAuthError> {
+        self.verify_item(PeerMethod::SnapshotChunk, from, header, data, mac)
+    }
+
+    /// The MAC of one message of a stream (`method` says which kind: a snapshot chunk, an
+    /// append) that this member sends to member `to`, over its header and data. The header
+    /// places the message in its stream, so the MAC keeps it from being altered, moved, or
+    /// taken for a message of another kind. Empty without a secret.
+    pub fn sign_item(&self, method: PeerMethod, to: u64, header: &[u8], data: &[u8]) -> Vec<u8> {
+        match &self.secret {
+            None => Vec::new(),
+            Some(secret) => self
+                .item_mac(secret, method, self.me, to, header, data)
+                .finalize()
+                .into_bytes()
+                .to_vec(),
+        }
+    }
+
+    /// Checks one message of a stream from member `from` (see [`PeerAuth::sign_item`]).
+    pub fn verify_item(
+        &self,
+        method: PeerMethod,
+        from: u64,
+        header: &[u8],
+        data: &[u8],
+        mac: &[u8],
+    ) -> Result<(), PeerAuthError> {
         let Some(secret) = &self.secret else {
             return Ok(());
         };
         if mac.is_empty() {
             return Err(PeerAuthError::NoMac);
         }
-        self.chunk_mac(secret, from, self.me, header, data)
+        self.item_mac(secret, method, from, self.me, header, data)
             .verify_slice(mac)
             .map_err(|_| PeerAuthError::BadMac)
     }
 
-    fn chunk_mac(
+    fn item_mac(
         &self,
         secret: &[u8],
+        method: PeerMethod,
         from: u64,
         to: u64,
         header: &[u8],
@@ -342,7 +369,7 @@ impl PeerAuth {
         // has the same MAC.
         let mut m = self.mac(
             secret,
-            PeerMethod::SnapshotChunk,
+            method,
             from,
             to,
             &(header.len() as u64).to_le_bytes(),

@@ -130,8 +130,60 @@ async fn send(
         PeerMethod::Vote => c.vote(request).await,
         PeerMethod::Append => c.append(request).await,
         PeerMethod::Snapshot | PeerMethod::SnapshotChunk => unreachable!("see send_snapshot"),
+        PeerMethod::AppendStream | PeerMethod::AppendItem => unreachable!("see send_appends"),
     }
     .map(|r| r.into_inner())
+}
+
+/// The header of one append of an `AppendStream`, as `peer.rs` encodes it (a mirror).
+#[derive(Serialize)]
+struct AppendFrame {
+    stream: u64,
+    seq: u64,
+}
+
+/// Append `seq` of stream `stream` carrying `req`, signed by `auth` for member `to`.
+fn append_item(
+    auth: &PeerAuth,
+    to: u64,
+    stream: u64,
+    seq: u64,
+    req: &openraft::raft::AppendEntriesRequest<TypeConfig>,
+) -> pb::PeerChunk {
+    let header = encode(&AppendFrame { stream, seq });
+    let data = encode(req);
+    let mac = auth.sign_item(PeerMethod::AppendItem, to, &header, &data);
+    pb::PeerChunk {
+        payload: header,
+        data,
+        mac,
+    }
+}
+
+/// Streams `items` to `addr`'s peer service as appends, the stream's headers stamped by
+/// `auth`; every answer, or the status the stream ended with. (A successful result is
+/// returned as one empty message: the tests here expect refusals.)
+async fn send_appends(
+    addr: std::net::SocketAddr,
+    to: u64,
+    auth: Option<&PeerAuth>,
+    items: Vec<pb::PeerChunk>,
+) -> Result<pb::PeerMessage, tonic::Status> {
+    let mut meta = tonic::metadata::MetadataMap::new();
+    if let Some(auth) = auth {
+        auth.sign(&mut meta, PeerMethod::AppendStream, to, &[]);
+    }
+    let request = tonic::Request::from_parts(
+        meta,
+        tonic::Extensions::default(),
+        futures::stream::iter(items),
+    );
+    let mut answers = RaftPeerClient::new(channel(addr))
+        .append_stream(request)
+        .await?
+        .into_inner();
+    while answers.message().await?.is_some() {}
+    Ok(pb::PeerMessage::default())
 }
 
 /// A snapshot as its sender would stream it.
@@ -363,6 +415,56 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
         send_snapshot(addr, leader_id, Some(&member), spliced).await,
         "out of place",
     );
+    // A stream of appends from a stranger, and appends altered, out of place, or for another
+    // member's vote. Every append is checked on its own, before openraft sees it.
+    assert_refused(
+        "a stream of appends without the secret",
+        send_appends(addr, leader_id, Some(&no_secret), Vec::new()).await,
+        "cluster secret",
+    );
+    let for_member_9 = openraft::raft::AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(high, 9),
+        prev_log_id: None,
+        leader_commit: None,
+        entries: Vec::new(),
+    };
+    assert_refused(
+        "a member's append for another member's vote",
+        send_appends(
+            addr,
+            leader_id,
+            Some(&member),
+            vec![append_item(&member, leader_id, 1, 0, &for_member_9)],
+        )
+        .await,
+        "for member 9",
+    );
+    let mut altered = append_item(&member, leader_id, 1, 0, &for_member_9);
+    altered.data[0] ^= 1;
+    assert_refused(
+        "an append altered on the way",
+        send_appends(addr, leader_id, Some(&member), vec![altered]).await,
+        "does not verify",
+    );
+    assert_refused(
+        "an append out of its place (the second of its stream, sent first)",
+        send_appends(
+            addr,
+            leader_id,
+            Some(&member),
+            vec![append_item(&member, leader_id, 1, 1, &for_member_9)],
+        )
+        .await,
+        "out of place",
+    );
+    let mut append_as_chunk = valid.clone();
+    append_as_chunk[1] = append_item(&member, leader_id, 7, 0, &for_member_9);
+    assert_refused(
+        "an append passed off as a snapshot chunk",
+        send_snapshot(addr, leader_id, Some(&member), append_as_chunk).await,
+        "does not verify",
+    );
+
     let impossible = forged_snapshot(Vote::new_committed(high, a_follower), high + 5, 10);
     assert_refused(
         "a snapshot above its vote from a member",
