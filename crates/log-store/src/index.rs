@@ -142,9 +142,11 @@ impl<L: Clone> Index<L> {
         self.entries.remove(&index);
     }
 
-    /// A submitted (unsynced) entry.
+    /// A submitted (unsynced) entry. It replaces the entry at its index and drops every entry
+    /// after it: a Raft log is a prefix, so no entry may outlive the one it followed (openraft
+    /// truncates before it overwrites, so this only makes sure; replay does the same).
     pub(crate) fn append(&mut self, seq: u64, index: u64, log_id: L, bytes: Arc<[u8]>) {
-        self.remove_slot(index);
+        self.truncate(index);
         self.entries.insert(
             index,
             Slot {
@@ -231,7 +233,8 @@ impl<L: Clone> Index<L> {
                 ));
             }
         }
-        self.remove_slot(index);
+        // As `append`: the entry replaces its index and everything after it.
+        self.truncate(index);
         self.entries.insert(
             index,
             Slot {
@@ -343,6 +346,18 @@ mod tests {
         assert!(idx.check_append(10).is_err());
         assert!(idx.check_append(12).is_err());
         assert!(idx.check_append(11).is_ok());
+    }
+
+    #[test]
+    fn an_append_over_an_entry_drops_the_entries_after_it() {
+        let mut idx = Index::<u64>::new(1 << 20);
+        for i in 5..=7 {
+            idx.append(1, i, i, Arc::from(&b"x"[..]));
+        }
+        idx.append(2, 6, 60, Arc::from(&b"y"[..]));
+        assert_eq!(idx.entries.keys().copied().collect::<Vec<_>>(), [5, 6]);
+        assert_eq!(idx.entries[&6].log_id, 60);
+        assert_eq!(idx.last_index(), Some(6));
     }
 
     #[test]
