@@ -26,7 +26,7 @@ for name,p in [('malloc/free leaf',lambda s: any(k in s[0] for k in ('malloc','f
  ('redb',anyst('redb::')),('log_store',anyst('latchkey_log_store')),('RaftCore',anyst('openraft::core::raft_core')),('openraft any',anyst('openraft::')),
  ('sm worker',anyst('openraft::core::sm')),('replication',anyst('openraft::replication')),('peer',anyst('latchkey_server::peer')),
  ('service',anyst('latchkey_server::service')),('leases',anyst('latchkey_server::leases')),('node',anyst('latchkey_server::node')),
- ('state_machine',anyst('latchkey_raft::state_machine')),('table',anyst('latchkey_core::table')),('h2',anyst('h2::')),('hyper',anyst('hyper::','hyper_util')),('tonic',anyst('tonic::')),
+ ('state_machine',anyst('latchkey_raft::state_machine')),('table',anyst('latchkey_core::table')),('h2',anyst('h2::')),('hyper',anyst('hyper::','hyper_util')),('tonic',anyst('tonic::')),('HTTP/2 + gRPC (h2, hyper, tonic)',anyst('h2::','hyper::','hyper_util','tonic::')),
  ('tracing',anyst('tracing::','tracing_core','tracing_subscriber')),('kernel leaf',lambda s: 'kallsyms' in s[0]),('tokio park',anyst('tokio::runtime::scheduler::multi_thread::worker::Context::park')),
  ('tcp send/recv (kernel)',lambda s: any(k in f for f in s for k in ('tcp_sendmsg','tcp_recvmsg','sock_read_iter','sock_write_iter'))),('epoll',lambda s: any('epoll' in f for f in s))]:
     print(f'{frac(p):6.2f}% {name}')
