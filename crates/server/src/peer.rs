@@ -1355,22 +1355,33 @@ mod append_streams {
         Ok(answers.collect().await)
     }
 
-    #[tokio::test]
-    async fn appends_go_down_one_stream_to_a_member_that_takes_it() {
-        let (mut client, unary, streamed) = client_for(true).await;
-        let answers = send_three(&mut client).await.expect("the stream opens");
+    /// Sends three appends in one stream and checks that all three were answered with
+    /// success, and how they reached the member: `(unary calls, streamed appends)`.
+    async fn three_answered(
+        client: &mut PeerClient,
+        counts: (&AtomicUsize, &AtomicUsize),
+        arrived: (usize, usize),
+    ) {
+        let answers = send_three(client).await.expect("the appends are sent");
         assert_eq!(answers.len(), 3, "{answers:?}");
         assert!(
             answers.iter().all(|a| matches!(a, Ok(Ok(None)))),
             "{answers:?}"
         );
+        let (unary, streamed) = counts;
         assert_eq!(
             (
                 unary.load(Ordering::SeqCst),
                 streamed.load(Ordering::SeqCst)
             ),
-            (0, 3)
+            arrived
         );
+    }
+
+    #[tokio::test]
+    async fn appends_go_down_one_stream_to_a_member_that_takes_it() {
+        let (mut client, unary, streamed) = client_for(true).await;
+        three_answered(&mut client, (&unary, &streamed), (0, 3)).await;
     }
 
     #[tokio::test]
@@ -1378,18 +1389,6 @@ mod append_streams {
         let (mut client, unary, streamed) = client_for(false).await;
         // The first attempt fails (openraft retries it); from then on, one call per append.
         assert!(send_three(&mut client).await.is_err());
-        let answers = send_three(&mut client).await.expect("sequential appends");
-        assert_eq!(answers.len(), 3, "{answers:?}");
-        assert!(
-            answers.iter().all(|a| matches!(a, Ok(Ok(None)))),
-            "{answers:?}"
-        );
-        assert_eq!(
-            (
-                unary.load(Ordering::SeqCst),
-                streamed.load(Ordering::SeqCst)
-            ),
-            (3, 0)
-        );
+        three_answered(&mut client, (&unary, &streamed), (3, 0)).await;
     }
 }
