@@ -366,11 +366,20 @@ const _: () = assert!(CLIENT_CONNECT_TIMEOUT_MS_DEFAULT < CLIENT_RPC_TIMEOUT_MS_
 /// so a dead peer needs to cost a replication stream only about a heartbeat's worth of waits.
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 1_000;
 /// Appends a leader sends down one `AppendStream` before their answers come back. The member
-/// takes at most 64 at a time into its Raft core (openraft's `PIPELINE_BUFFER_SIZE` in
-/// `raft/stream_append.rs`), so more would only wait in buffers; this bounds the leader's record
-/// of send times and the entries in flight to one member (each append at most `max_payload_entries`,
-/// openraft's default 300).
+/// takes about 64 at a time into its Raft core (openraft's `PIPELINE_BUFFER_SIZE` in
+/// `raft/stream_append.rs`, plus the one it is handing over), so more would only wait in
+/// buffers; this bounds the leader's record of send times and the entries in flight to one
+/// member (each append at most `max_payload_entries`, openraft's default 300).
 pub const PEER_APPENDS_UNANSWERED_MAX: usize = 64;
+/// Streams of appends a member keeps open at once, from all senders. A leader keeps one per
+/// follower and opens a short one per heartbeat; a new leader's stream replaces its
+/// predecessor's. Each open stream holds a task of openraft's and its buffers; beyond this a
+/// new stream is refused `UNAVAILABLE` and the leader retries after its backoff.
+pub const PEER_APPEND_STREAMS_MAX: usize = 32;
+/// Time from opening a stream of appends to its first append. The leader takes its first
+/// append before it opens the call, so the first comes at once; a stream that stays empty
+/// this long is not a leader's and is closed (it would hold one of `PEER_APPEND_STREAMS_MAX`).
+pub const PEER_APPEND_STREAM_FIRST_TIMEOUT_MS: u64 = 5_000;
 
 /// Keepalive batches of marked sessions queued for the leader's lease task, which writes their
 /// renewal; beyond it keepalives wait (and, past their deadline, the client retries).

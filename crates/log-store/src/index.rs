@@ -109,8 +109,8 @@ impl<L: Clone> Index<L> {
 
     /// Refuses an append of `count` entries from `first` that would leave a gap in the live log
     /// (which the next open would refuse as corrupt). An append may overwrite live entries from
-    /// the first one on (openraft's conformance suite does); entries after the overwritten ones
-    /// stay, as they did in the redb store.
+    /// the first one on (openraft's conformance suite does); it drops the entries after the ones
+    /// it overwrites (see [`Index::append`]).
     pub(crate) fn check_append(&self, first: u64) -> Result<(), String> {
         if let Some(p) = self.last_purged_index {
             if first <= p {

@@ -294,6 +294,23 @@ async fn truncate_and_purge_are_visible_at_once_and_applied_in_order() {
 }
 
 #[tokio::test]
+async fn an_append_over_entries_drops_the_ones_after_it_and_so_does_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    let mut store = Store::open(&path).unwrap();
+    flushed(append(&mut store, (1..=7).map(|i| entry(1, i)).collect()).await).await;
+    // Over entry 5, without a truncate first: 6 and 7 must not outlive the 5 they followed.
+    flushed(append(&mut store, vec![entry(2, 5)]).await).await;
+    let expect = ["t1i1", "t1i2", "t1i3", "t1i4", "t2i5"];
+    assert_eq!(read_all(&mut store).await, expect);
+    drop(store);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(read_all(&mut store).await, expect, "after replay");
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(state.last_log_id, Some(log_id(2, 5)));
+}
+
+#[tokio::test]
 async fn reopen_keeps_entries_vote_committed_and_purge_point() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log");

@@ -78,7 +78,9 @@ enum SnapshotFrame {
 
 /// The header of one append of an `AppendStream`: which stream (drawn by the sender for each)
 /// and its place in it. Covered by the append's MAC with the request, it keeps an append from
-/// being replayed into another stream, dropped, or reordered within its own.
+/// being moved into another open stream, dropped, or reordered within its own. A recorded
+/// stream (or a prefix of it) can still be replayed whole as a new call, as a recorded unary
+/// `Append` can (see `peer_auth.rs`: TLS between members is the answer to an on-path attacker).
 #[derive(Serialize, Deserialize)]
 struct AppendFrame {
     stream: u64,
@@ -160,6 +162,8 @@ pub struct PeerService {
     snapshot_bytes_max: u64,
     /// Snapshot streams being received (`limits::SNAPSHOTS_RECEIVING_MAX`).
     receiving: Arc<tokio::sync::Semaphore>,
+    /// Streams of appends open (`limits::PEER_APPEND_STREAMS_MAX`).
+    append_streams: Arc<tokio::sync::Semaphore>,
     /// Senders already reported as non-members: a removed member left running campaigns every
     /// election timeout, and is reported once at warn, then at debug (at most
     /// `PEER_NON_MEMBERS_REPORTED_MAX` remembered; beyond, every refusal is a warning).
@@ -181,6 +185,7 @@ impl PeerService {
             auth,
             snapshot_bytes_max: (table_bytes_max + limits::SNAPSHOT_OVERHEAD_BYTES_MAX) as u64,
             receiving: Arc::new(tokio::sync::Semaphore::new(limits::SNAPSHOTS_RECEIVING_MAX)),
+            append_streams: Arc::new(tokio::sync::Semaphore::new(limits::PEER_APPEND_STREAMS_MAX)),
             reported: Default::default(),
             stop,
         }
@@ -201,18 +206,7 @@ impl PeerService {
             .verify_item(method, from, &item.payload, &item.data, &item.mac)
             .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
         let header: AppendFrame = decode(&item.payload).map_err(bad)?;
-        if header.seq != seq || stream.is_some_and(|s| s != header.stream) {
-            return Err(refuse(
-                method,
-                Some(from),
-                &format!(
-                    "append {} of stream {} out of place (expected append {seq} of stream {})",
-                    header.seq,
-                    header.stream,
-                    stream.map_or_else(|| "any".to_owned(), |s| s.to_string())
-                ),
-            ));
-        }
+        check_place(&header, seq, stream).map_err(|e| refuse(method, Some(from), &e))?;
         let req: AppendEntriesRequest<TypeConfig> = decode(&item.data).map_err(bad)?;
         self.check_member(PeerMethod::Append, from, Vouch::Leader(&req.vote))?;
         check_vote_sender(from, &req.vote, "append")
@@ -354,6 +348,20 @@ impl PeerService {
             }
         })
     }
+}
+
+/// Whether an append is where it must be: the `seq`th of its stream (numbered from 0), in the
+/// stream `stream` that its first append named (any, for the first).
+fn check_place(header: &AppendFrame, seq: u64, stream: Option<u64>) -> Result<(), String> {
+    if header.seq != seq || stream.is_some_and(|s| s != header.stream) {
+        return Err(format!(
+            "append {} of stream {} out of place (expected append {seq} of stream {})",
+            header.seq,
+            header.stream,
+            stream.map_or_else(|| "any".to_owned(), |s| s.to_string())
+        ));
+    }
+    Ok(())
 }
 
 /// What a message from a sender this member does not know offers as proof that it may be a
@@ -525,20 +533,53 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         self.auth
             .verify_certificate(from, certs.as_deref().map(Vec::as_slice))
             .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
+        // Held while the stream is open.
+        let open = self
+            .append_streams
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                Status::unavailable(format!(
+                    "this member has {} streams of appends open already; retry later",
+                    limits::PEER_APPEND_STREAMS_MAX
+                ))
+            })?;
         let refused: Arc<std::sync::Mutex<Option<Status>>> = Default::default();
         let checker = self.clone();
         let refusal = refused.clone();
+        // Cancelled when the answers end (openraft stops answering after a conflict or a higher
+        // vote) or are dropped (the leader went away): then no more appends are taken.
+        let answered = CancellationToken::new();
+        let done = answered.clone();
+        let first_timeout = Duration::from_millis(limits::PEER_APPEND_STREAM_FIRST_TIMEOUT_MS);
         // (the inbound stream, the next append's number, the stream's id once known)
         let input = futures::stream::unfold(
             (inbound, 0u64, None::<u64>),
             move |(mut inbound, seq, stream)| {
                 let checker = checker.clone();
                 let refusal = refusal.clone();
+                let done = done.clone();
                 async move {
+                    // The leader takes its first append before it opens the stream, so the
+                    // first comes at once; later ones come when there is something to append.
+                    let first = async {
+                        if seq == 0 {
+                            tokio::time::sleep(first_timeout).await;
+                        } else {
+                            std::future::pending::<()>().await;
+                        }
+                    };
                     let next = tokio::select! {
                         biased;
                         () = checker.stop.cancelled() => return None,
+                        () = done.cancelled() => return None,
                         next = inbound.next() => next,
+                        () = first => {
+                            *refusal.lock().expect("refusal lock") = Some(Status::deadline_exceeded(
+                                "a stream of appends without an append",
+                            ));
+                            return None;
+                        }
                     };
                     match next? {
                         // The leader went away or reset the stream: nothing more to answer.
@@ -570,7 +611,12 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
                 async move { refused.lock().expect("refusal lock").take().map(Err) },
             )
             .filter_map(futures::future::ready);
-        Ok(Response::new(Box::pin(answers.chain(refusal))))
+        let guard = (answered.drop_guard(), open);
+        let answers = answers.chain(refusal).map(move |answer| {
+            let _held = &guard;
+            answer
+        });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn snapshot(
@@ -893,7 +939,10 @@ async fn next_answer(
 ) -> Option<Result<StreamAppendResult<TypeConfig>, Status>> {
     loop {
         let next = match unanswered.oldest() {
+            // An answer already here is taken even if its deadline passed while no one read:
+            // the deadline is for the member, not for openraft's reading.
             Some(sent) => tokio::select! {
+                biased;
                 next = inbound.next() => next,
                 () = tokio::time::sleep_until(sent + ttl) => {
                     return Some(Err(Status::deadline_exceeded(format!(
@@ -902,6 +951,7 @@ async fn next_answer(
                 }
             },
             None => tokio::select! {
+                biased;
                 next = inbound.next() => next,
                 // An append was sent: wait again, now with its deadline.
                 () = unanswered.more.notified() => continue,
@@ -973,27 +1023,35 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             let target = self.target;
             let stream: u64 = rand::random();
             let unanswered = Arc::new(Unanswered::new());
+            // Cancelled when the answers end, fail, or are dropped (openraft stops reading them
+            // after a conflict, a higher vote or an error): the appends end with them, so the
+            // call closes and no later request of openraft's goes down a call no one reads.
+            let answers_gone = CancellationToken::new();
             let appends = {
                 let auth = self.auth.clone();
                 let unanswered = unanswered.clone();
-                input.enumerate().then(move |(seq, req)| {
-                    let auth = auth.clone();
-                    let unanswered = unanswered.clone();
-                    async move {
-                        unanswered.send().await;
-                        let header = encode(&AppendFrame {
-                            stream,
-                            seq: seq as u64,
-                        });
-                        let data = encode(&req);
-                        let mac = auth.sign_item(PeerMethod::AppendItem, target, &header, &data);
-                        pb::PeerChunk {
-                            payload: header,
-                            data,
-                            mac,
+                input
+                    .enumerate()
+                    .then(move |(seq, req)| {
+                        let auth = auth.clone();
+                        let unanswered = unanswered.clone();
+                        async move {
+                            unanswered.send().await;
+                            let header = encode(&AppendFrame {
+                                stream,
+                                seq: seq as u64,
+                            });
+                            let data = encode(&req);
+                            let mac =
+                                auth.sign_item(PeerMethod::AppendItem, target, &header, &data);
+                            pb::PeerChunk {
+                                payload: header,
+                                data,
+                                mac,
+                            }
                         }
-                    }
-                })
+                    })
+                    .take_until(answers_gone.clone().cancelled_owned())
             };
             let mut headers = tonic::metadata::MetadataMap::new();
             self.auth
@@ -1023,20 +1081,24 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             };
             self.note_reachable(None);
             let reachable = self.reachable.clone();
-            let answers = futures::stream::unfold(Some((inbound, unanswered)), move |state| {
-                let reachable = reachable.clone();
-                async move {
-                    let (mut inbound, unanswered) = state?;
-                    match next_answer(&mut inbound, &unanswered, ttl, target).await? {
-                        Ok(answer) => Some((Ok(answer), Some((inbound, unanswered)))),
-                        // The stream ends with its first failure.
-                        Err(status) => {
-                            note_reachable(&reachable, target, Some(&status));
-                            Some((Err(rpc_error(&status)), None))
+            let gone = answers_gone.drop_guard();
+            let answers =
+                futures::stream::unfold(Some((inbound, unanswered, gone)), move |state| {
+                    let reachable = reachable.clone();
+                    async move {
+                        // Dropping the state (at the end, at the first failure, or with the stream)
+                        // drops the guard, which ends the appends.
+                        let (mut inbound, unanswered, gone) = state?;
+                        match next_answer(&mut inbound, &unanswered, ttl, target).await? {
+                            Ok(answer) => Some((Ok(answer), Some((inbound, unanswered, gone)))),
+                            // The stream ends with its first failure.
+                            Err(status) => {
+                                note_reachable(&reachable, target, Some(&status));
+                                Some((Err(rpc_error(&status)), None))
+                            }
                         }
                     }
-                }
-            });
+                });
             let answers: RaftBoxStream<'s, _> = Box::pin(answers);
             Ok(answers)
         })
@@ -1240,20 +1302,47 @@ mod hostile_input {
     }
 }
 
-/// The leader's side of `AppendStream` against a member that answers it and one that does not
-/// know it (an older latchkey): appends are pipelined over one call, or, after one failed
-/// attempt, sent one `Append` at a time.
+/// The leader's side of `AppendStream` against fake members: one that answers, one that does
+/// not know the call (an older latchkey), one that never answers. Appends are pipelined over
+/// one call, or, after one failed attempt, sent one `Append` at a time; a failed stream's
+/// appends end with it.
 #[cfg(test)]
 mod append_streams {
     use super::*;
     use crate::peer_auth::ClusterId;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    /// A member that answers every append with success and counts how each arrived.
+    #[derive(Clone, Copy)]
+    enum Mode {
+        /// Answers every append at once with success.
+        Answers,
+        /// Does not know `AppendStream`; answers unary `Append`s.
+        Unknown,
+        /// Takes appends and never answers.
+        Silent,
+    }
+
+    /// How the appends reached a fake member.
+    #[derive(Default)]
+    struct Seen {
+        unary: AtomicUsize,
+        streamed: AtomicUsize,
+        /// A silent member's stream is over (the leader ended or reset it).
+        ended: AtomicBool,
+    }
+
+    /// Marks a stream's end in [`Seen::ended`] when dropped.
+    struct SetOnDrop(Arc<Seen>);
+
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.ended.store(true, Ordering::SeqCst);
+        }
+    }
+
     struct FakeMember {
-        streams: bool,
-        unary: Arc<AtomicUsize>,
-        streamed: Arc<AtomicUsize>,
+        mode: Mode,
+        seen: Arc<Seen>,
     }
 
     type Answer = Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>;
@@ -1271,7 +1360,7 @@ mod append_streams {
             &self,
             _: Request<pb::PeerMessage>,
         ) -> Result<Response<pb::PeerMessage>, Status> {
-            self.unary.fetch_add(1, Ordering::SeqCst);
+            self.seen.unary.fetch_add(1, Ordering::SeqCst);
             reply(&Answer::Ok(AppendEntriesResponse::Success))
         }
 
@@ -1281,20 +1370,35 @@ mod append_streams {
             &self,
             request: Request<tonic::Streaming<pb::PeerChunk>>,
         ) -> Result<Response<Self::AppendStreamStream>, Status> {
-            if !self.streams {
-                return Err(Status::unimplemented("unknown method AppendStream"));
-            }
-            let streamed = self.streamed.clone();
-            let answers = request.into_inner().map(move |item| {
-                let item = item?;
-                let header: AppendFrame = decode(&item.payload).map_err(bad)?;
-                assert_eq!(header.seq as usize, streamed.fetch_add(1, Ordering::SeqCst));
-                let answer: StreamAppendReply = Ok(Ok(None));
-                Ok(pb::PeerMessage {
-                    payload: encode(&answer),
-                })
-            });
-            Ok(Response::new(Box::pin(answers)))
+            let seen = self.seen.clone();
+            let inbound = request.into_inner();
+            let answers: Self::AppendStreamStream = match self.mode {
+                Mode::Unknown => return Err(Status::unimplemented("unknown method AppendStream")),
+                Mode::Answers => {
+                    let mut seq = 0;
+                    Box::pin(inbound.map(move |item| {
+                        let item = item?;
+                        let header: AppendFrame = decode(&item.payload).map_err(bad)?;
+                        assert_eq!(header.seq, seq, "appends in order, numbered per stream");
+                        seq += 1;
+                        seen.streamed.fetch_add(1, Ordering::SeqCst);
+                        let answer: StreamAppendReply = Ok(Ok(None));
+                        Ok(pb::PeerMessage {
+                            payload: encode(&answer),
+                        })
+                    }))
+                }
+                Mode::Silent => {
+                    // hyper drops the answers when the call is over (ended, or reset by the
+                    // leader): that is when the member stops holding the stream.
+                    let open = SetOnDrop(seen);
+                    Box::pin(inbound.filter_map(move |_| {
+                        open.0.streamed.fetch_add(1, Ordering::SeqCst);
+                        futures::future::ready(None)
+                    }))
+                }
+            };
+            Ok(Response::new(answers))
         }
 
         async fn snapshot(
@@ -1305,16 +1409,14 @@ mod append_streams {
         }
     }
 
-    /// A leader's client (member 1) for a fake member 2; the fake's counts of unary and
-    /// streamed appends.
-    async fn client_for(streams: bool) -> (PeerClient, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    /// A leader's client (member 1) for a fake member 2, and what the fake saw.
+    async fn client_for(mode: Mode) -> (PeerClient, Arc<Seen>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let (unary, streamed) = (Arc::default(), Arc::default());
+        let seen = Arc::new(Seen::default());
         let fake = FakeMember {
-            streams,
-            unary: Arc::clone(&unary),
-            streamed: Arc::clone(&streamed),
+            mode,
+            seen: seen.clone(),
         };
         tokio::spawn(
             tonic::transport::Server::builder()
@@ -1330,7 +1432,7 @@ mod append_streams {
             book: Default::default(),
         };
         let client = network.new_client(2, &BasicNode { addr }).await;
-        (client, unary, streamed)
+        (client, seen)
     }
 
     fn heartbeat() -> AppendEntriesRequest<TypeConfig> {
@@ -1340,6 +1442,12 @@ mod append_streams {
             leader_commit: None,
             entries: Vec::new(),
         }
+    }
+
+    /// One append, then none for as long as the stream lives (openraft's request stream
+    /// waits for the next entry like this).
+    fn one_then_idle() -> impl Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin {
+        futures::stream::iter(vec![heartbeat()]).chain(futures::stream::pending())
     }
 
     /// Sends three appends in one stream; the answers.
@@ -1357,22 +1465,17 @@ mod append_streams {
 
     /// Sends three appends in one stream and checks that all three were answered with
     /// success, and how they reached the member: `(unary calls, streamed appends)`.
-    async fn three_answered(
-        client: &mut PeerClient,
-        counts: (&AtomicUsize, &AtomicUsize),
-        arrived: (usize, usize),
-    ) {
+    async fn three_answered(client: &mut PeerClient, seen: &Seen, arrived: (usize, usize)) {
         let answers = send_three(client).await.expect("the appends are sent");
         assert_eq!(answers.len(), 3, "{answers:?}");
         assert!(
             answers.iter().all(|a| matches!(a, Ok(Ok(None)))),
             "{answers:?}"
         );
-        let (unary, streamed) = counts;
         assert_eq!(
             (
-                unary.load(Ordering::SeqCst),
-                streamed.load(Ordering::SeqCst)
+                seen.unary.load(Ordering::SeqCst),
+                seen.streamed.load(Ordering::SeqCst)
             ),
             arrived
         );
@@ -1380,15 +1483,85 @@ mod append_streams {
 
     #[tokio::test]
     async fn appends_go_down_one_stream_to_a_member_that_takes_it() {
-        let (mut client, unary, streamed) = client_for(true).await;
-        three_answered(&mut client, (&unary, &streamed), (0, 3)).await;
+        let (mut client, seen) = client_for(Mode::Answers).await;
+        three_answered(&mut client, &seen, (0, 3)).await;
     }
 
     #[tokio::test]
     async fn a_member_that_does_not_know_the_stream_gets_one_append_per_call() {
-        let (mut client, unary, streamed) = client_for(false).await;
+        let (mut client, seen) = client_for(Mode::Unknown).await;
         // The first attempt fails (openraft retries it); from then on, one call per append.
         assert!(send_three(&mut client).await.is_err());
-        three_answered(&mut client, (&unary, &streamed), (3, 0)).await;
+        three_answered(&mut client, &seen, (3, 0)).await;
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_append_fails_the_stream_and_its_appends_end_with_it() {
+        let (mut client, seen) = client_for(Mode::Silent).await;
+        // Deadline: `soft_ttl`, 3/4 of this.
+        let option = RPCOption::new(Duration::from_millis(200));
+        let mut answers = client
+            .stream_append(one_then_idle(), option)
+            .await
+            .expect("the stream opens");
+        let first = tokio::time::timeout(Duration::from_secs(10), answers.next())
+            .await
+            .expect("the deadline fires within 10 s");
+        assert!(
+            matches!(first, Some(Err(RPCError::Network(_)))),
+            "{first:?}"
+        );
+        assert!(
+            answers.next().await.is_none(),
+            "the stream ends with its failure"
+        );
+        // openraft stops reading after a failure, but its request stream would go on: the
+        // appends must end with the answers, or later requests go down a call no one reads.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !seen.ended.load(Ordering::SeqCst) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the member still had the stream open 10 s after it failed"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(seen.streamed.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_came_in_time_is_not_late_for_being_read_late() {
+        let (mut client, _) = client_for(Mode::Answers).await;
+        // Ten streams: a coin toss between the answer and its passed deadline would lose one
+        // of them with probability 1 - 2^-10.
+        for round in 0..10 {
+            let option = RPCOption::new(Duration::from_millis(100));
+            let mut answers = client
+                .stream_append(one_then_idle(), option)
+                .await
+                .expect("the stream opens");
+            // The answer comes within milliseconds; openraft reads it after its deadline.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let answer = answers.next().await;
+            assert!(
+                matches!(answer, Some(Ok(Ok(None)))),
+                "round {round}: {answer:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_append_must_come_in_its_place_in_its_stream() {
+        let at = |stream, seq| AppendFrame { stream, seq };
+        assert!(check_place(&at(7, 0), 0, None).is_ok(), "any stream, first");
+        assert!(check_place(&at(7, 1), 1, Some(7)).is_ok());
+        assert!(
+            check_place(&at(7, 1), 0, None).is_err(),
+            "the second, first"
+        );
+        assert!(check_place(&at(7, 2), 1, Some(7)).is_err(), "one skipped");
+        assert!(
+            check_place(&at(8, 1), 1, Some(7)).is_err(),
+            "another stream's"
+        );
     }
 }

@@ -173,11 +173,16 @@ async fn send_appends(
     if let Some(auth) = auth {
         auth.sign(&mut meta, PeerMethod::AppendStream, to, &[]);
     }
-    let request = tonic::Request::from_parts(
-        meta,
-        tonic::Extensions::default(),
-        futures::stream::iter(items),
-    );
+    send_append_stream(addr, meta, futures::stream::iter(items)).await
+}
+
+/// Streams `items` as a stream of appends with the headers `meta`; as [`send_appends`].
+async fn send_append_stream(
+    addr: std::net::SocketAddr,
+    meta: tonic::metadata::MetadataMap,
+    items: impl futures::Stream<Item = pb::PeerChunk> + Send + 'static,
+) -> Result<pb::PeerMessage, tonic::Status> {
+    let request = tonic::Request::from_parts(meta, tonic::Extensions::default(), items);
     let mut answers = RaftPeerClient::new(channel(addr))
         .append_stream(request)
         .await?
@@ -457,6 +462,20 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
         .await,
         "out of place",
     );
+    // A stream of appends opened by a member and left empty is closed (it would hold one of
+    // the member's few open streams).
+    let mut meta = tonic::metadata::MetadataMap::new();
+    member.sign(&mut meta, PeerMethod::AppendStream, leader_id, &[]);
+    match tokio::time::timeout(
+        Duration::from_secs(20),
+        send_append_stream(addr, meta, futures::stream::pending()),
+    )
+    .await
+    {
+        Ok(Err(s))
+            if s.code() == Code::DeadlineExceeded && s.message().contains("without an append") => {}
+        other => panic!("an empty stream of appends: expected DEADLINE_EXCEEDED, got {other:?}"),
+    }
     let mut append_as_chunk = valid.clone();
     append_as_chunk[1] = append_item(&member, leader_id, 7, 0, &for_member_9);
     assert_refused(
