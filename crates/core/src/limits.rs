@@ -371,11 +371,22 @@ pub const PEER_CONNECT_TIMEOUT_MS: u64 = 1_000;
 /// buffers; this bounds the leader's record of send times and the entries in flight to one
 /// member (each append at most `max_payload_entries`, openraft's default 300).
 pub const PEER_APPENDS_UNANSWERED_MAX: usize = 64;
-/// Streams of appends a member keeps open at once, from all senders. A leader keeps one per
-/// follower and opens a short one per heartbeat; a new leader's stream replaces its
-/// predecessor's. Each open stream holds a task of openraft's and its buffers; beyond this a
-/// new stream is refused `UNAVAILABLE` and the leader retries after its backoff.
+/// Streams of appends a member keeps open at once, from all senders. A leader keeps one open
+/// to each follower and opens a short one per heartbeat; a leader's streams end when it stops
+/// leading, and those of a leader that died with its connection half open end when the
+/// connection's keepalive fails (`PEER_KEEPALIVE_INTERVAL_MS`). Each open stream holds a task
+/// of openraft's and its buffers; beyond this a new stream is refused `UNAVAILABLE` and the
+/// leader retries after its backoff.
 pub const PEER_APPEND_STREAMS_MAX: usize = 32;
+/// HTTP/2 keepalive on every server connection and on the members' connections to each other:
+/// a ping after this long without traffic, and the connection is closed when no answer comes
+/// within `PEER_KEEPALIVE_TIMEOUT_MS`. It is how a member learns that a peer's host died with
+/// the connection half open (power loss, a freeze, a partition that healed after a reboot),
+/// so that the streams that peer had open stop holding their slots. Long against the
+/// heartbeat (100 ms): a live connection carries traffic far more often.
+pub const PEER_KEEPALIVE_INTERVAL_MS: u64 = 10_000;
+/// See `PEER_KEEPALIVE_INTERVAL_MS`.
+pub const PEER_KEEPALIVE_TIMEOUT_MS: u64 = 20_000;
 /// Time from opening a stream of appends to its first append. The leader takes its first
 /// append before it opens the call, so the first comes at once; a stream that stays empty
 /// this long is not a leader's and is closed (it would hold one of `PEER_APPEND_STREAMS_MAX`).

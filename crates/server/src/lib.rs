@@ -599,6 +599,14 @@ where
     let builder = || {
         tonic::transport::Server::builder()
             .concurrency_limit_per_connection(limits::CLIENT_CONCURRENT_REQUESTS_MAX)
+            // A half-open connection (its peer's host died) is found and closed, and with it
+            // the streams it held (`limits::PEER_APPEND_STREAMS_MAX`).
+            .http2_keepalive_interval(Some(std::time::Duration::from_millis(
+                limits::PEER_KEEPALIVE_INTERVAL_MS,
+            )))
+            .http2_keepalive_timeout(Some(std::time::Duration::from_millis(
+                limits::PEER_KEEPALIVE_TIMEOUT_MS,
+            )))
             .http2_max_pending_accept_reset_streams(Some(limits::CLIENT_PENDING_RESET_STREAMS_MAX))
     };
     // A server ending on its own (its listener failed) ends the node's serving

@@ -293,6 +293,9 @@ impl PeerConnector for TlsPeerConnector {
             .map_err(|e| e.to_string())?
             .connect_timeout(Duration::from_millis(limits::PEER_CONNECT_TIMEOUT_MS))
             .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_millis(limits::PEER_KEEPALIVE_INTERVAL_MS))
+            .keep_alive_timeout(Duration::from_millis(limits::PEER_KEEPALIVE_TIMEOUT_MS))
+            .keep_alive_while_idle(true)
             .tls_config(tls)
             .map(|e| e.connect_lazy())
             .map_err(|e| format!("TLS configuration: {e}"))

@@ -476,6 +476,47 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
             if s.code() == Code::DeadlineExceeded && s.message().contains("without an append") => {}
         other => panic!("an empty stream of appends: expected DEADLINE_EXCEEDED, got {other:?}"),
     }
+    // At most `PEER_APPEND_STREAMS_MAX` streams of appends are open at once; the next is
+    // refused UNAVAILABLE (the leader would retry after its backoff), and a slot is free again
+    // once a stream is over.
+    let open_one = || {
+        let mut meta = tonic::metadata::MetadataMap::new();
+        member.sign(&mut meta, PeerMethod::AppendStream, leader_id, &[]);
+        let request = tonic::Request::from_parts(
+            meta,
+            tonic::Extensions::default(),
+            futures::stream::pending::<pb::PeerChunk>(),
+        );
+        let mut c = RaftPeerClient::new(channel(addr));
+        async move { c.append_stream(request).await }
+    };
+    let mut open = Vec::new();
+    for _ in 0..latchkey_core::limits::PEER_APPEND_STREAMS_MAX {
+        open.push(open_one().await.expect("a stream within the limit opens"));
+    }
+    match open_one().await {
+        Err(s) if s.code() == Code::Unavailable && s.message().contains("streams of appends") => {}
+        other => panic!(
+            "one stream over the limit: expected UNAVAILABLE, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    drop(open);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let reopened = loop {
+        match open_one().await {
+            Ok(stream) => break stream,
+            Err(s) if s.code() == Code::Unavailable => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no stream slot free 20 s after the streams were dropped"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(s) => panic!("reopening a stream: {s:?}"),
+        }
+    };
+    drop(reopened);
     let mut append_as_chunk = valid.clone();
     append_as_chunk[1] = append_item(&member, leader_id, 7, 0, &for_member_9);
     assert_refused(
