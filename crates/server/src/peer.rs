@@ -208,10 +208,21 @@ impl PeerService {
         let header: AppendFrame = decode(&item.payload).map_err(bad)?;
         check_place(&header, seq, stream).map_err(|e| refuse(method, Some(from), &e))?;
         let req: AppendEntriesRequest<TypeConfig> = decode(&item.data).map_err(bad)?;
+        self.check_append(from, &req)?;
+        Ok((header.stream, req))
+    }
+
+    /// What an append from member `from` says, checked before openraft sees it, streamed or
+    /// not: its sender is a member (or vouched for by the leader's vote) and the leader the
+    /// append speaks for.
+    fn check_append(
+        &self,
+        from: u64,
+        req: &AppendEntriesRequest<TypeConfig>,
+    ) -> Result<(), Status> {
         self.check_member(PeerMethod::Append, from, Vouch::Leader(&req.vote))?;
         check_vote_sender(from, &req.vote, "append")
-            .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))?;
-        Ok((header.stream, req))
+            .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))
     }
 
     /// Reads a snapshot stream from member `from` into memory, checking each chunk's MAC, its
@@ -506,9 +517,7 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (from, payload) = self.admit(request, PeerMethod::Append)?;
         let req: AppendEntriesRequest<TypeConfig> = decode(&payload).map_err(bad)?;
-        self.check_member(PeerMethod::Append, from, Vouch::Leader(&req.vote))?;
-        check_vote_sender(from, &req.vote, "append")
-            .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))?;
+        self.check_append(from, &req)?;
         let res = self.raft.append_entries(req).await;
         reply(&res)
     }
@@ -692,18 +701,19 @@ pub struct TcpPeerConnector;
 impl PeerConnector for TcpPeerConnector {
     fn channel(&self, addr: &str) -> Result<Channel, String> {
         Endpoint::from_shared(format!("http://{addr}"))
-            .map(|e| {
-                e.connect_timeout(Duration::from_millis(limits::PEER_CONNECT_TIMEOUT_MS))
-                    .tcp_nodelay(true)
-                    .http2_keep_alive_interval(Duration::from_millis(
-                        limits::PEER_KEEPALIVE_INTERVAL_MS,
-                    ))
-                    .keep_alive_timeout(Duration::from_millis(limits::PEER_KEEPALIVE_TIMEOUT_MS))
-                    .keep_alive_while_idle(true)
-                    .connect_lazy()
-            })
+            .map(|e| peer_endpoint(e).connect_lazy())
             .map_err(|e| e.to_string())
     }
+}
+
+/// What every connection to a peer gets, plain or TLS: a bounded connect, no Nagle delay, and
+/// an HTTP/2 keepalive that finds a peer whose host died with the connection half open.
+pub(crate) fn peer_endpoint(e: Endpoint) -> Endpoint {
+    e.connect_timeout(Duration::from_millis(limits::PEER_CONNECT_TIMEOUT_MS))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_millis(limits::PEER_KEEPALIVE_INTERVAL_MS))
+        .keep_alive_timeout(Duration::from_millis(limits::PEER_KEEPALIVE_TIMEOUT_MS))
+        .keep_alive_while_idle(true)
 }
 
 /// Every member's peer address by the Raft membership this node knows, kept up to date by

@@ -289,13 +289,9 @@ pub struct TlsPeerConnector(pub Arc<ServerTls>);
 impl PeerConnector for TlsPeerConnector {
     fn channel(&self, addr: &str) -> Result<Channel, String> {
         let tls = self.0.peer_client_config()?;
-        Endpoint::from_shared(format!("https://{addr}"))
-            .map_err(|e| e.to_string())?
-            .connect_timeout(Duration::from_millis(limits::PEER_CONNECT_TIMEOUT_MS))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_millis(limits::PEER_KEEPALIVE_INTERVAL_MS))
-            .keep_alive_timeout(Duration::from_millis(limits::PEER_KEEPALIVE_TIMEOUT_MS))
-            .keep_alive_while_idle(true)
+        let endpoint =
+            Endpoint::from_shared(format!("https://{addr}")).map_err(|e| e.to_string())?;
+        crate::peer::peer_endpoint(endpoint)
             .tls_config(tls)
             .map(|e| e.connect_lazy())
             .map_err(|e| format!("TLS configuration: {e}"))
