@@ -174,7 +174,7 @@ fn every_rpc_of_the_proto_is_in_the_protocol_doc() {
     }
     assert!(
         missing.is_empty(),
-        "docs/protocol.md does not describe {missing:?} (a `Locks` RPC needs a heading naming it)"
+        "docs/protocol.md does not describe {missing:?} (a `Locks` RPC needs a heading naming it, any other RPC its name in backquotes)"
     );
 }
 
