@@ -6,6 +6,7 @@
 //! - [`codec`]: the versioned byte encoding of snapshots.
 //! - [`versioned`]: the framing every versioned encoding shares (format byte + postcard).
 //! - [`limits`]: every bound in the system, with the reason for its value.
+//! - [`groups`]: which Raft group a lock name and a session id belong to (issue #16).
 //! - [`watch`]: the events `latchkey watch` streams, derived from an applied entry (pure).
 //!
 //! Nothing here does I/O, reads a clock or draws a random number: the leader stamps time and
@@ -13,6 +14,7 @@
 //! Fencing tokens are log indexes, which is why they increase across failovers and restarts.
 
 pub mod codec;
+pub mod groups;
 pub mod limits;
 pub mod table;
 pub mod types;
@@ -20,6 +22,7 @@ pub mod versioned;
 pub mod watch;
 
 pub use table::{validate_name, validate_stored_name, validate_ttl_ms, LockTable};
+pub use groups::{group_of, group_of_session, GroupShape};
 pub use types::*;
 pub use watch::{watch_events, WatchEvent, WatchKind};
 

@@ -652,3 +652,17 @@ pub const WATCH_PROGRESS_MS: u64 = 2_000;
 /// and resumes on another: a few progress intervals, so one late message is not a failover.
 pub const CLIENT_WATCH_SILENCE_MS: u64 = 4 * WATCH_PROGRESS_MS;
 const _: () = assert!(CLIENT_WATCH_SILENCE_MS >= 2 * WATCH_PROGRESS_MS);
+
+// --- Groups (issue #16) -------------------------------------------------------------------
+
+/// Raft groups one cluster may run (`serve --groups`). Every group is a Raft instance on every
+/// member, with its own log directory, lease task and heartbeats to each follower (a heartbeat
+/// per group per follower every `HEARTBEAT_MS_DEFAULT`), so the count multiplies the idle cost
+/// of a member; 64 groups led by 3 to 5 members is several groups per core even on large
+/// machines, past which a group's throughput, not their number, is what to grow. A session id
+/// is `index * groups + group` (`groups.rs`), which leaves 58 bits of log index.
+pub const GROUPS_MAX: u32 = 64;
+/// The largest log index whose session id fits beside the group in a u64
+/// (`GroupShape::session_id`): over 2^58, more than a group writes in centuries at a million
+/// entries a second.
+pub const LOG_INDEX_MAX_WITH_GROUPS: u64 = u64::MAX / GROUPS_MAX as u64 - 1;

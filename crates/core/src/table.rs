@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use arcstr::ArcStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::groups::GroupShape;
 use crate::limits;
 use crate::types::*;
 
@@ -41,6 +42,12 @@ pub struct LockTable {
     /// same one (the server makes it part of the cluster's fingerprint).
     #[serde(skip)]
     bytes_max: usize,
+    /// Which Raft group this table is, of how many: session ids are made from it
+    /// (`GroupShape::session_id`). Not replicated, like the budget: every member of a group is
+    /// given the same one (the cluster's group count is recorded in its data dirs and part of its
+    /// fingerprint).
+    #[serde(skip)]
+    shape: GroupShape,
 }
 
 impl Default for LockTable {
@@ -53,6 +60,7 @@ impl Default for LockTable {
             audit: VecDeque::new(),
             bytes: 0,
             bytes_max: limits::TABLE_BYTES_MAX,
+            shape: GroupShape::SINGLE,
         }
     }
 }
@@ -358,6 +366,17 @@ impl LockTable {
         self.bytes_max = bytes_max;
     }
 
+    /// Which group this table is (`GroupShape::SINGLE` unless set).
+    pub fn shape(&self) -> GroupShape {
+        self.shape
+    }
+
+    /// Sets which group this table is, before any entry is applied to it: the ids of the
+    /// sessions it creates from now on name this group.
+    pub fn set_shape(&mut self, shape: GroupShape) {
+        self.shape = shape;
+    }
+
     /// Room for `more` bytes, or the rejection that says the table is full.
     fn room_for(&self, more: usize) -> Result<(), Rejection> {
         if self.bytes.saturating_add(more) > self.bytes_max {
@@ -630,7 +649,7 @@ impl LockTable {
             return Outcome::Rejected(r);
         }
         self.bytes += cost;
-        let id = SessionId(index);
+        let id = self.shape.session_id(index);
         let prev = self.sessions.insert(
             id,
             Session {
@@ -1150,6 +1169,13 @@ impl LockTable {
         let mut waiting = 0usize;
         for (name, lock) in &self.locks {
             validate_stored_name(name).map_err(|e| format!("lock {name:?}: {e}"))?;
+            let group = crate::groups::group_of(name, self.shape.groups);
+            if group != self.shape.group {
+                return Err(format!(
+                    "lock {name:?} belongs to group {group}, not to this table's {:?}",
+                    self.shape
+                ));
+            }
             let h = lock.holder;
             if h.token > self.last_index {
                 return Err(format!("{name}: token {} > last index", h.token));
@@ -1187,6 +1213,12 @@ impl LockTable {
             }
         }
         for (id, s) in &self.sessions {
+            if crate::groups::group_of_session(*id, self.shape.groups) != self.shape.group {
+                return Err(format!(
+                    "session {id} was made in another group than this table's {:?}",
+                    self.shape
+                ));
+            }
             held += s.held.len();
             waiting += s.waiting.len();
             if s.held.len() + s.waiting.len() > limits::LOCKS_PER_SESSION_MAX {
@@ -1265,6 +1297,44 @@ mod tests {
             now_ms: 0,
             op: Op::CreateSession { ttl_ms, secret },
         }
+    }
+
+    /// A group's table makes session ids of its group (issue #16), and holds only the locks
+    /// of its group.
+    #[test]
+    fn a_groups_table_makes_its_groups_session_ids_and_holds_its_groups_locks() {
+        let shape = GroupShape::new(2, 4).unwrap();
+        let mut t = LockTable::new();
+        t.set_shape(shape);
+        let o = t.apply(5, &create(limits::SESSION_TTL_MS_DEFAULT, 9)).outcome;
+        let id = match o {
+            Outcome::SessionCreated { id, .. } => id,
+            o => panic!("{o:?}"),
+        };
+        assert_eq!(id, SessionId(5 * 4 + 2));
+        let name_in = |group| {
+            (0..)
+                .map(|i| format!("l{i}"))
+                .find(|n| crate::groups::group_of(n, 4) == group)
+                .unwrap()
+        };
+        let acquire = |name: String| Command {
+            now_ms: 0,
+            op: Op::Acquire {
+                session: SessionKey { id, secret: 9 },
+                seq: 1,
+                name,
+                wait_ms: 0,
+            },
+        };
+        let o = t.apply(6, &acquire(name_in(2))).outcome;
+        assert!(matches!(o, Outcome::Granted { token: 6, .. }), "{o:?}");
+        t.check_invariants().expect("its own group's lock");
+        // A lock of another group held here (a routing bug upstream) breaks an invariant.
+        let mut wrong = t.clone();
+        wrong.set_shape(GroupShape::new(1, 4).unwrap());
+        let e = wrong.check_invariants().unwrap_err();
+        assert!(e.contains("belongs to group 2") || e.contains("another group"), "{e}");
     }
 
     /// The sessions limit, through the same `create_session` that `apply` calls. Filling the

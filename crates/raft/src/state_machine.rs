@@ -191,6 +191,12 @@ impl LockStateMachine {
         write(&self.inner.state).table.set_bytes_max(bytes_max);
     }
 
+    /// Sets which Raft group the table is (issue #16); an installed snapshot's table gets the
+    /// same one. Call it before the first entry is applied: session ids are made from it.
+    pub fn set_group_shape(&self, shape: latchkey_core::GroupShape) {
+        write(&self.inner.state).table.set_shape(shape);
+    }
+
     pub fn handle(&self) -> StateHandle {
         StateHandle {
             state: self.inner.state.clone(),
@@ -385,6 +391,7 @@ impl RaftStateMachine<TypeConfig> for LockStateMachine {
             let mut state = write(&self.inner.state);
             let mut table = contents.table;
             table.set_bytes_max(state.table.bytes_max());
+            table.set_shape(state.table.shape());
             *state = State {
                 table,
                 last_applied: contents.last_applied,
