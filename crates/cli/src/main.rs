@@ -322,6 +322,13 @@ pub struct ServeArgs {
     /// (members with different ones refuse each other). At most the default, 1 GiB.
     #[arg(long, env = "LATCHKEY_TABLE_BYTES_MAX", default_value_t = latchkey_core::limits::TABLE_BYTES_MAX, value_name = "BYTES")]
     pub table_bytes_max: usize,
+    /// The Raft groups the lock namespace is split over (1 to 64), each with its own log,
+    /// leader and leases: more groups spread the grants over more leaders. Fixed when the
+    /// cluster is founded: give every member the same value, and the same on every restart (a
+    /// data dir refuses another). Clients of other languages, the HTTP API, watch, backup,
+    /// audit and membership changes need 1 for now (issue #16).
+    #[arg(long, env = "LATCHKEY_GROUPS", default_value_t = 1, value_name = "N")]
+    pub groups: u32,
     /// Entries between snapshots; the log before a snapshot is purged.
     #[arg(long, env = "LATCHKEY_SNAPSHOT_EVERY_ENTRIES", default_value_t = latchkey_core::limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT, value_name = "N")]
     pub snapshot_every_entries: u64,

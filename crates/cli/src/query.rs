@@ -116,13 +116,30 @@ fn human_with_queue(lock: &LockInfo) -> String {
     out
 }
 
+/// `status NAME --json`: the lock, and the Raft group it belongs to (issue #16).
+#[derive(Serialize, Debug, PartialEq)]
+pub struct StatusJson {
+    #[serde(flatten)]
+    pub lock: LockJson,
+    pub group: u32,
+}
+
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let client = args.endpoints.client()?;
     let lock = client.describe(&args.name).await?;
+    let groups = client.groups().await?;
+    let group = latchkey_core::group_of(&args.name, groups);
     if args.json {
-        println!("{}", serde_json::to_string(&LockJson::from(&lock))?);
+        let json = StatusJson {
+            lock: LockJson::from(&lock),
+            group,
+        };
+        println!("{}", serde_json::to_string(&json)?);
     } else {
         println!("{}", human_with_queue(&lock));
+        if groups > 1 {
+            println!("group {group} of {groups}");
+        }
     }
     Ok(())
 }
@@ -156,12 +173,25 @@ pub struct MemberJson {
     pub applied_index: Option<u64>,
 }
 
+/// One Raft group of `cluster status` (issue #16): its leader as the members report it.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct GroupJson {
+    pub id: u32,
+    pub leader: Option<u64>,
+    /// The term of that leader, and the last index of its log (as the leader reports them).
+    pub term: Option<u64>,
+    pub last_log_index: Option<u64>,
+}
+
 #[derive(Serialize, Debug, PartialEq)]
 pub struct ClusterJson {
     /// The id a new member joins with (`serve --join`), as the members say.
     pub cluster_id: Option<String>,
+    /// Group 0's leader (the only group's, in a cluster of one).
     pub leader: Option<u64>,
     pub members: Vec<MemberJson>,
+    /// Every Raft group, in order (one for a cluster of one group).
+    pub groups: Vec<GroupJson>,
 }
 
 /// An endpoint or a member's recorded address as the address clients dial: no scheme, and no
@@ -221,7 +251,42 @@ pub fn cluster_report(answers: &BTreeMap<String, Option<NodeStatus>>) -> Cluster
         cluster_id,
         leader,
         members,
+        groups: group_report(answers),
     }
+}
+
+/// Each group's leader: of the members that report themselves its leader, the one of the
+/// highest term. A server from before groups reports no groups: its one group is the fields
+/// of its status.
+fn group_report(answers: &BTreeMap<String, Option<NodeStatus>>) -> Vec<GroupJson> {
+    let count = answers
+        .values()
+        .flatten()
+        .map(|s| s.groups.max(1))
+        .max()
+        .unwrap_or(1);
+    (0..count)
+        .map(|id| {
+            let leading = answers
+                .values()
+                .flatten()
+                .filter_map(|s| {
+                    let (role, term, last) = match s.group_status.get(id as usize) {
+                        Some(g) => (g.role.as_str(), g.term, g.last_log_index),
+                        None if id == 0 => (s.role.as_str(), s.term, s.last_log_index),
+                        None => return None,
+                    };
+                    (role == "leader").then_some((term, s.id, last))
+                })
+                .max();
+            GroupJson {
+                id,
+                leader: leading.map(|(_, leader, _)| leader),
+                term: leading.map(|(term, _, _)| term),
+                last_log_index: leading.map(|(_, _, last)| last),
+            }
+        })
+        .collect()
 }
 
 pub async fn cluster_status(args: ClusterStatusArgs) -> anyhow::Result<()> {
@@ -282,9 +347,27 @@ pub async fn cluster_status(args: ClusterStatusArgs) -> anyhow::Result<()> {
                 show(m.applied_index)
             );
         }
-        match report.leader {
-            Some(id) => println!("leader: {id}"),
-            None => println!("leader: none known"),
+        if report.groups.len() > 1 {
+            println!();
+            println!(
+                "{:<6} {:<8} {:>8} {:>14}",
+                "GROUP", "LEADER", "TERM", "LAST_LOG"
+            );
+            for g in &report.groups {
+                println!(
+                    "{:<6} {:<8} {:>8} {:>14}",
+                    g.id,
+                    g.leader
+                        .map_or_else(|| "none".to_owned(), |l| l.to_string()),
+                    show(g.term),
+                    show(g.last_log_index)
+                );
+            }
+        } else {
+            match report.leader {
+                Some(id) => println!("leader: {id}"),
+                None => println!("leader: none known"),
+            }
         }
         if let Some(id) = &report.cluster_id {
             println!("cluster id: {id} (a new member joins with `latchkey serve --join {id}`)");
@@ -426,6 +509,8 @@ mod tests {
             cluster_id: "c0ffee".into(),
             sessions: 0,
             locks: 0,
+            groups: 1,
+            group_status: vec![],
         };
         let answers = BTreeMap::from([
             ("h:1".to_string(), Some(status(1, "leader", 4))),
@@ -441,5 +526,86 @@ mod tests {
         assert_eq!(report.members[2].term, None);
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["members"][0]["last_log_index"], 10);
+        // A server from before groups: its one group is its own fields.
+        assert_eq!(
+            report.groups,
+            vec![GroupJson {
+                id: 0,
+                leader: Some(1),
+                term: Some(4),
+                last_log_index: Some(10)
+            }]
+        );
+    }
+
+    #[test]
+    fn cluster_report_names_each_groups_leader() {
+        let group = |group, role: &str, term, last| latchkey_client::GroupStatus {
+            group,
+            role: role.into(),
+            term,
+            last_log_index: last,
+            applied_index: last,
+            leader_id: None,
+            sessions: 0,
+            locks: 0,
+        };
+        let status = |id, groups: Vec<latchkey_client::GroupStatus>| NodeStatus {
+            id,
+            role: groups[0].role.clone(),
+            term: groups[0].term,
+            last_log_index: groups[0].last_log_index,
+            applied_index: 0,
+            leader_id: None,
+            members: vec![],
+            learners: vec![],
+            cluster_id: "c0ffee".into(),
+            sessions: 0,
+            locks: 0,
+            groups: 3,
+            group_status: groups,
+        };
+        let answers = BTreeMap::from([
+            (
+                "h:1".to_string(),
+                Some(status(
+                    1,
+                    vec![
+                        group(0, "leader", 2, 40),
+                        group(1, "follower", 3, 7),
+                        group(2, "leader", 1, 9),
+                    ],
+                )),
+            ),
+            (
+                "h:2".to_string(),
+                Some(status(
+                    2,
+                    vec![
+                        group(0, "follower", 2, 40),
+                        group(1, "leader", 3, 8),
+                        group(2, "follower", 1, 9),
+                    ],
+                )),
+            ),
+            ("h:3".to_string(), None),
+        ]);
+        let report = cluster_report(&answers);
+        let leaders: Vec<_> = report
+            .groups
+            .iter()
+            .map(|g| (g.id, g.leader, g.term))
+            .collect();
+        assert_eq!(
+            leaders,
+            vec![
+                (0, Some(1), Some(2)),
+                (1, Some(2), Some(3)),
+                (2, Some(1), Some(1))
+            ]
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["groups"][1]["last_log_index"], 8);
+        assert_eq!(json["groups"][1]["id"], 1);
     }
 }

@@ -17,7 +17,9 @@ use crate::env::{ClientClock, ClientEnv};
 use crate::error::{classify, transport_message, Error, Failure};
 use crate::retry::{Backoff, RetryPolicy};
 use crate::session::Session;
-use crate::types::{AuditEntry, Backup, LockInfo, LockList, Member, NodeStatus, SessionOptions};
+use crate::types::{
+    AuditEntry, Backup, GroupStatus, LockInfo, LockList, Member, NodeStatus, SessionOptions,
+};
 
 /// Settings of a [`Client`]. `Default` is what [`Client::connect`] uses.
 #[derive(Debug, Clone)]
@@ -97,6 +99,8 @@ struct Inner {
     /// first seed's (a TLS cluster is reached with TLS at every member).
     hint_scheme: &'static str,
     route: Mutex<Route>,
+    /// The cluster's Raft group count, asked once (`Client::groups`).
+    groups: tokio::sync::OnceCell<u32>,
     /// The keepalives of this client's sessions waiting to go out together.
     keepalives: crate::keepalive::Batcher,
 }
@@ -106,8 +110,9 @@ struct Inner {
 struct Route {
     /// One lazily connected channel per endpoint URI (seeds and leader hints).
     channels: HashMap<String, Channel>,
-    /// The node believed to lead: the last one that answered, or the last hint.
-    leader: Option<String>,
+    /// The node believed to lead each Raft group (by group): the last one that answered a
+    /// call for it, or the last hint. At most `GROUPS_MAX` entries.
+    leaders: HashMap<u32, String>,
     /// Round-robin position in `seeds` when no leader is known.
     next_seed: usize,
     /// The endpoint whose last attempt failed in transport (refused, no answer), and when.
@@ -169,6 +174,10 @@ pub(crate) fn endpoint_uri(endpoint: &str) -> Result<String, Error> {
     Ok(uri)
 }
 
+/// The route of calls any member answers (`NodeStatus`): kept apart from every group's, so
+/// that the member that answered is not taken for a group's leader.
+const ANY_MEMBER: u32 = u32::MAX;
+
 /// Options of one logical request.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CallOpts {
@@ -177,6 +186,9 @@ pub(crate) struct CallOpts {
     /// A lower cap on the backoff between attempts than the policy's, for calls that must
     /// keep trying often (renewals racing their lease deadline).
     pub backoff_max: Option<Duration>,
+    /// The Raft group the call is for (issue #16): it goes to that group's leader. 0 in a
+    /// cluster of one group.
+    pub group: u32,
 }
 
 impl Client {
@@ -239,6 +251,7 @@ impl Client {
                 seeds,
                 hint_scheme,
                 route: Mutex::new(Route::default()),
+                groups: tokio::sync::OnceCell::new(),
                 keepalives: crate::keepalive::Batcher::default(),
             }),
         })
@@ -308,10 +321,13 @@ impl Client {
             reason: reason.to_owned(),
             operator: operator.to_owned(),
         };
+        let opts = self.for_lock(name).await?;
         let response = self
-            .call(self.short(), request, |mut c, r| async move {
-                c.admin_release(r).await
-            })
+            .call(
+                opts,
+                request,
+                |mut c, r| async move { c.admin_release(r).await },
+            )
             .await?;
         Ok((response.session, response.token))
     }
@@ -330,10 +346,19 @@ impl Client {
             reason: reason.to_owned(),
             operator: operator.to_owned(),
         };
+        let opts = CallOpts {
+            group: latchkey_core::group_of_session(
+                latchkey_core::SessionId(session),
+                self.groups().await?,
+            ),
+            ..self.short()
+        };
         let response = self
-            .call(self.short(), request, |mut c, r| async move {
-                c.admin_revoke(r).await
-            })
+            .call(
+                opts,
+                request,
+                |mut c, r| async move { c.admin_revoke(r).await },
+            )
             .await?;
         Ok(response.locks)
     }
@@ -364,6 +389,7 @@ impl Client {
                 .rpc_timeout
                 .max(Duration::from_millis(limits::BACKUP_CALL_TIMEOUT_MS)),
             backoff_max: None,
+            group: 0,
         };
         let chunks = self
             .call(opts, pb::BackupRequest {}, |mut c, r| async move {
@@ -420,10 +446,9 @@ impl Client {
         let request = pb::DescribeRequest {
             name: name.to_owned(),
         };
+        let opts = self.for_lock(name).await?;
         let response = self
-            .call(self.short(), request, |mut c, r| async move {
-                c.describe(r).await
-            })
+            .call(opts, request, |mut c, r| async move { c.describe(r).await })
             .await?;
         let lock = response
             .lock
@@ -433,21 +458,68 @@ impl Client {
 
     /// The held locks whose names start with `prefix` (all with an empty prefix), read on the
     /// leader, at most the server's maximum.
+    ///
+    /// In a cluster of several Raft groups each group is listed at its leader, at once, and
+    /// the answers merged in name order, at most the server's maximum in all.
     pub async fn list(&self, prefix: &str) -> Result<LockList, Error> {
-        let request = pb::ListRequest {
-            prefix: prefix.to_owned(),
-            limit: 0,
-        };
-        let response = self
-            .call(
-                self.short(),
-                request,
-                |mut c, r| async move { c.list(r).await },
-            )
-            .await?;
-        Ok(LockList {
-            locks: response.locks.into_iter().map(LockInfo::from_pb).collect(),
-            truncated: response.truncated,
+        let groups = self.groups().await?;
+        let lists = (0..groups).map(|g| {
+            let request = pb::ListRequest {
+                prefix: prefix.to_owned(),
+                limit: 0,
+                group: (groups > 1).then_some(g),
+            };
+            let opts = CallOpts {
+                group: g,
+                ..self.short()
+            };
+            self.call(opts, request, |mut c, r| async move { c.list(r).await })
+        });
+        let mut locks = Vec::new();
+        let mut truncated = false;
+        for answer in futures::future::join_all(lists).await {
+            let answer = answer?;
+            truncated |= answer.truncated;
+            locks.extend(answer.locks.into_iter().map(LockInfo::from_pb));
+        }
+        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        if locks.len() > limits::LIST_RESULTS_MAX {
+            locks.truncate(limits::LIST_RESULTS_MAX);
+            truncated = true;
+        }
+        Ok(LockList { locks, truncated })
+    }
+
+    /// The cluster's Raft group count (issue #16), asked of any member once and kept; 1 for a
+    /// server from before groups.
+    pub async fn groups(&self) -> Result<u32, Error> {
+        self.inner
+            .groups
+            .get_or_try_init(|| async {
+                let opts = CallOpts {
+                    group: ANY_MEMBER,
+                    ..self.short()
+                };
+                let status = self
+                    .call(opts, pb::NodeStatusRequest {}, |mut c, r| async move {
+                        c.node_status(r).await
+                    })
+                    .await?;
+                let groups = status.groups.max(1);
+                latchkey_core::groups::check_groups(groups)
+                    .map_err(|e| Error::Protocol(format!("NodeStatus: {e}")))?;
+                Ok(groups)
+            })
+            .await
+            .copied()
+    }
+
+    /// The options of a short call about the lock `name`: to its group's leader.
+    async fn for_lock(&self, name: &str) -> Result<CallOpts, Error> {
+        let groups = self.groups().await?;
+        Ok(CallOpts {
+            group: latchkey_core::group_of(name, groups),
+            ..self.short()
         })
     }
 
@@ -514,6 +586,7 @@ impl Client {
         CallOpts {
             attempt_timeout: Duration::from_millis(limits::CLIENT_MEMBERSHIP_RPC_TIMEOUT_MS),
             backoff_max: None,
+            group: 0,
         }
     }
 
@@ -545,6 +618,21 @@ impl Client {
                     cluster_id: s.cluster_id,
                     sessions: s.sessions,
                     locks: s.locks,
+                    groups: s.groups.max(1),
+                    group_status: s
+                        .group_status
+                        .into_iter()
+                        .map(|g| GroupStatus {
+                            group: g.group,
+                            role: g.role,
+                            term: g.term,
+                            last_log_index: g.last_log_index,
+                            applied_index: g.applied_index,
+                            leader_id: (g.leader_id != 0).then_some(g.leader_id),
+                            sessions: g.sessions,
+                            locks: g.locks,
+                        })
+                        .collect(),
                 });
             }
             Ok(Err(status)) => self.classify(&uri, &status)?,
@@ -592,6 +680,7 @@ impl Client {
         CallOpts {
             attempt_timeout: self.inner.config.rpc_timeout,
             backoff_max: None,
+            group: 0,
         }
     }
 
@@ -610,28 +699,28 @@ impl Client {
             .max_encoding_message_size(limits::CLIENT_MESSAGE_BYTES_MAX)
     }
 
-    /// The endpoint the next attempt goes to.
-    fn pick(&self) -> String {
+    /// The endpoint the next attempt for `group` goes to.
+    pub(crate) fn pick(&self, group: u32) -> String {
         let route = self.inner.route.lock().expect("route lock poisoned");
-        match &route.leader {
+        match route.leaders.get(&group) {
             Some(leader) => leader.clone(),
             None => self.inner.seeds[route.next_seed % self.inner.seeds.len()].clone(),
         }
     }
 
-    fn answered(&self, uri: &str) {
+    fn answered(&self, group: u32, uri: &str) {
         let mut route = self.inner.route.lock().expect("route lock poisoned");
         if route.refused.as_ref().is_some_and(|(r, _)| r == uri) {
             route.refused = None;
         }
-        if route.leader.as_deref() != Some(uri) {
-            route.leader = Some(uri.to_owned());
+        if route.leaders.get(&group).map(String::as_str) != Some(uri) {
+            route.leaders.insert(group, uri.to_owned());
         }
     }
 
-    /// `uri` is not the leader: go to the hint, unless it names a member that just refused
-    /// us, or to the next seed. Says whether it follows a hint.
-    fn reroute(&self, uri: &str, hint: Option<&str>) -> bool {
+    /// `uri` is not the leader of `group`: go to the hint, unless it names a member that just
+    /// refused us, or to the next seed. Says whether it follows a hint.
+    fn reroute(&self, group: u32, uri: &str, hint: Option<&str>) -> bool {
         let now = self.clock().now();
         let mut route = self.inner.route.lock().expect("route lock poisoned");
         match hint.map(|h| self.hint_uri(h)) {
@@ -639,33 +728,34 @@ impl Client {
             // resumed its leases). Stay, after the backoff; another member would only send us
             // back here.
             Some(Ok(h)) if h == uri => {
-                route.leader = Some(h);
+                route.leaders.insert(group, h);
                 false
             }
             Some(Ok(h)) if !route.recently_refused(&h, now) => {
-                route.leader = Some(h);
+                route.leaders.insert(group, h);
                 true
             }
             _ => {
+                route.leaders.remove(&group);
                 self.next_seed(&mut route, uri, now);
                 false
             }
         }
     }
 
-    /// `uri` failed in transport: go to the next seed, and leave hints naming `uri` alone for a
-    /// while (see [`Route::refused`]).
+    /// `uri` failed in transport: forget it as every group's leader, go to the next seed, and
+    /// leave hints naming `uri` alone for a while (see [`Route::refused`]).
     pub(crate) fn unreachable(&self, uri: &str) {
         let now = self.clock().now();
         let mut route = self.inner.route.lock().expect("route lock poisoned");
         route.refused = Some((uri.to_owned(), now));
+        route.leaders.retain(|_, leader| leader != uri);
         self.next_seed(&mut route, uri, now);
     }
 
-    /// Forget the leader and move the seed round-robin off `uri` (if it is the seed we are on)
-    /// and off a seed that just refused us, unless that is every seed.
+    /// Move the seed round-robin off `uri` (if it is the seed we are on) and off a seed that
+    /// just refused us, unless that is every seed.
     fn next_seed(&self, route: &mut Route, uri: &str, now: Instant) {
-        route.leader = None;
         let seeds = &self.inner.seeds;
         if seeds[route.next_seed % seeds.len()] == uri {
             route.next_seed = route.next_seed.wrapping_add(1);
@@ -727,7 +817,8 @@ impl Client {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            let uri = self.pick();
+            let mut hint_group = opts.group;
+            let uri = self.pick(opts.group);
             let mut req = tonic::Request::new(request.clone());
             req.set_timeout(opts.attempt_timeout);
             if let Some(token) = &self.inner.config.auth_token {
@@ -738,14 +829,25 @@ impl Client {
                     .await;
             let failure = match result {
                 Ok(Ok(response)) => {
-                    self.answered(&uri);
+                    self.answered(opts.group, &uri);
                     let answered = Answered {
                         endpoint: uri,
                         failed_attempts: attempts - 1,
                     };
                     return Ok((response.into_inner(), answered));
                 }
-                Ok(Err(status)) => self.classify(&uri, &status)?,
+                Ok(Err(status)) => {
+                    // An error of a group names it: its leader hint is for that group (a
+                    // keepalive carries sessions of several).
+                    if let Some(group) = status
+                        .metadata()
+                        .get(latchkey_proto::GROUP_KEY)
+                        .and_then(|v| v.to_str().ok()?.parse().ok())
+                    {
+                        hint_group = group;
+                    }
+                    self.classify(&uri, &status)?
+                }
                 Err(_) => Failure::Transport {
                     message: format!(
                         "{} did not answer within {:?}",
@@ -757,7 +859,7 @@ impl Client {
             let hinted = match &failure {
                 Failure::Fatal(e) => return Err(e.clone()),
                 Failure::Unavailable { leader_addr, .. } => {
-                    self.reroute(&uri, leader_addr.as_deref())
+                    self.reroute(hint_group, &uri, leader_addr.as_deref())
                 }
                 Failure::Transport { .. } => {
                     self.unreachable(&uri);
@@ -845,16 +947,37 @@ mod tests {
     #[tokio::test]
     async fn routing_follows_hints_and_rotates_seeds() {
         let client = Client::connect(["a:1", "b:2"]).await.unwrap();
-        assert_eq!(client.pick(), "http://a:1");
-        client.reroute("http://a:1", None);
-        assert_eq!(client.pick(), "http://b:2");
-        client.reroute("http://b:2", Some("c:3"));
-        assert_eq!(client.pick(), "http://c:3");
+        assert_eq!(client.pick(0), "http://a:1");
+        client.reroute(0, "http://a:1", None);
+        assert_eq!(client.pick(0), "http://b:2");
+        client.reroute(0, "http://b:2", Some("c:3"));
+        assert_eq!(client.pick(0), "http://c:3");
         // The hinted node failing sends us back to the seeds, where we left off.
-        client.reroute("http://c:3", None);
-        assert_eq!(client.pick(), "http://b:2");
-        client.answered("http://b:2");
-        assert_eq!(client.pick(), "http://b:2");
+        client.reroute(0, "http://c:3", None);
+        assert_eq!(client.pick(0), "http://b:2");
+        client.answered(0, "http://b:2");
+        assert_eq!(client.pick(0), "http://b:2");
+    }
+
+    /// Each Raft group has a leader of its own (issue #16): a hint for one group moves that
+    /// group only, and a member that is unreachable is forgotten as every group's leader.
+    #[tokio::test]
+    async fn each_group_routes_to_its_own_leader() {
+        let client = Client::connect(["a:1", "b:2", "c:3"]).await.unwrap();
+        client.answered(0, "http://a:1");
+        assert!(client.reroute(1, "http://a:1", Some("b:2")));
+        client.answered(2, "http://a:1");
+        assert_eq!(client.pick(0), "http://a:1");
+        assert_eq!(client.pick(1), "http://b:2");
+        assert_eq!(client.pick(2), "http://a:1");
+        client.unreachable("http://a:1");
+        assert_eq!(client.pick(1), "http://b:2");
+        assert_eq!(
+            client.pick(0),
+            "http://b:2",
+            "a seed, off the refused member"
+        );
+        assert_eq!(client.pick(2), "http://b:2");
     }
 
     /// A leader that cannot answer yet names itself (leases not resumed, issue #9): the client
@@ -862,9 +985,9 @@ mod tests {
     #[tokio::test]
     async fn a_member_naming_itself_keeps_the_client_there() {
         let client = Client::connect(["a:1", "b:2"]).await.unwrap();
-        client.answered("http://b:2");
-        assert!(!client.reroute("http://b:2", Some("b:2")));
-        assert_eq!(client.pick(), "http://b:2");
+        client.answered(0, "http://b:2");
+        assert!(!client.reroute(0, "http://b:2", Some("b:2")));
+        assert_eq!(client.pick(0), "http://b:2");
     }
 
     /// Regression (issue #11): after the leader was killed, followers went on naming it, and
@@ -873,26 +996,26 @@ mod tests {
     #[tokio::test]
     async fn a_hint_naming_a_member_that_just_refused_is_not_followed() {
         let client = Client::connect(["a:1", "b:2", "c:3"]).await.unwrap();
-        client.answered("http://a:1");
-        assert_eq!(client.pick(), "http://a:1");
+        client.answered(0, "http://a:1");
+        assert_eq!(client.pick(0), "http://a:1");
         // The leader dies: its connection is refused.
         client.unreachable("http://a:1");
-        assert_eq!(client.pick(), "http://b:2");
+        assert_eq!(client.pick(0), "http://b:2");
         // b has not heard of an election yet and still names a.
-        assert!(!client.reroute("http://b:2", Some("a:1")));
-        assert_eq!(client.pick(), "http://c:3");
+        assert!(!client.reroute(0, "http://b:2", Some("a:1")));
+        assert_eq!(client.pick(0), "http://c:3");
         // c has voted for b in the meantime: that hint is followed.
-        assert!(client.reroute("http://c:3", Some("b:2")));
-        assert_eq!(client.pick(), "http://b:2");
+        assert!(client.reroute(0, "http://c:3", Some("b:2")));
+        assert_eq!(client.pick(0), "http://b:2");
         // b still a follower, naming a: the seeds go round without the refused member.
-        assert!(!client.reroute("http://b:2", Some("a:1")));
-        assert_eq!(client.pick(), "http://c:3");
-        assert!(!client.reroute("http://c:3", None));
-        assert_eq!(client.pick(), "http://b:2");
+        assert!(!client.reroute(0, "http://b:2", Some("a:1")));
+        assert_eq!(client.pick(0), "http://c:3");
+        assert!(!client.reroute(0, "http://c:3", None));
+        assert_eq!(client.pick(0), "http://b:2");
         // Once a answers again, hints naming it are followed again.
-        client.answered("http://a:1");
-        assert!(client.reroute("http://b:2", Some("a:1")));
-        assert_eq!(client.pick(), "http://a:1");
+        client.answered(0, "http://a:1");
+        assert!(client.reroute(0, "http://b:2", Some("a:1")));
+        assert_eq!(client.pick(0), "http://a:1");
     }
 
     /// A member that refused us is trusted again after a while: it may have restarted and been
@@ -906,10 +1029,10 @@ mod tests {
         };
         let client = Client::with_env(["b:2", "c:3"], ClientConfig::default(), env).unwrap();
         client.unreachable("http://a:1");
-        assert!(!client.reroute("http://b:2", Some("a:1")));
+        assert!(!client.reroute(0, "http://b:2", Some("a:1")));
         tokio::time::advance(Duration::from_millis(limits::CLIENT_REFUSED_HINT_IGNORE_MS)).await;
-        assert!(client.reroute("http://c:3", Some("a:1")));
-        assert_eq!(client.pick(), "http://a:1");
+        assert!(client.reroute(0, "http://c:3", Some("a:1")));
+        assert_eq!(client.pick(0), "http://a:1");
     }
 
     #[tokio::test]

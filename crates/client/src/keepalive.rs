@@ -76,14 +76,17 @@ pub(crate) async fn keep_alive(client: &Client, session: pb::Session, opts: Call
             // Let every renewal that is due now join before the batch is taken.
             tokio::task::yield_now().await;
             // Each full batch goes out on its own task: a batch must not wait behind another's
-            // retries while its sessions' deadlines run.
+            // retries while its sessions' deadlines run. In a cluster of several Raft groups,
+            // one request per member that leads any of the batch's groups (issue #16).
             loop {
                 let batch = client.keepalives().take();
                 if batch.is_empty() {
                     return;
                 }
-                let client = client.clone();
-                tokio::spawn(async move { send(&client, batch).await });
+                for batch in by_leader(&client, batch) {
+                    let client = client.clone();
+                    tokio::spawn(async move { send(&client, batch).await });
+                }
             }
         });
     }
@@ -93,6 +96,15 @@ pub(crate) async fn keep_alive(client: &Client, session: pb::Session, opts: Call
             message: "keepalive batch dropped".into(),
         })
     })
+}
+
+/// The batch split by the member each session's group is routed to: one request each.
+fn by_leader(client: &Client, batch: Vec<Waiting>) -> Vec<Vec<Waiting>> {
+    let mut by: std::collections::BTreeMap<String, Vec<Waiting>> = Default::default();
+    for w in batch {
+        by.entry(client.pick(w.opts.group)).or_default().push(w);
+    }
+    by.into_values().collect()
 }
 
 async fn send(client: &Client, batch: Vec<Waiting>) {
@@ -106,6 +118,9 @@ async fn send(client: &Client, batch: Vec<Waiting>) {
             .max()
             .unwrap_or(Duration::from_secs(1)),
         backoff_max: batch.iter().filter_map(|w| w.opts.backoff_max).min(),
+        // Every group of the batch is led by the member this group's route names (`by_leader`);
+        // an error names its group, whose route it then moves.
+        group: batch.first().map(|w| w.opts.group).unwrap_or(0),
     };
     let request = pb::KeepAliveRequest {
         sessions: batch.iter().map(|w| w.session).collect(),

@@ -34,13 +34,13 @@ fn ms(d: Duration) -> u64 {
 
 /// A request for one lock in a session; made by [`Session::lock`](crate::Session::lock).
 pub struct LockRequest<'a> {
-    shared: &'a Arc<SessionShared>,
+    session: &'a crate::Session,
     name: String,
 }
 
 impl<'a> LockRequest<'a> {
-    pub(crate) fn new(shared: &'a Arc<SessionShared>, name: String) -> LockRequest<'a> {
-        LockRequest { shared, name }
+    pub(crate) fn new(session: &'a crate::Session, name: String) -> LockRequest<'a> {
+        LockRequest { session, name }
     }
 
     /// Takes the lock, waiting in its FIFO queue for at most `timeout` (`None`: until granted;
@@ -68,10 +68,11 @@ impl<'a> LockRequest<'a> {
     /// unanswered request is `SESSION_SEQ_WINDOW_MAX` requests behind, so that the server
     /// still remembers that request's outcome when it is retried.
     pub async fn wait(self, timeout: Option<Duration>) -> Result<LockGuard, Error> {
-        let shared = self.shared;
         latchkey_core::validate_name(&self.name).map_err(|e| Error::InvalidArgument {
             message: e.to_string(),
         })?;
+        // The session of the lock's group (made now if it is the group's first lock).
+        let shared = &self.session.for_lock(&self.name).await?;
         if let Some(e) = shared.lost_error() {
             return Err(e);
         }
@@ -207,6 +208,7 @@ async fn acquire_once(
         // A waiter should reach a new leader soon after an election; when the call's retry
         // budget runs out first, `wait` sends it again (same seq).
         backoff_max: Some(ACQUIRE_BACKOFF_MAX),
+        group: shared.group,
     };
     let request = pb::AcquireRequest {
         session: pb_session(shared.key),
@@ -461,6 +463,7 @@ async fn release_on_server(
     let opts = CallOpts {
         attempt_timeout: shared.client.config().rpc_timeout,
         backoff_max: None,
+        group: shared.group,
     };
     let response = shared
         .client

@@ -123,6 +123,12 @@ pub(crate) struct SessionShared {
     pub client: Client,
     pub key: SessionKey,
     pub ttl: Duration,
+    /// The Raft group this session lives in (issue #16); its calls go to that group's leader.
+    pub group: u32,
+    /// Whether this is one of the group sessions of a logical session of several (a cluster
+    /// of several groups): its renewal then ends, and it is closed, once the logical session
+    /// is lost in another group.
+    in_groups: bool,
     /// Sequence numbers of unanswered requests (see [`SeqWindow`]).
     window: Mutex<SeqWindow>,
     /// Woken when a request leaves the window.
@@ -136,7 +142,9 @@ pub(crate) struct SessionShared {
     /// that a release, which may be what ends those waits, never queues behind them.
     /// Keepalives and the close carry no sequence number and take no permit.
     pub short_requests: Semaphore,
-    lost: watch::Sender<Option<String>>,
+    /// Shared by every group session of one logical session: lost in one group, the session
+    /// is lost everywhere, and every guard of it reports `lost()`.
+    lost: Arc<watch::Sender<Option<String>>>,
     /// Grants of this session an operator force-released, as the last keepalive said.
     taken: watch::Sender<Taken>,
     /// Failovers seen by the renewal task (see the module comment).
@@ -337,8 +345,95 @@ impl Drop for SeqTicket {
 /// lost and sends a best-effort CloseSession in the background (if a tokio runtime is running);
 /// if that fails too, the server expires the session after its TTL.
 pub struct Session {
+    /// The session of group 0 (of the only group, in a cluster of one).
     shared: Arc<SessionShared>,
     renewal: Option<JoinHandle<()>>,
+    /// The sessions of the other groups, in a cluster of several (issue #16).
+    others: Option<OtherGroups>,
+}
+
+/// The group sessions of a logical session besides group 0's, each made on the first lock of
+/// its group ("registered lazily"), with its own renewal; all share the logical session's
+/// `lost`, and their keepalives travel in the client's batches (one request per member that
+/// leads any of them).
+struct OtherGroups {
+    groups: u32,
+    owner: Option<latchkey_core::SessionOwner>,
+    /// By group: the session and its renewal (taken when the session ends).
+    made: Mutex<std::collections::BTreeMap<u32, GroupSession>>,
+    /// Held while a group session is being made, so that two locks of one group make one.
+    making: tokio::sync::Mutex<()>,
+}
+
+/// One group's session of a logical session, and its renewal (taken when the session ends).
+type GroupSession = (Arc<SessionShared>, Option<JoinHandle<()>>);
+
+/// Opens a session of `ttl_ms` in `group` (`None`: a cluster of one group, whose server may
+/// predate groups) and starts its renewal.
+async fn open(
+    client: Client,
+    ttl_ms: u64,
+    owner: Option<&latchkey_core::SessionOwner>,
+    group: Option<u32>,
+    lost: Arc<watch::Sender<Option<String>>>,
+) -> Result<(Arc<SessionShared>, JoinHandle<()>), Error> {
+    let opts = CallOpts {
+        attempt_timeout: client.config().rpc_timeout,
+        backoff_max: None,
+        group: group.unwrap_or(0),
+    };
+    // Before the first attempt: the lease starts no earlier than this on the server.
+    // A retry after a lost answer may leave an orphan session on the server; it holds
+    // nothing and expires after its TTL.
+    let sent = client.clock().now();
+    let (response, answered) = client
+        .call_traced(
+            opts,
+            pb::CreateSessionRequest {
+                ttl_ms,
+                owner: owner.map(crate::types::owner_to_pb),
+                group,
+            },
+            |mut c, r| async move { c.create_session(r).await },
+        )
+        .await?;
+    let session = response
+        .session
+        .ok_or_else(|| Error::Protocol("CreateSession answered without a session".into()))?;
+    let id = SessionId(session.id);
+    if let Some(g) = group {
+        let groups = client.groups().await?;
+        if latchkey_core::group_of_session(id, groups) != g {
+            return Err(Error::Protocol(format!(
+                "CreateSession in group {g} answered session {id}, of another group"
+            )));
+        }
+    }
+    let ttl = Duration::from_millis(ttl_ms);
+    let mut lease = ClientLease::new(sent, ttl);
+    lease.acknowledged(sent, Duration::from_millis(response.ttl_ms));
+    let shared = Arc::new(SessionShared {
+        client,
+        key: SessionKey {
+            id,
+            secret: session.secret,
+        },
+        ttl: lease.ttl,
+        group: group.unwrap_or(0),
+        in_groups: group.is_some(),
+        window: Mutex::new(SeqWindow::new(1)),
+        window_moved: Notify::new(),
+        guarded: Mutex::new(HashSet::new()),
+        waits: Semaphore::new(latchkey_core::limits::SESSION_WAITS_IN_FLIGHT_MAX),
+        short_requests: Semaphore::new(latchkey_core::limits::SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX),
+        lost,
+        taken: watch::channel(Taken::default()).0,
+        failovers: watch::channel(0).0,
+        deadline: Mutex::new(lease.deadline()),
+        background: Mutex::new(Some(JoinSet::new())),
+    });
+    let renewal = tokio::spawn(renew(shared.clone(), lease, answered.endpoint));
+    Ok((shared, renewal))
 }
 
 impl Session {
@@ -351,55 +446,81 @@ impl Session {
         latchkey_core::validate_ttl_ms(ttl_ms).map_err(|e| Error::InvalidArgument {
             message: e.to_string(),
         })?;
-        let opts = CallOpts {
-            attempt_timeout: client.config().rpc_timeout,
-            backoff_max: None,
-        };
-        // Before the first attempt: the lease starts no earlier than this on the server.
-        // A retry after a lost answer may leave an orphan session on the server; it holds
-        // nothing and expires after its TTL.
-        let sent = client.clock().now();
-        let (response, answered) = client
-            .call_traced(
-                opts,
-                pb::CreateSessionRequest {
-                    ttl_ms,
-                    owner: owner.as_ref().map(crate::types::owner_to_pb),
-                },
-                |mut c, r| async move { c.create_session(r).await },
-            )
-            .await?;
-        let session = response
-            .session
-            .ok_or_else(|| Error::Protocol("CreateSession answered without a session".into()))?;
-        let mut lease = ClientLease::new(sent, ttl);
-        lease.acknowledged(sent, Duration::from_millis(response.ttl_ms));
-        let (lost, _) = watch::channel(None);
-        let shared = Arc::new(SessionShared {
-            client,
-            key: SessionKey {
-                id: SessionId(session.id),
-                secret: session.secret,
-            },
-            ttl: lease.ttl,
-            window: Mutex::new(SeqWindow::new(1)),
-            window_moved: Notify::new(),
-            guarded: Mutex::new(HashSet::new()),
-            waits: Semaphore::new(latchkey_core::limits::SESSION_WAITS_IN_FLIGHT_MAX),
-            short_requests: Semaphore::new(
-                latchkey_core::limits::SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX,
-            ),
-            lost,
-            taken: watch::channel(Taken::default()).0,
-            failovers: watch::channel(0).0,
-            deadline: Mutex::new(lease.deadline()),
-            background: Mutex::new(Some(JoinSet::new())),
-        });
-        let renewal = tokio::spawn(renew(shared.clone(), lease, answered.endpoint));
+        let groups = client.groups().await?;
+        let lost = Arc::new(watch::channel(None).0);
+        let group = (groups > 1).then_some(0);
+        let (shared, renewal) = open(client, ttl_ms, owner.as_ref(), group, lost).await?;
         Ok(Session {
             shared,
             renewal: Some(renewal),
+            others: (groups > 1).then(|| OtherGroups {
+                groups,
+                owner,
+                made: Mutex::new(Default::default()),
+                making: tokio::sync::Mutex::new(()),
+            }),
         })
+    }
+
+    /// The group session that takes the lock `name`: made on first use of its group.
+    pub(crate) async fn for_lock(&self, name: &str) -> Result<Arc<SessionShared>, Error> {
+        let Some(others) = &self.others else {
+            return Ok(self.shared.clone());
+        };
+        let group = latchkey_core::group_of(name, others.groups);
+        if group == 0 {
+            return Ok(self.shared.clone());
+        }
+        let made = |others: &OtherGroups| {
+            let made = others.made.lock().expect("groups lock poisoned");
+            made.get(&group).map(|(s, _)| s.clone())
+        };
+        if let Some(s) = made(others) {
+            return Ok(s);
+        }
+        let _making = others.making.lock().await;
+        if let Some(s) = made(others) {
+            return Ok(s);
+        }
+        if let Some(e) = self.shared.lost_error() {
+            return Err(e);
+        }
+        let ttl_ms = u64::try_from(self.shared.ttl.as_millis()).unwrap_or(u64::MAX);
+        let (shared, renewal) = open(
+            self.shared.client.clone(),
+            ttl_ms,
+            others.owner.as_ref(),
+            Some(group),
+            self.shared.lost.clone(),
+        )
+        .await?;
+        others
+            .made
+            .lock()
+            .expect("groups lock poisoned")
+            .insert(group, (shared.clone(), Some(renewal)));
+        Ok(shared)
+    }
+
+    /// Every group session made so far: group 0's first.
+    fn group_sessions(&self) -> Vec<Arc<SessionShared>> {
+        let mut all = vec![self.shared.clone()];
+        if let Some(others) = &self.others {
+            let made = others.made.lock().expect("groups lock poisoned");
+            all.extend(made.values().map(|(s, _)| s.clone()));
+        }
+        all
+    }
+
+    /// Takes the renewals of the other groups' sessions, to stop them.
+    fn take_other_renewals(&self) -> Vec<JoinHandle<()>> {
+        match &self.others {
+            None => Vec::new(),
+            Some(others) => {
+                let mut made = others.made.lock().expect("groups lock poisoned");
+                made.values_mut().filter_map(|(_, r)| r.take()).collect()
+            }
+        }
     }
 
     /// The session id (as shown by `latchkey status`).
@@ -419,8 +540,15 @@ impl Session {
     }
 
     /// The client-side deadline: if no renewal is acknowledged before it, the session is lost.
+    ///
+    /// With several Raft groups, the earliest of its group sessions' deadlines: the logical
+    /// session is lost when any of them is.
     pub fn deadline(&self) -> Instant {
-        *self.shared.deadline.lock().expect("deadline lock poisoned")
+        self.group_sessions()
+            .iter()
+            .map(|s| *s.deadline.lock().expect("deadline lock poisoned"))
+            .min()
+            .expect("group 0's session is always there")
     }
 
     /// How long ago the client-side deadline passed on this client's clock; zero before it.
@@ -458,7 +586,7 @@ impl Session {
     /// deadline has passed on this client's clock (exact even when the renewal task has not
     /// run since, as after a process pause).
     pub fn is_lost(&self) -> bool {
-        self.shared.may_be_lost()
+        self.group_sessions().iter().any(|s| s.may_be_lost())
     }
 
     /// Completes when the session may have been lost.
@@ -468,24 +596,34 @@ impl Session {
 
     /// Starts a request for the lock `name`; see [`LockRequest::wait`].
     pub fn lock(&self, name: impl Into<String>) -> LockRequest<'_> {
-        LockRequest::new(&self.shared, name.into())
+        LockRequest::new(self, name.into())
     }
 
     /// Ends the session: stops the renewal, then asks the server to release its locks and
     /// drop its waits. Every guard reports `lost()` from here on.
     pub async fn close(mut self) -> Result<(), Error> {
         self.stop_renewal().await;
-        let shared = self.shared.clone();
-        close_on_server(&shared).await
+        // Every group's session, each at its group's leader, at once; the first error wins.
+        let sessions = self.group_sessions();
+        let closes = sessions.iter().map(|s| close_on_server(s));
+        futures::future::join_all(closes)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, Error>>()
+            .map(|_| ())
     }
 
     async fn stop_renewal(&mut self) {
-        if let Some(renewal) = self.renewal.take() {
+        let mut renewals: Vec<JoinHandle<()>> = self.renewal.take().into_iter().collect();
+        renewals.extend(self.take_other_renewals());
+        for renewal in renewals {
             renewal.abort();
             let _ = renewal.await;
         }
-        if let Some(mut set) = self.shared.close_background() {
-            set.shutdown().await;
+        for s in self.group_sessions() {
+            if let Some(mut set) = s.close_background() {
+                set.shutdown().await;
+            }
         }
         self.shared.mark_lost(WHY_CLOSED);
     }
@@ -497,19 +635,26 @@ impl Drop for Session {
             return; // closed
         };
         renewal.abort();
-        if let Some(set) = self.shared.close_background() {
-            drop(set); // aborts its tasks
+        for renewal in self.take_other_renewals() {
+            renewal.abort();
+        }
+        let sessions = self.group_sessions();
+        for s in &sessions {
+            if let Some(set) = s.close_background() {
+                drop(set); // aborts its tasks
+            }
         }
         self.shared.mark_lost(WHY_DROPPED);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            // Detached on purpose: nothing is left to own it, and the call ends within the
-            // client's retry budget.
-            let shared = self.shared.clone();
-            handle.spawn(async move {
-                if let Err(e) = close_on_server(&shared).await {
-                    tracing::debug!(session = shared.key.id.0, error = %e, "best-effort close failed");
-                }
-            });
+            // Detached on purpose: nothing is left to own them, and each call ends within
+            // the client's retry budget.
+            for shared in sessions {
+                handle.spawn(async move {
+                    if let Err(e) = close_on_server(&shared).await {
+                        tracing::debug!(session = shared.key.id.0, error = %e, "best-effort close failed");
+                    }
+                });
+            }
         }
     }
 }
@@ -518,6 +663,7 @@ async fn close_on_server(shared: &SessionShared) -> Result<(), Error> {
     let opts = CallOpts {
         attempt_timeout: shared.client.config().rpc_timeout,
         backoff_max: None,
+        group: shared.group,
     };
     let request = pb::CloseSessionRequest {
         session: pb_session(shared.key),
@@ -575,7 +721,24 @@ impl FailoverDetector {
 }
 
 /// The renewal task: one per session, owned by its [`Session`].
-async fn renew(shared: Arc<SessionShared>, mut lease: ClientLease, endpoint: String) {
+async fn renew(shared: Arc<SessionShared>, lease: ClientLease, endpoint: String) {
+    if !shared.in_groups {
+        return renew_until_lost(shared, lease, endpoint).await;
+    }
+    let lost = wait_lost(shared.watch_lost());
+    tokio::select! {
+        () = renew_until_lost(shared.clone(), lease, endpoint) => {}
+        () = lost => {
+            // Lost in another group: the client gives up this group's locks as well, so
+            // they go to their waiters now rather than when this lease runs out.
+            if let Err(e) = close_on_server(&shared).await {
+                tracing::debug!(session = shared.key.id.0, error = %e, "best-effort close failed");
+            }
+        }
+    }
+}
+
+async fn renew_until_lost(shared: Arc<SessionShared>, mut lease: ClientLease, endpoint: String) {
     let key = shared.key;
     let clock = shared.client.clock();
     let mut failovers = FailoverDetector::new(endpoint);
@@ -597,6 +760,7 @@ async fn renew(shared: Arc<SessionShared>, mut lease: ClientLease, endpoint: Str
                 .min(renewal_attempt_timeout(lease.ttl))
                 .min(until_deadline),
             backoff_max: Some(renewal_backoff_max(lease.ttl)),
+            group: shared.group,
         };
         let session = pb::Session {
             id: key.id.0,

@@ -239,6 +239,25 @@ pub struct NodeStatus {
     pub cluster_id: String,
     pub sessions: u64,
     pub locks: u64,
+    /// The cluster's Raft groups (issue #16; 1 from a server before groups). The fields above
+    /// are group 0's.
+    pub groups: u32,
+    /// This node's view of every group, in group order (empty from a server before groups).
+    pub group_status: Vec<GroupStatus>,
+}
+
+/// One Raft group as one node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupStatus {
+    pub group: u32,
+    /// As [`NodeStatus::role`], in this group.
+    pub role: String,
+    pub term: u64,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+    pub leader_id: Option<u64>,
+    pub sessions: u64,
+    pub locks: u64,
 }
 
 /// A member of a group: its id and client address.

@@ -80,6 +80,7 @@ impl Watch {
         let opts = CallOpts {
             attempt_timeout: self.client.config().rpc_timeout,
             backoff_max: None,
+            group: 0,
         };
         let (stream, answered) = self
             .client

@@ -257,6 +257,8 @@ impl Locks for Fake {
             locks: 1,
             cluster_id: String::new(),
             learners: vec![],
+            // A server from before groups: no `groups`, read as one.
+            ..Default::default()
         }))
     }
 

@@ -21,8 +21,8 @@ pub mod types;
 pub mod versioned;
 pub mod watch;
 
-pub use table::{validate_name, validate_stored_name, validate_ttl_ms, LockTable};
 pub use groups::{group_of, group_of_session, GroupShape};
+pub use table::{validate_name, validate_stored_name, validate_ttl_ms, LockTable};
 pub use types::*;
 pub use watch::{watch_events, WatchEvent, WatchKind};
 

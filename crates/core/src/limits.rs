@@ -666,3 +666,7 @@ pub const GROUPS_MAX: u32 = 64;
 /// (`GroupShape::session_id`): over 2^58, more than a group writes in centuries at a million
 /// entries a second.
 pub const LOG_INDEX_MAX_WITH_GROUPS: u64 = u64::MAX / GROUPS_MAX as u64 - 1;
+/// Member addresses whose peer channel the groups of a member share (`peer::SharedChannels`):
+/// one per member, and a few stale ones of members that moved. A cluster has at most tens of
+/// members; past this the cache starts over (a redial, not an error).
+pub const PEER_SHARED_CHANNELS_MAX: usize = 64;

@@ -1306,7 +1306,9 @@ mod tests {
         let shape = GroupShape::new(2, 4).unwrap();
         let mut t = LockTable::new();
         t.set_shape(shape);
-        let o = t.apply(5, &create(limits::SESSION_TTL_MS_DEFAULT, 9)).outcome;
+        let o = t
+            .apply(5, &create(limits::SESSION_TTL_MS_DEFAULT, 9))
+            .outcome;
         let id = match o {
             Outcome::SessionCreated { id, .. } => id,
             o => panic!("{o:?}"),
@@ -1334,7 +1336,10 @@ mod tests {
         let mut wrong = t.clone();
         wrong.set_shape(GroupShape::new(1, 4).unwrap());
         let e = wrong.check_invariants().unwrap_err();
-        assert!(e.contains("belongs to group 2") || e.contains("another group"), "{e}");
+        assert!(
+            e.contains("belongs to group 2") || e.contains("another group"),
+            "{e}"
+        );
     }
 
     /// The sessions limit, through the same `create_session` that `apply` calls. Filling the

@@ -15,3 +15,6 @@ pub const ERROR_REASON_KEY: &str = "latchkey-error";
 pub const LEADER_ID_KEY: &str = "latchkey-leader-id";
 /// Response metadata on `UNAVAILABLE`: the client address of that leader.
 pub const LEADER_ADDR_KEY: &str = "latchkey-leader-addr";
+/// Response metadata on an error of a cluster of several Raft groups: the group the error
+/// (and its leader hint) is about (issue #16).
+pub const GROUP_KEY: &str = "latchkey-group";

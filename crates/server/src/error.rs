@@ -54,6 +54,23 @@ pub enum ApiError {
     BackupTooLarge { bytes: u64, max: u64 },
     #[error(transparent)]
     TooManyWatchers(#[from] crate::watch::TooManyWatchers),
+    /// A lock and a session of different Raft groups (issue #16): a client that does not
+    /// know groups made its session in group 0.
+    #[error(
+        "lock {name:?} is in Raft group {lock} of {groups} and session {session} in group \
+         {of_session}: a session of its group must take it (this client does not know a \
+         cluster of several groups; see docs/protocol.md, section 2.4)"
+    )]
+    WrongGroup {
+        name: String,
+        lock: u32,
+        session: u64,
+        of_session: u32,
+        groups: u32,
+    },
+    /// A call a cluster of several Raft groups does not serve yet (issue #16).
+    #[error("{what} is not served yet by a cluster of {groups} Raft groups (issue #16)")]
+    NotWithGroups { what: &'static str, groups: u32 },
 }
 
 impl ApiError {
@@ -93,6 +110,8 @@ impl ApiError {
             ApiError::Membership(_) => "membership",
             ApiError::BackupTooLarge { .. } => "backup-too-large",
             ApiError::TooManyWatchers(_) => "too-many-watchers",
+            ApiError::WrongGroup { .. } => "wrong-group",
+            ApiError::NotWithGroups { .. } => "not-with-groups",
         }
     }
 
@@ -122,7 +141,9 @@ impl ApiError {
                 | Rejection::SequenceReused { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
-            ApiError::Membership(_) => Code::FailedPrecondition,
+            ApiError::Membership(_)
+            | ApiError::WrongGroup { .. }
+            | ApiError::NotWithGroups { .. } => Code::FailedPrecondition,
             ApiError::TooManyWaiting
             | ApiError::QuotaExceeded(_)
             | ApiError::BackupTooLarge { .. }
@@ -193,6 +214,21 @@ impl From<ApiError> for Status {
         }
         if let Some(addr) = hint.1.and_then(|a| a.parse().ok()) {
             md.insert(LEADER_ADDR_KEY, addr);
+        }
+        status
+    }
+}
+
+impl ApiError {
+    /// This error as a status that names the Raft group it came from (`GROUP_KEY`), in a
+    /// cluster of more than one: a leader hint is the leader of that group only.
+    pub fn in_group(self, group: u32, groups: u32) -> Status {
+        let mut status = Status::from(self);
+        if groups > 1 {
+            status.metadata_mut().insert(
+                latchkey_proto::GROUP_KEY,
+                group.to_string().parse().expect("ascii group"),
+            );
         }
         status
     }

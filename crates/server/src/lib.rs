@@ -28,6 +28,7 @@ pub mod acl;
 pub mod backup;
 pub mod clock;
 mod error;
+pub mod groups;
 pub mod http;
 pub mod leases;
 pub mod member_addr;
@@ -61,6 +62,9 @@ pub use node::NodeLogStore;
 pub use node::StartError;
 pub use peer::{snapshot_chunks, PeerConnector, SharedPeerConnector, TcpPeerConnector};
 pub use probe::{NoProbe, Plant, Probe, ProbeEvent, SharedProbe};
+
+/// A group's data lives in `<data-dir>/group-N/` (N >= 1; group 0 in the data dir itself).
+pub const GROUP_DIR_PREFIX: &str = "group-";
 
 /// How one node runs. Build with [`ServerConfig::single`] or [`ServerConfig::cluster`], then
 /// adjust the timing fields if needed, then check it with [`ServerConfig::validate`]: [`run`] and
@@ -106,6 +110,11 @@ pub struct ServerConfig {
     /// decides what `apply` answers: it is part of the cluster's fingerprint (`peer_auth`), so
     /// members with different budgets refuse each other's messages.
     pub table_bytes_max: usize,
+    /// The cluster's Raft groups (`--groups`, issue #16): the lock namespace is split over
+    /// them by `latchkey_core::group_of`, each group with its own log, leader and leases.
+    /// Fixed when the cluster is founded (recorded in the data dir; a start with another count
+    /// is refused) and part of the peer fingerprint.
+    pub groups: u32,
     /// Where to serve Prometheus metrics (`/metrics`) and `/healthz` over HTTP; off when `None`.
     pub metrics_listen: Option<SocketAddr>,
     /// Where to serve the HTTP/JSON API (`--http-listen`, see `http`); off when `None`. With
@@ -142,6 +151,7 @@ impl ServerConfig {
             snapshot_every_entries: limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT,
             log_kept_after_snapshot: limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT,
             table_bytes_max: limits::TABLE_BYTES_MAX,
+            groups: 1,
             metrics_listen: None,
             http_listen: None,
             cluster_secret: None,
@@ -242,6 +252,13 @@ impl ServerConfig {
         if !(limits::TABLE_BYTES_MIN..=limits::TABLE_BYTES_MAX).contains(&self.table_bytes_max) {
             return Err(ConfigError::TableBytesMax(self.table_bytes_max));
         }
+        latchkey_core::groups::check_groups(self.groups).map_err(ConfigError::Groups)?;
+        if self.groups > 1 && self.join.is_some() {
+            return Err(ConfigError::GroupsWithJoin);
+        }
+        if self.groups > 1 && self.http_listen.is_some() {
+            return Err(ConfigError::GroupsWithHttp);
+        }
         if self.peers.len() > 1
             && self
                 .tls
@@ -261,6 +278,16 @@ impl ServerConfig {
             }
         }
         Ok(ValidConfig(self))
+    }
+
+    /// The configuration of group `group`'s node: group 0 keeps the data dir itself (so a
+    /// dir of a one-group cluster is group 0 of nothing else), group g its `group-g` subdir.
+    pub fn for_group(&self, group: u32) -> ServerConfig {
+        let mut config = self.clone();
+        if group > 0 {
+            config.data_dir = self.data_dir.join(format!("{GROUP_DIR_PREFIX}{group}"));
+        }
+        config
     }
 
     fn raft_config(&self) -> openraft::Config {
@@ -358,6 +385,18 @@ pub enum ConfigError {
         max = limits::TABLE_BYTES_MAX
     )]
     TableBytesMax(usize),
+    #[error("--groups: {0}")]
+    Groups(latchkey_core::groups::BadGroups),
+    #[error(
+        "--join with --groups above 1: membership changes of a cluster of several Raft groups \
+         are not supported yet (issue #16); found it with --peers"
+    )]
+    GroupsWithJoin,
+    #[error(
+        "--http-listen with --groups above 1: the HTTP API of a cluster of several Raft groups \
+         is not served yet (issue #16); use the gRPC API"
+    )]
+    GroupsWithHttp,
 }
 
 /// A [`ServerConfig`] that passed [`ServerConfig::validate`]. Read it as a `ServerConfig`.
@@ -405,7 +444,11 @@ pub async fn run(
             (Some(l), config.peer_listening_on(bound))
         }
     };
-    let log_store = node::Node::open_log_store(&config)?;
+    // Group 0 first: its dir's record is checked against the flags before any group's dir is
+    // made.
+    let log_stores = (0..config.groups)
+        .map(|group| node::Node::open_log_store(&config.for_group(group)))
+        .collect::<Result<Vec<_>, _>>()?;
     // Connections come through `tls::accept_loop`, which tells a client speaking the wrong
     // protocol (TLS to a plaintext port or the reverse) so and does the TLS handshake.
     fn channel<T>() -> (tokio::sync::mpsc::Sender<T>, tokio::sync::mpsc::Receiver<T>) {
@@ -426,7 +469,7 @@ pub async fn run(
                 peer_incoming,
                 config,
                 NodeEnv::real(),
-                log_store,
+                log_stores,
                 shutdown,
             )
             .await
@@ -448,7 +491,7 @@ pub async fn run(
                 connector: Arc::new(tls::TlsPeerConnector(server_tls)),
                 ..NodeEnv::real()
             };
-            let served = run_with(incoming, peer_incoming, config, env, log_store, shutdown).await;
+            let served = run_with(incoming, peer_incoming, config, env, log_stores, shutdown).await;
             stop_watching.cancel();
             let _ = watch.await;
             served
@@ -482,14 +525,14 @@ impl NodeEnv {
 /// [`run`] with everything from outside supplied: `incoming` yields accepted client and peer
 /// connections (any transport tonic can serve), or client connections only when
 /// `peer_incoming` yields the peers' (`--peer-listen`); `env` gives the clock, entropy, probe
-/// and the connector used to reach peers, and `log_store` is the log (the segment log store, or a
-/// simulation's that can lose unsynced writes).
+/// and the connector used to reach peers, and `log_stores` are the logs, one per Raft group in
+/// group order (the segment log store, or a simulation's that can lose unsynced writes).
 pub async fn run_with<I, IO, IE, LS>(
     incoming: I,
     peer_incoming: Option<I>,
     config: ValidConfig,
     env: NodeEnv,
-    log_store: LS,
+    log_stores: Vec<LS>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()>
 where
@@ -519,19 +562,66 @@ where
                 .map_err(|e| anyhow::anyhow!("cannot serve the HTTP API on {addr}: {e}"))?,
         ),
     };
-    let (node, renewals) = node::Node::start(config, env, log_store).await?;
+    if log_stores.len() != config.groups as usize {
+        return Err(anyhow::anyhow!(
+            "{} log stores for {} groups",
+            log_stores.len(),
+            config.groups
+        ));
+    }
+    // The groups' networks dial each member once, on one shared channel.
+    let env = if config.groups > 1 {
+        NodeEnv {
+            connector: Arc::new(peer::SharedChannels::new(env.connector.clone())),
+            ..env
+        }
+    } else {
+        env
+    };
+    let member = node::MemberShared::new();
+    let mut nodes = Vec::with_capacity(log_stores.len());
+    let mut renewals = Vec::with_capacity(log_stores.len());
+    for (group, log_store) in (0u32..).zip(log_stores) {
+        match node::Node::start(
+            config.for_group(group),
+            group,
+            env.clone(),
+            log_store,
+            &member,
+        )
+        .await
+        {
+            Ok((node, renew)) => {
+                nodes.push(node);
+                renewals.push(renew);
+            }
+            Err(e) => {
+                // The groups started before this one stop with the refused start.
+                for node in &nodes {
+                    let _ = node.raft.shutdown().await;
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    let groups = groups::Groups::new(nodes);
+    let node = groups.first().clone();
     tracing::info!(
         id = node.id,
         cluster = %node.cluster,
+        groups = groups.count(),
         addr = %node.config.listen,
         peer_addr = %node.config.peer_listen.unwrap_or(node.config.listen),
         data_dir = %node.config.data_dir.display(),
         "latchkey node serving"
     );
-    let duties = tokio::spawn(node.clone().lease_duties(renewals));
-    let membership = tokio::spawn(node.clone().follow_membership());
+    let mut tasks = Vec::new();
+    for (n, renewals) in groups.all().iter().zip(renewals) {
+        tasks.push(tokio::spawn(n.clone().lease_duties(renewals)));
+        tasks.push(tokio::spawn(n.clone().follow_membership()));
+    }
     let (health, health_service) = tonic_health::server::health_reporter();
-    let health_task = tokio::spawn(report_health(node.clone(), health));
+    let health_task = tokio::spawn(report_health(groups.clone(), health));
     let metrics = metrics_listener.map(|listener| {
         let stop = node.shutdown.clone();
         let status_of = node.clone();
@@ -559,14 +649,22 @@ where
         ))
     });
 
-    let locks = LocksServer::new(service::LocksService::new(node.clone()))
+    let locks = LocksServer::new(service::LocksService::new(groups.clone()))
         .max_decoding_message_size(limits::CLIENT_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::CLIENT_MESSAGE_BYTES_MAX);
-    let peer = RaftPeerServer::new(peer::PeerService::new(
-        node.raft.clone(),
-        node.peer_auth.clone(),
-        node.config.table_bytes_max,
-        node.shutdown.clone(),
+    let peer = RaftPeerServer::new(peer::PeerRouter::new(
+        groups
+            .all()
+            .iter()
+            .map(|n| {
+                peer::PeerService::new(
+                    n.raft.clone(),
+                    n.peer_auth.clone(),
+                    n.config.table_bytes_max,
+                    n.shutdown.clone(),
+                )
+            })
+            .collect(),
     ))
     .max_decoding_message_size(limits::PEER_MESSAGE_BYTES_MAX)
     .max_encoding_message_size(limits::PEER_MESSAGE_BYTES_MAX);
@@ -574,20 +672,25 @@ where
     // for good) can only refuse every call. Rather than linger as a process that answers
     // "shutting down", which no supervisor can tell from a working one, it stops serving and
     // `run_with` returns an error, so the process exits and is restarted; what it acknowledged
-    // is on disk (issue #14).
-    let core_stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut core_metrics = node.raft.server_metrics();
+    // is on disk (issue #14). One group's core stopping stops the member.
+    let core_stopped: Arc<std::sync::Mutex<Option<u32>>> = Default::default();
+    let cores_running = futures::future::select_all(groups.all().iter().map(|n| {
+        let mut core_metrics = n.raft.server_metrics();
+        let group = n.shape.group;
+        Box::pin(async move {
+            use openraft::async_runtime::WatchReceiver;
+            while core_metrics.changed().await.is_ok() {}
+            group
+        })
+    }));
     let stop = node.shutdown.clone();
     let stop_serving = {
         let core_stopped = core_stopped.clone();
         async move {
             tokio::select! {
                 () = shutdown => {}
-                () = async {
-                    use openraft::async_runtime::WatchReceiver;
-                    while core_metrics.changed().await.is_ok() {}
-                } => {
-                    core_stopped.store(true, std::sync::atomic::Ordering::Relaxed);
+                (group, _, _) = cores_running => {
+                    *core_stopped.lock().expect("core_stopped lock") = Some(group);
                 }
                 // A server that ended on its own (its listener failed) ends the other too.
                 () = stop.cancelled() => {}
@@ -648,8 +751,9 @@ where
     let served = served.and(peers_served);
 
     node.shutdown.cancel();
-    let _ = duties.await;
-    let _ = membership.await;
+    for task in tasks {
+        let _ = task.await;
+    }
     let _ = health_task.await;
     if let Some(m) = metrics {
         let _ = m.await;
@@ -659,22 +763,38 @@ where
             tracing::warn!("HTTP API: {e}");
         }
     }
-    if core_stopped.load(std::sync::atomic::Ordering::Relaxed) {
+    let stopped = *core_stopped.lock().expect("core_stopped lock");
+    if let Some(group) = stopped {
         use openraft::async_runtime::WatchReceiver;
-        let why = match &node.raft.metrics().borrow_watched().running_state {
+        let why = match &groups.all()[group as usize]
+            .raft
+            .metrics()
+            .borrow_watched()
+            .running_state
+        {
             Err(fatal) => fatal.to_string(),
             Ok(()) => "no error reported".to_owned(),
         };
+        let which = if groups.count() > 1 {
+            format!(" of group {group}")
+        } else {
+            String::new()
+        };
         tracing::error!(
-            "the Raft core stopped ({why}); exiting so that this member can be restarted"
+            "the Raft core{which} stopped ({why}); exiting so that this member can be restarted"
         );
+        for n in groups.all() {
+            let _ = n.raft.shutdown().await;
+        }
         return Err(anyhow::anyhow!(
-            "the Raft core stopped: {why} (acknowledged entries are on disk; restart the member \
-             once the cause, e.g. a full disk, is fixed)"
+            "the Raft core{which} stopped: {why} (acknowledged entries are on disk; restart the \
+             member once the cause, e.g. a full disk, is fixed)"
         ));
     }
-    if let Err(e) = node.raft.shutdown().await {
-        tracing::warn!("raft shutdown: {e}");
+    for n in groups.all() {
+        if let Err(e) = n.raft.shutdown().await {
+            tracing::warn!(group = n.shape.group, "raft shutdown: {e}");
+        }
     }
     tracing::info!("latchkey node stopped");
     served.map_err(Into::into)
@@ -685,14 +805,18 @@ where
 /// when this member can serve, NOT_SERVING otherwise and once it shuts down. Checked every
 /// `limits::HEALTH_REPORT_INTERVAL_MS` (readiness also changes with the apply lag, which no
 /// event announces cheaply).
-async fn report_health(node: Arc<node::Node>, health: tonic_health::server::HealthReporter) {
+async fn report_health(groups: Arc<groups::Groups>, health: tonic_health::server::HealthReporter) {
     use tonic_health::ServingStatus;
     let locks = <LocksServer<service::LocksService> as tonic::server::NamedService>::NAME;
+    let node = groups.first().clone();
     let mut last = None;
     loop {
-        let status = match node.status().readiness() {
-            Ok(()) => ServingStatus::Serving,
-            Err(_) => ServingStatus::NotServing,
+        // Serving once every group is ready.
+        let ready = groups.all().iter().all(|n| n.status().readiness().is_ok());
+        let status = if ready {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
         };
         if last != Some(status) {
             health.set_service_status("", status).await;

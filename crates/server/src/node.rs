@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use latchkey_core::{limits, Op, Outcome, SessionId};
+use latchkey_core::{limits, GroupShape, Op, Outcome, SessionId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
@@ -70,6 +70,9 @@ struct DirRecord {
     member: Option<u64>,
     /// The dir was started with `--join`: it waits to be added and never founds a cluster.
     joined: bool,
+    /// The cluster's Raft groups (`--groups`, issue #16), fixed when it is founded; 1 in a dir
+    /// from before groups, which does not record it.
+    groups: u32,
 }
 
 impl DirRecord {
@@ -81,6 +84,9 @@ impl DirRecord {
         if self.joined {
             text.push_str("joined=true\n");
         }
+        if self.groups != 1 {
+            text.push_str(&format!("groups={}\n", self.groups));
+        }
         text
     }
 
@@ -88,6 +94,7 @@ impl DirRecord {
         let mut cluster = None;
         let mut member = None;
         let mut joined = false;
+        let mut groups = 1;
         for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
             match line.split_once('=') {
                 Some(("cluster", v)) => cluster = Some(ClusterId::parse(v)?),
@@ -95,6 +102,13 @@ impl DirRecord {
                     member = Some(v.parse().map_err(|_| format!("bad member id {v:?}"))?)
                 }
                 Some(("joined", v)) => joined = v == "true",
+                Some(("groups", v)) => {
+                    groups = v
+                        .parse()
+                        .ok()
+                        .filter(|g| latchkey_core::groups::check_groups(*g).is_ok())
+                        .ok_or_else(|| format!("bad group count {v:?}"))?
+                }
                 _ => return Err(format!("unexpected line {line:?}")),
             }
         }
@@ -102,6 +116,7 @@ impl DirRecord {
             cluster: cluster.ok_or("no cluster id")?,
             member,
             joined,
+            groups,
         })
     }
 
@@ -119,6 +134,7 @@ impl DirRecord {
             cluster: ClusterId::founded_by(&members),
             member: None,
             joined: false,
+            groups: 1,
         })
     }
 }
@@ -160,12 +176,32 @@ pub(crate) fn founder_record(id: u64, members: &BTreeMap<u64, String>) -> String
         cluster: ClusterId::founded_by(members),
         member: Some(id),
         joined: false,
+        groups: 1,
     }
     .encode()
 }
 
+/// What the groups of one member share: its metrics, and the token that ends its serving.
+#[derive(Clone)]
+pub struct MemberShared {
+    pub metrics: Arc<Metrics>,
+    /// Cancelled when the member begins to shut down; every group's long-polls end on it.
+    pub shutdown: CancellationToken,
+}
+
+impl MemberShared {
+    pub fn new() -> MemberShared {
+        MemberShared {
+            metrics: Arc::new(Metrics::new()),
+            shutdown: CancellationToken::new(),
+        }
+    }
+}
+
 pub struct Node {
     pub id: u64,
+    /// Which Raft group of the cluster this is (issue #16): a member runs one `Node` per group.
+    pub shape: GroupShape,
     pub raft: Raft,
     pub state: StateHandle,
     pub clock: SharedClock,
@@ -217,6 +253,16 @@ pub enum StartError {
         recorded: u64,
         given: u64,
     },
+    #[error(
+        "data dir {dir} belongs to a cluster of {recorded} Raft groups, but this node was started \
+         with --groups {given}; refusing to start (a cluster's group count is fixed when it is \
+         founded)"
+    )]
+    GroupsMismatch {
+        dir: String,
+        recorded: u32,
+        given: u32,
+    },
     #[error("data dir {dir}: unreadable cluster record: {why}")]
     BadRecord { dir: String, why: String },
     #[error("raft: {0}")]
@@ -236,6 +282,13 @@ fn check_record(dir: &Path, recorded: &DirRecord, config: &ServerConfig) -> Resu
                 given,
             });
         }
+    }
+    if recorded.groups != config.groups {
+        return Err(StartError::GroupsMismatch {
+            dir: dir.display().to_string(),
+            recorded: recorded.groups,
+            given: config.groups,
+        });
     }
     match recorded.member {
         Some(member) if member != config.id => Err(StartError::MemberMismatch {
@@ -304,11 +357,18 @@ impl Node {
         open_log_dir(dir).map_err(|e| StartError::LogStore(e.to_string()))
     }
 
+    /// Starts group `group` of this member (`config` is [`ServerConfig::for_group`]'s), with
+    /// the metrics and shutdown its groups share.
     pub async fn start<LS: NodeLogStore>(
         config: ServerConfig,
+        group: u32,
         env: NodeEnv,
         log_store: LS,
+        member: &MemberShared,
     ) -> Result<(Arc<Node>, mpsc::Receiver<RenewRequest>), StartError> {
+        let shape = GroupShape::new(group, config.groups).ok_or_else(|| {
+            StartError::Raft(format!("group {group} of {} groups", config.groups))
+        })?;
         let clock = env.clock.clone();
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir).map_err(data_dir_error(&dir))?;
@@ -348,6 +408,7 @@ impl Node {
                     .unwrap_or_else(|| ClusterId::founded_by(&config.members())),
                 member: Some(config.id),
                 joined: config.join.is_some(),
+                groups: config.groups,
             },
         };
         // Founding: a dir that was never started with --join initializes Raft with the flags'
@@ -364,7 +425,7 @@ impl Node {
 
         let leases = Arc::new(Mutex::new(Leases::new(config.plant)));
         let waiters = Arc::new(Waiters::default());
-        let metrics = Arc::new(Metrics::new());
+        let metrics = member.metrics.clone();
         let fsync_seconds = metrics.fsync_seconds.clone();
         log_store.observe_commits(Box::new(move |took| {
             fsync_seconds.observe(took.as_secs_f64())
@@ -382,6 +443,7 @@ impl Node {
         let sm = LockStateMachine::open(&dir.join(SNAPSHOT_DIR), observer)
             .map_err(|e| StartError::StateMachine(e.to_string()))?;
         sm.set_table_bytes_max(config.table_bytes_max);
+        sm.set_group_shape(shape);
         let state = sm.handle();
         // Events before the table this member starts from (its snapshot) were never seen here.
         watch.started_at(state.applied_index());
@@ -409,7 +471,8 @@ impl Node {
                     .tls
                     .as_ref()
                     .is_some_and(|tls| tls.requires_client_certs()),
-            ),
+            )
+            .with_group(shape),
         );
         let peer_book = AddressBook::default();
         let raft_config = Arc::new(
@@ -458,13 +521,14 @@ impl Node {
         let (renew_tx, renew_rx) = mpsc::channel(limits::RENEW_QUEUE_CAPACITY);
         let node = Arc::new(Node {
             id: config.id,
+            shape,
             raft,
             state,
             clock,
             entropy: env.entropy.clone(),
             leases,
             waiters,
-            shutdown: CancellationToken::new(),
+            shutdown: member.shutdown.clone(),
             config,
             renewals: renew_tx,
             metrics,
@@ -830,8 +894,21 @@ mod tests {
             cluster: ClusterId::founded_by(&founders),
             member: Some(2),
             joined: true,
+            groups: 1,
         };
         assert_eq!(DirRecord::decode(&record.encode()), Ok(record.clone()));
+        // A dir of a sharded cluster records its group count; one without the line has one.
+        let sharded = DirRecord {
+            groups: 8,
+            ..record.clone()
+        };
+        assert!(sharded.encode().contains("groups=8\n"));
+        assert_eq!(DirRecord::decode(&sharded.encode()), Ok(sharded));
+        assert!(!record.encode().contains("groups"));
+        for bad in ["0", "65", "x"] {
+            let text = format!("cluster={}\ngroups={bad}\n", record.cluster);
+            assert!(DirRecord::decode(&text).is_err(), "{text}");
+        }
         // A data dir of a release before membership changes recorded `1=h:1,2=h:2`: it keeps
         // the cluster (and so the peer fingerprint) it had.
         let old = DirRecord::from_old_members("1=h:1,2=h:2").unwrap();

@@ -484,6 +484,68 @@ fn bad(e: String) -> Status {
     Status::invalid_argument(e)
 }
 
+/// The peer service of a member of several Raft groups (issue #16): one [`PeerService`] per
+/// group, each request handed to the one its `GROUP_HEADER` names (group 0 without one, as
+/// every request of a one-group cluster). The header only routes: each group's service checks
+/// the fingerprint of its own group.
+#[derive(Clone)]
+pub struct PeerRouter {
+    groups: Arc<[PeerService]>,
+}
+
+impl PeerRouter {
+    pub fn new(groups: Vec<PeerService>) -> PeerRouter {
+        assert!(!groups.is_empty(), "a member runs at least one group");
+        PeerRouter {
+            groups: groups.into(),
+        }
+    }
+
+    fn group<T>(&self, request: &Request<T>) -> Result<&PeerService, Status> {
+        let group = crate::peer_auth::group_of_request(request.metadata())
+            .map_err(Status::invalid_argument)?;
+        self.groups.get(group as usize).ok_or_else(|| {
+            Status::permission_denied(format!(
+                "no Raft group {group} here: this member runs {} (another --groups?)",
+                self.groups.len()
+            ))
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl pb::raft_peer_server::RaftPeer for PeerRouter {
+    async fn vote(
+        &self,
+        request: Request<pb::PeerMessage>,
+    ) -> Result<Response<pb::PeerMessage>, Status> {
+        pb::raft_peer_server::RaftPeer::vote(self.group(&request)?, request).await
+    }
+
+    async fn append(
+        &self,
+        request: Request<pb::PeerMessage>,
+    ) -> Result<Response<pb::PeerMessage>, Status> {
+        pb::raft_peer_server::RaftPeer::append(self.group(&request)?, request).await
+    }
+
+    type AppendStreamStream = BoxStream<'static, Result<pb::PeerMessage, Status>>;
+
+    async fn append_stream(
+        &self,
+        request: Request<tonic::Streaming<pb::PeerChunk>>,
+    ) -> Result<Response<Self::AppendStreamStream>, Status> {
+        pb::raft_peer_server::RaftPeer::append_stream(self.group(&request)?, request).await
+    }
+
+    async fn snapshot(
+        &self,
+        request: Request<tonic::Streaming<pb::PeerChunk>>,
+    ) -> Result<Response<pb::PeerMessage>, Status> {
+        pb::raft_peer_server::RaftPeer::snapshot(self.group(&request)?, request).await
+    }
+}
+
 #[tonic::async_trait]
 impl pb::raft_peer_server::RaftPeer for PeerService {
     async fn vote(
@@ -693,6 +755,39 @@ pub trait PeerConnector: Send + Sync + 'static {
 }
 
 pub type SharedPeerConnector = Arc<dyn PeerConnector>;
+
+/// One channel per member address, shared by the networks of every Raft group of a member
+/// (issue #16): the groups' heartbeats, appends and votes to a member travel on one HTTP/2
+/// connection instead of one per group. At most `limits::PEER_SHARED_CHANNELS_MAX` addresses
+/// are kept (members that moved leave stale ones); past it the cache starts over.
+pub struct SharedChannels {
+    dial: SharedPeerConnector,
+    channels: std::sync::Mutex<BTreeMap<String, Channel>>,
+}
+
+impl SharedChannels {
+    pub fn new(dial: SharedPeerConnector) -> SharedChannels {
+        SharedChannels {
+            dial,
+            channels: Default::default(),
+        }
+    }
+}
+
+impl PeerConnector for SharedChannels {
+    fn channel(&self, addr: &str) -> Result<Channel, String> {
+        let mut channels = self.channels.lock().expect("channels lock");
+        if let Some(c) = channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let c = self.dial.channel(addr)?;
+        if channels.len() >= limits::PEER_SHARED_CHANNELS_MAX {
+            channels.clear();
+        }
+        channels.insert(addr.to_owned(), c.clone());
+        Ok(c)
+    }
+}
 
 /// Dials peers over TCP, lazily: a member that is down costs nothing until it is needed.
 #[derive(Debug, Clone, Copy, Default)]

@@ -30,6 +30,10 @@ pub const FROM_HEADER: &str = "latchkey-peer-from";
 pub const CLUSTER_HEADER: &str = "latchkey-peer-cluster";
 /// HMAC-SHA256 of the message under the cluster secret, hex; only with a secret.
 pub const MAC_HEADER: &str = "latchkey-peer-mac";
+/// The Raft group a message is for, in a cluster of more than one (issue #16); absent means
+/// group 0. Routing only: the group is also in the fingerprint (`PeerAuth::with_group`), so a
+/// message given another group's header is refused by that group as another cluster's.
+pub const GROUP_HEADER: &str = "latchkey-peer-group";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -156,6 +160,18 @@ impl std::fmt::Display for ClusterId {
     }
 }
 
+/// The group a peer request is for (`GROUP_HEADER`; group 0 without one), or why not.
+pub fn group_of_request(meta: &MetadataMap) -> Result<u32, String> {
+    match meta.get(GROUP_HEADER) {
+        None => Ok(0),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("bad `{GROUP_HEADER}` {v:?}")),
+    }
+}
+
 /// A member's credentials on the peer protocol: its id, its cluster's id, its secret if it
 /// has one.
 #[derive(Clone)]
@@ -167,6 +183,8 @@ pub struct PeerAuth {
     /// whose client certificate names that member (`member-ID`), so that a client holding a
     /// certificate from the same CA cannot speak for a member.
     member_certificates: bool,
+    /// The group this member's messages are for, in a cluster of more than one group.
+    group: Option<u32>,
 }
 
 impl std::fmt::Debug for PeerAuth {
@@ -208,7 +226,26 @@ impl PeerAuth {
             fingerprint: hex(&h.finalize()[..limits::PEER_FINGERPRINT_BYTES]),
             secret: secret.map(|s| s.0),
             member_certificates: false,
+            group: None,
         }
+    }
+
+    /// This member's credentials in one Raft group of a cluster of several (issue #16): its
+    /// messages name the group (`GROUP_HEADER`) and carry a fingerprint of the group and the
+    /// group count besides the cluster, so the groups of one cluster, which have the same
+    /// members, never take each other's messages (and members started with another
+    /// `--groups` refuse each other). One group keeps the cluster's fingerprint as before.
+    pub fn with_group(mut self, shape: latchkey_core::GroupShape) -> PeerAuth {
+        if shape.groups > 1 {
+            let mut h = Sha256::new();
+            h.update(b"latchkey-group-v1");
+            h.update(self.fingerprint.as_bytes());
+            h.update(shape.group.to_le_bytes());
+            h.update(shape.groups.to_le_bytes());
+            self.fingerprint = hex(&h.finalize()[..limits::PEER_FINGERPRINT_BYTES]);
+            self.group = Some(shape.group);
+        }
+        self
     }
 
     /// Requires every peer message to come with a client certificate that names its sender
@@ -286,6 +323,9 @@ impl PeerAuth {
     /// Stamps a request this member sends to member `to`.
     pub fn sign(&self, meta: &mut MetadataMap, method: PeerMethod, to: u64, payload: &[u8]) {
         meta.insert(FROM_HEADER, MetadataValue::from(self.me));
+        if let Some(group) = self.group {
+            meta.insert(GROUP_HEADER, MetadataValue::from(group));
+        }
         meta.insert(
             CLUSTER_HEADER,
             self.fingerprint.parse().expect("hex is ASCII"),

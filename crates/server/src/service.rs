@@ -11,17 +11,32 @@ use tonic::{Request, Response, Status};
 
 use crate::acl::{Identity, Need, Permission};
 use crate::error::ApiError;
+use crate::groups::Groups;
 use crate::node::Node;
 use crate::ops::{Acquired, Credentials, Held, LockView, NodeStatus};
 use crate::watch::WatchOut;
 
 pub struct LocksService {
-    node: Arc<Node>,
+    groups: Arc<Groups>,
 }
 
 impl LocksService {
-    pub fn new(node: Arc<Node>) -> LocksService {
-        LocksService { node }
+    pub fn new(groups: Arc<Groups>) -> LocksService {
+        LocksService { groups }
+    }
+
+    /// Group 0's node: the member's settings and metrics, which its groups share.
+    fn node(&self) -> &Arc<Node> {
+        self.groups.first()
+    }
+
+    /// The group a call without a lock name names (`CreateSession`, `List`): one cluster of
+    /// one group needs none; a cluster of several requires it.
+    fn named_group(&self, group: Option<u32>, what: &'static str) -> Result<&Arc<Node>, Status> {
+        match group {
+            Some(g) => self.groups.get(g).map_err(Status::from),
+            None => self.groups.single(what).map_err(Status::from),
+        }
     }
 
     /// Checks the call with [`Node::authorize`], the one access check of both APIs, with the
@@ -33,7 +48,12 @@ impl LocksService {
         need: Need<'_>,
         sessions: &[SessionId],
     ) -> Result<Option<Arc<Identity>>, ApiError> {
-        if self.node.config.acl.is_none() {
+        // Whose the sessions are is in their group's table.
+        let node = match sessions.first() {
+            Some(id) => self.groups.of_session(*id),
+            None => self.node(),
+        };
+        if node.config.acl.is_none() {
             // No credentials to read: the common case costs nothing.
             return Ok(None);
         }
@@ -45,7 +65,7 @@ impl LocksService {
                 .map(|v| v.as_bytes()),
             certs: certs.as_deref().map(Vec::as_slice),
         };
-        self.node.authorize(credentials, need, sessions)
+        node.authorize(credentials, need, sessions)
     }
 }
 
@@ -204,6 +224,25 @@ fn members_pb(members: Vec<(u64, String)>) -> Vec<pb::Member> {
         .collect()
 }
 
+/// The status of `node`'s group from an error of it: the error names the group, so that a
+/// client takes its leader hint for that group only.
+fn in_group(node: &Node) -> impl FnOnce(ApiError) -> Status + '_ {
+    move |e| e.in_group(node.shape.group, node.shape.groups)
+}
+
+fn group_status(group: u32, s: NodeStatus) -> pb::GroupStatus {
+    pb::GroupStatus {
+        group,
+        role: s.role.as_str().to_owned(),
+        term: s.term,
+        last_log_index: s.last_log_index,
+        applied_index: s.applied_index,
+        leader_id: s.leader_id.unwrap_or(0),
+        sessions: s.sessions,
+        locks: s.locks,
+    }
+}
+
 fn status_response(s: NodeStatus) -> pb::NodeStatusResponse {
     pb::NodeStatusResponse {
         id: s.id,
@@ -217,6 +256,8 @@ fn status_response(s: NodeStatus) -> pb::NodeStatusResponse {
         locks: s.locks,
         cluster_id: s.cluster_id,
         learners: members_pb(s.learners),
+        groups: 1,
+        group_status: Vec::new(),
     }
 }
 
@@ -226,13 +267,14 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
-        self.node.metrics.request("create_session");
+        self.node().metrics.request("create_session");
         let who = self.authorize(&request, Need::Anywhere(Permission::Lock), &[])?;
         let req = request.into_inner();
-        let created = self
-            .node
+        let node = self.named_group(req.group, "CreateSession without a group")?;
+        let created = node
             .create_session(req.ttl_ms, who.as_deref(), req.owner.map(owner_domain))
-            .await?;
+            .await
+            .map_err(in_group(node))?;
         Ok(Response::new(pb::CreateSessionResponse {
             session: Some(pb::Session {
                 id: created.key.id.0,
@@ -246,20 +288,47 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::KeepAliveRequest>,
     ) -> Result<Response<pb::KeepAliveResponse>, Status> {
-        self.node.metrics.request("keep_alive");
+        self.node().metrics.request("keep_alive");
         let ids: Vec<SessionId> = request
             .get_ref()
             .sessions
             .iter()
             .map(|s| SessionId(s.id))
             .collect();
-        self.authorize(&request, Need::Anywhere(Permission::Lock), &ids)?;
+        // Each group's sessions are renewed by that group's leader: a client sends one request
+        // per member, with the sessions of every group that member leads (issue #16).
+        let groups = self.groups.count();
+        let mut by_group: std::collections::BTreeMap<u32, Vec<SessionId>> = Default::default();
+        for id in &ids {
+            by_group
+                .entry(latchkey_core::group_of_session(*id, groups))
+                .or_default()
+                .push(*id);
+        }
+        for ids in by_group.values() {
+            self.authorize(&request, Need::Anywhere(Permission::Lock), ids)?;
+        }
+        if by_group.is_empty() {
+            self.authorize(&request, Need::Anywhere(Permission::Lock), &[])?;
+        }
         let keys: Vec<SessionKey> = request.into_inner().sessions.into_iter().map(key).collect();
-        let leases = self
-            .node
-            .keep_alive(&keys)
-            .await?
-            .into_iter()
+        let renewals = by_group.keys().map(|&g| {
+            let node = &self.groups.all()[g as usize];
+            let keys: Vec<SessionKey> = keys
+                .iter()
+                .filter(|k| latchkey_core::group_of_session(k.id, groups) == g)
+                .copied()
+                .collect();
+            async move { node.keep_alive(&keys).await.map_err(in_group(node)) }
+        });
+        let mut renewed: std::collections::HashMap<SessionId, crate::ops::SessionLease> =
+            Default::default();
+        for answers in futures::future::join_all(renewals).await {
+            renewed.extend(answers?.into_iter().map(|l| (l.id, l)));
+        }
+        let leases = keys
+            .iter()
+            .filter_map(|k| renewed.get(&k.id).cloned())
             .map(|l| pb::SessionLease {
                 id: l.id.0,
                 alive: l.alive,
@@ -275,11 +344,12 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
-        self.node.metrics.request("close_session");
+        self.node().metrics.request("close_session");
         let ids = session_ids(&request.get_ref().session);
         self.authorize(&request, Need::Anywhere(Permission::Lock), &ids)?;
         let session = session_key(request.into_inner().session)?;
-        self.node.close_session(session).await?;
+        let node = self.groups.of_session(session.id);
+        node.close_session(session).await.map_err(in_group(node))?;
         Ok(Response::new(pb::CloseSessionResponse {}))
     }
 
@@ -287,7 +357,7 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
-        self.node.metrics.request("acquire");
+        self.node().metrics.request("acquire");
         let ids = session_ids(&request.get_ref().session);
         let who = self.authorize(
             &request,
@@ -296,8 +366,8 @@ impl pb::locks_server::Locks for LocksService {
         )?;
         let req = request.into_inner();
         let session = session_key(req.session)?;
-        let acquired = self
-            .node
+        let node = self.groups.of_lock_in(&req.name, session.id)?;
+        let acquired = node
             .acquire(
                 session,
                 req.seq,
@@ -305,7 +375,8 @@ impl pb::locks_server::Locks for LocksService {
                 req.wait_timeout_ms,
                 who.as_deref(),
             )
-            .await?;
+            .await
+            .map_err(in_group(node))?;
         Ok(Response::new(acquire_response(acquired, &req.name)))
     }
 
@@ -313,7 +384,7 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        self.node.metrics.request("release");
+        self.node().metrics.request("release");
         let ids = session_ids(&request.get_ref().session);
         self.authorize(
             &request,
@@ -322,10 +393,11 @@ impl pb::locks_server::Locks for LocksService {
         )?;
         let req = request.into_inner();
         let session = session_key(req.session)?;
-        let released = self
-            .node
+        let node = self.groups.of_lock_in(&req.name, session.id)?;
+        let released = node
             .release(session, req.seq, req.name, req.token)
-            .await?;
+            .await
+            .map_err(in_group(node))?;
         Ok(Response::new(pb::ReleaseResponse { released }))
     }
 
@@ -333,13 +405,15 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::DescribeRequest>,
     ) -> Result<Response<pb::DescribeResponse>, Status> {
-        self.node.metrics.request("describe");
+        self.node().metrics.request("describe");
         self.authorize(
             &request,
             Need::Lock(&request.get_ref().name, Permission::Read),
             &[],
         )?;
-        let lock = self.node.describe(&request.into_inner().name).await?;
+        let name = request.into_inner().name;
+        let node = self.groups.of_lock(&name);
+        let lock = node.describe(&name).await.map_err(in_group(node))?;
         Ok(Response::new(pb::DescribeResponse {
             lock: Some(lock_info(lock)),
         }))
@@ -349,14 +423,18 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
-        self.node.metrics.request("list");
+        self.node().metrics.request("list");
         self.authorize(
             &request,
             Need::Prefix(&request.get_ref().prefix, Permission::Read),
             &[],
         )?;
         let req = request.into_inner();
-        let (locks, truncated) = self.node.list(&req.prefix, req.limit as usize).await?;
+        let node = self.named_group(req.group, "List without a group")?;
+        let (locks, truncated) = node
+            .list(&req.prefix, req.limit as usize)
+            .await
+            .map_err(in_group(node))?;
         Ok(Response::new(pb::ListResponse {
             locks: locks.into_iter().map(lock_info).collect(),
             truncated,
@@ -367,16 +445,24 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::NodeStatusRequest>,
     ) -> Result<Response<pb::NodeStatusResponse>, Status> {
-        self.node.metrics.request("node_status");
+        self.node().metrics.request("node_status");
         self.authorize(&request, Need::Anywhere(Permission::Read), &[])?;
-        Ok(Response::new(status_response(self.node.status())))
+        let mut status = status_response(self.node().status());
+        status.groups = self.groups.count();
+        status.group_status = self
+            .groups
+            .all()
+            .iter()
+            .map(|node| group_status(node.shape.group, node.status()))
+            .collect();
+        Ok(Response::new(status))
     }
 
     async fn admin_release(
         &self,
         request: Request<pb::AdminReleaseRequest>,
     ) -> Result<Response<pb::AdminReleaseResponse>, Status> {
-        self.node.metrics.request("admin_release");
+        self.node().metrics.request("admin_release");
         let who = self.authorize(
             &request,
             Need::Lock(&request.get_ref().name, Permission::Admin),
@@ -387,10 +473,11 @@ impl pb::locks_server::Locks for LocksService {
             identity: who.map(|w| w.name.clone()),
             claimed: req.operator,
         };
-        let (session, token) = self
-            .node
+        let node = self.groups.of_lock(&req.name);
+        let (session, token) = node
             .force_release(req.name, req.token, by, req.reason)
-            .await?;
+            .await
+            .map_err(in_group(node))?;
         Ok(Response::new(pb::AdminReleaseResponse {
             session: session.0,
             token,
@@ -401,7 +488,7 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::AdminRevokeRequest>,
     ) -> Result<Response<pb::AdminRevokeResponse>, Status> {
-        self.node.metrics.request("admin_revoke");
+        self.node().metrics.request("admin_revoke");
         // A session may hold locks anywhere: ending it needs admin on every lock.
         let who = self.authorize(&request, Need::Prefix("", Permission::Admin), &[])?;
         let req = request.into_inner();
@@ -409,10 +496,11 @@ impl pb::locks_server::Locks for LocksService {
             identity: who.map(|w| w.name.clone()),
             claimed: req.operator,
         };
-        let locks = self
-            .node
+        let node = self.groups.of_session(SessionId(req.session));
+        let locks = node
             .revoke_session(SessionId(req.session), by, req.reason)
-            .await?;
+            .await
+            .map_err(in_group(node))?;
         Ok(Response::new(pb::AdminRevokeResponse { locks }))
     }
 
@@ -424,10 +512,10 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::BackupRequest>,
     ) -> Result<Response<Self::BackupStream>, Status> {
-        self.node.metrics.request("backup");
+        self.node().metrics.request("backup");
         // The copy holds every lock and session: it needs admin on every lock.
         self.authorize(&request, Need::Prefix("", Permission::Admin), &[])?;
-        let image = self.node.backup().await?;
+        let image = self.groups.single("Backup")?.backup().await?;
         let header = pb::BackupHeader {
             applied_index: image.applied_index,
             members: image.members,
@@ -457,17 +545,17 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        self.node.metrics.request("watch");
+        self.node().metrics.request("watch");
         self.authorize(
             &request,
             Need::Prefix(&request.get_ref().prefix, Permission::Read),
             &[],
         )?;
         let req = request.into_inner();
-        let stream = self
-            .node
+        let node = self.groups.single("Watch")?;
+        let stream = node
             .watch
-            .watch(req.prefix, req.after_index, self.node.shutdown.clone())
+            .watch(req.prefix, req.after_index, node.shutdown.clone())
             .map_err(ApiError::from)?;
         Ok(Response::new(Box::pin(futures::StreamExt::map(
             stream,
@@ -479,10 +567,10 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::AuditRequest>,
     ) -> Result<Response<pb::AuditResponse>, Status> {
-        self.node.metrics.request("audit");
+        self.node().metrics.request("audit");
         // Records name locks anywhere: reading them needs read on every lock.
         self.authorize(&request, Need::Prefix("", Permission::Read), &[])?;
-        let records = self.node.audit().await?;
+        let records = self.groups.single("Audit")?.audit().await?;
         Ok(Response::new(pb::AuditResponse {
             records: records.into_iter().map(audit_record).collect(),
         }))
@@ -492,10 +580,14 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::AddMemberRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
-        self.node.metrics.request("add_member");
+        self.node().metrics.request("add_member");
         self.authorize(&request, MEMBERSHIP_NEED, &[])?;
         let req = request.into_inner();
-        let members = self.node.add_member(req.id, req.addr).await?;
+        let members = self
+            .groups
+            .single("AddMember")?
+            .add_member(req.id, req.addr)
+            .await?;
         Ok(Response::new(pb::MembersResponse {
             members: members_pb(members),
         }))
@@ -505,9 +597,13 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::RemoveMemberRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
-        self.node.metrics.request("remove_member");
+        self.node().metrics.request("remove_member");
         self.authorize(&request, MEMBERSHIP_NEED, &[])?;
-        let members = self.node.remove_member(request.into_inner().id).await?;
+        let members = self
+            .groups
+            .single("RemoveMember")?
+            .remove_member(request.into_inner().id)
+            .await?;
         Ok(Response::new(pb::MembersResponse {
             members: members_pb(members),
         }))
@@ -517,10 +613,14 @@ impl pb::locks_server::Locks for LocksService {
         &self,
         request: Request<pb::MoveMemberRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
-        self.node.metrics.request("move_member");
+        self.node().metrics.request("move_member");
         self.authorize(&request, MEMBERSHIP_NEED, &[])?;
         let req = request.into_inner();
-        let members = self.node.move_member(req.id, req.addr).await?;
+        let members = self
+            .groups
+            .single("MoveMember")?
+            .move_member(req.id, req.addr)
+            .await?;
         Ok(Response::new(pb::MembersResponse {
             members: members_pb(members),
         }))

@@ -212,6 +212,7 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         .list(pb::ListRequest {
             prefix: String::new(),
             limit: 0,
+            group: None,
         })
         .await
         .unwrap()

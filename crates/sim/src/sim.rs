@@ -250,7 +250,7 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
                 None,
                 server,
                 env,
-                store,
+                vec![store],
                 std::future::pending(),
             )
             .await
