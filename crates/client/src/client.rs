@@ -514,6 +514,11 @@ impl Client {
             .copied()
     }
 
+    /// The group count, if it was asked already.
+    pub(crate) fn known_groups(&self) -> Option<u32> {
+        self.inner.groups.get().copied()
+    }
+
     /// The options of a short call about the lock `name`: to its group's leader.
     async fn for_lock(&self, name: &str) -> Result<CallOpts, Error> {
         let groups = self.groups().await?;

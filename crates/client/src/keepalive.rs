@@ -73,8 +73,16 @@ pub(crate) async fn keep_alive(client: &Client, session: pb::Session, opts: Call
     if first {
         let client = client.clone();
         handle.spawn(async move {
-            // Let every renewal that is due now join before the batch is taken.
-            tokio::task::yield_now().await;
+            // Let every renewal that is due now join before the batch is taken. The group
+            // sessions of a cluster of several groups are due at the same instant (one
+            // schedule, `ClientLease::on_grid`) but wake on any worker thread within a timer
+            // tick: a scheduler turn does not gather them, a short wait does (issue #16).
+            match client.known_groups() {
+                Some(groups) if groups > 1 => {
+                    tokio::time::sleep(Duration::from_millis(limits::KEEPALIVE_GATHER_MS)).await
+                }
+                _ => tokio::task::yield_now().await,
+            }
             // Each full batch goes out on its own task: a batch must not wait behind another's
             // retries while its sessions' deadlines run. In a cluster of several Raft groups,
             // one request per member that leads any of the batch's groups (issue #16).

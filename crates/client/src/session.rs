@@ -65,6 +65,11 @@ pub(crate) struct ClientLease {
     acked_sent: Instant,
     /// After a failed renewal: when to try again (sooner than the regular schedule).
     retry_at: Option<Instant>,
+    /// The group sessions of one logical session renew on one schedule (issue #16): each
+    /// renewal falls on `grid + k * interval`, the first such instant at most an interval
+    /// after the last acknowledged send, so that all of them are due at the same instant and
+    /// travel in the same keepalive requests, however apart they were made.
+    grid: Option<Instant>,
 }
 
 impl ClientLease {
@@ -74,7 +79,14 @@ impl ClientLease {
             margin: safety_margin(ttl),
             acked_sent: sent,
             retry_at: None,
+            grid: None,
         }
+    }
+
+    /// This lease renewed on the schedule of the logical session that started at `grid`.
+    pub(crate) fn on_grid(mut self, grid: Instant) -> ClientLease {
+        self.grid = Some(grid);
+        self
     }
 
     /// After this instant the locks may be lost.
@@ -84,8 +96,25 @@ impl ClientLease {
 
     /// When to send the next renewal.
     pub(crate) fn next_renewal(&self) -> Instant {
-        self.retry_at
-            .unwrap_or(self.acked_sent + self.ttl / limits::CLIENT_RENEWAL_TTL_DIVISOR)
+        let interval = self.ttl / limits::CLIENT_RENEWAL_TTL_DIVISOR;
+        let regular = self.acked_sent + interval;
+        let regular = match self.grid {
+            // The last grid instant at or before the regular time: after the last send,
+            // and never later than the regular schedule.
+            Some(grid) if regular > grid && !interval.is_zero() => {
+                let since = (regular - grid).as_nanos();
+                let step = interval.as_nanos();
+                let back = since % step;
+                let aligned = regular - Duration::from_nanos(back as u64);
+                if aligned > self.acked_sent {
+                    aligned
+                } else {
+                    regular
+                }
+            }
+            _ => regular,
+        };
+        self.retry_at.unwrap_or(regular)
     }
 
     /// The server acknowledged a renewal sent at `sent`, granting `server_ttl`. An older
@@ -142,6 +171,8 @@ pub(crate) struct SessionShared {
     /// that a release, which may be what ends those waits, never queues behind them.
     /// Keepalives and the close carry no sequence number and take no permit.
     pub short_requests: Semaphore,
+    /// When the CreateSession that made it was sent.
+    created: Instant,
     /// Shared by every group session of one logical session: lost in one group, the session
     /// is lost everywhere, and every guard of it reports `lost()`.
     lost: Arc<watch::Sender<Option<String>>>,
@@ -358,6 +389,9 @@ pub struct Session {
 /// leads any of them).
 struct OtherGroups {
     groups: u32,
+    /// When group 0's session was made: every group session renews on its schedule
+    /// (`ClientLease::on_grid`).
+    grid: Instant,
     owner: Option<latchkey_core::SessionOwner>,
     /// By group: the session and its renewal (taken when the session ends).
     made: Mutex<std::collections::BTreeMap<u32, GroupSession>>,
@@ -376,6 +410,7 @@ async fn open(
     owner: Option<&latchkey_core::SessionOwner>,
     group: Option<u32>,
     lost: Arc<watch::Sender<Option<String>>>,
+    grid: Option<Instant>,
 ) -> Result<(Arc<SessionShared>, JoinHandle<()>), Error> {
     let opts = CallOpts {
         attempt_timeout: client.config().rpc_timeout,
@@ -411,6 +446,9 @@ async fn open(
     }
     let ttl = Duration::from_millis(ttl_ms);
     let mut lease = ClientLease::new(sent, ttl);
+    if let Some(grid) = grid.or(group.map(|_| sent)) {
+        lease = lease.on_grid(grid);
+    }
     lease.acknowledged(sent, Duration::from_millis(response.ttl_ms));
     let shared = Arc::new(SessionShared {
         client,
@@ -421,6 +459,7 @@ async fn open(
         ttl: lease.ttl,
         group: group.unwrap_or(0),
         in_groups: group.is_some(),
+        created: sent,
         window: Mutex::new(SeqWindow::new(1)),
         window_moved: Notify::new(),
         guarded: Mutex::new(HashSet::new()),
@@ -449,12 +488,14 @@ impl Session {
         let groups = client.groups().await?;
         let lost = Arc::new(watch::channel(None).0);
         let group = (groups > 1).then_some(0);
-        let (shared, renewal) = open(client, ttl_ms, owner.as_ref(), group, lost).await?;
+        let (shared, renewal) = open(client, ttl_ms, owner.as_ref(), group, lost, None).await?;
+        let grid = shared.created;
         Ok(Session {
             shared,
             renewal: Some(renewal),
             others: (groups > 1).then(|| OtherGroups {
                 groups,
+                grid,
                 owner,
                 made: Mutex::new(Default::default()),
                 making: tokio::sync::Mutex::new(()),
@@ -492,6 +533,7 @@ impl Session {
             others.owner.as_ref(),
             Some(group),
             self.shared.lost.clone(),
+            Some(others.grid),
         )
         .await?;
         others
@@ -880,6 +922,36 @@ mod tests {
         // A late acknowledgement of an older renewal never moves it back.
         lease.acknowledged(t0 + Duration::from_secs(1), ttl);
         assert_eq!(lease.deadline(), t0 + Duration::from_secs(17));
+    }
+
+    /// The group sessions of one logical session are made at different times (at the first
+    /// lock of each group) but renew at the same instants, so that their renewals share the
+    /// keepalive requests (issue #16).
+    #[test]
+    fn group_sessions_renew_on_one_grid() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(15);
+        let home = ClientLease::new(t0, ttl).on_grid(t0);
+        assert_eq!(home.next_renewal(), t0 + Duration::from_secs(5));
+        // Made 2.3 s later: renewed at the grid's 5 s, not at 7.3 s.
+        let mut late = ClientLease::new(t0 + 2300 * MS, ttl).on_grid(t0);
+        assert_eq!(late.next_renewal(), t0 + Duration::from_secs(5));
+        // Renewed a few ms after the grid instant: the next is the next grid instant.
+        late.acknowledged(t0 + Duration::from_secs(5) + 3 * MS, ttl);
+        assert_eq!(late.next_renewal(), t0 + Duration::from_secs(10));
+        // Made on a grid instant: a whole interval later.
+        let on = ClientLease::new(t0 + Duration::from_secs(5), ttl).on_grid(t0);
+        assert_eq!(on.next_renewal(), t0 + Duration::from_secs(10));
+        // Never later than the regular schedule, always after the last send, for any offset.
+        for offset_ms in [0u32, 1, 999, 2500, 4999, 5000, 5001, 12_345] {
+            let sent = t0 + offset_ms * MS;
+            let lease = ClientLease::new(sent, ttl).on_grid(t0);
+            let next = lease.next_renewal();
+            assert!(
+                next > sent && next <= sent + Duration::from_secs(5),
+                "{offset_ms}"
+            );
+        }
     }
 
     #[test]

@@ -670,3 +670,15 @@ pub const LOG_INDEX_MAX_WITH_GROUPS: u64 = u64::MAX / GROUPS_MAX as u64 - 1;
 /// one per member, and a few stale ones of members that moved. A cluster has at most tens of
 /// members; past this the cache starts over (a redial, not an error).
 pub const PEER_SHARED_CHANNELS_MAX: usize = 64;
+/// Election timeouts (`--election-timeout-max-ms` each) a member of a new cluster of several
+/// groups waits for a group's founder (`node::founder_of`) to make the group known before it
+/// initializes the group itself: long enough for the founder's first election and append to
+/// reach every member that is up, so that the leaders spread as planned; short enough that a
+/// group whose founder is down has a leader a few seconds after the others.
+pub const FOUNDING_WAIT_ELECTIONS: u64 = 4;
+/// How long (ms) a client's keepalive batch gathers in a cluster of several groups before it
+/// goes out (`client/src/keepalive.rs`): the group sessions of one logical session are due at
+/// the same instant but wake on any worker within a timer tick (1 ms), and one request per
+/// member needs them in one batch. A renewal is due a third of a TTL (at least a second)
+/// before its deadline, so 2 ms costs it nothing.
+pub const KEEPALIVE_GATHER_MS: u64 = 2;

@@ -619,6 +619,7 @@ where
     for (n, renewals) in groups.all().iter().zip(renewals) {
         tasks.push(tokio::spawn(n.clone().lease_duties(renewals)));
         tasks.push(tokio::spawn(n.clone().follow_membership()));
+        tasks.push(tokio::spawn(n.clone().found_later()));
     }
     let (health, health_service) = tonic_health::server::health_reporter();
     let health_task = tokio::spawn(report_health(groups.clone(), health));

@@ -224,6 +224,17 @@ pub struct Node {
     pub peer_book: AddressBook,
     /// This member's recent lock changes and its watch streams.
     pub watch: Arc<crate::watch::WatchHub>,
+    /// The founding member list, when another member founds this group first (see
+    /// [`Node::found_later`]).
+    found_later: Mutex<Option<BTreeMap<u64, BasicNode>>>,
+}
+
+/// The member that founds group `group` of a new cluster of `members`: the (group mod N)-th
+/// by id, so that N members lead about G/N groups each.
+pub(crate) fn founder_of(group: u32, members: &BTreeMap<u64, String>) -> u64 {
+    let ids: Vec<u64> = members.keys().copied().collect();
+    assert!(!ids.is_empty(), "a cluster has members");
+    ids[group as usize % ids.len()]
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -501,15 +512,25 @@ impl Node {
             .is_initialized()
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
+        let mut found_later = None;
         if founding && !initialized {
             let nodes: BTreeMap<u64, BasicNode> = members
                 .iter()
                 .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
                 .collect();
-            // Every member of a new cluster may call this with the same list; openraft lets
-            // only one initialization win and the others join its term.
-            if let Err(e) = raft.initialize(nodes).await {
-                tracing::info!("initialize: {e} (another member may have initialized first)");
+            // Leaders spread over the members (issue #16): group g of a cluster of several is
+            // initialized first by its founder, the (g mod N)-th member by id, which then
+            // campaigns alone (the others, with no membership yet, cannot) and so leads it.
+            // The others initialize it only if they have heard nothing of it a few election
+            // timeouts later (its founder is down), so that a group never waits for one member.
+            if config.groups == 1 || founder_of(shape.group, &members) == config.id {
+                // Every member of a new cluster may call this with the same list; openraft
+                // lets only one initialization win and the others join its term.
+                if let Err(e) = raft.initialize(nodes).await {
+                    tracing::info!("initialize: {e} (another member may have initialized first)");
+                }
+            } else {
+                found_later = Some(nodes);
             }
         } else if !initialized {
             tracing::info!(
@@ -537,8 +558,36 @@ impl Node {
             cluster: record.cluster,
             peer_book,
             watch,
+            found_later: Mutex::new(found_later),
         });
         Ok((node, renew_rx))
+    }
+
+    /// Initializes this group if its founder (`founder_of`) has not made it known here within
+    /// `limits::FOUNDING_WAIT_ELECTIONS` election timeouts: the founder is down, and the group
+    /// must not wait for it. Returns at once for a group this member founds, or one that is
+    /// not new.
+    pub async fn found_later(self: Arc<Node>) {
+        let Some(nodes) = self.found_later.lock().expect("found_later lock").take() else {
+            return;
+        };
+        let wait = Duration::from_millis(
+            self.config.election_timeout_max_ms * limits::FOUNDING_WAIT_ELECTIONS,
+        );
+        tokio::select! {
+            () = self.shutdown.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+        if self.raft.is_initialized().await.unwrap_or(true) {
+            return;
+        }
+        tracing::info!(
+            group = self.shape.group,
+            "the group's founder has not initialized it: initializing it here"
+        );
+        if let Err(e) = self.raft.initialize(nodes).await {
+            tracing::info!("initialize: {e} (another member may have initialized first)");
+        }
     }
 
     /// The leader's duties, for as long as the node runs, in one task so that their log

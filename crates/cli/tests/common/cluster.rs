@@ -69,6 +69,8 @@ pub struct Member {
     join: Option<String>,
     /// Where it serves the HTTP API (`--http-listen`), if the cluster was started with it.
     pub http_addr: Option<String>,
+    /// Where it serves `/metrics` (`--metrics-listen`), if the cluster was started with it.
+    pub metrics_addr: Option<String>,
 }
 
 pub struct Cluster {
@@ -179,6 +181,9 @@ impl Cluster {
                 http_addr: extra_args
                     .contains(&"--http-listen")
                     .then(|| format!("127.0.0.1:{}", free_port())),
+                metrics_addr: extra_args
+                    .contains(&"--metrics-listen")
+                    .then(|| format!("127.0.0.1:{}", free_port())),
             })
             .collect();
         let mut proxies = BTreeMap::new();
@@ -201,10 +206,11 @@ impl Cluster {
             members,
             proxies,
             timing,
-            // `--http-listen` alone stands for each member's own `--http-listen ADDR`.
+            // `--http-listen` (`--metrics-listen`) alone stands for each member's own
+            // `--http-listen ADDR` (`--metrics-listen ADDR`).
             extra_args: extra_args
                 .iter()
-                .filter(|a| **a != "--http-listen")
+                .filter(|a| **a != "--http-listen" && **a != "--metrics-listen")
                 .map(|a| a.to_string())
                 .collect(),
             founding,
@@ -316,6 +322,9 @@ impl Cluster {
         if let Some(http) = &self.member(id).http_addr {
             args.extend(["--http-listen".into(), http.into()]);
         }
+        if let Some(metrics) = &self.member(id).metrics_addr {
+            args.extend(["--metrics-listen".into(), metrics.into()]);
+        }
         let member = self.member_mut(id);
         let who = format!("node {id} on {}", member.addr);
         member.process.spawn(&who, args);
@@ -344,6 +353,7 @@ impl Cluster {
                 process: ServeProcess::new(self.dir.path().join(format!("node-{id}.log"))),
                 join: Some(cluster),
                 http_addr: None,
+                metrics_addr: None,
             });
         } else {
             assert!(id < next, "member ids are added in order");

@@ -1,0 +1,264 @@
+//! A cluster of several Raft groups (`serve --groups`, issue #16), on real `serve` processes:
+//! a paused group leader stalls only its own group, kill -9 of a member leading several groups
+//! moves each of them, tokens stay increasing per lock, one client holding locks in every group
+//! renews with at most one request per member per renewal interval, and the expiry of its
+//! session releases its locks in every group.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::cluster::{Cluster, Timing};
+use common::wait_until;
+use latchkey_client::Client;
+use serde_json::Value;
+
+/// Bound for anything that should take a few seconds (elections, catching up).
+const T: Duration = Duration::from_secs(20);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A lock name of each group of `groups`, by `latchkey_core::group_of`.
+fn names(groups: u32) -> Vec<String> {
+    (0..groups)
+        .map(|g| {
+            (0..)
+                .map(|i| format!("lock-{i}"))
+                .find(|n| latchkey_core::group_of(n, groups) == g)
+                .expect("some name hashes to every group")
+        })
+        .collect()
+}
+
+/// Each group's (leader, term), as `cluster status --json` reports it.
+fn group_leaders(cluster: &Cluster) -> Option<Vec<(Option<u64>, Option<u64>)>> {
+    let status = cluster.cluster_status()?;
+    Some(
+        status["groups"]
+            .as_array()?
+            .iter()
+            .map(|g: &Value| (g["leader"].as_u64(), g["term"].as_u64()))
+            .collect(),
+    )
+}
+
+/// Polls until every one of `groups` groups has a leader that is running and not in
+/// `except`; their (leader, term).
+fn wait_group_leaders(cluster: &Cluster, groups: usize, except: &[u64]) -> Vec<(u64, u64)> {
+    let mut found = Vec::new();
+    wait_until("every group has a leader", T, || {
+        let Some(leaders) = group_leaders(cluster) else {
+            return false;
+        };
+        found = leaders
+            .iter()
+            .filter_map(|(l, t)| Some(((*l)?, (*t)?)))
+            .filter(|(l, _)| !except.contains(l) && cluster.is_running(*l))
+            .collect();
+        leaders.len() == groups && found.len() == groups
+    });
+    found
+}
+
+/// Takes `name` with `latchkey lock` and answers the token COMMAND saw.
+fn token_of(cluster: &Cluster, name: &str) -> u64 {
+    let out = cluster.cli(&[
+        "lock",
+        name,
+        "--endpoints",
+        &cluster.endpoints(),
+        "--",
+        "sh",
+        "-c",
+        "echo $LATCHKEY_TOKEN",
+    ]);
+    assert!(out.status.success(), "lock {name}: {}", out.stderr);
+    out.stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("lock {name} printed {:?}", out.stdout))
+}
+
+/// Group g of a new cluster is led by its (g mod N)-th member: three members lead a cluster of
+/// three groups one each. Pausing the leader of group 1 stalls group 1 only: groups 0 and 2
+/// keep their leaders and terms (no election there) and grant at once, and group 1 grants
+/// again under a new leader.
+#[test]
+fn a_paused_group_leader_stalls_only_its_own_group() {
+    let cluster = Cluster::start_configured(3, Timing::default(), &["--groups", "3"]);
+    let before = wait_group_leaders(&cluster, 3, &[]);
+    let leaders: Vec<u64> = before.iter().map(|(l, _)| *l).collect();
+    assert_eq!(leaders, vec![1, 2, 3], "the founders lead one group each");
+    let names = names(3);
+    let first: Vec<u64> = names.iter().map(|n| token_of(&cluster, n)).collect();
+
+    cluster.pause(2);
+    let mut during = Vec::new();
+    for g in [0, 2] {
+        let token = token_of(&cluster, &names[g]);
+        assert!(
+            token > first[g],
+            "group {g}: token {token} after {}",
+            first[g]
+        );
+        during.push(token);
+    }
+    let token = token_of(&cluster, &names[1]);
+    assert!(
+        token > first[1],
+        "group 1: token {token} after {}",
+        first[1]
+    );
+    let after = wait_group_leaders(&cluster, 3, &[2]);
+    assert_eq!(after[0], before[0], "group 0 kept its leader and term");
+    assert_eq!(after[2], before[2], "group 2 kept its leader and term");
+    assert_ne!(after[1].0, 2, "group 1 has a new leader");
+    assert!(after[1].1 > before[1].1, "in a new term");
+
+    cluster.resume(2);
+    // The resumed member follows; every group grants, tokens still increasing.
+    for (g, name) in names.iter().enumerate() {
+        let token = token_of(&cluster, name);
+        let last = if g == 1 { first[1] } else { during[g / 2] };
+        assert!(token > last, "group {g}: token {token} after {last}");
+    }
+}
+
+/// kill -9 of the member that leads two of four groups: each of its groups elects a leader
+/// among the others and grants with higher tokens; after its restart every group grants again.
+#[test]
+fn killing_a_member_that_leads_several_groups_moves_each_of_them() {
+    let mut cluster = Cluster::start_configured(3, Timing::default(), &["--groups", "4"]);
+    let before = wait_group_leaders(&cluster, 4, &[]);
+    assert_eq!(before[0].0, 1);
+    assert_eq!(before[3].0, 1, "member 1 leads groups 0 and 3");
+    let names = names(4);
+    let first: Vec<u64> = names.iter().map(|n| token_of(&cluster, n)).collect();
+
+    cluster.kill9(1);
+    let second: Vec<u64> = names.iter().map(|n| token_of(&cluster, n)).collect();
+    let after = wait_group_leaders(&cluster, 4, &[1]);
+    for g in 0..4 {
+        assert!(
+            second[g] > first[g],
+            "group {g}: {} after {}",
+            second[g],
+            first[g]
+        );
+    }
+    assert_eq!(after[1], before[1], "group 1's leader was not member 1");
+    assert_eq!(after[2], before[2], "group 2's leader was not member 1");
+    assert!(after[0].1 > before[0].1 && after[3].1 > before[3].1);
+
+    cluster.restart(1);
+    cluster.wait_healthy(T).expect("member 1 back");
+    wait_group_leaders(&cluster, 4, &[]);
+    for g in 0..4 {
+        let third = token_of(&cluster, &names[g]);
+        assert!(third > second[g], "group {g}: {third} after {}", second[g]);
+    }
+}
+
+/// The `keep_alive` requests member `id` has answered, from its `/metrics`.
+fn keepalives_served(cluster: &Cluster, id: u64) -> u64 {
+    let addr = cluster.members[id as usize - 1]
+        .metrics_addr
+        .clone()
+        .expect("started with --metrics-listen");
+    let (status, body) = common::http_get(&addr, "/metrics").expect("metrics answer");
+    assert_eq!(status, 200);
+    body.lines()
+        .find(|l| l.starts_with("latchkey_requests_total{") && l.contains("method=\"keep_alive\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// One client holding a lock in each of four groups (led by three members) renews its logical
+/// session with at most one `KeepAlive` per member per renewal interval; when its process is
+/// gone, its session expires in every group and every lock goes free.
+#[test]
+fn one_client_renews_its_groups_with_one_request_per_member_and_expires_in_every_group() {
+    let cluster =
+        Cluster::start_configured(3, Timing::default(), &["--groups", "4", "--metrics-listen"]);
+    let leaders = wait_group_leaders(&cluster, 4, &[]);
+    let rt = runtime();
+    let ttl = Duration::from_secs(3);
+    let interval = ttl / latchkey_core::limits::CLIENT_RENEWAL_TTL_DIVISOR;
+    let names = names(4);
+    let endpoints: Vec<String> = cluster.ids().iter().map(|&id| cluster.addr(id)).collect();
+    let (session, guards) = rt.block_on(async {
+        let client = Client::connect(endpoints.clone()).await.expect("client");
+        let session = client.session(ttl).await.expect("session");
+        let mut guards = Vec::new();
+        for name in &names {
+            // A second apart, so that the group sessions are made out of step.
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            guards.push(
+                session
+                    .lock(name.as_str())
+                    .wait(Some(T))
+                    .await
+                    .expect("lock"),
+            );
+        }
+        (session, guards)
+    });
+    // Let the renewals settle on their common schedule, then count over whole intervals.
+    std::thread::sleep(2 * interval);
+    let ids = cluster.ids();
+    let start: BTreeMap<u64, u64> = ids
+        .iter()
+        .map(|&id| (id, keepalives_served(&cluster, id)))
+        .collect();
+    let intervals = 6u32;
+    std::thread::sleep(intervals * interval);
+    let served: BTreeMap<u64, u64> = ids
+        .iter()
+        .map(|&id| (id, keepalives_served(&cluster, id) - start[&id]))
+        .collect();
+    let leading: Vec<u64> = leaders.iter().map(|(l, _)| *l).collect();
+    eprintln!("renewal interval {interval:?}, leaders {leading:?}, keepalives served over {intervals} intervals: {served:?}");
+    for &id in &ids {
+        // One request per interval, plus one for an interval boundary the count straddles.
+        assert!(
+            served[&id] <= u64::from(intervals) + 1,
+            "member {id} served {} keepalives in {intervals} intervals",
+            served[&id]
+        );
+        if leading.contains(&id) {
+            assert!(
+                served[&id] >= u64::from(intervals) - 1,
+                "member {id} leads a group of the client but served {} keepalives",
+                served[&id]
+            );
+        }
+    }
+    for guard in &guards {
+        assert!(!guard.is_lost());
+    }
+    // The client dies without closing: its runtime, and with it every renewal, stops, and
+    // nothing is sent on drop (no runtime to send it on). Every group expires its session.
+    drop(rt);
+    drop(guards);
+    drop(session);
+    wait_until("every lock is free after the session's TTL", T, || {
+        names.iter().all(|name| {
+            let out = cluster.cli(&[
+                "status",
+                name,
+                "--json",
+                "--endpoints",
+                &cluster.endpoints(),
+            ]);
+            out.status.success()
+                && serde_json::from_str::<Value>(&out.stdout).is_ok_and(|v| v["held"] == false)
+        })
+    });
+}
