@@ -517,6 +517,10 @@ pub struct BenchArgs {
     /// directory, and stop it afterwards.
     #[arg(long, value_parser = bench::parse_cluster_size, value_name = "N")]
     pub cluster: Option<usize>,
+    /// With --cluster: start it with this many Raft groups (`serve --groups`), and report each
+    /// group's share of the operations.
+    #[arg(long, default_value_t = 1, value_name = "G")]
+    pub groups: u32,
     /// The existing cluster's metrics addresses (HOST:PORT of each `--metrics-listen`), to
     /// report requests and log entries per operation.
     #[arg(long, value_delimiter = ',', value_name = "ADDR,...")]

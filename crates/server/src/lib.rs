@@ -625,15 +625,26 @@ where
     let health_task = tokio::spawn(report_health(groups.clone(), health));
     let metrics = metrics_listener.map(|listener| {
         let stop = node.shutdown.clone();
-        let status_of = node.clone();
+        let status_of = groups.clone();
         tokio::spawn(metrics::serve(
             listener,
             node.metrics.clone(),
             move || {
-                let mut gauges = status_of.status().gauges();
-                gauges.longest_queues = status_of
+                let first = status_of.first();
+                let mut gauges = first.status().gauges();
+                gauges.longest_queues = first
                     .state
                     .read(|t| t.longest_queues(limits::METRICS_LONGEST_QUEUES));
+                if status_of.count() > 1 {
+                    gauges.groups = status_of
+                        .all()
+                        .iter()
+                        .map(|n| {
+                            let s = n.status();
+                            (n.shape.group, s.last_log_index, s.role == ops::Role::Leader)
+                        })
+                        .collect();
+                }
                 gauges
             },
             async move { stop.cancelled().await },

@@ -30,6 +30,8 @@ type Count = Counter<u64, AtomicU64>;
 type MethodLabel = [(&'static str, &'static str); 1];
 /// The `lock` label of [`Metrics::queue_length`].
 type LockLabel = [(&'static str, String); 1];
+/// The `group` label of the per-group gauges (issue #16).
+type GroupLabel = [(&'static str, String); 1];
 
 /// Buckets of the latency histograms: 0.25 ms to about 4 s, doubling (a commit, an fsync or a
 /// keepalive on a healthy cluster takes well under the top bucket; a stall shows there).
@@ -71,6 +73,10 @@ pub struct Metrics {
     pub acquire_wait_seconds: Histogram,
     /// The queue lengths of the longest queues, refreshed at each scrape.
     queue_length: Family<LockLabel, Gauge>,
+    /// Each Raft group's last log index and leadership on this member (issue #16); the
+    /// unlabelled `latchkey_raft_*` gauges are group 0's.
+    group_last_log_index: Family<GroupLabel, Gauge>,
+    group_is_leader: Family<GroupLabel, Gauge>,
     sessions: Gauge,
     locks: Gauge,
     term: Gauge,
@@ -100,6 +106,8 @@ impl Metrics {
             keepalive_seconds: Histogram::new(latency_buckets()),
             acquire_wait_seconds: Histogram::new(wait_buckets()),
             queue_length: Family::default(),
+            group_last_log_index: Family::default(),
+            group_is_leader: Family::default(),
             sessions: Gauge::default(),
             locks: Gauge::default(),
             term: Gauge::default(),
@@ -189,6 +197,16 @@ impl Metrics {
             "Client gRPC calls received by this node, by method",
             m.requests.clone(),
         );
+        r.register(
+            "latchkey_group_last_log_index",
+            "Last log index of each Raft group on this member",
+            m.group_last_log_index.clone(),
+        );
+        r.register(
+            "latchkey_group_is_leader",
+            "1 for each Raft group this member leads",
+            m.group_is_leader.clone(),
+        );
         r.register("latchkey_sessions", "Live sessions", m.sessions.clone());
         r.register("latchkey_locks", "Held locks", m.locks.clone());
         r.register("latchkey_raft_term", "Current Raft term", m.term.clone());
@@ -258,6 +276,9 @@ pub struct Gauges {
     pub ready: Result<(), String>,
     /// The locks with the longest queues and their lengths, longest first.
     pub longest_queues: Vec<(String, usize)>,
+    /// Each Raft group's (group, last log index, led here), in a cluster of several; empty
+    /// otherwise.
+    pub groups: Vec<(u32, u64, bool)>,
 }
 
 /// What a scrape reads: the counters, and the gauges' values from the node.
@@ -275,6 +296,15 @@ async fn scrape(State(scraped): State<Arc<Scraped>>) -> impl IntoResponse {
     m.is_leader.set(i64::from(g.is_leader));
     m.last_log_index.set(g.last_log_index as i64);
     m.applied_index.set(g.applied_index as i64);
+    for (group, last, leads) in &g.groups {
+        let label = [("group", group.to_string())];
+        m.group_last_log_index
+            .get_or_create(&label)
+            .set(*last as i64);
+        m.group_is_leader
+            .get_or_create(&label)
+            .set(i64::from(*leads));
+    }
     m.queue_length.clear();
     for (lock, len) in g.longest_queues {
         m.queue_length

@@ -248,6 +248,7 @@ impl NodeStatus {
             applied_index: self.applied_index,
             ready: self.readiness(),
             longest_queues: Vec::new(),
+            groups: Vec::new(),
         }
     }
 }

@@ -38,6 +38,8 @@ struct Member {
 
 pub struct BenchCluster {
     members: Vec<Member>,
+    /// `serve --groups` of every member.
+    groups: u32,
     dir: TempDir,
     exe: PathBuf,
     /// For status calls pinned to one member.
@@ -52,10 +54,10 @@ fn free_port() -> anyhow::Result<u16> {
 
 impl BenchCluster {
     /// Starts `n` members and waits until a leader serves reads.
-    pub async fn start(n: usize) -> anyhow::Result<BenchCluster> {
+    pub async fn start(n: usize, groups: u32) -> anyhow::Result<BenchCluster> {
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            let mut cluster = BenchCluster::spawn_all(n)?;
+            let mut cluster = BenchCluster::spawn_all(n, groups)?;
             match cluster.wait_healthy(START_TIMEOUT).await {
                 Ok(_) => return Ok(cluster),
                 Err(e) => last = Some(e.context(cluster.logs())),
@@ -66,7 +68,7 @@ impl BenchCluster {
             .context("the bench cluster did not start"))
     }
 
-    fn spawn_all(n: usize) -> anyhow::Result<BenchCluster> {
+    fn spawn_all(n: usize, groups: u32) -> anyhow::Result<BenchCluster> {
         let dir = tempfile::Builder::new()
             .prefix("latchkey-bench-")
             .tempdir()
@@ -88,6 +90,7 @@ impl BenchCluster {
         )?;
         let mut cluster = BenchCluster {
             members,
+            groups,
             dir,
             exe: std::env::current_exe().context("locating the latchkey binary")?,
             status,
@@ -151,6 +154,7 @@ impl BenchCluster {
             .arg(data_dir)
             .args(["--peers", &peers])
             .args(["--metrics-listen", &m.metrics_addr])
+            .args(["--groups", &self.groups.to_string()])
             // The server's own default log level, whatever the bench was started with.
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())

@@ -89,6 +89,8 @@ pub struct Plan {
     pub warmup: Duration,
     pub ttl: Duration,
     pub cluster: Option<usize>,
+    /// `--groups` of the bench's own cluster.
+    pub groups: u32,
     pub locks: usize,
     pub rounds: u32,
     pub prefix: String,
@@ -110,6 +112,12 @@ impl Plan {
                 "--clients {clients} is above the server's waiters per lock ({WAITERS_PER_LOCK_MAX})"
             );
         }
+        latchkey_core::groups::check_groups(args.groups)
+            .map_err(|e| anyhow::anyhow!("--groups: {e}"))?;
+        anyhow::ensure!(
+            args.groups == 1 || args.cluster.is_some(),
+            "--groups starts the bench's own cluster with that many Raft groups: give --cluster too"
+        );
         if workload == Workload::Hold {
             anyhow::ensure!(
                 (1..=BENCH_HOLD_LOCKS_MAX).contains(&args.locks),
@@ -138,6 +146,7 @@ impl Plan {
             warmup: args.warmup,
             ttl: args.ttl,
             cluster: args.cluster,
+            groups: args.groups,
             locks: args.locks,
             rounds: args.rounds,
             prefix: args.prefix.clone(),
@@ -224,6 +233,7 @@ impl Window {
         }
         let mut by_method: BTreeMap<String, u64> = BTreeMap::new();
         let (mut last_before, mut last_after) = (0f64, 0f64);
+        let mut group_last: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
         for ((id, before), (_, after)) in self.before.samples.iter().zip(&self.after.samples) {
             let (before, after) = (before.as_ref()?, after.as_ref()?);
             // The member's processes in the window, each with its first and last reading:
@@ -243,10 +253,23 @@ impl Window {
                 }
                 start = Default::default();
             }
-            // The leader's log is the longest; a follower's can only trail it.
+            // The leader's log is the longest; a follower's can only trail it. With several
+            // groups, each group's log (their entries add up).
             let index = "latchkey_raft_last_log_index";
             last_before = last_before.max(before.get(index).unwrap_or(0.0));
             last_after = last_after.max(after.get(index).unwrap_or(0.0));
+            for (group, last) in before.group_last_log_index() {
+                let e = group_last.entry(group).or_insert((0.0, 0.0));
+                e.0 = f64::max(e.0, last);
+            }
+            for (group, last) in after.group_last_log_index() {
+                let e = group_last.entry(group).or_insert((0.0, 0.0));
+                e.1 = f64::max(e.1, last);
+            }
+        }
+        if !group_last.is_empty() {
+            last_before = group_last.values().map(|(b, _)| b).sum();
+            last_after = group_last.values().map(|(_, a)| a).sum();
         }
         // The bench's own health checks (status, and a read through the leader) are listed
         // by method but are not the workload's requests.
@@ -359,7 +382,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 
 async fn run(plan: &Plan, args: &BenchArgs) -> anyhow::Result<()> {
     let mut cluster = match plan.cluster {
-        Some(n) => Some(BenchCluster::start(n).await?),
+        Some(n) => Some(BenchCluster::start(n, plan.groups).await?),
         None => None,
     };
     let target = match &cluster {

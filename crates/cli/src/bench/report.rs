@@ -118,6 +118,17 @@ pub struct Report {
     pub cpu: Cpu,
     pub hold: Option<HoldFigures>,
     pub failover: Option<FailoverFigures>,
+    /// Each Raft group's operations in the window (uncontended with `--groups`; empty
+    /// otherwise).
+    pub groups: Vec<GroupOps>,
+}
+
+/// One Raft group's share of the operations.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupOps {
+    pub group: u32,
+    pub ops: u64,
+    pub ops_per_s: f64,
 }
 
 fn pct(p: &Option<Percentiles>) -> String {
@@ -164,6 +175,12 @@ impl Report {
         } else {
             "acquire"
         };
+        for g in &self.groups {
+            row(
+                &format!("group {}", g.group),
+                format!("{:.0} {}s/s ({} {}s)", g.ops_per_s, self.op, g.ops, self.op),
+            );
+        }
         row(acquire, pct(&self.acquire));
         row("release", pct(&self.release));
         if let Some(n) = self.handoffs_to_other_client {

@@ -25,6 +25,18 @@ impl Samples {
         self.0.get(key).copied()
     }
 
+    /// `latchkey_group_last_log_index{group="G"}` by group (a cluster of several groups).
+    pub fn group_last_log_index(&self) -> HashMap<u32, f64> {
+        const PREFIX: &str = "latchkey_group_last_log_index{group=\"";
+        self.0
+            .iter()
+            .filter_map(|(k, v)| {
+                let group = k.strip_prefix(PREFIX)?.strip_suffix("\"}")?;
+                Some((group.parse().ok()?, *v))
+            })
+            .collect()
+    }
+
     /// `latchkey_requests_total{method="M"}` by method.
     pub fn requests(&self) -> HashMap<String, f64> {
         const PREFIX: &str = "latchkey_requests_total{method=\"";

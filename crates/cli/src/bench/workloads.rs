@@ -22,7 +22,7 @@ use latchkey_client::{Client, Error, LockGuard, Session};
 use tokio::task::JoinSet;
 
 use super::cluster::BenchCluster;
-use super::report::{FailoverFigures, HoldFigures, NodeMemory, Percentiles, Report};
+use super::report::{FailoverFigures, GroupOps, HoldFigures, NodeMemory, Percentiles, Report};
 use super::{Plan, Target, Window};
 
 /// Longest single acquire: a contended wait is as long as the queue ahead of it, which a full
@@ -67,6 +67,9 @@ pub struct Stats {
     other_client: AtomicU64,
     violations: AtomicU64,
     errors: Mutex<BTreeMap<String, u64>>,
+    /// Operations completed in the window by Raft group of their lock (uncontended, with
+    /// `--groups`).
+    group_ops: Mutex<BTreeMap<u32, u64>>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -87,6 +90,7 @@ impl Stats {
             progress: AtomicU64::new(0),
             other_client: AtomicU64::new(0),
             violations: AtomicU64::new(0),
+            group_ops: Mutex::new(BTreeMap::new()),
             errors: Mutex::new(BTreeMap::new()),
         }
     }
@@ -161,6 +165,18 @@ impl Stats {
             cpu: window.cpu(),
             hold: None,
             failover: None,
+            groups: {
+                let seconds = window.seconds();
+                let by_group = self.group_ops.lock().expect("group ops lock");
+                by_group
+                    .iter()
+                    .map(|(&group, &ops)| GroupOps {
+                        group,
+                        ops,
+                        ops_per_s: ops as f64 / seconds,
+                    })
+                    .collect()
+            },
         }
     }
 }
@@ -286,7 +302,13 @@ async fn acquire(stats: &Stats, w: &Worker, name: &str) -> Option<LockGuard> {
 
 /// Acquire -> release on the worker's own lock until stopped. Every grant's token must be
 /// above the last one this worker saw acknowledged for the lock (across failovers too).
-async fn uncontended_loop(stats: Arc<Stats>, mut w: Worker, name: String, ttl: Duration) -> Worker {
+async fn uncontended_loop(
+    stats: Arc<Stats>,
+    mut w: Worker,
+    name: String,
+    ttl: Duration,
+    group: Option<u32>,
+) -> Worker {
     let mut last_token = 0u64;
     while !stats.stopped() {
         renew_session(&stats, &mut w, ttl).await;
@@ -311,6 +333,14 @@ async fn uncontended_loop(stats: Arc<Stats>, mut w: Worker, name: String, ttl: D
                 if stats.measuring() {
                     stats.record_release(done - granted);
                     stats.ops.fetch_add(1, Ordering::Relaxed);
+                    if let Some(group) = group {
+                        *stats
+                            .group_ops
+                            .lock()
+                            .expect("group ops lock")
+                            .entry(group)
+                            .or_default() += 1;
+                    }
                 }
             }
             Err(e) => stats.error(&e),
@@ -410,10 +440,11 @@ pub async fn uncontended(
 ) -> anyhow::Result<Report> {
     let workers = open_workers(plan, target, plan.clients).await?;
     let stats = Arc::new(Stats::new());
-    let (prefix, ttl) = (plan.prefix.clone(), plan.ttl);
+    let (prefix, ttl, groups) = (plan.prefix.clone(), plan.ttl, plan.groups);
     let (window, workers) = timed(plan, target, cluster, &stats, workers, |w| {
         let name = format!("{prefix}u/{}", w.index);
-        uncontended_loop(stats.clone(), w, name, ttl)
+        let group = (groups > 1).then(|| latchkey_core::group_of(&name, groups));
+        uncontended_loop(stats.clone(), w, name, ttl, group)
     })
     .await?;
     close_all(workers).await;
@@ -591,7 +622,7 @@ pub async fn failover(
     let mut set = JoinSet::new();
     for w in workers {
         let name = format!("{}u/{}", plan.prefix, w.index);
-        set.spawn(uncontended_loop(stats.clone(), w, name, plan.ttl));
+        set.spawn(uncontended_loop(stats.clone(), w, name, plan.ttl, None));
     }
     let _progress = super::progress(plan, stats.clone());
     tokio::time::sleep(plan.warmup).await;
