@@ -847,7 +847,10 @@ impl Client {
                     if let Some(group) = status
                         .metadata()
                         .get(latchkey_proto::GROUP_KEY)
-                        .and_then(|v| v.to_str().ok()?.parse().ok())
+                        .and_then(|v| v.to_str().ok()?.parse::<u32>().ok())
+                        // Only a group the cluster has: the route map stays within
+                        // `GROUPS_MAX` entries whatever a server sends.
+                        .filter(|g| self.known_groups().is_some_and(|n| *g < n))
                     {
                         hint_group = group;
                     }
