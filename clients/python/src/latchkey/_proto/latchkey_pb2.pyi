@@ -87,12 +87,14 @@ class Session(_message.Message):
     def __init__(self, id: _Optional[int] = ..., secret: _Optional[int] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("ttl_ms", "owner")
+    __slots__ = ("ttl_ms", "owner", "group")
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     ttl_ms: int
     owner: Owner
-    def __init__(self, ttl_ms: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ...) -> None: ...
+    group: int
+    def __init__(self, ttl_ms: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., group: _Optional[int] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
     __slots__ = ("session", "ttl_ms")
@@ -321,12 +323,14 @@ class DescribeResponse(_message.Message):
     def __init__(self, lock: _Optional[_Union[LockInfo, _Mapping]] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("prefix", "limit")
+    __slots__ = ("prefix", "limit", "group")
     PREFIX_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     prefix: str
     limit: int
-    def __init__(self, prefix: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    group: int
+    def __init__(self, prefix: _Optional[str] = ..., limit: _Optional[int] = ..., group: _Optional[int] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("locks", "truncated")
@@ -349,7 +353,7 @@ class Member(_message.Message):
     def __init__(self, id: _Optional[int] = ..., addr: _Optional[str] = ...) -> None: ...
 
 class NodeStatusResponse(_message.Message):
-    __slots__ = ("id", "role", "term", "last_log_index", "applied_index", "leader_id", "members", "sessions", "locks", "cluster_id", "learners")
+    __slots__ = ("id", "role", "term", "last_log_index", "applied_index", "leader_id", "members", "sessions", "locks", "cluster_id", "learners", "groups", "group_status")
     ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -361,6 +365,8 @@ class NodeStatusResponse(_message.Message):
     LOCKS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     LEARNERS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_STATUS_FIELD_NUMBER: _ClassVar[int]
     id: int
     role: str
     term: int
@@ -372,7 +378,29 @@ class NodeStatusResponse(_message.Message):
     locks: int
     cluster_id: str
     learners: _containers.RepeatedCompositeFieldContainer[Member]
-    def __init__(self, id: _Optional[int] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., leader_id: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., sessions: _Optional[int] = ..., locks: _Optional[int] = ..., cluster_id: _Optional[str] = ..., learners: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+    groups: int
+    group_status: _containers.RepeatedCompositeFieldContainer[GroupStatus]
+    def __init__(self, id: _Optional[int] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., leader_id: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., sessions: _Optional[int] = ..., locks: _Optional[int] = ..., cluster_id: _Optional[str] = ..., learners: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., groups: _Optional[int] = ..., group_status: _Optional[_Iterable[_Union[GroupStatus, _Mapping]]] = ...) -> None: ...
+
+class GroupStatus(_message.Message):
+    __slots__ = ("group", "role", "term", "last_log_index", "applied_index", "leader_id", "sessions", "locks")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LAST_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    role: str
+    term: int
+    last_log_index: int
+    applied_index: int
+    leader_id: int
+    sessions: int
+    locks: int
+    def __init__(self, group: _Optional[int] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., leader_id: _Optional[int] = ..., sessions: _Optional[int] = ..., locks: _Optional[int] = ...) -> None: ...
 
 class AddMemberRequest(_message.Message):
     __slots__ = ("id", "addr")
