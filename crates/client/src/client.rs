@@ -725,7 +725,7 @@ impl Client {
 
     /// `uri` is not the leader of `group`: go to the hint, unless it names a member that just
     /// refused us, or to the next seed. Says whether it follows a hint.
-    fn reroute(&self, group: u32, uri: &str, hint: Option<&str>) -> bool {
+    pub(crate) fn reroute(&self, group: u32, uri: &str, hint: Option<&str>) -> bool {
         let now = self.clock().now();
         let mut route = self.inner.route.lock().expect("route lock poisoned");
         match hint.map(|h| self.hint_uri(h)) {

@@ -140,9 +140,32 @@ async fn send(client: &Client, batch: Vec<Waiting>) {
             |mut c, r| async move { c.keep_alive(r).await },
         )
         .await;
+    // The groups the member refused (it does not lead them now): each moves its route, as an
+    // error of that group would, and its sessions' renewals fail this time, to be retried at
+    // their renewal schedule's next step, to the group's leader (issue #16).
+    let refused: Vec<(u32, Error)> = match &result {
+        Ok((response, answered)) => response
+            .refused
+            .iter()
+            .filter(|r| client.known_groups().is_some_and(|n| r.group < n))
+            .map(|r| {
+                let hint = (!r.leader_addr.is_empty()).then_some(r.leader_addr.as_str());
+                client.reroute(r.group, &answered.endpoint, hint);
+                let error = Error::Unavailable {
+                    attempts: answered.failed_attempts + 1,
+                    elapsed: Duration::ZERO,
+                    last: format!("{}: {} ({})", answered.endpoint, r.message, r.reason),
+                };
+                (r.group, error)
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
     for w in batch {
-        let answer = match &result {
-            Ok((response, answered)) => Ok((
+        let refusal = refused.iter().find(|(g, _)| *g == w.opts.group);
+        let answer = match (&result, refusal) {
+            (Ok(_), Some((_, e))) => Err(e.clone()),
+            (Ok((response, answered)), None) => Ok((
                 response
                     .leases
                     .iter()
@@ -150,7 +173,7 @@ async fn send(client: &Client, batch: Vec<Waiting>) {
                     .cloned(),
                 answered.clone(),
             )),
-            Err(e) => Err(e.clone()),
+            (Err(e), _) => Err(e.clone()),
         };
         // The session may have stopped waiting (its deadline passed, it was closed).
         let _ = w.reply.send(answer);

@@ -107,7 +107,10 @@ impl Locks for Fake {
                 ..Default::default()
             })
             .collect();
-        Ok(Response::new(KeepAliveResponse { leases }))
+        Ok(Response::new(KeepAliveResponse {
+            leases,
+            refused: Vec::new(),
+        }))
     }
 
     async fn close_session(

@@ -74,7 +74,7 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static str {
         match self {
             ApiError::Rejected(r) => match r {
                 Rejection::NameEmpty => "name-empty",
@@ -160,7 +160,7 @@ impl ApiError {
 
     /// The leader the client should ask instead, when this error names one: id and address
     /// (the member's address in the Raft membership, where it serves gRPC).
-    fn leader_hint(&self) -> (Option<u64>, Option<&str>) {
+    pub fn leader_hint(&self) -> (Option<u64>, Option<&str>) {
         match self {
             ApiError::NotLeader {
                 leader_id,
@@ -220,6 +220,12 @@ impl From<ApiError> for Status {
 }
 
 impl ApiError {
+    /// Whether a client should ask again, elsewhere or later (gRPC UNAVAILABLE): this member
+    /// does not lead, has no quorum, is stopping, or has not resumed its leases.
+    pub fn is_unavailable(&self) -> bool {
+        self.code() == Code::Unavailable
+    }
+
     /// This error as a status that names the Raft group it came from (`GROUP_KEY`), in a
     /// cluster of more than one: a leader hint is the leader of that group only.
     pub fn in_group(self, group: u32, groups: u32) -> Status {

@@ -230,6 +230,18 @@ fn in_group(node: &Node) -> impl FnOnce(ApiError) -> Status + '_ {
     move |e| e.in_group(node.shape.group, node.shape.groups)
 }
 
+/// A keepalive's answer for `group`, whose sessions this member could not renew (`error`).
+fn group_refusal(group: u32, error: &ApiError) -> pb::GroupRefusal {
+    let (leader_id, leader_addr) = error.leader_hint();
+    pb::GroupRefusal {
+        group,
+        reason: error.reason().to_owned(),
+        message: error.to_string(),
+        leader_id: leader_id.unwrap_or(0),
+        leader_addr: leader_addr.unwrap_or_default().to_owned(),
+    }
+}
+
 fn group_status(group: u32, s: NodeStatus) -> pb::GroupStatus {
     pb::GroupStatus {
         group,
@@ -319,12 +331,25 @@ impl pb::locks_server::Locks for LocksService {
                 .filter(|k| latchkey_core::group_of_session(k.id, groups) == g)
                 .copied()
                 .collect();
-            async move { node.keep_alive(&keys).await.map_err(in_group(node)) }
+            async move { node.keep_alive(&keys).await }
         });
+        // A request of several groups is answered group by group: a group this member cannot
+        // renew now is refused on its own (with its leader hint), so that one group's election
+        // does not fail the renewal of the others, and the client sends that group's sessions
+        // to its leader. A request of one group fails as a whole, as in a cluster of one.
+        let several = by_group.len() > 1;
         let mut renewed: std::collections::HashMap<SessionId, crate::ops::SessionLease> =
             Default::default();
-        for answers in futures::future::join_all(renewals).await {
-            renewed.extend(answers?.into_iter().map(|l| (l.id, l)));
+        let mut refused = Vec::new();
+        for (&group, answers) in by_group
+            .keys()
+            .zip(futures::future::join_all(renewals).await)
+        {
+            match answers {
+                Ok(leases) => renewed.extend(leases.into_iter().map(|l| (l.id, l))),
+                Err(e) if several && e.is_unavailable() => refused.push(group_refusal(group, &e)),
+                Err(e) => return Err(e.in_group(group, groups)),
+            }
         }
         let leases = keys
             .iter()
@@ -337,7 +362,7 @@ impl pb::locks_server::Locks for LocksService {
                 revoked_through: l.revoked_through.unwrap_or(0),
             })
             .collect();
-        Ok(Response::new(pb::KeepAliveResponse { leases }))
+        Ok(Response::new(pb::KeepAliveResponse { leases, refused }))
     }
 
     async fn close_session(

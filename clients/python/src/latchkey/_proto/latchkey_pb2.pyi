@@ -111,10 +111,26 @@ class KeepAliveRequest(_message.Message):
     def __init__(self, sessions: _Optional[_Iterable[_Union[Session, _Mapping]]] = ...) -> None: ...
 
 class KeepAliveResponse(_message.Message):
-    __slots__ = ("leases",)
+    __slots__ = ("leases", "refused")
     LEASES_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     leases: _containers.RepeatedCompositeFieldContainer[SessionLease]
-    def __init__(self, leases: _Optional[_Iterable[_Union[SessionLease, _Mapping]]] = ...) -> None: ...
+    refused: _containers.RepeatedCompositeFieldContainer[GroupRefusal]
+    def __init__(self, leases: _Optional[_Iterable[_Union[SessionLease, _Mapping]]] = ..., refused: _Optional[_Iterable[_Union[GroupRefusal, _Mapping]]] = ...) -> None: ...
+
+class GroupRefusal(_message.Message):
+    __slots__ = ("group", "reason", "message", "leader_id", "leader_addr")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    reason: str
+    message: str
+    leader_id: int
+    leader_addr: str
+    def __init__(self, group: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., leader_id: _Optional[int] = ..., leader_addr: _Optional[str] = ...) -> None: ...
 
 class SessionLease(_message.Message):
     __slots__ = ("id", "alive", "ttl_ms", "revoked_tokens", "revoked_through")
