@@ -307,6 +307,8 @@ pub async fn cluster_status(args: ClusterStatusArgs) -> anyhow::Result<()> {
             let (addr, answer) = joined?;
             let answer = match answer {
                 Ok(status) => Some(status),
+                // Refused, not unreachable: say so (exit 5, as every refused call).
+                Err(e @ latchkey_client::Error::PermissionDenied { .. }) => return Err(e.into()),
                 Err(e) => {
                     tracing::info!(%addr, error = %e, "node unreachable");
                     None

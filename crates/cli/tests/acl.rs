@@ -576,12 +576,20 @@ fn the_lock_permission_does_not_imply_read() {
         &tls.server
             .cli(&["lock", "--wait", "5s", "work/x", "--", "true"], &worker),
     );
+    // (Refused at the client's first read, NodeStatus, which it asks for the Raft groups:
+    // "on any lock".)
     assert_denied(
         &tls.server.cli(&["status", "work/x"], &worker),
-        &["identity \"worker\" lacks the \"read\" permission on lock \"work/x\""],
+        &["identity \"worker\" lacks the \"read\" permission"],
     );
     assert_denied(
         &tls.server.cli(&["list", "work/"], &worker),
+        &["\"read\" permission"],
+    );
+    // Nor the cluster's status (NodeStatus): the client learns the Raft groups a lock needs
+    // from CreateSession, not from NodeStatus (issue #16).
+    assert_denied(
+        &tls.server.cli(&["cluster", "status"], &worker),
         &["\"read\" permission"],
     );
 }

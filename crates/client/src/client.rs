@@ -514,6 +514,23 @@ impl Client {
             .copied()
     }
 
+    /// The group count a server answered with something else (`CreateSession`'s `groups`; 0
+    /// from a server before groups: one): remembered as [`Client::groups`]' answer, which
+    /// must not change.
+    pub(crate) fn learned_groups(&self, answered: u32) -> Result<u32, Error> {
+        let groups = answered.max(1);
+        latchkey_core::groups::check_groups(groups)
+            .map_err(|e| Error::Protocol(format!("CreateSession: {e}")))?;
+        // Being asked right now (`NodeStatus`): that answer is checked when it comes.
+        let _ = self.inner.groups.set(groups);
+        match self.known_groups() {
+            Some(known) if known != groups => Err(Error::Protocol(format!(
+                "the cluster answered {groups} Raft groups, and {known} before"
+            ))),
+            _ => Ok(groups),
+        }
+    }
+
     /// The group count, if it was asked already.
     pub(crate) fn known_groups(&self) -> Option<u32> {
         self.inner.groups.get().copied()

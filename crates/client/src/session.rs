@@ -396,26 +396,30 @@ struct OtherGroups {
     /// By group: the session and its renewal (taken when the session ends).
     made: Mutex<std::collections::BTreeMap<u32, GroupSession>>,
     /// Held while a group session is being made, so that two locks of one group make one.
-    making: tokio::sync::Mutex<()>,
+    /// One per group (at most `GROUPS_MAX`), so that a group whose leader is away delays
+    /// only the locks of that group.
+    making: Vec<tokio::sync::Mutex<()>>,
 }
 
 /// One group's session of a logical session, and its renewal (taken when the session ends).
 type GroupSession = (Arc<SessionShared>, Option<JoinHandle<()>>);
 
-/// Opens a session of `ttl_ms` in `group` (`None`: a cluster of one group, whose server may
-/// predate groups) and starts its renewal.
+/// Opens a session of `ttl_ms` in `group` and starts its renewal. The answer says how many
+/// groups the cluster has (the client remembers it): with more than one, the session is one
+/// of a logical session's group sessions, renewed on one schedule with its siblings (`grid`,
+/// group 0's creation when `None`).
 async fn open(
     client: Client,
     ttl_ms: u64,
     owner: Option<&latchkey_core::SessionOwner>,
-    group: Option<u32>,
+    group: u32,
     lost: Arc<watch::Sender<Option<String>>>,
     grid: Option<Instant>,
 ) -> Result<(Arc<SessionShared>, JoinHandle<()>), Error> {
     let opts = CallOpts {
         attempt_timeout: client.config().rpc_timeout,
         backoff_max: None,
-        group: group.unwrap_or(0),
+        group,
     };
     // Before the first attempt: the lease starts no earlier than this on the server.
     // A retry after a lost answer may leave an orphan session on the server; it holds
@@ -427,7 +431,9 @@ async fn open(
             pb::CreateSessionRequest {
                 ttl_ms,
                 owner: owner.map(crate::types::owner_to_pb),
-                group,
+                // Named even in a cluster of one group, which accepts group 0 (a server from
+                // before groups ignores the field).
+                group: Some(group),
             },
             |mut c, r| async move { c.create_session(r).await },
         )
@@ -436,17 +442,16 @@ async fn open(
         .session
         .ok_or_else(|| Error::Protocol("CreateSession answered without a session".into()))?;
     let id = SessionId(session.id);
-    if let Some(g) = group {
-        let groups = client.groups().await?;
-        if latchkey_core::group_of_session(id, groups) != g {
-            return Err(Error::Protocol(format!(
-                "CreateSession in group {g} answered session {id}, of another group"
-            )));
-        }
+    let groups = client.learned_groups(response.groups)?;
+    if latchkey_core::group_of_session(id, groups) != group {
+        return Err(Error::Protocol(format!(
+            "CreateSession in group {group} answered session {id}, of another group"
+        )));
     }
+    let in_groups = groups > 1;
     let ttl = Duration::from_millis(ttl_ms);
     let mut lease = ClientLease::new(sent, ttl);
-    if let Some(grid) = grid.or(group.map(|_| sent)) {
+    if let Some(grid) = grid.or(in_groups.then_some(sent)) {
         lease = lease.on_grid(grid);
     }
     lease.acknowledged(sent, Duration::from_millis(response.ttl_ms));
@@ -457,8 +462,8 @@ async fn open(
             secret: session.secret,
         },
         ttl: lease.ttl,
-        group: group.unwrap_or(0),
-        in_groups: group.is_some(),
+        group,
+        in_groups,
         created: sent,
         window: Mutex::new(SeqWindow::new(1)),
         window_moved: Notify::new(),
@@ -485,10 +490,13 @@ impl Session {
         latchkey_core::validate_ttl_ms(ttl_ms).map_err(|e| Error::InvalidArgument {
             message: e.to_string(),
         })?;
-        let groups = client.groups().await?;
         let lost = Arc::new(watch::channel(None).0);
-        let group = (groups > 1).then_some(0);
-        let (shared, renewal) = open(client, ttl_ms, owner.as_ref(), group, lost, None).await?;
+        // Group 0's session first: its answer says how many groups there are.
+        let (shared, renewal) = open(client, ttl_ms, owner.as_ref(), 0, lost, None).await?;
+        let groups = shared
+            .client
+            .known_groups()
+            .expect("open learned the group count");
         let grid = shared.created;
         Ok(Session {
             shared,
@@ -498,7 +506,7 @@ impl Session {
                 grid,
                 owner,
                 made: Mutex::new(Default::default()),
-                making: tokio::sync::Mutex::new(()),
+                making: (0..groups).map(|_| tokio::sync::Mutex::new(())).collect(),
             }),
         })
     }
@@ -519,7 +527,7 @@ impl Session {
         if let Some(s) = made(others) {
             return Ok(s);
         }
-        let _making = others.making.lock().await;
+        let _making = others.making[group as usize].lock().await;
         if let Some(s) = made(others) {
             return Ok(s);
         }
@@ -531,7 +539,7 @@ impl Session {
             self.shared.client.clone(),
             ttl_ms,
             others.owner.as_ref(),
-            Some(group),
+            group,
             self.shared.lost.clone(),
             Some(others.grid),
         )

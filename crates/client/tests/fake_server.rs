@@ -80,6 +80,8 @@ impl Locks for Fake {
         Ok(Response::new(CreateSessionResponse {
             session: Some(Session { id: 1, secret: 42 }),
             ttl_ms: request.into_inner().ttl_ms,
+            // A server from before groups: no `groups`, read as one.
+            groups: 0,
         }))
     }
 

@@ -75,6 +75,7 @@ impl Locks for Member {
                 secret: 42,
             }),
             ttl_ms: r.ttl_ms,
+            groups: GROUPS,
         }))
     }
 
@@ -197,10 +198,9 @@ impl Locks for Member {
         &self,
         _: Request<NodeStatusRequest>,
     ) -> Result<Response<NodeStatusResponse>, Status> {
-        Ok(Response::new(NodeStatusResponse {
-            groups: GROUPS,
-            ..Default::default()
-        }))
+        // A client that only locks learns the groups from CreateSession (NodeStatus needs
+        // `read`, which such an identity may not have).
+        Err(Status::permission_denied("NodeStatus needs read"))
     }
 
     async fn add_member(

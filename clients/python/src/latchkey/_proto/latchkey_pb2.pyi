@@ -97,12 +97,14 @@ class CreateSessionRequest(_message.Message):
     def __init__(self, ttl_ms: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., group: _Optional[int] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
-    __slots__ = ("session", "ttl_ms")
+    __slots__ = ("session", "ttl_ms", "groups")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     session: Session
     ttl_ms: int
-    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+    groups: int
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., ttl_ms: _Optional[int] = ..., groups: _Optional[int] = ...) -> None: ...
 
 class KeepAliveRequest(_message.Message):
     __slots__ = ("sessions",)
