@@ -477,10 +477,23 @@ impl Client {
         });
         let mut locks = Vec::new();
         let mut truncated = false;
+        // A truncated group's answer ends at its last name: the merged list stops there too,
+        // or it would skip that group's names after it and still look like a sorted prefix.
+        let mut cut: Option<String> = None;
         for answer in futures::future::join_all(lists).await {
             let answer = answer?;
-            truncated |= answer.truncated;
+            if answer.truncated {
+                truncated = true;
+                if let Some(last) = answer.locks.iter().map(|l| &l.name).max() {
+                    if cut.as_ref().is_none_or(|c| last < c) {
+                        cut = Some(last.clone());
+                    }
+                }
+            }
             locks.extend(answer.locks.into_iter().map(LockInfo::from_pb));
+        }
+        if let Some(cut) = &cut {
+            locks.retain(|l| &l.name <= cut);
         }
         locks.sort_by(|a, b| a.name.cmp(&b.name));
         if locks.len() > limits::LIST_RESULTS_MAX {
@@ -521,7 +534,8 @@ impl Client {
         let groups = answered.max(1);
         latchkey_core::groups::check_groups(groups)
             .map_err(|e| Error::Protocol(format!("CreateSession: {e}")))?;
-        // Being asked right now (`NodeStatus`): that answer is checked when it comes.
+        // While `NodeStatus` is being asked the cell cannot be set: this answer stands for
+        // the caller, and the two come from the same cluster.
         let _ = self.inner.groups.set(groups);
         match self.known_groups() {
             Some(known) if known != groups => Err(Error::Protocol(format!(

@@ -154,6 +154,8 @@ pub(crate) struct SessionShared {
     pub ttl: Duration,
     /// The Raft group this session lives in (issue #16); its calls go to that group's leader.
     pub group: u32,
+    /// The cluster's group count, as the session's creation answered it.
+    pub groups: u32,
     /// Whether this is one of the group sessions of a logical session of several (a cluster
     /// of several groups): its renewal then ends, and it is closed, once the logical session
     /// is lost in another group.
@@ -463,6 +465,7 @@ async fn open(
         },
         ttl: lease.ttl,
         group,
+        groups,
         in_groups,
         created: sent,
         window: Mutex::new(SeqWindow::new(1)),
@@ -493,10 +496,7 @@ impl Session {
         let lost = Arc::new(watch::channel(None).0);
         // Group 0's session first: its answer says how many groups there are.
         let (shared, renewal) = open(client, ttl_ms, owner.as_ref(), 0, lost, None).await?;
-        let groups = shared
-            .client
-            .known_groups()
-            .expect("open learned the group count");
+        let groups = shared.groups;
         let grid = shared.created;
         Ok(Session {
             shared,

@@ -630,20 +630,32 @@ where
             listener,
             node.metrics.clone(),
             move || {
-                let first = status_of.first();
-                let mut gauges = first.status().gauges();
-                gauges.longest_queues = first
-                    .state
-                    .read(|t| t.longest_queues(limits::METRICS_LONGEST_QUEUES));
+                // Group 0's role, term and indexes; sessions, locks and queues of every group.
+                let mut gauges = status_of.first().status().gauges();
+                let mut queues = Vec::new();
+                for node in status_of.all() {
+                    queues.extend(
+                        node.state
+                            .read(|t| t.longest_queues(limits::METRICS_LONGEST_QUEUES)),
+                    );
+                }
+                queues.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                queues.truncate(limits::METRICS_LONGEST_QUEUES);
+                gauges.longest_queues = queues;
                 if status_of.count() > 1 {
+                    let (mut sessions, mut locks) = (0, 0);
                     gauges.groups = status_of
                         .all()
                         .iter()
                         .map(|n| {
                             let s = n.status();
+                            sessions += s.sessions;
+                            locks += s.locks;
                             (n.shape.group, s.last_log_index, s.role == ops::Role::Leader)
                         })
                         .collect();
+                    gauges.sessions = sessions;
+                    gauges.locks = locks;
                 }
                 gauges
             },

@@ -508,10 +508,14 @@ impl Node {
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
 
-        let initialized = raft
-            .is_initialized()
-            .await
-            .map_err(|e| StartError::Raft(e.to_string()))?;
+        let initialized = match raft.is_initialized().await {
+            Ok(initialized) => initialized,
+            Err(e) => {
+                // This group's core runs already: stop it with the refused start.
+                let _ = raft.shutdown().await;
+                return Err(StartError::Raft(e.to_string()));
+            }
+        };
         let mut found_later = None;
         if founding && !initialized {
             let nodes: BTreeMap<u64, BasicNode> = members

@@ -324,6 +324,15 @@ impl pb::locks_server::Locks for LocksService {
         if by_group.is_empty() {
             self.authorize(&request, Need::Anywhere(Permission::Lock), &[])?;
         }
+        // The limit holds for the whole request, not only for each group's share of it.
+        if ids.len() > limits::KEEPALIVE_SESSIONS_MAX {
+            return Err(ApiError::Invalid(format!(
+                "{} sessions in one keepalive, the limit is {}",
+                ids.len(),
+                limits::KEEPALIVE_SESSIONS_MAX
+            ))
+            .into());
+        }
         let keys: Vec<SessionKey> = request.into_inner().sessions.into_iter().map(key).collect();
         let renewals = by_group.keys().map(|&g| {
             let node = &self.groups.all()[g as usize];
