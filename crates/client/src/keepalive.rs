@@ -147,7 +147,9 @@ async fn send(client: &Client, batch: Vec<Waiting>) {
         Ok((response, answered)) => response
             .refused
             .iter()
-            .filter(|r| client.known_groups().is_some_and(|n| r.group < n))
+            // Only a group this batch carries: the route map stays within the groups the
+            // client uses, whatever a server sends, and whether or not the count is known yet.
+            .filter(|r| batch.iter().any(|w| w.opts.group == r.group))
             .map(|r| {
                 let hint = (!r.leader_addr.is_empty()).then_some(r.leader_addr.as_str());
                 client.reroute(r.group, &answered.endpoint, hint);

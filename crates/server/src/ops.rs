@@ -253,6 +253,18 @@ impl NodeStatus {
     }
 }
 
+/// At most `KEEPALIVE_SESSIONS_MAX` sessions in one keepalive (a whole request, and each
+/// group's share of it).
+pub fn check_keepalive_len(sessions: usize) -> Result<(), ApiError> {
+    if sessions > limits::KEEPALIVE_SESSIONS_MAX {
+        return Err(ApiError::Invalid(format!(
+            "{sessions} sessions in one keepalive, the limit is {}",
+            limits::KEEPALIVE_SESSIONS_MAX
+        )));
+    }
+    Ok(())
+}
+
 /// A group's members by the membership a member knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Membership {
@@ -556,13 +568,7 @@ impl Node {
     /// (handed to the lease task), and say which are alive.
     pub async fn keep_alive(&self, sessions: &[SessionKey]) -> Result<Vec<SessionLease>, ApiError> {
         let arrived = self.clock.now();
-        if sessions.len() > limits::KEEPALIVE_SESSIONS_MAX {
-            return Err(ApiError::Invalid(format!(
-                "{} sessions in one keepalive, the limit is {}",
-                sessions.len(),
-                limits::KEEPALIVE_SESSIONS_MAX
-            )));
-        }
+        check_keepalive_len(sessions.len())?;
         // Confirm leadership with a majority *after* the request arrived: a deposed leader
         // fails here and never extends a lease.
         let term = self

@@ -325,14 +325,7 @@ impl pb::locks_server::Locks for LocksService {
             self.authorize(&request, Need::Anywhere(Permission::Lock), &[])?;
         }
         // The limit holds for the whole request, not only for each group's share of it.
-        if ids.len() > limits::KEEPALIVE_SESSIONS_MAX {
-            return Err(ApiError::Invalid(format!(
-                "{} sessions in one keepalive, the limit is {}",
-                ids.len(),
-                limits::KEEPALIVE_SESSIONS_MAX
-            ))
-            .into());
-        }
+        crate::ops::check_keepalive_len(ids.len())?;
         let keys: Vec<SessionKey> = request.into_inner().sessions.into_iter().map(key).collect();
         let renewals = by_group.keys().map(|&g| {
             let node = &self.groups.all()[g as usize];
