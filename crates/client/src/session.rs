@@ -601,6 +601,31 @@ impl Session {
             .expect("group 0's session is always there")
     }
 
+    /// Each group session made so far, as `(session id, deadline)`, group 0's first: one
+    /// element in a cluster of one group. [`Session::deadline`] is the earliest of them; a
+    /// lock's own deadline is its group session's (the one [`LockGuard::session_id`] names).
+    ///
+    /// [`LockGuard::session_id`]: crate::LockGuard::session_id
+    pub fn group_deadlines(&self) -> Vec<(u64, Instant)> {
+        self.group_sessions()
+            .iter()
+            .map(|s| {
+                (
+                    s.key.id.0,
+                    *s.deadline.lock().expect("deadline lock poisoned"),
+                )
+            })
+            .collect()
+    }
+
+    /// The id of the session that takes the lock `name`: this session's own id in a cluster
+    /// of one group; with several, its session in that lock's group, registered there now if
+    /// it was not yet (otherwise that happens at the first lock of the group). A lock's
+    /// holder, as `latchkey status NAME` shows it, is this id.
+    pub async fn session_id_for(&self, name: &str) -> Result<u64, Error> {
+        Ok(self.for_lock(name).await?.key.id.0)
+    }
+
     /// How long ago the client-side deadline passed on this client's clock; zero before it.
     /// A holder that learns of a loss late (after a pause) has that much less time to stop.
     pub fn past_deadline(&self) -> Duration {

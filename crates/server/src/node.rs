@@ -449,6 +449,7 @@ impl Node {
             metrics: metrics.clone(),
             probe: env.probe.clone(),
             node: config.id,
+            group: shape.group,
             watch: watch.clone(),
         });
         let sm = LockStateMachine::open(&dir.join(SNAPSHOT_DIR), observer)
@@ -785,6 +786,7 @@ impl Node {
         drop(leases);
         self.probe.event(
             self.id,
+            self.shape.group,
             ProbeEvent::LeasesResumed {
                 term,
                 applied_index,
@@ -839,6 +841,7 @@ impl Node {
                 self.metrics.logged_renewals.inc_by(live.len() as u64);
                 self.probe.event(
                     self.id,
+                    self.shape.group,
                     ProbeEvent::LeasesRenewedThroughLog {
                         sessions: live.clone(),
                     },
@@ -881,8 +884,11 @@ impl Node {
             }
             match self.propose(Op::ExpireWaits).await {
                 Ok(Outcome::WaitsExpired { count }) => {
-                    self.probe
-                        .event(self.id, ProbeEvent::WaitsExpired { count });
+                    self.probe.event(
+                        self.id,
+                        self.shape.group,
+                        ProbeEvent::WaitsExpired { count },
+                    );
                     if count == 0 {
                         return true;
                     }
@@ -912,8 +918,11 @@ impl Node {
         match self.propose(Op::ExpireSessions { ids: due.clone() }).await {
             Ok(Outcome::SessionsExpired { ids }) => {
                 tracing::info!(sessions = ?ids, "session leases ran out: expired");
-                self.probe
-                    .event(self.id, ProbeEvent::SessionsExpired { sessions: ids });
+                self.probe.event(
+                    self.id,
+                    self.shape.group,
+                    ProbeEvent::SessionsExpired { sessions: ids },
+                );
                 true
             }
             Ok(other) => {

@@ -39,7 +39,8 @@ pub enum ProbeEvent {
 }
 
 pub trait Probe: Send + Sync + 'static {
-    fn event(&self, node: u64, event: ProbeEvent);
+    /// `node` saw `event` in its member of Raft group `group` (0 in a cluster of one group).
+    fn event(&self, node: u64, group: u32, event: ProbeEvent);
 
     /// Whether [`ProbeEvent::LeasesResumed`] should list every lease (one element per session,
     /// built at each leader change only for a probe that asks).
@@ -55,7 +56,7 @@ pub type SharedProbe = Arc<dyn Probe>;
 pub struct NoProbe;
 
 impl Probe for NoProbe {
-    fn event(&self, _node: u64, _event: ProbeEvent) {}
+    fn event(&self, _node: u64, _group: u32, _event: ProbeEvent) {}
 }
 
 /// Bugs that latchkey fixed, put back on purpose so that a checker can show it catches them.

@@ -137,8 +137,9 @@ pub struct Observer {
     pub clock: SharedClock,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub probe: SharedProbe,
-    /// This member's id, for the probe.
+    /// This member's id and its Raft group, for the probe.
     pub node: u64,
+    pub group: u32,
     /// Where watch streams get this member's lock changes.
     pub watch: Arc<crate::watch::WatchHub>,
 }
@@ -153,8 +154,11 @@ impl ApplyObserver for Observer {
         self.waiters.recheck(table);
         self.watch.installed(last_index);
         self.metrics.snapshots_installed.inc();
-        self.probe
-            .event(self.node, ProbeEvent::SnapshotInstalled { last_index });
+        self.probe.event(
+            self.node,
+            self.group,
+            ProbeEvent::SnapshotInstalled { last_index },
+        );
     }
 
     fn applied(&self, index: u64, cmd: &Command, applied: &Applied) {

@@ -201,7 +201,16 @@ async fn work(w: &Worker<'_>, rng: &mut StdRng, actor: Actor, session: &Session)
             return Next::NewSession;
         }
         let lock = setup.locks[rng.random_range(0..setup.locks.len())].clone();
-        let op = history.invoke(actor, session.id(), &lock, OpKind::Acquire, true_now());
+        // With several Raft groups a lock is held by the session of its group (registered
+        // there on the group's first lock, here), and the operation is that session's.
+        let holder = match session.session_id_for(&lock).await {
+            Ok(id) => id,
+            Err(Error::InvalidArgument { message }) | Err(Error::Protocol(message)) => {
+                panic!("client {}: CreateSession refused: {message}", setup.id)
+            }
+            Err(_) => return Next::NewSession,
+        };
+        let op = history.invoke(actor, holder, &lock, OpKind::Acquire, true_now());
         let guard = match session
             .lock(lock.as_str())
             .wait(Some(Duration::from_millis(WAIT_MS)))
@@ -356,13 +365,15 @@ async fn watch_deadlines(
     clock: &DriftClock,
     sessions: &[Session],
 ) -> std::convert::Infallible {
-    let mut seen = vec![None; sessions.len()];
+    // By group session (one per session in a cluster of one group): each lock's lease is its
+    // group session's, judged against that session's own deadline.
+    let mut seen = std::collections::BTreeMap::new();
     loop {
-        for (s, seen) in sessions.iter().zip(seen.iter_mut()) {
-            let deadline = s.deadline();
-            if *seen != Some(deadline) {
-                *seen = Some(deadline);
-                history.client_deadline(s.id(), clock.true_time(deadline));
+        for s in sessions {
+            for (id, deadline) in s.group_deadlines() {
+                if seen.insert(id, deadline) != Some(deadline) {
+                    history.client_deadline(id, clock.true_time(deadline));
+                }
             }
         }
         tokio::time::sleep(Duration::from_millis(DEADLINE_SAMPLE_MS)).await;

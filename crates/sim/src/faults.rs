@@ -67,7 +67,8 @@ pub(crate) struct FaultCtx<'a, 's> {
     pub faults: &'a mut Faults,
     pub config: &'a RunConfig,
     pub history: &'a History,
-    pub disks: &'a BTreeMap<u64, SharedDisk>,
+    /// By node: its disks, one per Raft group.
+    pub disks: &'a BTreeMap<u64, Vec<SharedDisk>>,
     pub controls: &'a [Arc<ClientControl>],
     /// Draws which unsynced writes a crashed node's disk loses.
     pub crash_rng: &'a mut StdRng,
@@ -295,7 +296,7 @@ impl FaultCtx<'_, '_> {
                     return;
                 }
                 sim.crash(a.as_str());
-                let lost = disks[&node].lock().expect("disk lock").crash(crash_rng);
+                let lost = crate::store::crash_node(&disks[&node], crash_rng);
                 f.crashed.insert(node, now + last);
                 f.log.push(stamp(format!(
                     "crash {a} ({lost} unsynced writes lost) for {last:?}"

@@ -347,6 +347,59 @@ impl HistoryData {
         }
     }
 
+    /// What group `group` of `groups` saw: the log records of `log` (that group's members'
+    /// logs and probes; `None`: this history's own, group 0's) and, of this history's client
+    /// records, those of the group's locks and sessions.
+    pub fn of_group(&self, log: Option<&HistoryData>, group: u32, groups: u32) -> HistoryData {
+        let lock_in = |name: &str| latchkey_core::group_of(name, groups) == group;
+        let session_in = |id: u64| {
+            latchkey_core::group_of_session(latchkey_core::SessionId(id), groups) == group
+        };
+        let mut kept = std::collections::BTreeSet::new();
+        let events = self
+            .events
+            .iter()
+            .filter(|e| match e {
+                Event::Invoke { id, lock, .. } => lock_in(lock) && kept.insert(*id),
+                Event::Return { id, .. } => kept.contains(id),
+                Event::HoldCheck { lock, .. } => lock_in(lock),
+                Event::Lost { session, .. } => session_in(*session),
+            })
+            .cloned()
+            .collect();
+        let log = log.unwrap_or(self);
+        HistoryData {
+            events,
+            resource: (self.resource.iter())
+                .filter(|r| lock_in(&r.lock))
+                .cloned()
+                .collect(),
+            appended: log.appended.clone(),
+            committed: log.committed.clone(),
+            commit_checked: log.commit_checked.clone(),
+            recorded_violations: log.recorded_violations.clone(),
+            leader: log.leader,
+            final_holders: (self.final_holders.iter())
+                .filter(|(name, _)| lock_in(name))
+                .map(|(name, holder)| (name.clone(), *holder))
+                .collect(),
+            healed_at: self.healed_at,
+            probed: log.probed.clone(),
+            client_deadlines: (self.client_deadlines.iter())
+                .filter(|(id, _)| session_in(**id))
+                .map(|(id, d)| (*id, *d))
+                .collect(),
+            client_deadline_log: (self.client_deadline_log.iter())
+                .filter(|(_, id, _)| session_in(*id))
+                .copied()
+                .collect(),
+            resumed_leases: log.resumed_leases.clone(),
+            term_starts: log.term_starts.clone(),
+            last_appended: log.last_appended.clone(),
+            next_id: self.next_id,
+        }
+    }
+
     /// Every operation with its answer (if any), in invocation order.
     pub fn operations(&self) -> Vec<Operation> {
         let mut ops: Vec<Operation> = Vec::new();

@@ -38,4 +38,4 @@ pub mod sim;
 pub mod store;
 pub mod sweep;
 
-pub use sim::{run, RunConfig, RunReport};
+pub use sim::{run, GroupReport, RunConfig, RunReport};

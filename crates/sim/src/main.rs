@@ -5,6 +5,9 @@
 //! cargo run --release -p latchkey-sim -- --reproduce SEED
 //! ```
 //!
+//! `--groups G` runs each seed in a cluster of G Raft groups (issue #16; a seed's own shape
+//! has one).
+//!
 //! `--show-config` prints each seed's configuration without running it.
 //! `--plant stale-mark|resume-early` puts a fixed lease bug back (issue #9, bugs 1 and 2) in
 //! every run, to find seeds that catch it.
@@ -13,7 +16,7 @@ use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) \
+        "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) [--groups G] \
          [--plant stale-mark|resume-early] [--show-config]"
     );
     ExitCode::from(2)
@@ -51,12 +54,20 @@ fn main() -> ExitCode {
         }
         _ => return usage(),
     };
+    let groups = match value("--groups") {
+        None => 1,
+        Some(Some(g)) if (1..=u64::from(latchkey_core::limits::GROUPS_MAX)).contains(&g) => {
+            g as u32
+        }
+        Some(_) => return usage(),
+    };
     let mut failed = Vec::new();
     let mut reached = latchkey_sim::coverage::Coverage::default();
     let (count, started) = (seeds.len(), std::time::Instant::now());
     for seed in seeds {
         let mut config = latchkey_sim::RunConfig::from_seed(seed);
         config.plant = plant;
+        config.groups = groups;
         if args.iter().any(|a| a == "--show-config") {
             println!("{config:?}");
             continue;

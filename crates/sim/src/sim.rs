@@ -37,7 +37,7 @@ use crate::client::{self, ClientControl, ClientSetup, IdleSetup};
 use crate::clock::{DriftClock, SeededEntropy, DRIFT_PPM_MAX};
 use crate::coverage::Coverage;
 use crate::faults::{FaultCtx, Faults};
-use crate::history::{History, Probed, ResumedLeases};
+use crate::history::{History, HistoryData, Probed, ResumedLeases};
 use crate::net::{self, SimConnector, PORT};
 use crate::resource::Resource;
 use crate::store::{Disk, DiskConfig, SharedDisk, SimLogStore};
@@ -47,6 +47,11 @@ use crate::store::{Disk, DiskConfig, SharedDisk, SimLogStore};
 pub struct RunConfig {
     pub seed: u64,
     pub nodes: u64,
+    /// Raft groups (`latchkey serve --groups`, issue #16): 1 in every seed's own shape (set by
+    /// `latchkey-sim --groups G`, and by the CI seeds of several groups). With more, every
+    /// node is a member of every group, each group has its own log (and disk) per node, and
+    /// the checkers run per group, over that group's log and its locks' operations.
+    pub groups: u32,
     pub clients: u32,
     pub locks: usize,
     pub ttl: Duration,
@@ -92,6 +97,7 @@ impl RunConfig {
         RunConfig {
             seed,
             nodes: if rng.random_bool(0.25) { 5 } else { 3 },
+            groups: 1,
             clients: rng.random_range(3..=4),
             locks: rng.random_range(1..=2),
             ttl,
@@ -170,7 +176,19 @@ pub struct RunReport {
     pub hold_checks_near_expiry: usize,
     /// The lease states the run reached.
     pub coverage: Coverage,
+    /// By Raft group (one element in a cluster of one group): what each group's checkers
+    /// judged, so that a run of several groups can show that every group was exercised.
+    pub by_group: Vec<GroupReport>,
     pub sim_error: Option<String>,
+}
+
+/// What one Raft group's share of a run held.
+#[derive(Debug, Clone, Default)]
+pub struct GroupReport {
+    /// Acquires of the group's locks that were granted.
+    pub grants: usize,
+    pub committed_entries: usize,
+    pub coverage: Coverage,
 }
 
 impl RunReport {
@@ -189,7 +207,8 @@ pub(crate) fn client_name(id: u32) -> String {
 
 struct NodeSetup {
     id: u64,
-    disk: SharedDisk,
+    /// One per Raft group.
+    disks: Vec<SharedDisk>,
     dir: std::path::PathBuf,
     peers: BTreeMap<u64, String>,
     drift_ppm: i64,
@@ -198,33 +217,40 @@ struct NodeSetup {
     lives: Arc<AtomicU64>,
 }
 
-fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, history: &History) {
+/// Starts node `setup.id`, recording each group's log into that group's history (`logs`, by
+/// group).
+fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, logs: &[History]) {
     let config = config.clone();
-    let history = history.clone();
+    let logs = logs.to_vec();
     let setup = Rc::new(setup);
     sim.host(node_name(setup.id), move || {
         let setup = setup.clone();
         let config = config.clone();
-        let history = history.clone();
+        let logs = logs.clone();
         async move {
             let life = setup.lives.fetch_add(1, Ordering::Relaxed);
             let seed = setup
                 .seed
                 .wrapping_add(life.wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
-            let store = SimLogStore::open(
-                setup.id,
-                setup.disk.clone(),
-                history.clone(),
-                config.disk,
-                seed,
-            );
+            // Group 0's store draws from the node's seed as a cluster of one group does.
+            let stores: Vec<SimLogStore> = setup
+                .disks
+                .iter()
+                .zip(&logs)
+                .enumerate()
+                .map(|(group, (disk, log))| {
+                    let group_seed = seed ^ (group as u64).wrapping_mul(0xa076_1d64_78bd_642f);
+                    SimLogStore::open(setup.id, disk.clone(), log.clone(), config.disk, group_seed)
+                })
+                .collect();
             let mut server = ServerConfig::cluster(
                 setup.id,
                 format!("0.0.0.0:{PORT}").parse().expect("address"),
                 setup.dir.clone(),
                 setup.peers.clone(),
             );
+            server.groups = config.groups;
             server.heartbeat_ms = config.heartbeat_ms;
             server.election_timeout_min_ms = config.election_timeout_ms.0;
             server.election_timeout_max_ms = config.election_timeout_ms.1;
@@ -240,7 +266,7 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
                 connector: Arc::new(SimConnector),
                 entropy: Arc::new(SeededEntropy::new(seed)),
                 probe: Arc::new(HistoryProbe {
-                    history: history.clone(),
+                    logs: logs.clone(),
                     clock,
                 }),
             };
@@ -250,7 +276,7 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
                 None,
                 server,
                 env,
-                vec![store],
+                stores,
                 std::future::pending(),
             )
             .await
@@ -259,16 +285,18 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
     });
 }
 
-/// Records what the nodes report through the probe, in true time.
+/// Records what the nodes report through the probe, in true time, into the history of the
+/// group that reported it.
 struct HistoryProbe {
-    history: History,
+    logs: Vec<History>,
     /// The node's own clock, to convert the leases it resumed into true time.
     clock: Arc<DriftClock>,
 }
 
 impl latchkey_server::Probe for HistoryProbe {
-    fn event(&self, node: u64, mut event: latchkey_server::ProbeEvent) {
+    fn event(&self, node: u64, group: u32, mut event: latchkey_server::ProbeEvent) {
         let at = crate::clock::true_now();
+        let history = &self.logs[group as usize];
         if let latchkey_server::ProbeEvent::LeasesResumed { term, leases, .. } = &mut event {
             // Kept apart from `probed`, converted to true time: one element per session.
             let until = std::mem::take(leases)
@@ -276,7 +304,7 @@ impl latchkey_server::Probe for HistoryProbe {
                 .map(|(id, left)| (id.0, at + self.clock.true_duration(left)))
                 .collect();
             let term = *term;
-            self.history.with(|h| {
+            history.with(|h| {
                 h.resumed_leases.push(ResumedLeases {
                     at,
                     node,
@@ -285,8 +313,7 @@ impl latchkey_server::Probe for HistoryProbe {
                 })
             });
         }
-        self.history
-            .with(|h| h.probed.push(Probed { at, node, event }));
+        history.with(|h| h.probed.push(Probed { at, node, event }));
     }
 
     fn wants_resumed_leases(&self) -> bool {
@@ -305,11 +332,16 @@ const IDLE_HOST: &str = "idle";
 struct Run<'c> {
     config: &'c RunConfig,
     sim: turmoil::Sim<'static>,
+    /// The clients' operations, the resource's decisions, and group 0's log (the fault
+    /// schedules that follow a leader follow group 0's).
     history: History,
+    /// By Raft group, what its members logged and probed: `logs[0]` is `history` itself.
+    logs: Vec<History>,
     /// The nodes' data dirs, removed when the run ends.
     data: tempfile::TempDir,
     peers: BTreeMap<u64, String>,
-    disks: BTreeMap<u64, SharedDisk>,
+    /// By node: its disks, one per Raft group.
+    disks: BTreeMap<u64, Vec<SharedDisk>>,
     locks: Vec<String>,
     controls: Vec<Arc<ClientControl>>,
     faults: Faults,
@@ -341,7 +373,11 @@ impl<'c> Run<'c> {
     /// shape is made here, in a fixed order: turmoil's seed, each node's clock and entropy, each
     /// client's clock and jitter, the idle host's, the fault RNG, the crash RNG.
     fn setup(config: &'c RunConfig) -> Run<'c> {
+        assert!(config.groups >= 1, "a cluster has at least one group");
         let history = History::default();
+        let logs: Vec<History> = std::iter::once(history.clone())
+            .chain((1..config.groups).map(|_| History::default()))
+            .collect();
         let resource = Resource::new(history.clone());
         let mut rng = StdRng::seed_from_u64(config.seed);
         // openraft's election timeouts and ticker phases come from this thread's RNG (every
@@ -363,13 +399,13 @@ impl<'c> Run<'c> {
             .collect();
         let mut disks = BTreeMap::new();
         for id in 1..=config.nodes {
-            let disk = Disk::new();
-            disks.insert(id, disk.clone());
+            let node_disks: Vec<SharedDisk> = (0..config.groups).map(|_| Disk::new()).collect();
+            disks.insert(id, node_disks.clone());
             start_node(
                 &mut sim,
                 NodeSetup {
                     id,
-                    disk,
+                    disks: node_disks,
                     dir: data.path().join(node_name(id)),
                     peers: peers.clone(),
                     // Server and client clocks drift both ways within the bound, so the worst
@@ -380,11 +416,11 @@ impl<'c> Run<'c> {
                     lives: Arc::default(),
                 },
                 config,
-                &history,
+                &logs,
             );
         }
 
-        let locks: Vec<String> = (0..config.locks).map(|i| format!("lock-{i}")).collect();
+        let locks = lock_names(config.locks, config.groups);
         let stop_at = config.stop_at();
         let mut controls = Vec::new();
         for id in 1..=config.clients {
@@ -439,6 +475,7 @@ impl<'c> Run<'c> {
             config,
             sim,
             history,
+            logs,
             data,
             peers,
             disks,
@@ -472,7 +509,7 @@ impl<'c> Run<'c> {
     fn drive(&mut self) -> Ended {
         let end = self.stop_at + Duration::from_secs(15);
         let mut ended = Ended::default();
-        let watchdog = Watchdog::start(self.config.seed);
+        let watchdog = Watchdog::start(self.config.seed, self.config.groups);
         let progress = std::env::var_os("LATCHKEY_SIM_PROGRESS").is_some();
         let wall = std::time::Instant::now();
         let mut next_progress = Duration::ZERO;
@@ -561,9 +598,9 @@ impl<'c> Run<'c> {
             "{:.3}s crash and restart every node",
             now.as_secs_f64()
         ));
-        for (id, disk) in &self.disks {
+        for (id, disks) in &self.disks {
             self.sim.crash(node_name(*id));
-            disk.lock().expect("disk lock").crash(&mut self.crash_rng);
+            crate::store::crash_node(disks, &mut self.crash_rng);
             self.sim.bounce(node_name(*id));
         }
         let history = self.history.clone();
@@ -584,6 +621,7 @@ impl<'c> Run<'c> {
             config,
             sim,
             history,
+            logs,
             data: _data_dirs,
             faults,
             stop_at,
@@ -602,33 +640,94 @@ impl<'c> Run<'c> {
             settle: config.settle,
             liveness_until: stop_at - Duration::from_millis(client::WAIT_MS * 2),
         };
-        // A run cut short by an error still had its safety checked up to there (liveness and
-        // the final restart did not happen).
-        let violations = if ended.sim_error.is_none() {
-            checkers::check_all(&data, &check)
+        // Each group's checkers see its log and its locks' operations: a group is a lock
+        // service of its own, and every invariant is per lock (tokens of two groups are not
+        // comparable). Group 0's log is in `history` itself.
+        let by_group: Vec<HistoryData> = if config.groups == 1 {
+            vec![data]
         } else {
-            checkers::check_safety(&data)
+            logs.iter()
+                .enumerate()
+                .map(|(g, log)| {
+                    let log = if g == 0 { None } else { Some(log.snapshot()) };
+                    data.of_group(log.as_ref(), g as u32, config.groups)
+                })
+                .collect()
         };
-        let ops = data.operations();
+        let mut violations = Vec::new();
+        let mut coverage = Coverage::default();
+        let mut group_reports = Vec::new();
+        let (mut committed_entries, mut hold_checks_near_expiry) = (0, 0);
+        for (g, h) in by_group.iter().enumerate() {
+            // A run cut short by an error still had its safety checked up to there (liveness
+            // and the final restart did not happen).
+            let found = if ended.sim_error.is_none() {
+                checkers::check_all(h, &check)
+            } else {
+                checkers::check_safety(h)
+            };
+            violations.extend(found.into_iter().map(|mut v| {
+                if config.groups > 1 {
+                    v.message = format!("group {g}: {}", v.message);
+                }
+                v
+            }));
+            let reached = Coverage::measure(h);
+            coverage.add(&reached);
+            committed_entries += h.committed.len();
+            group_reports.push(GroupReport {
+                grants: granted(&h.operations()),
+                committed_entries: h.committed.len(),
+                coverage: reached,
+            });
+            hold_checks_near_expiry += checkers::hold_checks_before_end(h, Duration::from_secs(1));
+        }
+        // Every group's operations: the client events of all groups are in `history`.
+        let ops = history.with(|h| h.operations());
         RunReport {
             config: config.clone(),
             violations,
             faults: faults.log,
             operations: ops.len(),
-            grants: ops
-                .iter()
-                .filter(|o| matches!(o.ret, Some((crate::history::Ret::Granted { .. }, _))))
-                .count(),
-            committed_entries: data.committed.len(),
-            hold_checks_near_expiry: checkers::hold_checks_before_end(
-                &data,
-                Duration::from_secs(1),
-            ),
-            coverage: Coverage::measure(&data),
+            grants: granted(&ops),
+            committed_entries,
+            hold_checks_near_expiry,
+            coverage,
+            by_group: group_reports,
             sim_error: ended.sim_error,
         }
     }
 }
+
+/// How many of `ops` were granted.
+fn granted(ops: &[crate::history::Operation]) -> usize {
+    ops.iter()
+        .filter(|o| matches!(o.ret, Some((crate::history::Ret::Granted { .. }, _))))
+        .count()
+}
+
+/// The locks the clients take: `lock-0`, `lock-1`, … (`count` of them), and with several Raft
+/// groups as many more as it takes for every group to have at least one, so that every
+/// group's checkers judge some operations.
+fn lock_names(count: usize, groups: u32) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut covered = std::collections::BTreeSet::new();
+    for i in 0..LOCK_NAMES_TRIED_MAX {
+        if names.len() >= count && covered.len() == groups as usize {
+            return names;
+        }
+        let name = format!("lock-{i}");
+        let fresh = covered.insert(latchkey_core::group_of(&name, groups));
+        if names.len() < count || fresh {
+            names.push(name);
+        }
+    }
+    panic!("{LOCK_NAMES_TRIED_MAX} lock names did not cover {groups} groups");
+}
+
+/// Names tried to cover every group with a lock: the hash spreads names evenly, so covering
+/// `GROUPS_MAX` (64) groups takes about 64 · ln 64 ≈ 270 names (the coupon collector).
+const LOCK_NAMES_TRIED_MAX: usize = 100_000;
 
 /// Reads every lock's holder after the final restart, retrying until a leader answers.
 async fn read_final(nodes: &[String], locks: &[String]) -> BTreeMap<String, Option<(u64, u64)>> {
@@ -669,7 +768,7 @@ struct Watchdog {
 }
 
 impl Watchdog {
-    fn start(seed: u64) -> Watchdog {
+    fn start(seed: u64, groups: u32) -> Watchdog {
         let state: Arc<std::sync::Mutex<WatchState>> = Arc::new(std::sync::Mutex::new((
             0,
             Duration::ZERO,
@@ -692,7 +791,7 @@ impl Watchdog {
                         "=== latchkey-sim: seed {seed} FAILED ===\nreplay: {}\nviolation: [livelock] \
                          a host spun for {STEP_WALL_MAX:?} of wall time without letting simulated \
                          time pass, at simulated time {:.3}s\nfaults:",
-                        crate::sweep::replay_command(seed),
+                        crate::sweep::replay_command(seed, groups),
                         s.1.as_secs_f64()
                     );
                     for f in &s.2 {

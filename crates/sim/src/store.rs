@@ -92,6 +92,16 @@ pub struct Disk {
 
 pub type SharedDisk = Arc<Mutex<Disk>>;
 
+/// A node's crash, seen by its disks: one log per Raft group it is a member of, each keeping a
+/// seeded prefix of its unsynced writes (see [`Disk::crash`]). How many unsynced writes were
+/// lost, over all of them.
+pub fn crash_node(disks: &[SharedDisk], rng: &mut StdRng) -> usize {
+    disks
+        .iter()
+        .map(|d| d.lock().expect("disk lock").crash(rng))
+        .sum()
+}
+
 impl Disk {
     pub fn new() -> SharedDisk {
         Arc::new(Mutex::new(Disk {

@@ -6,9 +6,14 @@ use crate::sim::{run, RunConfig, RunReport};
 
 const VIOLATIONS_SHOWN_PER_CHECKER: usize = 5;
 
-/// The command that replays `seed`.
-pub fn replay_command(seed: u64) -> String {
-    format!("cargo run --release -p latchkey-sim -- --reproduce {seed}")
+/// The command that replays `seed` (in a cluster of `groups` Raft groups).
+pub fn replay_command(seed: u64, groups: u32) -> String {
+    let groups = if groups == 1 {
+        String::new()
+    } else {
+        format!(" --groups {groups}")
+    };
+    format!("cargo run --release -p latchkey-sim -- --reproduce {seed}{groups}")
 }
 
 /// A human report of a failed run: seed, replay command, violations, the fault schedule.
@@ -16,7 +21,7 @@ pub fn failure_text(r: &RunReport) -> String {
     let mut s = format!(
         "=== latchkey-sim: seed {} FAILED ===\nreplay: {}\nconfig: {:?}\n",
         r.config.seed,
-        replay_command(r.config.seed),
+        replay_command(r.config.seed, r.config.groups),
         r.config
     );
     if !cfg!(tokio_unstable) {
@@ -63,8 +68,9 @@ pub fn run_config(config: &RunConfig) -> RunReport {
     let report = run(config);
     if report.ok() {
         println!(
-            "seed {seed}: ok ({} nodes, {} clients, {} idle sessions, {} ops, {} grants, {} committed entries, {} hold checks within 1s of their expiry, {} faults; {}) in {:.1}s",
+            "seed {seed}: ok ({} nodes, {} groups, {} clients, {} idle sessions, {} ops, {} grants, {} committed entries, {} hold checks within 1s of their expiry, {} faults; {}) in {:.1}s",
             report.config.nodes,
+            report.config.groups,
             report.config.clients,
             report.config.idle_sessions,
             report.operations,

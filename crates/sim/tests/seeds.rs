@@ -95,6 +95,74 @@ fn ci_seeds_pass_every_checker() {
     }
 }
 
+/// CI seeds run in a cluster of two Raft groups (issue #16): every node a member of both,
+/// each group with its own log, its checkers over its own locks' operations.
+const CI_SEEDS_OF_TWO_GROUPS: std::ops::Range<u64> = 0..2;
+
+#[test]
+fn ci_seeds_of_two_groups_pass_every_checker() {
+    let mut failures = Vec::new();
+    let mut by_group = vec![latchkey_sim::sim::GroupReport::default(); 2];
+    for seed in CI_SEEDS_OF_TWO_GROUPS {
+        let mut config = RunConfig::from_seed(seed);
+        config.groups = 2;
+        let report = latchkey_sim::sweep::run_config(&config);
+        if !report.ok() {
+            failures.push(failure_text(&report));
+        }
+        assert_eq!(report.by_group.len(), 2, "one report per group");
+        for (sum, g) in by_group.iter_mut().zip(&report.by_group) {
+            sum.grants += g.grants;
+            sum.committed_entries += g.committed_entries;
+            sum.coverage.add(&g.coverage);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Each group must have been judged on something, and through a failover of its own, or
+    // passing says nothing about it.
+    for (g, sum) in by_group.iter().enumerate() {
+        println!(
+            "group {g}: {} grants, {} committed entries; reached {}",
+            sum.grants, sum.committed_entries, sum.coverage
+        );
+        assert!(sum.grants > 0, "no lock of group {g} was granted");
+        assert!(
+            sum.coverage.failovers > 0,
+            "group {g} never changed leader: {}",
+            sum.coverage
+        );
+    }
+    assert!(
+        by_group.iter().any(|g| g.coverage.sessions_expired > 0),
+        "no session expired in any group"
+    );
+}
+
+/// The checkers of a group above 0 have teeth: with the early acknowledgement planted in a
+/// cluster of two groups, a violation names group 1, or a node trips over the lost entries.
+#[test]
+fn a_planted_early_ack_is_caught_in_a_cluster_of_two_groups() {
+    let mut config = RunConfig::from_seed(0);
+    config.groups = 2;
+    config.disk.ack_before_fsync = true;
+    let report = run(&config);
+    println!(
+        "planted bug, two groups: {} violations (first: {:?}), run error: {:?}",
+        report.violations.len(),
+        report.violations.first().map(|v| v.to_string()),
+        report.sim_error
+    );
+    assert!(
+        report.sim_error.is_some()
+            || report
+                .violations
+                .iter()
+                .any(|v| v.message.starts_with("group 1: ")),
+        "the planted bug went unnoticed in group 1; violations: {:#?}",
+        report.violations
+    );
+}
+
 /// The run has teeth: with a bug put in on purpose (the log store acknowledges appends before
 /// their fsync, so a crash loses entries a majority acknowledged), a CI seed fails: a checker
 /// finds a violation, or a node trips over the lost entries (openraft asserts that its log
