@@ -619,9 +619,14 @@ impl Session {
     }
 
     /// The id of the session that takes the lock `name`: this session's own id in a cluster
-    /// of one group; with several, its session in that lock's group, registered there now if
-    /// it was not yet (otherwise that happens at the first lock of the group). A lock's
-    /// holder, as `latchkey status NAME` shows it, is this id.
+    /// of one group; with several, its session in that lock's group. A lock's holder, as
+    /// `latchkey status NAME` shows it, is this id.
+    ///
+    /// Not a mere getter with several groups: the first call for a group registers the
+    /// logical session there (a `CreateSession` at that group's leader, then its renewal),
+    /// as the first lock of the group would, and fails as that would (no leader within the
+    /// budget: `Error::Unavailable`; the session already lost: its loss). Once registered,
+    /// and in a cluster of one group, it answers at once without a request.
     pub async fn session_id_for(&self, name: &str) -> Result<u64, Error> {
         Ok(self.for_lock(name).await?.key.id.0)
     }

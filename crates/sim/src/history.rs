@@ -348,9 +348,9 @@ impl HistoryData {
     }
 
     /// What group `group` of `groups` saw: the log records of `log` (that group's members'
-    /// logs and probes; `None`: this history's own, group 0's) and, of this history's client
-    /// records, those of the group's locks and sessions.
-    pub fn of_group(&self, log: Option<&HistoryData>, group: u32, groups: u32) -> HistoryData {
+    /// logs and probes) and, of this history's client records, those of the group's locks and
+    /// sessions.
+    pub fn of_group(&self, log: &HistoryData, group: u32, groups: u32) -> HistoryData {
         let lock_in = |name: &str| latchkey_core::group_of(name, groups) == group;
         let session_in = |id: u64| {
             latchkey_core::group_of_session(latchkey_core::SessionId(id), groups) == group
@@ -367,7 +367,6 @@ impl HistoryData {
             })
             .cloned()
             .collect();
-        let log = log.unwrap_or(self);
         HistoryData {
             events,
             resource: (self.resource.iter())

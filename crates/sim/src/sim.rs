@@ -640,18 +640,16 @@ impl<'c> Run<'c> {
             settle: config.settle,
             liveness_until: stop_at - Duration::from_millis(client::WAIT_MS * 2),
         };
-        // Each group's checkers see its log and its locks' operations: a group is a lock
-        // service of its own, and every invariant is per lock (tokens of two groups are not
-        // comparable). Group 0's log is in `history` itself.
+        // Each group's safety checkers see its log and its locks' operations: a group is a
+        // lock service of its own, and every invariant is per lock (tokens of two groups are
+        // not comparable). `logs[0]` is `history` itself. Liveness is judged once, over
+        // every lock: a client that moved on to another group's locks was not left waiting.
         let by_group: Vec<HistoryData> = if config.groups == 1 {
-            vec![data]
+            vec![history.snapshot()]
         } else {
             logs.iter()
                 .enumerate()
-                .map(|(g, log)| {
-                    let log = if g == 0 { None } else { Some(log.snapshot()) };
-                    data.of_group(log.as_ref(), g as u32, config.groups)
-                })
+                .map(|(g, log)| data.of_group(&log.snapshot(), g as u32, config.groups))
                 .collect()
         };
         let mut violations = Vec::new();
@@ -659,14 +657,7 @@ impl<'c> Run<'c> {
         let mut group_reports = Vec::new();
         let (mut committed_entries, mut hold_checks_near_expiry) = (0, 0);
         for (g, h) in by_group.iter().enumerate() {
-            // A run cut short by an error still had its safety checked up to there (liveness
-            // and the final restart did not happen).
-            let found = if ended.sim_error.is_none() {
-                checkers::check_all(h, &check)
-            } else {
-                checkers::check_safety(h)
-            };
-            violations.extend(found.into_iter().map(|mut v| {
+            violations.extend(checkers::check_safety(h).into_iter().map(|mut v| {
                 if config.groups > 1 {
                     v.message = format!("group {g}: {}", v.message);
                 }
@@ -681,6 +672,11 @@ impl<'c> Run<'c> {
                 coverage: reached,
             });
             hold_checks_near_expiry += checkers::hold_checks_before_end(h, Duration::from_secs(1));
+        }
+        // A run cut short by an error still had its safety checked up to there (liveness and
+        // the final restart did not happen); liveness only runs on a safe history.
+        if ended.sim_error.is_none() && violations.is_empty() {
+            violations.extend(checkers::check_liveness(&data, &check));
         }
         // Every group's operations: the client events of all groups are in `history`.
         let ops = history.with(|h| h.operations());

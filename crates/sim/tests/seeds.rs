@@ -139,7 +139,7 @@ fn ci_seeds_of_two_groups_pass_every_checker() {
 }
 
 /// The checkers of a group above 0 have teeth: with the early acknowledgement planted in a
-/// cluster of two groups, a violation names group 1, or a node trips over the lost entries.
+/// cluster of two groups, a violation names group 1 (seed 0: 14 violations, in both groups).
 #[test]
 fn a_planted_early_ack_is_caught_in_a_cluster_of_two_groups() {
     let mut config = RunConfig::from_seed(0);
@@ -153,11 +153,10 @@ fn a_planted_early_ack_is_caught_in_a_cluster_of_two_groups() {
         report.sim_error
     );
     assert!(
-        report.sim_error.is_some()
-            || report
-                .violations
-                .iter()
-                .any(|v| v.message.starts_with("group 1: ")),
+        report
+            .violations
+            .iter()
+            .any(|v| v.message.starts_with("group 1: ")),
         "the planted bug went unnoticed in group 1; violations: {:#?}",
         report.violations
     );
