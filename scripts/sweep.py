@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A long simulation sweep over every core, and the sum of what its seeds reached (issue #9).
 
-    scripts/sweep.py run COUNT [--start S] [--jobs J] [--out DIR] [--bin PATH]
+    scripts/sweep.py run COUNT [--start S] [--jobs J] [--out DIR] [--bin PATH] [--groups G]
     scripts/sweep.py sum DIR...
 
 `run` builds latchkey-sim with the `sweep` profile (release + LTO), splits seeds
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # What `latchkey-sim` prints: one line per passing seed, a report per failing one.
 OK = re.compile(
-    r"^seed (\d+): ok \((\d+) nodes, (\d+) clients, (\d+) idle sessions, (\d+) ops, (\d+) grants, "
+    r"^seed (\d+): ok \((\d+) nodes, (?:\d+ groups, )?(\d+) clients, (\d+) idle sessions, (\d+) ops, (\d+) grants, "
     r"(\d+) committed entries, (\d+) hold checks within 1s of their expiry, (\d+) faults; (.*)\) in ([\d.]+)s$"
 )
 FAILED = re.compile(r"^=== latchkey-sim: seed (\d+) FAILED ===$")
@@ -126,8 +126,9 @@ def run(args):
         if n == 0:
             continue
         f = open(out / f"job-{k}.out", "w")
+        groups = ["--groups", str(args.groups)] if args.groups != 1 else []
         procs.append((subprocess.Popen(["nice", "-n", "19", str(binary), "--seeds", str(n),
-                                        "--start", str(start)],
+                                        "--start", str(start)] + groups,
                                        stdout=f, stderr=subprocess.STDOUT, env=env), f))
         start += n
     print(f"commit {commit}: seeds {args.start}..{start} in {len(procs)} jobs, lines in {out}")
@@ -151,6 +152,7 @@ def main():
     r.add_argument("--start", type=int, default=0)
     r.add_argument("--jobs", type=int, default=0)
     r.add_argument("--out")
+    r.add_argument("--groups", type=int, default=1, help="Raft groups per run (issue #16)")
     r.add_argument("--bin", help="a latchkey-sim binary to run instead of building one")
     s = sub.add_parser("sum", help="sum the per-seed lines of sweeps already run")
     s.add_argument("dirs", nargs="+")
