@@ -391,6 +391,10 @@ pub struct IdleSetup {
     pub ttl: Duration,
     pub drift_ppm: i64,
     pub seed: u64,
+    /// With several Raft groups, a lock name of each group but group 0: every idle session
+    /// joins every group (`Session::session_id_for`), so that each group's failovers mark and
+    /// renew hundreds of sessions. Empty with one group.
+    pub joins: Vec<String>,
 }
 
 /// Sessions created at once by the idle host.
@@ -410,9 +414,17 @@ pub async fn run_idle(setup: IdleSetup, history: History) -> turmoil::Result {
     let create = || {
         let client = client.clone();
         let ttl = setup.ttl;
+        let joins = &setup.joins;
         async move {
             loop {
                 if let Ok(s) = client.session(ttl).await {
+                    // A group it could not join now is joined by none: the session still
+                    // renews in the groups it did join.
+                    for name in joins {
+                        if s.session_id_for(name).await.is_err() {
+                            break;
+                        }
+                    }
                     return s;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;

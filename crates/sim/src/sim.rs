@@ -457,6 +457,11 @@ impl<'c> Run<'c> {
                 ttl: config.ttl,
                 drift_ppm: rng.random_range(-DRIFT_PPM_MAX..=DRIFT_PPM_MAX),
                 seed: rng.random(),
+                joins: if config.groups > 1 {
+                    one_lock_per_group(&locks, config.groups)
+                } else {
+                    Vec::new()
+                },
             };
             let history = history.clone();
             sim.host(IDLE_HOST, move || {
@@ -719,6 +724,18 @@ fn lock_names(count: usize, groups: u32) -> Vec<String> {
         }
     }
     panic!("{LOCK_NAMES_TRIED_MAX} lock names did not cover {groups} groups");
+}
+
+/// Of `locks`, the first of each group but group 0 (where a session starts), in group order.
+fn one_lock_per_group(locks: &[String], groups: u32) -> Vec<String> {
+    let mut by_group = BTreeMap::new();
+    for name in locks {
+        let g = latchkey_core::group_of(name, groups);
+        if g != 0 {
+            by_group.entry(g).or_insert_with(|| name.clone());
+        }
+    }
+    by_group.into_values().collect()
 }
 
 /// Names tried to cover every group with a lock: the hash spreads names evenly, so covering
