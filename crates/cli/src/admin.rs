@@ -41,6 +41,8 @@ pub async fn revoke(args: AdminRevokeArgs) -> anyhow::Result<()> {
 /// One audit record, as printed with `--json`.
 #[derive(Serialize, Debug, PartialEq)]
 pub struct AuditJson {
+    /// The Raft group whose log holds it (0 in a cluster of one); `index` is of that log.
+    pub group: u32,
     pub index: u64,
     pub at_ms: u64,
     pub action: String,
@@ -62,6 +64,7 @@ impl From<&latchkey_client::AuditEntry> for AuditJson {
     fn from(r: &latchkey_client::AuditEntry) -> AuditJson {
         let release = r.action == "force-release";
         AuditJson {
+            group: r.group,
             index: r.index,
             at_ms: r.at_ms,
             action: r.action.clone(),

@@ -364,17 +364,29 @@ impl Client {
     }
 
     /// The audit log (force-releases and revocations), oldest first, read on the leader.
+    ///
+    /// In a cluster of several Raft groups each group's log is read at its leader, at once,
+    /// and the records merged by time (each names its group; their indexes are of their
+    /// group's log).
     pub async fn audit(&self) -> Result<Vec<AuditEntry>, Error> {
-        let response = self
-            .call(self.short(), pb::AuditRequest {}, |mut c, r| async move {
-                c.audit(r).await
-            })
-            .await?;
-        Ok(response
-            .records
-            .into_iter()
-            .map(AuditEntry::from_pb)
-            .collect())
+        let groups = self.groups().await?;
+        let logs = (0..groups).map(|g| {
+            let opts = CallOpts {
+                group: g,
+                ..self.short()
+            };
+            let request = pb::AuditRequest {
+                group: (groups > 1).then_some(g),
+            };
+            self.call(opts, request, |mut c, r| async move { c.audit(r).await })
+        });
+        let mut records = Vec::new();
+        for answer in futures::future::join_all(logs).await {
+            records.extend(answer?.records.into_iter().map(AuditEntry::from_pb));
+        }
+        // Stable: one group's records stay in log order.
+        records.sort_by_key(|r| r.at_ms);
+        Ok(records)
     }
 
     /// A consistent copy of the whole table, read on the leader after a linearizable read and
@@ -562,45 +574,85 @@ impl Client {
     /// Adds member `id` at `addr` (a `latchkey serve --join` process): it catches up as a
     /// learner, then becomes a voter. Answers the voters after the change. Needs `admin` on
     /// every lock under access control.
+    ///
+    /// In a cluster of several Raft groups the member is added to each group in turn, at
+    /// that group's leader (a `serve --join` member runs every group); a failure part way is
+    /// [`Error::MembershipIncomplete`], and the same call again finishes it.
     pub async fn add_member(&self, id: u64, addr: &str) -> Result<Vec<Member>, Error> {
-        let request = pb::AddMemberRequest {
-            id,
-            addr: addr.to_owned(),
-        };
-        self.find_a_member().await?;
-        let response = self
-            .call(Self::membership_opts(), request, |mut c, r| async move {
-                c.add_member(r).await
-            })
-            .await?;
-        Ok(members(response.members))
+        self.change_every_group(
+            |group| pb::AddMemberRequest {
+                id,
+                addr: addr.to_owned(),
+                group,
+            },
+            |mut c, r| async move { c.add_member(r).await },
+        )
+        .await
     }
 
-    /// Removes member `id` (the leader too). Answers the voters after the change.
+    /// Removes member `id` (the leader too), from every Raft group in turn. Answers the voters
+    /// after the change.
     pub async fn remove_member(&self, id: u64) -> Result<Vec<Member>, Error> {
-        let request = pb::RemoveMemberRequest { id };
-        self.find_a_member().await?;
-        let response = self
-            .call(Self::membership_opts(), request, |mut c, r| async move {
-                c.remove_member(r).await
-            })
-            .await?;
-        Ok(members(response.members))
+        self.change_every_group(
+            |group| pb::RemoveMemberRequest { id, group },
+            |mut c, r| async move { c.remove_member(r).await },
+        )
+        .await
     }
 
-    /// Records `addr` as member `id`'s new address. Answers the voters after the change.
+    /// Records `addr` as member `id`'s new address, in every Raft group in turn. Answers the
+    /// voters after the change.
     pub async fn move_member(&self, id: u64, addr: &str) -> Result<Vec<Member>, Error> {
-        let request = pb::MoveMemberRequest {
-            id,
-            addr: addr.to_owned(),
-        };
+        self.change_every_group(
+            |group| pb::MoveMemberRequest {
+                id,
+                addr: addr.to_owned(),
+                group,
+            },
+            |mut c, r| async move { c.move_member(r).await },
+        )
+        .await
+    }
+
+    /// Sends the membership change `request(group)` to each Raft group's leader in turn
+    /// (`group` unset in a cluster of one) and answers the voters the last group reports. In
+    /// turn, not at once: each change waits for a catch-up and two commits on every member,
+    /// and a failure stops before the later groups, so that what was changed is a prefix of
+    /// the groups, which the error names.
+    async fn change_every_group<Req, F, Fut>(
+        &self,
+        request: impl Fn(Option<u32>) -> Req,
+        mut send: F,
+    ) -> Result<Vec<Member>, Error>
+    where
+        Req: Clone,
+        F: FnMut(LocksClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<pb::MembersResponse>, tonic::Status>>,
+    {
         self.find_a_member().await?;
-        let response = self
-            .call(Self::membership_opts(), request, |mut c, r| async move {
-                c.move_member(r).await
-            })
-            .await?;
-        Ok(members(response.members))
+        let groups = self.groups().await?;
+        let mut voters = Vec::new();
+        for group in 0..groups {
+            let opts = CallOpts {
+                group,
+                ..Self::membership_opts()
+            };
+            let answer = self
+                .call(opts, request((groups > 1).then_some(group)), &mut send)
+                .await;
+            match answer {
+                Ok(response) => voters = members(response.members),
+                Err(e) if group == 0 => return Err(e),
+                Err(e) => {
+                    return Err(Error::MembershipIncomplete {
+                        group,
+                        groups,
+                        source: Box::new(e),
+                    })
+                }
+            }
+        }
+        Ok(voters)
     }
 
     /// Routes the next call to a member that answers, with the short deadline: a membership

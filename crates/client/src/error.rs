@@ -73,6 +73,18 @@ pub enum Error {
     /// The server failed in a way that is not a client error (INTERNAL, UNIMPLEMENTED, ...).
     #[error("server error ({code}): {message}")]
     Server { code: String, message: String },
+    /// A membership change of a cluster of several Raft groups went through in groups
+    /// `0..group` and failed in `group` with `source` (the later groups were not changed).
+    /// Every change is idempotent per group: the same call again finishes it.
+    #[error(
+        "the membership change is done in Raft groups 0..{group} of {groups} and failed in group \
+         {group}: {source}; the same command again finishes it"
+    )]
+    MembershipIncomplete {
+        group: u32,
+        groups: u32,
+        source: Box<Error>,
+    },
 }
 
 /// What to do with one failed attempt.

@@ -173,6 +173,8 @@ impl SessionOptions {
 /// One administrative action from the audit log ([`Client::audit`](crate::Client::audit)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEntry {
+    /// The Raft group whose log holds it (0 in a cluster of one); `index` is of that log.
+    pub group: u32,
     pub index: u64,
     /// Leader wall clock, Unix ms.
     pub at_ms: u64,
@@ -197,6 +199,7 @@ pub struct AuditEntry {
 impl AuditEntry {
     pub(crate) fn from_pb(r: pb::AuditRecord) -> AuditEntry {
         AuditEntry {
+            group: r.group,
             index: r.index,
             at_ms: r.at_ms,
             action: r.action,

@@ -253,9 +253,6 @@ impl ServerConfig {
             return Err(ConfigError::TableBytesMax(self.table_bytes_max));
         }
         latchkey_core::groups::check_groups(self.groups).map_err(ConfigError::Groups)?;
-        if self.groups > 1 && self.join.is_some() {
-            return Err(ConfigError::GroupsWithJoin);
-        }
         if self.groups > 1 && self.http_listen.is_some() {
             return Err(ConfigError::GroupsWithHttp);
         }
@@ -387,11 +384,6 @@ pub enum ConfigError {
     TableBytesMax(usize),
     #[error("--groups: {0}")]
     Groups(latchkey_core::groups::BadGroups),
-    #[error(
-        "--join with --groups above 1: membership changes of a cluster of several Raft groups \
-         are not supported yet (issue #16); found it with --peers"
-    )]
-    GroupsWithJoin,
     #[error(
         "--http-listen with --groups above 1: the HTTP API of a cluster of several Raft groups \
          is not served yet (issue #16); use the gRPC API"

@@ -599,9 +599,16 @@ impl pb::locks_server::Locks for LocksService {
         self.node().metrics.request("audit");
         // Records name locks anywhere: reading them needs read on every lock.
         self.authorize(&request, Need::Prefix("", Permission::Read), &[])?;
-        let records = self.groups.single("Audit")?.audit().await?;
+        let node = self.named_group(request.get_ref().group, "Audit without a group")?;
+        let records = node.audit().await.map_err(in_group(node))?;
         Ok(Response::new(pb::AuditResponse {
-            records: records.into_iter().map(audit_record).collect(),
+            records: records
+                .into_iter()
+                .map(|r| pb::AuditRecord {
+                    group: node.shape.group,
+                    ..audit_record(r)
+                })
+                .collect(),
         }))
     }
 
@@ -612,11 +619,11 @@ impl pb::locks_server::Locks for LocksService {
         self.node().metrics.request("add_member");
         self.authorize(&request, MEMBERSHIP_NEED, &[])?;
         let req = request.into_inner();
-        let members = self
-            .groups
-            .single("AddMember")?
+        let node = self.named_group(req.group, "AddMember without a group")?;
+        let members = node
             .add_member(req.id, req.addr)
-            .await?;
+            .await
+            .map_err(in_group(node))?;
         Ok(Response::new(pb::MembersResponse {
             members: members_pb(members),
         }))
@@ -628,11 +635,9 @@ impl pb::locks_server::Locks for LocksService {
     ) -> Result<Response<pb::MembersResponse>, Status> {
         self.node().metrics.request("remove_member");
         self.authorize(&request, MEMBERSHIP_NEED, &[])?;
-        let members = self
-            .groups
-            .single("RemoveMember")?
-            .remove_member(request.into_inner().id)
-            .await?;
+        let req = request.into_inner();
+        let node = self.named_group(req.group, "RemoveMember without a group")?;
+        let members = node.remove_member(req.id).await.map_err(in_group(node))?;
         Ok(Response::new(pb::MembersResponse {
             members: members_pb(members),
         }))
@@ -645,11 +650,11 @@ impl pb::locks_server::Locks for LocksService {
         self.node().metrics.request("move_member");
         self.authorize(&request, MEMBERSHIP_NEED, &[])?;
         let req = request.into_inner();
-        let members = self
-            .groups
-            .single("MoveMember")?
+        let node = self.named_group(req.group, "MoveMember without a group")?;
+        let members = node
             .move_member(req.id, req.addr)
-            .await?;
+            .await
+            .map_err(in_group(node))?;
         Ok(Response::new(pb::MembersResponse {
             members: members_pb(members),
         }))

@@ -198,6 +198,7 @@ fn error_kind(e: &Error) -> &'static str {
         Error::PermissionDenied { .. } => "permission_denied",
         Error::Protocol(_) => "protocol",
         Error::Server { .. } => "server",
+        Error::MembershipIncomplete { .. } => "membership_incomplete",
     }
 }
 

@@ -273,11 +273,13 @@ class AdminRevokeResponse(_message.Message):
     def __init__(self, locks: _Optional[int] = ...) -> None: ...
 
 class AuditRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    def __init__(self, group: _Optional[int] = ...) -> None: ...
 
 class AuditRecord(_message.Message):
-    __slots__ = ("index", "at_ms", "action", "lock", "session", "token", "next_token", "locks", "identity", "operator", "reason")
+    __slots__ = ("index", "at_ms", "action", "lock", "session", "token", "next_token", "locks", "identity", "operator", "reason", "group")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     AT_MS_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
@@ -289,6 +291,7 @@ class AuditRecord(_message.Message):
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     OPERATOR_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     index: int
     at_ms: int
     action: str
@@ -300,7 +303,8 @@ class AuditRecord(_message.Message):
     identity: str
     operator: str
     reason: str
-    def __init__(self, index: _Optional[int] = ..., at_ms: _Optional[int] = ..., action: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., next_token: _Optional[int] = ..., locks: _Optional[int] = ..., identity: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    group: int
+    def __init__(self, index: _Optional[int] = ..., at_ms: _Optional[int] = ..., action: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., next_token: _Optional[int] = ..., locks: _Optional[int] = ..., identity: _Optional[str] = ..., operator: _Optional[str] = ..., reason: _Optional[str] = ..., group: _Optional[int] = ...) -> None: ...
 
 class AuditResponse(_message.Message):
     __slots__ = ("records",)
@@ -421,26 +425,32 @@ class GroupStatus(_message.Message):
     def __init__(self, group: _Optional[int] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., leader_id: _Optional[int] = ..., sessions: _Optional[int] = ..., locks: _Optional[int] = ...) -> None: ...
 
 class AddMemberRequest(_message.Message):
-    __slots__ = ("id", "addr")
+    __slots__ = ("id", "addr", "group")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDR_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     id: int
     addr: str
-    def __init__(self, id: _Optional[int] = ..., addr: _Optional[str] = ...) -> None: ...
+    group: int
+    def __init__(self, id: _Optional[int] = ..., addr: _Optional[str] = ..., group: _Optional[int] = ...) -> None: ...
 
 class RemoveMemberRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "group")
     ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     id: int
-    def __init__(self, id: _Optional[int] = ...) -> None: ...
+    group: int
+    def __init__(self, id: _Optional[int] = ..., group: _Optional[int] = ...) -> None: ...
 
 class MoveMemberRequest(_message.Message):
-    __slots__ = ("id", "addr")
+    __slots__ = ("id", "addr", "group")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDR_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     id: int
     addr: str
-    def __init__(self, id: _Optional[int] = ..., addr: _Optional[str] = ...) -> None: ...
+    group: int
+    def __init__(self, id: _Optional[int] = ..., addr: _Optional[str] = ..., group: _Optional[int] = ...) -> None: ...
 
 class MembersResponse(_message.Message):
     __slots__ = ("members",)
