@@ -11,30 +11,48 @@ use crate::{SnapshotRestoreArgs, SnapshotSaveArgs};
 
 pub async fn save(args: SnapshotSaveArgs) -> anyhow::Result<()> {
     let client = args.endpoints.client()?;
-    let image = client.backup().await?;
-    let table_sha256: [u8; 32] = image
-        .table_sha256
-        .as_slice()
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("the server sent a table checksum that is not SHA-256"))?;
-    let header = BackupHeader {
-        applied_index: image.applied_index,
-        members: image.members,
-        fingerprint: image.fingerprint,
-        table_bytes: image.table.len() as u64,
-        table_sha256,
-    };
-    let bytes = backup::encode_file(&header, &image.table)
-        .context("the backup received does not check out")?;
+    // One image per Raft group, in group order.
+    let images = client.backup().await?;
+    let mut groups = Vec::with_capacity(images.len());
+    for image in &images {
+        let table_sha256: [u8; 32] =
+            image.table_sha256.as_slice().try_into().map_err(|_| {
+                anyhow::anyhow!("the server sent a table checksum that is not SHA-256")
+            })?;
+        let header = BackupHeader {
+            applied_index: image.applied_index,
+            members: image.members.clone(),
+            fingerprint: image.fingerprint.clone(),
+            table_bytes: image.table.len() as u64,
+            table_sha256,
+        };
+        groups.push((header, image.table.as_slice()));
+    }
+    let bytes =
+        backup::encode_groups_file(&groups).context("the backup received does not check out")?;
     backup::write_file(&args.file, &bytes)
         .with_context(|| format!("cannot write {}", args.file.display()))?;
-    println!(
-        "{}: {} bytes, up to log index {}, from members {}",
-        args.file.display(),
-        bytes.len(),
-        header.applied_index,
-        header.members
-    );
+    let (first, _) = &groups[0];
+    let indexes = groups
+        .iter()
+        .map(|(h, _)| h.applied_index.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    match groups.len() {
+        1 => println!(
+            "{}: {} bytes, up to log index {}, from members {}",
+            args.file.display(),
+            bytes.len(),
+            first.applied_index,
+            first.members
+        ),
+        n => println!(
+            "{}: {} bytes, {n} Raft groups up to log indexes {indexes}, from members {}",
+            args.file.display(),
+            bytes.len(),
+            first.members
+        ),
+    }
     Ok(())
 }
 
@@ -46,7 +64,7 @@ pub async fn restore(args: SnapshotRestoreArgs) -> anyhow::Result<()> {
     let restored = backup::restore(&args.file, &args.data_dir, args.id, &members).await?;
     println!(
         "{}: member {} restored from {} (taken up to log index {} from members {}): {} sessions, \
-         {} held locks; its log starts after index {}. Start it with the same --id and --peers.",
+         {} held locks; its log starts after index {}. Start it with the same --id and --peers{}.",
         args.data_dir.display(),
         args.id,
         args.file.display(),
@@ -54,7 +72,12 @@ pub async fn restore(args: SnapshotRestoreArgs) -> anyhow::Result<()> {
         restored.header.members,
         restored.sessions,
         restored.locks,
-        restored.index
+        restored.index,
+        if restored.groups > 1 {
+            format!(" and --groups {}", restored.groups)
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }

@@ -245,3 +245,114 @@ fn restore_refuses_a_data_dir_in_use_and_a_damaged_or_foreign_file() {
     // The intact file still restores.
     assert_ok(&restore(&file, &work.path("fresh")));
 }
+
+/// A lock name of each group of `groups`, by `latchkey_core::group_of`.
+fn names(groups: u32) -> Vec<String> {
+    (0..groups)
+        .map(|g| {
+            (0..)
+                .map(|i| format!("lock-{i}"))
+                .find(|n| latchkey_core::group_of(n, groups) == g)
+                .expect("some name hashes to every group")
+        })
+        .collect()
+}
+
+/// A cluster of two Raft groups saves both groups' tables in one file, and a new cluster of
+/// two groups restored from it has each lock in its group, held by the same session under
+/// the same token; the next grant of each is above every token the old cluster issued.
+#[test]
+fn a_saved_cluster_of_two_groups_restores_every_group() {
+    let work = Work::new();
+    let dir = work.dir.path();
+    let file = work.path("latchkey.backup");
+    let groups = ["--groups", "2"];
+    let old = Cluster::start_configured(1, Timing::default(), &groups);
+    let names = names(2);
+    let mut holders = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        holders.push(lock(
+            &old,
+            name,
+            "60s",
+            &record_and_sleep(&work, "old"),
+            dir,
+        ));
+        wait_until(&format!("{name} held"), T, || {
+            work.lines("out").len() == i + 1
+        });
+    }
+    let before: Vec<Value> = names.iter().map(|n| status(&old, n)).collect();
+    for (g, s) in before.iter().enumerate() {
+        assert_eq!(s["group"], g, "{s}");
+    }
+    let highest_before = work.lines("out").iter().map(|l| token_of(l)).max().unwrap();
+
+    let save = old.cli(&[
+        "snapshot",
+        "save",
+        file.to_str().unwrap(),
+        "--endpoints",
+        &old.endpoints(),
+    ]);
+    assert_ok(&save);
+    assert!(save.stdout.contains("2 Raft groups"), "{}", save.stdout);
+    for p in &holders {
+        p.signal_group(Signal::SIGSTOP);
+    }
+    drop(holders);
+    drop(old);
+
+    let new = Cluster::start_seeded_configured(3, Timing::default(), &groups, |cluster, id| {
+        let data_dir = cluster.data_dir(id);
+        let out = latchkey(
+            &[
+                "snapshot",
+                "restore",
+                file.to_str().unwrap(),
+                "--data-dir",
+                data_dir.to_str().unwrap(),
+                "--id",
+                &id.to_string(),
+                "--peers",
+                &cluster.peers_flag(),
+            ],
+            dir,
+        );
+        assert_ok(&out);
+        assert!(out.stdout.contains("--groups 2"), "{}", out.stdout);
+    });
+    for (name, was) in names.iter().zip(&before) {
+        let now = status(&new, name);
+        for key in ["held", "session", "token", "group"] {
+            assert_eq!(now[key], was[key], "{name} {key}: {was} vs {now}");
+        }
+        assert_eq!(now["held"], true, "{now}");
+    }
+    // The restored sessions are never renewed: they expire, and each lock's next grant is
+    // above every token of the old cluster.
+    let mut takers = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        takers.push(lock(
+            &new,
+            name,
+            "60s",
+            &record_and_sleep(&work, "new"),
+            dir,
+        ));
+        wait_until(
+            &format!("{name} taken on the new cluster"),
+            Duration::from_secs(60),
+            || work.lines("out").len() == names.len() + i + 1,
+        );
+    }
+    for line in &work.lines("out")[names.len()..] {
+        assert!(line.starts_with("new "), "{line}");
+        let token = token_of(line);
+        assert!(
+            token > highest_before,
+            "new token {token} is not above the old {highest_before}"
+        );
+    }
+    drop(takers);
+}

@@ -393,7 +393,22 @@ impl Client {
     /// streamed in chunks (`latchkey snapshot save`). Needs admin on every lock under access
     /// control. One call may take up to `BACKUP_CALL_TIMEOUT_MS`; a failed stream is retried
     /// whole, like any call.
-    pub async fn backup(&self) -> Result<Backup, Error> {
+    ///
+    /// One copy per Raft group, in group order (one in a cluster of one), each read at its
+    /// group's leader: each is consistent in itself; the groups are independent, so the copies
+    /// are of slightly different moments.
+    pub async fn backup(&self) -> Result<Vec<Backup>, Error> {
+        let groups = self.groups().await?;
+        let mut images = Vec::with_capacity(groups as usize);
+        // One group at a time: each image may be up to `BACKUP_TABLE_BYTES_MAX` in memory.
+        for group in 0..groups {
+            images.push(self.backup_group(group, groups).await?);
+        }
+        Ok(images)
+    }
+
+    /// The copy of group `group`'s table, at its leader.
+    async fn backup_group(&self, group: u32, groups: u32) -> Result<Backup, Error> {
         let opts = CallOpts {
             attempt_timeout: self
                 .inner
@@ -401,10 +416,13 @@ impl Client {
                 .rpc_timeout
                 .max(Duration::from_millis(limits::BACKUP_CALL_TIMEOUT_MS)),
             backoff_max: None,
-            group: 0,
+            group,
+        };
+        let request = pb::BackupRequest {
+            group: (groups > 1).then_some(group),
         };
         let chunks = self
-            .call(opts, pb::BackupRequest {}, |mut c, r| async move {
+            .call(opts, request, |mut c, r| async move {
                 let mut stream = c.backup(r).await?.into_inner();
                 let mut chunks = Vec::new();
                 let mut bytes = 0u64;
@@ -442,6 +460,7 @@ impl Client {
             )));
         }
         Ok(Backup {
+            group,
             applied_index: header.applied_index,
             members: header.members,
             fingerprint: header.fingerprint,

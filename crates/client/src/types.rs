@@ -274,6 +274,8 @@ pub struct Member {
 /// core's table encoding (`latchkey_core::codec`), checked against the header's length.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backup {
+    /// The Raft group it copies (0 in a cluster of one).
+    pub group: u32,
     /// The last log index applied to the table: every fencing token issued so far is at most
     /// this.
     pub applied_index: u64,

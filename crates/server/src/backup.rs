@@ -12,20 +12,28 @@
 //! The header records the last applied index, the source cluster's members and fingerprint,
 //! and the table's length and SHA-256 as the leader computed them (checked end to end).
 //!
+//! A cluster of several Raft groups (issue #16) is saved as format version 2: the version byte,
+//! a postcard list of one `BackupHeader` per group (in group order), then every group's table
+//! in that order, then the SHA-256 of everything before it. A cluster of one group is still
+//! saved as version 1, which builds before groups read.
+//!
 //! Restore seeds a new member's data dir so that `latchkey serve` starts from the table as if
 //! it had installed a snapshot: the state machine's snapshot file holds the table at a log id
 //! whose index is the backup's applied index, with the new cluster's member list as its
 //! membership, and the log store records that log id as purged, so openraft starts with an
 //! empty log after it. New entries then get higher indexes, and tokens (log indexes) keep
 //! increasing across the restore. Every member of the new cluster is restored from the same
-//! file: they start with identical logs and elect a leader as any cluster does.
+//! file: they start with identical logs and elect a leader as any cluster does. A file of G
+//! groups seeds G groups (group 0 in the data dir, group g in `group-g/`, as `serve --groups G`
+//! keeps them), each table held to its group (its locks' names hash to it), and the new
+//! cluster must be started with the same `--groups`: the seeded dirs record it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use latchkey_core::codec::{decode_table, DecodeError};
 use latchkey_core::versioned::{self, VersionedError};
-use latchkey_core::{limits, LockTable};
+use latchkey_core::{limits, GroupShape, LockTable};
 use latchkey_raft::{LogId, Membership, StoredMembership, TypeConfig};
 use openraft::storage::RaftLogStorage;
 use openraft::vote::RaftLeaderId;
@@ -39,6 +47,8 @@ use crate::node;
 pub const BACKUP_MAGIC: &[u8; 16] = b"latchkey-backup\n";
 /// Version of the backup file format written by this build.
 pub const BACKUP_FILE_FORMAT_VERSION: u8 = 1;
+/// Version of the backup file format of a cluster of several Raft groups.
+pub const BACKUP_GROUPS_FILE_FORMAT_VERSION: u8 = 2;
 const CHECKSUM_BYTES: usize = 32;
 
 /// What a backup came from.
@@ -71,6 +81,14 @@ pub enum BackupFileError {
     TableChecksum,
     #[error("backup table: {0}")]
     Table(#[from] DecodeError),
+    #[error("backup file holds {found} Raft groups; a cluster has 1 to {max}", max = limits::GROUPS_MAX)]
+    Groups { found: usize },
+    #[error("backup table of Raft group {group} of {groups}: {reason}")]
+    WrongGroup {
+        group: u32,
+        groups: u32,
+        reason: String,
+    },
 }
 
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
@@ -88,16 +106,38 @@ pub fn chunk_ranges(len: usize, chunk: usize) -> impl Iterator<Item = std::ops::
 
 /// The whole file for `header` and `table` (checked against the header first).
 pub fn encode_file(header: &BackupHeader, table: &[u8]) -> Result<Vec<u8>, BackupFileError> {
-    check_table(header, table)?;
+    encode_groups_file(&[(header.clone(), table)])
+}
+
+/// The whole file for one (header, table) per Raft group, in group order (each checked against
+/// its header first): format version 1 for one group, 2 for several.
+pub fn encode_groups_file(groups: &[(BackupHeader, &[u8])]) -> Result<Vec<u8>, BackupFileError> {
+    check_group_count(groups.len())?;
+    for (header, table) in groups {
+        check_table(header, table)?;
+    }
     let mut out = BACKUP_MAGIC.to_vec();
-    out.extend(
-        versioned::encode(BACKUP_FILE_FORMAT_VERSION, header)
-            .map_err(|e| BackupFileError::Header(e.to_string()))?,
-    );
-    out.extend_from_slice(table);
+    let header = match groups {
+        [(header, _)] => versioned::encode(BACKUP_FILE_FORMAT_VERSION, header),
+        _ => {
+            let headers: Vec<&BackupHeader> = groups.iter().map(|(h, _)| h).collect();
+            versioned::encode(BACKUP_GROUPS_FILE_FORMAT_VERSION, &headers)
+        }
+    };
+    out.extend(header.map_err(|e| BackupFileError::Header(e.to_string()))?);
+    for (_, table) in groups {
+        out.extend_from_slice(table);
+    }
     let sum = sha256(&out);
     out.extend_from_slice(&sum);
     Ok(out)
+}
+
+fn check_group_count(found: usize) -> Result<(), BackupFileError> {
+    if found == 0 || found > limits::GROUPS_MAX as usize {
+        return Err(BackupFileError::Groups { found });
+    }
+    Ok(())
 }
 
 fn check_table(header: &BackupHeader, table: &[u8]) -> Result<(), BackupFileError> {
@@ -120,8 +160,9 @@ fn check_table(header: &BackupHeader, table: &[u8]) -> Result<(), BackupFileErro
     Ok(())
 }
 
-/// Reads a backup file's bytes: its header and the decoded table (whose invariants hold).
-pub fn decode_file(bytes: &[u8]) -> Result<(BackupHeader, LockTable), BackupFileError> {
+/// Reads a backup file's bytes: one header and decoded table (whose invariants hold) per Raft
+/// group, in group order; each table is held to its group (`GroupShape`) when there are several.
+pub fn decode_file(bytes: &[u8]) -> Result<Vec<(BackupHeader, LockTable)>, BackupFileError> {
     let Some(rest) = bytes.strip_prefix(BACKUP_MAGIC.as_slice()) else {
         return Err(BackupFileError::NotABackup);
     };
@@ -133,16 +174,60 @@ pub fn decode_file(bytes: &[u8]) -> Result<(BackupHeader, LockTable), BackupFile
         return Err(BackupFileError::Checksum);
     }
     let after_magic = &body[BACKUP_MAGIC.len()..];
-    let (header, table): (BackupHeader, _) =
-        versioned::decode(BACKUP_FILE_FORMAT_VERSION, after_magic).map_err(|e| match e {
-            VersionedError::UnknownVersion { found, expected } => {
-                BackupFileError::UnknownVersion { found, expected }
-            }
-            e => BackupFileError::Header(e.to_string()),
-        })?;
-    check_table(&header, table)?;
-    let table = decode_table(table)?;
-    Ok((header, table))
+    let header_error = |e: VersionedError| match e {
+        VersionedError::UnknownVersion { found, .. } => BackupFileError::UnknownVersion {
+            found,
+            expected: BACKUP_GROUPS_FILE_FORMAT_VERSION,
+        },
+        e => BackupFileError::Header(e.to_string()),
+    };
+    let (headers, mut tables): (Vec<BackupHeader>, _) = match after_magic.first() {
+        Some(&BACKUP_GROUPS_FILE_FORMAT_VERSION) => {
+            versioned::decode(BACKUP_GROUPS_FILE_FORMAT_VERSION, after_magic)
+                .map_err(header_error)?
+        }
+        _ => {
+            let (header, rest) =
+                versioned::decode(BACKUP_FILE_FORMAT_VERSION, after_magic).map_err(header_error)?;
+            (vec![header], rest)
+        }
+    };
+    check_group_count(headers.len())?;
+    let groups = headers.len() as u32;
+    let mut out = Vec::with_capacity(headers.len());
+    for (group, header) in (0..).zip(headers) {
+        // Each length was bounded by `check_table`'s limit only after it is cut: bound it first.
+        let len = usize::try_from(header.table_bytes)
+            .ok()
+            .filter(|&len| len <= tables.len())
+            .ok_or(BackupFileError::Length {
+                found: tables.len() as u64,
+                expected: header.table_bytes,
+            })?;
+        let (table, rest) = tables.split_at(len);
+        tables = rest;
+        check_table(&header, table)?;
+        let mut table = decode_table(table)?;
+        if groups > 1 {
+            let shape = GroupShape::new(group, groups).expect("the group count was checked");
+            table.set_shape(shape);
+            table
+                .check_invariants()
+                .map_err(|reason| BackupFileError::WrongGroup {
+                    group,
+                    groups,
+                    reason,
+                })?;
+        }
+        out.push((header, table));
+    }
+    if !tables.is_empty() {
+        return Err(BackupFileError::Length {
+            found: out.iter().map(|(h, _)| h.table_bytes).sum::<u64>() + tables.len() as u64,
+            expected: out.iter().map(|(h, _)| h.table_bytes).sum(),
+        });
+    }
+    Ok(out)
 }
 
 /// Writes `bytes` to `path` atomically and durably (temp file, fsync, rename, fsync the dir).
@@ -184,8 +269,10 @@ pub enum RestoreError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restored {
     pub header: BackupHeader,
-    /// The index the new member's log starts after (the table's snapshot index).
+    /// The index the new member's log starts after (the table's snapshot index; group 0's).
     pub index: u64,
+    /// The Raft groups seeded; the new cluster is started with `--groups` this.
+    pub groups: u32,
     pub sessions: usize,
     pub locks: usize,
 }
@@ -219,11 +306,49 @@ pub async fn restore(
         Err(e) => return Err(io(data_dir)(e)),
     }
     let bytes = std::fs::read(file).map_err(io(file))?;
-    let (header, mut table) = decode_file(&bytes).map_err(|source| RestoreError::File {
+    let images = decode_file(&bytes).map_err(|source| RestoreError::File {
         path: file.to_path_buf(),
         source,
     })?;
     drop(bytes);
+    let groups = images.len() as u32;
+    let mut restored: Option<Restored> = None;
+    for (group, (header, table)) in (0..).zip(images) {
+        // Where `serve --groups` keeps group `group` (`ServerConfig::for_group`).
+        let dir = match group {
+            0 => data_dir.to_path_buf(),
+            g => data_dir.join(format!("{}{g}", crate::GROUP_DIR_PREFIX)),
+        };
+        let (index, sessions, locks) =
+            seed_group(&dir, table, &header, id, members, groups).await?;
+        let r = restored.get_or_insert(Restored {
+            header,
+            index,
+            groups,
+            sessions: 0,
+            locks: 0,
+        });
+        r.sessions += sessions;
+        r.locks += locks;
+    }
+    Ok(restored.expect("a backup file holds at least one group"))
+}
+
+/// Seeds `dir` with one group's table: its snapshot file, a log that starts after it, and the
+/// record of member `id` of a new cluster of `members` with `groups` groups. Answers the index
+/// the log starts after, and the table's sessions and locks.
+async fn seed_group(
+    dir: &Path,
+    mut table: LockTable,
+    header: &BackupHeader,
+    id: u64,
+    members: &BTreeMap<u64, String>,
+    groups: u32,
+) -> Result<(u64, usize, usize), RestoreError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RestoreError::Io { path, source }
+    };
     // A new cluster counts every lease from its own start (see `LockTable::restart_leases`).
     table.restart_leases();
     // The table's own index is at most the applied index (blank and membership entries apply
@@ -242,17 +367,16 @@ pub async fn restore(
         .collect();
     let membership = StoredMembership::new(Some(log_id), Membership::from(nodes));
 
-    let snapshots = data_dir.join(node::SNAPSHOT_DIR);
+    let snapshots = dir.join(node::SNAPSHOT_DIR);
     std::fs::create_dir_all(&snapshots).map_err(io(&snapshots))?;
     let snapshot = latchkey_raft::snapshot::encode(&Some(log_id), &membership, &table);
     latchkey_raft::snapshot::write_atomically(&snapshots, &snapshot).map_err(io(&snapshots))?;
 
     // The dir belongs to the new cluster, as if this member had founded it with `members`.
-    let record = node::founder_record(id, members);
+    let record = node::founder_record(id, members, groups);
     {
         // The dir was empty, so there is nothing to migrate; the same opener as a start.
-        let mut log =
-            node::open_log_dir(data_dir).map_err(|e| RestoreError::LogStore(e.to_string()))?;
+        let mut log = node::open_log_dir(dir).map_err(|e| RestoreError::LogStore(e.to_string()))?;
         // The log starts after the snapshot: openraft reads (purged, last] as empty.
         log.purge(log_id)
             .await
@@ -260,14 +384,9 @@ pub async fn restore(
         log.write_meta(node::META_CLUSTER, record.as_bytes())
             .map_err(|e| RestoreError::LogStore(e.to_string()))?;
     }
-    latchkey_log_store::write_durably(data_dir, node::CLUSTER_FILE, record.as_bytes())
-        .map_err(io(data_dir))?;
-    Ok(Restored {
-        header,
-        index,
-        sessions: table.sessions().count(),
-        locks: table.lock_count(),
-    })
+    latchkey_log_store::write_durably(dir, node::CLUSTER_FILE, record.as_bytes())
+        .map_err(io(dir))?;
+    Ok((index, table.sessions().count(), table.lock_count()))
 }
 
 #[cfg(test)]
@@ -296,9 +415,105 @@ mod tests {
 
     #[test]
     fn a_file_round_trips() {
-        let (header, table) = decode_file(&file()).unwrap();
+        let [(header, table)]: [_; 1] = decode_file(&file()).unwrap().try_into().unwrap();
         assert_eq!(header.applied_index, 7);
         assert_eq!(table.last_index(), 0);
+    }
+
+    /// Group `group` of `groups`' table holding one lock of that group, and its encoding.
+    fn group_table(group: u32, groups: u32) -> (BackupHeader, Vec<u8>) {
+        use latchkey_core::{Command, Op, SessionKey};
+        let mut t = LockTable::new();
+        t.set_shape(GroupShape::new(group, groups).unwrap());
+        let created = t.apply(
+            5,
+            &Command {
+                now_ms: 0,
+                op: Op::CreateSession {
+                    ttl_ms: limits::SESSION_TTL_MS_DEFAULT,
+                    secret: 9,
+                },
+            },
+        );
+        let id = match created.outcome {
+            latchkey_core::Outcome::SessionCreated { id, .. } => id,
+            o => panic!("{o:?}"),
+        };
+        let name = (0..)
+            .map(|i| format!("l{i}"))
+            .find(|n| latchkey_core::group_of(n, groups) == group)
+            .unwrap();
+        let acquire = Command {
+            now_ms: 0,
+            op: Op::Acquire {
+                session: SessionKey { id, secret: 9 },
+                seq: 1,
+                name,
+                wait_ms: 0,
+            },
+        };
+        let granted = t.apply(6, &acquire).outcome;
+        assert!(
+            matches!(granted, latchkey_core::Outcome::Granted { .. }),
+            "{granted:?}"
+        );
+        let table = latchkey_core::codec::encode_table(&t);
+        let header = BackupHeader {
+            applied_index: 6,
+            members: "1=127.0.0.1:1".into(),
+            fingerprint: format!("group-{group}"),
+            table_bytes: table.len() as u64,
+            table_sha256: sha256(&table),
+        };
+        (header, table)
+    }
+
+    /// A file of two groups round-trips, each table held to its group; a file whose group 1
+    /// holds group 0's table is refused; every flipped byte and truncation is refused.
+    #[test]
+    fn a_file_of_two_groups_round_trips_and_holds_each_table_to_its_group() {
+        let parts = [group_table(0, 2), group_table(1, 2)];
+        let borrowed: Vec<(BackupHeader, &[u8])> = parts
+            .iter()
+            .map(|(h, t)| (h.clone(), t.as_slice()))
+            .collect();
+        let bytes = encode_groups_file(&borrowed).unwrap();
+        assert_eq!(bytes[BACKUP_MAGIC.len()], BACKUP_GROUPS_FILE_FORMAT_VERSION);
+        let decoded = decode_file(&bytes).unwrap();
+        assert_eq!(decoded.len(), 2);
+        for (g, (header, table)) in decoded.iter().enumerate() {
+            assert_eq!(header.fingerprint, format!("group-{g}"));
+            assert_eq!(table.shape(), GroupShape::new(g as u32, 2).unwrap());
+            assert_eq!(table.lock_count(), 1);
+        }
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            assert!(decode_file(&bad).is_err(), "flipped byte {i} was accepted");
+            assert!(
+                decode_file(&bytes[..i]).is_err(),
+                "truncation to {i} was accepted"
+            );
+        }
+
+        // Group 0's table saved as group 1's (its session and its lock are group 0's).
+        let wrong = [group_table(0, 2), group_table(0, 2)];
+        let borrowed: Vec<(BackupHeader, &[u8])> = wrong
+            .iter()
+            .map(|(h, t)| (h.clone(), t.as_slice()))
+            .collect();
+        match decode_file(&encode_groups_file(&borrowed).unwrap()) {
+            Err(BackupFileError::WrongGroup {
+                group: 1,
+                groups: 2,
+                ..
+            }) => {}
+            other => panic!("{:?}", other.map(|v| v.len())),
+        }
+        assert!(matches!(
+            encode_groups_file(&[]),
+            Err(BackupFileError::Groups { found: 0 })
+        ));
     }
 
     #[test]

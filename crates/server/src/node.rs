@@ -171,12 +171,12 @@ pub(crate) const SNAPSHOT_DIR: &str = "snapshots";
 
 /// The record of a data dir that member `id` founds a cluster of `members` with (what
 /// `latchkey snapshot restore` writes into the dirs it seeds, as a first start would).
-pub(crate) fn founder_record(id: u64, members: &BTreeMap<u64, String>) -> String {
+pub(crate) fn founder_record(id: u64, members: &BTreeMap<u64, String>, groups: u32) -> String {
     DirRecord {
         cluster: ClusterId::founded_by(members),
         member: Some(id),
         joined: false,
-        groups: 1,
+        groups,
     }
     .encode()
 }

@@ -544,7 +544,8 @@ impl pb::locks_server::Locks for LocksService {
         self.node().metrics.request("backup");
         // The copy holds every lock and session: it needs admin on every lock.
         self.authorize(&request, Need::Prefix("", Permission::Admin), &[])?;
-        let image = self.groups.single("Backup")?.backup().await?;
+        let node = self.named_group(request.get_ref().group, "Backup without a group")?;
+        let image = node.backup().await.map_err(in_group(node))?;
         let header = pb::BackupHeader {
             applied_index: image.applied_index,
             members: image.members,

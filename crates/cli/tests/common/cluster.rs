@@ -138,6 +138,16 @@ impl Cluster {
         Cluster::start_inner(n, timing, Links::Proxied, &[], seed)
     }
 
+    /// [`Cluster::start_seeded`], every member with more `serve` flags.
+    pub fn start_seeded_configured(
+        n: u64,
+        timing: Timing,
+        extra_args: &[&str],
+        seed: impl FnMut(&Cluster, u64),
+    ) -> Cluster {
+        Cluster::start_inner(n, timing, Links::Proxied, extra_args, seed)
+    }
+
     fn start_inner(
         n: u64,
         timing: Timing,

@@ -313,8 +313,10 @@ class AuditResponse(_message.Message):
     def __init__(self, records: _Optional[_Iterable[_Union[AuditRecord, _Mapping]]] = ...) -> None: ...
 
 class BackupRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    def __init__(self, group: _Optional[int] = ...) -> None: ...
 
 class BackupHeader(_message.Message):
     __slots__ = ("applied_index", "members", "fingerprint", "table_bytes", "table_sha256")
