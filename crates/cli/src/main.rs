@@ -492,9 +492,10 @@ pub struct WatchArgs {
     #[arg(long)]
     pub json: bool,
     /// Start after this log index (an event's `index`), replaying what the member still keeps;
-    /// default: from now.
-    #[arg(long, value_name = "INDEX")]
-    pub after: Option<u64>,
+    /// default: from now. A cluster of several Raft groups takes one index per group, in group
+    /// order (`--after 120,97,88`: each group's last index printed).
+    #[arg(long, value_name = "INDEX[,INDEX...]", value_delimiter = ',')]
+    pub after: Vec<u64>,
     #[arg(default_value = "")]
     pub prefix: String,
 }

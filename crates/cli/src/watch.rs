@@ -13,6 +13,9 @@ use crate::WatchArgs;
 #[serde(untagged)]
 enum LineJson<'a> {
     Event {
+        /// The Raft group whose log `index` is of; only with several groups.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        group: Option<u32>,
         index: u64,
         ordinal: u32,
         kind: &'static str,
@@ -21,15 +24,19 @@ enum LineJson<'a> {
         token: Option<u64>,
     },
     Missed {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        group: Option<u32>,
         kind: &'static str,
         after_index: u64,
         through_index: u64,
     },
 }
 
-fn json(item: &WatchItem) -> LineJson<'_> {
+/// `group` is `None` in a cluster of one group.
+fn json(group: Option<u32>, item: &WatchItem) -> LineJson<'_> {
     match item {
         WatchItem::Event(e) => LineJson::Event {
+            group,
             index: e.index,
             ordinal: e.ordinal,
             kind: e.kind.as_str(),
@@ -41,6 +48,7 @@ fn json(item: &WatchItem) -> LineJson<'_> {
             after_index,
             through_index,
         } => LineJson::Missed {
+            group,
             kind: "missed",
             after_index: *after_index,
             through_index: *through_index,
@@ -48,8 +56,8 @@ fn json(item: &WatchItem) -> LineJson<'_> {
     }
 }
 
-fn human(item: &WatchItem) -> String {
-    match item {
+fn human(group: Option<u32>, item: &WatchItem) -> String {
+    let line = match item {
         WatchItem::Event(WatchEvent {
             index,
             kind,
@@ -68,19 +76,26 @@ fn human(item: &WatchItem) -> String {
             "{through_index} missed: the events after index {after_index} up to {through_index} \
              are no longer kept (re-list the locks if their state matters)"
         ),
+    };
+    match group {
+        Some(g) => format!("group {g} {line}"),
+        None => line,
     }
 }
 
 /// Runs until interrupted (exit 130 by `bounded`) or until the watch gives up.
 pub async fn watch(args: WatchArgs) -> anyhow::Result<()> {
     let client = args.endpoints.client()?;
-    let mut watch = client.watch(&args.prefix, args.after).await?;
+    let after = (!args.after.is_empty()).then_some(args.after.as_slice());
+    let mut watch = client.watch_from(&args.prefix, after).await?;
+    let several = watch.groups() > 1;
     loop {
-        let item = watch.next().await?;
+        let (group, item) = watch.next_in_group().await?;
+        let group = several.then_some(group);
         if args.json {
-            println!("{}", serde_json::to_string(&json(&item))?);
+            println!("{}", serde_json::to_string(&json(group, &item))?);
         } else {
-            println!("{}", human(&item));
+            println!("{}", human(group, &item));
         }
     }
 }
@@ -101,9 +116,20 @@ mod tests {
             session: SessionId(5),
             token: Some(12),
         });
-        assert_eq!(human(&granted), "12 granted jobs/a session 5 token 12");
         assert_eq!(
-            serde_json::to_value(json(&granted)).unwrap(),
+            human(None, &granted),
+            "12 granted jobs/a session 5 token 12"
+        );
+        assert_eq!(
+            human(Some(2), &granted),
+            "group 2 12 granted jobs/a session 5 token 12"
+        );
+        assert_eq!(
+            serde_json::to_value(json(Some(2), &granted)).unwrap()["group"],
+            2
+        );
+        assert_eq!(
+            serde_json::to_value(json(None, &granted)).unwrap(),
             serde_json::json!({"index":12,"ordinal":1,"kind":"granted","lock":"jobs/a","session":5,"token":12})
         );
         let missed = WatchItem::Missed {
@@ -111,7 +137,7 @@ mod tests {
             through_index: 9,
         };
         assert_eq!(
-            serde_json::to_value(json(&missed)).unwrap(),
+            serde_json::to_value(json(None, &missed)).unwrap(),
             serde_json::json!({"kind":"missed","after_index":3,"through_index":9})
         );
     }

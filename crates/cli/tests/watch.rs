@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::Cluster;
+use common::cluster::{Cluster, Timing};
 use common::{wait_until, Proc, Server, Work, CLI_TIMEOUT};
 use serde_json::Value;
 
@@ -315,4 +315,101 @@ fn watch_leaves_a_member_that_stops_answering() {
     .map(|(k, l)| (k.to_owned(), l.to_owned()));
     assert_eq!(got, want, "{events:#?}");
     assert_positions_increase(&events);
+}
+
+/// A cluster of two Raft groups: the watch shows every group's events, each line naming its
+/// group, each group's positions strictly increasing (the groups' interleave as they come);
+/// the kill -9 of the member leading group 0 repeats and skips nothing; and a watch resumed
+/// with one index per group (`--after I0,I1`) replays exactly what came after them.
+#[test]
+fn a_watch_of_two_groups_names_each_events_group_and_resumes_per_group() {
+    let mut cluster = Cluster::start_configured(3, Timing::default(), &["--groups", "2"]);
+    let work = Work::new();
+    // Group g of a new cluster is led by its (g mod 3)-th member: member 1 leads group 0.
+    let leader0 = 1;
+    let endpoints = cluster.endpoints();
+    let mut watch = spawn_watch(&work, &["--endpoints", &endpoints, "--after", "0,0", "g/"]);
+    let run = |cluster: &Cluster, i: usize, live: &str| {
+        let name = format!("g/{i}");
+        let out = cluster.cli(&["lock", "--endpoints", live, &name, "--", "true"]);
+        assert!(out.status.success(), "lock {name}: {}", out.stderr);
+    };
+    let group_of = |name: &str| u64::from(latchkey_core::group_of(name, 2));
+    let mut want: Vec<Vec<(String, String)>> = vec![Vec::new(), Vec::new()];
+    let add = |want: &mut Vec<Vec<(String, String)>>, i: usize| {
+        let name = format!("g/{i}");
+        let g = group_of(&name) as usize;
+        want[g].push(("granted".to_owned(), name.clone()));
+        want[g].push(("released".to_owned(), name));
+    };
+    for i in 0..6 {
+        run(&cluster, i, &endpoints);
+        add(&mut want, i);
+    }
+    assert!(!want[0].is_empty() && !want[1].is_empty(), "{want:?}");
+    let before = wait_lines(&mut watch, 12, "before the kill");
+    // Each group's last index before the kill: where the resumed watch starts.
+    let last_index = |events: &[Value], g: u64| {
+        events
+            .iter()
+            .filter(|e| e["group"] == g)
+            .map(|e| e["index"].as_u64().unwrap())
+            .max()
+            .unwrap()
+    };
+    let resume_at = [last_index(&before, 0), last_index(&before, 1)];
+
+    cluster.kill9(leader0);
+    let live = cluster
+        .ids()
+        .into_iter()
+        .filter(|&id| id != leader0)
+        .map(|id| cluster.addr(id))
+        .collect::<Vec<_>>()
+        .join(",");
+    for i in 6..12 {
+        run(&cluster, i, &live);
+        add(&mut want, i);
+    }
+    let events = wait_lines(&mut watch, 24, "after the kill");
+    assert_eq!(events.len(), 24, "{events:#?}");
+    for g in 0..2u64 {
+        let of_group: Vec<Value> = events.iter().filter(|e| e["group"] == g).cloned().collect();
+        for e in &of_group {
+            assert_eq!(group_of(e["lock"].as_str().unwrap()), g, "{e}");
+        }
+        let got: Vec<(String, String)> = of_group.iter().map(summary).collect();
+        assert_eq!(got, want[g as usize], "group {g}: {events:#?}");
+        assert_positions_increase(&of_group);
+    }
+
+    let after = format!("{},{}", resume_at[0], resume_at[1]);
+    let mut resumed = spawn_watch(&work, &["--endpoints", &live, "--after", &after, "g/"]);
+    let replayed = wait_lines(&mut resumed, 12, "the resumed watch");
+    for g in 0..2u64 {
+        let got: Vec<(String, String)> = replayed
+            .iter()
+            .filter(|e| e["group"] == g)
+            .map(summary)
+            .collect();
+        let kept = &want[g as usize];
+        let expected = &kept[kept.len() - got.len()..];
+        assert_eq!(got, expected, "group {g}: {replayed:#?}");
+        assert!(
+            replayed
+                .iter()
+                .filter(|e| e["group"] == g)
+                .all(|e| e["index"].as_u64().unwrap() > resume_at[g as usize]),
+            "{replayed:#?}"
+        );
+    }
+    assert_eq!(replayed.len(), 12, "{replayed:#?}");
+    // One index with two groups is refused, with the count.
+    let out = cluster.cli(&["watch", "--endpoints", &live, "--after", "3", "g/"]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("one log index per Raft group"),
+        "{}",
+        out.stderr
+    );
 }

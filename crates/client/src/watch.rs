@@ -6,11 +6,18 @@
 //! `CLIENT_WATCH_SILENCE_MS`) it opens a new one on another endpoint from that index and drops
 //! what it already delivered. Events a member can no longer replay come as
 //! [`WatchItem::Missed`], never as a silent gap.
+//!
+//! In a cluster of several Raft groups (issue #16) each group has its own log, so positions are
+//! per group: a watch is one stream per group (`GroupWatch`, each resuming on its own), read by
+//! one task per group into one bounded queue that [`Watch::next`] takes from, each item with
+//! its group and that group's resume index once it is delivered.
 
 use std::time::Duration;
 
 use latchkey_core::{limits, SessionId, WatchEvent, WatchKind};
 use latchkey_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tonic::Streaming;
 
 use crate::client::{CallOpts, Client};
@@ -34,8 +41,40 @@ const WHOLE_ENTRY: u32 = u32::MAX;
 
 /// A watch of the locks under one prefix; see [`Client::watch`].
 pub struct Watch {
+    inner: Inner,
+}
+
+enum Inner {
+    /// A cluster of one group: its stream, read here.
+    One(Box<GroupWatch>),
+    /// Several groups: their streams, each read by a task of `tasks`.
+    Many(Merged),
+}
+
+struct Merged {
+    rx: mpsc::Receiver<Delivered>,
+    /// Each group's resume index after the items taken so far.
+    resume: Vec<Option<u64>>,
+    /// Aborted when the watch is dropped.
+    _tasks: JoinSet<()>,
+    /// The error that ended a group's stream: the watch ends with it.
+    ended: Option<Error>,
+}
+
+/// One item of a group's stream, with that group's resume index once it is delivered.
+struct Delivered {
+    group: u32,
+    item: Result<WatchItem, Error>,
+    resume: Option<u64>,
+}
+
+/// The stream of one Raft group, resumed on another member when it breaks.
+struct GroupWatch {
     client: Client,
     prefix: String,
+    /// The group watched, of `groups` (`group` is unset in the request with one group).
+    group: u32,
+    groups: u32,
     /// The position of the last thing delivered: `(index, WHOLE_ENTRY)` once every event of
     /// `index` is; `None` until the first stream said where it starts.
     last: Option<(u64, u32)>,
@@ -50,21 +89,150 @@ impl Client {
     /// changes, in log order, from after log index `after_index` (`None`: from now). Needs
     /// `read` on the prefix under access control. The watch moves to another endpoint by
     /// itself when its member fails, without repeating or skipping an event.
+    ///
+    /// In a cluster of several Raft groups each group's events come in its log order, the
+    /// groups' interleaved as they arrive; `after_index` must be `None` there (each group has
+    /// its own positions: [`Client::watch_from`] resumes one).
     pub async fn watch(&self, prefix: &str, after_index: Option<u64>) -> Result<Watch, Error> {
-        let mut watch = Watch {
-            client: self.clone(),
-            prefix: prefix.to_owned(),
-            last: after_index.map(|i| (i, WHOLE_ENTRY)),
-            stream: None,
-            broken: 0,
-            backoff: Backoff::new(&self.config().retry),
-        };
-        watch.open().await?;
-        Ok(watch)
+        let after = after_index.map(|i| vec![i]);
+        self.watch_from(prefix, after.as_deref()).await
+    }
+
+    /// [`Client::watch`] from after one log index per Raft group (`after[g]` for group g, as
+    /// [`Watch::resume_indexes`] gave them; one index with one group), or from now (`None`).
+    pub async fn watch_from(&self, prefix: &str, after: Option<&[u64]>) -> Result<Watch, Error> {
+        let groups = self.groups().await?;
+        if let Some(after) = after {
+            if after.len() != groups as usize {
+                return Err(Error::InvalidArgument {
+                    message: format!(
+                        "a watch resumes after one log index per Raft group: this cluster has \
+                         {groups}, and {} were given",
+                        after.len()
+                    ),
+                });
+            }
+        }
+        let mut watches = Vec::with_capacity(groups as usize);
+        for group in 0..groups {
+            let mut watch = GroupWatch {
+                client: self.clone(),
+                prefix: prefix.to_owned(),
+                group,
+                groups,
+                last: after.map(|a| (a[group as usize], WHOLE_ENTRY)),
+                stream: None,
+                broken: 0,
+                backoff: Backoff::new(&self.config().retry),
+            };
+            // Opened here, so that a refusal (access, a bad prefix) is this call's error.
+            watch.open().await?;
+            watches.push(watch);
+        }
+        if groups == 1 {
+            let one = watches.pop().expect("one group");
+            return Ok(Watch {
+                inner: Inner::One(Box::new(one)),
+            });
+        }
+        let (tx, rx) = mpsc::channel(limits::CLIENT_WATCH_GROUP_ITEMS_QUEUED_MAX * groups as usize);
+        let resume = watches.iter().map(GroupWatch::resume_index).collect();
+        let mut tasks = JoinSet::new();
+        for mut watch in watches {
+            let tx = tx.clone();
+            tasks.spawn(async move {
+                loop {
+                    let item = watch.next().await;
+                    let done = item.is_err();
+                    let delivered = Delivered {
+                        group: watch.group,
+                        item,
+                        resume: watch.resume_index(),
+                    };
+                    // The watch was dropped, or this group's stream ended it.
+                    if tx.send(delivered).await.is_err() || done {
+                        return;
+                    }
+                }
+            });
+        }
+        Ok(Watch {
+            inner: Inner::Many(Merged {
+                rx,
+                resume,
+                _tasks: tasks,
+                ended: None,
+            }),
+        })
     }
 }
 
 impl Watch {
+    /// The Raft groups watched (1 in a cluster of one).
+    pub fn groups(&self) -> u32 {
+        match &self.inner {
+            Inner::One(_) => 1,
+            Inner::Many(m) => m.resume.len() as u32,
+        }
+    }
+
+    /// The next event (or missed notice). Waits as long as nothing changes; an error means the
+    /// watch gave up (no member answered within the client's retry budget, or access was
+    /// refused).
+    pub async fn next(&mut self) -> Result<WatchItem, Error> {
+        self.next_in_group().await.map(|(_, item)| item)
+    }
+
+    /// [`Watch::next`], with the Raft group whose log the item is of (0 with one group): an
+    /// event's index is of that group's log.
+    pub async fn next_in_group(&mut self) -> Result<(u32, WatchItem), Error> {
+        match &mut self.inner {
+            Inner::One(watch) => watch.next().await.map(|item| (0, item)),
+            Inner::Many(merged) => {
+                if let Some(e) = &merged.ended {
+                    return Err(e.clone());
+                }
+                let Some(delivered) = merged.rx.recv().await else {
+                    // Every task ends by sending its error first, unless it panicked.
+                    let e = Error::Protocol("every group's watch task stopped".into());
+                    merged.ended = Some(e.clone());
+                    return Err(e);
+                };
+                match delivered.item {
+                    Ok(item) => {
+                        merged.resume[delivered.group as usize] = delivered.resume;
+                        Ok((delivered.group, item))
+                    }
+                    Err(e) => {
+                        merged.ended = Some(e.clone());
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The log index up to which every event has been delivered (or announced missed): where
+    /// a new watch would resume (`latchkey watch --after`). With several Raft groups, `None`:
+    /// see [`Watch::resume_indexes`].
+    pub fn resume_index(&self) -> Option<u64> {
+        match &self.inner {
+            Inner::One(watch) => watch.resume_index(),
+            Inner::Many(_) => None,
+        }
+    }
+
+    /// Each group's [`Watch::resume_index`], in group order, once every group has one (for
+    /// [`Client::watch_from`]).
+    pub fn resume_indexes(&self) -> Option<Vec<u64>> {
+        match &self.inner {
+            Inner::One(watch) => watch.resume_index().map(|i| vec![i]),
+            Inner::Many(merged) => merged.resume.iter().copied().collect(),
+        }
+    }
+}
+
+impl GroupWatch {
     /// The log index up to which every event has been delivered (or announced missed): where
     /// a new watch would resume (`latchkey watch --after`).
     pub fn resume_index(&self) -> Option<u64> {
@@ -76,11 +244,12 @@ impl Watch {
         let request = pb::WatchRequest {
             prefix: self.prefix.clone(),
             after_index: self.resume_index(),
+            group: (self.groups > 1).then_some(self.group),
         };
         let opts = CallOpts {
             attempt_timeout: self.client.config().rpc_timeout,
             backoff_max: None,
-            group: 0,
+            group: self.group,
         };
         let (stream, answered) = self
             .client
@@ -206,12 +375,14 @@ fn fatal(status: &tonic::Status) -> Option<Error> {
 mod tests {
     use super::*;
 
-    fn watch(last: Option<(u64, u32)>) -> Watch {
+    fn watch(last: Option<(u64, u32)>) -> GroupWatch {
         let client = Client::with_config(["127.0.0.1:1"], crate::ClientConfig::default()).unwrap();
-        Watch {
+        GroupWatch {
             backoff: Backoff::new(&client.config().retry),
             client,
             prefix: String::new(),
+            group: 0,
+            groups: 1,
             last,
             stream: None,
             broken: 0,

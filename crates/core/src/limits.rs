@@ -651,6 +651,11 @@ pub const WATCH_PROGRESS_MS: u64 = 2_000;
 /// A client's watch that hears nothing for this long (milliseconds) takes its member for dead
 /// and resumes on another: a few progress intervals, so one late message is not a failover.
 pub const CLIENT_WATCH_SILENCE_MS: u64 = 4 * WATCH_PROGRESS_MS;
+/// Items a watch of a cluster of several Raft groups holds, read from its groups' streams and
+/// not yet taken by `Watch::next`: per group, so that one busy group's stream waits (and its
+/// member keeps its events) rather than the client buffering without bound; a few, since the
+/// reader takes them one at a time anyway.
+pub const CLIENT_WATCH_GROUP_ITEMS_QUEUED_MAX: usize = 16;
 const _: () = assert!(CLIENT_WATCH_SILENCE_MS >= 2 * WATCH_PROGRESS_MS);
 
 // --- Groups (issue #16) -------------------------------------------------------------------

@@ -582,7 +582,7 @@ impl pb::locks_server::Locks for LocksService {
             &[],
         )?;
         let req = request.into_inner();
-        let node = self.groups.single("Watch")?;
+        let node = self.named_group(req.group, "Watch without a group")?;
         let stream = node
             .watch
             .watch(req.prefix, req.after_index, node.shutdown.clone())

@@ -19,12 +19,14 @@ ACQUIRE_RESULT_NOT_GRANTED: AcquireResult
 ACQUIRE_RESULT_PENDING: AcquireResult
 
 class WatchRequest(_message.Message):
-    __slots__ = ("prefix", "after_index")
+    __slots__ = ("prefix", "after_index", "group")
     PREFIX_FIELD_NUMBER: _ClassVar[int]
     AFTER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     prefix: str
     after_index: int
-    def __init__(self, prefix: _Optional[str] = ..., after_index: _Optional[int] = ...) -> None: ...
+    group: int
+    def __init__(self, prefix: _Optional[str] = ..., after_index: _Optional[int] = ..., group: _Optional[int] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
     __slots__ = ("index", "ordinal", "kind", "lock", "session", "token")
