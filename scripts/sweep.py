@@ -48,6 +48,9 @@ def coverage(text):
 def summarize(dirs):
     seeds, failed, totals, seconds = set(), [], {}, 0.0
     for d in dirs:
+        # The group count the sweep ran with (`run` writes it; 1 for sweeps from before it did).
+        groups_file = Path(d) / "groups"
+        groups = int(groups_file.read_text()) if groups_file.is_file() else 1
         for path in sorted(Path(d).glob("job-*.out")):
             with open(path) as f:
                 for line in f:
@@ -64,7 +67,7 @@ def summarize(dirs):
                     m = FAILED.match(line)
                     if m:
                         seeds.add(int(m.group(1)))
-                        failed.append(int(m.group(1)))
+                        failed.append((int(m.group(1)), groups))
                         continue
                     m = REACHED.match(line)
                     if m and failed:
@@ -90,8 +93,9 @@ def report(dirs, wall=None):
         print(f"{seconds:.0f} seed-seconds in the passing seeds")
     for k, v in totals.items():
         print(f"  {v:>10,} {k}")
-    for s in failed:
-        print(f"FAILED seed {s}: cargo run --release -p latchkey-sim -- --reproduce {s}")
+    for s, groups in failed:
+        flag = f" --groups {groups}" if groups != 1 else ""
+        print(f"FAILED seed {s}: cargo run --release -p latchkey-sim -- --reproduce {s}{flag}")
     return 1 if failed else 0
 
 
@@ -108,8 +112,10 @@ def run(args):
                            capture_output=True, text=True).stdout.strip()
     if dirty:
         print("note: the work tree has uncommitted changes; the sweep is not of one commit")
-    out = Path(args.out or REPO / "target" / "sweeps" / f"{commit}-{args.start}")
+    suffix = f"-g{args.groups}" if args.groups != 1 else ""
+    out = Path(args.out or REPO / "target" / "sweeps" / f"{commit}-{args.start}{suffix}")
     out.mkdir(parents=True, exist_ok=True)
+    (out / "groups").write_text(f"{args.groups}\n")
     if args.bin:
         binary = Path(args.bin).resolve()
     else:
