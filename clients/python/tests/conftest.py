@@ -56,8 +56,11 @@ class Server:
 
     def __init__(self, tmp: Path, node_id: int = 1, port: Optional[int] = None,
                  peers: Optional[str] = None, metrics: bool = False,
-                 extra: Sequence[str] = ()) -> None:
+                 extra: Sequence[str] = (), groups: int = 1) -> None:
         self.id = node_id
+        # `serve --groups N`: the Raft groups a new cluster splits its locks over (every
+        # member of one cluster gets the same).
+        self.groups = groups
         self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
         # --metrics-listen: Prometheus text at http://ADDR/metrics (see `requests`).
@@ -77,6 +80,8 @@ class Server:
             args += ["--peers", self.peers]
         if self.metrics_addr:
             args += ["--metrics-listen", self.metrics_addr]
+        if self.groups != 1:
+            args += ["--groups", str(self.groups)]
         args += self.extra
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
@@ -224,3 +229,94 @@ def client(server):
         yield c
     finally:
         c.close()
+
+
+# --- Clusters of several Raft groups (`serve --groups`). --------------------------------------
+def names_by_group(groups: int, prefix: str) -> List[str]:
+    """One lock name per Raft group, `names[g]` in group g: the first `prefix<i>` of each."""
+    from latchkey import _core
+
+    names: dict = {}
+    for i in range(100 * groups):  # jump hash spreads evenly: a few tries per group
+        names.setdefault(_core.group_of(f"{prefix}{i}", groups), f"{prefix}{i}")
+        if len(names) == groups:
+            return [names[g] for g in range(groups)]
+    raise AssertionError(f"no name of some group among {100 * groups} tries")
+
+
+def wait_groups_led(servers: List[Server], groups: int) -> None:
+    """Waits until every Raft group has a leader that serves a read of one of its locks."""
+    probe = latchkey.Client([s.addr for s in servers], rpc_timeout=1.0,
+                            retry=latchkey.RetryPolicy(attempts_max=8, elapsed_max=2.0))
+    names = names_by_group(groups, "probe/ready-")
+
+    def ready() -> bool:
+        for s in servers:
+            if s.proc is not None and s.proc.poll() is not None:
+                raise AssertionError(f"server {s.addr} exited:\n{s.log_tail()}")
+        try:
+            for n in names:
+                probe.describe(n)
+        except latchkey.LatchkeyError:
+            return False
+        return True
+
+    try:
+        wait_until(f"each of {groups} Raft groups leads", ready, READY_TIMEOUT_S)
+    finally:
+        probe.close()
+
+
+def group_leaders(servers: List[Server], groups: int) -> dict:
+    """{group: address of the member that says it leads it}, from every member's NodeStatus."""
+    probe = latchkey.Client([servers[0].addr], rpc_timeout=1.0)
+    try:
+        leaders = {}
+        for s in servers:
+            if s.proc is None:
+                continue
+            st = probe.node_status(s.addr)
+            assert st.groups == groups, st
+            for g in st.group_status:
+                if g.role == "leader":
+                    leaders[g.group] = s.addr
+        return leaders
+    finally:
+        probe.close()
+
+
+def _grouped(tmp: Path, members: int, groups: int) -> List[Server]:
+    ports = [free_port() for _ in range(members)]
+    peers = ",".join(f"{i + 1}=127.0.0.1:{p}" for i, p in enumerate(ports)) if members > 1 \
+        else None
+    return [Server(tmp, i + 1, p, peers, metrics=True, groups=groups)
+            for i, p in enumerate(ports)]
+
+
+def _serving_grouped(servers: List[Server], groups: int):
+    try:
+        for s in servers:
+            s.start()
+        wait_groups_led(servers, groups)
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()
+
+
+GROUPS = 3
+
+
+@pytest.fixture(scope="module")
+def grouped_server(tmp_path_factory):
+    """One member of a cluster of GROUPS Raft groups (it leads them all), with metrics."""
+    yield from _serving_grouped(_grouped(tmp_path_factory.mktemp("grouped1"), 1, GROUPS),
+                                GROUPS)
+
+
+@pytest.fixture(scope="module")
+def grouped_cluster(tmp_path_factory):
+    """Three members of a cluster of GROUPS Raft groups (the leaders spread over them), with
+    metrics. Shared by a module's tests: each uses lock names of its own."""
+    yield from _serving_grouped(_grouped(tmp_path_factory.mktemp("grouped3"), 3, GROUPS),
+                                GROUPS)

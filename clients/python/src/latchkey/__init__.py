@@ -10,7 +10,7 @@ The blocking API is here; `latchkey.aio` is the asyncio one. Errors: `latchkey.e
 
 from . import errors
 from ._core import AuditEntry, ForceReleased, Holder, LockInfo, NodeStatus, RetryPolicy
-from ._core import safety_margin
+from ._core import group_of, group_of_session, safety_margin
 from ._core import now as now
 from .client import Client, LockGuard, LostSignal, Session
 from .errors import (
@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "Session", "LockGuard", "LostSignal", "LockInfo", "Holder", "NodeStatus",
     "RetryPolicy", "AuditEntry", "ForceReleased", "safety_margin", "now", "errors",
+    "group_of", "group_of_session",
     "LatchkeyError", "InvalidArgument", "WaitTimeout", "LockHeld", "LockLost", "SessionLost",
     "NotHeld", "SessionNotFound", "PermissionDenied", "LimitReached", "Conflict", "Unavailable",
     "TransportError", "TlsError", "ProtocolError", "ServerError",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import grpc
 
@@ -46,6 +46,13 @@ CLIENT_PENDING_AFTER_DEADLINE_MS_MAX = 2 * ACQUIRE_POLL_MS_MAX
 CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX = 1_000
 CLIENT_RPC_TIMEOUT_MS_DEFAULT = 5_000
 KEEPALIVE_SESSIONS_MAX = 1_024  # sessions renewed by one KeepAlive request
+# Locks returned by one List request; a list merged from several Raft groups is cut to it too,
+# so that it is no longer than one group's could be.
+LIST_RESULTS_MAX = 10_000
+# Raft groups one cluster may run (`serve --groups`): a count a server answers outside
+# 1..GROUPS_MAX is a protocol error, and it bounds the per-group state this client keeps (one
+# leader route and one session per group).
+GROUPS_MAX = 64
 # Records the audit log keeps, oldest dropped first (one Audit answer holds them all).
 AUDIT_RECORDS_MAX = 1_000
 # Bytes of an administrative action's reason: a sentence or a ticket link.
@@ -63,6 +70,9 @@ assert 2 * CLIENT_SAFETY_MARGIN_TTL_DIVISOR <= CLIENT_RENEWAL_TTL_DIVISOR * (
 
 ERROR_REASON_KEY = "latchkey-error"
 LEADER_ADDR_KEY = "latchkey-leader-addr"
+# The Raft group an error of a cluster of several groups came from (decimal): its leader hint
+# is that group's leader (protocol.md, 2.4).
+GROUP_KEY = "latchkey-group"
 TOKEN_HEADER = "latchkey-token"
 LOCK_HEADER = "latchkey-lock"
 TLS_REQUIRED_MESSAGE = "latchkey: this server speaks TLS"
@@ -185,6 +195,64 @@ def operator_of_this_process() -> str:
     return out.encode()[:AUDIT_ACTOR_BYTES_MAX].decode("utf-8", "ignore")
 
 
+# --- Raft groups (crates/core/src/groups.rs; protocol.md, 2.4). ----------------------------
+_U64 = U64_MAX
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+
+
+def _fnv1a64(data: bytes) -> int:
+    h = _FNV_OFFSET
+    for b in data:
+        h = ((h ^ b) * _FNV_PRIME) & _U64
+    return h
+
+
+def _fmix64(k: int) -> int:
+    """MurmurHash3's 64-bit finalizer."""
+    k ^= k >> 33
+    k = (k * 0xFF51AFD7ED558CCD) & _U64
+    k ^= k >> 33
+    k = (k * 0xC4CEB9FE1A85EC53) & _U64
+    k ^= k >> 33
+    return k
+
+
+def _jump(key: int, buckets: int) -> int:
+    """Lamping and Veach's jump consistent hash, its step in IEEE-754 doubles as published
+    (Python's float is one; `key >> 33` and `b + 1` convert exactly)."""
+    b, j = -1, 0
+    while j < buckets:
+        b = j
+        key = (key * 2862933555777941757 + 1) & _U64
+        j = int(float(b + 1) * (float(1 << 31) / float((key >> 33) + 1)))
+    return b
+
+
+def group_of(name: str, groups: int) -> int:
+    """The Raft group of the lock `name` in a cluster of `groups` groups: FNV-1a 64 of its
+    UTF-8 bytes, MurmurHash3's finalizer, then jump consistent hash onto 0..groups."""
+    if groups < 1:
+        raise ValueError("a cluster has at least one group")
+    return _jump(_fmix64(_fnv1a64(name.encode("utf-8"))), groups)
+
+
+def group_of_session(session_id: int, groups: int) -> int:
+    """The group that knows session `session_id`: its id is `index * groups + group`."""
+    if groups < 1:
+        raise ValueError("a cluster has at least one group")
+    return session_id % groups
+
+
+def checked_groups(answered: int, what: str) -> int:
+    """A group count a server answered (0 from a server before groups: one), checked."""
+    groups = max(int(answered), 1)
+    if groups > GROUPS_MAX:
+        raise errors.ProtocolError(
+            f"{what} answered {groups} Raft groups, more than {GROUPS_MAX}")
+    return groups
+
+
 # --- The lease (crates/client/src/session.rs, ClientLease). ---------------------------------
 def safety_margin(ttl: float) -> float:
     """max(TTL / 5, 200 ms)."""
@@ -206,11 +274,16 @@ class ClientLease:
     margin. The server received that renewal after it was sent, so its deadline is later than
     ours by at least the margin: the time a holder has to stop working."""
 
-    def __init__(self, sent: float, ttl: float) -> None:
+    def __init__(self, sent: float, ttl: float, grid: Optional[float] = None) -> None:
         self.ttl = ttl
         self.margin = safety_margin(ttl)
         self.acked_sent = sent
         self.retry_at: Optional[float] = None
+        # The group sessions of one logical session renew on one schedule (protocol.md, 2.4):
+        # each renewal falls on `grid + k * interval`, the first such instant after the last
+        # acknowledged send, so that all of them are due together and travel in the same
+        # KeepAlive requests however far apart they were made. None: the regular schedule.
+        self.grid = grid
 
     def deadline(self) -> float:
         return self.acked_sent + max(self.ttl - self.margin, 0.0)
@@ -218,7 +291,19 @@ class ClientLease:
     def next_renewal(self) -> float:
         if self.retry_at is not None:
             return self.retry_at
-        return self.acked_sent + self.ttl / CLIENT_RENEWAL_TTL_DIVISOR
+        interval = self.ttl / CLIENT_RENEWAL_TTL_DIVISOR
+        regular = self.acked_sent + interval
+        if self.grid is not None and regular > self.grid and interval > 0:
+            # The last grid instant at or before the regular time, and after the last send.
+            # A renewal wakes (and is sent) up to KEEPALIVE_GATHER_S before its instant
+            # (`renewal_wake`), so both sides are shifted by that much: the instant a renewal
+            # sent early was for is not due again, and the wake (this minus the gather
+            # window) is never later than the regular schedule.
+            shifted = regular + KEEPALIVE_GATHER_S
+            aligned = shifted - (shifted - self.grid) % interval
+            if aligned > self.acked_sent + KEEPALIVE_GATHER_S:
+                return aligned
+        return regular
 
     def acknowledged(self, sent: float, server_ttl: float) -> None:
         """An older acknowledgement never moves the deadline back; a shorter server TTL is
@@ -284,13 +369,16 @@ def renewal_wake(lease: ClientLease) -> float:
 class KeepAliveWaiting:
     """One session's renewal waiting in a batch. `attempt_timeout`/`backoff_max` are what it
     would use alone; `not_after` is its deadline (it stops waiting then); `reply` is where the
-    blocking or asyncio client puts its answer."""
+    blocking or asyncio client puts its answer; `group` is its session's Raft group."""
 
     session: "pb.Session"
     attempt_timeout: float
     backoff_max: float
     not_after: float
     reply: Any
+    # The Raft group of the session (0 in a cluster of one): a batch goes out as one request
+    # per member that leads any of its members' groups.
+    group: int = 0
 
 
 class KeepAliveQueue:
@@ -346,6 +434,29 @@ def leases_by_id(response: "pb.KeepAliveResponse") -> Dict[int, "pb.SessionLease
     """A batch's answer by session id, built once per batch (a lookup per member would be
     quadratic in a batch of 1,024); a session the server left out is missing."""
     return {lease.id: lease for lease in response.leases}
+
+
+def by_leader(batch: Sequence[KeepAliveWaiting],
+              pick: Callable[[int], str]) -> List[List[KeepAliveWaiting]]:
+    """A batch split by the member each member's group is routed to (`pick(group)`): one
+    KeepAlive each, carrying the sessions of every group that member leads (keepalive.rs,
+    by_leader). A batch of one group (every batch in a cluster of one) stays whole."""
+    if all(w.group == batch[0].group for w in batch):
+        return [list(batch)] if batch else []
+    by: Dict[str, List[KeepAliveWaiting]] = {}
+    for w in batch:
+        by.setdefault(pick(w.group), []).append(w)
+    return list(by.values())
+
+
+def refusals(response: "pb.KeepAliveResponse",
+             batch: Sequence[KeepAliveWaiting]) -> Dict[int, "pb.GroupRefusal"]:
+    """The groups a KeepAlive of several groups' sessions was refused for (the member cannot
+    renew them now: it does not lead them, it has no quorum), by group. Only groups the batch
+    carries count: what the client keeps per group stays within the groups it uses, whatever
+    a server sends."""
+    carried = {w.group for w in batch}
+    return {r.group: r for r in response.refused if r.group in carried}
 
 
 # --- The sequence window (session.rs, SeqWindow). --------------------------------------------
@@ -418,15 +529,27 @@ def split_endpoint(endpoint: str) -> Tuple[str, str]:
     return scheme, e
 
 
+# The route of calls any member answers (NodeStatus, asking the group count): kept apart from
+# every group's, so that the member that answered is not taken for a group's leader.
+ANY_MEMBER = -1
+
+
 @dataclass
 class Route:
-    """Where the next attempt goes: the believed leader, else the seeds round-robin. Hints
-    naming a member that just refused us are ignored for a while (issue #11)."""
+    """Where the next attempt goes: the believed leader of the call's Raft group (group 0's
+    in a cluster of one), else the seeds round-robin. Hints naming a member that just refused
+    us are ignored for a while (issue #16; issue #11). At most GROUPS_MAX + 1 leaders are kept
+    (the callers check a group before they name it)."""
 
     seeds: Sequence[str]
-    leader: Optional[str] = None
+    leaders: Dict[int, str] = field(default_factory=dict)
     next_seed: int = 0
     refused: Optional[Tuple[str, float]] = None
+
+    @property
+    def leader(self) -> Optional[str]:
+        """Group 0's leader (the leader, in a cluster of one group)."""
+        return self.leaders.get(0)
 
     def recently_refused(self, addr: str, at: float) -> bool:
         return (
@@ -435,35 +558,40 @@ class Route:
             and at - self.refused[1] < CLIENT_REFUSED_HINT_IGNORE_MS / 1000
         )
 
-    def pick(self) -> str:
-        if self.leader is not None:
-            return self.leader
+    def pick(self, group: int = 0) -> str:
+        leader = self.leaders.get(group)
+        if leader is not None:
+            return leader
         return self.seeds[self.next_seed % len(self.seeds)]
 
-    def answered(self, addr: str) -> None:
+    def answered(self, addr: str, group: int = 0) -> None:
         if self.refused is not None and self.refused[0] == addr:
             self.refused = None
-        self.leader = addr
+        self.leaders[group] = addr
 
-    def reroute(self, addr: str, hint: Optional[str], at: float) -> bool:
-        """`addr` is not the leader: follow `hint` unless it refused us lately; True if followed."""
+    def reroute(self, addr: str, hint: Optional[str], at: float, group: int = 0) -> bool:
+        """`addr` does not lead `group`: follow `hint` unless it refused us lately; True if
+        followed."""
         if hint:
             if hint == addr:
                 # It leads but cannot answer yet: stay, after the backoff.
-                self.leader = hint
+                self.leaders[group] = hint
                 return False
             if not self.recently_refused(hint, at):
-                self.leader = hint
+                self.leaders[group] = hint
                 return True
+        self.leaders.pop(group, None)
         self._next_seed(addr, at)
         return False
 
     def unreachable(self, addr: str, at: float) -> None:
+        """`addr` failed in transport: forgotten as every group's leader."""
         self.refused = (addr, at)
+        for g in [g for g, a in self.leaders.items() if a == addr]:
+            del self.leaders[g]
         self._next_seed(addr, at)
 
     def _next_seed(self, addr: str, at: float) -> None:
-        self.leader = None
         n = len(self.seeds)
         if self.seeds[self.next_seed % n] == addr:
             self.next_seed += 1
@@ -481,6 +609,9 @@ class Failure:
     message: str
     leader_addr: Optional[str] = None
     error: Optional[errors.LatchkeyError] = field(default=None)
+    # The Raft group the error came from (`latchkey-group`, a cluster of several groups):
+    # its leader hint is that group's leader. None: not said.
+    group: Optional[int] = None
 
 
 def _meta(metadata: Optional[Iterable]) -> dict:
@@ -500,6 +631,14 @@ def classify(code: grpc.StatusCode, details: Optional[str], metadata: Optional[I
     """A failed attempt's status -> what to do. The server sets `latchkey-error` on every
     status it returns, so an UNAVAILABLE without it came from the transport, not a node."""
     meta = _meta(metadata)
+    failure = _classify(code, details, meta)
+    group = meta.get(GROUP_KEY)
+    if group is not None and group.isascii() and group.isdigit() and int(group) < GROUPS_MAX:
+        failure.group = int(group)
+    return failure
+
+
+def _classify(code: grpc.StatusCode, details: Optional[str], meta: dict) -> Failure:
     reason = meta.get(ERROR_REASON_KEY)
     message = details or ""
     C = grpc.StatusCode
@@ -574,18 +713,63 @@ def lock_info(lock: "pb.LockInfo") -> LockInfo:
 
 
 @dataclass(frozen=True)
+class GroupStatus:
+    """What a member sees of one Raft group (NodeStatus's `group_status`)."""
+
+    group: int
+    role: str
+    term: int
+    leader_id: Optional[int]
+
+
+@dataclass(frozen=True)
 class NodeStatus:
+    """A member about itself; `role`, `term` and `leader_id` are of group 0 (of the only
+    group, in a cluster of one). `groups`: the cluster's Raft groups; `group_status`: this
+    member's view of each (empty from a server before groups)."""
+
     id: int
     role: str
     term: int
     leader_id: Optional[int]
     members: Tuple[Tuple[int, str], ...]
     cluster_id: str
+    groups: int = 1
+    group_status: Tuple[GroupStatus, ...] = ()
 
 
 def node_status(s: "pb.NodeStatusResponse") -> NodeStatus:
     return NodeStatus(s.id, s.role, s.term, s.leader_id or None,
-                      tuple((m.id, m.addr) for m in s.members), s.cluster_id)
+                      tuple((m.id, m.addr) for m in s.members), s.cluster_id,
+                      max(s.groups, 1),
+                      tuple(GroupStatus(g.group, g.role, g.term, g.leader_id or None)
+                            for g in s.group_status))
+
+
+def merge_lists(answers: Sequence["pb.ListResponse"]) -> Tuple[List[LockInfo], bool]:
+    """The List answers of every Raft group as one (client.rs, list): in name order, at most
+    LIST_RESULTS_MAX, and whether more matched. A truncated group's answer ends at its last
+    name: the merged list stops there too, or it would skip that group's names after it and
+    still look like a sorted prefix."""
+    locks: List["pb.LockInfo"] = []
+    truncated = False
+    cut: Optional[str] = None
+    for answer in answers:
+        if answer.truncated:
+            truncated = True
+            if answer.locks:
+                last = max(lock.name for lock in answer.locks)
+                if cut is None or last < cut:
+                    cut = last
+        locks.extend(answer.locks)
+    if cut is not None:
+        locks = [lock for lock in locks if lock.name <= cut]
+    # Rust compares names as UTF-8 bytes; so does Python's str order (by code point).
+    locks.sort(key=lambda lock: lock.name)
+    if len(locks) > LIST_RESULTS_MAX:
+        del locks[LIST_RESULTS_MAX:]
+        truncated = True
+    return [lock_info(lock) for lock in locks], truncated
 
 
 class ForceReleased(NamedTuple):
@@ -610,11 +794,12 @@ class AuditEntry:
     identity: Optional[str]  # the authenticated identity; None without access control
     operator: str  # what the operator's tool said about them (e.g. user@host)
     reason: str
+    group: int = 0  # the Raft group whose log holds it: `index` is of that group's log
 
 
 def audit_entry(r: "pb.AuditRecord") -> AuditEntry:
     return AuditEntry(r.index, r.at_ms, r.action, r.lock, r.session, r.token, r.next_token,
-                      r.locks, r.identity or None, r.operator, r.reason)
+                      r.locks, r.identity or None, r.operator, r.reason, r.group)
 
 
 def admin_release_request(name: str, token: int, reason: str,

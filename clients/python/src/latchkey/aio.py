@@ -115,11 +115,12 @@ class _KeepAlives:
         self._tasks: Set[asyncio.Task] = set()
 
     async def renew(self, session: "Session", *, attempt_timeout: float, backoff_max: float,
-                    not_after: float) -> Tuple[Optional["pb.SessionLease"], str, int]:
+                    not_after: float,
+                    group: int = 0) -> Tuple[Optional["pb.SessionLease"], str, int]:
         """See latchkey.client._KeepAlives.renew: (lease or None, endpoint, failed attempts)."""
         reply = asyncio.get_running_loop().create_future()
         waiting = core.KeepAliveWaiting(session._key, attempt_timeout, backoff_max, not_after,
-                                        reply)
+                                        reply, group)
         if self._queue.join(waiting):
             try:
                 gatherer = self._spawn(self._gather())
@@ -177,22 +178,30 @@ class _KeepAlives:
             batch = self._queue.take()
             if not batch:
                 return
-            if len(self._queue) == 0:
-                # Whoever joins from now on finds the queue empty and starts its own gatherer.
-                await self._send(batch)
-                return
-            self._spawn(self._send(batch))
+            last = len(self._queue) == 0
+            # In a cluster of several Raft groups, one request per member that leads any of
+            # the batch's groups (protocol.md, 2.4).
+            parts = core.by_leader(batch, self._client._pick)
+            for i, part in enumerate(parts):
+                if last and i == len(parts) - 1:
+                    # Whoever joins from now on finds the queue empty and starts its own
+                    # gatherer.
+                    await self._send(part)
+                    return
+                self._spawn(self._send(part))
 
-    async def _send(self, batch: List[core.KeepAliveWaiting]) -> None:
+    async def _send(self, batch: List[core.KeepAliveWaiting], follow: bool = True) -> None:
         b = core.keepalive_batch(batch)
         outcome: object
         addr, failed_attempts = "", 0
         leases = None
+        refused: Dict[int, "pb.GroupRefusal"] = {}
         try:
             outcome, addr, failed_attempts = await self._client._call(
                 "KeepAlive", b.request, attempt_timeout=b.attempt_timeout,
-                backoff_max=b.backoff_max, not_after=b.not_after)
+                backoff_max=b.backoff_max, not_after=b.not_after, group=batch[0].group)
             leases = core.leases_by_id(outcome)
+            refused = core.refusals(outcome, batch)
         except errors.LatchkeyError as e:
             outcome = e  # each member's failure
         except asyncio.CancelledError:
@@ -202,7 +211,31 @@ class _KeepAlives:
         except Exception as e:  # noqa: BLE001 - a bug must not leave the members waiting
             log.exception("latchkey: a keepalive batch failed")
             outcome = errors.ServerError(f"the keepalive batch failed: {e!r}")
-        self._answer(batch, outcome, leases, addr, failed_attempts)
+        if not refused:
+            self._answer(batch, outcome, leases, addr, failed_attempts)
+            return
+        self._answer([w for w in batch if w.group not in refused], outcome, leases, addr,
+                     failed_attempts)
+        again = [w for w in batch if w.group in refused]
+        for part in self._follow(again, refused, addr, follow):
+            await self._send(part, follow=False)
+
+    def _follow(self, again: List[core.KeepAliveWaiting], refused: Dict[int, "pb.GroupRefusal"],
+                addr: str, follow: bool) -> List[List[core.KeepAliveWaiting]]:
+        """See latchkey.client._KeepAlives._follow: the refused groups' routes move to their
+        hints, and their sessions go there at once, once (the batches returned)."""
+        for g, r in refused.items():
+            self._client._reroute(g, addr, r.leader_addr or None)
+        retry: List[core.KeepAliveWaiting] = []
+        for w in again:
+            if follow and self._client._pick(w.group) != addr:
+                retry.append(w)
+            else:
+                r = refused[w.group]
+                self._answer([w], errors.Unavailable(
+                    f"{addr} did not renew group {r.group}: {r.message} ({r.reason})"),
+                    None, "", 0)
+        return core.by_leader(retry, self._client._pick)
 
     @staticmethod
     def _answer(batch: List[core.KeepAliveWaiting], outcome: object,
@@ -249,22 +282,16 @@ class Client:
         self._callables: Dict[Tuple[str, str], object] = {}
         self._sessions: Set["Session"] = set()
         self._keepalives = _KeepAlives(self)
+        # The cluster's Raft group count once an answer said it (see latchkey.Client).
+        self._groups: Optional[int] = None
         self._closed = False
 
     async def session(self, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000, *,
                       owner: Optional[str] = None) -> "Session":
+        """See latchkey.Client.session (one logical session over the Raft groups)."""
         ttl_ms = core.ttl_ms_of(ttl)
-        request = pb.CreateSessionRequest(ttl_ms=ttl_ms)
-        if owner is not None:
-            request.owner.CopyFrom(core.owner_of_this_process(owner))
-        sent = core.now()
-        response, addr, _ = await self._call("CreateSession", request,
-                                             attempt_timeout=self._rpc_timeout)
-        if not response.HasField("session"):
-            raise errors.ProtocolError("CreateSession answered without a session")
-        lease = core.ClientLease(sent, ttl_ms / 1000)
-        lease.acknowledged(sent, response.ttl_ms / 1000)
-        session = Session(self, response.session, lease, addr)
+        owner_pb = core.owner_of_this_process(owner) if owner is not None else None
+        session = await self._open(ttl_ms, owner_pb, 0, None)
         self._sessions.add(session)
         session._start()
         return session
@@ -277,15 +304,30 @@ class Client:
     async def describe(self, name: str) -> core.LockInfo:
         core.validate_name(name)
         response, _, _ = await self._call("Describe", pb.DescribeRequest(name=name),
-                                       attempt_timeout=self._rpc_timeout)
+                                          attempt_timeout=self._rpc_timeout,
+                                          group=self._group_of_lock(name))
         if not response.HasField("lock"):
             raise errors.ProtocolError("Describe answered without a lock")
         return core.lock_info(response.lock)
 
     async def list(self, prefix: str = "") -> List[core.LockInfo]:
-        response, _, _ = await self._call("List", pb.ListRequest(prefix=prefix),
-                                          attempt_timeout=self._rpc_timeout)
-        return [core.lock_info(lock) for lock in response.locks]
+        """See latchkey.Client.list: with several Raft groups, each group's at its leader
+        (at once), merged."""
+        groups = self._groups
+        if groups is None or groups == 1:
+            try:
+                response, _, _ = await self._call("List", pb.ListRequest(prefix=prefix),
+                                                  attempt_timeout=self._rpc_timeout)
+                return [core.lock_info(lock) for lock in response.locks]
+            except errors.Conflict as e:
+                if groups is not None or e.reason != "not-with-groups":
+                    raise
+            groups = await self._ask_groups()
+        answers = await asyncio.gather(*(
+            self._call("List", pb.ListRequest(prefix=prefix, group=g),
+                       attempt_timeout=self._rpc_timeout, group=g)
+            for g in range(groups)))
+        return core.merge_lists([response for response, _, _ in answers])[0]
 
     async def force_release(self, name: str, *, token: Optional[int] = None, reason: str,
                             operator: Optional[str] = None) -> core.ForceReleased:
@@ -295,7 +337,7 @@ class Client:
             token = core.holder_token(await self.describe(name))
         response, _, _ = await self._call(
             "AdminRelease", core.admin_release_request(name, token, reason, operator),
-            attempt_timeout=self._rpc_timeout)
+            attempt_timeout=self._rpc_timeout, group=self._group_of_lock(name))
         return core.ForceReleased(response.session, response.token)
 
     async def revoke(self, session_id: int, *, reason: str,
@@ -303,14 +345,29 @@ class Client:
         """See latchkey.Client.revoke: how many locks the session held."""
         request = core.check_admin_revoke(session_id, reason, operator)
         response, _, _ = await self._call("AdminRevoke", request,
-                                          attempt_timeout=self._rpc_timeout)
+                                          attempt_timeout=self._rpc_timeout,
+                                          group=self._group_of_session(request.session))
         return response.locks
 
     async def audit(self) -> List[core.AuditEntry]:
-        """See latchkey.Client.audit: the audit log, oldest first."""
-        response, _, _ = await self._call("Audit", pb.AuditRequest(),
-                                          attempt_timeout=self._rpc_timeout)
-        return [core.audit_entry(r) for r in response.records]
+        """See latchkey.Client.audit: the audit log, oldest first (every group's, merged)."""
+        groups = self._groups
+        if groups is None or groups == 1:
+            try:
+                response, _, _ = await self._call("Audit", pb.AuditRequest(),
+                                                  attempt_timeout=self._rpc_timeout)
+                return [core.audit_entry(r) for r in response.records]
+            except errors.Conflict as e:
+                if groups is not None or e.reason != "not-with-groups":
+                    raise
+            groups = await self._ask_groups()
+        answers = await asyncio.gather(*(
+            self._call("Audit", pb.AuditRequest(group=g), attempt_timeout=self._rpc_timeout,
+                       group=g)
+            for g in range(groups)))
+        records = [core.audit_entry(r) for response, _, _ in answers for r in response.records]
+        records.sort(key=lambda r: r.at_ms)  # stable: one group's records stay in log order
+        return records
 
     async def close(self) -> None:
         for s in list(self._sessions):
@@ -331,6 +388,72 @@ class Client:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+    # --- Raft groups (see latchkey.Client) --------------------------------------------------
+    def _learn_groups(self, answered: int, what: str) -> int:
+        groups = core.checked_groups(answered, what)
+        if self._groups is None:
+            self._groups = groups
+        if self._groups != groups:
+            raise errors.ProtocolError(
+                f"{what} answered {groups} Raft groups, and the cluster {self._groups} before")
+        return groups
+
+    async def _ask_groups(self) -> int:
+        if self._groups is not None:
+            return self._groups
+        response, _, _ = await self._call("NodeStatus", pb.NodeStatusRequest(),
+                                          attempt_timeout=self._rpc_timeout,
+                                          group=core.ANY_MEMBER)
+        return self._learn_groups(response.groups, "NodeStatus")
+
+    def _group_of_lock(self, name: str) -> Optional[int]:
+        groups = self._groups
+        return None if groups is None else core.group_of(name, groups)
+
+    def _group_of_session(self, session_id: int) -> Optional[int]:
+        groups = self._groups
+        return None if groups is None else core.group_of_session(session_id, groups)
+
+    def _pick(self, group: int) -> str:
+        return self._route.pick(group)
+
+    def _reroute(self, group: int, addr: str, hint: Optional[str]) -> None:
+        self._route.reroute(addr, hint, core.now(), group)
+
+    async def _open(self, ttl_ms: int, owner: Optional["pb.Owner"], group: int,
+                    root: Optional["Session"]) -> "Session":
+        """See latchkey.Client._open: a session in `group`, not started."""
+        request = pb.CreateSessionRequest(ttl_ms=ttl_ms)
+        if owner is not None:
+            request.owner.CopyFrom(owner)
+        if group != 0 or (self._groups or 1) > 1:
+            request.group = group
+        sent = core.now()
+        try:
+            response, addr, _ = await self._call("CreateSession", request,
+                                                 attempt_timeout=self._rpc_timeout, group=group)
+        except errors.Conflict as e:
+            if e.reason != "not-with-groups" or request.HasField("group"):
+                raise
+            request.group = group
+            sent = core.now()
+            response, addr, _ = await self._call("CreateSession", request,
+                                                 attempt_timeout=self._rpc_timeout, group=group)
+        if not response.HasField("session"):
+            raise errors.ProtocolError("CreateSession answered without a session")
+        groups = self._learn_groups(response.groups, "CreateSession")
+        if core.group_of_session(response.session.id, groups) != group:
+            raise errors.ProtocolError(f"CreateSession in group {group} answered session "
+                                       f"{response.session.id}, of another group")
+        if groups > 1:
+            grid: Optional[float] = sent if root is None else root._lease.grid
+        else:
+            grid = None
+        lease = core.ClientLease(sent, ttl_ms / 1000, grid)
+        lease.acknowledged(sent, response.ttl_ms / 1000)
+        return Session(self, response.session, lease, addr, group=group, groups=groups,
+                       root=root, owner=owner)
 
     def _callable(self, addr: str, method: str):
         if self._closed:
@@ -386,9 +509,9 @@ class Client:
 
     async def _call(self, method: str, request, *, attempt_timeout: float,
                     backoff_max: Optional[float] = None, session: Optional["Session"] = None,
-                    not_after: Optional[float] = None):
-        """See latchkey.Client._call. Returns (response, endpoint that answered, failed
-        attempts)."""
+                    not_after: Optional[float] = None, group: Optional[int] = 0):
+        """See latchkey.Client._call (to the leader of Raft group `group`). Returns (response,
+        endpoint that answered, failed attempts)."""
         policy = self._retry
         start = core.now()
         backoff = policy.backoff(backoff_max, self._rng)
@@ -403,17 +526,24 @@ class Client:
                 if timeout <= 0:
                     raise core.give_up(failure, attempts, core.now() - start)
             attempts += 1
-            addr = self._route.pick()
+            route_group = 0 if group is None else group
+            addr = self._route.pick(route_group)
             outcome = await self._attempt(addr, method, request, timeout, session)
             if not isinstance(outcome, core.Failure):
-                self._route.answered(addr)
+                self._route.answered(addr, route_group)
                 return outcome, addr, attempts - 1
             failure = outcome
             if failure.kind == "fatal":
                 assert failure.error is not None
                 raise failure.error
+            if failure.group is not None:
+                # The error's group: its leader hint is that group's leader.
+                if group is None:
+                    group = route_group = failure.group
+                elif self._groups is not None and failure.group < self._groups:
+                    route_group = failure.group
             if failure.kind == "unavailable":
-                hinted = self._route.reroute(addr, failure.leader_addr, core.now())
+                hinted = self._route.reroute(addr, failure.leader_addr, core.now(), route_group)
             else:
                 self._route.unreachable(addr, core.now())
                 hinted = False
@@ -432,10 +562,13 @@ class Client:
 
 
 class Session:
-    """See latchkey.Session; `await session.lock(name, wait)`, `await session.close()`."""
+    """See latchkey.Session; `await session.lock(name, wait)`, `await session.close()`. In a
+    cluster of several Raft groups, group 0's session and the logical session (its sessions
+    in the other groups made at the first lock of each)."""
 
     def __init__(self, client: Client, key: "pb.Session", lease: core.ClientLease,
-                 endpoint: str) -> None:
+                 endpoint: str, *, group: int = 0, groups: int = 1,
+                 root: Optional["Session"] = None, owner: Optional["pb.Owner"] = None) -> None:
         self._client = client
         self._key = pb.Session(id=key.id, secret=key.secret)
         self.id: int = key.id
@@ -455,6 +588,14 @@ class Session:
         self._background: Set[asyncio.Task] = set()
         self._closed = False
         self._renewal: Optional[asyncio.Task] = None
+        # Raft groups: see latchkey.Session (the others by group, at most GROUPS_MAX, and a
+        # lock per group held while its session is made).
+        self._group = group
+        self._groups = groups
+        self._root: Session = self if root is None else root
+        self._owner = owner
+        self._others: Dict[int, Session] = {}
+        self._making: Dict[int, asyncio.Lock] = {}
 
     def _start(self) -> None:
         self._renewal = asyncio.ensure_future(self._renew())
@@ -465,7 +606,8 @@ class Session:
 
     @property
     def deadline(self) -> float:
-        return self._deadline
+        """See latchkey.Session.deadline: the earliest of its group sessions'."""
+        return min(s._deadline for s in self._group_sessions())
 
     def is_lost(self) -> bool:
         self._check_deadline()
@@ -473,8 +615,15 @@ class Session:
 
     def failovers(self) -> int:
         """See latchkey.Session.failovers: renewals acknowledged by another node than the
-        previous one, or only after failed attempts."""
-        return self._failovers
+        previous one, or only after failed attempts (summed over its group sessions)."""
+        return sum(s._failovers for s in self._group_sessions())
+
+    async def session_id_for(self, name: str) -> int:
+        """See latchkey.Session.session_id_for: the id of the session that takes `name`."""
+        core.validate_name(name)
+        if self.is_lost():
+            raise self._lost_error()
+        return (await self._for_lock(name)).id
 
     async def lock(self, name: str, wait: Optional[float] = None) -> "LockGuard":
         """See latchkey.Session.lock. Cancelling it settles the request in the background."""
@@ -482,10 +631,11 @@ class Session:
         wait = core.wait_of(wait)
         if self.is_lost():
             raise self._lost_error()
-        async with self._waits:
+        session = await self._for_lock(name)
+        async with session._waits:
             deadline = None if wait is None else core.now() + wait
             while True:
-                guard = await self._lock_once(name, deadline)
+                guard = await session._lock_once(name, deadline)
                 if guard is not None:
                     return guard
 
@@ -494,15 +644,19 @@ class Session:
             return
         self._closed = True
         self._mark_lost(_WHY_CLOSED)
-        tasks = [t for t in [self._renewal, *self._background] if t is not None]
+        sessions = self._group_sessions()
+        for s in sessions:
+            s._closed = True
+        tasks = [t for s in sessions for t in [s._renewal, *s._background] if t is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=_JOIN_S)
         self._client._sessions.discard(self)
-        try:
-            await self._client._call("CloseSession", pb.CloseSessionRequest(session=self._key),
-                                     attempt_timeout=self._client._rpc_timeout)
-        except errors.SessionNotFound:
-            pass
+        # Every group's session, each at its group's leader, at once; the first error wins.
+        results = await asyncio.gather(*(s._close_on_server() for s in sessions),
+                                       return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
 
     async def __aenter__(self) -> "Session":
         return self
@@ -510,20 +664,79 @@ class Session:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
+    # --- Raft groups -----------------------------------------------------------------------
+    def _group_sessions(self) -> "List[Session]":
+        root = self._root
+        return [root, *(root._others[g] for g in sorted(root._others))]
+
+    async def _for_lock(self, name: str) -> "Session":
+        """See latchkey.Session._for_lock: made on the first use of its group."""
+        root = self._root
+        if root._groups <= 1:
+            return root
+        group = core.group_of(name, root._groups)
+        if group == root._group:
+            return root
+        made = root._others.get(group)
+        if made is not None:
+            return made
+        making = root._making.setdefault(group, asyncio.Lock())
+        async with making:
+            made = root._others.get(group)
+            if made is not None:
+                return made
+            if root._lost_why is not None:
+                raise root._lost_error()
+            made = await root._client._open(int(round(root.ttl * 1000)), root._owner, group,
+                                            root)
+            if root._lost_why is not None:
+                # Lost (or closed) while this one was made: it is given up at once.
+                made._mark_lost_here(root._lost_why)
+                try:
+                    await made._close_on_server()
+                except errors.LatchkeyError as e:
+                    log.debug("latchkey: closing session %d: %s", made.id, e)
+                raise root._lost_error()
+            root._others[group] = made
+            made._start()
+            return made
+
+    async def _close_on_server(self) -> None:
+        try:
+            await self._client._call("CloseSession", pb.CloseSessionRequest(session=self._key),
+                                     attempt_timeout=self._client._rpc_timeout,
+                                     group=self._group)
+        except errors.SessionNotFound:
+            pass
+
     def _mark_lost(self, why: str) -> None:
-        if self._lost_why is not None:
+        """Lost in any group, the logical session is lost in every group."""
+        root = self._root
+        if not root._mark_lost_here(why):
             return
+        for s in list(root._others.values()):
+            s._mark_lost_here(why)
+
+    def _mark_lost_here(self, why: str) -> bool:
+        if self._lost_why is not None:
+            return False
         self._lost_why = why
-        if why != _WHY_CLOSED:
+        if why != _WHY_CLOSED and self._root is self:
             log.warning("latchkey: session %d lost: %s", self.id, why)
         self._lost.set()
         self._wake_window_waiters()
         for g in list(self._guards):
             g._lost_signal._signal.set()
+        return True
 
     def _check_deadline(self) -> None:
-        if self._lost_why is None and core.now() >= self._deadline:
-            self._mark_lost(_WHY_DEADLINE)
+        if self._root._lost_why is not None:
+            return
+        at = core.now()
+        for s in self._group_sessions():
+            if at >= s._deadline:
+                s._mark_lost(_WHY_DEADLINE)
+                return
 
     def _lost_error(self) -> errors.SessionLost:
         return errors.SessionLost(self.id, self._lost_why or _WHY_DEADLINE)
@@ -535,6 +748,15 @@ class Session:
         return e
 
     async def _renew(self) -> None:
+        await self._renew_until_lost()
+        if self._root._groups > 1 and self._lost_why != _WHY_CLOSED:
+            # Lost (here or in another group): this group's locks are given up as well.
+            try:
+                await self._close_on_server()
+            except errors.LatchkeyError as e:
+                log.debug("latchkey: closing session %d: %s", self.id, e)
+
+    async def _renew_until_lost(self) -> None:
         lease = self._lease
         client = self._client
         while True:
@@ -548,12 +770,13 @@ class Session:
             if sent < wake_at:
                 continue
             try:
-                # With every other session of this client due now, in one KeepAlive.
+                # With every other session of this client due now, in one KeepAlive per
+                # member that leads any of their groups.
                 answer, addr, failed_attempts = await client._keepalives.renew(
                     self,
                     attempt_timeout=min(client._rpc_timeout, core.renewal_attempt_timeout(lease.ttl)),
                     backoff_max=core.renewal_backoff_max(lease.ttl),
-                    not_after=lease.deadline())
+                    not_after=lease.deadline(), group=self._group)
             except errors.SessionLost:
                 return
             except errors.SessionNotFound as e:
@@ -621,7 +844,7 @@ class Session:
                 "Acquire", request,
                 attempt_timeout=core.ACQUIRE_POLL_MS_MAX / 1000 + self._client._rpc_timeout,
                 backoff_max=core.CLIENT_ACQUIRE_BACKOFF_MS_MAX / 1000,
-                session=self, not_after=not_after)
+                session=self, not_after=not_after, group=self._group)
         except errors.LatchkeyError as e:
             raise self._checked(e) from None
         return response
@@ -720,7 +943,8 @@ class Session:
             try:
                 request = pb.ReleaseRequest(session=self._key, seq=seq, name=name, token=token)
                 response, _, _ = await self._client._call(
-                    "Release", request, attempt_timeout=self._client._rpc_timeout, session=self)
+                    "Release", request, attempt_timeout=self._client._rpc_timeout, session=self,
+                    group=self._group)
             except errors.LatchkeyError as e:
                 raise self._checked(e) from None
             finally:

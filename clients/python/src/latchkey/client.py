@@ -142,13 +142,13 @@ class _KeepAlives:
         self._queue = core.KeepAliveQueue()
 
     def renew(self, session: "Session", *, attempt_timeout: float, backoff_max: float,
-              not_after: float) -> Tuple[Optional["pb.SessionLease"], str, int]:
-        """Renews `session` with the next batch: its lease in the answer (None: left out), the
-        endpoint that answered and the batch call's failed attempts. Raises the batch call's
-        error, SessionLost if the session is lost while it waits, or TransportError if no
-        answer came before `not_after` (its deadline)."""
+              not_after: float, group: int = 0) -> Tuple[Optional["pb.SessionLease"], str, int]:
+        """Renews `session` (of Raft group `group`) with the next batch: its lease in the
+        answer (None: left out), the endpoint that answered and the batch call's failed
+        attempts. Raises the batch call's error, SessionLost if the session is lost while it
+        waits, or TransportError if no answer came before `not_after` (its deadline)."""
         waiting = core.KeepAliveWaiting(session._key, attempt_timeout, backoff_max, not_after,
-                                        _Reply())
+                                        _Reply(), group)
         reply: _Reply = waiting.reply
         with self._lock:
             first = self._queue.join(waiting)
@@ -202,30 +202,62 @@ class _KeepAlives:
                 last = len(self._queue) == 0
             if not batch:
                 return
-            if last:
-                # Whoever joins from now on finds the queue empty and starts its own gatherer.
-                self._send(batch)
-                return
-            if not self._spawn(self._send, batch):
-                self._send(batch)  # on this gatherer thread, no member's own
+            # In a cluster of several Raft groups, one request per member that leads any of
+            # the batch's groups (protocol.md, 2.4).
+            parts = core.by_leader(batch, self._client._pick)
+            for i, part in enumerate(parts):
+                if last and i == len(parts) - 1:
+                    # Whoever joins from now on finds the queue empty and starts its own
+                    # gatherer.
+                    self._send(part)
+                    return
+                if not self._spawn(self._send, part):
+                    self._send(part)  # on this gatherer thread, no member's own
 
-    def _send(self, batch: List[core.KeepAliveWaiting]) -> None:
+    def _send(self, batch: List[core.KeepAliveWaiting], follow: bool = True) -> None:
         b = core.keepalive_batch(batch)
         outcome: object
         answered = ("", 0)
         leases = None
+        refused: Dict[int, "pb.GroupRefusal"] = {}
         try:
             outcome, addr, failed_attempts = self._client._call(
                 "KeepAlive", b.request, attempt_timeout=b.attempt_timeout,
-                backoff_max=b.backoff_max, not_after=b.not_after)
+                backoff_max=b.backoff_max, not_after=b.not_after, group=batch[0].group)
             answered = (addr, failed_attempts)
             leases = core.leases_by_id(outcome)
+            refused = core.refusals(outcome, batch)
         except errors.LatchkeyError as e:
             outcome = e  # each member's failure
         except Exception as e:  # noqa: BLE001 - a bug must not leave the members waiting
             log.exception("latchkey: a keepalive batch failed")
             outcome = errors.ServerError(f"the keepalive batch failed: {e!r}")
-        self._answer(batch, outcome, leases, answered)
+        if not refused:
+            self._answer(batch, outcome, leases, answered)
+            return
+        self._answer([w for w in batch if w.group not in refused], outcome, leases, answered)
+        again = [w for w in batch if w.group in refused]
+        for part in self._follow(again, refused, answered[0], follow):
+            self._send(part, follow=False)
+
+    def _follow(self, again: List[core.KeepAliveWaiting], refused: Dict[int, "pb.GroupRefusal"],
+                addr: str, follow: bool) -> List[List[core.KeepAliveWaiting]]:
+        """The members of the groups a member refused (it does not lead them now): each group's
+        route moves to the refusal's leader hint, as an error of that group would, and its
+        sessions are sent there at once, once (the batches returned). Refused again, or with
+        no other member to go to, they fail this renewal and retry on their schedule."""
+        for g, r in refused.items():
+            self._client._reroute(g, addr, r.leader_addr or None)
+        retry: List[core.KeepAliveWaiting] = []
+        for w in again:
+            if follow and self._client._pick(w.group) != addr:
+                retry.append(w)
+            else:
+                r = refused[w.group]
+                self._answer([w], errors.Unavailable(
+                    f"{addr} did not renew group {r.group}: {r.message} ({r.reason})"),
+                    None, ("", 0))
+        return core.by_leader(retry, self._client._pick)
 
     @staticmethod
     def _answer(batch: List[core.KeepAliveWaiting], outcome: object,
@@ -276,6 +308,9 @@ class Client:
         self._callables: Dict[Tuple[str, str], object] = {}
         self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
         self._keepalives = _KeepAlives(self)
+        # The cluster's Raft group count once an answer said it (None: not yet; protocol.md,
+        # 2.4). With one group no request names a group, as before groups existed.
+        self._groups: Optional[int] = None
         self._closed = False
 
     # --- public API --------------------------------------------------------------------
@@ -283,20 +318,15 @@ class Client:
                 owner: Optional[str] = None) -> "Session":
         """Opens a session (a lease of `ttl` seconds, 1..3600) renewed in the background every
         TTL/3. `owner`: a text shown next to its locks by `latchkey status` (with this
-        process's host, pid and user). Close it (or use `with`)."""
+        process's host, pid and user). Close it (or use `with`).
+
+        In a cluster of several Raft groups (`serve --groups`) this is one logical session:
+        a session in group 0 now, and one in each other group at the first lock of that
+        group, all renewed together; it is lost (every guard reports lost) when any of them
+        is."""
         ttl_ms = core.ttl_ms_of(ttl)
-        request = pb.CreateSessionRequest(ttl_ms=ttl_ms)
-        if owner is not None:
-            request.owner.CopyFrom(core.owner_of_this_process(owner))
-        # Before the first attempt: the lease starts no earlier than this on the server.
-        sent = core.now()
-        response, addr, _ = self._call("CreateSession", request,
-                                       attempt_timeout=self._rpc_timeout)
-        if not response.HasField("session"):
-            raise errors.ProtocolError("CreateSession answered without a session")
-        lease = core.ClientLease(sent, ttl_ms / 1000)
-        lease.acknowledged(sent, response.ttl_ms / 1000)
-        session = Session(self, response.session, lease, addr)
+        owner_pb = core.owner_of_this_process(owner) if owner is not None else None
+        session = self._open(ttl_ms, owner_pb, 0, None)
         with self._lock:
             self._sessions.add(session)
         session._start()
@@ -311,19 +341,36 @@ class Client:
         return _SessionLock(self, name, ttl, wait, owner)
 
     def describe(self, name: str) -> core.LockInfo:
-        """One lock's holder, token and queue, read on the leader."""
+        """One lock's holder, token and queue, read on the leader (of the lock's group)."""
         core.validate_name(name)
         response, _, _ = self._call("Describe", pb.DescribeRequest(name=name),
-                                    attempt_timeout=self._rpc_timeout)
+                                    attempt_timeout=self._rpc_timeout,
+                                    group=self._group_of_lock(name))
         if not response.HasField("lock"):
             raise errors.ProtocolError("Describe answered without a lock")
         return core.lock_info(response.lock)
 
     def list(self, prefix: str = "") -> List[core.LockInfo]:
-        """Held locks whose names start with `prefix`, up to the server's maximum."""
-        response, _, _ = self._call("List", pb.ListRequest(prefix=prefix),
-                                    attempt_timeout=self._rpc_timeout)
-        return [core.lock_info(lock) for lock in response.locks]
+        """Held locks whose names start with `prefix`, in name order, up to the server's
+        maximum. In a cluster of several Raft groups each group is listed at its leader and
+        the answers merged (at most LIST_RESULTS_MAX in all)."""
+        groups = self._groups
+        if groups is None or groups == 1:
+            try:
+                response, _, _ = self._call("List", pb.ListRequest(prefix=prefix),
+                                            attempt_timeout=self._rpc_timeout)
+                return [core.lock_info(lock) for lock in response.locks]
+            except errors.Conflict as e:
+                # A cluster of several groups wants `group`: learn how many, list each.
+                if groups is not None or e.reason != "not-with-groups":
+                    raise
+            groups = self._ask_groups()
+        answers = [
+            self._call("List", pb.ListRequest(prefix=prefix, group=g),
+                       attempt_timeout=self._rpc_timeout, group=g)[0]
+            for g in range(groups)
+        ]
+        return core.merge_lists(answers)[0]
 
     def node_status(self, endpoint: str) -> core.NodeStatus:
         """What the node at `endpoint` says about itself; asks that node once, no retry."""
@@ -352,7 +399,7 @@ class Client:
             token = core.holder_token(self.describe(name))
         response, _, _ = self._call(
             "AdminRelease", core.admin_release_request(name, token, reason, operator),
-            attempt_timeout=self._rpc_timeout)
+            attempt_timeout=self._rpc_timeout, group=self._group_of_lock(name))
         return core.ForceReleased(response.session, response.token)
 
     def revoke(self, session_id: int, *, reason: str, operator: Optional[str] = None) -> int:
@@ -362,15 +409,32 @@ class Client:
         force_release). SessionNotFound: no such session (any more); a retry after a lost
         answer gets it too, so it may be this very call that ended it (see `audit()`)."""
         request = core.check_admin_revoke(session_id, reason, operator)
-        response, _, _ = self._call("AdminRevoke", request, attempt_timeout=self._rpc_timeout)
+        response, _, _ = self._call("AdminRevoke", request, attempt_timeout=self._rpc_timeout,
+                                    group=self._group_of_session(request.session))
         return response.locks
 
     def audit(self) -> List[core.AuditEntry]:
         """The audit log (force-releases and revocations), oldest first, read on the leader:
         the newest AUDIT_RECORDS_MAX (1,000) records. Needs `read` on every lock (prefix "")
-        under access control."""
-        response, _, _ = self._call("Audit", pb.AuditRequest(), attempt_timeout=self._rpc_timeout)
-        return [core.audit_entry(r) for r in response.records]
+        under access control. In a cluster of several Raft groups, every group's log (each
+        at its leader), merged by time; each entry names its `group`."""
+        groups = self._groups
+        if groups is None or groups == 1:
+            try:
+                response, _, _ = self._call("Audit", pb.AuditRequest(),
+                                            attempt_timeout=self._rpc_timeout)
+                return [core.audit_entry(r) for r in response.records]
+            except errors.Conflict as e:
+                if groups is not None or e.reason != "not-with-groups":
+                    raise
+            groups = self._ask_groups()
+        records = []
+        for g in range(groups):
+            response, _, _ = self._call("Audit", pb.AuditRequest(group=g),
+                                        attempt_timeout=self._rpc_timeout, group=g)
+            records.extend(core.audit_entry(r) for r in response.records)
+        records.sort(key=lambda r: r.at_ms)  # stable: one group's records stay in log order
+        return records
 
     def close(self) -> None:
         """Closes every open session of this client, then its connections."""
@@ -394,6 +458,84 @@ class Client:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    # --- Raft groups ---------------------------------------------------------------------
+    def _learn_groups(self, answered: int, what: str) -> int:
+        """The group count an answer said (0 from a server before groups: one), remembered;
+        a cluster that changes it is a protocol error."""
+        groups = core.checked_groups(answered, what)
+        with self._lock:
+            if self._groups is None:
+                self._groups = groups
+            known = self._groups
+        if known != groups:
+            raise errors.ProtocolError(
+                f"{what} answered {groups} Raft groups, and the cluster {known} before")
+        return groups
+
+    def _ask_groups(self) -> int:
+        """The group count, asked of any member (NodeStatus) if no answer said it yet."""
+        if self._groups is not None:
+            return self._groups
+        response, _, _ = self._call("NodeStatus", pb.NodeStatusRequest(),
+                                    attempt_timeout=self._rpc_timeout, group=core.ANY_MEMBER)
+        return self._learn_groups(response.groups, "NodeStatus")
+
+    def _group_of_lock(self, name: str) -> Optional[int]:
+        """The group of lock `name`; None while the count is unknown (then the call learns
+        its group from a `latchkey-group` error)."""
+        groups = self._groups
+        return None if groups is None else core.group_of(name, groups)
+
+    def _group_of_session(self, session_id: int) -> Optional[int]:
+        groups = self._groups
+        return None if groups is None else core.group_of_session(session_id, groups)
+
+    def _pick(self, group: int) -> str:
+        with self._lock:
+            return self._route.pick(group)
+
+    def _reroute(self, group: int, addr: str, hint: Optional[str]) -> None:
+        with self._lock:
+            self._route.reroute(addr, hint, core.now(), group)
+
+    def _open(self, ttl_ms: int, owner: Optional["pb.Owner"], group: int,
+              root: Optional["Session"]) -> "Session":
+        """A session of `ttl_ms` in `group` (not started): group 0's of a logical session
+        (`root` None), or another group's of `root`. With one group the request names none,
+        as before groups; a cluster of several refuses that (`not-with-groups`), which is
+        how this client's first session learns of the groups."""
+        request = pb.CreateSessionRequest(ttl_ms=ttl_ms)
+        if owner is not None:
+            request.owner.CopyFrom(owner)
+        if group != 0 or (self._groups or 1) > 1:
+            request.group = group
+        # Before the first attempt: the lease starts no earlier than this on the server.
+        sent = core.now()
+        try:
+            response, addr, _ = self._call("CreateSession", request,
+                                           attempt_timeout=self._rpc_timeout, group=group)
+        except errors.Conflict as e:
+            if e.reason != "not-with-groups" or request.HasField("group"):
+                raise
+            request.group = group
+            sent = core.now()
+            response, addr, _ = self._call("CreateSession", request,
+                                           attempt_timeout=self._rpc_timeout, group=group)
+        if not response.HasField("session"):
+            raise errors.ProtocolError("CreateSession answered without a session")
+        groups = self._learn_groups(response.groups, "CreateSession")
+        if core.group_of_session(response.session.id, groups) != group:
+            raise errors.ProtocolError(f"CreateSession in group {group} answered session "
+                                       f"{response.session.id}, of another group")
+        if groups > 1:
+            grid: Optional[float] = sent if root is None else root._lease.grid
+        else:
+            grid = None
+        lease = core.ClientLease(sent, ttl_ms / 1000, grid)
+        lease.acknowledged(sent, response.ttl_ms / 1000)
+        return Session(self, response.session, lease, addr, group=group, groups=groups,
+                       root=root, owner=owner)
 
     # --- calls -------------------------------------------------------------------------
     def _callable(self, addr: str, method: str):
@@ -452,10 +594,12 @@ class Client:
 
     def _call(self, method: str, request, *, attempt_timeout: float,
               backoff_max: Optional[float] = None, session: Optional["Session"] = None,
-              not_after: Optional[float] = None):
+              not_after: Optional[float] = None, group: Optional[int] = 0):
         """One logical request: the same `request` (same seq, if it has one) on every attempt
         until an answer, a fatal error, the retry budget's end, or `not_after` (a clock
-        instant). Returns (response, endpoint that answered, failed attempts)."""
+        instant), sent to the leader of Raft group `group` (None: not known yet, group 0's
+        route until an error names the group). Returns (response, endpoint that answered,
+        failed attempts)."""
         policy = self._retry
         start = core.now()
         backoff = policy.backoff(backoff_max, self._rng)
@@ -470,20 +614,29 @@ class Client:
                 if timeout <= 0:
                     raise core.give_up(failure, attempts, core.now() - start)
             attempts += 1
+            route_group = 0 if group is None else group
             with self._lock:
-                addr = self._route.pick()
+                addr = self._route.pick(route_group)
             outcome = self._attempt(addr, method, request, timeout, session)
             if not isinstance(outcome, core.Failure):
                 with self._lock:
-                    self._route.answered(addr)
+                    self._route.answered(addr, route_group)
                 return outcome, addr, attempts - 1
             failure = outcome
             if failure.kind == "fatal":
                 assert failure.error is not None
                 raise failure.error
+            if failure.group is not None:
+                # An error of a cluster of several groups names its group: the hint is that
+                # group's leader (a keepalive may carry several groups' sessions).
+                if group is None:
+                    group = route_group = failure.group
+                elif self._groups is not None and failure.group < self._groups:
+                    route_group = failure.group
             with self._lock:
                 if failure.kind == "unavailable":
-                    hinted = self._route.reroute(addr, failure.leader_addr, core.now())
+                    hinted = self._route.reroute(addr, failure.leader_addr, core.now(),
+                                                 route_group)
                 else:
                     self._route.unreachable(addr, core.now())
                     hinted = False
@@ -511,10 +664,15 @@ class Session:
     acknowledged renewal + TTL - safety margin (max(TTL/5, 200 ms)), on CLOCK_BOOTTIME. Close
     it when done (`with` does): closing releases its locks on the server. A session that is
     never closed stops being renewed only when the process exits; the server then expires it
-    after its TTL."""
+    after its TTL.
+
+    In a cluster of several Raft groups this object is group 0's session and the logical
+    session: its sessions in the other groups (made at the first lock of each, renewed on
+    the same schedule, in the same KeepAlives per member) share its lost signal."""
 
     def __init__(self, client: Client, key: "pb.Session", lease: core.ClientLease,
-                 endpoint: str) -> None:
+                 endpoint: str, *, group: int = 0, groups: int = 1,
+                 root: Optional["Session"] = None, owner: Optional["pb.Owner"] = None) -> None:
         self._client = client
         self._key = pb.Session(id=key.id, secret=key.secret)
         self.id: int = key.id
@@ -536,6 +694,17 @@ class Session:
         self._closed = False
         self._renewal = threading.Thread(target=self._renew, name=f"latchkey-renew-{self.id}",
                                          daemon=True)
+        # Raft groups (protocol.md, 2.4): this session's group, the cluster's count, and the
+        # logical session it belongs to (itself for group 0's). Only the root keeps the
+        # others, by group (at most GROUPS_MAX), and a lock per group held while that
+        # group's session is made, so that two locks of one group make one session and a
+        # group whose leader is away delays only its own locks.
+        self._group = group
+        self._groups = groups
+        self._root: Session = self if root is None else root
+        self._owner = owner
+        self._others: Dict[int, Session] = {}
+        self._making: Dict[int, threading.Lock] = {}
 
     def _start(self) -> None:
         self._renewal.start()
@@ -548,9 +717,9 @@ class Session:
     @property
     def deadline(self) -> float:
         """The client-side deadline, on latchkey's clock (`latchkey.now()`): if no renewal is
-        acknowledged before it, the session is lost."""
-        with self._cond:
-            return self._deadline
+        acknowledged before it, the session is lost. With several Raft groups, the earliest
+        of its group sessions' deadlines."""
+        return min(s._own_deadline() for s in self._group_sessions())
 
     def is_lost(self) -> bool:
         self._check_deadline()
@@ -559,10 +728,24 @@ class Session:
     def failovers(self) -> int:
         """How many failovers the session has lived through: renewals acknowledged by another
         node than the previous one (the first: the node that created it), or only after failed
-        attempts (an election, a node down). Starts at 0, never decreases. Nothing is lost by a
-        failover while `lost` is not set; a holder may want to re-check its resource or log."""
-        with self._cond:
-            return self._failovers
+        attempts (an election, a node down); with several Raft groups, summed over its group
+        sessions. Starts at 0, never decreases. Nothing is lost by a failover while `lost` is
+        not set; a holder may want to re-check its resource or log."""
+        n = 0
+        for s in self._group_sessions():
+            with s._cond:
+                n += s._failovers
+        return n
+
+    def session_id_for(self, name: str) -> int:
+        """The id of the session that takes lock `name` (its holder, as `describe` shows it):
+        this session's own id in a cluster of one group; with several, its session in the
+        lock's group, made (a CreateSession at that group's leader) if it is the group's
+        first use, as its first lock would."""
+        core.validate_name(name)
+        if self.is_lost():
+            raise self._lost_error()
+        return self._for_lock(name).id
 
     def lock(self, name: str, wait: Optional[float] = None) -> "LockGuard":
         """Takes lock `name`, waiting in its FIFO queue up to `wait` seconds (None: until
@@ -576,31 +759,34 @@ class Session:
         wait = core.wait_of(wait)
         if self.is_lost():
             raise self._lost_error()
-        with self._waits:
+        session = self._for_lock(name)
+        with session._waits:
             deadline = None if wait is None else core.now() + wait
             while True:
-                guard = self._lock_once(name, deadline)
+                guard = session._lock_once(name, deadline)
                 if guard is not None:
                     return guard
 
     def close(self) -> None:
         """Ends the session: stops the renewal and asks the server to release its locks and
-        drop its waits. Every guard reports lost from here on."""
+        drop its waits (in every Raft group it has a session in). Every guard reports lost
+        from here on."""
         with self._cond:
             if self._closed:
                 return
             self._closed = True
         self._mark_lost(_WHY_CLOSED)
-        self._renewal.join(_JOIN_S)
-        with self._cond:
-            background = list(self._background)
-        for t in background:
-            t.join(_JOIN_S)
-        try:
-            self._client._call("CloseSession", pb.CloseSessionRequest(session=self._key),
-                               attempt_timeout=self._client._rpc_timeout)
-        except errors.SessionNotFound:
-            pass  # already gone (expired, or a retried close that went through)
+        sessions = self._group_sessions()
+        for s in sessions:
+            s._stop()
+        failed: Optional[errors.LatchkeyError] = None
+        for s in sessions:
+            try:
+                s._close_on_server()
+            except errors.LatchkeyError as e:
+                failed = failed or e
+        if failed is not None:
+            raise failed
 
     def __enter__(self) -> "Session":
         return self
@@ -608,26 +794,108 @@ class Session:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    # --- Raft groups -----------------------------------------------------------------------
+    def _group_sessions(self) -> "List[Session]":
+        """Every group session of the logical session made so far, group 0's first."""
+        root = self._root
+        with root._cond:
+            return [root, *(root._others[g] for g in sorted(root._others))]
+
+    def _for_lock(self, name: str) -> "Session":
+        """The group session that takes lock `name`: made on the first use of its group."""
+        root = self._root
+        if root._groups <= 1:
+            return root
+        group = core.group_of(name, root._groups)
+        if group == root._group:
+            return root
+        with root._cond:
+            made = root._others.get(group)
+            if made is not None:
+                return made
+            making = root._making.setdefault(group, threading.Lock())
+        with making:
+            with root._cond:
+                made = root._others.get(group)
+            if made is not None:
+                return made
+            if root._lost_why is not None:
+                raise root._lost_error()
+            ttl_ms = int(round(root.ttl * 1000))
+            made = root._client._open(ttl_ms, root._owner, group, root)
+            with root._cond:
+                lost = root._lost_why
+                if lost is None:
+                    root._others[group] = made
+            if lost is not None:
+                # Lost (or closed) while this one was made: it is given up at once.
+                made._mark_lost_here(lost)
+                try:
+                    made._close_on_server()
+                except errors.LatchkeyError as e:
+                    log.debug("latchkey: closing session %d: %s", made.id, e)
+                raise root._lost_error()
+            made._start()
+            return made
+
+    def _stop(self) -> None:
+        """Stops this group session's renewal and background work (it is lost by now)."""
+        with self._cond:
+            self._closed = True
+        self._renewal.join(_JOIN_S)
+        with self._cond:
+            background = list(self._background)
+        for t in background:
+            t.join(_JOIN_S)
+
+    def _close_on_server(self) -> None:
+        try:
+            self._client._call("CloseSession", pb.CloseSessionRequest(session=self._key),
+                               attempt_timeout=self._client._rpc_timeout, group=self._group)
+        except errors.SessionNotFound:
+            pass  # already gone (expired, or a retried close that went through)
+
     # --- lost ----------------------------------------------------------------------------
     def _mark_lost(self, why: str) -> None:
+        """Lost in any group, the logical session is lost in every group."""
+        root = self._root
+        if not root._mark_lost_here(why):
+            return
+        with root._cond:
+            others = list(root._others.values())
+        for s in others:
+            s._mark_lost_here(why)
+
+    def _mark_lost_here(self, why: str) -> bool:
         with self._cond:
             if self._lost_why is not None:
-                return
+                return False
             self._lost_why = why
             guards = list(self._guards)
             self._cond.notify_all()
-        if why != _WHY_CLOSED:
+        if why != _WHY_CLOSED and self._root is self:
             log.warning("latchkey: session %d lost: %s", self.id, why)
         self._lost.set()
         for g in guards:
             g._lost_signal._signal.set()
+        return True
+
+    def _own_deadline(self) -> float:
+        with self._cond:
+            return self._deadline
 
     def _check_deadline(self) -> None:
         """Past the deadline the session is lost, whether or not the renewal thread's timer has
         fired yet (after a process pause it may not have): no renewal acknowledged after it
-        counts, so marking it here is what the renewal thread would do."""
-        if self._lost_why is None and core.now() >= self.deadline:
-            self._mark_lost(_WHY_DEADLINE)
+        counts, so marking it here is what the renewal thread would do. Any group session
+        past its deadline loses the logical session."""
+        if self._root._lost_why is not None:
+            return
+        at = core.now()
+        for s in self._group_sessions():
+            if at >= s._own_deadline():
+                s._mark_lost(_WHY_DEADLINE)
+                return
 
     def _lost_error(self) -> errors.SessionLost:
         return errors.SessionLost(self.id, self._lost_why or _WHY_DEADLINE)
@@ -640,6 +908,18 @@ class Session:
 
     # --- the renewal thread ---------------------------------------------------------------
     def _renew(self) -> None:
+        try:
+            self._renew_until_lost()
+        finally:
+            if self._root._groups > 1 and self._lost_why != _WHY_CLOSED:
+                # Lost (here or in another group): this group's locks are given up as well,
+                # so that they go to their waiters now rather than when its lease runs out.
+                try:
+                    self._close_on_server()
+                except errors.LatchkeyError as e:
+                    log.debug("latchkey: closing session %d: %s", self.id, e)
+
+    def _renew_until_lost(self) -> None:
         lease = self._lease
         client = self._client
         while True:
@@ -653,12 +933,13 @@ class Session:
             if sent < wake_at:
                 continue
             try:
-                # With every other session of this client due now, in one KeepAlive.
+                # With every other session of this client due now, in one KeepAlive per
+                # member that leads any of their groups.
                 answer, addr, failed_attempts = client._keepalives.renew(
                     self,
                     attempt_timeout=min(client._rpc_timeout, core.renewal_attempt_timeout(lease.ttl)),
                     backoff_max=core.renewal_backoff_max(lease.ttl),
-                    not_after=lease.deadline())
+                    not_after=lease.deadline(), group=self._group)
             except errors.SessionLost:
                 return
             except errors.SessionNotFound as e:
@@ -729,7 +1010,7 @@ class Session:
                 # The server long-polls at most ACQUIRE_POLL_MS_MAX whatever we ask.
                 attempt_timeout=core.ACQUIRE_POLL_MS_MAX / 1000 + self._client._rpc_timeout,
                 backoff_max=core.CLIENT_ACQUIRE_BACKOFF_MS_MAX / 1000,
-                session=self, not_after=not_after)
+                session=self, not_after=not_after, group=self._group)
         except errors.LatchkeyError as e:
             raise self._checked(e) from None
         return response
@@ -841,7 +1122,8 @@ class Session:
             try:
                 request = pb.ReleaseRequest(session=self._key, seq=seq, name=name, token=token)
                 response, _, _ = self._client._call(
-                    "Release", request, attempt_timeout=self._client._rpc_timeout, session=self)
+                    "Release", request, attempt_timeout=self._client._rpc_timeout, session=self,
+                    group=self._group)
             except errors.LatchkeyError as e:
                 raise self._checked(e) from None
             finally:

@@ -22,6 +22,7 @@ def resend_acquire(session: Session, name: str, times: int = 2) -> Tuple[LockGua
     core.validate_name(name)
     if not 2 <= times <= 8:
         raise errors.InvalidArgument("times must be 2..8")
+    session = session._for_lock(name)  # the lock's group session (several Raft groups)
     seq = session._begin()
     try:
         request = pb.AcquireRequest(session=session._key, seq=seq, name=name, wait_timeout_ms=0)
@@ -31,7 +32,7 @@ def resend_acquire(session: Session, name: str, times: int = 2) -> Tuple[LockGua
             try:
                 response, _, _ = session._client._call(
                     "Acquire", request, attempt_timeout=session._client._rpc_timeout,
-                    session=session)
+                    session=session, group=session._group)
             except errors.LatchkeyError as e:
                 raise session._checked(e) from None
             results.append(response.result)
