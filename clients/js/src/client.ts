@@ -8,6 +8,7 @@ import * as protoLoader from "@grpc/proto-loader";
 import {
   classify,
   Conflict,
+  errorGroup,
   Failure,
   Holder,
   InvalidArgument,
@@ -19,6 +20,7 @@ import {
   TransportError,
   Unavailable,
 } from "./errors";
+import { checkGroups, groupOf, groupOfSession } from "./groups";
 import * as limits from "./limits";
 import { Aborted, now, sleep } from "./util";
 import { validateName } from "./lock";
@@ -66,7 +68,16 @@ export interface CallOpts {
   backoffMaxMs?: number;
   /** Stops the request: the attempt in flight is cancelled, the call rejects with Aborted. */
   signal?: AbortSignal;
+  /**
+   * The Raft group the request is about (docs/protocol.md 2.4): it goes to that group's
+   * leader. Default 0, the only group of a cluster of one; ANY_MEMBER for calls any member
+   * answers.
+   */
+  group?: number;
 }
+
+/** The route of calls any member answers (`NodeStatus`): kept apart from every group's, so that the member that answered is not taken for a group's leader. */
+export const ANY_MEMBER = -1;
 
 /** An answer, with who gave it and after how many failed attempts. */
 export interface Answered<T> {
@@ -152,6 +163,8 @@ export interface AuditRecord {
   nextToken?: bigint;
   /** revoke: how many locks the session held; undefined for a force-release. */
   locks?: number;
+  /** The Raft group whose log holds the record (0 in a cluster of one): `index` is of that group's log. */
+  group: number;
   /** The authenticated identity; undefined without access control ("anonymous"). */
   identity?: string;
   /** What the operator's tool said about them (e.g. user@host). */
@@ -169,6 +182,22 @@ export interface NodeStatus {
   leaderId: bigint;
   members: Array<{ id: bigint; addr: string }>;
   clusterId: string;
+  /** The cluster's Raft groups (1 for a server from before groups). The fields above are group 0's. */
+  groups: number;
+  /** This node's view of each group, in group order (empty from a server before groups). */
+  groupStatus: GroupStatus[];
+}
+
+/** One node's view of one Raft group (`NodeStatus.groupStatus`). */
+export interface GroupStatus {
+  group: number;
+  /** "leader", "follower", "candidate", "learner" or "shutdown". */
+  role: string;
+  term: bigint;
+  /** 0n when no leader is known. */
+  leaderId: bigint;
+  sessions: number;
+  locks: number;
 }
 
 // ---- the wire: the .proto, loaded at run time ----
@@ -292,6 +321,7 @@ function auditRecordFromWire(r: Wire): AuditRecord {
     token: release ? BigInt(r.token) : undefined,
     nextToken: release && BigInt(r.next_token) !== 0n ? BigInt(r.next_token) : undefined,
     locks: release ? undefined : Number(r.locks),
+    group: Number(r.group ?? 0),
     identity: r.identity === "" ? undefined : r.identity,
     operator: r.operator,
     reason: r.reason,
@@ -320,8 +350,11 @@ function target(endpoint: string): { target: string; tls: boolean } {
 class Route {
   /** One lazily connected gRPC client per target (seeds and leader hints). */
   channels = new Map<string, grpc.Client>();
-  /** The node believed to lead: the last one that answered, or the last hint. */
-  leader?: string;
+  /**
+   * The node believed to lead each Raft group (by group; ANY_MEMBER for NodeStatus): the last
+   * one that answered a call for it, or the last hint. At most GROUPS_MAX + 1 entries.
+   */
+  leaders = new Map<number, string>();
   /** Round-robin position in the seeds when no leader is known. */
   nextSeed = 0;
   /** The target whose last attempt failed in transport, and when (issue #11). */
@@ -334,7 +367,8 @@ class Route {
 
 interface KeepAliveWaiting {
   session: WireSession;
-  opts: CallOpts;
+  /** The session's group: the batch goes to that group's leader (`opts.group`). */
+  opts: CallOpts & { group: number };
   reply: (r: Renewed) => void;
 }
 
@@ -361,6 +395,8 @@ export class Client {
   private readonly sessions = new Set<Session>();
   /** Keepalives waiting to go out together (crates/client/src/keepalive.rs). */
   private keepalives: KeepAliveWaiting[] = [];
+  /** The cluster's Raft group count, once a server said it (CreateSession, NodeStatus). */
+  private groupCount?: number;
 
   constructor(endpoints: string[], options: ClientOptions = {}) {
     if (!Array.isArray(endpoints) || endpoints.length === 0) throw new InvalidArgument("no endpoints");
@@ -407,9 +443,9 @@ export class Client {
     }
   }
 
-  /** One lock's holder and queue, read on the leader. */
+  /** One lock's holder and queue, read on the leader (of the lock's Raft group). */
   async describe(name: string): Promise<LockInfo> {
-    const { response } = await this.call<Wire>("Describe", { name }, this.short());
+    const { response } = await this.call<Wire>("Describe", { name }, this.forLock(name));
     if (!response.lock) throw new ProtocolError("Describe answered without a lock");
     return lockInfoFromWire(response.lock);
   }
@@ -430,8 +466,29 @@ export class Client {
     if (options.limit !== undefined && (!Number.isInteger(limit) || limit < 1 || limit > limits.LIST_RESULTS_MAX)) {
       throw new InvalidArgument(`limit ${options.limit} is out of range 1..=${limits.LIST_RESULTS_MAX}`);
     }
-    const { response } = await this.call<Wire>("List", { prefix, limit }, this.short());
-    return { locks: (response.locks ?? []).map(lockInfoFromWire), truncated: Boolean(response.truncated) };
+    let groups = this.groupCount;
+    if (groups === undefined) {
+      // Not known yet: asked as of a cluster of one, which is what most are; a cluster of
+      // several refuses a List without a group, and is then asked how many it has.
+      try {
+        const { response } = await this.call<Wire>("List", { prefix, limit }, this.short());
+        return { locks: (response.locks ?? []).map(lockInfoFromWire), truncated: Boolean(response.truncated) };
+      } catch (e) {
+        if (!isNotWithGroups(e)) throw e;
+      }
+      groups = await this.groups();
+    }
+    if (groups === 1) {
+      const { response } = await this.call<Wire>("List", { prefix, limit }, this.short());
+      return { locks: (response.locks ?? []).map(lockInfoFromWire), truncated: Boolean(response.truncated) };
+    }
+    // Each group at its leader, at once, the answers merged in name order.
+    const answers = await Promise.all(
+      Array.from({ length: groups }, (_, g) =>
+        this.call<Wire>("List", { prefix, limit, group: g }, { ...this.short(), group: g }).then((a) => a.response),
+      ),
+    );
+    return mergeLists(answers, limit === 0 ? limits.LIST_RESULTS_MAX : limit);
   }
 
   /**
@@ -459,7 +516,7 @@ export class Client {
     const { response } = await this.call<Wire>(
       "AdminRelease",
       { name, token: String(token), reason, operator },
-      this.short(),
+      this.forLock(name),
     );
     return { sessionId: BigInt(response.session), token: BigInt(response.token) };
   }
@@ -476,7 +533,11 @@ export class Client {
     if (options === null || typeof options !== "object") throw new InvalidArgument("revoke needs options with a reason");
     const reason = checkReason(options.reason);
     const operator = checkOperator(options.operator);
-    const { response } = await this.call<Wire>("AdminRevoke", { session: String(session), reason, operator }, this.short());
+    const { response } = await this.call<Wire>(
+      "AdminRevoke",
+      { session: String(session), reason, operator },
+      { ...this.short(), group: this.groupCount === undefined ? 0 : groupOfSession(session, this.groupCount) },
+    );
     return { locks: Number(response.locks) };
   }
 
@@ -486,8 +547,27 @@ export class Client {
    * under access control.
    */
   async audit(): Promise<AuditRecord[]> {
-    const { response } = await this.call<Wire>("Audit", {}, this.short());
-    return (response.records ?? []).map(auditRecordFromWire);
+    let groups = this.groupCount;
+    if (groups === undefined) {
+      try {
+        const { response } = await this.call<Wire>("Audit", {}, this.short());
+        return (response.records ?? []).map(auditRecordFromWire);
+      } catch (e) {
+        if (!isNotWithGroups(e)) throw e;
+      }
+      groups = await this.groups();
+    }
+    if (groups === 1) {
+      const { response } = await this.call<Wire>("Audit", {}, this.short());
+      return (response.records ?? []).map(auditRecordFromWire);
+    }
+    // With several Raft groups: each group's log at its leader, the records merged by time
+    // (stable: one group's records stay in log order; each names its group).
+    const logs = await Promise.all(
+      Array.from({ length: groups }, (_, g) => this.call<Wire>("Audit", { group: g }, { ...this.short(), group: g })),
+    );
+    const records = logs.flatMap(({ response }) => (response.records ?? []).map(auditRecordFromWire));
+    return records.sort((a, b) => a.atMs - b.atMs);
   }
 
   /**
@@ -495,7 +575,7 @@ export class Client {
    * retry to the leader): its id, role, term, the leader it knows (0n: none), the voters.
    */
   async nodeStatus(): Promise<NodeStatus> {
-    const { response: r } = await this.call<Wire>("NodeStatus", {}, this.short());
+    const { response: r } = await this.call<Wire>("NodeStatus", {}, { ...this.short(), group: ANY_MEMBER });
     return {
       id: BigInt(r.id),
       role: r.role,
@@ -503,7 +583,58 @@ export class Client {
       leaderId: BigInt(r.leader_id),
       members: (r.members ?? []).map((m: Wire) => ({ id: BigInt(m.id), addr: m.addr })),
       clusterId: r.cluster_id,
+      groups: Math.max(1, Number(r.groups ?? 0)),
+      groupStatus: (r.group_status ?? []).map((g: Wire) => ({
+        group: Number(g.group),
+        role: g.role,
+        term: BigInt(g.term),
+        leaderId: BigInt(g.leader_id),
+        sessions: Number(g.sessions),
+        locks: Number(g.locks),
+      })),
     };
+  }
+
+  /**
+   * The cluster's Raft group count (`serve --groups`; 1 for a server from before groups):
+   * known from a session's creation, else asked of any member once (NodeStatus) and kept.
+   */
+  async groups(): Promise<number> {
+    if (this.groupCount !== undefined) return this.groupCount;
+    const { response } = await this.call<Wire>("NodeStatus", {}, { ...this.short(), group: ANY_MEMBER });
+    return this.learnedGroups(Number(response.groups ?? 0), "NodeStatus");
+  }
+
+  /**
+   * @internal The group count a server answered (0 from a server before groups: one),
+   * remembered; it must not change.
+   */
+  learnedGroups(answered: number, what: string): number {
+    const groups = Math.max(1, answered);
+    try {
+      checkGroups(groups);
+    } catch (e) {
+      throw new ProtocolError(`${what}: ${(e as Error).message}`);
+    }
+    if (this.groupCount !== undefined && this.groupCount !== groups) {
+      throw new ProtocolError(`the cluster answered ${groups} Raft groups, and ${this.groupCount} before`);
+    }
+    this.groupCount = groups;
+    return groups;
+  }
+
+  /** @internal The group count, if a server said it already. */
+  knownGroups(): number | undefined {
+    return this.groupCount;
+  }
+
+  /**
+   * The options of a short call about the lock `name`: to its group's leader. Before the
+   * group count is known, group 0's route: the server routes the call itself, and an error of
+   * another group names it (`latchkey-group`), whose route the retry then takes.
+   */
+  private forLock(name: string): CallOpts {
+    return { ...this.short(), group: this.groupCount === undefined ? 0 : groupOf(name, this.groupCount) };
   }
 
   /** Ends every session of this client (releasing their locks) and closes its connections. */
@@ -530,34 +661,69 @@ export class Client {
   }
 
   /**
-   * @internal Renews `session` with the next batch of this client's keepalives: the first
-   * renewal to join an empty batch sends it on the next turn of the event loop, with every
-   * renewal that joined meanwhile (up to KEEPALIVE_SESSIONS_MAX per request).
+   * @internal Renews `session` (of Raft group `opts.group`) with the next batch of this
+   * client's keepalives: the first renewal to join an empty batch sends it on the next turn of
+   * the event loop (in a cluster of several groups, KEEPALIVE_GATHER_MS later: the group
+   * sessions of a logical session are due at one instant, but their timers fire apart), with
+   * every renewal that joined meanwhile (up to KEEPALIVE_SESSIONS_MAX per request). With
+   * several groups, one request per member that leads any of the batch's groups.
    */
-  keepAlive(session: WireSession, opts: CallOpts): Promise<Renewed> {
+  keepAlive(session: WireSession, opts: CallOpts & { group: number }): Promise<Renewed> {
     return new Promise((reply) => {
       this.keepalives.push({ session, opts, reply });
       if (this.keepalives.length !== 1) return;
-      setImmediate(() => {
+      const send = () => {
         while (this.keepalives.length > 0) {
           const batch = this.keepalives.splice(0, limits.KEEPALIVE_SESSIONS_MAX);
-          void this.sendKeepAlives(batch);
+          for (const part of this.byLeader(batch)) void this.sendKeepAlives(part);
         }
-      });
+      };
+      if ((this.groupCount ?? 1) > 1) setTimeout(send, limits.KEEPALIVE_GATHER_MS);
+      else setImmediate(send);
     });
+  }
+
+  /** The batch split by the member each session's group is routed to: one request each. */
+  private byLeader(batch: KeepAliveWaiting[]): KeepAliveWaiting[][] {
+    const by = new Map<string, KeepAliveWaiting[]>();
+    for (const w of batch) {
+      const t = this.pick(w.opts.group);
+      const part = by.get(t);
+      if (part === undefined) by.set(t, [w]);
+      else part.push(w);
+    }
+    return [...by.values()];
   }
 
   private async sendKeepAlives(batch: KeepAliveWaiting[]): Promise<void> {
     // The longest attempt any member allows (each session stops waiting at its own deadline),
-    // the shortest backoff cap.
+    // the shortest backoff cap. Every group of the batch is routed to the member its first
+    // session's group is (`byLeader`); an error names its group, whose route it then moves.
     const caps = batch.map((w) => w.opts.backoffMaxMs).filter((v): v is number => v !== undefined);
     const opts: CallOpts = {
       attemptTimeoutMs: Math.max(...batch.map((w) => w.opts.attemptTimeoutMs)),
       backoffMaxMs: caps.length > 0 ? Math.min(...caps) : undefined,
+      group: batch[0].opts.group,
     };
     try {
       const answered = await this.call<Wire>("KeepAlive", { sessions: batch.map((w) => w.session) }, opts);
+      // The groups the member did not renew (it does not lead them now): each moves its route
+      // to the hint, as an error of that group would, and its sessions' renewals fail this
+      // time, to be retried on their schedule's next step, at that group's leader. Only the
+      // groups this batch carries: the route map stays within them whatever a server sends.
+      const refused = new Map<number, Unavailable>();
+      for (const r of answered.response.refused ?? []) {
+        const group = Number(r.group);
+        if (!batch.some((w) => w.opts.group === group) || refused.has(group)) continue;
+        this.reroute(group, answered.endpoint, r.leader_addr ? r.leader_addr : undefined);
+        refused.set(group, new Unavailable(answered.failedAttempts + 1, 0, `${answered.endpoint}: ${r.message} (${r.reason})`));
+      }
       for (const w of batch) {
+        const error = refused.get(w.opts.group);
+        if (error !== undefined) {
+          w.reply({ ok: false, error });
+          continue;
+        }
         const lease = (answered.response.leases ?? []).find((l: Wire) => l.id === w.session.id);
         w.reply({ ok: true, lease, endpoint: answered.endpoint, failedAttempts: answered.failedAttempts });
       }
@@ -584,17 +750,24 @@ export class Client {
     return c;
   }
 
-  private pick(): string {
-    return this.route.leader ?? this.seeds[this.route.nextSeed % this.seeds.length];
+  /** @internal The target the next attempt for `group` goes to. */
+  pick(group: number): string {
+    const r = this.route;
+    // Any member answers NodeStatus: the one it asked last, else group 0's leader, else a seed.
+    const leader = r.leaders.get(group) ?? (group === ANY_MEMBER ? r.leaders.get(0) : undefined);
+    return leader ?? this.seeds[r.nextSeed % this.seeds.length];
   }
 
-  private answered(t: string): void {
+  private answered(group: number, t: string): void {
     if (this.route.refused?.target === t) this.route.refused = undefined;
-    this.route.leader = t;
+    this.route.leaders.set(group, t);
   }
 
-  /** `t` is not the leader: go to the hint unless it names a member that just refused us, else to the next seed. Whether it follows a hint. */
-  private reroute(t: string, hint?: string): boolean {
+  /**
+   * `t` is not the leader of `group`: go to the hint unless it names a member that just
+   * refused us, else to the next seed. Whether it follows a hint.
+   */
+  private reroute(group: number, t: string, hint?: string): boolean {
     const at = now();
     let h: string | undefined;
     try {
@@ -604,25 +777,27 @@ export class Client {
     }
     if (h !== undefined && h === t) {
       // The member names itself: it leads but cannot answer yet. Stay, after the backoff.
-      this.route.leader = h;
+      this.route.leaders.set(group, h);
       return false;
     }
     if (h !== undefined && !this.route.recentlyRefused(h, at)) {
-      this.route.leader = h;
+      this.route.leaders.set(group, h);
       return true;
     }
+    this.route.leaders.delete(group);
     this.nextSeed(t, at);
     return false;
   }
 
+  /** `t` failed in transport: forget it as every group's leader, go to the next seed, and leave hints naming it alone for a while. */
   private unreachable(t: string): void {
     const at = now();
     this.route.refused = { target: t, at };
+    for (const [group, leader] of this.route.leaders) if (leader === t) this.route.leaders.delete(group);
     this.nextSeed(t, at);
   }
 
   private nextSeed(t: string, at: number): void {
-    this.route.leader = undefined;
     const n = this.seeds.length;
     if (this.seeds[this.route.nextSeed % n] === t) this.route.nextSeed++;
     if (n > 1 && this.route.recentlyRefused(this.seeds[this.route.nextSeed % n], at)) this.route.nextSeed++;
@@ -668,14 +843,15 @@ export class Client {
     let ceiling = Math.min(policy.backoffInitialMs, cap);
     const start = now();
     let attempts = 0;
+    let group = opts.group ?? 0;
     for (;;) {
       if (signal.aborted) throw new Aborted();
       attempts++;
-      const t = this.pick();
+      const t = this.pick(group);
       let failure: Failure;
       try {
         const response = await this.attempt<T>(t, method, request, opts.attemptTimeoutMs, signal);
-        this.answered(t);
+        this.answered(group, t);
         return { response, endpoint: t, failedAttempts: attempts - 1 };
       } catch (e) {
         if (e instanceof Aborted) throw e;
@@ -684,10 +860,16 @@ export class Client {
         if (mismatch !== undefined) throw new TlsError(mismatch);
         failure = classify(err);
         if (failure.kind === "transport") failure = { kind: "transport", message: `cannot reach ${t}: ${failure.message}` };
+        // An error of a cluster of several groups names its group: its leader hint is that
+        // group's leader, and the request (about one lock or session, whose group the server
+        // picked) goes on there. Only a group the cluster has: the route map stays bounded
+        // whatever a server sends.
+        const named = group === ANY_MEMBER ? undefined : errorGroup(err);
+        if (named !== undefined && named < (this.groupCount ?? limits.GROUPS_MAX)) group = named;
       }
       let hinted = false;
       if (failure.kind === "fatal") throw failure.error;
-      if (failure.kind === "unavailable") hinted = this.reroute(t, failure.leaderAddr);
+      if (failure.kind === "unavailable") hinted = this.reroute(group, t, failure.leaderAddr);
       else this.unreachable(t);
       const elapsed = now() - start;
       if (attempts >= policy.attemptsMax || elapsed >= policy.elapsedMaxMs) {
@@ -703,6 +885,43 @@ export class Client {
       }
     }
   }
+}
+
+/** A cluster of several Raft groups refused a call that must name its group. */
+export function isNotWithGroups(e: unknown): boolean {
+  return e instanceof Conflict && e.reason === "not-with-groups";
+}
+
+/** UTF-8 byte order, the server's order of names (JavaScript's `<` compares UTF-16 units). */
+function byName(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
+}
+
+/**
+ * The List answers of every group merged in name order, at most `max` locks. A truncated
+ * group's answer ends at its last name: the merged list stops there too, or it would skip that
+ * group's names after it and still look like a sorted prefix.
+ */
+export function mergeLists(answers: Wire[], max: number): LockList {
+  let truncated = false;
+  let cut: string | undefined;
+  const locks: LockInfo[] = [];
+  for (const answer of answers) {
+    const mine: LockInfo[] = (answer.locks ?? []).map(lockInfoFromWire);
+    if (answer.truncated) {
+      truncated = true;
+      const last = mine.reduce<string | undefined>((m, l) => (m === undefined || byName(l.name, m) > 0 ? l.name : m), undefined);
+      if (last !== undefined && (cut === undefined || byName(last, cut) < 0)) cut = last;
+    }
+    locks.push(...mine);
+  }
+  let merged = cut === undefined ? locks : locks.filter((l) => byName(l.name, cut!) <= 0);
+  merged.sort((a, b) => byName(a.name, b.name));
+  if (merged.length > max) {
+    merged = merged.slice(0, max);
+    truncated = true;
+  }
+  return { locks: merged, truncated };
 }
 
 /** Request-too-old: the server no longer remembers the request's outcome. */

@@ -4,6 +4,8 @@ import { Metadata, status as Code, ServiceError } from "@grpc/grpc-js";
 /** Metadata keys a latchkey node puts on every error status (crates/proto/src/lib.rs). */
 export const ERROR_REASON_KEY = "latchkey-error";
 export const LEADER_ADDR_KEY = "latchkey-leader-addr";
+/** The Raft group an error of a cluster of several groups came from (decimal): its leader hint is that group's leader. */
+export const GROUP_KEY = "latchkey-group";
 
 /** Base of every error this library throws. `code` is a stable kebab-case name of the class. */
 export class LatchkeyError extends Error {
@@ -200,6 +202,13 @@ function meta(md: Metadata | undefined, key: string): string | undefined {
   const v = md?.get(key)?.[0];
   if (v === undefined) return undefined;
   return typeof v === "string" ? v : v.toString("utf8");
+}
+
+/** The group an error names (`latchkey-group`), if it names one. */
+export function errorGroup(err: ServiceError): number | undefined {
+  const v = meta(err.metadata, GROUP_KEY);
+  if (v === undefined || !/^\d{1,10}$/.test(v)) return undefined;
+  return Number(v);
 }
 
 /**

@@ -1,7 +1,8 @@
 // latchkey for Node: a client of the latchkey lock service over gRPC.
 //
 //   client.ts   endpoints, leader routing, the retry loop, keepalive batches, list, the admin calls
-//   session.ts  a session's lease, its renewal every TTL/3, the deadline rule
+//   session.ts  a session's lease, its renewal every TTL/3, the deadline rule; one per Raft group
+//   groups.ts   which Raft group a lock name or a session id belongs to (serve --groups)
 //   lock.ts     acquire (long-poll, same seq across re-sends, release of unwanted grants), LockGuard
 //   errors.ts   one error class per cause; gRPC status -> error
 //   limits.ts   every bound, copied from crates/core/src/limits.rs
@@ -19,6 +20,7 @@ export type {
   LockList,
   ListOptions,
   NodeStatus,
+  GroupStatus,
   ForceReleaseOptions,
   ForceReleased,
   RevokeOptions,
@@ -27,6 +29,7 @@ export type {
 } from "./client";
 export { Session, safetyMarginMs } from "./session";
 export { now } from "./util";
+export { groupOf, groupOfSession } from "./groups";
 export type { SessionOptions } from "./session";
 export { LockGuard, LOCK_HEADER, TOKEN_HEADER } from "./lock";
 export type { LockOptions } from "./lock";

@@ -88,6 +88,20 @@ export const CLIENT_CONNECT_TIMEOUT_MS_DEFAULT = 2_000;
 export const CLIENT_RECONNECT_BACKOFF_MS_INITIAL = 100;
 export const CLIENT_RECONNECT_BACKOFF_MS_MAX = 1_000;
 
+/**
+ * Raft groups one cluster may run (`serve --groups`, 1 to this): a session id is
+ * `index * groups + group`, and every group is a Raft instance on every member, whose idle cost
+ * the count multiplies. A group count a server answers outside 1..=this is a protocol error.
+ */
+export const GROUPS_MAX = 64;
+/**
+ * How long (ms) a keepalive batch gathers in a cluster of several groups before it goes out:
+ * the group sessions of one logical session are due at the same instant (one grid), but their
+ * timers fire a millisecond or so apart, and one request per member needs them in one batch. A
+ * renewal is due a third of a TTL (at least 333 ms) before its deadline, so 2 ms costs nothing.
+ */
+export const KEEPALIVE_GATHER_MS = 2;
+
 // The relations limits.rs asserts at compile time, checked at load time.
 function assert(ok: boolean, what: string): void {
   if (!ok) throw new Error(`latchkey limits: ${what}`);

@@ -5,7 +5,7 @@ import { isRetryable, isTooOld } from "./client";
 import { Held, InvalidArgument, LatchkeyError, NotHeld, ProtocolError, SessionLost, WaitTimeout } from "./errors";
 import { holderFromWire } from "./client";
 import * as limits from "./limits";
-import type { Session } from "./session";
+import type { GroupSession, Session } from "./session";
 import { Aborted, now, sleepUntil } from "./util";
 
 /** Header that carries the fencing token to a fenced resource. */
@@ -37,7 +37,7 @@ export function validateName(name: string): void {
 
 /** One Acquire call (with its retries) for request `seq`, waiting until `deadline`. */
 async function acquireOnce(
-  session: Session,
+  session: GroupSession,
   name: string,
   seq: number,
   deadline: number | undefined,
@@ -57,6 +57,7 @@ async function acquireOnce(
         attemptTimeoutMs: limits.ACQUIRE_POLL_MS_MAX + session.client.rpcTimeoutMs,
         backoffMaxMs: limits.CLIENT_ACQUIRE_BACKOFF_MS_MAX,
         signal,
+        group: session.group,
       },
     );
     return response;
@@ -73,15 +74,17 @@ type Race =
   | { kind: "abandoned" };
 
 /** @internal See `Session.lock`. */
-export async function acquire(session: Session, name: string, options: LockOptions): Promise<LockGuard> {
+export async function acquire(logical: Session, name: string, options: LockOptions): Promise<LockGuard> {
   validateName(name);
   const wait = options.wait;
   if (wait !== undefined && (!Number.isFinite(wait) || wait < 0)) {
     throw new InvalidArgument(`wait ${wait} s must be a number of seconds >= 0 (undefined: forever)`);
   }
-  const lost = session.lostError();
+  const lost = logical.lostError();
   if (lost) throw lost;
   options.signal?.throwIfAborted();
+  // The session of the lock's Raft group (made at the first lock of that group).
+  const session = await logical.forLock(name);
   const releasePermit = await session.waits.acquire();
   try {
     const deadline = wait === undefined ? undefined : now() + wait * 1000;
@@ -110,7 +113,7 @@ export async function acquire(session: Session, name: string, options: LockOptio
           switch (r.kind) {
             case "lost":
               armed = false;
-              throw session.lostError() ?? new SessionLost(session.id, "lost");
+              throw session.lostError() ?? new SessionLost(logical.id, "lost");
             case "give-up":
               // Still armed: the background task settles the request.
               throw new WaitTimeout(name);
@@ -148,7 +151,7 @@ export async function acquire(session: Session, name: string, options: LockOptio
           switch (response.result) {
             case "ACQUIRE_RESULT_GRANTED":
               armed = false;
-              return new LockGuard(session, name, BigInt(response.token));
+              return new LockGuard(logical, session, name, BigInt(response.token));
             case "ACQUIRE_RESULT_NOT_GRANTED": {
               armed = false;
               if (deadline === undefined) break; // only after the server's own cap on a wait (a day): again
@@ -196,7 +199,7 @@ function onAbort(signal: AbortSignal, stop: AbortSignal): Promise<void> {
  * decided, and release a late grant, so that a lock nobody holds a guard for does not stay held
  * until the session ends. Ends when the session stops (closing it releases everything anyway).
  */
-function settleInBackground(session: Session, name: string, seq: number, deadline: number | undefined): void {
+function settleInBackground(session: GroupSession, name: string, seq: number, deadline: number | undefined): void {
   if (session.lostError()) {
     session.window.end(seq);
     return;
@@ -228,7 +231,7 @@ function settleInBackground(session: Session, name: string, seq: number, deadlin
  * An Acquire of `name` by this session was granted or not, and its outcome is lost to us: if the
  * server says the session holds `name` while no guard of ours does, release it.
  */
-async function releaseOrphan(session: Session, name: string): Promise<void> {
+async function releaseOrphan(session: GroupSession, name: string): Promise<void> {
   const info = await session.client.describe(name).catch(() => undefined);
   const holder = info?.holder;
   if (!holder || holder.sessionId !== session.id || session.guarded.has(name)) return;
@@ -236,14 +239,14 @@ async function releaseOrphan(session: Session, name: string): Promise<void> {
 }
 
 /** @internal */
-export async function releaseOnServer(session: Session, name: string, token: bigint): Promise<void> {
+export async function releaseOnServer(session: GroupSession, name: string, token: bigint): Promise<void> {
   const releasePermit = await session.shortRequests.acquire();
   const seq = await session.window.begin();
   try {
     const { response } = await session.client.call<Wire>(
       "Release",
       { session: session.wire, seq: String(seq), name, token: token.toString() },
-      session.client.short(),
+      session.short(),
     );
     if (!response.released) throw new NotHeld(name, token);
   } catch (e) {
@@ -275,6 +278,8 @@ export class LockGuard {
    */
   readonly token: bigint;
   readonly session: Session;
+  /** @internal The session of the lock's Raft group (`session` itself in a cluster of one group). */
+  readonly groupSession: GroupSession;
   /** Resolves with the reason once the lock may be lost. Never rejects. */
   readonly lost: Promise<string>;
   /** @internal release() also closes the session (a guard from `Client.lock`). */
@@ -283,11 +288,12 @@ export class LockGuard {
   private released?: Promise<void>;
 
   /** @internal */
-  constructor(session: Session, name: string, token: bigint) {
+  constructor(session: Session, groupSession: GroupSession, name: string, token: bigint) {
     this.session = session;
+    this.groupSession = groupSession;
     this.name = name;
     this.token = token;
-    session.guarded.add(name);
+    groupSession.guarded.add(name);
     this.lost = new Promise((resolve) => {
       this.controller.signal.addEventListener("abort", () => resolve(this.lostReason() ?? "lost"), { once: true });
     });
@@ -297,10 +303,10 @@ export class LockGuard {
     };
     if (session.signal.aborted) this.fire();
     else session.signal.addEventListener("abort", onSessionLost, { once: true });
-    session.events.on("taken", onTaken);
+    groupSession.events.on("taken", onTaken);
     this.detach = () => {
       session.signal.removeEventListener("abort", onSessionLost);
-      session.events.off("taken", onTaken);
+      groupSession.events.off("taken", onTaken);
     };
     this.controller.signal.addEventListener("abort", this.detach, { once: true });
   }
@@ -316,8 +322,17 @@ export class LockGuard {
     }
   }
 
+  /**
+   * The id of the session that holds the lock, as `describe` names the holder: `session.id` in
+   * a cluster of one group, this session's in the lock's group with several.
+   */
+  get sessionId(): bigint {
+    return this.groupSession.id;
+  }
+
   private taken(): boolean {
-    const t = this.session.taken;
+    // Tokens of this group's log, as the group session's keepalives report them.
+    const t = this.groupSession.taken;
     return this.token <= t.through || t.tokens.has(this.token);
   }
 
@@ -373,13 +388,13 @@ export class LockGuard {
   private async releaseOnce(): Promise<void> {
     // Released on purpose: closing the guard's own session is no loss to report.
     this.detach();
-    this.session.guarded.delete(this.name);
+    this.groupSession.guarded.delete(this.name);
     try {
       if (this.taken()) throw new NotHeld(this.name, this.token);
       if (this.session.isLost()) {
         throw this.session.lostError() ?? new SessionLost(this.session.id, this.lostReason() ?? "lost");
       }
-      await releaseOnServer(this.session, this.name, this.token);
+      await releaseOnServer(this.groupSession, this.name, this.token);
     } finally {
       if (this.ownsSession) await this.session.close().catch(() => undefined);
     }

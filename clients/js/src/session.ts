@@ -10,7 +10,9 @@
 import { EventEmitter } from "node:events";
 
 import type { Client, CallOpts, Wire, WireSession } from "./client";
+import { isNotWithGroups } from "./client";
 import { InvalidArgument, LatchkeyError, Owner, ProtocolError, SessionLost, SessionNotFound } from "./errors";
+import { groupOf, groupOfSession } from "./groups";
 import * as limits from "./limits";
 import { LockGuard, LockOptions, acquire } from "./lock";
 import { Aborted, now, Semaphore, sleepUntil } from "./util";
@@ -28,11 +30,19 @@ export class ClientLease {
   ackedSent: number;
   /** After a failed renewal: when to try again (sooner than the regular schedule). */
   retryAt?: number;
+  /**
+   * The group sessions of one logical session renew on one schedule (issue #16): each renewal
+   * falls on `grid + k * interval`, the first such instant at most an interval after the last
+   * acknowledged send, so that all of them are due at the same instant and travel in the same
+   * keepalive requests, however far apart they were made.
+   */
+  grid?: number;
 
-  constructor(sent: number, ttlMs: number) {
+  constructor(sent: number, ttlMs: number, grid?: number) {
     this.ttlMs = ttlMs;
     this.marginMs = safetyMarginMs(ttlMs);
     this.ackedSent = sent;
+    this.grid = grid;
   }
 
   /** After this instant the locks may be lost. */
@@ -42,7 +52,16 @@ export class ClientLease {
 
   /** When to send the next renewal. */
   nextRenewal(): number {
-    return this.retryAt ?? this.ackedSent + this.ttlMs / limits.CLIENT_RENEWAL_TTL_DIVISOR;
+    if (this.retryAt !== undefined) return this.retryAt;
+    const interval = this.ttlMs / limits.CLIENT_RENEWAL_TTL_DIVISOR;
+    const regular = this.ackedSent + interval;
+    if (this.grid !== undefined && regular > this.grid && interval > 0) {
+      // The last grid instant at or before the regular time: after the last send, and never
+      // later than the regular schedule.
+      const aligned = regular - ((regular - this.grid) % interval);
+      if (aligned > this.ackedSent) return aligned;
+    }
+    return regular;
   }
 
   /** The server acknowledged a renewal sent at `sent`, granting `serverTtlMs`. An older ack never moves the deadline back; a shorter server TTL is believed. */
@@ -110,42 +129,241 @@ export interface SessionOptions {
 
 const WHY_CLOSED = "the session was closed";
 
+/** What CreateSession answered, and when it was sent. */
+interface Opened {
+  wire: WireSession;
+  /** Before the first attempt: the lease starts no earlier than this on the server. */
+  sent: number;
+  /** The lease asked for, and the one granted (believed when shorter). */
+  ttlMs: number;
+  grantedTtlMs: number;
+  endpoint: string;
+  /** The cluster's Raft groups, as the answer said. */
+  groups: number;
+}
+
 /**
- * A session: a lease on the server that keeps this client's locks alive, renewed every TTL/3
- * until `close()`. An open session keeps the Node process alive (its renewal timer).
+ * Opens a session of `ttlMs` in Raft group `group` (undefined: the field left unset, as for a
+ * cluster of one group). A retry after a lost answer may leave an orphan session on the
+ * server; it holds nothing and expires after its TTL.
  */
-export class Session {
+async function open(client: Client, ttlMs: number, owner: Owner | undefined, group: number | undefined): Promise<Opened> {
+  const request: Wire = { ttl_ms: String(ttlMs), owner: owner ?? null };
+  if (group !== undefined) request.group = group;
+  const sent = now();
+  const { response, endpoint } = await client.call<Wire>("CreateSession", request, { ...client.short(), group: group ?? 0 });
+  if (!response.session) throw new ProtocolError("CreateSession answered without a session");
+  const groups = client.learnedGroups(Number(response.groups ?? 0), "CreateSession");
+  const wire = { id: response.session.id, secret: response.session.secret };
+  if (groups > 1 && groupOfSession(BigInt(wire.id), groups) !== (group ?? 0)) {
+    throw new ProtocolError(`CreateSession in group ${group ?? 0} answered session ${wire.id}, of another group`);
+  }
+  return { wire, sent, ttlMs, grantedTtlMs: Number(response.ttl_ms), endpoint, groups };
+}
+
+/**
+ * @internal One Raft group's session of a logical `Session` (docs/protocol.md 2.4): in a
+ * cluster of one group, the only one. Its locks are those of its group; its lease, sequence
+ * numbers, in-flight budgets and force-released grants are its own, its loss is the logical
+ * session's.
+ */
+export class GroupSession {
+  readonly session: Session;
+  readonly group: number;
   readonly id: bigint;
-  /** @internal */ readonly client: Client;
-  /** @internal */ readonly wire: WireSession;
-  /** @internal */ readonly window = new SeqWindow(1);
-  /** @internal */ readonly waits = new Semaphore(limits.SESSION_WAITS_IN_FLIGHT_MAX);
-  /** @internal Separate from `waits`: a release, which may be what ends those waits, never queues behind them. */
+  readonly client: Client;
+  readonly wire: WireSession;
+  readonly window = new SeqWindow(1);
+  readonly waits = new Semaphore(limits.SESSION_WAITS_IN_FLIGHT_MAX);
+  /** Separate from `waits`: a release, which may be what ends those waits, never queues behind them. */
   readonly shortRequests = new Semaphore(limits.SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX);
-  /** @internal Names of the locks a live guard holds: a grant of any other lock to this session is one nobody wants. */
+  /** Names of the locks a live guard holds: a grant of any other lock to this session is one nobody wants. */
   readonly guarded = new Set<string>();
-  /** @internal Aborted by close() and by loss: stops the renewal and the background clean-ups. */
-  readonly stopped = new AbortController();
-  /** @internal Grants of this session an operator force-released, as the last keepalive said. */
+  /** Grants of this session an operator force-released, as the last keepalive said (tokens of this group's log). */
   taken = { tokens: new Set<bigint>(), through: 0n };
-  /** @internal */ readonly events = new EventEmitter();
-  private lease: ClientLease;
-  private lostWhy?: string;
-  private readonly lostController = new AbortController();
-  private readonly background = new Set<Promise<void>>();
-  private renewal?: Promise<void>;
-  private closing?: Promise<void>;
-  private failoverCount = 0;
+  /** "taken" when `taken` changed. */
+  readonly events = new EventEmitter();
+  readonly lease: ClientLease;
+  renewal?: Promise<void>;
   private lastEndpoint: string;
   private disrupted = false;
 
-  private constructor(client: Client, wire: WireSession, lease: ClientLease, endpoint: string) {
-    this.client = client;
-    this.wire = wire;
-    this.id = BigInt(wire.id);
-    this.lease = lease;
-    this.lastEndpoint = endpoint;
+  constructor(session: Session, group: number, opened: Opened, grid: number | undefined) {
+    this.session = session;
+    this.client = session.client;
+    this.group = group;
+    this.wire = opened.wire;
+    this.id = BigInt(opened.wire.id);
+    this.lease = new ClientLease(opened.sent, opened.ttlMs, grid);
+    this.lease.acknowledged(opened.sent, opened.grantedTtlMs);
+    this.lastEndpoint = opened.endpoint;
     this.events.setMaxListeners(0);
+  }
+
+  /** The logical session's loss, if it is lost. */
+  lostError(): SessionLost | undefined {
+    return this.session.lostError();
+  }
+
+  /** Turns a server's "no such session" into the (logical) session being lost. */
+  check(e: unknown): unknown {
+    if (e instanceof SessionNotFound) {
+      this.session.markLost(this.why(`the server does not know the session: ${e.message}`));
+      return this.lostError() ?? e;
+    }
+    return e;
+  }
+
+  spawnBackground(task: (signal: AbortSignal) => Promise<void>): void {
+    this.session.spawnBackground(task);
+  }
+
+  /** The logical session's lost signal. */
+  get signal(): AbortSignal {
+    return this.session.signal;
+  }
+
+  /** Options of a short call of this session: to its group's leader. */
+  short(): CallOpts {
+    return { ...this.client.short(), group: this.group };
+  }
+
+  /** `why`, naming this group's session when it is not the logical session's own id. */
+  private why(why: string): string {
+    return this.id === this.session.id ? why : `${why} (session ${this.id} of Raft group ${this.group})`;
+  }
+
+  /** CloseSession at the group's leader; one already gone counts as closed. */
+  async closeOnServer(): Promise<void> {
+    try {
+      await this.client.call("CloseSession", { session: this.wire }, this.short());
+    } catch (e) {
+      // Already gone (expired, or a retry of a close that went through): closed all the same.
+      if (!(e instanceof SessionNotFound)) throw e;
+    }
+  }
+
+  /** The renewal loop: one per group session, stopped by the logical session's `stopped`. */
+  async renew(): Promise<void> {
+    const signal = this.session.stopped.signal;
+    const lease = this.lease;
+    try {
+      for (;;) {
+        await sleepUntil(Math.min(lease.deadline(), lease.nextRenewal()), signal);
+        if (now() >= lease.deadline()) break;
+        const sent = now();
+        // A renewal races its deadline: short attempts (a paused node must not hold it for
+        // long) and frequent retries, so that it reaches a new leader soon after an election.
+        const opts: CallOpts & { group: number } = {
+          attemptTimeoutMs: Math.max(
+            1,
+            Math.min(
+              this.client.rpcTimeoutMs,
+              Math.max(lease.ttlMs / limits.CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR, limits.CLIENT_RENEWAL_ATTEMPT_MS_MIN),
+              lease.deadline() - sent,
+            ),
+          ),
+          backoffMaxMs: Math.max(lease.ttlMs / limits.CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR, limits.CLIENT_RENEWAL_BACKOFF_MS_MIN),
+          group: this.group,
+        };
+        const deadlineStop = new AbortController();
+        const result = await Promise.race([
+          this.client.keepAlive(this.wire, opts),
+          sleepUntil(lease.deadline(), AbortSignal.any([signal, deadlineStop.signal])).then(
+            () => "deadline" as const,
+            () => "aborted" as const,
+          ),
+        ]);
+        deadlineStop.abort();
+        if (result === "aborted") return;
+        if (result === "deadline") break;
+        // An answer that arrives after the deadline counts for nothing (the guards may already
+        // have reported lost, and lost is final), however the race above went: after a suspend
+        // the timer behind `sleepUntil` fires late, while the clock has moved on.
+        if (now() >= lease.deadline()) break;
+        if (signal.aborted) return;
+        if (result.ok) {
+          const l = result.lease;
+          if (l === undefined) {
+            lease.failed(now());
+          } else if (!l.alive) {
+            this.session.markLost(this.why("the server says the session has expired"));
+            return;
+          } else {
+            this.takenNow(l.revoked_tokens ?? [], l.revoked_through ?? "0");
+            lease.acknowledged(sent, Number(l.ttl_ms));
+            const failover = this.disrupted || result.failedAttempts > 0 || result.endpoint !== this.lastEndpoint;
+            this.disrupted = false;
+            this.lastEndpoint = result.endpoint;
+            if (failover) this.session.failedOver();
+          }
+        } else if (result.error instanceof SessionNotFound) {
+          this.session.markLost(this.why(`the server does not know the session: ${result.error.message}`));
+          return;
+        } else if (result.error instanceof Aborted) {
+          return;
+        } else {
+          this.disrupted = true;
+          lease.failed(now());
+        }
+      }
+    } catch (e) {
+      if (e instanceof Aborted) return;
+      throw e;
+    }
+    this.session.markLost(this.why("no renewal was acknowledged before the lease deadline (TTL minus safety margin)"));
+  }
+
+  private takenNow(tokens: string[], through: string): void {
+    const next = { tokens: new Set(tokens.map((t) => BigInt(t))), through: BigInt(through) };
+    const changed = next.through !== this.taken.through || [...next.tokens].some((t) => !this.taken.tokens.has(t));
+    this.taken = next;
+    if (changed) this.events.emit("taken");
+  }
+}
+
+/**
+ * A session: a lease on the server that keeps this client's locks alive, renewed every TTL/3
+ * until `close()`. An open session keeps the Node process alive (its renewal timer).
+ *
+ * In a cluster of several Raft groups (`serve --groups`) it is a *logical* session: a session
+ * in group 0 (its `id`), made at once, and one in each other group it takes a lock in, made at
+ * the first lock of that group with the same TTL, all renewed on one schedule. It is lost when
+ * any of them is (every guard, in every group, reports lost), and the others are then closed.
+ */
+export class Session {
+  /** Group 0's session id (the only session's, in a cluster of one group). */
+  readonly id: bigint;
+  /** @internal */ readonly client: Client;
+  /** @internal Aborted by close() and by loss: stops the renewals and the background clean-ups. */
+  readonly stopped = new AbortController();
+  /** @internal "failover" */ readonly events = new EventEmitter();
+  /** The cluster's Raft groups, as the creation answered. */
+  private readonly groupCount: number;
+  /** Group 0's session. */
+  private readonly home: GroupSession;
+  /** The other groups' sessions, made at the first lock of each (several groups only). */
+  private readonly others = new Map<number, GroupSession>();
+  /** Group sessions being made, so that two locks of one group make one. */
+  private readonly making = new Map<number, Promise<GroupSession>>();
+  /** The TTL group 0's session was granted: every group session asks for the same. */
+  private readonly groupTtlMs: number;
+  private readonly owner?: Owner;
+  private lostWhy?: string;
+  private readonly lostController = new AbortController();
+  private readonly background = new Set<Promise<void>>();
+  private closing?: Promise<void>;
+  private failoverCount = 0;
+
+  private constructor(client: Client, opened: Opened, owner: Owner | undefined) {
+    this.client = client;
+    this.id = BigInt(opened.wire.id);
+    this.groupCount = opened.groups;
+    this.owner = owner;
+    this.events.setMaxListeners(0);
+    // With several groups, every group session renews on the grid of this one's creation.
+    this.home = new GroupSession(this, 0, opened, opened.groups > 1 ? opened.sent : undefined);
+    this.groupTtlMs = this.home.lease.ttlMs;
   }
 
   /** @internal */
@@ -156,39 +374,102 @@ export class Session {
         `ttl ${options.ttl} s is out of range ${limits.SESSION_TTL_MS_MIN / 1000}..=${limits.SESSION_TTL_MS_MAX / 1000} s`,
       );
     }
-    // Before the first attempt: the lease starts no earlier than this on the server. A retry
-    // after a lost answer may leave an orphan session on the server; it holds nothing and
-    // expires after its TTL.
-    const sent = now();
-    const { response, endpoint } = await client.call<Wire>(
-      "CreateSession",
-      { ttl_ms: String(ttlMs), owner: options.owner ?? null },
-      client.short(),
-    );
-    if (!response.session) throw new ProtocolError("CreateSession answered without a session");
-    const lease = new ClientLease(sent, ttlMs);
-    lease.acknowledged(sent, Number(response.ttl_ms));
-    const session = new Session(client, { id: response.session.id, secret: response.session.secret }, lease, endpoint);
-    session.renewal = session.renew();
+    // Group 0's session first: its answer says how many groups there are. The group is named
+    // only once the cluster is known to have several; before that the request is as of a
+    // cluster of one, and a cluster of several refuses it (not-with-groups), which nothing
+    // was made by: then again in group 0.
+    const known = client.knownGroups();
+    let opened: Opened;
+    if (known !== undefined && known > 1) {
+      opened = await open(client, ttlMs, options.owner, 0);
+    } else {
+      try {
+        opened = await open(client, ttlMs, options.owner, undefined);
+      } catch (e) {
+        if (known !== undefined || !isNotWithGroups(e)) throw e;
+        opened = await open(client, ttlMs, options.owner, 0);
+      }
+    }
+    const session = new Session(client, opened, options.owner);
+    session.home.renewal = session.home.renew();
     return session;
+  }
+
+  /**
+   * @internal The group session that takes the lock `name`: made at the first lock of its
+   * group (a CreateSession at that group's leader, then its renewal).
+   */
+  async forLock(name: string): Promise<GroupSession> {
+    if (this.groupCount === 1) return this.home;
+    const group = groupOf(name, this.groupCount);
+    if (group === 0) return this.home;
+    const made = this.others.get(group);
+    if (made !== undefined) return made;
+    let making = this.making.get(group);
+    if (making === undefined) {
+      const lost = this.lostError();
+      if (lost) throw lost;
+      making = this.openGroup(group).finally(() => this.making.delete(group));
+      this.making.set(group, making);
+    }
+    return making;
+  }
+
+  private async openGroup(group: number): Promise<GroupSession> {
+    const opened = await open(this.client, this.groupTtlMs, this.owner, group);
+    const gs = new GroupSession(this, group, opened, this.home.lease.grid);
+    const lost = this.lostError();
+    if (lost) {
+      // Lost (or closed) while it was being made: it must not outlive the logical session.
+      await gs.closeOnServer().catch(() => undefined);
+      throw lost;
+    }
+    this.others.set(group, gs);
+    gs.renewal = gs.renew();
+    return gs;
+  }
+
+  /** Every group session made so far: group 0's first. */
+  private groupSessions(): GroupSession[] {
+    return [this.home, ...[...this.others.entries()].sort((a, b) => a[0] - b[0]).map((e) => e[1])];
   }
 
   /** The lease length the server granted, in ms. */
   get ttlMs(): number {
-    return this.lease.ttlMs;
+    return this.home.lease.ttlMs;
   }
 
   /** How long before the server's earliest possible expiry this client declares the session lost, in ms. */
   get safetyMarginMs(): number {
-    return this.lease.marginMs;
+    return this.home.lease.marginMs;
   }
 
-  /** The client-side deadline, on the client's clock: compare it with the package's `now()`. */
+  /**
+   * The client-side deadline, on the client's clock: compare it with the package's `now()`.
+   * With several Raft groups, the earliest of its group sessions' deadlines.
+   */
   get deadline(): number {
-    return this.lease.deadline();
+    return Math.min(...this.groupSessions().map((gs) => gs.lease.deadline()));
   }
 
-  /** Renewals acknowledged by another node than the previous one, or only after failures. */
+  /**
+   * Each group session made so far, as `{ group, sessionId, deadline }`, group 0's first: one
+   * element in a cluster of one group. A lock's holder (`describe`) is its group's session.
+   */
+  get groupSessionIds(): Array<{ group: number; sessionId: bigint; deadline: number }> {
+    return this.groupSessions().map((gs) => ({ group: gs.group, sessionId: gs.id, deadline: gs.lease.deadline() }));
+  }
+
+  /**
+   * The id of the session that takes the lock `name`: `id` in a cluster of one group; with
+   * several, this session's in the lock's group, which the first call for a group makes
+   * there (as its first lock would, and failing as that would).
+   */
+  async sessionIdFor(name: string): Promise<bigint> {
+    return (await this.forLock(name)).id;
+  }
+
+  /** Renewals acknowledged by another node than the previous one, or only after failures (of any of its group sessions). */
   get failovers(): number {
     return this.failoverCount;
   }
@@ -200,7 +481,9 @@ export class Session {
 
   /** Lost, or past the deadline on this client's clock (exact even when the renewal timer has not run, as after a pause). */
   isLost(): boolean {
-    return this.lostWhy !== undefined || now() >= this.lease.deadline();
+    if (this.lostWhy !== undefined) return true;
+    const at = now();
+    return this.groupSessions().some((gs) => at >= gs.lease.deadline());
   }
 
   /** Why the session is lost, once it is. */
@@ -213,22 +496,29 @@ export class Session {
     return this.lostWhy === undefined ? undefined : new SessionLost(this.id, this.lostWhy);
   }
 
-  /** @internal */
+  /** @internal A group session renewed after a failover. */
+  failedOver(): void {
+    this.failoverCount++;
+    this.events.emit("failover", this.failoverCount);
+  }
+
+  /** @internal Lost in any group: lost everywhere. With several groups, the others are closed. */
   markLost(why: string): void {
     if (this.lostWhy !== undefined) return;
     this.lostWhy = why;
     if (why !== WHY_CLOSED) process.emitWarning(`latchkey: session ${this.id} lost: ${why}`, { code: "LATCHKEY_SESSION_LOST" });
     this.stopped.abort();
     this.lostController.abort(new SessionLost(this.id, why));
+    if (why !== WHY_CLOSED && this.groupCount > 1) {
+      // The client gives up every group's locks, so that they go to their waiters now rather
+      // than when each lease runs out (best effort: close() sends them again).
+      for (const gs of this.groupSessions()) void gs.closeOnServer().catch(() => undefined);
+    }
   }
 
   /** @internal Turns a server's "no such session" into the session being lost. */
   check(e: unknown): unknown {
-    if (e instanceof SessionNotFound) {
-      this.markLost(`the server does not know the session: ${e.message}`);
-      return this.lostError() ?? e;
-    }
-    return e;
+    return this.home.check(e);
   }
 
   /**
@@ -261,7 +551,8 @@ export class Session {
 
   /**
    * Ends the session: stops the renewal, then asks the server to release its locks and drop
-   * its waits. Every guard reports lost from here on. Idempotent.
+   * its waits (in every group it has a session in). Every guard reports lost from here on.
+   * Idempotent.
    */
   close(): Promise<void> {
     this.closing ??= this.closeOnce();
@@ -270,93 +561,15 @@ export class Session {
 
   private async closeOnce(): Promise<void> {
     this.markLost(WHY_CLOSED);
-    await this.renewal;
+    // A group session being made closes itself once made (it sees the loss).
+    await Promise.allSettled([...this.making.values()]);
+    const sessions = this.groupSessions();
+    await Promise.allSettled(sessions.map((gs) => gs.renewal));
     await Promise.allSettled([...this.background]);
     this.client.forget(this);
-    try {
-      await this.client.call("CloseSession", { session: this.wire }, this.client.short());
-    } catch (e) {
-      // Already gone (expired, or a retry of a close that went through): closed all the same.
-      if (!(e instanceof SessionNotFound)) throw e;
-    }
-  }
-
-  /** The renewal loop: one per session, stopped by `stopped`. */
-  private async renew(): Promise<void> {
-    const signal = this.stopped.signal;
-    const lease = this.lease;
-    try {
-      for (;;) {
-        await sleepUntil(Math.min(lease.deadline(), lease.nextRenewal()), signal);
-        if (now() >= lease.deadline()) break;
-        const sent = now();
-        // A renewal races its deadline: short attempts (a paused node must not hold it for
-        // long) and frequent retries, so that it reaches a new leader soon after an election.
-        const opts: CallOpts = {
-          attemptTimeoutMs: Math.max(
-            1,
-            Math.min(
-              this.client.rpcTimeoutMs,
-              Math.max(lease.ttlMs / limits.CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR, limits.CLIENT_RENEWAL_ATTEMPT_MS_MIN),
-              lease.deadline() - sent,
-            ),
-          ),
-          backoffMaxMs: Math.max(lease.ttlMs / limits.CLIENT_RENEWAL_BACKOFF_TTL_DIVISOR, limits.CLIENT_RENEWAL_BACKOFF_MS_MIN),
-        };
-        const deadlineStop = new AbortController();
-        const result = await Promise.race([
-          this.client.keepAlive(this.wire, opts),
-          sleepUntil(lease.deadline(), AbortSignal.any([signal, deadlineStop.signal])).then(
-            () => "deadline" as const,
-            () => "aborted" as const,
-          ),
-        ]);
-        deadlineStop.abort();
-        if (result === "aborted") return;
-        if (result === "deadline") break;
-        // An answer that arrives after the deadline counts for nothing (the guards may already
-        // have reported lost, and lost is final), however the race above went: after a suspend
-        // the timer behind `sleepUntil` fires late, while the clock has moved on.
-        if (now() >= lease.deadline()) break;
-        if (result.ok) {
-          const l = result.lease;
-          if (l === undefined) {
-            lease.failed(now());
-          } else if (!l.alive) {
-            this.markLost("the server says the session has expired");
-            return;
-          } else {
-            this.takenNow(l.revoked_tokens ?? [], l.revoked_through ?? "0");
-            lease.acknowledged(sent, Number(l.ttl_ms));
-            const failover = this.disrupted || result.failedAttempts > 0 || result.endpoint !== this.lastEndpoint;
-            this.disrupted = false;
-            this.lastEndpoint = result.endpoint;
-            if (failover) {
-              this.failoverCount++;
-              this.events.emit("failover", this.failoverCount);
-            }
-          }
-        } else if (result.error instanceof SessionNotFound) {
-          this.markLost(`the server does not know the session: ${result.error.message}`);
-          return;
-        } else if (result.error instanceof Aborted) {
-          return;
-        } else {
-          this.disrupted = true;
-          lease.failed(now());
-        }
-      }
-    } catch (e) {
-      if (e instanceof Aborted) return;
-      throw e;
-    }
-    this.markLost("no renewal was acknowledged before the lease deadline (TTL minus safety margin)");
-  }
-
-  private takenNow(tokens: string[], through: string): void {
-    const next = { tokens: new Set(tokens.map((t) => BigInt(t))), through: BigInt(through) };
-    const changed = next.through !== this.taken.through || [...next.tokens].some((t) => !this.taken.tokens.has(t));
-    this.taken = next;
-    if (changed) this.events.emit("taken");
+    // Every group's session, each at its group's leader, at once; the first error wins.
+    const closes = await Promise.allSettled(sessions.map((gs) => gs.closeOnServer()));
+    const failed = closes.find((c): c is PromiseRejectedResult => c.status === "rejected");
+    if (failed) throw failed.reason;
   }
 }

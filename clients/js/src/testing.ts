@@ -10,13 +10,14 @@ import type { Session } from "./session";
  * by the session with no guard: release it through `Client.describe` + a new lock, or close the
  * session. For tests only.
  */
-export async function acquireTwiceWithSameSeq(session: Session, name: string): Promise<[bigint, bigint]> {
+export async function acquireTwiceWithSameSeq(logical: Session, name: string): Promise<[bigint, bigint]> {
+  const session = await logical.forLock(name);
   const seq = await session.window.begin();
   try {
     const request = { session: session.wire, seq: String(seq), name, wait_timeout_ms: "0" };
     const tokens: bigint[] = [];
     for (let i = 0; i < 2; i++) {
-      const { response } = await session.client.call<Wire>("Acquire", request, session.client.short());
+      const { response } = await session.client.call<Wire>("Acquire", request, session.short());
       tokens.push(response.result === "ACQUIRE_RESULT_GRANTED" ? BigInt(response.token) : 0n);
     }
     return [tokens[0], tokens[1]];
@@ -28,4 +29,6 @@ export async function acquireTwiceWithSameSeq(session: Session, name: string): P
 // The pure pieces, for unit tests: the lease arithmetic, the sequence window, the status mapping.
 export { ClientLease, SeqWindow } from "./session";
 export { classify } from "./errors";
+export { mergeLists } from "./client";
+export { fnv1a64, fmix64, jump } from "./groups";
 export { SuspendAwareClock } from "./util";

@@ -37,9 +37,38 @@ export async function waitUntil(what: string, timeoutMs: number, check: () => Pr
   }
 }
 
+/** How to found a server or cluster beyond its flags. */
+export interface Founding {
+  /** `--groups G`: the Raft groups the lock namespace is split over (default: the server's, 1). */
+  groups?: number;
+  /** `--metrics-listen` on a free port, read with `metric()`. */
+  metrics?: boolean;
+}
+
+/** The `--groups` and `--metrics-listen` flags of a founding. */
+function foundingArgs(founding: Founding, metricsAddr: string | undefined): string[] {
+  const args: string[] = [];
+  if (founding.groups !== undefined) args.push("--groups", String(founding.groups));
+  if (metricsAddr !== undefined) args.push("--metrics-listen", metricsAddr);
+  return args;
+}
+
+/** The value of the Prometheus counter `name` (with `labels`, e.g. `method="keep_alive"`) at `metricsAddr`; 0 when absent. */
+export async function readMetric(metricsAddr: string, name: string, labels = ""): Promise<number> {
+  const res = await fetch(`http://${metricsAddr}/metrics`, { signal: AbortSignal.timeout(5_000) });
+  const text = await res.text();
+  const series = labels === "" ? name : `${name}{${labels}}`;
+  for (const line of text.split("\n")) {
+    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
+  }
+  return 0;
+}
+
 /** One single-member `latchkey serve`. */
 export class Server {
   addr = "";
+  /** `--metrics-listen`, when the founding asked for metrics. */
+  metricsAddr?: string;
   private child?: ChildProcess;
   readonly dir: string;
   readonly log: string;
@@ -52,18 +81,20 @@ export class Server {
   private constructor(
     private readonly args: string[],
     private readonly options: ClientOptions,
+    private readonly founding: Founding,
   ) {
     this.dir = fs.mkdtempSync(path.join(os.tmpdir(), "latchkey-js-"));
     this.log = path.join(this.dir, "server.log");
   }
 
   /** Starts a server on a free port and waits until it serves a linearizable read. */
-  static async start(args: string[] = [], options: ClientOptions = {}): Promise<Server> {
+  static async start(args: string[] = [], options: ClientOptions = {}, founding: Founding = {}): Promise<Server> {
     if (!fs.existsSync(LATCHKEY_BIN)) throw new Error(`no server binary at ${LATCHKEY_BIN} (set LATCHKEY_BIN)`);
-    const server = new Server(args, options);
+    const server = new Server(args, options, founding);
     let last: unknown;
     for (let i = 0; i < 5; i++) {
       server.addr = `127.0.0.1:${await freePort()}`;
+      if (founding.metrics) server.metricsAddr = `127.0.0.1:${await freePort()}`;
       server.spawn();
       try {
         await server.waitReady();
@@ -78,7 +109,8 @@ export class Server {
 
   private spawn(): void {
     const log = fs.openSync(this.log, "a");
-    this.child = spawn(LATCHKEY_BIN, ["serve", "--listen", this.addr, "--data-dir", path.join(this.dir, "data"), ...this.args], {
+    const args = [...foundingArgs(this.founding, this.metricsAddr), ...this.args];
+    this.child = spawn(LATCHKEY_BIN, ["serve", "--listen", this.addr, "--data-dir", path.join(this.dir, "data"), ...args], {
       stdio: ["ignore", "ignore", log],
       env: { ...process.env, RUST_LOG: "info" },
     });
@@ -92,7 +124,9 @@ export class Server {
       await waitUntil(`${this.addr} ready`, 15_000, async () => {
         if (this.child?.exitCode !== null) throw new Error(`server exited: ${this.child?.exitCode}`);
         try {
-          await client.describe("probe/ready");
+          // With several groups, every group's leader answers (List goes to each).
+          if ((this.founding.groups ?? 1) > 1) await client.list("probe/ready");
+          else await client.describe("probe/ready");
           return true;
         } catch {
           return false;
@@ -101,6 +135,12 @@ export class Server {
     } finally {
       await client.close();
     }
+  }
+
+  /** A counter of this server's metrics (needs `metrics: true` at the founding). */
+  metric(name: string, labels = ""): Promise<number> {
+    if (this.metricsAddr === undefined) throw new Error("the server was started without metrics");
+    return readMetric(this.metricsAddr, name, labels);
   }
 
   /** SIGSTOP: the node stops answering, its connections stay open. */
@@ -142,30 +182,50 @@ export class Server {
 
 /** `n` members founding one cluster (`--peers`), each on a free port. */
 export class Cluster {
-  readonly members: Array<{ id: number; addr: string; child?: ChildProcess; log: string }> = [];
+  readonly members: Array<{ id: number; addr: string; metricsAddr?: string; child?: ChildProcess; log: string }> = [];
   readonly dir: string;
 
-  private constructor(n: number, ports: number[]) {
+  private constructor(
+    n: number,
+    ports: number[],
+    readonly founding: Founding,
+  ) {
     this.dir = fs.mkdtempSync(path.join(os.tmpdir(), "latchkey-js-cluster-"));
     for (let i = 0; i < n; i++) {
-      this.members.push({ id: i + 1, addr: `127.0.0.1:${ports[i]}`, log: path.join(this.dir, `node-${i + 1}.log`) });
+      this.members.push({
+        id: i + 1,
+        addr: `127.0.0.1:${ports[i]}`,
+        metricsAddr: founding.metrics ? `127.0.0.1:${ports[n + i]}` : undefined,
+        log: path.join(this.dir, `node-${i + 1}.log`),
+      });
     }
   }
 
-  static async start(n: number): Promise<Cluster> {
+  static async start(n: number, founding: Founding = {}): Promise<Cluster> {
     if (!fs.existsSync(LATCHKEY_BIN)) throw new Error(`no server binary at ${LATCHKEY_BIN} (set LATCHKEY_BIN)`);
     const ports: number[] = [];
-    while (ports.length < n) {
+    while (ports.length < (founding.metrics ? 2 * n : n)) {
       const p = await freePort();
       if (!ports.includes(p)) ports.push(p);
     }
-    const cluster = new Cluster(n, ports);
+    const cluster = new Cluster(n, ports, founding);
     const peers = cluster.members.map((m) => `${m.id}=${m.addr}`).join(",");
     for (const m of cluster.members) {
       const log = fs.openSync(m.log, "a");
       m.child = spawn(
         LATCHKEY_BIN,
-        ["serve", "--id", String(m.id), "--listen", m.addr, "--data-dir", path.join(cluster.dir, `data-${m.id}`), "--peers", peers],
+        [
+          "serve",
+          "--id",
+          String(m.id),
+          "--listen",
+          m.addr,
+          "--data-dir",
+          path.join(cluster.dir, `data-${m.id}`),
+          "--peers",
+          peers,
+          ...foundingArgs(founding, m.metricsAddr),
+        ],
         { stdio: ["ignore", "ignore", log], env: { ...process.env, RUST_LOG: "info" } },
       );
       fs.closeSync(log);
@@ -173,9 +233,15 @@ export class Cluster {
     }
     try {
       await cluster.leader(20_000);
+      if ((founding.groups ?? 1) > 1) await cluster.groupLeaders(20_000);
       const client = new Client(cluster.endpoints());
       try {
-        await waitUntil("the cluster serves reads", 20_000, () => client.describe("probe/ready").then(() => true, () => false));
+        await waitUntil("the cluster serves reads", 20_000, () =>
+          ((founding.groups ?? 1) > 1 ? client.list("probe/ready") : client.describe("probe/ready")).then(
+            () => true,
+            () => false,
+          ),
+        );
       } finally {
         await client.close();
       }
@@ -212,6 +278,41 @@ export class Cluster {
       return false;
     });
     return found!;
+  }
+
+  /**
+   * The member leading each Raft group (by group), once a running member says it leads it for
+   * every group of the founding.
+   */
+  async groupLeaders(timeoutMs: number): Promise<Array<{ id: number; addr: string }>> {
+    const groups = this.founding.groups ?? 1;
+    const found = new Map<number, { id: number; addr: string }>();
+    await waitUntil("a leader of every group", timeoutMs, async () => {
+      found.clear();
+      for (const m of this.members.filter((m) => m.child)) {
+        const c = new Client([m.addr], { rpcTimeoutMs: 500, retry: { attemptsMax: 1 } });
+        try {
+          const s = await c.nodeStatus();
+          for (const g of s.groupStatus) if (g.role === "leader") found.set(g.group, m);
+        } catch {
+          // not up yet
+        } finally {
+          await c.close();
+        }
+      }
+      return found.size === groups;
+    });
+    return Array.from({ length: groups }, (_, g) => found.get(g)!);
+  }
+
+  /** The sum of a counter over the running members' metrics (needs `metrics: true`). */
+  async metric(name: string, labels = ""): Promise<number> {
+    let sum = 0;
+    for (const m of this.members.filter((m) => m.child)) {
+      if (m.metricsAddr === undefined) throw new Error("the cluster was founded without metrics");
+      sum += await readMetric(m.metricsAddr, name, labels);
+    }
+    return sum;
   }
 
   async kill(id: number): Promise<void> {
