@@ -327,6 +327,11 @@ fn a_watch_of_two_groups_names_each_events_group_and_resumes_per_group() {
     let work = Work::new();
     // Group g of a new cluster is led by its (g mod 3)-th member: member 1 leads group 0.
     let leader0 = 1;
+    wait_until("member 1 leads group 0", WATCH_TIMEOUT, || {
+        cluster
+            .cluster_status()
+            .is_some_and(|s| s["groups"][0]["leader"] == leader0)
+    });
     let endpoints = cluster.endpoints();
     let mut watch = spawn_watch(&work, &["--endpoints", &endpoints, "--after", "0,0", "g/"]);
     let run = |cluster: &Cluster, i: usize, live: &str| {
@@ -358,6 +363,8 @@ fn a_watch_of_two_groups_names_each_events_group_and_resumes_per_group() {
             .unwrap()
     };
     let resume_at = [last_index(&before, 0), last_index(&before, 1)];
+    // Each group's events before the kill; the resumed watch must deliver exactly the rest.
+    let split = [want[0].len(), want[1].len()];
 
     cluster.kill9(leader0);
     let live = cluster
@@ -392,8 +399,7 @@ fn a_watch_of_two_groups_names_each_events_group_and_resumes_per_group() {
             .filter(|e| e["group"] == g)
             .map(summary)
             .collect();
-        let kept = &want[g as usize];
-        let expected = &kept[kept.len() - got.len()..];
+        let expected = &want[g as usize][split[g as usize]..];
         assert_eq!(got, expected, "group {g}: {replayed:#?}");
         assert!(
             replayed
@@ -412,4 +418,64 @@ fn a_watch_of_two_groups_names_each_events_group_and_resumes_per_group() {
         "{}",
         out.stderr
     );
+}
+
+/// A library watch of two groups knows where each group would resume although nothing under
+/// its prefix changes in them (each group's `Progress` moves its position), and a watch
+/// resumed from those indexes delivers the next event of either group and nothing before.
+#[test]
+fn a_watch_of_two_groups_has_resume_indexes_while_its_groups_are_quiet() {
+    let cluster = Cluster::start_configured(1, Timing::default(), &["--groups", "2"]);
+    let rt = common::rpc::runtime();
+    rt.block_on(async {
+        let client = latchkey_client::Client::connect([cluster.addr(1)])
+            .await
+            .expect("client");
+        let mut watch = client.watch("quiet/", None).await.expect("watch");
+        assert_eq!(watch.groups(), 2);
+        // Take what comes within a few progress intervals: nothing under the prefix changes.
+        let until = tokio::time::Instant::now() + Duration::from_secs(10);
+        while watch.resume_indexes().is_none() && tokio::time::Instant::now() < until {
+            let step = tokio::time::timeout(Duration::from_millis(500), watch.next()).await;
+            assert!(step.is_err(), "an item under a quiet prefix: {step:?}");
+        }
+        let resume = watch
+            .resume_indexes()
+            .expect("every group's position is known");
+        drop(watch);
+
+        let name = (0..)
+            .map(|i| format!("quiet/{i}"))
+            .find(|n| latchkey_core::group_of(n, 2) == 1)
+            .unwrap();
+        let session = client
+            .session(Duration::from_secs(10))
+            .await
+            .expect("session");
+        let guard = session
+            .lock(name.as_str())
+            .wait(Some(Duration::from_secs(10)))
+            .await
+            .expect("lock");
+        let mut resumed = client
+            .watch_from("quiet/", Some(&resume))
+            .await
+            .expect("resumed watch");
+        let (group, item) = tokio::time::timeout(Duration::from_secs(10), resumed.next_in_group())
+            .await
+            .expect("the grant comes")
+            .expect("watch");
+        assert_eq!(group, 1);
+        match item {
+            latchkey_client::WatchItem::Event(e) => {
+                assert_eq!(
+                    (e.lock.as_str(), e.token),
+                    (name.as_str(), Some(guard.token()))
+                );
+                assert!(e.index > resume[1], "{e:?} after {resume:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        drop(guard);
+    });
 }

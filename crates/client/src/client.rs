@@ -400,7 +400,8 @@ impl Client {
     pub async fn backup(&self) -> Result<Vec<Backup>, Error> {
         let groups = self.groups().await?;
         let mut images = Vec::with_capacity(groups as usize);
-        // One group at a time: each image may be up to `BACKUP_TABLE_BYTES_MAX` in memory.
+        // One group at a time, one stream in flight. Every image stays in the answer (each at
+        // most `BACKUP_TABLE_BYTES_MAX`): the caller holds the whole cluster's table.
         for group in 0..groups {
             images.push(self.backup_group(group, groups).await?);
         }

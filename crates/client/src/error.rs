@@ -73,12 +73,14 @@ pub enum Error {
     /// The server failed in a way that is not a client error (INTERNAL, UNIMPLEMENTED, ...).
     #[error("server error ({code}): {message}")]
     Server { code: String, message: String },
-    /// A membership change of a cluster of several Raft groups went through in groups
-    /// `0..group` and failed in `group` with `source` (the later groups were not changed).
-    /// Every change is idempotent per group: the same call again finishes it.
+    /// A membership change of a cluster of several Raft groups went through in the groups
+    /// before `group` (0 to `group - 1`) and failed in `group` with `source` (the later groups
+    /// were not changed). Every change is idempotent per group: the same call again finishes
+    /// it.
     #[error(
-        "the membership change is done in Raft groups 0..{group} of {groups} and failed in group \
-         {group}: {source}; the same command again finishes it"
+        "the membership change failed in Raft group {group} of {groups} (groups 0 to {done} have \
+         it; the later ones were not changed): {source}; the same command again finishes it",
+        done = group.saturating_sub(1)
     )]
     MembershipIncomplete {
         group: u32,

@@ -56,15 +56,16 @@ struct Merged {
     /// Each group's resume index after the items taken so far.
     resume: Vec<Option<u64>>,
     /// Aborted when the watch is dropped.
-    _tasks: JoinSet<()>,
+    tasks: JoinSet<()>,
     /// The error that ended a group's stream: the watch ends with it.
     ended: Option<Error>,
 }
 
-/// One item of a group's stream, with that group's resume index once it is delivered.
+/// One step of a group's stream (an item, or `None`: its position moved without one, a
+/// `Progress`), with that group's resume index once it is taken.
 struct Delivered {
     group: u32,
-    item: Result<WatchItem, Error>,
+    item: Result<Option<WatchItem>, Error>,
     resume: Option<u64>,
 }
 
@@ -142,7 +143,7 @@ impl Client {
             let tx = tx.clone();
             tasks.spawn(async move {
                 loop {
-                    let item = watch.next().await;
+                    let item = watch.next_step().await;
                     let done = item.is_err();
                     let delivered = Delivered {
                         group: watch.group,
@@ -160,7 +161,7 @@ impl Client {
             inner: Inner::Many(Merged {
                 rx,
                 resume,
-                _tasks: tasks,
+                tasks,
                 ended: None,
             }),
         })
@@ -189,23 +190,39 @@ impl Watch {
         match &mut self.inner {
             Inner::One(watch) => watch.next().await.map(|item| (0, item)),
             Inner::Many(merged) => {
-                if let Some(e) = &merged.ended {
-                    return Err(e.clone());
-                }
-                let Some(delivered) = merged.rx.recv().await else {
-                    // Every task ends by sending its error first, unless it panicked.
-                    let e = Error::Protocol("every group's watch task stopped".into());
-                    merged.ended = Some(e.clone());
-                    return Err(e);
-                };
-                match delivered.item {
-                    Ok(item) => {
-                        merged.resume[delivered.group as usize] = delivered.resume;
-                        Ok((delivered.group, item))
+                loop {
+                    if let Some(e) = &merged.ended {
+                        return Err(e.clone());
                     }
-                    Err(e) => {
-                        merged.ended = Some(e.clone());
-                        Err(e)
+                    tokio::select! {
+                        // What a task sent before it ended comes first.
+                        biased;
+                        delivered = merged.rx.recv() => {
+                            let Some(delivered) = delivered else {
+                                // Every task ends by sending its error first, unless it panicked.
+                                merged.ended =
+                                    Some(Error::Protocol("every group's watch task stopped".into()));
+                                continue;
+                            };
+                            match delivered.item {
+                                Ok(item) => {
+                                    merged.resume[delivered.group as usize] = delivered.resume;
+                                    if let Some(item) = item {
+                                        return Ok((delivered.group, item));
+                                    }
+                                }
+                                Err(e) => merged.ended = Some(e),
+                            }
+                        }
+                        // A group whose task panicked would go silent while the others go on:
+                        // a gap nobody announced. End the watch instead.
+                        Some(joined) = merged.tasks.join_next() => {
+                            if let Err(e) = joined {
+                                merged.ended = Some(Error::Protocol(format!(
+                                    "a group's watch task failed: {e}"
+                                )));
+                            }
+                        }
                     }
                 }
             }
@@ -264,10 +281,21 @@ impl GroupWatch {
         Ok(())
     }
 
-    /// The next event (or missed notice). Waits as long as nothing changes; an error means the
-    /// watch gave up (no member answered within the client's retry budget, or access was
+    /// The next event (or missed notice).
+    async fn next(&mut self) -> Result<WatchItem, Error> {
+        loop {
+            if let Some(item) = self.next_step().await? {
+                return Ok(item);
+            }
+        }
+    }
+
+    /// The next item, or `None` once a message moved the position without one (a `Progress`
+    /// past it), so that a watch of several groups knows each group's resume index even when
+    /// nothing under the prefix changes there. Waits as long as nothing changes; an error means
+    /// the watch gave up (no member answered within the client's retry budget, or access was
     /// refused).
-    pub async fn next(&mut self) -> Result<WatchItem, Error> {
+    async fn next_step(&mut self) -> Result<Option<WatchItem>, Error> {
         let silence = Duration::from_millis(limits::CLIENT_WATCH_SILENCE_MS);
         loop {
             let Some((stream, endpoint)) = self.stream.as_mut() else {
@@ -304,8 +332,12 @@ impl GroupWatch {
             };
             self.broken = 0;
             self.backoff = Backoff::new(&self.client.config().retry);
+            let before = self.last;
             if let Some(item) = self.accept(message)? {
-                return Ok(item);
+                return Ok(Some(item));
+            }
+            if self.last != before {
+                return Ok(None);
             }
         }
     }

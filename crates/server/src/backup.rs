@@ -311,6 +311,10 @@ pub async fn restore(
         source,
     })?;
     drop(bytes);
+    // Until every group is seeded, a start refuses the dir (it could found a missing group
+    // empty, its locks gone and its tokens restarted low).
+    std::fs::create_dir_all(data_dir).map_err(io(data_dir))?;
+    latchkey_log_store::write_durably(data_dir, node::RESTORE_MARKER, b"").map_err(io(data_dir))?;
     let groups = images.len() as u32;
     let mut restored: Option<Restored> = None;
     for (group, (header, table)) in (0..).zip(images) {
@@ -331,6 +335,12 @@ pub async fn restore(
         r.sessions += sessions;
         r.locks += locks;
     }
+    let marker = data_dir.join(node::RESTORE_MARKER);
+    std::fs::remove_file(&marker).map_err(io(&marker))?;
+    // The removal is durable before the restore says it is done.
+    std::fs::File::open(data_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(data_dir))?;
     Ok(restored.expect("a backup file holds at least one group"))
 }
 
@@ -514,6 +524,85 @@ mod tests {
             encode_groups_file(&[]),
             Err(BackupFileError::Groups { found: 0 })
         ));
+
+        // Files whose checksum is right but whose lengths lie: a header claiming more table
+        // than follows, bytes after the last table, no group, more groups than a cluster has.
+        let craft = |headers: &[BackupHeader], tables: &[u8]| {
+            let mut out = BACKUP_MAGIC.to_vec();
+            out.extend(versioned::encode(BACKUP_GROUPS_FILE_FORMAT_VERSION, &headers).unwrap());
+            out.extend_from_slice(tables);
+            let sum = sha256(&out);
+            out.extend_from_slice(&sum);
+            out
+        };
+        let headers: Vec<BackupHeader> = parts.iter().map(|(h, _)| h.clone()).collect();
+        let tables: Vec<u8> = parts.iter().flat_map(|(_, t)| t.clone()).collect();
+        assert_eq!(decode_file(&craft(&headers, &tables)).unwrap().len(), 2);
+        let mut long = headers.clone();
+        long[1].table_bytes += 1;
+        assert!(matches!(
+            decode_file(&craft(&long, &tables)),
+            Err(BackupFileError::Length { .. })
+        ));
+        let mut trailing = tables.clone();
+        trailing.push(0);
+        assert!(matches!(
+            decode_file(&craft(&headers, &trailing)),
+            Err(BackupFileError::Length { .. })
+        ));
+        long[1].table_bytes = u64::MAX;
+        assert!(matches!(
+            decode_file(&craft(&long, &tables)),
+            Err(BackupFileError::Length { .. })
+        ));
+        assert!(matches!(
+            decode_file(&craft(&[], &[])),
+            Err(BackupFileError::Groups { found: 0 })
+        ));
+        let many = vec![headers[0].clone(); limits::GROUPS_MAX as usize + 1];
+        assert!(matches!(
+            decode_file(&craft(&many, &[])),
+            Err(BackupFileError::Groups { .. })
+        ));
+    }
+
+    /// A restore of two groups seeds group 0 in the dir and group 1 in `group-1/`, each with
+    /// the group count in its record and no unfinished-restore marker left; a dir that still
+    /// has the marker (a restore that stopped part way) is refused at start.
+    #[tokio::test]
+    async fn a_restore_of_two_groups_seeds_both_and_a_half_restored_dir_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let parts = [group_table(0, 2), group_table(1, 2)];
+        let borrowed: Vec<(BackupHeader, &[u8])> = parts
+            .iter()
+            .map(|(h, t)| (h.clone(), t.as_slice()))
+            .collect();
+        let file = tmp.path().join("b.backup");
+        std::fs::write(&file, encode_groups_file(&borrowed).unwrap()).unwrap();
+        let data = tmp.path().join("data");
+        let members: BTreeMap<u64, String> = [(1, "127.0.0.1:7420".to_owned())].into();
+        let restored = restore(&file, &data, 1, &members).await.unwrap();
+        assert_eq!(
+            (restored.groups, restored.locks, restored.sessions),
+            (2, 2, 2)
+        );
+        for dir in [data.clone(), data.join("group-1")] {
+            let record = std::fs::read_to_string(dir.join(node::CLUSTER_FILE)).unwrap();
+            assert!(record.contains("groups=2"), "{}: {record}", dir.display());
+            assert!(dir.join(node::SNAPSHOT_DIR).is_dir(), "{}", dir.display());
+        }
+        assert!(!data.join(node::RESTORE_MARKER).exists());
+
+        let mut config =
+            crate::ServerConfig::single(1, "127.0.0.1:7420".parse().unwrap(), data.clone());
+        config.groups = 2;
+        std::fs::write(data.join(node::RESTORE_MARKER), b"").unwrap();
+        match node::Node::open_log_store(&config) {
+            Err(node::StartError::RestoreUnfinished { .. }) => {}
+            other => panic!("{:?}", other.map(|_| "opened")),
+        }
+        std::fs::remove_file(data.join(node::RESTORE_MARKER)).unwrap();
+        assert!(node::Node::open_log_store(&config).is_ok());
     }
 
     #[test]

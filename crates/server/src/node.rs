@@ -55,6 +55,10 @@ impl NodeLogStore for LogStore<TypeConfig> {
 pub(crate) const META_CLUSTER: &str = "cluster";
 /// The same record as a file in the data dir, readable without opening the log.
 pub(crate) const CLUSTER_FILE: &str = "cluster";
+/// Written by `latchkey snapshot restore` into the data dir before it seeds anything, removed
+/// once every group is seeded: a data dir that still has it was restored part way (a group
+/// may be missing, and a start would found it empty), so a start refuses it.
+pub(crate) const RESTORE_MARKER: &str = "restore-unfinished";
 /// Where releases before membership changes recorded the member list the data dir was founded
 /// with (log metadata key and file); such a dir belongs to `ClusterId::founded_by` that list.
 const META_MEMBERS_OLD: &str = "members";
@@ -276,6 +280,11 @@ pub enum StartError {
     },
     #[error("data dir {dir}: unreadable cluster record: {why}")]
     BadRecord { dir: String, why: String },
+    #[error(
+        "data dir {dir}: a `latchkey snapshot restore` into it did not finish; refusing to start \
+         (remove the data dir and restore it again)"
+    )]
+    RestoreUnfinished { dir: String },
     #[error("raft: {0}")]
     Raft(String),
 }
@@ -361,6 +370,11 @@ impl Node {
     /// authority for data dirs from before the file existed.
     pub fn open_log_store(config: &ServerConfig) -> Result<LogStore<TypeConfig>, StartError> {
         let dir = &config.data_dir;
+        if dir.join(RESTORE_MARKER).exists() {
+            return Err(StartError::RestoreUnfinished {
+                dir: dir.display().to_string(),
+            });
+        }
         if let Some(recorded) = read_record_file(dir)? {
             check_record(dir, &recorded, config)?;
         }

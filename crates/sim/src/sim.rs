@@ -91,6 +91,12 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// The Raft group whose leader the fault schedules that follow a leader follow: `seed %
+    /// groups` (0 with one group), so that a sweep drives every group through them.
+    pub fn targeted_group(&self) -> u32 {
+        (self.seed % u64::from(self.groups.max(1))) as u32
+    }
+
     pub fn from_seed(seed: u64) -> RunConfig {
         let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_c0f1);
         let ttl = Duration::from_millis(rng.random_range(2_000..=3_000));
@@ -332,8 +338,7 @@ const IDLE_HOST: &str = "idle";
 struct Run<'c> {
     config: &'c RunConfig,
     sim: turmoil::Sim<'static>,
-    /// The clients' operations, the resource's decisions, and group 0's log (the fault
-    /// schedules that follow a leader follow group 0's).
+    /// The clients' operations, the resource's decisions, and group 0's log.
     history: History,
     /// By Raft group, what its members logged and probed: `logs[0]` is `history` itself.
     logs: Vec<History>,
@@ -495,13 +500,15 @@ impl<'c> Run<'c> {
         }
     }
 
-    /// The fault schedules' view of this step.
+    /// The fault schedules' view of this step. The schedules that follow a leader follow one
+    /// Raft group's log per run, group `seed % groups` ([`RunConfig::targeted_group`]), so
+    /// that across seeds every group meets them (with one group, group 0's, as before).
     fn faulting(&mut self, now: Duration) -> FaultCtx<'_, 'static> {
         FaultCtx {
             sim: &mut self.sim,
             faults: &mut self.faults,
             config: self.config,
-            history: &self.history,
+            history: &self.logs[self.config.targeted_group() as usize],
             disks: &self.disks,
             controls: &self.controls,
             crash_rng: &mut self.crash_rng,
