@@ -194,6 +194,8 @@ export interface GroupStatus {
   /** "leader", "follower", "candidate", "learner" or "shutdown". */
   role: string;
   term: bigint;
+  lastLogIndex: bigint;
+  appliedIndex: bigint;
   /** 0n when no leader is known. */
   leaderId: bigint;
   sessions: number;
@@ -588,6 +590,8 @@ export class Client {
         group: Number(g.group),
         role: g.role,
         term: BigInt(g.term),
+        lastLogIndex: BigInt(g.last_log_index ?? 0),
+        appliedIndex: BigInt(g.applied_index ?? 0),
         leaderId: BigInt(g.leader_id),
         sessions: Number(g.sessions),
         locks: Number(g.locks),

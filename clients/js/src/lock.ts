@@ -83,8 +83,25 @@ export async function acquire(logical: Session, name: string, options: LockOptio
   const lost = logical.lostError();
   if (lost) throw lost;
   options.signal?.throwIfAborted();
-  // The session of the lock's Raft group (made at the first lock of that group).
-  const session = await logical.forLock(name);
+  // The session of the lock's Raft group (made at the first lock of that group); the caller's
+  // signal abandons the wait for it too (the group session, once made, stays for later locks).
+  let session: GroupSession;
+  if (options.signal) {
+    const stop = new AbortController();
+    const making = logical.forLock(name);
+    try {
+      const raced = await Promise.race([making, onAbort(options.signal, stop.signal).then(() => undefined)]);
+      if (raced === undefined) {
+        making.catch(() => {}); // its failure, if any, is nobody's now
+        throw options.signal.reason ?? new Aborted();
+      }
+      session = raced;
+    } finally {
+      stop.abort();
+    }
+  } else {
+    session = await logical.forLock(name);
+  }
   const releasePermit = await session.waits.acquire();
   try {
     const deadline = wait === undefined ? undefined : now() + wait * 1000;

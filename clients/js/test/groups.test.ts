@@ -152,6 +152,11 @@ describe("one member, three groups", () => {
       // Exactly once per group: a re-sent Acquire answers the same grant.
       const [a, b] = await testing.acquireTwiceWithSameSeq(session, names[2]);
       assert.ok(a > 0n && a === b);
+      // The member's view of each group: it leads all three, each log past that grant's index
+      // in group 2.
+      const status = await client.nodeStatus();
+      assert.deepEqual(status.groupStatus.map((g) => [g.group, g.role]), [[0, "leader"], [1, "leader"], [2, "leader"]]);
+      assert.ok(status.groupStatus[2].lastLogIndex >= a && status.groupStatus[2].appliedIndex >= a, "group 2's indexes");
     } finally {
       await session.close();
     }
