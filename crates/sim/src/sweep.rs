@@ -81,6 +81,20 @@ pub fn run_config(config: &RunConfig) -> RunReport {
             report.coverage,
             started.elapsed().as_secs_f64()
         );
+        // With several groups, what each reached: the states a bug needs, group by group.
+        if report.by_group.len() > 1 {
+            for (g, group) in report.by_group.iter().enumerate() {
+                let targeted = if g as u32 == config.targeted_group() {
+                    ", its leader targeted"
+                } else {
+                    ""
+                };
+                println!(
+                    "  group {g}{targeted}: {} grants, {} committed entries; {}",
+                    group.grants, group.committed_entries, group.coverage
+                );
+            }
+        }
     } else {
         println!("{}", failure_text(&report));
     }
