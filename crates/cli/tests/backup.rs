@@ -246,18 +246,6 @@ fn restore_refuses_a_data_dir_in_use_and_a_damaged_or_foreign_file() {
     assert_ok(&restore(&file, &work.path("fresh")));
 }
 
-/// A lock name of each group of `groups`, by `latchkey_core::group_of`.
-fn names(groups: u32) -> Vec<String> {
-    (0..groups)
-        .map(|g| {
-            (0..)
-                .map(|i| format!("lock-{i}"))
-                .find(|n| latchkey_core::group_of(n, groups) == g)
-                .expect("some name hashes to every group")
-        })
-        .collect()
-}
-
 /// A cluster of two Raft groups saves both groups' tables in one file, and a new cluster of
 /// two groups restored from it has each lock in its group, held by the same session under
 /// the same token; the next grant of each lock is above its token there.
@@ -268,7 +256,7 @@ fn a_saved_cluster_of_two_groups_restores_every_group() {
     let file = work.path("latchkey.backup");
     let groups = ["--groups", "2"];
     let old = Cluster::start_configured(1, Timing::default(), &groups);
-    let names = names(2);
+    let names = common::names_by_group(2);
     let mut holders = Vec::new();
     for (i, name) in names.iter().enumerate() {
         holders.push(lock(

@@ -25,18 +25,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// A lock name of each group of `groups`, by `latchkey_core::group_of`.
-fn names(groups: u32) -> Vec<String> {
-    (0..groups)
-        .map(|g| {
-            (0..)
-                .map(|i| format!("lock-{i}"))
-                .find(|n| latchkey_core::group_of(n, groups) == g)
-                .expect("some name hashes to every group")
-        })
-        .collect()
-}
-
 /// Each group's (leader, term), as `cluster status --json` reports it.
 fn group_leaders(cluster: &Cluster) -> Option<Vec<(Option<u64>, Option<u64>)>> {
     let status = cluster.cluster_status()?;
@@ -96,7 +84,7 @@ fn a_paused_group_leader_stalls_only_its_own_group() {
     let before = wait_group_leaders(&cluster, 3, &[]);
     let leaders: Vec<u64> = before.iter().map(|(l, _)| *l).collect();
     assert_eq!(leaders, vec![1, 2, 3], "the founders lead one group each");
-    let names = names(3);
+    let names = common::names_by_group(3);
     let first: Vec<u64> = names.iter().map(|n| token_of(&cluster, n)).collect();
 
     cluster.pause(2);
@@ -139,7 +127,7 @@ fn killing_a_member_that_leads_several_groups_moves_each_of_them() {
     let before = wait_group_leaders(&cluster, 4, &[]);
     assert_eq!(before[0].0, 1);
     assert_eq!(before[3].0, 1, "member 1 leads groups 0 and 3");
-    let names = names(4);
+    let names = common::names_by_group(4);
     let first: Vec<u64> = names.iter().map(|n| token_of(&cluster, n)).collect();
 
     cluster.kill9(1);
@@ -191,7 +179,7 @@ fn one_client_renews_its_groups_with_one_request_per_member_and_expires_in_every
     let rt = runtime();
     let ttl = Duration::from_secs(3);
     let interval = ttl / latchkey_core::limits::CLIENT_RENEWAL_TTL_DIVISOR;
-    let names = names(4);
+    let names = common::names_by_group(4);
     let endpoints: Vec<String> = cluster.ids().iter().map(|&id| cluster.addr(id)).collect();
     let (session, guards) = rt.block_on(async {
         let client = Client::connect(endpoints.clone()).await.expect("client");
@@ -288,7 +276,7 @@ fn cluster_cmd(cluster: &Cluster, args: &[&str]) -> String {
 fn a_member_added_and_one_removed_change_every_group() {
     let mut cluster = Cluster::start_configured(3, Timing::default(), &["--groups", "2"]);
     wait_group_leaders(&cluster, 2, &[]);
-    let names = names(2);
+    let names = common::names_by_group(2);
     let first: Vec<u64> = names.iter().map(|n| token_of(&cluster, n)).collect();
 
     let addr = cluster.spawn_joining(4);
@@ -319,7 +307,7 @@ fn a_member_added_and_one_removed_change_every_group() {
 fn audit_lists_the_force_releases_of_every_group() {
     let cluster = Cluster::start_configured(1, Timing::default(), &["--groups", "3"]);
     wait_group_leaders(&cluster, 3, &[]);
-    let names = names(3);
+    let names = common::names_by_group(3);
     let rt = runtime();
     let endpoints = vec![cluster.addr(1)];
     let (_session, guards) = rt.block_on(async {

@@ -551,3 +551,16 @@ pub fn token_of(line: &str) -> u64 {
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| panic!("no token in {line:?}"))
 }
+
+/// A lock name of each Raft group of `groups` (`lock-N`, the first that hashes there by
+/// `latchkey_core::group_of`), in group order.
+pub fn names_by_group(groups: u32) -> Vec<String> {
+    (0..groups)
+        .map(|g| {
+            (0..)
+                .map(|i| format!("lock-{i}"))
+                .find(|n| latchkey_core::group_of(n, groups) == g)
+                .expect("some name hashes to every group")
+        })
+        .collect()
+}
