@@ -586,7 +586,7 @@ impl pb::locks_server::Locks for LocksService {
         let stream = node
             .watch
             .watch(req.prefix, req.after_index, node.shutdown.clone())
-            .map_err(|e| ApiError::from(e).in_group(node.shape.group, node.shape.groups))?;
+            .map_err(|e| in_group(node)(ApiError::from(e)))?;
         Ok(Response::new(Box::pin(futures::StreamExt::map(
             stream,
             |out| Ok::<_, Status>(watch_message(out)),
