@@ -97,10 +97,11 @@ fn ci_seeds_pass_every_checker() {
 
 /// CI seeds run in a cluster of two Raft groups (issue #16): every node a member of both,
 /// each group with its own log, its checkers over its own locks' operations. Seed 0's fault
-/// schedules follow group 0's leader and seed 13's group 1's (`RunConfig::targeted_group`);
-/// chosen from a release scan of seeds 0-17 so that each group reaches both lease bugs' states
-/// (seed 1, before: group 1 reached neither).
-const CI_SEEDS_OF_TWO_GROUPS: [u64; 2] = [0, 13];
+/// schedules follow group 0's leader and seed 23's group 1's (`RunConfig::targeted_group`);
+/// chosen from a release scan of seeds 0-23 so that each group reaches both lease bugs' states
+/// (seed 23 alone does; seed 13, the choice before the sim's connect backoff, reached neither
+/// in either group after it, and this test failed).
+const CI_SEEDS_OF_TWO_GROUPS: [u64; 2] = [0, 23];
 
 #[test]
 fn ci_seeds_of_two_groups_pass_every_checker() {
