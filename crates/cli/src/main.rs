@@ -329,6 +329,11 @@ pub struct ServeArgs {
     /// audit and membership changes need 1 for now (issue #16).
     #[arg(long, env = "LATCHKEY_GROUPS", default_value_t = 1, value_name = "N")]
     pub groups: u32,
+    /// With several groups: how long (ms) a group's preferred leader (the member that founded
+    /// it) must have been caught up and answering before the group's leader hands the group
+    /// back to it, so that leaderships spread again after a member returns. 0: never.
+    #[arg(long, env = "LATCHKEY_REBALANCE_AFTER_MS", default_value_t = latchkey_core::limits::REBALANCE_AFTER_MS_DEFAULT, value_name = "MS")]
+    pub rebalance_after_ms: u64,
     /// Entries between snapshots; the log before a snapshot is purged.
     #[arg(long, env = "LATCHKEY_SNAPSHOT_EVERY_ENTRIES", default_value_t = latchkey_core::limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT, value_name = "N")]
     pub snapshot_every_entries: u64,

@@ -1,6 +1,8 @@
 //! A cluster of several Raft groups (`serve --groups`, issue #16), on real `serve` processes:
 //! a paused group leader stalls only its own group, kill -9 of a member leading several groups
-//! moves each of them, tokens stay increasing per lock, one client holding locks in every group
+//! moves each of them, a member that returns is handed back the group it founded (a leader
+//! transfer, its locks' holders renewing through it), tokens stay increasing per lock, one
+//! client holding locks in every group
 //! renews with at most one request per member per renewal interval, and the expiry of its
 //! session releases its locks in every group.
 
@@ -154,8 +156,127 @@ fn killing_a_member_that_leads_several_groups_moves_each_of_them() {
     }
 }
 
-/// The `keep_alive` requests member `id` has answered, from its `/metrics`.
-fn keepalives_served(cluster: &Cluster, id: u64) -> u64 {
+/// Leader rebalance: member 2 founded group 1 of three and leads it. kill -9 of member 2 moves
+/// group 1 to another member; when member 2 is back and caught up for the rebalance delay,
+/// group 1's leader hands the group back to it (a leader transfer), and the other groups keep
+/// their leaders. A client session holding a lock in group 1 and one in group 0 renews through
+/// both leader changes: neither guard is lost, the lock keeps its holder and token, and the
+/// next grant in group 1 has a higher token.
+#[test]
+fn a_returning_member_is_handed_back_the_group_it_founded() {
+    let mut cluster = Cluster::start_configured(
+        3,
+        Timing::default(),
+        &[
+            "--groups",
+            "3",
+            "--rebalance-after-ms",
+            "2000",
+            "--metrics-listen",
+        ],
+    );
+    let before = wait_group_leaders(&cluster, 3, &[]);
+    let leaders: Vec<u64> = before.iter().map(|(l, _)| *l).collect();
+    assert_eq!(leaders, vec![1, 2, 3], "the founders lead one group each");
+    let names = common::names_by_group(3);
+    let rt = runtime();
+    let endpoints: Vec<String> = cluster.ids().iter().map(|&id| cluster.addr(id)).collect();
+    let (session, guards) = rt.block_on(async {
+        let client = Client::connect(endpoints.clone()).await.expect("client");
+        let session = client
+            .session(Duration::from_secs(5))
+            .await
+            .expect("session");
+        let mut guards = Vec::new();
+        for name in [&names[0], &names[1]] {
+            guards.push(
+                session
+                    .lock(name.as_str())
+                    .wait(Some(T))
+                    .await
+                    .expect("lock"),
+            );
+        }
+        (session, guards)
+    });
+    let held: Vec<u64> = guards.iter().map(|g| g.token()).collect();
+    let transfers = |cluster: &Cluster| -> u64 {
+        cluster
+            .ids()
+            .iter()
+            .filter(|&&id| cluster.is_running(id))
+            .map(|&id| {
+                metric(cluster, id, |l| {
+                    l.starts_with("latchkey_leader_transfers_total ")
+                })
+            })
+            .sum()
+    };
+    assert_eq!(
+        transfers(&cluster),
+        0,
+        "no transfer while the founders lead"
+    );
+
+    cluster.kill9(2);
+    let moved = wait_group_leaders(&cluster, 3, &[2]);
+    assert_ne!(moved[1].0, 2);
+    assert!(moved[1].1 > before[1].1, "group 1 elected in a new term");
+    let interim = moved[1].0;
+
+    cluster.restart(2);
+    cluster.wait_healthy(T).expect("member 2 back");
+    let mut back = Vec::new();
+    wait_until("group 1 is handed back to member 2", T, || {
+        back = group_leaders(&cluster).unwrap_or_default();
+        back.get(1).is_some_and(|(l, _)| *l == Some(2))
+    });
+    assert!(
+        back[1].1 > Some(moved[1].1),
+        "by an election in a later term"
+    );
+    assert_eq!(
+        (back[0], back[2]),
+        (
+            (Some(before[0].0), Some(before[0].1)),
+            (Some(before[2].0), Some(before[2].1))
+        ),
+        "groups 0 and 2 kept their leaders and terms"
+    );
+    assert!(
+        metric(&cluster, interim, |l| l
+            .starts_with("latchkey_leader_transfers_total "))
+            >= 1,
+        "member {interim}, group 1's interim leader, counted its transfer"
+    );
+    // Renewals go on through the new leader for a few TTLs; nothing was lost.
+    std::thread::sleep(Duration::from_secs(6));
+    for (guard, token) in guards.iter().zip(&held) {
+        assert!(!guard.is_lost(), "a guard was lost across the transfer");
+        assert_eq!(guard.token(), *token);
+    }
+    let status = cluster.cli(&[
+        "status",
+        &names[1],
+        "--json",
+        "--endpoints",
+        &cluster.endpoints(),
+    ]);
+    let status: Value = serde_json::from_str(&status.stdout).expect("status json");
+    assert_eq!(status["token"].as_u64(), Some(held[1]), "{status}");
+    assert_eq!(status["group"].as_u64(), Some(1));
+    rt.block_on(async {
+        for guard in guards {
+            guard.release().await.expect("release");
+        }
+        session.close().await.expect("close");
+    });
+    let next = token_of(&cluster, &names[1]);
+    assert!(next > held[1], "group 1: token {next} after {}", held[1]);
+}
+
+/// The value of the first line of member `id`'s `/metrics` that `line` picks (0 if none).
+fn metric(cluster: &Cluster, id: u64, line: impl Fn(&str) -> bool) -> u64 {
     let addr = cluster.members[id as usize - 1]
         .metrics_addr
         .clone()
@@ -163,9 +284,16 @@ fn keepalives_served(cluster: &Cluster, id: u64) -> u64 {
     let (status, body) = common::http_get(&addr, "/metrics").expect("metrics answer");
     assert_eq!(status, 200);
     body.lines()
-        .find(|l| l.starts_with("latchkey_requests_total{") && l.contains("method=\"keep_alive\""))
+        .find(|l| line(l))
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .map_or(0, |v| v as u64)
+}
+
+/// The `keep_alive` requests member `id` has answered, from its `/metrics`.
+fn keepalives_served(cluster: &Cluster, id: u64) -> u64 {
+    metric(cluster, id, |l| {
+        l.starts_with("latchkey_requests_total{") && l.contains("method=\"keep_alive\"")
+    })
 }
 
 /// One client holding a lock in each of four groups (led by three members) renews its logical

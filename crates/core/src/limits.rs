@@ -681,6 +681,21 @@ pub const PEER_SHARED_CHANNELS_MAX: usize = 64;
 /// reach every member that is up, so that the leaders spread as planned; short enough that a
 /// group whose founder is down has a leader a few seconds after the others.
 pub const FOUNDING_WAIT_ELECTIONS: u64 = 4;
+/// Default of `ServerConfig::rebalance_after_ms` (`serve --rebalance-after-ms`): how long a
+/// group's preferred leader must have been caught up and answering before its group is
+/// handed back to it. Ten seconds: a member that restarts and catches up stays up a while
+/// before it takes leaderships (a member that flaps does not pull groups back and forth), and
+/// the leaders spread again within seconds of a return. Each transfer is one election: the new
+/// leader resumes every lease of the group at a full TTL, as after any failover.
+pub const REBALANCE_AFTER_MS_DEFAULT: u64 = 10_000;
+/// How often (ms) a group's leader checks whether to hand the group to its preferred member.
+pub const REBALANCE_CHECK_MS: u64 = 1_000;
+/// How far (entries) the preferred member's log may trail the leader's for it to count as
+/// caught up: a member under load never matches the leader's last entry at the instant of a
+/// check; openraft's transfer then waits for it to flush the leader's last entry before it
+/// campaigns, and a few dozen entries flush within milliseconds.
+pub const REBALANCE_LAG_ENTRIES_MAX: u64 = 64;
+const _: () = assert!(REBALANCE_CHECK_MS <= REBALANCE_AFTER_MS_DEFAULT);
 /// How long (ms) a client's keepalive batch gathers in a cluster of several groups before it
 /// goes out (`client/src/keepalive.rs`): the group sessions of one logical session are due at
 /// the same instant but wake on any worker within a timer tick (1 ms), and one request per

@@ -100,6 +100,11 @@ pub struct ServerConfig {
     /// after its last heartbeat.
     pub election_timeout_min_ms: u64,
     pub election_timeout_max_ms: u64,
+    /// With several groups: how long a group's preferred leader (group g's is the (g mod N)-th
+    /// voter by id, the member that founded it) must have been caught up and answering before
+    /// the group's leader hands the group back to it, so that leaderships spread over the
+    /// members again after one returns (`node.rs` `rebalance_leadership`). 0: never.
+    pub rebalance_after_ms: u64,
     /// Entries between snapshots; the log before a snapshot is purged.
     pub snapshot_every_entries: u64,
     /// Entries kept in the log behind a snapshot, so that a follower a little behind catches
@@ -148,6 +153,7 @@ impl ServerConfig {
             heartbeat_ms: limits::HEARTBEAT_MS_DEFAULT,
             election_timeout_min_ms: limits::ELECTION_TIMEOUT_MS_MIN_DEFAULT,
             election_timeout_max_ms: limits::ELECTION_TIMEOUT_MS_MAX_DEFAULT,
+            rebalance_after_ms: limits::REBALANCE_AFTER_MS_DEFAULT,
             snapshot_every_entries: limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT,
             log_kept_after_snapshot: limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT,
             table_bytes_max: limits::TABLE_BYTES_MAX,
@@ -612,6 +618,7 @@ where
         tasks.push(tokio::spawn(n.clone().lease_duties(renewals)));
         tasks.push(tokio::spawn(n.clone().follow_membership()));
         tasks.push(tokio::spawn(n.clone().found_later()));
+        tasks.push(tokio::spawn(n.clone().rebalance_leadership()));
     }
     let (health, health_service) = tonic_health::server::health_reporter();
     let health_task = tokio::spawn(report_health(groups.clone(), health));
@@ -678,6 +685,7 @@ where
                     n.peer_auth.clone(),
                     n.config.table_bytes_max,
                     n.shutdown.clone(),
+                    n.succession.clone(),
                 )
             })
             .collect(),

@@ -58,6 +58,9 @@ pub struct Metrics {
     pub logged_renewals: Count,
     pub snapshots_installed: Count,
     pub waits_expired: Count,
+    /// Leader transfers this member started, as a group's leader handing it to its preferred
+    /// member (issue #16's rebalance).
+    pub leader_transfers: Count,
     /// Client calls received, gRPC and HTTP API alike, by method (`latchkey bench` divides them
     /// by operations).
     requests: Family<MethodLabel, Count>,
@@ -100,6 +103,7 @@ impl Metrics {
             logged_renewals: Count::default(),
             snapshots_installed: Count::default(),
             waits_expired: Count::default(),
+            leader_transfers: Count::default(),
             requests: Family::default(),
             commit_seconds: Histogram::new(latency_buckets()),
             fsync_seconds: Histogram::new(latency_buckets()),
@@ -186,6 +190,11 @@ impl Metrics {
             "latchkey_keepalive_sessions",
             "Sessions renewed by keepalives on this node",
             m.keepalive_sessions.clone(),
+        );
+        r.register(
+            "latchkey_leader_transfers",
+            "Leader transfers this node started, handing a group back to its preferred member",
+            m.leader_transfers.clone(),
         );
         r.register(
             "latchkey_logged_renewals",

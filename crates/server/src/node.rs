@@ -228,6 +228,9 @@ pub struct Node {
     pub peer_book: AddressBook,
     /// This member's recent lock changes and its watch streams.
     pub watch: Arc<crate::watch::WatchHub>,
+    /// The successor this group's leader named (a leader transfer), shared by the group's
+    /// peer network and peer service (`peer::Succession`).
+    pub succession: Arc<crate::peer::Succession>,
     /// The founding member list, when another member founds this group first (see
     /// [`Node::found_later`]).
     found_later: Mutex<Option<BTreeMap<u64, BasicNode>>>,
@@ -507,10 +510,12 @@ impl Node {
                 .validate()
                 .map_err(|e| StartError::Raft(e.to_string()))?,
         );
+        let succession = Arc::new(crate::peer::Succession::default());
         let raft = Raft::new(
             config.id,
             raft_config,
             crate::peer::PeerNetwork {
+                succession: succession.clone(),
                 connector: env.connector.clone(),
                 auth: peer_auth.clone(),
                 reachable: Default::default(),
@@ -577,6 +582,7 @@ impl Node {
             cluster: record.cluster,
             peer_book,
             watch,
+            succession,
             found_later: Mutex::new(found_later),
         });
         Ok((node, renew_rx))
@@ -607,6 +613,105 @@ impl Node {
         if let Err(e) = self.raft.initialize(nodes).await {
             tracing::info!("initialize: {e} (another member may have initialized first)");
         }
+    }
+
+    /// Leader rebalance (issue #16): while this member leads a group whose preferred leader
+    /// ([`founder_of`] over the voters) is another member, and that member has answered within
+    /// an election timeout with a log at most `REBALANCE_LAG_ENTRIES_MAX` behind, continuously
+    /// for `rebalance_after_ms` in this term, hand it the group (openraft's leader transfer).
+    /// So leaderships return to where the cluster spread them after a member comes back. Only
+    /// with several groups: a single group has nothing to spread.
+    ///
+    /// A transfer is an election like any other for the leases: the successor resumes them at
+    /// a full TTL after a quorum elected it, and that quorum overlaps the one that confirmed
+    /// each renewal the old leader acknowledged, after the renewal arrived (see
+    /// `peer::check_leadership_transfer`). While transferring, openraft refuses this leader's
+    /// reads and writes (`ForwardToLeader`), so it acknowledges nothing more.
+    pub async fn rebalance_leadership(self: Arc<Node>) {
+        if self.config.groups == 1 || self.config.rebalance_after_ms == 0 {
+            return;
+        }
+        let settle = Duration::from_millis(self.config.rebalance_after_ms);
+        let answering = Duration::from_millis(self.config.election_timeout_min_ms);
+        // (term, member) and since when that member has been ready to take over in that term.
+        let mut ready: Option<(u64, u64, tokio::time::Instant)> = None;
+        loop {
+            tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(limits::REBALANCE_CHECK_MS)) => {}
+            }
+            let successor = {
+                let metrics = self.raft.metrics();
+                let m = metrics.borrow_watched();
+                self.preferred_successor(&m, answering)
+                    .map(|to| (m.current_term, to))
+            };
+            let Some((term, to)) = successor else {
+                ready = None;
+                continue;
+            };
+            let now = tokio::time::Instant::now();
+            let since = match ready {
+                Some((t, m, since)) if t == term && m == to => since,
+                _ => {
+                    ready = Some((term, to, now));
+                    continue;
+                }
+            };
+            if now.duration_since(since) < settle {
+                continue;
+            }
+            ready = None;
+            tracing::info!(
+                group = self.shape.group,
+                term,
+                successor = to,
+                "handing the group to its preferred leader, member {to}"
+            );
+            self.metrics.leader_transfers.inc();
+            self.probe.event(
+                self.id,
+                self.shape.group,
+                ProbeEvent::LeaderTransferStarted { term, to },
+            );
+            if let Err(e) = self.raft.trigger().transfer_leader(to).await {
+                tracing::warn!(group = self.shape.group, "leader transfer: {e}");
+                return;
+            }
+        }
+    }
+
+    /// The member this leader should hand the group to now, if any: the group's preferred
+    /// leader, when that is not this member, it is a voter, it answered within `answering`,
+    /// and its log is at most `REBALANCE_LAG_ENTRIES_MAX` entries behind.
+    fn preferred_successor(
+        &self,
+        m: &openraft::RaftMetrics<TypeConfig>,
+        answering: Duration,
+    ) -> Option<u64> {
+        if m.state != ServerState::Leader {
+            return None;
+        }
+        let voters: BTreeMap<u64, String> = m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .map(|id| (id, String::new()))
+            .collect();
+        if voters.len() < 2 {
+            return None;
+        }
+        let preferred = founder_of(self.shape.group, &voters);
+        if preferred == self.id {
+            return None;
+        }
+        let matched = m.replication.as_ref()?.get(&preferred)?.as_ref()?.index;
+        let last = m.last_log_index.unwrap_or(0);
+        if last.saturating_sub(matched) > limits::REBALANCE_LAG_ENTRIES_MAX {
+            return None;
+        }
+        let acked = m.heartbeat.as_ref()?.get(&preferred)?.as_ref()?;
+        (openraft::Instant::elapsed(&**acked) <= answering).then_some(preferred)
     }
 
     /// The leader's duties, for as long as the node runs, in one task so that their log

@@ -571,13 +571,24 @@ impl Node {
         check_keepalive_len(sessions.len())?;
         // Confirm leadership with a majority *after* the request arrived: a deposed leader
         // fails here and never extends a lease.
-        let term = self
-            .raft
-            .ensure_linearizable(ReadPolicy::ReadIndex)
-            .await
-            .map_err(ApiError::from)?
-            .committed_leader_id()
-            .term;
+        let term = if self.config.plant.renew_without_quorum {
+            use openraft::async_runtime::WatchReceiver;
+            let m = self.raft.metrics().borrow_watched().clone();
+            if m.state != openraft::ServerState::Leader {
+                return Err(ApiError::NotLeader {
+                    leader_id: m.current_leader,
+                    leader_addr: None,
+                });
+            }
+            m.current_term
+        } else {
+            self.raft
+                .ensure_linearizable(ReadPolicy::ReadIndex)
+                .await
+                .map_err(ApiError::from)?
+                .committed_leader_id()
+                .term
+        };
         // Decide each session: renewed in memory, needs a logged renewal, or gone.
         let mut decisions: Vec<(SessionId, u64, Renew)> = Vec::with_capacity(sessions.len());
         let mut revoked: Vec<(Vec<u64>, Option<u64>)> = Vec::with_capacity(sessions.len());

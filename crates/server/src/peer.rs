@@ -26,8 +26,8 @@ use openraft::errors::{
 };
 use openraft::network::{stream_append_sequential, RPCOption, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult, VoteRequest,
-    VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
+    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::storage::{Snapshot, SnapshotMeta};
 use openraft::{BasicNode, OptionalSend, RaftNetworkFactory};
@@ -54,10 +54,50 @@ type Meta =
 /// openraft's default `RaftNetworkV2::pre_vote` answers "granted" without asking anyone, which
 /// would make pre-vote a no-op: a member that cannot win would still raise its term and, back
 /// in touch, depose a healthy leader (see `raft_config`).
+///
+/// A leader's `TransferLeader` (it names its successor, see [`Succession`]) rides the same
+/// call, as the last variant: a member of an older latchkey fails to decode it, so the transfer
+/// fails and the group elects as it would after a leader's death.
 #[derive(Serialize, Deserialize)]
 enum Ballot {
     Vote(VoteRequest<TypeConfig>),
     PreVote(VoteRequest<TypeConfig>),
+    TransferLeader(TransferLeaderRequest<TypeConfig>),
+}
+
+/// The successor a leader named in one Raft group (`Raft::trigger().transfer_leader`, issue
+/// #16's leader rebalance), as this member last heard it: the leader's vote and the member it
+/// named. Shared by the group's network client (a leader records whom it names as it sends
+/// the request) and its peer service (a follower records it as the request arrives), so that
+/// [`check_leadership_transfer`] grants a vote that skips the leader lease only to that member,
+/// and only while this member is still in that leader's term.
+#[derive(Debug, Default)]
+pub struct Succession {
+    named: std::sync::Mutex<Option<(Vote, u64)>>,
+}
+
+impl Succession {
+    fn name(&self, leader: &Vote, to: u64) {
+        *self.named.lock().expect("succession lock") = Some((*leader, to));
+    }
+
+    /// Whether `candidate`'s vote request may skip the leader lease, this member's vote being
+    /// `mine`: the leader whose vote this member holds named it, or this member already
+    /// granted this very vote (a resent request).
+    fn allows(&self, candidate: u64, asked: &Vote, mine: &Vote) -> bool {
+        if asked.leader_id == mine.leader_id {
+            return true;
+        }
+        self.named
+            .lock()
+            .expect("succession lock")
+            .as_ref()
+            .is_some_and(|(leader, to)| {
+                *to == candidate
+                    && leader.leader_id == mine.leader_id
+                    && asked.leader_id.term > leader.leader_id.term
+            })
+    }
 }
 
 /// The header of one chunk of a snapshot stream. `transfer` is drawn by the sender for each
@@ -171,6 +211,8 @@ pub struct PeerService {
     /// The node is shutting down: streams of appends end (a leader's stream never ends on its
     /// own, and the server's graceful shutdown waits for every open stream).
     stop: CancellationToken,
+    /// The successor this group's leader named, shared with the group's [`PeerNetwork`].
+    succession: Arc<Succession>,
 }
 
 impl PeerService {
@@ -179,10 +221,12 @@ impl PeerService {
         auth: Arc<PeerAuth>,
         table_bytes_max: usize,
         stop: CancellationToken,
+        succession: Arc<Succession>,
     ) -> PeerService {
         PeerService {
             raft,
             auth,
+            succession,
             snapshot_bytes_max: (table_bytes_max + limits::SNAPSHOT_OVERHEAD_BYTES_MAX) as u64,
             receiving: Arc::new(tokio::sync::Semaphore::new(limits::SNAPSHOTS_RECEIVING_MAX)),
             append_streams: Arc::new(tokio::sync::Semaphore::new(limits::PEER_APPEND_STREAMS_MAX)),
@@ -329,6 +373,47 @@ impl PeerService {
     /// Whether `from` is a member by this member's Raft membership, which changes (see
     /// [`PeerAuth::check_member`]). `vouch` is what the message offers for a sender this member
     /// does not know: a leader's vote, or a candidate's last log index.
+    /// A leader names its successor: the sender must be the leader whose committed vote the
+    /// request carries, at least this member's own. Recorded ([`Succession`]) before openraft
+    /// sees it, since the successor's vote request may follow at once.
+    async fn transfer_leader(
+        &self,
+        from: u64,
+        req: TransferLeaderRequest<TypeConfig>,
+    ) -> Result<Response<pb::PeerMessage>, Status> {
+        self.check_member(PeerMethod::Vote, from, Vouch::Leader(req.from_leader()))?;
+        check_vote_sender(from, req.from_leader(), "leader transfer")
+            .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
+        let mine = {
+            use openraft::async_runtime::WatchReceiver;
+            self.raft.metrics().borrow_watched().vote
+        };
+        // Only the leader of this member's term names a successor here (openraft ignores the
+        // request otherwise, too).
+        if req.from_leader().leader_id != mine.leader_id {
+            return Err(refuse(
+                PeerMethod::Vote,
+                Some(from),
+                &format!(
+                    "member {from} named a successor for term {}, which it does not lead here",
+                    req.from_leader().leader_id.term
+                ),
+            ));
+        }
+        self.succession.name(req.from_leader(), *req.to_node_id());
+        tracing::info!(
+            leader = from,
+            successor = req.to_node_id(),
+            "the leader names its successor"
+        );
+        let res: Result<TransferLeaderResponse<TypeConfig>, RaftError<TypeConfig>> = self
+            .raft
+            .handle_transfer_leader(req)
+            .await
+            .map_err(RaftError::Fatal);
+        reply(&res)
+    }
+
     fn check_member(&self, method: PeerMethod, from: u64, vouch: Vouch<'_>) -> Result<(), Status> {
         use openraft::async_runtime::WatchReceiver;
         let (known, vouched) = {
@@ -407,17 +492,24 @@ fn check_vote_sender(from: u64, vote: &Vote, what: &str) -> Result<(), String> {
 /// Whether a vote request may skip the leader lease. openraft grants a `leadership_transfer`
 /// vote even while this member's leader lease holds (`Engine::handle_vote_req`: the flag means
 /// "the current leader asked for this election"), so any member could depose a healthy leader
-/// by setting it. latchkey never calls `Raft::trigger().transfer_leader`, and the one transfer
-/// openraft starts on its own (a removed leader's step-down watcher) needs the
-/// `RaftNetworkV2::transfer_leader` call, which this network leaves at openraft's default
-/// (unreachable): the others elect once the lease runs out. So no honest member sends such a
-/// vote, and it is refused here, the one place to allow it once leader transfer is a feature
-/// (e.g. only from the member the leader named as its successor).
-fn check_leadership_transfer(from: u64, req: &VoteRequest<TypeConfig>) -> Result<(), String> {
-    if req.leadership_transfer {
+/// by setting it. It is granted only to the successor the leader of this member's term named
+/// ([`Succession`]); any other is refused here.
+///
+/// Skipping the lease does not weaken the session leases: a keepalive is acknowledged only
+/// after a quorum confirmed its leader after the keepalive arrived (`ops.rs` `keep_alive`,
+/// `ReadPolicy::ReadIndex`), and the successor is elected by a quorum that overlaps it, so
+/// it takes office, and resumes each lease at a full TTL, after the arrival of every renewal
+/// the old leader acknowledged, exactly as after an election by timeout.
+fn check_leadership_transfer(
+    from: u64,
+    req: &VoteRequest<TypeConfig>,
+    succession: &Succession,
+    mine: &Vote,
+) -> Result<(), String> {
+    if req.leadership_transfer && !succession.allows(from, &req.vote, mine) {
         return Err(format!(
             "member {from} asked for a leadership-transfer vote, which would skip the leader \
-             lease; this cluster never transfers leadership"
+             lease, but the leader of this member's term did not name it its successor"
         ));
     }
     Ok(())
@@ -554,7 +646,10 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (from, payload) = self.admit(request, PeerMethod::Vote)?;
         let ballot: Ballot = decode(&payload).map_err(bad)?;
-        let (Ballot::Vote(req) | Ballot::PreVote(req)) = &ballot;
+        let req = match &ballot {
+            Ballot::Vote(req) | Ballot::PreVote(req) => req,
+            Ballot::TransferLeader(req) => return self.transfer_leader(from, req.clone()).await,
+        };
         self.check_member(
             PeerMethod::Vote,
             from,
@@ -564,11 +659,16 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         )?;
         check_vote_sender(from, &req.vote, "vote request")
             .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
-        check_leadership_transfer(from, req)
+        let mine = {
+            use openraft::async_runtime::WatchReceiver;
+            self.raft.metrics().borrow_watched().vote
+        };
+        check_leadership_transfer(from, req, &self.succession, &mine)
             .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
         let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> = match ballot {
             Ballot::Vote(req) => self.raft.vote(req).await,
             Ballot::PreVote(req) => self.raft.pre_vote(req).await,
+            Ballot::TransferLeader(_) => unreachable!("answered above"),
         };
         reply(&res)
     }
@@ -832,6 +932,8 @@ pub struct PeerNetwork {
     pub dial: BTreeMap<u64, String>,
     /// The members' addresses as the membership says now.
     pub book: AddressBook,
+    /// The successor this group's leader names, shared with the group's [`PeerService`].
+    pub succession: Arc<Succession>,
 }
 
 impl PeerNetwork {
@@ -1229,6 +1331,26 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         .await
     }
 
+    /// Names this leader's successor to one voter (openraft sends it to every voter). Recorded
+    /// here first: the successor's vote request then reaches this leader too.
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.network
+            .succession
+            .name(req.from_leader(), *req.to_node_id());
+        self.follow_address();
+        self.call(
+            PeerMethod::Vote,
+            encode(&Ballot::TransferLeader(req)),
+            &option,
+            |mut c, r| async move { c.vote(r).await },
+        )
+        .await
+    }
+
     async fn vote(
         &mut self,
         rpc: VoteRequest<TypeConfig>,
@@ -1359,6 +1481,46 @@ impl<I: Iterator<Item = pb::PeerChunk>> Iterator for Tracked<I> {
 /// Hostile input (issue #13): peer payloads come off the network. Decoding noise or a mutated
 /// message gives a message or an error, and a snapshot with mutated data is refused or passes
 /// every check; nothing panics before openraft would see it.
+#[cfg(test)]
+mod succession_tests {
+    use super::*;
+
+    fn transfer_vote(term: u64, candidate: u64) -> VoteRequest<TypeConfig> {
+        VoteRequest {
+            vote: Vote::new(term, candidate),
+            last_log_id: None,
+            leadership_transfer: true,
+        }
+    }
+
+    #[test]
+    fn a_transfer_vote_is_granted_only_to_the_successor_the_leader_of_this_term_named() {
+        let leader = Vote::new_committed(4, 1);
+        let s = Succession::default();
+        // Nobody named: refused, as before leader transfer existed.
+        assert!(check_leadership_transfer(2, &transfer_vote(5, 2), &s, &leader).is_err());
+        s.name(&leader, 2);
+        assert!(check_leadership_transfer(2, &transfer_vote(5, 2), &s, &leader).is_ok());
+        // Another member, even in a higher term: refused.
+        let e = check_leadership_transfer(3, &transfer_vote(9, 3), &s, &leader).unwrap_err();
+        assert!(e.contains("did not name it"), "{e}");
+        // The successor, for a term not above the naming leader's: refused.
+        assert!(check_leadership_transfer(2, &transfer_vote(4, 2), &s, &leader).is_err());
+        // This member moved on to another leader's term: the old naming no longer counts...
+        let later = Vote::new_committed(7, 3);
+        assert!(check_leadership_transfer(2, &transfer_vote(8, 2), &s, &later).is_err());
+        // ...but a resent request for the vote it already granted is let through.
+        let granted = Vote::new(5, 2);
+        assert!(check_leadership_transfer(2, &transfer_vote(5, 2), &s, &granted).is_ok());
+        // A vote without the flag never needs naming.
+        let plain = VoteRequest {
+            leadership_transfer: false,
+            ..transfer_vote(9, 3)
+        };
+        assert!(check_leadership_transfer(3, &plain, &s, &leader).is_ok());
+    }
+}
+
 #[cfg(test)]
 mod hostile_input {
     use super::*;
@@ -1540,6 +1702,7 @@ mod append_streams {
             auth: Arc::new(PeerAuth::new(1, ClusterId::founded_by(&members), None)),
             dial: BTreeMap::new(),
             book: Default::default(),
+            succession: Default::default(),
         };
         let client = network.new_client(2, &BasicNode { addr }).await;
         (client, seen)

@@ -36,6 +36,9 @@ pub enum ProbeEvent {
     SessionsExpired { sessions: Vec<SessionId> },
     /// This leader committed the end of this many waits whose wait timeout had passed.
     WaitsExpired { count: usize },
+    /// This node, leader of `term`, asked openraft to hand the group to member `to`, its
+    /// preferred leader (`node.rs` `rebalance_leadership`).
+    LeaderTransferStarted { term: u64, to: u64 },
 }
 
 pub trait Probe: Send + Sync + 'static {
@@ -70,6 +73,11 @@ pub struct Plant {
     /// A new leader resumes leases as soon as it is elected, before it applied the entries the
     /// old leader committed (issue #9, bug 2).
     pub resume_before_applied: bool,
+    /// A keepalive is answered on this node's own belief that it leads (openraft's metrics),
+    /// without a quorum confirming it after the keepalive arrived: a deposed leader that has
+    /// not heard of its successor, or one handing its group over (a leader transfer, which
+    /// skips the followers' leader lease), renews leases its successor already resumed.
+    pub renew_without_quorum: bool,
     /// Not a bug: for a planted storage bug that loses acknowledged entries, let openraft
     /// accept a follower's reverted log (`allow_log_reversion`) instead of panicking, so that
     /// the run goes on and the history checkers judge the consequences. (A panic inside a

@@ -45,6 +45,11 @@ pub struct Coverage {
     pub sessions_expired: usize,
     /// Waits that ended at their wait timeout on the server (0 until the server reports them).
     pub wait_expiries: usize,
+    /// Leader transfers a leader started (issue #16's rebalance, several groups only).
+    pub transfers_started: usize,
+    /// Of those, transfers whose named successor was the next member to resume the leases:
+    /// a leader change by transfer, which skips the followers' leader lease.
+    pub transfers_completed: usize,
 }
 
 impl Coverage {
@@ -53,6 +58,8 @@ impl Coverage {
         // Per node: a snapshot installed since it last resumed the leases.
         let mut installed_since_led: BTreeMap<u64, bool> = BTreeMap::new();
         let mut resumed_terms: usize = 0;
+        // The last transfer started and not yet followed by a resume: (term, successor).
+        let mut transferring: Option<(u64, u64)> = None;
         for p in &h.probed {
             match &p.event {
                 ProbeEvent::SnapshotInstalled { .. } => {
@@ -66,6 +73,12 @@ impl Coverage {
                     ..
                 } => {
                     resumed_terms += 1;
+                    if let Some((from_term, to)) = transferring {
+                        if *term > from_term {
+                            c.transfers_completed += usize::from(p.node == to);
+                            transferring = None;
+                        }
+                    }
                     c.stale_marks_at_resume += stale_marks;
                     if installed_since_led.insert(p.node, false) == Some(true) {
                         c.resumed_after_install += 1;
@@ -88,6 +101,10 @@ impl Coverage {
                 }
                 ProbeEvent::SessionsExpired { sessions } => c.sessions_expired += sessions.len(),
                 ProbeEvent::WaitsExpired { count } => c.wait_expiries += count,
+                ProbeEvent::LeaderTransferStarted { term, to } => {
+                    c.transfers_started += 1;
+                    transferring = Some((*term, *to));
+                }
             }
         }
         c.failovers = resumed_terms.saturating_sub(1);
@@ -106,6 +123,8 @@ impl Coverage {
         self.logged_renewals += other.logged_renewals;
         self.sessions_expired += other.sessions_expired;
         self.wait_expiries += other.wait_expiries;
+        self.transfers_started += other.transfers_started;
+        self.transfers_completed += other.transfers_completed;
     }
 }
 
@@ -152,8 +171,8 @@ impl fmt::Display for Coverage {
             f,
             "{} snapshot installs, {} leases resumed after an install ({} stale marks), {} \
              resumed before a committed lease write was applied ({} before a renewal; {} with \
-             it unapplied), {} failovers, {} logged renewals, {} sessions expired, {} wait \
-             expiries",
+             it unapplied), {} failovers ({} by a leader transfer, of {} started), {} logged \
+             renewals, {} sessions expired, {} wait expiries",
             self.snapshot_installs,
             self.resumed_after_install,
             self.stale_marks_at_resume,
@@ -161,6 +180,8 @@ impl fmt::Display for Coverage {
             self.elected_before_renewal_applied,
             self.resumed_with_renewal_unapplied,
             self.failovers,
+            self.transfers_completed,
+            self.transfers_started,
             self.logged_renewals,
             self.sessions_expired,
             self.wait_expiries

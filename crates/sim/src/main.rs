@@ -9,15 +9,16 @@
 //! has one).
 //!
 //! `--show-config` prints each seed's configuration without running it.
-//! `--plant stale-mark|resume-early` puts a fixed lease bug back (issue #9, bugs 1 and 2) in
-//! every run, to find seeds that catch it.
+//! `--plant stale-mark|resume-early|renew-without-quorum` puts a fixed lease bug back (issue
+//! #9, bugs 1 and 2; a keepalive answered without a quorum's confirmation) in every run, to
+//! find seeds that catch it.
 
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
         "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) [--groups G] \
-         [--plant stale-mark|resume-early] [--show-config]"
+         [--plant stale-mark|resume-early|renew-without-quorum] [--show-config]"
     );
     ExitCode::from(2)
 }
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
         match args.get(i + 1).map(String::as_str) {
             Some("stale-mark") => plant.stale_mark_after_install = true,
             Some("resume-early") => plant.resume_before_applied = true,
+            Some("renew-without-quorum") => plant.renew_without_quorum = true,
             _ => return usage(),
         }
     }

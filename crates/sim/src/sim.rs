@@ -86,6 +86,11 @@ pub struct RunConfig {
     /// expired only sessions whose clients had given them up already).
     pub heartbeat_ms: u64,
     pub election_timeout_ms: (u64, u64),
+    /// With several groups, how long a group's preferred leader must be caught up before its
+    /// leader hands the group back (`ServerConfig::rebalance_after_ms`): shorter than the
+    /// server's default so that a node restarted in the fault phase takes its groups back
+    /// within the run, and leader transfers meet the faults and the lease checkers.
+    pub rebalance_after_ms: u64,
     /// Fixed server bugs put back, for the checkers' own tests. Off in every seed.
     pub plant: latchkey_server::Plant,
 }
@@ -125,6 +130,7 @@ impl RunConfig {
             failover_after_renewal_p: 0.0,
             heartbeat_ms: 100,
             election_timeout_ms: (500, 1_000),
+            rebalance_after_ms: 2_000,
             plant: latchkey_server::Plant::default(),
         }
         .with_lease_shape(&mut rng)
@@ -262,6 +268,7 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
             server.election_timeout_max_ms = config.election_timeout_ms.1;
             server.snapshot_every_entries = config.snapshot_every_entries;
             server.log_kept_after_snapshot = config.log_kept_after_snapshot;
+            server.rebalance_after_ms = config.rebalance_after_ms;
             server.plant = latchkey_server::Plant {
                 tolerate_log_reversion: config.disk.ack_before_fsync,
                 ..config.plant

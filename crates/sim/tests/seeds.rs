@@ -140,6 +140,16 @@ fn ci_seeds_of_two_groups_pass_every_checker() {
         by_group.iter().any(|g| g.coverage.sessions_expired > 0),
         "no session expired in any group"
     );
+    // A leader change by transfer (the rebalance after a node returns) skips the followers'
+    // leader lease: the lease checkers must have judged at least one.
+    let transfers: usize = by_group
+        .iter()
+        .map(|g| g.coverage.transfers_completed)
+        .sum();
+    assert!(
+        transfers > 0,
+        "no group changed leader by a leader transfer"
+    );
     // The states issue #9's two bugs need, in every group: a leader that resumes the leases
     // after installing a snapshot (bug 1), and one elected before it applied a committed lease
     // write of an earlier term (bug 2).
