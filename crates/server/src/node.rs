@@ -236,11 +236,13 @@ pub struct Node {
     found_later: Mutex<Option<BTreeMap<u64, BasicNode>>>,
 }
 
-/// The member that founds group `group` of a new cluster of `members`: the (group mod N)-th
-/// by id, so that N members lead about G/N groups each.
-pub(crate) fn founder_of(group: u32, members: &BTreeMap<u64, String>) -> u64 {
-    let ids: Vec<u64> = members.keys().copied().collect();
+/// The member that founds group `group` of a new cluster of members `ids`: the (group mod
+/// N)-th by id, so that N members lead about G/N groups each. Also the group's preferred
+/// leader later, over its voters (`Node::rebalance_leadership`).
+pub(crate) fn founder_of(group: u32, ids: impl IntoIterator<Item = u64>) -> u64 {
+    let mut ids: Vec<u64> = ids.into_iter().collect();
     assert!(!ids.is_empty(), "a cluster has members");
+    ids.sort_unstable();
     ids[group as usize % ids.len()]
 }
 
@@ -547,7 +549,7 @@ impl Node {
             // campaigns alone (the others, with no membership yet, cannot) and so leads it.
             // The others initialize it only if they have heard nothing of it a few election
             // timeouts later (its founder is down), so that a group never waits for one member.
-            if config.groups == 1 || founder_of(shape.group, &members) == config.id {
+            if config.groups == 1 || founder_of(shape.group, members.keys().copied()) == config.id {
                 // Every member of a new cluster may call this with the same list; openraft
                 // lets only one initialization win and the others join its term.
                 if let Err(e) = raft.initialize(nodes).await {
@@ -692,16 +694,11 @@ impl Node {
         if m.state != ServerState::Leader {
             return None;
         }
-        let voters: BTreeMap<u64, String> = m
-            .membership_config
-            .membership()
-            .voter_ids()
-            .map(|id| (id, String::new()))
-            .collect();
+        let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
         if voters.len() < 2 {
             return None;
         }
-        let preferred = founder_of(self.shape.group, &voters);
+        let preferred = founder_of(self.shape.group, voters);
         if preferred == self.id {
             return None;
         }

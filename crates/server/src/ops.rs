@@ -573,14 +573,18 @@ impl Node {
         // fails here and never extends a lease.
         let term = if self.config.plant.renew_without_quorum {
             use openraft::async_runtime::WatchReceiver;
-            let m = self.raft.metrics().borrow_watched().clone();
-            if m.state != openraft::ServerState::Leader {
+            let (state, leader, term) = {
+                let metrics = self.raft.metrics();
+                let m = metrics.borrow_watched();
+                (m.state, m.current_leader, m.current_term)
+            };
+            if state != openraft::ServerState::Leader {
                 return Err(ApiError::NotLeader {
-                    leader_id: m.current_leader,
+                    leader_id: leader,
                     leader_addr: None,
                 });
             }
-            m.current_term
+            term
         } else {
             self.raft
                 .ensure_linearizable(ReadPolicy::ReadIndex)

@@ -370,9 +370,6 @@ impl PeerService {
         Ok((from, message.payload))
     }
 
-    /// Whether `from` is a member by this member's Raft membership, which changes (see
-    /// [`PeerAuth::check_member`]). `vouch` is what the message offers for a sender this member
-    /// does not know: a leader's vote, or a candidate's last log index.
     /// A leader names its successor: the sender must be the leader whose committed vote the
     /// request carries, at least this member's own. Recorded ([`Succession`]) before openraft
     /// sees it, since the successor's vote request may follow at once.
@@ -384,10 +381,7 @@ impl PeerService {
         self.check_member(PeerMethod::Vote, from, Vouch::Leader(req.from_leader()))?;
         check_vote_sender(from, req.from_leader(), "leader transfer")
             .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
-        let mine = {
-            use openraft::async_runtime::WatchReceiver;
-            self.raft.metrics().borrow_watched().vote
-        };
+        let mine = self.vote_here();
         // Only the leader of this member's term names a successor here (openraft ignores the
         // request otherwise, too).
         if req.from_leader().leader_id != mine.leader_id {
@@ -414,6 +408,15 @@ impl PeerService {
         reply(&res)
     }
 
+    /// This member's vote now.
+    fn vote_here(&self) -> Vote {
+        use openraft::async_runtime::WatchReceiver;
+        self.raft.metrics().borrow_watched().vote
+    }
+
+    /// Whether `from` is a member by this member's Raft membership, which changes (see
+    /// [`PeerAuth::check_member`]). `vouch` is what the message offers for a sender this member
+    /// does not know: a leader's vote, or a candidate's last log index.
     fn check_member(&self, method: PeerMethod, from: u64, vouch: Vouch<'_>) -> Result<(), Status> {
         use openraft::async_runtime::WatchReceiver;
         let (known, vouched) = {
@@ -645,10 +648,10 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (from, payload) = self.admit(request, PeerMethod::Vote)?;
-        let ballot: Ballot = decode(&payload).map_err(bad)?;
-        let req = match &ballot {
-            Ballot::Vote(req) | Ballot::PreVote(req) => req,
-            Ballot::TransferLeader(req) => return self.transfer_leader(from, req.clone()).await,
+        let (req, pre_vote) = match decode(&payload).map_err(bad)? {
+            Ballot::Vote(req) => (req, false),
+            Ballot::PreVote(req) => (req, true),
+            Ballot::TransferLeader(req) => return self.transfer_leader(from, req).await,
         };
         self.check_member(
             PeerMethod::Vote,
@@ -659,16 +662,12 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         )?;
         check_vote_sender(from, &req.vote, "vote request")
             .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
-        let mine = {
-            use openraft::async_runtime::WatchReceiver;
-            self.raft.metrics().borrow_watched().vote
-        };
-        check_leadership_transfer(from, req, &self.succession, &mine)
+        check_leadership_transfer(from, &req, &self.succession, &self.vote_here())
             .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
-        let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> = match ballot {
-            Ballot::Vote(req) => self.raft.vote(req).await,
-            Ballot::PreVote(req) => self.raft.pre_vote(req).await,
-            Ballot::TransferLeader(_) => unreachable!("answered above"),
+        let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> = if pre_vote {
+            self.raft.pre_vote(req).await
+        } else {
+            self.raft.vote(req).await
         };
         reply(&res)
     }
