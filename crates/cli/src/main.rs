@@ -193,6 +193,10 @@ pub struct SnapshotRestoreArgs {
     /// This member's address, for a single-node cluster (no --peers), as given to `serve`.
     #[arg(long, default_value = "127.0.0.1:7420", value_parser = serve::parse_listen, value_name = "ADDR")]
     pub listen: SocketAddr,
+    /// Replicas per Raft group of the new cluster, as it will be given to `serve` (0: every
+    /// member): each group is seeded only on its replicas.
+    #[arg(long, default_value_t = 0, value_name = "R")]
+    pub replicas: u32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -201,9 +205,10 @@ enum ClusterCommand {
     Status(ClusterStatusArgs),
     /// Add a member: start it first with `latchkey serve --id ID --listen ADDR --join
     /// CLUSTER_ID` (the id `cluster status` prints) and an empty data dir. It catches up as a
-    /// learner, then becomes a voter.
-    Add(MemberAddrArgs),
+    /// learner, then becomes a voter. In every Raft group, or in those of `--group`.
+    Add(MemberAddArgs),
     /// Remove a member (the leader too: another member then leads). Stop its process after.
+    /// From every Raft group that has it, or from those of `--group`.
     Remove(MemberIdArgs),
     /// Record a member's new address, after restarting it there with its data dir.
     Move(MemberAddrArgs),
@@ -219,12 +224,26 @@ pub struct MemberAddrArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct MemberAddArgs {
+    #[command(flatten)]
+    pub member: MemberAddrArgs,
+    /// Change only this Raft group (repeat it, or give G,G,...): with replica subsets
+    /// (`serve --replicas`), the groups the member is to replicate, e.g. those of the member
+    /// it replaces. Every group when not given.
+    #[arg(long = "group", value_name = "G", value_delimiter = ',')]
+    pub groups: Vec<u32>,
+}
+
+#[derive(Args, Debug)]
 pub struct MemberIdArgs {
     #[command(flatten)]
     pub endpoints: Endpoints,
     /// The member's id.
     #[arg(value_parser = clap::value_parser!(u64).range(1..), value_name = "ID")]
     pub id: u64,
+    /// Change only this Raft group (repeat it, or give G,G,...). Every group when not given.
+    #[arg(long = "group", value_name = "G", value_delimiter = ',')]
+    pub groups: Vec<u32>,
 }
 
 /// Every serve flag (but `--config`) is also a key of the config file (its long name) and an
@@ -325,10 +344,16 @@ pub struct ServeArgs {
     /// The Raft groups the lock namespace is split over (1 to 64), each with its own log,
     /// leader and leases: more groups spread the grants over more leaders. Fixed when the
     /// cluster is founded: give every member the same value, and the same on every restart (a
-    /// data dir refuses another). Clients of other languages, the HTTP API, watch, backup,
-    /// audit and membership changes need 1 for now (issue #16).
+    /// data dir refuses another). The HTTP API needs 1 for now (issue #16).
     #[arg(long, env = "LATCHKEY_GROUPS", default_value_t = 1, value_name = "N")]
     pub groups: u32,
+    /// Replicas per Raft group: 0 (the default) puts every group on every member; R (3 or
+    /// more, at most the founding members) places group g on R of them, the (g mod N)-th
+    /// member by id and the next R-1, so that a cluster of more members than a group needs
+    /// (e.g. 9 members, 24 groups of 3) grows with its members. A member outside a group sends
+    /// its clients to the group's replicas. Fixed when the cluster is founded, like --groups.
+    #[arg(long, env = "LATCHKEY_REPLICAS", default_value_t = 0, value_name = "R")]
+    pub replicas: u32,
     /// With several groups: how long (ms) a group's preferred leader (the member that founded
     /// it) must have been caught up and answering before the group's leader hands the group
     /// back to it, so that leaderships spread again after a member returns. 0: never.
@@ -519,14 +544,18 @@ pub struct BenchArgs {
     /// An existing cluster to load (ignored with --cluster).
     #[command(flatten)]
     pub endpoints: Endpoints,
-    /// Start a cluster of 1, 3 or 5 `latchkey serve` processes on loopback in a temporary
-    /// directory, and stop it afterwards.
+    /// Start a cluster of 1, 3, 5 (or, for --replicas, 6, 7 or 9) `latchkey serve` processes on
+    /// loopback in a temporary directory, and stop it afterwards.
     #[arg(long, value_parser = bench::parse_cluster_size, value_name = "N")]
     pub cluster: Option<usize>,
     /// With --cluster: start it with this many Raft groups (`serve --groups`), and report each
     /// group's share of the operations.
     #[arg(long, default_value_t = 1, value_name = "G")]
     pub groups: u32,
+    /// With --cluster: place each group on this many of its members (`serve --replicas`; 0:
+    /// every member in every group).
+    #[arg(long, default_value_t = 0, value_name = "R")]
+    pub replicas: u32,
     /// The existing cluster's metrics addresses (HOST:PORT of each `--metrics-listen`), to
     /// report requests and log entries per operation.
     #[arg(long, value_delimiter = ',', value_name = "ADDR,...")]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use latchkey_client::{describe_session, human_duration, LockInfo, NodeStatus, SessionOwner};
 use serde::Serialize;
 
-use crate::{ClusterStatusArgs, ListArgs, MemberAddrArgs, MemberIdArgs, StatusArgs};
+use crate::{ClusterStatusArgs, ListArgs, MemberAddArgs, MemberAddrArgs, MemberIdArgs, StatusArgs};
 
 /// One lock, as printed with `--json`. `token`, `session`, `held_for_ms` and `owner` are null
 /// when the lock is free; `owner` is also null when the holder's client gave none.
@@ -181,6 +181,10 @@ pub struct GroupJson {
     /// The term of that leader, and the last index of its log (as the leader reports them).
     pub term: Option<u64>,
     pub last_log_index: Option<u64>,
+    /// The group's voters, as its leader reports them (empty with no leader, or from a server
+    /// before groups): every member, unless the groups are placed on replica subsets
+    /// (`serve --replicas`).
+    pub voters: Vec<u64>,
 }
 
 #[derive(Serialize, Debug, PartialEq)]
@@ -210,7 +214,8 @@ pub fn cluster_report(answers: &BTreeMap<String, Option<NodeStatus>>) -> Cluster
     // Ids of members by address, from every node's view of the membership.
     let mut ids: BTreeMap<String, u64> = BTreeMap::new();
     for status in answers.values().flatten() {
-        for m in status.members.iter().chain(&status.learners) {
+        let voters = status.group_status.iter().flat_map(|g| &g.voters);
+        for m in status.members.iter().chain(&status.learners).chain(voters) {
             ids.insert(bare(&m.addr), m.id);
         }
     }
@@ -265,25 +270,30 @@ fn group_report(answers: &BTreeMap<String, Option<NodeStatus>>) -> Vec<GroupJson
         .map(|s| s.groups.max(1))
         .max()
         .unwrap_or(1);
+    let none = Vec::new();
     (0..count)
         .map(|id| {
             let leading = answers
                 .values()
                 .flatten()
                 .filter_map(|s| {
-                    let (role, term, last) = match s.group_status.get(id as usize) {
-                        Some(g) => (g.role.as_str(), g.term, g.last_log_index),
-                        None if id == 0 => (s.role.as_str(), s.term, s.last_log_index),
-                        None => return None,
-                    };
-                    (role == "leader").then_some((term, s.id, last))
+                    let (role, term, last, voters) =
+                        match s.group_status.iter().find(|g| g.group == id) {
+                            Some(g) => (g.role.as_str(), g.term, g.last_log_index, &g.voters),
+                            None if id == 0 => (s.role.as_str(), s.term, s.last_log_index, &none),
+                            None => return None,
+                        };
+                    (role == "leader").then_some((term, s.id, last, voters))
                 })
-                .max();
+                .max_by_key(|&(term, leader, last, _)| (term, leader, last));
             GroupJson {
                 id,
-                leader: leading.map(|(_, leader, _)| leader),
-                term: leading.map(|(term, _, _)| term),
-                last_log_index: leading.map(|(_, _, last)| last),
+                leader: leading.map(|(_, leader, _, _)| leader),
+                term: leading.map(|(term, _, _, _)| term),
+                last_log_index: leading.map(|(_, _, last, _)| last),
+                voters: leading
+                    .map(|(_, _, _, v)| v.iter().map(|m| m.id).collect())
+                    .unwrap_or_default(),
             }
         })
         .collect()
@@ -316,8 +326,10 @@ pub async fn cluster_status(args: ClusterStatusArgs) -> anyhow::Result<()> {
             };
             answers.insert(addr, answer);
         }
+        // Every group's voters: with replica subsets a member need not be in group 0.
         for status in answers.values().flatten() {
-            for m in status.members.iter().chain(&status.learners) {
+            let voters = status.group_status.iter().flat_map(|g| &g.voters);
+            for m in status.members.iter().chain(&status.learners).chain(voters) {
                 let addr = bare(&m.addr);
                 if !answers.contains_key(&addr) {
                     to_ask.insert(addr);
@@ -352,17 +364,23 @@ pub async fn cluster_status(args: ClusterStatusArgs) -> anyhow::Result<()> {
         if report.groups.len() > 1 {
             println!();
             println!(
-                "{:<6} {:<8} {:>8} {:>14}",
+                "{:<6} {:<8} {:>8} {:>14}  VOTERS",
                 "GROUP", "LEADER", "TERM", "LAST_LOG"
             );
             for g in &report.groups {
+                let voters: Vec<String> = g.voters.iter().map(u64::to_string).collect();
                 println!(
-                    "{:<6} {:<8} {:>8} {:>14}",
+                    "{:<6} {:<8} {:>8} {:>14}  {}",
                     g.id,
                     g.leader
                         .map_or_else(|| "none".to_owned(), |l| l.to_string()),
                     show(g.term),
-                    show(g.last_log_index)
+                    show(g.last_log_index),
+                    if voters.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        voters.join(",")
+                    }
                 );
             }
         } else {
@@ -398,17 +416,19 @@ fn print_members(what: &str, members: &[latchkey_client::Member]) {
     println!("{what}; voters now: {}", list.join(","));
 }
 
-pub async fn cluster_add(args: MemberAddrArgs) -> anyhow::Result<()> {
-    let client = args.endpoints.client()?;
-    let (id, addr) = &args.member;
-    let members = client.add_member(*id, addr).await?;
+pub async fn cluster_add(args: MemberAddArgs) -> anyhow::Result<()> {
+    let client = args.member.endpoints.client()?;
+    let (id, addr) = &args.member.member;
+    let groups = (!args.groups.is_empty()).then_some(args.groups.as_slice());
+    let members = client.add_member_in(*id, addr, groups).await?;
     print_members(&format!("member {id} at {addr} added"), &members);
     Ok(())
 }
 
 pub async fn cluster_remove(args: MemberIdArgs) -> anyhow::Result<()> {
     let client = args.endpoints.client()?;
-    let members = client.remove_member(args.id).await?;
+    let groups = (!args.groups.is_empty()).then_some(args.groups.as_slice());
+    let members = client.remove_member_from(args.id, groups).await?;
     print_members(&format!("member {} removed", args.id), &members);
     Ok(())
 }
@@ -535,7 +555,8 @@ mod tests {
                 id: 0,
                 leader: Some(1),
                 term: Some(4),
-                last_log_index: Some(10)
+                last_log_index: Some(10),
+                voters: vec![],
             }]
         );
     }
@@ -551,6 +572,12 @@ mod tests {
             leader_id: None,
             sessions: 0,
             locks: 0,
+            voters: (1..=3)
+                .map(|id| Member {
+                    id,
+                    addr: format!("h:{id}"),
+                })
+                .collect(),
         };
         let status = |id, groups: Vec<latchkey_client::GroupStatus>| NodeStatus {
             id,
@@ -609,5 +636,6 @@ mod tests {
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["groups"][1]["last_log_index"], 8);
         assert_eq!(json["groups"][1]["id"], 1);
+        assert_eq!(json["groups"][1]["voters"], serde_json::json!([1, 2, 3]));
     }
 }

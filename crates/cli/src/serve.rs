@@ -111,6 +111,7 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
     config.heartbeat_ms = args.heartbeat_ms;
     config.table_bytes_max = args.table_bytes_max;
     config.groups = args.groups;
+    config.replicas = args.replicas;
     config.rebalance_after_ms = args.rebalance_after_ms;
     config.snapshot_every_entries = args.snapshot_every_entries;
     config.log_kept_after_snapshot = args.log_kept_after_snapshot;

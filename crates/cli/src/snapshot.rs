@@ -61,7 +61,8 @@ pub async fn restore(args: SnapshotRestoreArgs) -> anyhow::Result<()> {
         Some(peers) => peers.0,
         None => BTreeMap::from([(args.id, args.listen.to_string())]),
     };
-    let restored = backup::restore(&args.file, &args.data_dir, args.id, &members).await?;
+    let restored =
+        backup::restore(&args.file, &args.data_dir, args.id, &members, args.replicas).await?;
     println!(
         "{}: member {} restored from {} (taken up to log index {} from members {}): {} sessions, \
          {} held locks; its log starts after index {}. Start it with the same --id and --peers{}.",
@@ -73,10 +74,10 @@ pub async fn restore(args: SnapshotRestoreArgs) -> anyhow::Result<()> {
         restored.sessions,
         restored.locks,
         restored.index,
-        if restored.groups > 1 {
-            format!(" and --groups {}", restored.groups)
-        } else {
-            String::new()
+        match (restored.groups, restored.replicas) {
+            (1, 0) => String::new(),
+            (g, 0) => format!(" and --groups {g}"),
+            (g, r) => format!(" and --groups {g} --replicas {r}"),
         }
     );
     Ok(())

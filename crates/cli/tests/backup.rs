@@ -248,7 +248,9 @@ fn restore_refuses_a_data_dir_in_use_and_a_damaged_or_foreign_file() {
 
 /// A cluster of two Raft groups saves both groups' tables in one file, and a new cluster of
 /// two groups restored from it has each lock in its group, held by the same session under
-/// the same token; the next grant of each lock is above its token there.
+/// the same token; the next grant of each lock is above its token there. The new cluster
+/// places its groups on replica subsets (four members, `--replicas 3`: group 0 on members 1-3,
+/// group 1 on 2-4), so each member is seeded with only the groups it replicates.
 #[test]
 fn a_saved_cluster_of_two_groups_restores_every_group() {
     let work = Work::new();
@@ -290,7 +292,8 @@ fn a_saved_cluster_of_two_groups_restores_every_group() {
     drop(holders);
     drop(old);
 
-    let new = Cluster::start_seeded_configured(3, Timing::default(), &groups, |cluster, id| {
+    let placed = ["--groups", "2", "--replicas", "3"];
+    let new = Cluster::start_seeded_configured(4, Timing::default(), &placed, |cluster, id| {
         let data_dir = cluster.data_dir(id);
         let out = latchkey(
             &[
@@ -303,11 +306,23 @@ fn a_saved_cluster_of_two_groups_restores_every_group() {
                 &id.to_string(),
                 "--peers",
                 &cluster.peers_flag(),
+                "--replicas",
+                "3",
             ],
             dir,
         );
         assert_ok(&out);
-        assert!(out.stdout.contains("--groups 2"), "{}", out.stdout);
+        assert!(
+            out.stdout.contains("--groups 2 --replicas 3"),
+            "{}",
+            out.stdout
+        );
+        // Member 1 is outside group 1 and member 4 outside group 0 (kept in the data dir
+        // itself): nothing of it is seeded.
+        let group_1 = cluster.data_dir(id).join("group-1");
+        assert_eq!(group_1.exists(), id != 1, "member {id}'s group 1");
+        let group_0 = cluster.data_dir(id).join("snapshots");
+        assert_eq!(group_0.exists(), id != 4, "member {id}'s group 0");
     });
     for (name, was) in names.iter().zip(&before) {
         let now = status(&new, name);

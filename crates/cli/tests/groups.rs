@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::cluster::{Cluster, Timing};
 use common::wait_until;
-use latchkey_client::Client;
+use latchkey_client::{Client, LockGuard, Session};
 use serde_json::Value;
 
 /// Bound for anything that should take a few seconds (elections, catching up).
@@ -25,6 +25,33 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("runtime")
+}
+
+/// A session of a client of `endpoints` with TTL `ttl`, holding a lock on each of `names`
+/// (taken in turn, `apart` after the one before, each within `T`).
+fn session_holding(
+    rt: &tokio::runtime::Runtime,
+    endpoints: Vec<String>,
+    ttl: Duration,
+    names: &[String],
+    apart: Duration,
+) -> (Session, Vec<LockGuard>) {
+    rt.block_on(async {
+        let client = Client::connect(endpoints).await.expect("client");
+        let session = client.session(ttl).await.expect("session");
+        let mut guards = Vec::new();
+        for name in names {
+            tokio::time::sleep(apart).await;
+            guards.push(
+                session
+                    .lock(name.as_str())
+                    .wait(Some(T))
+                    .await
+                    .expect("lock"),
+            );
+        }
+        (session, guards)
+    })
 }
 
 /// Each group's (leader, term), as `cluster status --json` reports it.
@@ -59,17 +86,26 @@ fn wait_group_leaders(cluster: &Cluster, groups: usize, except: &[u64]) -> Vec<(
 
 /// Takes `name` with `latchkey lock` and answers the token COMMAND saw.
 fn token_of(cluster: &Cluster, name: &str) -> u64 {
+    token_via(cluster, name, &cluster.endpoints())
+}
+
+/// [`token_of`], with a client given `endpoints` only.
+fn token_via(cluster: &Cluster, name: &str, endpoints: &str) -> u64 {
     let out = cluster.cli(&[
         "lock",
         name,
         "--endpoints",
-        &cluster.endpoints(),
+        endpoints,
         "--",
         "sh",
         "-c",
         "echo $LATCHKEY_TOKEN",
     ]);
-    assert!(out.status.success(), "lock {name}: {}", out.stderr);
+    assert!(
+        out.status.success(),
+        "lock {name} via {endpoints}: {}",
+        out.stderr
+    );
     out.stdout
         .trim()
         .parse()
@@ -181,24 +217,13 @@ fn a_returning_member_is_handed_back_the_group_it_founded() {
     let names = common::names_by_group(3);
     let rt = runtime();
     let endpoints: Vec<String> = cluster.ids().iter().map(|&id| cluster.addr(id)).collect();
-    let (session, guards) = rt.block_on(async {
-        let client = Client::connect(endpoints.clone()).await.expect("client");
-        let session = client
-            .session(Duration::from_secs(5))
-            .await
-            .expect("session");
-        let mut guards = Vec::new();
-        for name in [&names[0], &names[1]] {
-            guards.push(
-                session
-                    .lock(name.as_str())
-                    .wait(Some(T))
-                    .await
-                    .expect("lock"),
-            );
-        }
-        (session, guards)
-    });
+    let (session, guards) = session_holding(
+        &rt,
+        endpoints,
+        Duration::from_secs(5),
+        &names[..2],
+        Duration::ZERO,
+    );
     let held: Vec<u64> = guards.iter().map(|g| g.token()).collect();
     let transfers = |cluster: &Cluster| -> u64 {
         cluster
@@ -309,23 +334,9 @@ fn one_client_renews_its_groups_with_one_request_per_member_and_expires_in_every
     let interval = ttl / latchkey_core::limits::CLIENT_RENEWAL_TTL_DIVISOR;
     let names = common::names_by_group(4);
     let endpoints: Vec<String> = cluster.ids().iter().map(|&id| cluster.addr(id)).collect();
-    let (session, guards) = rt.block_on(async {
-        let client = Client::connect(endpoints.clone()).await.expect("client");
-        let session = client.session(ttl).await.expect("session");
-        let mut guards = Vec::new();
-        for name in &names {
-            // A second apart, so that the group sessions are made out of step.
-            tokio::time::sleep(Duration::from_millis(700)).await;
-            guards.push(
-                session
-                    .lock(name.as_str())
-                    .wait(Some(T))
-                    .await
-                    .expect("lock"),
-            );
-        }
-        (session, guards)
-    });
+    // Most of a second apart, so that the group sessions are made out of step.
+    let (session, guards) =
+        session_holding(&rt, endpoints, ttl, &names, Duration::from_millis(700));
     // Let the renewals settle on their common schedule, then count over whole intervals.
     std::thread::sleep(2 * interval);
     let ids = cluster.ids();
@@ -437,25 +448,13 @@ fn audit_lists_the_force_releases_of_every_group() {
     wait_group_leaders(&cluster, 3, &[]);
     let names = common::names_by_group(3);
     let rt = runtime();
-    let endpoints = vec![cluster.addr(1)];
-    let (_session, guards) = rt.block_on(async {
-        let client = Client::connect(endpoints).await.expect("client");
-        let session = client
-            .session(Duration::from_secs(30))
-            .await
-            .expect("session");
-        let mut guards = Vec::new();
-        for name in &names {
-            guards.push(
-                session
-                    .lock(name.as_str())
-                    .wait(Some(T))
-                    .await
-                    .expect("lock"),
-            );
-        }
-        (session, guards)
-    });
+    let (_session, guards) = session_holding(
+        &rt,
+        vec![cluster.addr(1)],
+        Duration::from_secs(30),
+        &names,
+        Duration::ZERO,
+    );
     for name in &names {
         let out = cluster.cli(&[
             "admin",
@@ -489,4 +488,215 @@ fn audit_lists_the_force_releases_of_every_group() {
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
     // Held until the releases were read back (dropping a guard would release it itself).
     drop(guards);
+}
+
+/// Each group's voters, as `cluster status --json` reports them (its leader's view).
+fn group_voters(cluster: &Cluster) -> Vec<Vec<u64>> {
+    let status = cluster.cluster_status().expect("cluster status");
+    status["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| {
+            let mut voters: Vec<u64> = g["voters"]
+                .as_array()
+                .expect("voters")
+                .iter()
+                .filter_map(Value::as_u64)
+                .collect();
+            voters.sort_unstable();
+            voters
+        })
+        .collect()
+}
+
+/// Groups across machines (issue #16 item 5): six members run six groups of three replicas
+/// (`--replicas 3`). Group g is founded on its founder, member g+1, and the next two by id, so
+/// each member leads one group and replicates three. A client that knows one member only
+/// reaches every group, sent by hints from the members outside a group to its replicas, and a
+/// session holding a lock in every group through that one member renews them all. kill -9 of
+/// member 2 moves only the leadership it held (group 1, to one of group 1's replicas); the
+/// other five groups keep their leaders and terms, and every group grants with higher tokens.
+/// Member 2 back, group 1 is handed back to it (its preferred leader is its founder, not the
+/// every-member rule's choice among its voters).
+#[test]
+fn six_members_place_six_groups_of_three_and_a_kill_moves_only_its_leadership() {
+    let (members, groups, replicas) = (6u64, 6u32, 3u32);
+    let mut cluster = Cluster::start_configured(
+        members,
+        Timing::default(),
+        &[
+            "--groups",
+            "6",
+            "--replicas",
+            "3",
+            "--rebalance-after-ms",
+            "2000",
+        ],
+    );
+    let before = wait_group_leaders(&cluster, groups as usize, &[]);
+    let leaders: Vec<u64> = before.iter().map(|(l, _)| *l).collect();
+    assert_eq!(
+        leaders,
+        vec![1, 2, 3, 4, 5, 6],
+        "the founders lead one group each"
+    );
+    let placed: Vec<Vec<u64>> = (0..groups)
+        .map(|g| {
+            let mut r = latchkey_core::groups::replicas_of(g, 1..=members, replicas);
+            r.sort_unstable();
+            r
+        })
+        .collect();
+    assert_eq!(placed[4], vec![1, 5, 6], "group 4 wraps around");
+    assert_eq!(
+        group_voters(&cluster),
+        placed,
+        "each group has its 3 replicas"
+    );
+    let names = common::names_by_group(groups);
+    // Through member 1 alone: groups 1, 2 and 3 are reached by its hints.
+    let first: Vec<u64> = names
+        .iter()
+        .map(|n| token_via(&cluster, n, &cluster.addr(1)))
+        .collect();
+
+    let rt = runtime();
+    let (session, guards) = session_holding(
+        &rt,
+        vec![cluster.addr(1)],
+        Duration::from_secs(4),
+        &names,
+        Duration::ZERO,
+    );
+    let held: Vec<u64> = guards.iter().map(|g| g.token()).collect();
+    for (g, token) in held.iter().enumerate() {
+        assert!(
+            *token > first[g],
+            "group {g}: token {token} after {}",
+            first[g]
+        );
+    }
+
+    cluster.kill9(2);
+    let after = wait_group_leaders(&cluster, groups as usize, &[2]);
+    assert!(
+        placed[1].contains(&after[1].0) && after[1].0 != 2,
+        "group 1 moved to one of its replicas: {:?}",
+        after[1]
+    );
+    assert!(after[1].1 > before[1].1, "group 1 elected in a new term");
+    for g in [0, 2, 3, 4, 5] {
+        assert_eq!(after[g], before[g], "group {g} kept its leader and term");
+    }
+    // Two TTLs: the session, renewed through member 1 and its hints, lost nothing.
+    std::thread::sleep(Duration::from_secs(8));
+    for (g, guard) in guards.iter().enumerate() {
+        assert!(!guard.is_lost(), "group {g}'s guard was lost");
+        assert_eq!(guard.token(), held[g]);
+    }
+    rt.block_on(async {
+        for guard in guards {
+            guard.release().await.expect("release");
+        }
+        session.close().await.expect("close");
+    });
+    let second: Vec<u64> = names.iter().map(|n| token_of(&cluster, n)).collect();
+    for g in 0..groups as usize {
+        assert!(
+            second[g] > held[g],
+            "group {g}: {} after {}",
+            second[g],
+            held[g]
+        );
+    }
+
+    cluster.restart(2);
+    cluster.wait_healthy(T).expect("member 2 back");
+    wait_until("group 1 is handed back to member 2", T, || {
+        group_leaders(&cluster)
+            .unwrap_or_default()
+            .get(1)
+            .is_some_and(|(l, _)| *l == Some(2))
+    });
+    let back = wait_group_leaders(&cluster, groups as usize, &[]);
+    let leaders: Vec<u64> = back.iter().map(|(l, _)| *l).collect();
+    assert_eq!(
+        leaders,
+        vec![1, 2, 3, 4, 5, 6],
+        "every founder leads its group again"
+    );
+    assert_eq!(
+        group_voters(&cluster),
+        placed,
+        "no group's replicas changed"
+    );
+    for g in 0..groups as usize {
+        let third = token_of(&cluster, &names[g]);
+        assert!(third > second[g], "group {g}: {third} after {}", second[g]);
+    }
+}
+
+/// Replacing a dead member of a cluster of replica subsets: four members, four groups of three
+/// (member 4 in groups 1, 2 and 3). After kill -9 of member 4, a `--join` member 5 is added to
+/// those three groups only (`cluster add --group 1,2,3`) and member 4 is removed from every
+/// group that has it. Group 0 keeps its voters 1, 2, 3; the others have 5 for 4. The proof is
+/// quorum: with member 1 killed too, groups 2 and 3 (voters 1, 3, 5 and 1, 2, 5) grant only
+/// because member 5 votes in them, and every group grants with higher tokens.
+#[test]
+fn a_dead_member_of_replica_subsets_is_replaced_in_its_groups_only() {
+    let mut cluster =
+        Cluster::start_configured(4, Timing::default(), &["--groups", "4", "--replicas", "3"]);
+    wait_group_leaders(&cluster, 4, &[]);
+    assert_eq!(
+        group_voters(&cluster),
+        vec![vec![1, 2, 3], vec![2, 3, 4], vec![1, 3, 4], vec![1, 2, 4]]
+    );
+    let names = common::names_by_group(4);
+    let first: Vec<u64> = names.iter().map(|n| token_of(&cluster, n)).collect();
+
+    cluster.kill9(4);
+    let addr = cluster.spawn_joining(5);
+    let out = cluster_cmd(&cluster, &["add", &format!("5={addr}"), "--group", "1,2,3"]);
+    assert!(out.contains(&format!("member 5 at {addr} added")), "{out}");
+    let out = cluster_cmd(&cluster, &["remove", "4"]);
+    assert!(out.contains("member 4 removed"), "{out}");
+    wait_group_leaders(&cluster, 4, &[4]);
+    assert_eq!(
+        group_voters(&cluster),
+        vec![vec![1, 2, 3], vec![2, 3, 5], vec![1, 3, 5], vec![1, 2, 5]]
+    );
+    // Member 5 joined (it was given no founding list) and is outside group 0: it says so, and
+    // a client that knows only member 5 is sent on by it to a member of its own groups, and
+    // from there to group 0's leader.
+    let five = cluster.node_status(5).expect("member 5 answers");
+    assert_eq!(five["role"], "outside", "member 5 in group 0: {five}");
+    token_via(&cluster, &names[0], &addr);
+    // A group the cluster lacks is refused before any change.
+    let bad = cluster.cli(&[
+        "cluster",
+        "add",
+        &format!("5={addr}"),
+        "--group",
+        "7",
+        "--endpoints",
+        &cluster.endpoints(),
+    ]);
+    assert!(!bad.status.success());
+    assert!(
+        bad.stderr.contains("this cluster has 4 Raft groups"),
+        "{}",
+        bad.stderr
+    );
+
+    cluster.kill9(1);
+    wait_group_leaders(&cluster, 4, &[1, 4]);
+    for (g, name) in names.iter().enumerate() {
+        let token = token_of(&cluster, name);
+        assert!(
+            token > first[g],
+            "group {g}: token {token} after {}",
+            first[g]
+        );
+    }
 }

@@ -599,7 +599,20 @@ impl Client {
     /// that group's leader (a `serve --join` member runs every group); a failure part way is
     /// [`Error::MembershipIncomplete`], and the same call again finishes it.
     pub async fn add_member(&self, id: u64, addr: &str) -> Result<Vec<Member>, Error> {
-        self.change_every_group(
+        self.add_member_in(id, addr, None).await
+    }
+
+    /// [`Client::add_member`] in the Raft groups `groups` only (every group when `None`): with
+    /// replica subsets (`serve --replicas`), the groups a new member is to replicate, e.g. those
+    /// of the member it replaces. Answers the voters of the last group changed.
+    pub async fn add_member_in(
+        &self,
+        id: u64,
+        addr: &str,
+        groups: Option<&[u32]>,
+    ) -> Result<Vec<Member>, Error> {
+        self.change_groups(
+            groups,
             |group| pb::AddMemberRequest {
                 id,
                 addr: addr.to_owned(),
@@ -613,7 +626,17 @@ impl Client {
     /// Removes member `id` (the leader too), from every Raft group in turn. Answers the voters
     /// after the change.
     pub async fn remove_member(&self, id: u64) -> Result<Vec<Member>, Error> {
-        self.change_every_group(
+        self.remove_member_from(id, None).await
+    }
+
+    /// [`Client::remove_member`] from the Raft groups `groups` only (every group when `None`).
+    pub async fn remove_member_from(
+        &self,
+        id: u64,
+        groups: Option<&[u32]>,
+    ) -> Result<Vec<Member>, Error> {
+        self.change_groups(
+            groups,
             |group| pb::RemoveMemberRequest { id, group },
             |mut c, r| async move { c.remove_member(r).await },
         )
@@ -623,7 +646,8 @@ impl Client {
     /// Records `addr` as member `id`'s new address, in every Raft group in turn. Answers the
     /// voters after the change.
     pub async fn move_member(&self, id: u64, addr: &str) -> Result<Vec<Member>, Error> {
-        self.change_every_group(
+        self.change_groups(
+            None,
             |group| pb::MoveMemberRequest {
                 id,
                 addr: addr.to_owned(),
@@ -634,13 +658,14 @@ impl Client {
         .await
     }
 
-    /// Sends the membership change `request(group)` to each Raft group's leader in turn
-    /// (`group` unset in a cluster of one) and answers the voters the last group reports. In
-    /// turn, not at once: each change waits for a catch-up and two commits on every member,
-    /// and a failure stops before the later groups, so that what was changed is a prefix of
-    /// the groups, which the error names.
-    async fn change_every_group<Req, F, Fut>(
+    /// Sends the membership change `request(group)` to the leader of each Raft group of
+    /// `which` (every group when `None`) in turn, in group order (`group` unset in a cluster of
+    /// one), and answers the voters the last group reports. In turn, not at once: each change
+    /// waits for a catch-up and two commits on every member, and a failure stops before the
+    /// later groups, so that what was changed is a prefix of them, which the error names.
+    async fn change_groups<Req, F, Fut>(
         &self,
+        which: Option<&[u32]>,
         request: impl Fn(Option<u32>) -> Req,
         mut send: F,
     ) -> Result<Vec<Member>, Error>
@@ -651,8 +676,29 @@ impl Client {
     {
         self.find_a_member().await?;
         let groups = self.groups().await?;
+        let chosen: Vec<u32> = match which {
+            None => (0..groups).collect(),
+            Some(which) => {
+                if which.is_empty() {
+                    return Err(Error::InvalidArgument {
+                        message: "no Raft group named for the membership change".into(),
+                    });
+                }
+                if let Some(bad) = which.iter().find(|g| **g >= groups) {
+                    return Err(Error::InvalidArgument {
+                        message: format!("group {bad}: this cluster has {groups} Raft groups"),
+                    });
+                }
+                which
+                    .iter()
+                    .copied()
+                    .collect::<std::collections::BTreeSet<u32>>()
+                    .into_iter()
+                    .collect()
+            }
+        };
         let mut voters = Vec::new();
-        for group in 0..groups {
+        for (done, &group) in chosen.iter().enumerate() {
             let opts = CallOpts {
                 group,
                 ..Self::membership_opts()
@@ -662,11 +708,12 @@ impl Client {
                 .await;
             match answer {
                 Ok(response) => voters = members(response.members),
-                Err(e) if group == 0 => return Err(e),
+                Err(e) if done == 0 => return Err(e),
                 Err(e) => {
                     return Err(Error::MembershipIncomplete {
                         group,
                         groups,
+                        done: chosen[..done].to_vec(),
                         source: Box::new(e),
                     })
                 }
@@ -739,6 +786,7 @@ impl Client {
                             leader_id: (g.leader_id != 0).then_some(g.leader_id),
                             sessions: g.sessions,
                             locks: g.locks,
+                            voters: members(g.voters),
                         })
                         .collect(),
                 });

@@ -74,17 +74,23 @@ pub enum Error {
     #[error("server error ({code}): {message}")]
     Server { code: String, message: String },
     /// A membership change of a cluster of several Raft groups went through in the groups
-    /// before `group` (0 to `group - 1`) and failed in `group` with `source` (the later groups
-    /// were not changed). Every change is idempotent per group: the same call again finishes
-    /// it.
+    /// `done` (the ones before `group` of those it was to change, in group order) and failed
+    /// in `group` with `source` (the later groups were not changed). Every change is
+    /// idempotent per group: the same call again finishes it.
     #[error(
-        "the membership change failed in Raft group {group} of {groups} (groups 0 to {done} have \
-         it; the later ones were not changed): {source}; the same command again finishes it",
-        done = group.saturating_sub(1)
+        "the membership change failed in Raft group {group} of {groups} (done in group{s} {list}; \
+         the later ones were not changed): {source}; the same command again finishes it",
+        s = if done.len() == 1 { "" } else { "s" },
+        list = if done.is_empty() {
+            "none".to_owned()
+        } else {
+            done.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+        }
     )]
     MembershipIncomplete {
         group: u32,
         groups: u32,
+        done: Vec<u32>,
         source: Box<Error>,
     },
 }

@@ -261,6 +261,10 @@ pub struct GroupStatus {
     pub leader_id: Option<u64>,
     pub sessions: u64,
     pub locks: u64,
+    /// The group's voters as this node knows them: every member, unless the cluster places
+    /// its groups on replica subsets (`serve --replicas`); none on a node outside the group
+    /// (role `outside`).
+    pub voters: Vec<Member>,
 }
 
 /// A member of a group: its id and client address.

@@ -84,6 +84,81 @@ pub fn group_of(name: &str, groups: u32) -> u32 {
     jump(fmix64(fnv1a64(name.as_bytes())), groups)
 }
 
+/// Why a replica count is refused (`serve --replicas`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadReplicas {
+    #[error("--replicas {replicas} is more than the {members} founding members")]
+    MoreThanMembers { replicas: u32, members: usize },
+    #[error(
+        "--replicas {replicas}: a group of fewer than {min} replicas survives no member's loss",
+        min = limits::REPLICAS_MIN
+    )]
+    TooFew { replicas: u32 },
+    #[error(
+        "--groups {groups} of {replicas} replicas leave some of the {members} founding members in \
+         no group (each group is on consecutive members): give at least {need} groups",
+        need = *members as u32 - replicas + 1
+    )]
+    MembersInNoGroup {
+        groups: u32,
+        replicas: u32,
+        members: usize,
+    },
+}
+
+/// `Ok` for a replica count in itself: 0 (every member in every group) or at least
+/// `REPLICAS_MIN`. What a member that joins can check (it is given no founding list).
+pub fn check_replica_count(replicas: u32) -> Result<(), BadReplicas> {
+    if replicas != 0 && replicas < limits::REPLICAS_MIN {
+        return Err(BadReplicas::TooFew { replicas });
+    }
+    Ok(())
+}
+
+/// `Ok` for `groups` groups of `replicas` replicas in a cluster founded by `members` members:
+/// 0 (every member in every group), or `REPLICAS_MIN..=members` such that every member is in
+/// some group ([`replicas_of`] places group g from the (g mod N)-th member on, so that takes
+/// `groups + replicas - 1 >= members`): a member in no group would never be ready to serve.
+pub fn check_replicas(replicas: u32, members: usize, groups: u32) -> Result<(), BadReplicas> {
+    check_replica_count(replicas)?;
+    if replicas == 0 {
+        return Ok(());
+    }
+    if replicas as usize > members {
+        return Err(BadReplicas::MoreThanMembers { replicas, members });
+    }
+    if (groups as usize) + (replicas as usize) - 1 < members {
+        return Err(BadReplicas::MembersInNoGroup {
+            groups,
+            replicas,
+            members,
+        });
+    }
+    Ok(())
+}
+
+/// The members that found group `group` with `replicas` replicas (issue #16, "groups across
+/// machines"), of the founding members `ids`: the one that founds and first leads it, the
+/// (group mod N)-th by id (as with every member in every group), then the next `replicas - 1`
+/// by id, wrapping around. So each member founds about G/N groups and replicates about
+/// G·R/N, and its loss moves only the leaderships it held. `replicas` 0 or at least N: every
+/// member. Placement decides only a group's founding voters; afterwards its membership is in
+/// its own log and changes through it, like a cluster's.
+pub fn replicas_of(group: u32, ids: impl IntoIterator<Item = u64>, replicas: u32) -> Vec<u64> {
+    let mut ids: Vec<u64> = ids.into_iter().collect();
+    assert!(!ids.is_empty(), "a cluster has members");
+    ids.sort_unstable();
+    ids.dedup();
+    let n = ids.len();
+    let r = if replicas == 0 {
+        n
+    } else {
+        (replicas as usize).min(n)
+    };
+    let first = group as usize % n;
+    (0..r).map(|i| ids[(first + i) % n]).collect()
+}
+
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
@@ -119,6 +194,7 @@ fn jump(mut key: u64, buckets: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
 
     /// The vectors `docs/protocol.md` lists for clients in other languages.
     pub(crate) const VECTORS: &[(&str, u32, u32)] = &[
@@ -210,6 +286,78 @@ mod tests {
         assert!(GroupShape::new(limits::GROUPS_MAX - 1, limits::GROUPS_MAX).is_some());
         assert_eq!(check_groups(0), Err(BadGroups { groups: 0 }));
         assert!(check_groups(1).is_ok());
+    }
+
+    #[test]
+    fn replicas_start_at_the_founder_and_spread_evenly() {
+        let ids = [5u64, 1, 3, 9, 7, 2];
+        // Sorted: 1 2 3 5 7 9. Group 4 starts at the 4th (7) and wraps.
+        assert_eq!(replicas_of(4, ids, 3), vec![7, 9, 1]);
+        assert_eq!(replicas_of(0, ids, 3), vec![1, 2, 3]);
+        // 0 and N mean every member, the founder first.
+        assert_eq!(replicas_of(1, ids, 0), vec![2, 3, 5, 7, 9, 1]);
+        assert_eq!(replicas_of(1, ids, 6), replicas_of(1, ids, 0));
+        // 12 groups of 3 on 6 members: each founds 2 and replicates 6.
+        let (mut founds, mut holds) = (BTreeMap::new(), BTreeMap::new());
+        for g in 0..12 {
+            let r = replicas_of(g, ids, 3);
+            assert_eq!(r.len(), 3);
+            assert_eq!(
+                r.iter().collect::<BTreeSet<_>>().len(),
+                3,
+                "group {g}: {r:?}"
+            );
+            *founds.entry(r[0]).or_insert(0) += 1;
+            for m in r {
+                *holds.entry(m).or_insert(0) += 1;
+            }
+        }
+        assert!(founds.values().all(|&c| c == 2), "{founds:?}");
+        assert!(holds.values().all(|&c| c == 6), "{holds:?}");
+    }
+
+    #[test]
+    fn replica_counts_out_of_range_are_refused() {
+        assert!(check_replicas(0, 1, 1).is_ok());
+        assert!(check_replicas(3, 6, 6).is_ok());
+        assert!(check_replicas(6, 6, 1).is_ok());
+        assert_eq!(
+            check_replicas(7, 6, 6),
+            Err(BadReplicas::MoreThanMembers {
+                replicas: 7,
+                members: 6
+            })
+        );
+        assert_eq!(
+            check_replicas(1, 6, 6),
+            Err(BadReplicas::TooFew { replicas: 1 })
+        );
+        assert_eq!(
+            check_replica_count(2),
+            Err(BadReplicas::TooFew { replicas: 2 })
+        );
+        assert!(check_replica_count(0).is_ok() && check_replica_count(3).is_ok());
+        // Four groups of three on seven members: groups 0-3 start at members 0-3 and reach
+        // member 5 at most; member 6 would be in none. Five groups reach it.
+        assert_eq!(
+            check_replicas(3, 7, 4),
+            Err(BadReplicas::MembersInNoGroup {
+                groups: 4,
+                replicas: 3,
+                members: 7
+            })
+        );
+        assert!(check_replicas(3, 7, 5).is_ok());
+        for (members, groups) in [(7u64, 5u32), (6, 4), (9, 24)] {
+            let placed: BTreeSet<u64> = (0..groups)
+                .flat_map(|g| replicas_of(g, 1..=members, 3))
+                .collect();
+            assert_eq!(
+                placed.len() as u64,
+                members,
+                "{members} members, {groups} groups"
+            );
+        }
     }
 
     #[test]

@@ -667,6 +667,10 @@ const _: () = assert!(CLIENT_WATCH_SILENCE_MS >= 2 * WATCH_PROGRESS_MS);
 /// machines, past which a group's throughput, not their number, is what to grow. A session id
 /// is `index * groups + group` (`groups.rs`), which leaves 58 bits of log index.
 pub const GROUPS_MAX: u32 = 64;
+/// The fewest replicas a group may be placed on (`serve --replicas R`, issue #16): one that
+/// loses a member must keep a majority, so three. (0, the default, puts every group on every
+/// member.) The most is the founding member count.
+pub const REPLICAS_MIN: u32 = 3;
 /// The largest log index whose session id fits beside the group in a u64
 /// (`GroupShape::session_id`): over 2^58, more than a group writes in centuries at a million
 /// entries a second.

@@ -263,27 +263,39 @@ pub enum RestoreError {
     LogStore(String),
     #[error("this node's id {id} is not in the member list {members}")]
     NotAMember { id: u64, members: String },
+    #[error("{0}")]
+    Replicas(latchkey_core::groups::BadReplicas),
 }
 
 /// What a restore wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restored {
     pub header: BackupHeader,
-    /// The index the new member's log starts after (the table's snapshot index; group 0's).
+    /// The index the new member's log starts after (the table's snapshot index): the highest
+    /// of the groups seeded here (0 if none: a member outside every group).
     pub index: u64,
     /// The Raft groups seeded; the new cluster is started with `--groups` this.
     pub groups: u32,
+    /// Replicas per group (0: every member); the new cluster is started with `--replicas`
+    /// this.
+    pub replicas: u32,
+    /// The sessions and locks of the groups seeded on this member (with replica subsets, only
+    /// the groups it replicates).
     pub sessions: usize,
     pub locks: usize,
 }
 
 /// Seeds the empty (or missing) `data_dir` of member `id` of a new cluster of `members` from
-/// the backup file at `file`. Refuses a data dir that holds anything.
+/// the backup file at `file`, with `replicas` replicas per group (`serve --replicas`; 0: every
+/// member): a group is seeded only on its replicas (`replicas_of`), with them as its voters,
+/// and a member outside it starts it empty, as a founding member outside a group does.
+/// Refuses a data dir that holds anything, and a replica count the member list cannot have.
 pub async fn restore(
     file: &Path,
     data_dir: &Path,
     id: u64,
     members: &BTreeMap<u64, String>,
+    replicas: u32,
 ) -> Result<Restored, RestoreError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -296,6 +308,8 @@ pub async fn restore(
             members: members_text,
         });
     }
+    // Checked with the group count once the file is read, before anything is written.
+    latchkey_core::groups::check_replica_count(replicas).map_err(RestoreError::Replicas)?;
     match std::fs::read_dir(data_dir) {
         Ok(mut entries) => {
             if entries.next().is_some() {
@@ -311,11 +325,15 @@ pub async fn restore(
         source,
     })?;
     drop(bytes);
+    let groups = images.len() as u32;
+    latchkey_core::groups::check_replicas(replicas, members.len(), groups)
+        .map_err(RestoreError::Replicas)?;
     // Until every group is seeded, a start refuses the dir (it could found a missing group
     // empty, its locks gone and its tokens restarted low).
     std::fs::create_dir_all(data_dir).map_err(io(data_dir))?;
     latchkey_log_store::write_durably(data_dir, node::RESTORE_MARKER, b"").map_err(io(data_dir))?;
-    let groups = images.len() as u32;
+    // Every dir belongs to the new cluster, as if this member had founded it with `members`.
+    let record = node::founder_record(id, members, groups, replicas);
     let mut restored: Option<Restored> = None;
     for (group, (header, table)) in (0..).zip(images) {
         // Where `serve --groups` keeps group `group` (`ServerConfig::for_group`).
@@ -323,15 +341,26 @@ pub async fn restore(
             0 => data_dir.to_path_buf(),
             g => data_dir.join(format!("{}{g}", crate::GROUP_DIR_PREFIX)),
         };
-        let (index, sessions, locks) =
-            seed_group(&dir, table, &header, id, members, groups).await?;
+        let voters: BTreeMap<u64, String> =
+            latchkey_core::groups::replicas_of(group, members.keys().copied(), replicas)
+                .into_iter()
+                .map(|v| (v, members[&v].clone()))
+                .collect();
+        // A member outside the group has nothing of it to seed; the others count its table.
+        let (index, sessions, locks) = if voters.contains_key(&id) {
+            seed_group(&dir, table, &header, &voters, &record).await?
+        } else {
+            (0, 0, 0)
+        };
         let r = restored.get_or_insert(Restored {
             header,
             index,
             groups,
+            replicas,
             sessions: 0,
             locks: 0,
         });
+        r.index = r.index.max(index);
         r.sessions += sessions;
         r.locks += locks;
     }
@@ -344,16 +373,15 @@ pub async fn restore(
     Ok(restored.expect("a backup file holds at least one group"))
 }
 
-/// Seeds `dir` with one group's table: its snapshot file, a log that starts after it, and the
-/// record of member `id` of a new cluster of `members` with `groups` groups. Answers the index
-/// the log starts after, and the table's sessions and locks.
+/// Seeds `dir` with one group's table: its snapshot file (with `voters` as its membership), a
+/// log that starts after it, and the data dir's `record` (`node::founder_record`). Answers the
+/// index the log starts after, and the table's sessions and locks.
 async fn seed_group(
     dir: &Path,
     mut table: LockTable,
     header: &BackupHeader,
-    id: u64,
-    members: &BTreeMap<u64, String>,
-    groups: u32,
+    voters: &BTreeMap<u64, String>,
+    record: &str,
 ) -> Result<(u64, usize, usize), RestoreError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -366,12 +394,12 @@ async fn seed_group(
     let index = header.applied_index.max(table.last_index());
     // Term 0: the new cluster's first election is term 1, so its first entry's log id (term 1,
     // index + 1) is above this one, as openraft requires of a log. The node in it is the
-    // lowest member id, so that every member restored with the same list has the same log id
+    // lowest voter id, so that every member restored with the same list has the same log id
     // (members that disagree on the log id at one index break openraft's assertions).
-    let first = *members.keys().next().expect("id is a member");
+    let first = *voters.keys().next().expect("id is a voter");
     let leader = <TypeConfig as RaftTypeConfig>::LeaderId::new(0, first).to_committed();
     let log_id = LogId::new(leader, index);
-    let nodes: BTreeMap<u64, BasicNode> = members
+    let nodes: BTreeMap<u64, BasicNode> = voters
         .iter()
         .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
         .collect();
@@ -382,8 +410,6 @@ async fn seed_group(
     let snapshot = latchkey_raft::snapshot::encode(&Some(log_id), &membership, &table);
     latchkey_raft::snapshot::write_atomically(&snapshots, &snapshot).map_err(io(&snapshots))?;
 
-    // The dir belongs to the new cluster, as if this member had founded it with `members`.
-    let record = node::founder_record(id, members, groups);
     {
         // The dir was empty, so there is nothing to migrate; the same opener as a start.
         let mut log = node::open_log_dir(dir).map_err(|e| RestoreError::LogStore(e.to_string()))?;
@@ -581,7 +607,7 @@ mod tests {
         std::fs::write(&file, encode_groups_file(&borrowed).unwrap()).unwrap();
         let data = tmp.path().join("data");
         let members: BTreeMap<u64, String> = [(1, "127.0.0.1:7420".to_owned())].into();
-        let restored = restore(&file, &data, 1, &members).await.unwrap();
+        let restored = restore(&file, &data, 1, &members, 0).await.unwrap();
         assert_eq!(
             (restored.groups, restored.locks, restored.sessions),
             (2, 2, 2)

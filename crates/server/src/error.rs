@@ -240,6 +240,39 @@ impl ApiError {
     }
 }
 
+/// An error of routing a request to a Raft group's node (`groups.rs`): of one group (its
+/// status names the group, [`ApiError::in_group`]), or of the request as a whole.
+#[derive(Debug, Clone)]
+pub struct GroupError {
+    pub error: ApiError,
+    /// The group and the cluster's group count, for an error of one group.
+    group: Option<(u32, u32)>,
+}
+
+impl GroupError {
+    /// `error` of `node`'s group.
+    pub fn of(node: &crate::node::Node, error: ApiError) -> GroupError {
+        GroupError {
+            error,
+            group: Some((node.shape.group, node.shape.groups)),
+        }
+    }
+
+    /// `error` of the request as a whole (a group the cluster lacks, a call it does not serve).
+    pub fn of_cluster(error: ApiError) -> GroupError {
+        GroupError { error, group: None }
+    }
+}
+
+impl From<GroupError> for Status {
+    fn from(e: GroupError) -> Status {
+        match e.group {
+            Some((group, groups)) => e.error.in_group(group, groups),
+            None => Status::from(e.error),
+        }
+    }
+}
+
 /// The body of every error of the HTTP API.
 #[derive(Debug, serde::Serialize)]
 pub struct ErrorBody<'a> {

@@ -7,16 +7,26 @@
 //! gives names the group (`latchkey-group` metadata) so that a client routes its next request
 //! for that group to the leader hint. With one group, everything is group 0's, as before
 //! groups existed.
+//!
+//! With replica subsets (`--replicas`) a member runs every group's node but belongs only to
+//! the groups it was placed on (or added to): a request for another group is answered with
+//! that group's name and a hint to one of its replicas ([`Groups::serving`]).
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use latchkey_core::{group_of, group_of_session, SessionId};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, GroupError};
+use crate::member_addr::MemberAddr;
 use crate::node::Node;
+use crate::probe::ProbeEvent;
 
 pub struct Groups {
     nodes: Vec<Arc<Node>>,
+    /// Which replica the next client sent from a group this member is outside of goes to.
+    hint_turn: AtomicUsize,
 }
 
 impl Groups {
@@ -27,7 +37,10 @@ impl Groups {
             assert_eq!(node.shape.group as usize, g, "group {g}'s node");
             assert_eq!(node.shape.groups as usize, nodes.len(), "group {g}'s count");
         }
-        Arc::new(Groups { nodes })
+        Arc::new(Groups {
+            nodes,
+            hint_turn: AtomicUsize::new(0),
+        })
     }
 
     pub fn count(&self) -> u32 {
@@ -44,50 +57,134 @@ impl Groups {
         &self.nodes
     }
 
-    /// Group `group`'s node, or the error a request naming a group this cluster lacks gets.
-    pub fn get(&self, group: u32) -> Result<&Arc<Node>, ApiError> {
-        self.nodes.get(group as usize).ok_or_else(|| {
-            ApiError::Invalid(format!(
+    /// Group `group`'s node, to serve a request about it (see [`Groups::serving`]), or the
+    /// error a request naming a group this cluster lacks gets.
+    pub fn get(&self, group: u32) -> Result<&Arc<Node>, GroupError> {
+        if group as usize >= self.nodes.len() {
+            return Err(GroupError::of_cluster(ApiError::Invalid(format!(
                 "group {group}: this cluster has {} Raft groups",
                 self.nodes.len()
-            ))
-        })
+            ))));
+        }
+        self.serving(group)
     }
 
-    pub fn of_lock(&self, name: &str) -> &Arc<Node> {
-        &self.nodes[group_of(name, self.count()) as usize]
+    /// Group `group`'s node, unless this member is outside the group (replica subsets,
+    /// `--replicas`: [`Node::belongs`]): then a not-leader error that names the group, with a
+    /// hint to one of its replicas ([`Groups::replica_hint`]), so that the client asks there.
+    pub fn serving(&self, group: u32) -> Result<&Arc<Node>, GroupError> {
+        let node = &self.nodes[group as usize];
+        if node.belongs() {
+            return Ok(node);
+        }
+        let (leader_id, leader_addr) = self.replica_hint(node).unzip();
+        Err(GroupError::of(
+            node,
+            ApiError::NotLeader {
+                leader_id,
+                leader_addr,
+            },
+        ))
     }
 
-    pub fn of_session(&self, id: SessionId) -> &Arc<Node> {
-        &self.nodes[group_of_session(id, self.count()) as usize]
+    /// A member of `node`'s group for a client this member cannot serve there: one of the
+    /// members the group was placed on ([`Node::placement`]) or, on a member that joined
+    /// (given no founding list), any member of the groups it belongs to, who knows more;
+    /// never this member. Each at the address the memberships this member follows give it,
+    /// else the founding one. Another one each time, as one may be down; `None` when this
+    /// member knows nobody to send the client to.
+    fn replica_hint(&self, node: &Node) -> Option<(u64, String)> {
+        let mut known: BTreeMap<u64, String> = BTreeMap::new();
+        for n in self.belonging() {
+            for (id, addr) in n.membership().voters {
+                known.insert(id, MemberAddr::split(&addr).client.to_owned());
+            }
+        }
+        let candidates: Vec<(u64, String)> = if node.placement.is_empty() {
+            known.into_iter().collect()
+        } else {
+            node.placement
+                .iter()
+                .map(|(id, founding)| (*id, known.get(id).unwrap_or(founding).clone()))
+                .collect()
+        };
+        let candidates: Vec<(u64, String)> = candidates
+            .into_iter()
+            .filter(|(id, _)| *id != node.id)
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        let turn = self.hint_turn.fetch_add(1, Ordering::Relaxed);
+        let hint = candidates[turn % candidates.len()].clone();
+        node.probe.event(
+            node.id,
+            node.shape.group,
+            ProbeEvent::SentToReplica { to: hint.0 },
+        );
+        Some(hint)
+    }
+
+    pub fn of_lock(&self, name: &str) -> Result<&Arc<Node>, GroupError> {
+        self.serving(group_of(name, self.count()))
+    }
+
+    pub fn of_session(&self, id: SessionId) -> Result<&Arc<Node>, GroupError> {
+        self.serving(group_of_session(id, self.count()))
+    }
+
+    /// The groups this member belongs to (every group, without replica subsets), which its
+    /// readiness covers.
+    pub fn belonging(&self) -> impl Iterator<Item = &Arc<Node>> {
+        self.nodes.iter().filter(|n| n.belongs())
+    }
+
+    /// Whether this member should get client traffic: it belongs to at least one group, and
+    /// every group it belongs to is ready ([`crate::ops::NodeStatus::readiness`]).
+    pub fn readiness(&self) -> Result<(), String> {
+        let mut belonging = 0;
+        for node in self.belonging() {
+            belonging += 1;
+            node.status().readiness().map_err(|why| {
+                if self.count() > 1 {
+                    format!("group {}: {why}", node.shape.group)
+                } else {
+                    why
+                }
+            })?;
+        }
+        if belonging == 0 {
+            return Err("a member of no Raft group yet".into());
+        }
+        Ok(())
     }
 
     /// The one node of a one-group cluster, for the calls not yet served with several
     /// groups (`what` names the call in the error).
-    pub fn single(&self, what: &'static str) -> Result<&Arc<Node>, ApiError> {
+    pub fn single(&self, what: &'static str) -> Result<&Arc<Node>, GroupError> {
         match self.nodes.as_slice() {
-            [node] => Ok(node),
-            _ => Err(ApiError::NotWithGroups {
+            [_] => self.serving(0),
+            _ => Err(GroupError::of_cluster(ApiError::NotWithGroups {
                 what,
                 groups: self.count(),
-            }),
+            })),
         }
     }
 
     /// A request for the lock `name` in session `session`: the lock's group, which must be
     /// the session's (a client that does not know groups made its session in group 0).
-    pub fn of_lock_in(&self, name: &str, session: SessionId) -> Result<&Arc<Node>, ApiError> {
+    pub fn of_lock_in(&self, name: &str, session: SessionId) -> Result<&Arc<Node>, GroupError> {
         let groups = self.count();
         let (lock, of_session) = (group_of(name, groups), group_of_session(session, groups));
         if lock != of_session {
-            return Err(ApiError::WrongGroup {
+            return Err(GroupError::of_cluster(ApiError::WrongGroup {
                 name: name.to_owned(),
                 lock,
                 session: session.0,
                 of_session,
                 groups,
-            });
+            }));
         }
-        Ok(&self.nodes[lock as usize])
+        self.serving(lock)
     }
 }

@@ -120,6 +120,15 @@ pub struct ServerConfig {
     /// Fixed when the cluster is founded (recorded in the data dir; a start with another count
     /// is refused) and part of the peer fingerprint.
     pub groups: u32,
+    /// Replicas per Raft group (`--replicas`, issue #16, "groups across machines"): 0 puts
+    /// every group on every member; R places group g on R of the founding members
+    /// (`latchkey_core::groups::replicas_of`), so that a cluster of more members than a group
+    /// needs grows its capacity with its members. It decides only the voters each group is
+    /// founded with; a member outside a group still runs it, without a membership, and answers
+    /// its requests with a hint to one of its replicas (`groups.rs`). Fixed when the cluster is
+    /// founded (recorded in the data dir) and part of every group's peer fingerprint, since
+    /// members that placed a group differently would found it with different voters.
+    pub replicas: u32,
     /// Where to serve Prometheus metrics (`/metrics`) and `/healthz` over HTTP; off when `None`.
     pub metrics_listen: Option<SocketAddr>,
     /// Where to serve the HTTP/JSON API (`--http-listen`, see `http`); off when `None`. With
@@ -158,6 +167,7 @@ impl ServerConfig {
             log_kept_after_snapshot: limits::LOG_KEPT_AFTER_SNAPSHOT_DEFAULT,
             table_bytes_max: limits::TABLE_BYTES_MAX,
             groups: 1,
+            replicas: 0,
             metrics_listen: None,
             http_listen: None,
             cluster_secret: None,
@@ -259,7 +269,17 @@ impl ServerConfig {
             return Err(ConfigError::TableBytesMax(self.table_bytes_max));
         }
         latchkey_core::groups::check_groups(self.groups).map_err(ConfigError::Groups)?;
-        if self.groups > 1 && self.http_listen.is_some() {
+        match self.join {
+            // A member that joins is given no founding list: it checks the count alone.
+            Some(_) => latchkey_core::groups::check_replica_count(self.replicas),
+            None => latchkey_core::groups::check_replicas(
+                self.replicas,
+                self.members().len(),
+                self.groups,
+            ),
+        }
+        .map_err(ConfigError::Replicas)?;
+        if (self.groups > 1 || self.replicas != 0) && self.http_listen.is_some() {
             return Err(ConfigError::GroupsWithHttp);
         }
         if self.peers.len() > 1
@@ -390,9 +410,12 @@ pub enum ConfigError {
     TableBytesMax(usize),
     #[error("--groups: {0}")]
     Groups(latchkey_core::groups::BadGroups),
+    #[error("{0}")]
+    Replicas(latchkey_core::groups::BadReplicas),
     #[error(
-        "--http-listen with --groups above 1: the HTTP API of a cluster of several Raft groups \
-         is not served yet (issue #16); use the gRPC API"
+        "--http-listen with --groups above 1 or --replicas: the HTTP API of a cluster of several \
+         Raft groups, or of groups on replica subsets, is not served yet (issue #16); use the \
+         gRPC API"
     )]
     GroupsWithHttp,
 }
@@ -641,6 +664,9 @@ where
                 queues.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
                 queues.truncate(limits::METRICS_LONGEST_QUEUES);
                 gauges.longest_queues = queues;
+                // Ready once every group this member belongs to is (with replica subsets,
+                // group 0 may not be one of them).
+                gauges.ready = status_of.readiness();
                 if status_of.count() > 1 {
                     let (mut sessions, mut locks) = (0, 0);
                     gauges.groups = status_of
@@ -835,8 +861,8 @@ async fn report_health(groups: Arc<groups::Groups>, health: tonic_health::server
     let node = groups.first().clone();
     let mut last = None;
     loop {
-        // Serving once every group is ready.
-        let ready = groups.all().iter().all(|n| n.status().readiness().is_ok());
+        // Serving once every group this member belongs to is ready.
+        let ready = groups.readiness().is_ok();
         let status = if ready {
             ServingStatus::Serving
         } else {

@@ -77,6 +77,9 @@ struct DirRecord {
     /// The cluster's Raft groups (`--groups`, issue #16), fixed when it is founded; 1 in a dir
     /// from before groups, which does not record it.
     groups: u32,
+    /// Replicas per group (`--replicas`), fixed when it is founded; 0 (every member) in a dir
+    /// that does not record it.
+    replicas: u32,
 }
 
 impl DirRecord {
@@ -91,6 +94,9 @@ impl DirRecord {
         if self.groups != 1 {
             text.push_str(&format!("groups={}\n", self.groups));
         }
+        if self.replicas != 0 {
+            text.push_str(&format!("replicas={}\n", self.replicas));
+        }
         text
     }
 
@@ -99,6 +105,7 @@ impl DirRecord {
         let mut member = None;
         let mut joined = false;
         let mut groups = 1;
+        let mut replicas = 0;
         for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
             match line.split_once('=') {
                 Some(("cluster", v)) => cluster = Some(ClusterId::parse(v)?),
@@ -113,6 +120,13 @@ impl DirRecord {
                         .filter(|g| latchkey_core::groups::check_groups(*g).is_ok())
                         .ok_or_else(|| format!("bad group count {v:?}"))?
                 }
+                Some(("replicas", v)) => {
+                    replicas = v
+                        .parse()
+                        .ok()
+                        .filter(|r| *r >= latchkey_core::limits::REPLICAS_MIN)
+                        .ok_or_else(|| format!("bad replica count {v:?}"))?
+                }
                 _ => return Err(format!("unexpected line {line:?}")),
             }
         }
@@ -121,6 +135,7 @@ impl DirRecord {
             member,
             joined,
             groups,
+            replicas,
         })
     }
 
@@ -139,6 +154,7 @@ impl DirRecord {
             member: None,
             joined: false,
             groups: 1,
+            replicas: 0,
         })
     }
 }
@@ -175,12 +191,18 @@ pub(crate) const SNAPSHOT_DIR: &str = "snapshots";
 
 /// The record of a data dir that member `id` founds a cluster of `members` with (what
 /// `latchkey snapshot restore` writes into the dirs it seeds, as a first start would).
-pub(crate) fn founder_record(id: u64, members: &BTreeMap<u64, String>, groups: u32) -> String {
+pub(crate) fn founder_record(
+    id: u64,
+    members: &BTreeMap<u64, String>,
+    groups: u32,
+    replicas: u32,
+) -> String {
     DirRecord {
         cluster: ClusterId::founded_by(members),
         member: Some(id),
         joined: false,
         groups,
+        replicas,
     }
     .encode()
 }
@@ -231,6 +253,12 @@ pub struct Node {
     /// The successor this group's leader named (a leader transfer), shared by the group's
     /// peer network and peer service (`peer::Succession`).
     pub succession: Arc<crate::peer::Succession>,
+    /// With replica subsets (`--replicas`): the members that founded this group, its
+    /// founder first, with their founding client addresses (`replicas_of` over the founding
+    /// list). Empty with every member in every group, and on a member that joined (it was
+    /// given no founding list). A member outside the group sends its clients to these
+    /// (`Groups::serving`); the first is the group's preferred leader while it is a voter.
+    pub(crate) placement: Vec<(u64, String)>,
     /// The founding member list, when another member founds this group first (see
     /// [`Node::found_later`]).
     found_later: Mutex<Option<BTreeMap<u64, BasicNode>>>,
@@ -244,6 +272,21 @@ pub(crate) fn founder_of(group: u32, ids: impl IntoIterator<Item = u64>) -> u64 
     assert!(!ids.is_empty(), "a cluster has members");
     ids.sort_unstable();
     ids[group as usize % ids.len()]
+}
+
+/// The replicas group `group` is founded on with `config`'s `--replicas`, and their client
+/// addresses (see [`Node::placement`]); empty without replica subsets or a founding list.
+fn placement(config: &ServerConfig, group: u32) -> Vec<(u64, String)> {
+    if config.replicas == 0 || config.peers.is_empty() {
+        return Vec::new();
+    }
+    latchkey_core::groups::replicas_of(group, config.peers.keys().copied(), config.replicas)
+        .into_iter()
+        .map(|id| {
+            let addr = MemberAddr::split(&config.peers[&id]).client.to_owned();
+            (id, addr)
+        })
+        .collect()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -283,6 +326,16 @@ pub enum StartError {
         recorded: u32,
         given: u32,
     },
+    #[error(
+        "data dir {dir} belongs to a cluster of {recorded} replicas per Raft group (0: every \
+         member), but this node was started with --replicas {given}; refusing to start (a \
+         cluster's placement is fixed when it is founded)"
+    )]
+    ReplicasMismatch {
+        dir: String,
+        recorded: u32,
+        given: u32,
+    },
     #[error("data dir {dir}: unreadable cluster record: {why}")]
     BadRecord { dir: String, why: String },
     #[error(
@@ -313,6 +366,13 @@ fn check_record(dir: &Path, recorded: &DirRecord, config: &ServerConfig) -> Resu
             dir: dir.display().to_string(),
             recorded: recorded.groups,
             given: config.groups,
+        });
+    }
+    if recorded.replicas != config.replicas {
+        return Err(StartError::ReplicasMismatch {
+            dir: dir.display().to_string(),
+            recorded: recorded.replicas,
+            given: config.replicas,
         });
     }
     match recorded.member {
@@ -439,6 +499,7 @@ impl Node {
                 member: Some(config.id),
                 joined: config.join.is_some(),
                 groups: config.groups,
+                replicas: config.replicas,
             },
         };
         // Founding: a dir that was never started with --join initializes Raft with the flags'
@@ -446,6 +507,7 @@ impl Node {
         // record and the initialization). A joining member waits to be added instead.
         let founding = !record.joined;
         let members = config.members();
+        let placement = placement(&config, shape.group);
         let text = record.encode();
         log_store
             .write_node_meta(META_CLUSTER, text.as_bytes())
@@ -503,7 +565,7 @@ impl Node {
                     .as_ref()
                     .is_some_and(|tls| tls.requires_client_certs()),
             )
-            .with_group(shape),
+            .with_group(shape, config.replicas),
         );
         let peer_book = AddressBook::default();
         let raft_config = Arc::new(
@@ -539,9 +601,19 @@ impl Node {
             }
         };
         let mut found_later = None;
-        if founding && !initialized {
+        let placed_here = placement.is_empty() || placement.iter().any(|(id, _)| *id == config.id);
+        if founding && !initialized && !placed_here {
+            // Replica subsets (`--replicas`): another R members found this group; this
+            // member runs it without a membership until a `cluster add` makes it one.
+            tracing::info!(
+                group = shape.group,
+                replicas = ?placement.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+                "not one of this group's replicas: it is served by its replicas"
+            );
+        } else if founding && !initialized {
             let nodes: BTreeMap<u64, BasicNode> = members
                 .iter()
+                .filter(|(id, _)| placement.is_empty() || placement.iter().any(|(p, _)| p == *id))
                 .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
                 .collect();
             // Leaders spread over the members (issue #16): group g of a cluster of several is
@@ -549,7 +621,10 @@ impl Node {
             // campaigns alone (the others, with no membership yet, cannot) and so leads it.
             // The others initialize it only if they have heard nothing of it a few election
             // timeouts later (its founder is down), so that a group never waits for one member.
-            if config.groups == 1 || founder_of(shape.group, members.keys().copied()) == config.id {
+            // With replica subsets only the group's replicas found it, with themselves as its
+            // voters (`replicas_of`: the founder first).
+            let founder = founder_of(shape.group, members.keys().copied());
+            if (config.groups == 1 && placement.is_empty()) || founder == config.id {
                 // Every member of a new cluster may call this with the same list; openraft
                 // lets only one initialization win and the others join its term.
                 if let Err(e) = raft.initialize(nodes).await {
@@ -567,6 +642,7 @@ impl Node {
         }
         let (renew_tx, renew_rx) = mpsc::channel(limits::RENEW_QUEUE_CAPACITY);
         let node = Arc::new(Node {
+            placement,
             id: config.id,
             shape,
             raft,
@@ -698,7 +774,11 @@ impl Node {
         if voters.len() < 2 {
             return None;
         }
-        let preferred = founder_of(self.shape.group, voters);
+        let preferred = match self.placement.first() {
+            // Replica subsets: the member that founded the group, while it is a voter.
+            Some((founder, _)) if voters.contains(founder) => *founder,
+            _ => founder_of(self.shape.group, voters),
+        };
         if preferred == self.id {
             return None;
         }
@@ -1065,6 +1145,63 @@ pub struct RenewRequest {
 mod tests {
     use super::*;
 
+    /// A data dir's group count and replica count are fixed when its cluster is founded: a
+    /// start with either changed is refused before anything is opened.
+    #[test]
+    fn a_start_with_another_group_or_replica_count_is_refused() {
+        let peers: BTreeMap<u64, String> = (1..=4).map(|i| (i, format!("h:{i}"))).collect();
+        let mut config =
+            ServerConfig::cluster(2, "127.0.0.1:1".parse().unwrap(), "unused".into(), peers);
+        config.groups = 4;
+        config.replicas = 3;
+        let recorded = DirRecord {
+            cluster: ClusterId::founded_by(&config.peers),
+            member: Some(2),
+            joined: false,
+            groups: 4,
+            replicas: 3,
+        };
+        let dir = Path::new("unused");
+        assert!(check_record(dir, &recorded, &config).is_ok());
+        let every = ServerConfig {
+            replicas: 0,
+            ..config.clone()
+        };
+        assert!(matches!(
+            check_record(dir, &recorded, &every),
+            Err(StartError::ReplicasMismatch {
+                recorded: 3,
+                given: 0,
+                ..
+            })
+        ));
+        let fewer = ServerConfig {
+            groups: 2,
+            ..config.clone()
+        };
+        assert!(matches!(
+            check_record(dir, &recorded, &fewer),
+            Err(StartError::GroupsMismatch { .. })
+        ));
+        // Member 2 founds group 1 and replicates groups 0, 1 and 3 (placement, founder first).
+        let placed: Vec<Vec<u64>> = (0..4)
+            .map(|g| {
+                placement(&config, g)
+                    .into_iter()
+                    .map(|(id, _)| id)
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            placed,
+            vec![vec![1, 2, 3], vec![2, 3, 4], vec![3, 4, 1], vec![4, 1, 2]]
+        );
+        assert!(
+            placement(&every, 0).is_empty(),
+            "every member: no placement"
+        );
+    }
+
     #[test]
     fn a_dir_record_round_trips_and_an_old_member_list_keeps_its_cluster() {
         let founders: BTreeMap<u64, String> = [(1, "h:1".to_owned()), (2, "h:2".to_owned())].into();
@@ -1073,6 +1210,7 @@ mod tests {
             member: Some(2),
             joined: true,
             groups: 1,
+            replicas: 0,
         };
         assert_eq!(DirRecord::decode(&record.encode()), Ok(record.clone()));
         // A dir of a sharded cluster records its group count; one without the line has one.
@@ -1083,6 +1221,20 @@ mod tests {
         assert!(sharded.encode().contains("groups=8\n"));
         assert_eq!(DirRecord::decode(&sharded.encode()), Ok(sharded));
         assert!(!record.encode().contains("groups"));
+        // So does a cluster of replica subsets its replica count; one without the line has
+        // every member in every group.
+        let placed = DirRecord {
+            groups: 6,
+            replicas: 3,
+            ..record.clone()
+        };
+        assert!(placed.encode().contains("replicas=3\n"));
+        assert_eq!(DirRecord::decode(&placed.encode()), Ok(placed));
+        assert!(!record.encode().contains("replicas"));
+        for bad in ["0", "2", "x"] {
+            let text = format!("cluster={}\nreplicas={bad}\n", record.cluster);
+            assert!(DirRecord::decode(&text).is_err(), "{text}");
+        }
         for bad in ["0", "65", "x"] {
             let text = format!("cluster={}\ngroups={bad}\n", record.cluster);
             assert!(DirRecord::decode(&text).is_err(), "{text}");

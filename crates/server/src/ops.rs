@@ -166,6 +166,8 @@ pub enum Role {
     Follower,
     Candidate,
     Learner,
+    /// Outside the group (replica subsets): this member runs its node without a membership.
+    Outside,
     Shutdown,
 }
 
@@ -177,6 +179,7 @@ impl Role {
             Role::Follower => "follower",
             Role::Candidate => "candidate",
             Role::Learner => "learner",
+            Role::Outside => "outside",
             Role::Shutdown => "shutdown",
         }
     }
@@ -211,6 +214,9 @@ impl NodeStatus {
         if self.role == Role::Shutdown {
             return Err("the Raft core has stopped".into());
         }
+        if self.role == Role::Outside {
+            return Err("not a member of this Raft group".into());
+        }
         // Before its membership is known a starting member reports itself a learner: without a
         // leader, that it knows none is what matters (it failed the health test under load).
         if self.leader_id.is_none() {
@@ -224,6 +230,7 @@ impl NodeStatus {
             Role::Shutdown => unreachable!("answered above"),
             Role::Candidate => return Err("an election is under way".into()),
             Role::Learner => return Err("a learner, not a voting member".into()),
+            Role::Outside => unreachable!("answered above"),
         }
         let lag = self.committed_index.saturating_sub(self.applied_index);
         if lag > limits::READY_APPLY_LAG_MAX {
@@ -889,6 +896,9 @@ impl Node {
         check_member_addr(id, &addr)?;
         let current = self.membership();
         match current.node_addr(id) {
+            // Replica subsets: this group is not on that member, so it has no address here to
+            // record (the client moves a member in every group in turn).
+            None if self.config.replicas != 0 => return Ok(current.voters),
             None => {
                 return Err(ApiError::Membership(format!(
                     "{id} is not a member; `latchkey cluster add {id}={addr}` adds it"
@@ -949,6 +959,23 @@ impl Node {
         Membership { voters, learners }
     }
 
+    /// Whether this member belongs to its group: always without replica subsets
+    /// (`--replicas` 0); with them, while the group's membership as this member knows it
+    /// (voters and learners) has this member. A member outside a group runs its node without
+    /// a membership, so it can acknowledge nothing there, but it sends the group's clients on
+    /// (`Groups::serving`) rather than let them wait for a leader it will never know.
+    pub fn belongs(&self) -> bool {
+        self.config.replicas == 0
+            || self
+                .raft
+                .metrics()
+                .borrow_watched()
+                .membership_config
+                .membership()
+                .get_node(&self.id)
+                .is_some()
+    }
+
     /// The client address the membership gives this member (what leader hints name it by).
     pub fn own_client_addr(&self) -> String {
         self.membership()
@@ -960,6 +987,7 @@ impl Node {
     pub fn status(&self) -> NodeStatus {
         let m = self.raft.metrics().borrow_watched().clone();
         let role = match m.state {
+            _ if !self.belongs() => Role::Outside,
             ServerState::Leader => Role::Leader,
             ServerState::Follower => Role::Follower,
             ServerState::Candidate => Role::Candidate,

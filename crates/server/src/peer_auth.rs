@@ -235,13 +235,20 @@ impl PeerAuth {
     /// group count besides the cluster, so the groups of one cluster, which have the same
     /// members, never take each other's messages (and members started with another
     /// `--groups` refuse each other). One group keeps the cluster's fingerprint as before.
-    pub fn with_group(mut self, shape: latchkey_core::GroupShape) -> PeerAuth {
-        if shape.groups > 1 {
+    /// `replicas` (`--replicas`, 0: every member) is covered too when set: members that place
+    /// the groups differently would found a group with different voters, so they refuse each
+    /// other (a cluster without it keeps its fingerprint).
+    pub fn with_group(mut self, shape: latchkey_core::GroupShape, replicas: u32) -> PeerAuth {
+        if shape.groups > 1 || replicas != 0 {
             let mut h = Sha256::new();
             h.update(b"latchkey-group-v1");
             h.update(self.fingerprint.as_bytes());
             h.update(shape.group.to_le_bytes());
             h.update(shape.groups.to_le_bytes());
+            if replicas != 0 {
+                h.update(b"replicas");
+                h.update(replicas.to_le_bytes());
+            }
             self.fingerprint = hex(&h.finalize()[..limits::PEER_FINGERPRINT_BYTES]);
             self.group = Some(shape.group);
         }
@@ -547,6 +554,31 @@ mod tests {
         let mut m = MetadataMap::new();
         from.sign(&mut m, PeerMethod::Append, to, payload);
         m
+    }
+
+    /// A cluster without replica subsets keeps the fingerprints it had before they existed (its
+    /// data dirs and members of older releases must still be its own), and a replica count
+    /// changes every group's, so members that would place the groups differently refuse each
+    /// other (ARCHITECTURE.md: every founding member places a group on the same voters).
+    #[test]
+    fn the_replica_count_is_in_the_group_fingerprint_only_when_set() {
+        let of = |shape, replicas| {
+            PeerAuth::new(1, members(), None)
+                .with_group(shape, replicas)
+                .fingerprint()
+                .to_owned()
+        };
+        let single = latchkey_core::GroupShape::SINGLE;
+        let second = latchkey_core::GroupShape::new(1, 3).unwrap();
+        assert_eq!(
+            of(single, 0),
+            PeerAuth::new(1, members(), None).fingerprint()
+        );
+        assert_eq!(of(single, 0), "4ab2ddab9ebeb924e6c864e4f548d631");
+        assert_eq!(of(second, 0), "693f4c4c92292fe4dc5f89a734db25d2");
+        assert_ne!(of(second, 3), of(second, 0));
+        assert_ne!(of(second, 3), of(second, 4));
+        assert_ne!(of(single, 3), of(single, 0));
     }
 
     #[test]

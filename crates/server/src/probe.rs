@@ -39,6 +39,9 @@ pub enum ProbeEvent {
     /// This node, leader of `term`, asked openraft to hand the group to member `to`, its
     /// preferred leader (`node.rs` `rebalance_leadership`).
     LeaderTransferStarted { term: u64, to: u64 },
+    /// This node, outside the group (replica subsets), sent a client to the group's replica
+    /// `to` (`Groups::serving`).
+    SentToReplica { to: u64 },
 }
 
 pub trait Probe: Send + Sync + 'static {

@@ -47,10 +47,11 @@ impl LocksService {
         request: &Request<T>,
         need: Need<'_>,
         sessions: &[SessionId],
-    ) -> Result<Option<Arc<Identity>>, ApiError> {
-        // Whose the sessions are is in their group's table.
+    ) -> Result<Option<Arc<Identity>>, Status> {
+        // Whose the sessions are is in their group's table (a member outside that group sends
+        // the client to one of its replicas).
         let node = match sessions.first() {
-            Some(id) => self.groups.of_session(*id),
+            Some(id) => self.groups.of_session(*id)?,
             None => self.node(),
         };
         if node.config.acl.is_none() {
@@ -65,7 +66,7 @@ impl LocksService {
                 .map(|v| v.as_bytes()),
             certs: certs.as_deref().map(Vec::as_slice),
         };
-        node.authorize(credentials, need, sessions)
+        Ok(node.authorize(credentials, need, sessions)?)
     }
 }
 
@@ -252,6 +253,7 @@ fn group_status(group: u32, s: NodeStatus) -> pb::GroupStatus {
         leader_id: s.leader_id.unwrap_or(0),
         sessions: s.sessions,
         locks: s.locks,
+        voters: members_pb(s.members),
     }
 }
 
@@ -318,23 +320,39 @@ impl pb::locks_server::Locks for LocksService {
                 .or_default()
                 .push(*id);
         }
-        for ids in by_group.values() {
-            self.authorize(&request, Need::Anywhere(Permission::Lock), ids)?;
+        // Each group's node, once: a group this member is outside of (replica subsets) has no
+        // table here to check its sessions against, and is refused below with a hint to one of
+        // its replicas. The caller's credentials are checked in any case.
+        let serving: std::collections::BTreeMap<u32, Result<&Arc<Node>, ApiError>> = by_group
+            .keys()
+            .map(|&g| (g, self.groups.serving(g).map_err(|e| e.error)))
+            .collect();
+        let mut checked = false;
+        for (g, ids) in &by_group {
+            if serving[g].is_ok() {
+                self.authorize(&request, Need::Anywhere(Permission::Lock), ids)?;
+                checked = true;
+            }
         }
-        if by_group.is_empty() {
+        if !checked {
             self.authorize(&request, Need::Anywhere(Permission::Lock), &[])?;
         }
         // The limit holds for the whole request, not only for each group's share of it.
         crate::ops::check_keepalive_len(ids.len())?;
         let keys: Vec<SessionKey> = request.into_inner().sessions.into_iter().map(key).collect();
         let renewals = by_group.keys().map(|&g| {
-            let node = &self.groups.all()[g as usize];
+            let node = serving[&g].clone();
             let keys: Vec<SessionKey> = keys
                 .iter()
                 .filter(|k| latchkey_core::group_of_session(k.id, groups) == g)
                 .copied()
                 .collect();
-            async move { node.keep_alive(&keys).await }
+            async move {
+                match node {
+                    Ok(node) => node.keep_alive(&keys).await,
+                    Err(outside) => Err(outside),
+                }
+            }
         });
         // A request of several groups is answered group by group: a group this member cannot
         // renew now is refused on its own (with its leader hint), so that one group's election
@@ -376,7 +394,7 @@ impl pb::locks_server::Locks for LocksService {
         let ids = session_ids(&request.get_ref().session);
         self.authorize(&request, Need::Anywhere(Permission::Lock), &ids)?;
         let session = session_key(request.into_inner().session)?;
-        let node = self.groups.of_session(session.id);
+        let node = self.groups.of_session(session.id)?;
         node.close_session(session).await.map_err(in_group(node))?;
         Ok(Response::new(pb::CloseSessionResponse {}))
     }
@@ -440,7 +458,7 @@ impl pb::locks_server::Locks for LocksService {
             &[],
         )?;
         let name = request.into_inner().name;
-        let node = self.groups.of_lock(&name);
+        let node = self.groups.of_lock(&name)?;
         let lock = node.describe(&name).await.map_err(in_group(node))?;
         Ok(Response::new(pb::DescribeResponse {
             lock: Some(lock_info(lock)),
@@ -502,7 +520,7 @@ impl pb::locks_server::Locks for LocksService {
             identity: who.map(|w| w.name.clone()),
             claimed: req.operator,
         };
-        let node = self.groups.of_lock(&req.name);
+        let node = self.groups.of_lock(&req.name)?;
         let (session, token) = node
             .force_release(req.name, req.token, by, req.reason)
             .await
@@ -525,7 +543,7 @@ impl pb::locks_server::Locks for LocksService {
             identity: who.map(|w| w.name.clone()),
             claimed: req.operator,
         };
-        let node = self.groups.of_session(SessionId(req.session));
+        let node = self.groups.of_session(SessionId(req.session))?;
         let locks = node
             .revoke_session(SessionId(req.session), by, req.reason)
             .await

@@ -50,6 +50,9 @@ pub struct Coverage {
     /// Of those, transfers whose named successor was the next member to resume the leases:
     /// a leader change by transfer, which skips the followers' leader lease.
     pub transfers_completed: usize,
+    /// Requests a member outside the group answered with a hint to one of its replicas
+    /// (replica subsets, `RunConfig::replicas`).
+    pub sent_to_replica: usize,
 }
 
 impl Coverage {
@@ -105,6 +108,7 @@ impl Coverage {
                     c.transfers_started += 1;
                     transferring = Some((*term, *to));
                 }
+                ProbeEvent::SentToReplica { .. } => c.sent_to_replica += 1,
             }
         }
         c.failovers = resumed_terms.saturating_sub(1);
@@ -125,6 +129,7 @@ impl Coverage {
         self.wait_expiries += other.wait_expiries;
         self.transfers_started += other.transfers_started;
         self.transfers_completed += other.transfers_completed;
+        self.sent_to_replica += other.sent_to_replica;
     }
 }
 
@@ -172,7 +177,7 @@ impl fmt::Display for Coverage {
             "{} snapshot installs, {} leases resumed after an install ({} stale marks), {} \
              resumed before a committed lease write was applied ({} before a renewal; {} with \
              it unapplied), {} failovers ({} by a leader transfer, of {} started), {} logged \
-             renewals, {} sessions expired, {} wait expiries",
+             renewals, {} sessions expired, {} wait expiries, {} clients sent to a replica",
             self.snapshot_installs,
             self.resumed_after_install,
             self.stale_marks_at_resume,
@@ -184,7 +189,8 @@ impl fmt::Display for Coverage {
             self.transfers_started,
             self.logged_renewals,
             self.sessions_expired,
-            self.wait_expiries
+            self.wait_expiries,
+            self.sent_to_replica
         )
     }
 }

@@ -288,10 +288,14 @@ impl FaultCtx<'_, '_> {
                 )));
             }
             32..=49 => {
-                // Mostly keep a majority up; sometimes take it down too.
-                let down = f.crashed.len() as u64;
+                // Mostly keep a majority of the targeted group's voters (every node, or its
+                // replicas) up; sometimes take it down too.
+                let voters = config.group_voters(config.targeted_group());
+                let down = voters.iter().filter(|v| f.crashed.contains_key(v)).count();
                 if f.crashed.contains_key(&node)
-                    || (down + 1 > config.nodes / 2 && rng.random_bool(0.8))
+                    || (voters.contains(&node)
+                        && down + 1 > voters.len() / 2
+                        && rng.random_bool(0.8))
                 {
                     return;
                 }
@@ -443,8 +447,9 @@ impl FaultCtx<'_, '_> {
         let Some(leader) = f.live_leader(history) else {
             return;
         };
-        // Followers that must hold the entry for it to commit (with the leader, a majority).
-        let followers_needed = (config.nodes / 2) as usize;
+        // Followers that must hold the entry for it to commit (with the leader, a majority of
+        // the targeted group's voters: every node, or its replicas).
+        let followers_needed = config.group_voters(config.targeted_group()).len() / 2;
         let found = history.with(|h| {
             let (index, ids) = h
                 .appended
@@ -620,7 +625,9 @@ impl FaultCtx<'_, '_> {
                         let last = config.ttl.mul_f64(f.rng.random_range(1.0..2.0));
                         f.isolate(sim, config.nodes, l, now + last);
                         // The other followers cannot elect one of them without `node`.
-                        let others: Vec<u64> = (1..=config.nodes)
+                        let others: Vec<u64> = config
+                            .group_voters(config.targeted_group())
+                            .into_iter()
                             .filter(|o| *o != l && *o != node)
                             .collect();
                         if others.len() > 1 {

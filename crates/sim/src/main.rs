@@ -6,7 +6,8 @@
 //! ```
 //!
 //! `--groups G` runs each seed in a cluster of G Raft groups (issue #16; a seed's own shape
-//! has one).
+//! has one). `--replicas R` (3 or 4) places each group on R nodes of five (the seed's own
+//! node count is replaced by 5), so that members outside a group meet clients.
 //!
 //! `--show-config` prints each seed's configuration without running it.
 //! `--plant stale-mark|resume-early|renew-without-quorum` puts a fixed lease bug back (issue
@@ -17,7 +18,7 @@ use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) [--groups G] \
+        "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) [--groups G] [--replicas R] \
          [--plant stale-mark|resume-early|renew-without-quorum] [--show-config]"
     );
     ExitCode::from(2)
@@ -63,6 +64,12 @@ fn main() -> ExitCode {
         }
         Some(_) => return usage(),
     };
+    // Every node must be in some group (`check_replicas`): groups + replicas - 1 >= 5.
+    let replicas = match value("--replicas") {
+        None => 0,
+        Some(Some(r)) if (3..=4).contains(&r) && u64::from(groups) + r > 5 => r as u32,
+        Some(_) => return usage(),
+    };
     let mut failed = Vec::new();
     let mut reached = latchkey_sim::coverage::Coverage::default();
     let (count, started) = (seeds.len(), std::time::Instant::now());
@@ -70,6 +77,10 @@ fn main() -> ExitCode {
         let mut config = latchkey_sim::RunConfig::from_seed(seed);
         config.plant = plant;
         config.groups = groups;
+        if replicas != 0 {
+            config.nodes = 5;
+            config.replicas = replicas;
+        }
         if args.iter().any(|a| a == "--show-config") {
             println!("{config:?}");
             continue;

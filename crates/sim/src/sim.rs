@@ -91,6 +91,11 @@ pub struct RunConfig {
     /// server's default so that a node restarted in the fault phase takes its groups back
     /// within the run, and leader transfers meet the faults and the lease checkers.
     pub rebalance_after_ms: u64,
+    /// Replicas per group (`ServerConfig::replicas`, issue #16's groups across machines): 0,
+    /// every node in every group (a seed's own shape); R places each group on R of the nodes
+    /// (`replicas_of`), so that clients meet members outside a group, which send them on to a
+    /// replica, and the fault plans that follow a leader work within its group's voters.
+    pub replicas: u32,
     /// Fixed server bugs put back, for the checkers' own tests. Off in every seed.
     pub plant: latchkey_server::Plant,
 }
@@ -100,6 +105,14 @@ impl RunConfig {
     /// groups` (0 with one group), so that a sweep drives every group through them.
     pub fn targeted_group(&self) -> u32 {
         (self.seed % u64::from(self.groups.max(1))) as u32
+    }
+
+    /// Group `group`'s voters by id (the sim changes no membership): every node, or its
+    /// replicas with replica subsets.
+    pub fn group_voters(&self, group: u32) -> Vec<u64> {
+        let mut voters = latchkey_core::groups::replicas_of(group, 1..=self.nodes, self.replicas);
+        voters.sort_unstable();
+        voters
     }
 
     pub fn from_seed(seed: u64) -> RunConfig {
@@ -131,6 +144,7 @@ impl RunConfig {
             heartbeat_ms: 100,
             election_timeout_ms: (500, 1_000),
             rebalance_after_ms: 2_000,
+            replicas: 0,
             plant: latchkey_server::Plant::default(),
         }
         .with_lease_shape(&mut rng)
@@ -263,6 +277,7 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
                 setup.peers.clone(),
             );
             server.groups = config.groups;
+            server.replicas = config.replicas;
             server.heartbeat_ms = config.heartbeat_ms;
             server.election_timeout_min_ms = config.election_timeout_ms.0;
             server.election_timeout_max_ms = config.election_timeout_ms.1;
@@ -528,7 +543,7 @@ impl<'c> Run<'c> {
     fn drive(&mut self) -> Ended {
         let end = self.stop_at + Duration::from_secs(15);
         let mut ended = Ended::default();
-        let watchdog = Watchdog::start(self.config.seed, self.config.groups);
+        let watchdog = Watchdog::start(self.config.seed, self.config.groups, self.config.replicas);
         let progress = std::env::var_os("LATCHKEY_SIM_PROGRESS").is_some();
         let wall = std::time::Instant::now();
         let mut next_progress = Duration::ZERO;
@@ -795,7 +810,7 @@ struct Watchdog {
 }
 
 impl Watchdog {
-    fn start(seed: u64, groups: u32) -> Watchdog {
+    fn start(seed: u64, groups: u32, replicas: u32) -> Watchdog {
         let state: Arc<std::sync::Mutex<WatchState>> = Arc::new(std::sync::Mutex::new((
             0,
             Duration::ZERO,
@@ -818,7 +833,7 @@ impl Watchdog {
                         "=== latchkey-sim: seed {seed} FAILED ===\nreplay: {}\nviolation: [livelock] \
                          a host spun for {STEP_WALL_MAX:?} of wall time without letting simulated \
                          time pass, at simulated time {:.3}s\nfaults:",
-                        crate::sweep::replay_command(seed, groups),
+                        crate::sweep::replay_command(seed, groups, replicas),
                         s.1.as_secs_f64()
                     );
                     for f in &s.2 {

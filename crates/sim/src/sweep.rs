@@ -6,14 +6,20 @@ use crate::sim::{run, RunConfig, RunReport};
 
 const VIOLATIONS_SHOWN_PER_CHECKER: usize = 5;
 
-/// The command that replays `seed` (in a cluster of `groups` Raft groups).
-pub fn replay_command(seed: u64, groups: u32) -> String {
+/// The command that replays `seed` (in a cluster of `groups` Raft groups of `replicas`
+/// replicas each, 0: every node).
+pub fn replay_command(seed: u64, groups: u32, replicas: u32) -> String {
     let groups = if groups == 1 {
         String::new()
     } else {
         format!(" --groups {groups}")
     };
-    format!("cargo run --release -p latchkey-sim -- --reproduce {seed}{groups}")
+    let replicas = if replicas == 0 {
+        String::new()
+    } else {
+        format!(" --replicas {replicas}")
+    };
+    format!("cargo run --release -p latchkey-sim -- --reproduce {seed}{groups}{replicas}")
 }
 
 /// A human report of a failed run: seed, replay command, violations, the fault schedule.
@@ -21,7 +27,7 @@ pub fn failure_text(r: &RunReport) -> String {
     let mut s = format!(
         "=== latchkey-sim: seed {} FAILED ===\nreplay: {}\nconfig: {:?}\n",
         r.config.seed,
-        replay_command(r.config.seed, r.config.groups),
+        replay_command(r.config.seed, r.config.groups, r.config.replicas),
         r.config
     );
     if !cfg!(tokio_unstable) {

@@ -40,6 +40,8 @@ pub struct BenchCluster {
     members: Vec<Member>,
     /// `serve --groups` of every member.
     groups: u32,
+    /// `serve --replicas` of every member.
+    replicas: u32,
     dir: TempDir,
     exe: PathBuf,
     /// For status calls pinned to one member.
@@ -54,10 +56,10 @@ fn free_port() -> anyhow::Result<u16> {
 
 impl BenchCluster {
     /// Starts `n` members and waits until a leader serves reads.
-    pub async fn start(n: usize, groups: u32) -> anyhow::Result<BenchCluster> {
+    pub async fn start(n: usize, groups: u32, replicas: u32) -> anyhow::Result<BenchCluster> {
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            let mut cluster = BenchCluster::spawn_all(n, groups)?;
+            let mut cluster = BenchCluster::spawn_all(n, groups, replicas)?;
             match cluster.wait_healthy(START_TIMEOUT).await {
                 Ok(_) => return Ok(cluster),
                 Err(e) => last = Some(e.context(cluster.logs())),
@@ -68,7 +70,7 @@ impl BenchCluster {
             .context("the bench cluster did not start"))
     }
 
-    fn spawn_all(n: usize, groups: u32) -> anyhow::Result<BenchCluster> {
+    fn spawn_all(n: usize, groups: u32, replicas: u32) -> anyhow::Result<BenchCluster> {
         let dir = tempfile::Builder::new()
             .prefix("latchkey-bench-")
             .tempdir()
@@ -91,6 +93,7 @@ impl BenchCluster {
         let mut cluster = BenchCluster {
             members,
             groups,
+            replicas,
             dir,
             exe: std::env::current_exe().context("locating the latchkey binary")?,
             status,
@@ -155,6 +158,7 @@ impl BenchCluster {
             .args(["--peers", &peers])
             .args(["--metrics-listen", &m.metrics_addr])
             .args(["--groups", &self.groups.to_string()])
+            .args(["--replicas", &self.replicas.to_string()])
             // The server's own default log level, whatever the bench was started with.
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -253,6 +257,11 @@ impl BenchCluster {
         let mut leader = None;
         for m in self.members.iter().filter(|m| m.child.is_some()) {
             let s = self.status.node_status(&m.addr).await.ok()?;
+            // With replica subsets a member outside group 0 reports itself `outside` it; the
+            // others must agree on group 0's term.
+            if s.role == "outside" {
+                continue;
+            }
             terms.insert(s.term);
             if s.role == "leader" {
                 leader = Some(m.id);

@@ -70,13 +70,20 @@ impl Workload {
     }
 }
 
-/// `--cluster`: 1, 3 or 5 members (an odd number: an even one tolerates no more failures).
+/// `--cluster`: 1, 3, 5, 6, 7 or 9 members. An even count below six tolerates no more
+/// failures than the odd one below it; six and more are for `--replicas` (groups placed on
+/// subsets of the members, whose group size, not the member count, sets the quorum).
 pub fn parse_cluster_size(text: &str) -> Result<usize, String> {
     match text.trim() {
         "1" => Ok(1),
         "3" => Ok(3),
         "5" => Ok(5),
-        _ => Err(format!("{text:?}: the bench starts 1, 3 or 5 members")),
+        "6" => Ok(6),
+        "7" => Ok(7),
+        "9" => Ok(9),
+        _ => Err(format!(
+            "{text:?}: the bench starts 1, 3, 5, 6, 7 or 9 members"
+        )),
     }
 }
 
@@ -91,6 +98,8 @@ pub struct Plan {
     pub cluster: Option<usize>,
     /// `--groups` of the bench's own cluster.
     pub groups: u32,
+    /// `--replicas` of the bench's own cluster (0: every member in every group).
+    pub replicas: u32,
     pub locks: usize,
     pub rounds: u32,
     pub prefix: String,
@@ -117,6 +126,18 @@ impl Plan {
         anyhow::ensure!(
             args.groups == 1 || args.cluster.is_some(),
             "--groups starts the bench's own cluster with that many Raft groups: give --cluster too"
+        );
+        if let Some(n) = args.cluster {
+            latchkey_core::groups::check_replicas(args.replicas, n, args.groups)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            anyhow::ensure!(
+                n <= 5 || args.replicas != 0,
+                "--cluster {n} is for groups on replica subsets: give --replicas too"
+            );
+        }
+        anyhow::ensure!(
+            args.replicas == 0 || args.cluster.is_some(),
+            "--replicas places the bench's own cluster's groups: give --cluster too"
         );
         if workload == Workload::Hold {
             anyhow::ensure!(
@@ -147,6 +168,7 @@ impl Plan {
             ttl: args.ttl,
             cluster: args.cluster,
             groups: args.groups,
+            replicas: args.replicas,
             locks: args.locks,
             rounds: args.rounds,
             prefix: args.prefix.clone(),
@@ -382,7 +404,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 
 async fn run(plan: &Plan, args: &BenchArgs) -> anyhow::Result<()> {
     let mut cluster = match plan.cluster {
-        Some(n) => Some(BenchCluster::start(n, plan.groups).await?),
+        Some(n) => Some(BenchCluster::start(n, plan.groups, plan.replicas).await?),
         None => None,
     };
     let target = match &cluster {
@@ -424,9 +446,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cluster_sizes_are_odd_and_small() {
+    fn cluster_sizes_are_odd_or_for_replica_subsets_and_small() {
         assert_eq!(parse_cluster_size("3"), Ok(3));
-        for bad in ["0", "2", "4", "7", "x", ""] {
+        assert_eq!(parse_cluster_size("6"), Ok(6));
+        for bad in ["0", "2", "4", "8", "10", "x", ""] {
             assert!(parse_cluster_size(bad).is_err(), "{bad:?}");
         }
     }

@@ -533,10 +533,19 @@ impl Cluster {
                     .filter(|m| m["id"].as_u64().is_some_and(|id| self.is_running(id)))
                     .collect();
                 let all_answer = running.iter().all(|m| m["role"] != "unreachable");
-                let terms: std::collections::BTreeSet<u64> =
-                    running.iter().filter_map(|m| m["term"].as_u64()).collect();
+                // With replica subsets (`--replicas`) a member outside group 0 reports itself
+                // `outside` it, and health is every group led.
+                let subsets = self.extra_args.iter().any(|a| a == "--replicas");
+                let terms: std::collections::BTreeSet<u64> = running
+                    .iter()
+                    .filter(|m| m["role"] != "outside")
+                    .filter_map(|m| m["term"].as_u64())
+                    .collect();
+                let every_group_led = report["groups"]
+                    .as_array()
+                    .is_some_and(|gs| gs.iter().all(|g| g["leader"].is_u64()));
                 if let Some(leader) = report["leader"].as_u64() {
-                    if all_answer && terms.len() == 1 {
+                    if all_answer && terms.len() == 1 && (!subsets || every_group_led) {
                         let read =
                             self.cli(&["status", "probe/ready", "--endpoints", &self.addr(leader)]);
                         if read.status.success() {

@@ -409,7 +409,7 @@ class NodeStatusResponse(_message.Message):
     def __init__(self, id: _Optional[int] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., leader_id: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., sessions: _Optional[int] = ..., locks: _Optional[int] = ..., cluster_id: _Optional[str] = ..., learners: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., groups: _Optional[int] = ..., group_status: _Optional[_Iterable[_Union[GroupStatus, _Mapping]]] = ...) -> None: ...
 
 class GroupStatus(_message.Message):
-    __slots__ = ("group", "role", "term", "last_log_index", "applied_index", "leader_id", "sessions", "locks")
+    __slots__ = ("group", "role", "term", "last_log_index", "applied_index", "leader_id", "sessions", "locks", "voters")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -418,6 +418,7 @@ class GroupStatus(_message.Message):
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
     LOCKS_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
     group: int
     role: str
     term: int
@@ -426,7 +427,8 @@ class GroupStatus(_message.Message):
     leader_id: int
     sessions: int
     locks: int
-    def __init__(self, group: _Optional[int] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., leader_id: _Optional[int] = ..., sessions: _Optional[int] = ..., locks: _Optional[int] = ...) -> None: ...
+    voters: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, group: _Optional[int] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., leader_id: _Optional[int] = ..., sessions: _Optional[int] = ..., locks: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
 
 class AddMemberRequest(_message.Message):
     __slots__ = ("id", "addr", "group")
