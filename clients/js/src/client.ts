@@ -175,7 +175,7 @@ export interface AuditRecord {
 /** One node's view of its Raft group (`nodeStatus`). */
 export interface NodeStatus {
   id: bigint;
-  /** "leader", "follower", "candidate", "learner" or "shutdown". */
+  /** "leader", "follower", "candidate", "learner", "outside" (replica subsets: not in this group) or "shutdown". */
   role: string;
   term: bigint;
   /** 0n when no leader is known. */
@@ -191,7 +191,7 @@ export interface NodeStatus {
 /** One node's view of one Raft group (`NodeStatus.groupStatus`). */
 export interface GroupStatus {
   group: number;
-  /** "leader", "follower", "candidate", "learner" or "shutdown". */
+  /** "leader", "follower", "candidate", "learner", "outside" (replica subsets: not in this group) or "shutdown". */
   role: string;
   term: bigint;
   lastLogIndex: bigint;

@@ -1,7 +1,8 @@
 // Several Raft groups (`serve --groups G`, docs/protocol.md 2.4): which group a lock belongs to
 // (the protocol's test vectors), one logical session with a session per group, routing to each
-// group's leader, merged lists, keepalives of several groups in one request per member, and a
-// loss in one group that is a loss in all.
+// group's leader, merged lists, keepalives of several groups in one request per member, a
+// loss in one group that is a loss in all, and groups placed on some members only
+// (`serve --replicas`), reached through any one of them.
 import { after, before, describe, it } from "node:test";
 import * as assert from "node:assert/strict";
 
@@ -343,6 +344,130 @@ describe("three members, three groups", () => {
       const fresh = await session.lock(`${names[0]}/fresh`, { wait: 10 });
       await fresh.release();
       for (const g of guards) await g.release();
+      await session.close();
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+describe("four members, four groups of three replicas", () => {
+  const GROUPS = 4;
+  // `serve --replicas 3`: group g on the (g mod 4)-th member by id and the next two, wrapping.
+  const PLACEMENT = [
+    [1, 2, 3],
+    [2, 3, 4],
+    [3, 4, 1],
+    [4, 1, 2],
+  ];
+  let cluster: Cluster;
+  before(async () => {
+    cluster = await Cluster.start(4, { groups: GROUPS, replicas: 3, metrics: true });
+  });
+  after(async () => {
+    await cluster?.stop();
+  });
+
+  it("a client given only member 1, outside group 1, holds and renews a lock in every group", async () => {
+    // Every member runs every group, `outside` those it is not placed in (a replica is
+    // one too until its group's founder has reached it).
+    await waitUntil("every member runs the placement", 10_000, async () => {
+      for (const m of cluster.members) {
+        const c = new Client([m.addr], { rpcTimeoutMs: 1000, retry: { attemptsMax: 1 } });
+        try {
+          const status = await c.nodeStatus();
+          if (status.groupStatus.some((g) => (g.role === "outside") === PLACEMENT[g.group].includes(m.id))) return false;
+        } finally {
+          await c.close();
+        }
+      }
+      return true;
+    });
+    const leaders = await cluster.groupLeaders(10_000);
+    const first = cluster.members[0].addr;
+    const client = new Client([first]);
+    try {
+      const session = await client.session({ ttl: 3 });
+      const guards: LockGuard[] = [];
+      for (const name of namesByGroup("replicas/", GROUPS)) guards.push(await session.lock(name, { wait: 5 }));
+      assert.deepEqual(
+        guards.map((g) => groupOfSession(g.sessionId, GROUPS)),
+        [0, 1, 2, 3],
+      );
+      for (const g of guards) {
+        const info = await client.describe(g.name);
+        assert.equal(info.holder?.sessionId, g.sessionId, g.name);
+        assert.equal(info.holder?.token, g.token, g.name);
+      }
+      assert.deepEqual(
+        (await client.list("replicas/")).locks.map((l) => [l.name, l.holder?.token]),
+        guards.map((g) => [g.name, g.token]).sort(([a], [b]) => (a < b ? -1 : 1)),
+      );
+      // Each group's requests go to its leader, group 1's too, found through the hints.
+      assert.deepEqual(
+        [0, 1, 2, 3].map((g) => client.pick(g)),
+        leaders.map((l) => l.addr),
+      );
+      const requests = await cluster.metric("latchkey_requests_total", 'method="keep_alive"');
+      // Renewals every second: two rounds at least, each a request to every member (each
+      // leads one group).
+      await new Promise((r) => setTimeout(r, 2_300));
+      for (const g of guards) assert.equal(g.isLost(), false, g.lostReason());
+      assert.equal(session.isLost(), false, session.lostReason);
+      const sent = (await cluster.metric("latchkey_requests_total", 'method="keep_alive"')) - requests;
+      assert.ok(sent >= 2 * 4, `${sent} keepalive requests`);
+
+      // Each KeepAlive a member answered: (member, groups of its sessions, groups refused).
+      const answered: Array<{ member: string; groups: number[]; refused: number[] }> = [];
+      const call = client.call.bind(client);
+      client.call = async <T>(method: string, request: unknown, opts: Parameters<Client["call"]>[2]) => {
+        const out = await call<T>(method, request, opts);
+        if (method === "KeepAlive") {
+          const sessions = (request as { sessions: Array<{ id: string }> }).sessions;
+          const refused = (out.response as { refused?: Array<{ group: number }> }).refused ?? [];
+          answered.push({
+            member: out.endpoint,
+            groups: [...new Set(sessions.map((s) => groupOfSession(BigInt(s.id), GROUPS)))].sort((a, b) => a - b),
+            refused: refused.map((r) => Number(r.group)).sort((a, b) => a - b),
+          });
+        }
+        return out;
+      };
+      // Misrouted just after a renewal round, so that the next one carries every group's
+      // sessions at once: the client believes member 1 leads every group, group 1 too. Member 1
+      // renews the sessions of the groups it leads and refuses the others', group 1's with a
+      // hint to one of its replicas, rather than failing the request as a whole (which would
+      // leave every group unrenewed); the client renews them where the hints lead. The route
+      // map is private: no public call puts a group's route on a member that does not lead it.
+      await waitUntil("a renewal round", 3_000, () => new Set(answered.flatMap((k) => k.groups)).size === GROUPS);
+      answered.length = 0;
+      const route = (client as unknown as { route: { leaders: Map<number, string> } }).route;
+      for (let g = 0; g < GROUPS; g++) route.leaders.set(g, first);
+      const renewedAtItsLeader = (g: number) => (k: (typeof answered)[number]) => k.member === leaders[g].addr && k.groups.includes(g) && !k.refused.includes(g);
+      await waitUntil("every group renewed at its leader after the misroute", 4_000, () => [0, 1, 2, 3].every((g) => answered.some(renewedAtItsLeader(g))));
+      const misrouted = answered.find((k) => k.member === first && k.groups.includes(1));
+      assert.ok(misrouted !== undefined && misrouted.groups.length > 1 && misrouted.refused.includes(1), JSON.stringify(answered));
+      assert.deepEqual(
+        misrouted.refused,
+        misrouted.groups.filter((g) => leaders[g].addr !== first),
+        JSON.stringify(answered),
+      );
+      // Group 1's route followed the hints to its leader (one of its replicas, not member 1).
+      assert.deepEqual(
+        [0, 1, 2, 3].map((g) => client.pick(g)),
+        leaders.map((l) => l.addr),
+      );
+      answered.length = 0;
+      await new Promise((r) => setTimeout(r, 2_300));
+      for (const g of guards) assert.equal(g.isLost(), false, g.lostReason());
+      assert.equal(session.isLost(), false, session.lostReason);
+      for (let g = 0; g < GROUPS; g++) assert.ok(answered.filter(renewedAtItsLeader(g)).length >= 2, `group ${g}: ${JSON.stringify(answered)}`);
+
+      for (const g of guards) {
+        assert.equal((await client.describe(g.name)).holder?.token, g.token, g.name);
+        await g.release();
+      }
+      assert.deepEqual((await client.list("replicas/")).locks, []);
       await session.close();
     } finally {
       await client.close();

@@ -41,14 +41,17 @@ export async function waitUntil(what: string, timeoutMs: number, check: () => Pr
 export interface Founding {
   /** `--groups G`: the Raft groups the lock namespace is split over (default: the server's, 1). */
   groups?: number;
+  /** `--replicas R`: each group on R of the founding members only (default: every member). */
+  replicas?: number;
   /** `--metrics-listen` on a free port, read with `metric()`. */
   metrics?: boolean;
 }
 
-/** The `--groups` and `--metrics-listen` flags of a founding. */
+/** The `--groups`, `--replicas` and `--metrics-listen` flags of a founding. */
 function foundingArgs(founding: Founding, metricsAddr: string | undefined): string[] {
   const args: string[] = [];
   if (founding.groups !== undefined) args.push("--groups", String(founding.groups));
+  if (founding.replicas !== undefined) args.push("--replicas", String(founding.replicas));
   if (metricsAddr !== undefined) args.push("--metrics-listen", metricsAddr);
   return args;
 }

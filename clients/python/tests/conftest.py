@@ -285,11 +285,11 @@ def group_leaders(servers: List[Server], groups: int) -> dict:
         probe.close()
 
 
-def _grouped(tmp: Path, members: int, groups: int) -> List[Server]:
+def _grouped(tmp: Path, members: int, groups: int, extra: Sequence[str] = ()) -> List[Server]:
     ports = [free_port() for _ in range(members)]
     peers = ",".join(f"{i + 1}=127.0.0.1:{p}" for i, p in enumerate(ports)) if members > 1 \
         else None
-    return [Server(tmp, i + 1, p, peers, metrics=True, groups=groups)
+    return [Server(tmp, i + 1, p, peers, metrics=True, extra=extra, groups=groups)
             for i, p in enumerate(ports)]
 
 
@@ -320,3 +320,18 @@ def grouped_cluster(tmp_path_factory):
     metrics. Shared by a module's tests: each uses lock names of its own."""
     yield from _serving_grouped(_grouped(tmp_path_factory.mktemp("grouped3"), 3, GROUPS),
                                 GROUPS)
+
+
+REPLICA_GROUPS = 4
+# `serve --replicas 3` on four members: group g on the (g mod 4)-th member by id and the next
+# two, wrapping (README, "Groups across machines: replica subsets"); ids in order, as NodeStatus
+# lists a group's voters.
+PLACEMENT = {0: [1, 2, 3], 1: [2, 3, 4], 2: [1, 3, 4], 3: [1, 2, 4]}
+
+
+@pytest.fixture
+def replica_cluster(tmp_path):
+    """Four members of a cluster of REPLICA_GROUPS Raft groups, each group on three of them
+    (PLACEMENT), with metrics."""
+    yield from _serving_grouped(
+        _grouped(tmp_path, 4, REPLICA_GROUPS, extra=["--replicas", "3"]), REPLICA_GROUPS)

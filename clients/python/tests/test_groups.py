@@ -1,8 +1,9 @@
 """A cluster of several Raft groups (`serve --groups`, protocol.md 2.4): a lock's group, one
 logical session with a session per group, routing to each group's leader, renewals batched per
 member, the logical session lost with any of its group sessions; blocking and asyncio clients,
-against real servers (conftest: `grouped_server`, one member leading every group, and
-`grouped_cluster`, three members with the leaders spread)."""
+against real servers (conftest: `grouped_server`, one member leading every group,
+`grouped_cluster`, three members with the leaders spread, and `replica_cluster`, four members
+with each group on three of them)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import GROUPS, group_leaders, names_by_group, run, wait_until, wait_until_async
+from conftest import (GROUPS, PLACEMENT, REPLICA_GROUPS, group_leaders, names_by_group, run,
+                      wait_until, wait_until_async)
 
 import latchkey
 import latchkey.aio
@@ -102,8 +104,9 @@ def test_lists_of_several_groups_merge_in_name_order_and_stop_at_a_truncated_one
 
 
 # --- Against servers. -------------------------------------------------------------------------
-def _spy_keepalives(client, log: list) -> None:
-    """Records each KeepAlive the client sends: (member, groups of its sessions, refused)."""
+def _spy_keepalives(client, log: list, groups: int = GROUPS) -> None:
+    """Records each KeepAlive the client sends that a member answers: (member, groups of its
+    sessions, refused), in a cluster of `groups` groups."""
     real = client._call
     lock = threading.Lock()
 
@@ -111,7 +114,7 @@ def _spy_keepalives(client, log: list) -> None:
         out = real(method, request, **kw)
         if method == "KeepAlive":
             with lock:
-                log.append((out[1], sorted({s.id % GROUPS for s in request.sessions}),
+                log.append((out[1], sorted({s.id % groups for s in request.sessions}),
                             sorted(r.group for r in out[0].refused)))
         return out
 
@@ -245,6 +248,84 @@ def test_a_revoked_group_session_loses_every_groups_guards(grouped_cluster):
         for g in guards:
             with pytest.raises(latchkey.LockLost):
                 g.release()
+        s.close()
+
+
+def test_a_client_of_one_member_reaches_every_group_of_replica_subsets(replica_cluster):
+    """`serve --groups 4 --replicas 3` (protocol.md 2.4, "Replica subsets"): member 1 is outside
+    group 1 and answers for it with a hint to one of its replicas, which sends the client on to
+    the leader. A client given member 1 only holds a lock in every group in one session, reads
+    each back, and keeps them all over two renewals, after a renewal of every group's sessions
+    sent to member 1 (protocol.md 2.4, "Renewals")."""
+    first = replica_cluster[0]
+    with latchkey.Client([first.addr], rpc_timeout=1.0) as c:
+
+        def voters() -> dict:
+            """{member: {group: voters}} from each member's NodeStatus (read raw: the client's
+            NodeStatus has no voters)."""
+            out = {}
+            for m in replica_cluster:
+                answer = c._attempt(m.addr, "NodeStatus", core.pb.NodeStatusRequest(), 1.0, None)
+                assert not isinstance(answer, core.Failure), answer
+                out[m.id] = {g.group: [v.id for v in g.voters] for g in answer.group_status}
+            return out
+
+        # A member knows the voters of its groups and none of the others'. A replica learns
+        # them from its group's founder, which may not have reached the last one yet.
+        placed = {m.id: {g: v if m.id in v else [] for g, v in PLACEMENT.items()}
+                  for m in replica_cluster}
+        wait_until("every member knows the placement", lambda: voters() == placed)
+
+        leaders = group_leaders(replica_cluster, REPLICA_GROUPS)
+        s = c.session(ttl=TTL)
+        names = names_by_group(REPLICA_GROUPS, "replicas/")
+        guards = [s.lock(n, wait=5) for n in names]
+        assert [g.session_id % REPLICA_GROUPS for g in guards] == list(range(REPLICA_GROUPS))
+        for guard in guards:
+            holder = c.describe(guard.name).holder
+            assert (holder.session_id, holder.token) == (guard.session_id, guard.token), guard
+        assert [(i.name, i.holder.session_id, i.holder.token) for i in c.list("replicas/")] == \
+            sorted((g.name, g.session_id, g.token) for g in guards)
+        # Each group's requests go to its leader, group 1's too, learned through the hints.
+        assert {g: c._pick(g) for g in range(REPLICA_GROUPS)} == leaders
+
+        def deadlines() -> dict:
+            return {gs.id: gs._own_deadline() for gs in s._group_sessions()}
+
+        def renewed_since(before: dict) -> bool:
+            return all(d > before[i] for i, d in deadlines().items())
+
+        # Misrouted just after a renewal round, so that the next one carries every group's
+        # sessions at once: the client believes member 1 leads every group, group 1 too. Member
+        # 1 renews the sessions of the groups it leads and refuses the others', group 1's with
+        # a hint to one of its replicas, rather than failing the request as a whole (which
+        # would leave every group unrenewed); the client renews them where the hints lead.
+        before = deadlines()
+        wait_until("a renewal round", lambda: renewed_since(before), timeout=2 * ROUND)
+        sent: list = []
+        _spy_keepalives(c, sent, REPLICA_GROUPS)
+        before = deadlines()
+        with c._lock:
+            for g in range(REPLICA_GROUPS):
+                c._route.leaders[g] = first.addr
+        wait_until("every group session renewed after the misroute",
+                   lambda: renewed_since(before), timeout=3 * ROUND)
+        misrouted = [(gs, refused) for a, gs, refused in sent if a == first.addr and 1 in gs]
+        assert misrouted, sent
+        carried, refused = misrouted[0]
+        assert len(carried) > 1 and 1 in refused, sent
+        assert refused == [g for g in carried if leaders[g] != first.addr], (leaders, sent)
+        # Group 1's route followed the hint to its leader (one of its replicas, not member 1).
+        assert {g: c._pick(g) for g in range(REPLICA_GROUPS)} == leaders
+
+        before = deadlines()
+        time.sleep(2 * ROUND + 0.2)
+        assert not [g for g in guards if g.is_lost()] and not s.is_lost()
+        assert renewed_since(before)
+        for guard in guards:
+            assert c.describe(guard.name).holder.token == guard.token, guard
+            guard.release()
+        assert c.list("replicas/") == []
         s.close()
 
 
