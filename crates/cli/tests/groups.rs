@@ -672,6 +672,21 @@ fn a_dead_member_of_replica_subsets_is_replaced_in_its_groups_only() {
     let five = cluster.node_status(5).expect("member 5 answers");
     assert_eq!(five["role"], "outside", "member 5 in group 0: {five}");
     token_via(&cluster, &names[0], &addr);
+    // Moving an id that no group has is refused (with replica subsets each group without the
+    // member answers its voters unchanged).
+    let stray = cluster.cli(&[
+        "cluster",
+        "move",
+        "9=127.0.0.1:1",
+        "--endpoints",
+        &cluster.endpoints(),
+    ]);
+    assert!(!stray.status.success());
+    assert!(
+        stray.stderr.contains("member 9 is in no Raft group"),
+        "{}",
+        stray.stderr
+    );
     // A group the cluster lacks is refused before any change.
     let bad = cluster.cli(&[
         "cluster",

@@ -621,6 +621,7 @@ impl Client {
             |mut c, r| async move { c.add_member(r).await },
         )
         .await
+        .map(last_voters)
     }
 
     /// Removes member `id` (the leader too), from every Raft group in turn. Answers the voters
@@ -641,26 +642,38 @@ impl Client {
             |mut c, r| async move { c.remove_member(r).await },
         )
         .await
+        .map(last_voters)
     }
 
     /// Records `addr` as member `id`'s new address, in every Raft group in turn. Answers the
-    /// voters after the change.
+    /// voters after the change. With replica subsets a group without the member answers its
+    /// voters unchanged; a member that no group has is refused (a mistyped id moves nothing).
     pub async fn move_member(&self, id: u64, addr: &str) -> Result<Vec<Member>, Error> {
-        self.change_groups(
-            None,
-            |group| pb::MoveMemberRequest {
-                id,
-                addr: addr.to_owned(),
-                group,
-            },
-            |mut c, r| async move { c.move_member(r).await },
-        )
-        .await
+        let answers = self
+            .change_groups(
+                None,
+                |group| pb::MoveMemberRequest {
+                    id,
+                    addr: addr.to_owned(),
+                    group,
+                },
+                |mut c, r| async move { c.move_member(r).await },
+            )
+            .await?;
+        if !answers.iter().flatten().any(|m| m.id == id) {
+            return Err(Error::Conflict {
+                reason: "membership".into(),
+                message: format!(
+                    "member {id} is in no Raft group; `latchkey cluster add {id}={addr}` adds it"
+                ),
+            });
+        }
+        Ok(last_voters(answers))
     }
 
     /// Sends the membership change `request(group)` to the leader of each Raft group of
     /// `which` (every group when `None`) in turn, in group order (`group` unset in a cluster of
-    /// one), and answers the voters the last group reports. In turn, not at once: each change
+    /// one), and answers each group's voters after its change, in that order. In turn, not at once: each change
     /// waits for a catch-up and two commits on every member, and a failure stops before the
     /// later groups, so that what was changed is a prefix of them, which the error names.
     async fn change_groups<Req, F, Fut>(
@@ -668,7 +681,7 @@ impl Client {
         which: Option<&[u32]>,
         request: impl Fn(Option<u32>) -> Req,
         mut send: F,
-    ) -> Result<Vec<Member>, Error>
+    ) -> Result<Vec<Vec<Member>>, Error>
     where
         Req: Clone,
         F: FnMut(LocksClient<Channel>, tonic::Request<Req>) -> Fut,
@@ -697,7 +710,7 @@ impl Client {
                     .collect()
             }
         };
-        let mut voters = Vec::new();
+        let mut voters = Vec::with_capacity(chosen.len());
         for (done, &group) in chosen.iter().enumerate() {
             let opts = CallOpts {
                 group,
@@ -707,7 +720,7 @@ impl Client {
                 .call(opts, request((groups > 1).then_some(group)), &mut send)
                 .await;
             match answer {
-                Ok(response) => voters = members(response.members),
+                Ok(response) => voters.push(members(response.members)),
                 Err(e) if done == 0 => return Err(e),
                 Err(e) => {
                     return Err(Error::MembershipIncomplete {
@@ -1042,6 +1055,11 @@ impl Client {
             }
         }
     }
+}
+
+/// The voters the last group changed answered (`Client::change_groups` changes at least one).
+fn last_voters(mut answers: Vec<Vec<Member>>) -> Vec<Member> {
+    answers.pop().unwrap_or_default()
 }
 
 fn members(members: Vec<pb::Member>) -> Vec<Member> {
