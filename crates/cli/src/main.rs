@@ -229,7 +229,8 @@ pub struct MemberAddArgs {
     pub member: MemberAddrArgs,
     /// Change only this Raft group (repeat it, or give G,G,...): with replica subsets
     /// (`serve --replicas`), the groups the member is to replicate, e.g. those of the member
-    /// it replaces. Every group when not given.
+    /// it replaces. Every group when not given, which a cluster without --replicas needs: there
+    /// every member is in every group.
     #[arg(long = "group", value_name = "G", value_delimiter = ',')]
     pub groups: Vec<u32>,
 }
@@ -241,7 +242,8 @@ pub struct MemberIdArgs {
     /// The member's id.
     #[arg(value_parser = clap::value_parser!(u64).range(1..), value_name = "ID")]
     pub id: u64,
-    /// Change only this Raft group (repeat it, or give G,G,...). Every group when not given.
+    /// Change only this Raft group (repeat it, or give G,G,...; for replica subsets, like
+    /// `cluster add --group`). Every group when not given.
     #[arg(long = "group", value_name = "G", value_delimiter = ',')]
     pub groups: Vec<u32>,
 }

@@ -647,7 +647,8 @@ impl Client {
 
     /// Records `addr` as member `id`'s new address, in every Raft group in turn. Answers the
     /// voters after the change. With replica subsets a group without the member answers its
-    /// voters unchanged; a member that no group has is refused (a mistyped id moves nothing).
+    /// members unchanged; a member that no group has as a voter or a learner is refused (a
+    /// mistyped id moves nothing).
     pub async fn move_member(&self, id: u64, addr: &str) -> Result<Vec<Member>, Error> {
         let answers = self
             .change_groups(
@@ -660,7 +661,11 @@ impl Client {
                 |mut c, r| async move { c.move_member(r).await },
             )
             .await?;
-        if !answers.iter().flatten().any(|m| m.id == id) {
+        let moved = answers
+            .iter()
+            .flat_map(|a| a.members.iter().chain(&a.learners))
+            .any(|m| m.id == id);
+        if !moved {
             return Err(Error::Conflict {
                 reason: "membership".into(),
                 message: format!(
@@ -673,7 +678,7 @@ impl Client {
 
     /// Sends the membership change `request(group)` to the leader of each Raft group of
     /// `which` (every group when `None`) in turn, in group order (`group` unset in a cluster of
-    /// one), and answers each group's voters after its change, in that order. In turn, not at once: each change
+    /// one), and answers each group's members after its change, in that order. In turn, not at once: each change
     /// waits for a catch-up and two commits on every member, and a failure stops before the
     /// later groups, so that what was changed is a prefix of them, which the error names.
     async fn change_groups<Req, F, Fut>(
@@ -681,7 +686,7 @@ impl Client {
         which: Option<&[u32]>,
         request: impl Fn(Option<u32>) -> Req,
         mut send: F,
-    ) -> Result<Vec<Vec<Member>>, Error>
+    ) -> Result<Vec<pb::MembersResponse>, Error>
     where
         Req: Clone,
         F: FnMut(LocksClient<Channel>, tonic::Request<Req>) -> Fut,
@@ -720,7 +725,7 @@ impl Client {
                 .call(opts, request((groups > 1).then_some(group)), &mut send)
                 .await;
             match answer {
-                Ok(response) => voters.push(members(response.members)),
+                Ok(response) => voters.push(response),
                 Err(e) if done == 0 => return Err(e),
                 Err(e) => {
                     return Err(Error::MembershipIncomplete {
@@ -1058,8 +1063,11 @@ impl Client {
 }
 
 /// The voters the last group changed answered (`Client::change_groups` changes at least one).
-fn last_voters(mut answers: Vec<Vec<Member>>) -> Vec<Member> {
-    answers.pop().unwrap_or_default()
+fn last_voters(mut answers: Vec<pb::MembersResponse>) -> Vec<Member> {
+    answers
+        .pop()
+        .map(|a| members(a.members))
+        .unwrap_or_default()
 }
 
 fn members(members: Vec<pb::Member>) -> Vec<Member> {

@@ -898,7 +898,11 @@ impl Node {
         match current.node_addr(id) {
             // Replica subsets: this group is not on that member, so it has no address here to
             // record (the client moves a member in every group in turn).
-            None if self.config.replicas != 0 => return Ok(current.voters),
+            None if self.config.replicas != 0 => {
+                // Said by the group's leader, which knows the latest membership.
+                self.leader_only()?;
+                return Ok(current.voters);
+            }
             None => {
                 return Err(ApiError::Membership(format!(
                     "{id} is not a member; `latchkey cluster add {id}={addr}` adds it"
@@ -987,12 +991,12 @@ impl Node {
     pub fn status(&self) -> NodeStatus {
         let m = self.raft.metrics().borrow_watched().clone();
         let role = match m.state {
+            ServerState::Shutdown => Role::Shutdown,
             _ if !self.belongs() => Role::Outside,
             ServerState::Leader => Role::Leader,
             ServerState::Follower => Role::Follower,
             ServerState::Candidate => Role::Candidate,
             ServerState::Learner => Role::Learner,
-            ServerState::Shutdown => Role::Shutdown,
         };
         let Membership {
             voters: members,

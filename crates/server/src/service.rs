@@ -645,6 +645,7 @@ impl pb::locks_server::Locks for LocksService {
             .map_err(in_group(node))?;
         Ok(Response::new(pb::MembersResponse {
             members: members_pb(members),
+            learners: members_pb(node.membership().learners),
         }))
     }
 
@@ -659,6 +660,7 @@ impl pb::locks_server::Locks for LocksService {
         let members = node.remove_member(req.id).await.map_err(in_group(node))?;
         Ok(Response::new(pb::MembersResponse {
             members: members_pb(members),
+            learners: members_pb(node.membership().learners),
         }))
     }
 
@@ -676,6 +678,7 @@ impl pb::locks_server::Locks for LocksService {
             .map_err(in_group(node))?;
         Ok(Response::new(pb::MembersResponse {
             members: members_pb(members),
+            learners: members_pb(node.membership().learners),
         }))
     }
 }

@@ -459,10 +459,12 @@ class MoveMemberRequest(_message.Message):
     def __init__(self, id: _Optional[int] = ..., addr: _Optional[str] = ..., group: _Optional[int] = ...) -> None: ...
 
 class MembersResponse(_message.Message):
-    __slots__ = ("members",)
+    __slots__ = ("members", "learners")
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    LEARNERS_FIELD_NUMBER: _ClassVar[int]
     members: _containers.RepeatedCompositeFieldContainer[Member]
-    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+    learners: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., learners: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
 
 class PeerMessage(_message.Message):
     __slots__ = ("payload",)
