@@ -392,11 +392,7 @@ fn one_client_renews_its_groups_with_one_request_per_member_and_expires_in_every
 
 /// `latchkey cluster ARGS`, which must succeed; its stdout.
 fn cluster_cmd(cluster: &Cluster, args: &[&str]) -> String {
-    let mut full = vec!["cluster"];
-    full.extend_from_slice(args);
-    let endpoints = cluster.endpoints();
-    full.extend(["--endpoints", &endpoints]);
-    let out = cluster.cli(&full);
+    let out = cluster_cli(cluster, args);
     assert!(
         out.status.success(),
         "cluster {args:?}: {}\n{}",
@@ -404,6 +400,22 @@ fn cluster_cmd(cluster: &Cluster, args: &[&str]) -> String {
         cluster.logs()
     );
     out.stdout
+}
+
+/// `latchkey cluster ARGS`, which must be refused with a message containing `why`.
+fn cluster_cmd_refused(cluster: &Cluster, args: &[&str], why: &str) {
+    let out = cluster_cli(cluster, args);
+    assert!(!out.status.success(), "cluster {args:?} succeeded");
+    assert!(out.stderr.contains(why), "cluster {args:?}: {}", out.stderr);
+}
+
+/// `latchkey cluster ARGS --endpoints` every member.
+fn cluster_cli(cluster: &Cluster, args: &[&str]) -> common::Output {
+    let mut full = vec!["cluster"];
+    full.extend_from_slice(args);
+    let endpoints = cluster.endpoints();
+    full.extend(["--endpoints", &endpoints]);
+    cluster.cli(&full)
 }
 
 /// Membership changes reach every group: a `serve --join --groups 2` member added with one
@@ -674,34 +686,16 @@ fn a_dead_member_of_replica_subsets_is_replaced_in_its_groups_only() {
     token_via(&cluster, &names[0], &addr);
     // Moving an id that no group has is refused (with replica subsets each group without the
     // member answers its voters unchanged).
-    let stray = cluster.cli(&[
-        "cluster",
-        "move",
-        "9=127.0.0.1:1",
-        "--endpoints",
-        &cluster.endpoints(),
-    ]);
-    assert!(!stray.status.success());
-    assert!(
-        stray.stderr.contains("member 9 is in no Raft group"),
-        "{}",
-        stray.stderr
+    cluster_cmd_refused(
+        &cluster,
+        &["move", "9=127.0.0.1:1"],
+        "member 9 is in no Raft group",
     );
     // A group the cluster lacks is refused before any change.
-    let bad = cluster.cli(&[
-        "cluster",
-        "add",
-        &format!("5={addr}"),
-        "--group",
-        "7",
-        "--endpoints",
-        &cluster.endpoints(),
-    ]);
-    assert!(!bad.status.success());
-    assert!(
-        bad.stderr.contains("this cluster has 4 Raft groups"),
-        "{}",
-        bad.stderr
+    cluster_cmd_refused(
+        &cluster,
+        &["add", &format!("5={addr}"), "--group", "7"],
+        "this cluster has 4 Raft groups",
     );
 
     cluster.kill9(1);

@@ -944,6 +944,46 @@ mod tests {
         ));
     }
 
+    /// `--replicas` is checked where the configuration is built: against the founding members
+    /// and the group count (every member in some group), on its own for a member that joins,
+    /// and not with the HTTP API, which does not route groups yet.
+    #[test]
+    fn a_placement_that_leaves_a_member_in_no_group_is_refused() {
+        use super::ConfigError;
+        use latchkey_core::groups::BadReplicas;
+        let peers: std::collections::BTreeMap<u64, String> = (1..=7)
+            .map(|i| (i, format!("127.0.0.1:{}", 7000 + i)))
+            .collect();
+        let config = |groups, replicas| {
+            let mut c = ServerConfig::cluster(
+                1,
+                "127.0.0.1:7001".parse().unwrap(),
+                "unused".into(),
+                peers.clone(),
+            );
+            c.groups = groups;
+            c.replicas = replicas;
+            c
+        };
+        assert!(config(5, 3).validate().is_ok());
+        assert!(matches!(
+            config(4, 3).validate(),
+            Err(ConfigError::Replicas(BadReplicas::MembersInNoGroup { .. }))
+        ));
+        let mut http = config(5, 3);
+        http.http_listen = Some("127.0.0.1:0".parse().unwrap());
+        assert!(matches!(http.validate(), Err(ConfigError::GroupsWithHttp)));
+        let mut joining =
+            ServerConfig::single(9, "127.0.0.1:7009".parse().unwrap(), "unused".into());
+        joining.join = Some(super::peer_auth::ClusterId::founded_by(&peers));
+        joining.groups = 5;
+        joining.replicas = 2;
+        assert!(matches!(
+            joining.validate(),
+            Err(ConfigError::Replicas(BadReplicas::TooFew { replicas: 2 }))
+        ));
+    }
+
     /// See the comment in `raft_config`: without pre-vote a follower back from a SIGSTOP or a
     /// partition raised its term and deposed a healthy leader (`cluster_rejoin` tests).
     #[test]
