@@ -97,6 +97,12 @@ fn uncontended_reports_pairs_and_two_requests_and_entries_each() {
     }
     assert!(f(&r, &["server", "requests_by_method", "acquire"]) > 0.0);
     assert!(f(&r, &["server", "requests_by_method", "release"]) > 0.0);
+    // Every entry is fsynced, and group commit puts one or more in each fdatasync.
+    let commits = f(&r, &["server", "log_commits"]);
+    assert!(
+        commits > 0.0 && commits <= f(&r, &["server", "log_entries"]),
+        "{r:#}"
+    );
 }
 
 #[test]

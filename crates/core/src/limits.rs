@@ -415,10 +415,11 @@ pub const SNAPSHOT_EVERY_ENTRIES_DEFAULT: u64 = 10_000;
 pub const LOG_KEPT_AFTER_SNAPSHOT_DEFAULT: u64 = 1_000;
 const _: () = assert!(LOG_KEPT_AFTER_SNAPSHOT_DEFAULT < SNAPSHOT_EVERY_ENTRIES_DEFAULT);
 
-/// Requests waiting for the log store's writer. openraft keeps few log IOs in flight (each
-/// append carries up to `max_payload_entries` entries, and a vote save waits for its answer), so
-/// the queue is rarely full; when it is, submitters wait for room, which pushes back on the Raft
-/// core instead of growing memory.
+/// Requests waiting for the log store's writer, which serves every Raft group of a member (its
+/// groups share one log). Each group's openraft keeps few log IOs in flight (each append
+/// carries up to `max_payload_entries` entries, and a vote save waits for its answer), so the
+/// queue is rarely full even with `GROUPS_MAX` groups; when it is, submitters wait for room,
+/// which pushes back on the Raft cores instead of growing memory.
 pub const LOG_WRITE_QUEUE_CAPACITY: usize = 1_024;
 /// Requests written by one log-store transaction. Bounds the time one commit takes (and so the
 /// latency of the first request in it) while still sharing an fsync among everything that

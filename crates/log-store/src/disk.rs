@@ -14,9 +14,16 @@
 //!   dropped the data while a later fsync reports success.
 //!
 //! Deletion: the front segment is deleted once every entry it holds is at or below the durable
-//! purge point and a later segment exists (which starts with a checkpoint of the vote, committed
-//! log id, purge point and meta keys, so nothing else of the front segment is needed); the
-//! directory is fsynced after each deletion, so the segments on disk are always consecutive.
+//! purge point of its group and a later segment exists (which starts with a checkpoint of each
+//! group's vote, committed log id, purge point and meta keys, so nothing else of the front
+//! segment is needed); the directory is fsynced after each deletion, so the segments on disk
+//! are always consecutive.
+//!
+//! Groups (issue #16): the Raft groups of one member share one log, so that one `fdatasync`
+//! covers a batch of all of them. Each record belongs to the group of the last
+//! [`Record::Group`] before it in its frame, group 0 if none; each group has its own
+//! [`Index`] and its own [`Written`] state, and replay refuses a record of a group the member
+//! does not run.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
@@ -55,7 +62,13 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// What the writer has written: the state a checkpoint records.
+/// A Raft group's number in the shared log.
+pub(crate) type Group = u32;
+
+/// Each group's index, as the writer and the disk reach them.
+pub(crate) type Indexes<L> = BTreeMap<Group, Arc<Mutex<Index<L>>>>;
+
+/// What the writer has written of one group: the state a checkpoint records.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Written {
     pub(crate) vote: Option<Vec<u8>>,
@@ -65,9 +78,25 @@ pub(crate) struct Written {
     pub(crate) meta: BTreeMap<String, Vec<u8>>,
 }
 
+/// Each group's [`Written`]; a group appears once it has written one of these values, so two
+/// replays of the same records compare equal however their group markers fell.
+pub(crate) type WrittenByGroup = BTreeMap<Group, Written>;
+
+/// Encodes the checkpoint frame of every group's state: group 0's records first with no
+/// marker, then each other group's after a [`Record::Group`].
+fn checkpoint(written: &WrittenByGroup, buf: &mut Vec<u8>) -> Result<(), String> {
+    let start = format::begin_frame(buf, FRAME_CHECKPOINT);
+    for (&group, state) in written {
+        if group != 0 {
+            format::encode_record(buf, &Record::Group(group))?;
+        }
+        state.records(buf)?;
+    }
+    format::end_frame(buf, start)
+}
+
 impl Written {
-    fn checkpoint(&self, buf: &mut Vec<u8>) -> Result<(), String> {
-        let start = format::begin_frame(buf, FRAME_CHECKPOINT);
+    fn records(&self, buf: &mut Vec<u8>) -> Result<(), String> {
         if let Some(v) = &self.vote {
             format::encode_record(buf, &Record::Vote(v))?;
         }
@@ -86,15 +115,31 @@ impl Written {
         for (key, value) in &self.meta {
             format::encode_record(buf, &Record::Meta { key, value })?;
         }
-        format::end_frame(buf, start)
+        Ok(())
+    }
+
+    /// Applies a state record (vote, committed, purge, meta) of this group.
+    fn apply(&mut self, record: &Record<'_>) {
+        match *record {
+            Record::Vote(v) => self.vote = Some(v.to_vec()),
+            Record::Committed(c) => self.committed = Some(c.to_vec()),
+            Record::Purge { upto, last_purged } => {
+                self.last_purged = Some((upto, last_purged.to_vec()))
+            }
+            Record::Meta { key, value } => {
+                self.meta.insert(key.to_owned(), value.to_vec());
+            }
+            Record::Entry { .. } | Record::Truncate { .. } | Record::Group(_) => {}
+        }
     }
 }
 
 #[derive(Debug)]
 struct SegmentInfo {
     number: u64,
-    /// The highest index of any entry record written to it (truncated ones included).
-    max_entry: Option<u64>,
+    /// Per group, the highest index of any entry record written to it (truncated ones
+    /// included); a group with no entry in it is absent.
+    max_entry: BTreeMap<Group, u64>,
 }
 
 /// The writer's side of the files. One lock (`Arc<Mutex<Disk>>`) orders every write: the
@@ -108,7 +153,7 @@ pub(crate) struct Disk {
     active_len: u64,
     /// Oldest first; the last is the active one.
     segments: VecDeque<SegmentInfo>,
-    pub(crate) written: Written,
+    pub(crate) written: WrittenByGroup,
     pub(crate) failed: Option<String>,
     buf: Vec<u8>,
     /// Released when the writer and every handle are gone.
@@ -138,11 +183,10 @@ fn lock_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>, LogStoreError> {
 fn create_segment(
     dir: &Path,
     number: u64,
-    written: &Written,
+    written: &WrittenByGroup,
 ) -> Result<(File, u64), LogStoreError> {
     let mut buf = format::segment_header(number).to_vec();
-    written
-        .checkpoint(&mut buf)
+    checkpoint(written, &mut buf)
         .map_err(|e| LogStoreError::Corrupt(format!("cannot encode a checkpoint: {e}")))?;
     let path = dir.join(segment_name(number));
     let tmp = dir.join(format!("{}{TMP_SUFFIX}", segment_name(number)));
@@ -196,11 +240,12 @@ impl Disk {
     }
 
     /// Encodes `records` as one batch frame, writes it with one write and one fsync, and
-    /// returns, for every entry record among them, its index with its location.
+    /// returns, for every entry record among them, its group and index with its location. The
+    /// records start in group 0; a [`Record::Group`] names the group of those after it.
     pub(crate) fn write_batch<'r>(
         &mut self,
         records: impl IntoIterator<Item = Record<'r>>,
-    ) -> Result<Vec<(u64, Loc)>, String> {
+    ) -> Result<Vec<(Group, u64, Loc)>, String> {
         if let Some(msg) = &self.failed {
             return Err(msg.clone());
         }
@@ -208,25 +253,31 @@ impl Disk {
         buf.clear();
         let mut entries = Vec::new();
         let start = format::begin_frame(&mut buf, FRAME_BATCH);
-        let mut max_entry = self.segments.back().and_then(|s| s.max_entry);
+        let mut max_entry = self
+            .segments
+            .back()
+            .map(|s| s.max_entry.clone())
+            .unwrap_or_default();
+        // Applied to `self.written` only once the frame is durable: a failed batch is not a
+        // state a later checkpoint may record.
+        let mut written = Vec::new();
+        let mut group: Group = 0;
         let encoded: Result<(), String> = records.into_iter().try_for_each(|r| {
             let at = format::encode_record(&mut buf, &r)?;
             match r {
                 Record::Entry { index, .. } => {
                     let len = u32::try_from(buf.len() - at)
                         .map_err(|_| format!("log entry {index} is too large"))?;
-                    entries.push((index, at, len));
-                    max_entry = Some(max_entry.map_or(index, |m| m.max(index)));
+                    entries.push((group, index, at, len));
+                    let max = max_entry.entry(group).or_insert(index);
+                    *max = (*max).max(index);
                 }
-                Record::Vote(v) => self.written.vote = Some(v.to_vec()),
-                Record::Committed(c) => self.written.committed = Some(c.to_vec()),
-                Record::Purge { upto, last_purged } => {
-                    self.written.last_purged = Some((upto, last_purged.to_vec()))
-                }
-                Record::Meta { key, value } => {
-                    self.written.meta.insert(key.to_owned(), value.to_vec());
-                }
+                Record::Group(g) => group = g,
                 Record::Truncate { .. } => {}
+                Record::Vote(_)
+                | Record::Committed(_)
+                | Record::Purge { .. }
+                | Record::Meta { .. } => written.push((group, r)),
             }
             Ok(())
         });
@@ -236,6 +287,9 @@ impl Disk {
         self.buf = buf;
         result?;
         let at = self.write_buf_synced()?;
+        for (group, record) in &written {
+            self.written.entry(*group).or_default().apply(record);
+        }
         self.segments
             .back_mut()
             .expect("an active segment")
@@ -243,8 +297,9 @@ impl Disk {
         let segment = self.segments.back().expect("an active segment").number;
         Ok(entries
             .into_iter()
-            .map(|(index, off, len)| {
+            .map(|(group, index, off, len)| {
                 (
+                    group,
                     index,
                     Loc {
                         segment,
@@ -258,45 +313,55 @@ impl Disk {
 
     /// After a batch: start a new segment if the active one is full, then delete front
     /// segments that hold only purged entries. A failure is fail-stop like a failed write.
-    pub(crate) fn maintain<L: Clone>(&mut self, index: &Mutex<Index<L>>) -> Result<(), String> {
+    pub(crate) fn maintain<L: Clone>(&mut self, indexes: &Indexes<L>) -> Result<(), String> {
         if self.failed.is_some() {
             return Ok(());
         }
-        self.rotate_if_full(index)
-            .and_then(|()| self.delete_purged(index))
+        self.rotate_if_full(indexes)
+            .and_then(|()| self.delete_purged(indexes))
             .map_err(|e| self.fail(e.to_string()))
     }
 
-    fn rotate_if_full<L: Clone>(&mut self, index: &Mutex<Index<L>>) -> Result<(), LogStoreError> {
+    fn rotate_if_full<L: Clone>(&mut self, indexes: &Indexes<L>) -> Result<(), LogStoreError> {
         if self.active_len < self.segment_bytes {
             return Ok(());
         }
         let number = self.segments.back().expect("an active segment").number + 1;
         let (file, len) = create_segment(&self.dir, number, &self.written)?;
         let file = Arc::new(file);
-        lock(index).files.insert(number, file.clone());
+        for index in indexes.values() {
+            lock(index).files.insert(number, file.clone());
+        }
         self.segments.push_back(SegmentInfo {
             number,
-            max_entry: None,
+            max_entry: BTreeMap::new(),
         });
         self.active = file;
         self.active_len = len;
         Ok(())
     }
 
-    fn delete_purged<L: Clone>(&mut self, index: &Mutex<Index<L>>) -> Result<(), LogStoreError> {
-        let purged = self.written.last_purged.as_ref().map(|(upto, _)| *upto);
+    fn delete_purged<L: Clone>(&mut self, indexes: &Indexes<L>) -> Result<(), LogStoreError> {
+        let purged = |group: &Group| {
+            self.written
+                .get(group)
+                .and_then(|w| w.last_purged.as_ref())
+                .map(|(upto, _)| *upto)
+        };
         while self.segments.len() > 1 {
             let front = &self.segments[0];
-            let deletable = match front.max_entry {
-                None => true,
-                Some(max) => purged.is_some_and(|p| max <= p),
-            };
+            // Every group's entries in it must be purged, not only one group's.
+            let deletable = front
+                .max_entry
+                .iter()
+                .all(|(group, &max)| purged(group).is_some_and(|p| max <= p));
             if !deletable {
                 break;
             }
             let number = front.number;
-            lock(index).files.remove(&number);
+            for index in indexes.values() {
+                lock(index).files.remove(&number);
+            }
             let path = self.dir.join(segment_name(number));
             fs::remove_file(&path).map_err(io_err("delete", &path))?;
             // One at a time, so that the segments left after a crash are consecutive.
@@ -334,13 +399,15 @@ pub(crate) type DecodeEntry<L> = dyn Fn(u64, &[u8]) -> Result<L, String>;
 /// Decodes a purge record's log id, with its index.
 pub(crate) type DecodeLogId<L> = dyn Fn(&[u8]) -> Result<(L, u64), String>;
 
-/// Opens (creating if needed) the segment directory `dir` and replays it.
+/// Opens (creating if needed) the segment directory `dir` and replays it into one index per
+/// group of `groups`; a record of any other group is corruption.
 pub(crate) fn load<L: Clone>(
     dir: &Path,
+    groups: &[Group],
     segment_bytes: u64,
     cache_bytes: usize,
     decode: &Decoders<'_, L>,
-) -> Result<(Index<L>, Disk), LogStoreError> {
+) -> Result<(BTreeMap<Group, Index<L>>, Disk), LogStoreError> {
     // A new directory's entry is made durable with everything else at the end of `load`.
     fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
     let dir_lock = lock_dir(dir)?;
@@ -359,7 +426,7 @@ pub(crate) fn load<L: Clone>(
     }
     numbers.sort_unstable();
     if numbers.is_empty() {
-        let (file, _) = create_segment(dir, 1, &Written::default())?;
+        let (file, _) = create_segment(dir, 1, &WrittenByGroup::new())?;
         drop(file);
         numbers.push(1);
     }
@@ -374,8 +441,11 @@ pub(crate) fn load<L: Clone>(
         }
     }
 
-    let mut index = Index::new(cache_bytes);
-    let mut written = Written::default();
+    let mut indexes: BTreeMap<Group, Index<L>> = groups
+        .iter()
+        .map(|&g| (g, Index::new(cache_bytes)))
+        .collect();
+    let mut written = WrittenByGroup::new();
     let mut segments = VecDeque::new();
     let mut active = None;
     for (i, &number) in numbers.iter().enumerate() {
@@ -412,7 +482,7 @@ pub(crate) fn load<L: Clone>(
         }
         let mut info = SegmentInfo {
             number,
-            max_entry: None,
+            max_entry: BTreeMap::new(),
         };
         for (k, frame) in parsed.frames.iter().enumerate() {
             let at = frame.body.start - format::FRAME_HEADER_BYTES;
@@ -423,13 +493,25 @@ pub(crate) fn load<L: Clone>(
                 _ => return Err(corrupt(at, &"unexpected frame kind")),
             }
             let mut state = if is_checkpoint {
-                Written::default()
+                WrittenByGroup::new()
             } else {
                 written.clone()
             };
+            // Every frame starts in group 0.
+            let mut group: Group = 0;
             for record in format::records(&buf, frame.body.clone()) {
                 let (off, range, record) = record.map_err(|e| corrupt(at, &e))?;
                 let fail = |e: String| corrupt(off, &e);
+                if let Record::Group(g) = record {
+                    group = g;
+                    continue;
+                }
+                let Some(index) = indexes.get_mut(&group) else {
+                    return Err(fail(format!(
+                        "a record of Raft group {group}, which this log is not opened for \
+                         (groups {groups:?})"
+                    )));
+                };
                 match record {
                     Record::Entry { index: n, bytes } if !is_checkpoint => {
                         let log_id = (decode.entry)(n, bytes).map_err(fail)?;
@@ -439,14 +521,13 @@ pub(crate) fn load<L: Clone>(
                             len: (range.end - range.start) as u32,
                         };
                         index.replay_entry(n, log_id, loc, bytes).map_err(fail)?;
-                        info.max_entry = Some(info.max_entry.map_or(n, |m| m.max(n)));
+                        let max = info.max_entry.entry(group).or_insert(n);
+                        *max = (*max).max(n);
                     }
                     Record::Truncate { from } if !is_checkpoint => index.truncate(from),
                     Record::Entry { .. } | Record::Truncate { .. } => {
                         return Err(fail("a checkpoint holds a log record".into()))
                     }
-                    Record::Vote(v) => state.vote = Some(v.to_vec()),
-                    Record::Committed(c) => state.committed = Some(c.to_vec()),
                     Record::Purge { upto, last_purged } => {
                         let (log_id, at_index) = (decode.log_id)(last_purged).map_err(fail)?;
                         if at_index != upto {
@@ -455,11 +536,12 @@ pub(crate) fn load<L: Clone>(
                             )));
                         }
                         index.purge(log_id, upto);
-                        state.last_purged = Some((upto, last_purged.to_vec()));
+                        state.entry(group).or_default().apply(&record);
                     }
-                    Record::Meta { key, value } => {
-                        state.meta.insert(key.to_owned(), value.to_vec());
+                    Record::Vote(_) | Record::Committed(_) | Record::Meta { .. } => {
+                        state.entry(group).or_default().apply(&record)
                     }
+                    Record::Group(_) => unreachable!("handled above"),
                 }
             }
             // A checkpoint restates what the segments before it say; if they are still
@@ -483,15 +565,19 @@ pub(crate) fn load<L: Clone>(
                 .map_err(io_err("truncate torn tail of", &path))?;
         }
         let file = Arc::new(file);
-        index.files.insert(number, file.clone());
+        for index in indexes.values_mut() {
+            index.files.insert(number, file.clone());
+        }
         segments.push_back(info);
         if last {
             active = Some((file, parsed.valid_len as u64));
         }
     }
-    index
-        .check_replayed()
-        .map_err(|e| LogStoreError::Corrupt(format!("{}: {e}", dir.display())))?;
+    for (group, index) in &indexes {
+        index.check_replayed().map_err(|e| {
+            LogStoreError::Corrupt(format!("{} (Raft group {group}): {e}", dir.display()))
+        })?;
+    }
     // What replay read may be only in the page cache: a process killed between a batch's
     // `write` and its `fdatasync`, or between a rotation's rename and its directory fsync,
     // leaves bytes and names the kernel shows but the disk does not hold. Openraft is about to
@@ -499,7 +585,8 @@ pub(crate) fn load<L: Clone>(
     // quorum), and later batches would be acknowledged in a segment whose name a power loss
     // could still take away. So make all of it durable before anything is answered: every
     // segment, the directory's entries, and the directory's own entry in its parent.
-    for (number, file) in &index.files {
+    let files = &indexes.values().next().expect("at least one group").files;
+    for (number, file) in files {
         file.sync_all()
             .map_err(io_err("sync segment", &dir.join(segment_name(*number))))?;
     }
@@ -509,13 +596,16 @@ pub(crate) fn load<L: Clone>(
         _ => Path::new("."),
     };
     sync_dir(parent).map_err(io_err("sync directory", parent))?;
-    index.vote = written.vote.clone();
-    index.committed = written.committed.clone();
-    index.meta = written.meta.clone();
-    index.debug_check();
+    for (group, index) in &mut indexes {
+        let state = written.get(group).cloned().unwrap_or_default();
+        index.vote = state.vote;
+        index.committed = state.committed;
+        index.meta = state.meta;
+        index.debug_check();
+    }
     let (active, active_len) = active.expect("at least one segment");
     Ok((
-        index,
+        indexes,
         Disk {
             dir: dir.to_path_buf(),
             segment_bytes,
@@ -547,7 +637,7 @@ impl ReadToEndAt for &File {
 /// checkpoint and `entries` (index, encoded entry) after it, fsynced. For migration.
 pub(crate) fn write_fresh(
     dir: &Path,
-    written: &Written,
+    written: &WrittenByGroup,
     entries: impl Iterator<Item = Result<(u64, Vec<u8>), LogStoreError>>,
 ) -> Result<(), LogStoreError> {
     fs::create_dir(dir).map_err(io_err("create directory", dir))?;

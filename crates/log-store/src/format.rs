@@ -40,6 +40,7 @@ const REC_COMMITTED: u8 = 3;
 const REC_TRUNCATE: u8 = 4;
 const REC_PURGE: u8 = 5;
 const REC_META: u8 = 6;
+const REC_GROUP: u8 = 7;
 
 /// One change to the log's state, as stored. Values (`bytes`, `last_purged`, ...) are in the
 /// versioned encoding of `codec`.
@@ -67,6 +68,10 @@ pub(crate) enum Record<'a> {
         key: &'a str,
         value: &'a [u8],
     },
+    /// The records after it in the same frame are of this Raft group (issue #16: one log
+    /// shared by a member's groups). Every frame starts in group 0, so a log of one group
+    /// never holds this record, and its bytes are those of the build before groups shared it.
+    Group(u32),
 }
 
 pub(crate) fn crc32(parts: &[&[u8]]) -> u32 {
@@ -114,6 +119,7 @@ pub(crate) fn encode_record(buf: &mut Vec<u8>, record: &Record<'_>) -> Result<us
         Record::Truncate { .. } => REC_TRUNCATE,
         Record::Purge { .. } => REC_PURGE,
         Record::Meta { .. } => REC_META,
+        Record::Group(_) => REC_GROUP,
     };
     if let Record::Meta { key, .. } = record {
         if u16::try_from(key.len()).is_err() {
@@ -128,6 +134,7 @@ pub(crate) fn encode_record(buf: &mut Vec<u8>, record: &Record<'_>) -> Result<us
         }
         Record::Vote(bytes) | Record::Committed(bytes) => buf.extend_from_slice(bytes),
         Record::Truncate { from } => buf.extend_from_slice(&from.to_le_bytes()),
+        Record::Group(group) => buf.extend_from_slice(&group.to_le_bytes()),
         Record::Purge { upto, last_purged } => {
             buf.extend_from_slice(&upto.to_le_bytes());
             buf.extend_from_slice(last_purged);
@@ -216,6 +223,12 @@ pub(crate) fn decode_record<'a>(kind: u8, body: &'a [u8]) -> Result<Record<'a>, 
                 key,
                 value: &body[2 + key_len..],
             }
+        }
+        REC_GROUP => {
+            let bytes: [u8; 4] = body
+                .try_into()
+                .map_err(|_| format!("group record of {} bytes, not 4", body.len()))?;
+            Record::Group(u32::from_le_bytes(bytes))
         }
         other => return Err(format!("unknown record kind {other}")),
     })
@@ -362,6 +375,7 @@ mod tests {
                 key: "cluster",
                 value: b"c1",
             },
+            Record::Group(u32::MAX),
         ];
         let buf = segment(&[frame(FRAME_CHECKPOINT, &[]), frame(FRAME_BATCH, &all)]);
         let parsed = parse_segment(&buf, 7, false).unwrap();
@@ -371,6 +385,17 @@ mod tests {
             .map(|r| r.unwrap().2)
             .collect();
         assert_eq!(got, all);
+    }
+
+    #[test]
+    fn a_group_record_of_another_length_is_refused() {
+        for body in [&[1u8, 0, 0][..], &[1, 0, 0, 0, 0]] {
+            assert!(decode_record(REC_GROUP, body).is_err(), "{body:?}");
+        }
+        assert_eq!(
+            decode_record(REC_GROUP, &[3, 0, 0, 0]),
+            Ok(Record::Group(3))
+        );
     }
 
     #[test]

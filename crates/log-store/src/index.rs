@@ -50,7 +50,7 @@ pub(crate) struct Synced {
 #[derive(Debug)]
 pub(crate) struct Index<L> {
     /// Sequence number the next request gets; requests enter the writer's queue in this order.
-    next_seq: u64,
+    pub(crate) next_seq: u64,
     pub(crate) entries: BTreeMap<u64, Slot<L>>,
     pub(crate) last_purged: Option<L>,
     last_purged_index: Option<u64>,

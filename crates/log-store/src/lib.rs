@@ -20,6 +20,12 @@
 //! On disk, a directory (`<data-dir>/raft-log/`) of segment files `<number:020>.seg`, numbered
 //! consecutively; see `format` for the bytes and `disk` for the crash rules.
 //!
+//! Groups (issue #16): [`LogStore::open_groups`] opens one directory for several Raft groups
+//! of a member and answers a handle per group. The handles share the files and the writer, so
+//! one `write` and one `fdatasync` commit what all of them queued; each has its own index
+//! (entries, vote, committed log id, purge point, meta keys). [`LogStore::open`] is the store
+//! of one group, group 0, whose files hold no group records.
+//!
 //! Durability rule: an append's `IOFlushed` callback fires, and `save_vote` and `write_meta`
 //! return, only after the frame that holds the write was written and `fdatasync`ed.
 
@@ -51,7 +57,7 @@ use tokio::sync::{mpsc, oneshot};
 use latchkey_core::limits;
 
 pub use codec::VALUE_FORMAT_VERSION;
-use disk::Disk;
+use disk::{Disk, Group, Indexes};
 pub use durable::write_durably;
 pub use format::SEGMENT_MAGIC;
 use index::{Index, Source};
@@ -88,6 +94,9 @@ pub enum LogStoreError {
     MetaKeyTooLong(usize),
     #[error("cannot start the log store writer thread: {0}")]
     SpawnWriter(io::Error),
+    /// `open_groups` needs at least one group, each named once.
+    #[error("log store: the groups to open, {0:?}, are empty or name a group twice")]
+    Groups(Vec<u32>),
     /// The old (redb) log could not be read for migration.
     #[error("cannot read the old log {path} to migrate it: {source}")]
     OldLog {
@@ -149,7 +158,8 @@ impl Default for Options {
     }
 }
 
-/// Handle to the log store. Clones share the files, the writer and the index.
+/// Handle to one Raft group's log. Clones share the files, the writer and the index; the
+/// handles of the other groups opened with it share the files and the writer.
 pub struct LogStore<C: RaftTypeConfig> {
     shared: Arc<Shared<C>>,
 }
@@ -170,8 +180,15 @@ impl<C: RaftTypeConfig> Debug for LogStore<C> {
     }
 }
 
+/// One group's part: its index, and the files and writer it shares.
 struct Shared<C: RaftTypeConfig> {
+    group: Group,
     index: Arc<Mutex<Index<LogIdOf<C>>>>,
+    core: Arc<Core<C>>,
+}
+
+/// What the groups of one directory share.
+struct Core<C: RaftTypeConfig> {
     disk: Arc<Mutex<Disk>>,
     counters: Arc<Counters>,
     /// `None` only while dropping: closing the channel is what stops the writer.
@@ -179,7 +196,7 @@ struct Shared<C: RaftTypeConfig> {
     writer: Option<JoinHandle<()>>,
 }
 
-impl<C: RaftTypeConfig> Drop for Shared<C> {
+impl<C: RaftTypeConfig> Drop for Core<C> {
     fn drop(&mut self) {
         // The writer finishes what is queued, sees the closed channel and returns; joining it
         // means every acknowledged write is on disk when the last handle is gone.
@@ -232,14 +249,35 @@ fn intersect(
 }
 
 impl<C: RaftTypeConfig> LogStore<C> {
-    /// Opens (creating if needed) the log store in the segment directory `dir`, e.g.
-    /// `<data-dir>/raft-log`, replays it and starts its writer thread. A log of the previous
-    /// (redb) build is migrated first with [`migrate_from_redb`].
+    /// Opens (creating if needed) the log store of one group in the segment directory `dir`,
+    /// e.g. `<data-dir>/raft-log`, replays it and starts its writer thread. A log of the
+    /// previous (redb) build is migrated first with [`migrate_from_redb`].
     pub fn open(dir: &Path) -> Result<LogStore<C>, LogStoreError> {
         Self::open_with(dir, Options::default())
     }
 
+    /// Opens `dir` as the shared log of the Raft groups `groups` (at least one, each once),
+    /// answering each group's handle in the order given: one writer and one `fdatasync` per
+    /// batch for all of them. A log of one group, written by [`LogStore::open`], is group 0's
+    /// here. Refuses, as corrupt, a log holding a group not in `groups`.
+    pub fn open_groups(dir: &Path, groups: &[u32]) -> Result<Vec<LogStore<C>>, LogStoreError> {
+        Self::open_groups_with(dir, groups, Options::default())
+    }
+
     pub(crate) fn open_with(dir: &Path, options: Options) -> Result<LogStore<C>, LogStoreError> {
+        let mut stores = Self::open_groups_with(dir, &[0], options)?;
+        Ok(stores.pop().expect("one group asked for"))
+    }
+
+    pub(crate) fn open_groups_with(
+        dir: &Path,
+        groups: &[u32],
+        options: Options,
+    ) -> Result<Vec<LogStore<C>>, LogStoreError> {
+        let distinct: std::collections::BTreeSet<_> = groups.iter().collect();
+        if groups.is_empty() || distinct.len() != groups.len() {
+            return Err(LogStoreError::Groups(groups.to_vec()));
+        }
         let entry = |index: u64, bytes: &[u8]| -> Result<LogIdOf<C>, String> {
             let entry: C::Entry = codec::decode(bytes, &format_args!("log entry {index}"))
                 .map_err(|e| e.to_string())?;
@@ -261,17 +299,30 @@ impl<C: RaftTypeConfig> LogStore<C> {
             entry: &entry,
             log_id: &log_id,
         };
-        let (index, disk) = disk::load(dir, options.segment_bytes, options.cache_bytes, &decoders)?;
+        let (loaded, disk) = disk::load(
+            dir,
+            groups,
+            options.segment_bytes,
+            options.cache_bytes,
+            &decoders,
+        )?;
         // Refuse a log we cannot read now, rather than when Raft first needs it.
-        let corrupt = |e: io::Error| LogStoreError::Corrupt(format!("{}: {e}", dir.display()));
-        if let Some(v) = &index.vote {
-            codec::decode::<VoteOf<C>>(v, &"vote").map_err(corrupt)?;
-        }
-        if let Some(c) = &index.committed {
-            codec::decode::<Option<LogIdOf<C>>>(c, &"committed log id").map_err(corrupt)?;
+        for (group, index) in &loaded {
+            let corrupt = |e: io::Error| {
+                LogStoreError::Corrupt(format!("{} (Raft group {group}): {e}", dir.display()))
+            };
+            if let Some(v) = &index.vote {
+                codec::decode::<VoteOf<C>>(v, &"vote").map_err(corrupt)?;
+            }
+            if let Some(c) = &index.committed {
+                codec::decode::<Option<LogIdOf<C>>>(c, &"committed log id").map_err(corrupt)?;
+            }
         }
 
-        let index = Arc::new(Mutex::new(index));
+        let indexes: Indexes<LogIdOf<C>> = loaded
+            .into_iter()
+            .map(|(group, index)| (group, Arc::new(Mutex::new(index))))
+            .collect();
         let disk = Arc::new(Mutex::new(disk));
         let counters = Arc::new(Counters::default());
         let (tx, rx) = mpsc::channel(limits::LOG_WRITE_QUEUE_CAPACITY);
@@ -279,30 +330,44 @@ impl<C: RaftTypeConfig> LogStore<C> {
         let writer = std::thread::Builder::new()
             .name("latchkey-log-writer".into())
             .spawn({
-                let (disk, index, counters) = (disk.clone(), index.clone(), counters.clone());
-                move || writer::run::<C>(disk, index, counters, rx, before_commit)
+                let (disk, indexes, counters) = (disk.clone(), indexes.clone(), counters.clone());
+                move || writer::run::<C>(disk, indexes, counters, rx, before_commit)
             })
             .map_err(LogStoreError::SpawnWriter)?;
-        Ok(LogStore {
-            shared: Arc::new(Shared {
-                index,
-                disk,
-                counters,
-                tx: Some(tx),
-                writer: Some(writer),
-            }),
-        })
+        let core = Arc::new(Core {
+            disk,
+            counters,
+            tx: Some(tx),
+            writer: Some(writer),
+        });
+        Ok(groups
+            .iter()
+            .map(|group| LogStore {
+                shared: Arc::new(Shared {
+                    group: *group,
+                    index: indexes[group].clone(),
+                    core: core.clone(),
+                }),
+            })
+            .collect())
     }
 
     /// Tells `observer` the duration of every group commit from now on (the first observer set
-    /// stays; a second is refused with `false`).
+    /// stays; a second is refused with `false`). The groups of a shared log share their
+    /// commits, so they share the observer too.
     pub fn observe_commits(&self, observer: CommitObserver) -> bool {
-        self.shared.counters.commit_observer.0.set(observer).is_ok()
+        self.shared
+            .core
+            .counters
+            .commit_observer
+            .0
+            .set(observer)
+            .is_ok()
     }
 
-    /// What the writer has done since the store was opened.
+    /// What the writer has done since the store was opened (for every group it writes).
     pub fn stats(&self) -> LogStoreStats {
-        let c = &self.shared.counters;
+        let c = &self.shared.core.counters;
         LogStoreStats {
             write_transactions: c.write_transactions.load(Ordering::Relaxed),
             requests_written: c.requests_written.load(Ordering::Relaxed),
@@ -328,8 +393,14 @@ impl<C: RaftTypeConfig> LogStore<C> {
         if u16::try_from(key.len()).is_err() {
             return Err(LogStoreError::MetaKeyTooLong(key.len()));
         }
-        let mut disk = lock(&self.shared.disk);
-        match disk.write_batch([format::Record::Meta { key, value }]) {
+        let group = self.shared.group;
+        let marker = (group != 0).then_some(format::Record::Group(group));
+        let mut disk = lock(&self.shared.core.disk);
+        match disk.write_batch(
+            marker
+                .into_iter()
+                .chain([format::Record::Meta { key, value }]),
+        ) {
             Ok(_) => {
                 lock(&self.shared.index)
                     .meta
@@ -347,6 +418,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
 
     fn sender(&self) -> &mpsc::Sender<Request<C>> {
         self.shared
+            .core
             .tx
             .as_ref()
             .expect("the sender lives until the store is dropped")
@@ -368,14 +440,18 @@ impl<C: RaftTypeConfig> LogStore<C> {
         }
         let seq = index.take_seq();
         let op = make(&mut index, seq)?;
-        permit.send(Request { seq, op });
+        permit.send(Request {
+            group: self.shared.group,
+            seq,
+            op,
+        });
         Ok(())
     }
 
     /// Segment numbers on disk, oldest first.
     #[cfg(test)]
     pub(crate) fn segment_numbers(&self) -> Vec<u64> {
-        lock(&self.shared.disk).segment_numbers()
+        lock(&self.shared.core.disk).segment_numbers()
     }
 }
 

@@ -132,6 +132,8 @@ pub fn migrate_from_redb<C: RaftTypeConfig>(
         fs::remove_dir_all(&tmp).map_err(io_err("remove", &tmp))?;
     }
     let mut entries = 0u64;
+    // A log of the redb build is of one group, group 0.
+    let written = std::collections::BTreeMap::from([(0, written)]);
     match txn.open_table(LOG) {
         Ok(log) => {
             let rows = log.iter().map_err(|e| old_err(e.into()))?.map(|row| {

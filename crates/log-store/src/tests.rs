@@ -575,7 +575,7 @@ async fn after_a_failed_write_the_store_refuses_everything_until_reopened() {
     {
         let mut store = Store::open(&path).unwrap();
         flushed(append(&mut store, vec![entry(1, 1)]).await).await;
-        lock(&store.shared.disk).break_writes();
+        lock(&store.shared.core.disk).break_writes();
         let rx = append(&mut store, vec![entry(1, 2)]).await;
         let outcome = rx.await.expect("callback fired");
         assert!(outcome.is_err(), "the failed batch is reported as failed");
@@ -1229,4 +1229,291 @@ async fn reads_racing_rotation_and_deletion_see_a_contiguous_log() {
     assert!(reader.await.unwrap() > 0);
     assert!(store.segment_numbers()[0] > 1, "segments were deleted");
     assert_eq!(read_all(&mut store).await.len(), 5);
+}
+
+/// One log shared by several Raft groups (issue #16): one writer and one `fdatasync` per batch
+/// for all of them, each group with its own entries, vote, committed id, purge point and meta.
+mod groups {
+    use super::*;
+
+    /// Each group's entries carry its number as their term, so a read shows whose they are.
+    fn gentry(group: u32, index: u64) -> Entry {
+        entry(u64::from(group) + 1, index)
+    }
+
+    fn texts(group: u32, indexes: impl IntoIterator<Item = u64>) -> Vec<String> {
+        indexes
+            .into_iter()
+            .map(|i| format!("t{}i{i}", group + 1))
+            .collect()
+    }
+
+    /// Opens `groups` with a writer that stops before each commit until the gate lets it go.
+    fn open_held(
+        path: &Path,
+        groups: &[u32],
+    ) -> (std_mpsc::Sender<()>, std_mpsc::Receiver<usize>, Vec<Store>) {
+        let (entered_tx, entered) = std_mpsc::channel();
+        let (gate, gate_rx) = std_mpsc::channel::<()>();
+        let hook: BeforeCommit = Box::new(move |n| {
+            let _ = entered_tx.send(n);
+            let _ = gate_rx.recv();
+        });
+        let options = Options {
+            before_commit: Some(hook),
+            ..Options::default()
+        };
+        let stores = Store::open_groups_with(path, groups, options).unwrap();
+        (gate, entered, stores)
+    }
+
+    /// Every record kind of every frame in `dir`'s segments.
+    fn groups_in_files(dir: &Path) -> Vec<u32> {
+        let mut found = Vec::new();
+        let paths = segment_paths(dir);
+        for (i, path) in paths.iter().enumerate() {
+            let buf = std::fs::read(path).unwrap();
+            let number: u64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+            let parsed = format::parse_segment(&buf, number, i + 1 == paths.len()).unwrap();
+            for frame in parsed.frames {
+                for r in format::records(&buf, frame.body) {
+                    if let format::Record::Group(g) = r.unwrap().2 {
+                        found.push(g);
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_groups_of_a_batch_share_one_fsync_and_keep_their_own_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        {
+            let (gate, entered, mut stores) = open_held(&path, &[0, 1, 5]);
+            let [g0, g1, g5] = &mut stores[..] else {
+                unreachable!()
+            };
+            // The writer takes the first append alone and holds it...
+            let mut callbacks = vec![append(g1, vec![gentry(1, 1)]).await];
+            assert_eq!(entered.recv().unwrap(), 1);
+            // ...while the three groups queue appends and a vote behind it.
+            callbacks.push(append(g0, (1..=3).map(|i| gentry(0, i)).collect()).await);
+            callbacks.push(append(g5, (1..=2).map(|i| gentry(5, i)).collect()).await);
+            callbacks.push(append(g1, vec![gentry(1, 2)]).await);
+            let mut voter = g5.clone();
+            let vote_saved = tokio::spawn(async move { voter.save_vote(&vote(7)).await });
+            // Readable before they are durable, each group its own.
+            assert_eq!(read_all(g0).await, texts(0, 1..=3));
+            assert_eq!(read_all(g1).await, texts(1, 1..=2));
+            assert_eq!(read_all(g5).await, texts(5, 1..=2));
+            // Wait for the vote to be queued: it is readable only once durable.
+            // (Sequence numbers start at 1: the append took 1, the vote takes 2.)
+            let started = std::time::Instant::now();
+            while lock(&g5.shared.index).next_seq < 3 {
+                assert!(
+                    started.elapsed().as_secs() < 10,
+                    "the vote was never queued"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            assert_eq!(g5.read_vote().await.unwrap(), None);
+            drop(gate);
+            for rx in callbacks {
+                flushed(rx).await;
+            }
+            vote_saved.await.unwrap().unwrap();
+            // The first append alone, then the four requests of three groups in one commit.
+            assert_eq!(entered.recv().unwrap(), 4);
+            for store in [&*g0, &*g1, &*g5] {
+                assert_eq!(
+                    store.stats(),
+                    LogStoreStats {
+                        write_transactions: 2,
+                        requests_written: 5
+                    }
+                );
+            }
+            assert_eq!(g5.read_vote().await.unwrap(), Some(vote(7)));
+            assert_eq!(g0.read_vote().await.unwrap(), None);
+            g0.save_committed(Some(log_id(1, 3))).await.unwrap();
+            g1.purge(log_id(2, 1)).await.unwrap();
+            g0.write_meta("cluster", b"zero").unwrap();
+            g5.write_meta("cluster", b"five").unwrap();
+            g1.save_vote(&vote(3)).await.unwrap();
+        }
+        // The first commit is group 1's; the second, group 0's (no marker: a frame starts in
+        // group 0), then 5, 1 and 5 again. (The order of the later writes is the scheduler's.)
+        assert_eq!(groups_in_files(&path)[..4], [1, 5, 1, 5]);
+
+        let mut stores = Store::open_groups(&path, &[0, 1, 5]).unwrap();
+        let [g0, g1, g5] = &mut stores[..] else {
+            unreachable!()
+        };
+        assert_eq!(read_all(g0).await, texts(0, 1..=3));
+        assert_eq!(read_all(g1).await, texts(1, [2]));
+        assert_eq!(read_all(g5).await, texts(5, 1..=2));
+        assert_eq!(
+            g1.get_log_state().await.unwrap().last_purged_log_id,
+            Some(log_id(2, 1))
+        );
+        assert_eq!(g0.get_log_state().await.unwrap().last_purged_log_id, None);
+        assert_eq!(
+            [
+                g0.read_vote().await.unwrap(),
+                g1.read_vote().await.unwrap(),
+                g5.read_vote().await.unwrap()
+            ],
+            [None, Some(vote(3)), Some(vote(7))]
+        );
+        assert_eq!(g0.read_committed().await.unwrap(), Some(log_id(1, 3)));
+        assert_eq!(g5.read_committed().await.unwrap(), None);
+        assert_eq!(
+            g0.read_meta("cluster").unwrap().as_deref(),
+            Some(&b"zero"[..])
+        );
+        assert_eq!(g1.read_meta("cluster").unwrap(), None);
+        assert_eq!(
+            g5.read_meta("cluster").unwrap().as_deref(),
+            Some(&b"five"[..])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_log_holding_a_group_it_is_not_opened_for_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        {
+            let mut stores = Store::open_groups(&path, &[0, 2]).unwrap();
+            flushed(append(&mut stores[0], vec![gentry(0, 1)]).await).await;
+            flushed(append(&mut stores[1], vec![gentry(2, 1)]).await).await;
+        }
+        for groups in [&[0u32][..], &[0, 1], &[2]] {
+            match Store::open_groups(&path, groups) {
+                Err(LogStoreError::Corrupt(msg)) => {
+                    let group = if groups == [2] { 0 } else { 2 };
+                    assert!(msg.contains(&format!("Raft group {group}")), "{msg}")
+                }
+                other => panic!("{groups:?}: {:?}", other.map(|s| s.len())),
+            }
+        }
+        for groups in [&[][..], &[2, 0, 2]] {
+            assert!(matches!(
+                Store::open_groups(&path, groups),
+                Err(LogStoreError::Groups(_))
+            ));
+        }
+        // Nothing was changed by the refusals.
+        let mut stores = Store::open_groups(&path, &[2, 0]).unwrap();
+        assert_eq!(read_all(&mut stores[0]).await, texts(2, [1]));
+    }
+
+    #[tokio::test]
+    async fn a_log_of_one_group_has_no_group_records_and_is_group_0_of_several() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        {
+            let mut store = Store::open(&path).unwrap();
+            flushed(append(&mut store, (1..=3).map(|i| gentry(0, i)).collect()).await).await;
+            store.write_meta("cluster", b"zero").unwrap();
+            store.save_vote(&vote(2)).await.unwrap();
+        }
+        // The bytes of the build before groups shared a log.
+        assert!(groups_in_files(&path).is_empty());
+        {
+            let mut stores = Store::open_groups(&path, &[0, 3]).unwrap();
+            assert_eq!(read_all(&mut stores[0]).await, texts(0, 1..=3));
+            assert_eq!(stores[0].read_vote().await.unwrap(), Some(vote(2)));
+            assert!(read_all(&mut stores[1]).await.is_empty());
+            flushed(append(&mut stores[1], vec![gentry(3, 1)]).await).await;
+        }
+        let mut stores = Store::open_groups(&path, &[0, 3]).unwrap();
+        assert_eq!(read_all(&mut stores[1]).await, texts(3, [1]));
+        assert_eq!(
+            stores[0].read_meta("cluster").unwrap().as_deref(),
+            Some(&b"zero"[..])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_segment_goes_only_once_every_group_purged_its_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let open = || Store::open_groups_with(&path, &[0, 1], small(600, 0)).unwrap();
+        {
+            let mut stores = open();
+            stores[0].save_vote(&vote(4)).await.unwrap();
+            stores[1].save_vote(&vote(6)).await.unwrap();
+            stores[1].write_meta("cluster", b"one").unwrap();
+            for i in 1..=30 {
+                for (g, store) in (0..).zip(stores.iter_mut()) {
+                    flushed(append(store, vec![gentry(g, i)]).await).await;
+                }
+            }
+            let first = stores[0].segment_numbers();
+            assert!(first.len() > 3, "{first:?}");
+            assert_eq!(first, stores[1].segment_numbers());
+
+            // Group 0 purges everything: group 1's entries keep every segment.
+            stores[0].purge(log_id(1, 30)).await.unwrap();
+            flushed(append(&mut stores[0], vec![gentry(0, 31)]).await).await;
+            assert_eq!(stores[0].segment_numbers()[0], 1);
+            assert_eq!(read_all(&mut stores[1]).await, texts(1, 1..=30));
+
+            // Group 1 purges up to 25: the segments holding nothing after 25 of either go.
+            stores[1].purge(log_id(2, 25)).await.unwrap();
+            flushed(append(&mut stores[1], vec![gentry(1, 31)]).await).await;
+            let left = stores[0].segment_numbers();
+            assert!(left[0] > 1, "{left:?}");
+            assert_eq!(segment_paths(&path).len(), left.len());
+            assert_eq!(read_all(&mut stores[1]).await, texts(1, 26..=31));
+            assert_eq!(read_all(&mut stores[0]).await, texts(0, [31]));
+        }
+        // The checkpoints carried both groups' votes, purge points and meta past the deletion.
+        let mut stores = open();
+        assert_eq!(stores[0].read_vote().await.unwrap(), Some(vote(4)));
+        assert_eq!(stores[1].read_vote().await.unwrap(), Some(vote(6)));
+        assert_eq!(
+            stores[1].read_meta("cluster").unwrap().as_deref(),
+            Some(&b"one"[..])
+        );
+        assert_eq!(
+            stores[1].get_log_state().await.unwrap().last_purged_log_id,
+            Some(log_id(2, 25))
+        );
+        assert_eq!(read_all(&mut stores[1]).await, texts(1, 26..=31));
+        assert_eq!(read_all(&mut stores[0]).await, texts(0, [31]));
+    }
+
+    /// A crash during a group commit of several groups tears it for all of them: the frame is
+    /// one checksummed unit.
+    #[tokio::test]
+    async fn a_torn_batch_of_several_groups_is_dropped_for_all_of_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        {
+            let (gate, entered, mut stores) = open_held(&path, &[0, 1]);
+            let first = append(&mut stores[0], vec![gentry(0, 1)]).await;
+            assert_eq!(entered.recv().unwrap(), 1);
+            let a = append(&mut stores[0], vec![gentry(0, 2)]).await;
+            let b = append(&mut stores[1], vec![gentry(1, 1)]).await;
+            drop(gate);
+            for rx in [first, a, b] {
+                flushed(rx).await;
+            }
+            assert_eq!(entered.recv().unwrap(), 2);
+        }
+        let last = segment_paths(&path).pop().unwrap();
+        let len = std::fs::metadata(&last).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&last)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
+        let mut stores = Store::open_groups(&path, &[0, 1]).unwrap();
+        assert_eq!(read_all(&mut stores[0]).await, texts(0, [1]));
+        assert!(read_all(&mut stores[1]).await.is_empty());
+    }
 }

@@ -7,6 +7,10 @@
 //! Many entries therefore share one fsync, and nothing is acknowledged before it is on disk.
 //! Then it rotates the segment if it is full and deletes segments that hold only purged entries.
 //! A save of the committed log id alone is not worth an `fdatasync`: it waits for the next batch.
+//!
+//! One writer serves every Raft group of a member whose log is shared (issue #16): a batch
+//! holds whatever all the groups queued, each request's records after a `Group` record naming
+//! its group when it differs from the one before, so one `fdatasync` covers all of them.
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -17,13 +21,15 @@ use openraft::type_config::alias::LogIdOf;
 use openraft::RaftTypeConfig;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::disk::Disk;
+use crate::disk::{Disk, Group, Indexes};
 use crate::format::Record;
-use crate::index::{Index, Synced};
+use crate::index::Synced;
 use crate::{lock, Counters};
 use latchkey_core::limits;
 
 pub(crate) struct Request<C: RaftTypeConfig> {
+    /// The Raft group whose index made it; `seq` is of that index.
+    pub(crate) group: Group,
     pub(crate) seq: u64,
     pub(crate) op: Op<C>,
 }
@@ -56,10 +62,17 @@ pub(crate) enum Op<C: RaftTypeConfig> {
 /// hold the writer while they queue requests or check that nothing was acknowledged early.
 pub(crate) type BeforeCommit = Box<dyn FnMut(usize) + Send>;
 
-/// The records of a batch, in submission order (one allocation per batch, not per request).
+/// The records of a batch, in submission order (one allocation per batch, not per request),
+/// with a `Group` record before each request of a group other than the one before it.
 fn records<C: RaftTypeConfig>(batch: &[Request<C>]) -> Vec<Record<'_>> {
     let mut records = Vec::with_capacity(batch.len());
+    // A frame starts in group 0.
+    let mut group: Group = 0;
     for request in batch {
+        if request.group != group {
+            group = request.group;
+            records.push(Record::Group(group));
+        }
         match &request.op {
             Op::Append { rows, .. } => {
                 records.extend(rows.iter().map(|(index, bytes)| Record::Entry {
@@ -79,8 +92,11 @@ fn records<C: RaftTypeConfig>(batch: &[Request<C>]) -> Vec<Record<'_>> {
     records
 }
 
-/// Writes the batch and returns where each entry went, tagged with its request.
-fn write<C: RaftTypeConfig>(disk: &mut Disk, batch: &[Request<C>]) -> Result<Vec<Synced>, String> {
+/// Writes the batch and returns where each entry went, tagged with its request, per group.
+fn write<C: RaftTypeConfig>(
+    disk: &mut Disk,
+    batch: &[Request<C>],
+) -> Result<Vec<(Group, Synced)>, String> {
     let locs = disk.write_batch(records(batch))?;
     // `locs` are in record order; pair them with their requests' sequence numbers.
     let mut locs = locs.into_iter();
@@ -88,12 +104,16 @@ fn write<C: RaftTypeConfig>(disk: &mut Disk, batch: &[Request<C>]) -> Result<Vec
     for request in batch {
         if let Op::Append { rows, .. } = &request.op {
             for _ in rows {
-                let (index, loc) = locs.next().expect("one location per entry record");
-                synced.push(Synced {
-                    index,
-                    seq: request.seq,
-                    loc,
-                });
+                let (group, index, loc) = locs.next().expect("one location per entry record");
+                debug_assert_eq!(group, request.group);
+                synced.push((
+                    group,
+                    Synced {
+                        index,
+                        seq: request.seq,
+                        loc,
+                    },
+                ));
             }
         }
     }
@@ -103,19 +123,20 @@ fn write<C: RaftTypeConfig>(disk: &mut Disk, batch: &[Request<C>]) -> Result<Vec
 
 pub(crate) fn run<C: RaftTypeConfig>(
     disk: Arc<Mutex<Disk>>,
-    index: Arc<Mutex<Index<LogIdOf<C>>>>,
+    indexes: Indexes<LogIdOf<C>>,
     counters: Arc<Counters>,
     mut rx: mpsc::Receiver<Request<C>>,
     mut before_commit: Option<BeforeCommit>,
 ) {
     let mut batch: Vec<Request<C>> = Vec::with_capacity(limits::LOG_WRITE_BATCH_REQUESTS_MAX);
-    // The newest committed-id save of a batch that held nothing else, not yet written.
-    let mut deferred: Option<Request<C>> = None;
+    // Per group, the newest committed-id save of a batch that held nothing else, not yet
+    // written.
+    let mut deferred: std::collections::BTreeMap<Group, Request<C>> = Default::default();
     // Ends when every handle is gone (the channel closes) and the queue is drained.
     while let Some(first) = rx.blocking_recv() {
-        // Submitted before everything now queued, so it goes first: file order stays
-        // submission order.
-        batch.extend(deferred.take());
+        // Submitted before everything now queued, so they go first: each group's file order
+        // stays its submission order.
+        batch.extend(std::mem::take(&mut deferred).into_values());
         batch.push(first);
         while batch.len() < limits::LOG_WRITE_BATCH_REQUESTS_MAX {
             match rx.try_recv() {
@@ -132,8 +153,10 @@ pub(crate) fn run<C: RaftTypeConfig>(
             .iter()
             .all(|r| matches!(r.op, Op::SaveCommitted { .. }))
         {
-            deferred = batch.pop();
-            batch.clear();
+            // In submission order, so each group keeps its newest.
+            for request in batch.drain(..) {
+                deferred.insert(request.group, request);
+            }
             continue;
         }
         if let Some(hook) = before_commit.as_mut() {
@@ -153,20 +176,31 @@ pub(crate) fn run<C: RaftTypeConfig>(
                 counters
                     .requests_written
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                let mut idx = lock(&index);
-                idx.synced(synced);
-                // The vote becomes readable once durable: its saver waits for exactly that.
-                if let Some(vote) = batch.iter().rev().find_map(|r| match &r.op {
-                    Op::SaveVote { bytes, .. } => Some(bytes.clone()),
-                    _ => None,
-                }) {
-                    idx.vote = Some(vote);
+                for (&group, index) in &indexes {
+                    let mine = synced
+                        .iter()
+                        .filter(|(g, _)| *g == group)
+                        .map(|(_, s)| *s)
+                        .collect::<Vec<_>>();
+                    // The vote becomes readable once durable: its saver waits for exactly that.
+                    let vote = batch.iter().rev().find_map(|r| match &r.op {
+                        Op::SaveVote { bytes, .. } if r.group == group => Some(bytes.clone()),
+                        _ => None,
+                    });
+                    if mine.is_empty() && vote.is_none() {
+                        continue;
+                    }
+                    let mut idx = lock(index);
+                    idx.synced(&mine);
+                    if let Some(vote) = vote {
+                        idx.vote = Some(vote);
+                    }
+                    idx.debug_check();
                 }
-                idx.debug_check();
             }
             Err(msg) => {
                 tracing::error!(error = %msg, "log store write failed; the store refuses further writes");
-                lock(&index).failed.get_or_insert_with(|| msg.clone());
+                fail_all(&indexes, msg);
             }
         }
 
@@ -176,9 +210,9 @@ pub(crate) fn run<C: RaftTypeConfig>(
         // stops later writes; this batch is already durable and is acknowledged as such.
         if result.is_ok() {
             let mut disk = lock(&disk);
-            if let Err(msg) = disk.maintain(&index) {
+            if let Err(msg) = disk.maintain(&indexes) {
                 tracing::error!(error = %msg, "log store rotation failed; the store refuses further writes");
-                lock(&index).failed.get_or_insert(msg);
+                fail_all(&indexes, &msg);
             }
         }
 
@@ -199,10 +233,18 @@ pub(crate) fn run<C: RaftTypeConfig>(
         }
     }
     // Shutdown: the committed id saved last is on disk when the last handle is gone.
-    if let Some(last) = deferred {
+    if !deferred.is_empty() {
+        let last: Vec<_> = deferred.into_values().collect();
         let mut disk = lock(&disk);
-        if let Err(msg) = write(&mut disk, &[last]) {
+        if let Err(msg) = write(&mut disk, &last) {
             tracing::error!(error = %msg, "log store could not save the committed log id at shutdown");
         }
+    }
+}
+
+/// After a failed write or rotation, every group refuses everything: they share the files.
+fn fail_all<L>(indexes: &Indexes<L>, msg: &str) {
+    for index in indexes.values() {
+        lock(index).failed.get_or_insert_with(|| msg.to_owned());
     }
 }

@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 use latchkey_core::codec::{decode_table, DecodeError};
 use latchkey_core::versioned::{self, VersionedError};
 use latchkey_core::{limits, GroupShape, LockTable};
+use latchkey_log_store::LogStore;
 use latchkey_raft::{LogId, Membership, StoredMembership, TypeConfig};
 use openraft::storage::RaftLogStorage;
 use openraft::vote::RaftLeaderId;
@@ -334,13 +335,14 @@ pub async fn restore(
     latchkey_log_store::write_durably(data_dir, node::RESTORE_MARKER, b"").map_err(io(data_dir))?;
     // Every dir belongs to the new cluster, as if this member had founded it with `members`.
     let record = node::founder_record(id, members, groups, replicas);
+    // The dir was empty, so there is nothing to migrate and no group has a log of its own: the
+    // groups' shared log, opened as a start opens it.
+    let mut logs = node::open_member_logs(data_dir, groups)
+        .map_err(|e| RestoreError::LogStore(e.to_string()))?;
     let mut restored: Option<Restored> = None;
-    for (group, (header, table)) in (0..).zip(images) {
+    for ((group, (header, table)), log) in (0..).zip(images).zip(&mut logs) {
         // Where `serve --groups` keeps group `group` (`ServerConfig::for_group`).
-        let dir = match group {
-            0 => data_dir.to_path_buf(),
-            g => data_dir.join(format!("{}{g}", crate::GROUP_DIR_PREFIX)),
-        };
+        let dir = crate::group_data_dir(data_dir, group);
         let voters: BTreeMap<u64, String> =
             latchkey_core::groups::replicas_of(group, members.keys().copied(), replicas)
                 .into_iter()
@@ -348,7 +350,7 @@ pub async fn restore(
                 .collect();
         // A member outside the group has nothing of it to seed; the others count its table.
         let (index, sessions, locks) = if voters.contains_key(&id) {
-            seed_group(&dir, table, &header, &voters, &record).await?
+            seed_group(&dir, log, table, &header, &voters, &record).await?
         } else {
             (0, 0, 0)
         };
@@ -364,6 +366,8 @@ pub async fn restore(
         r.sessions += sessions;
         r.locks += locks;
     }
+    // Every write to the log was durable when it returned; closing it lets a start open it.
+    drop(logs);
     let marker = data_dir.join(node::RESTORE_MARKER);
     std::fs::remove_file(&marker).map_err(io(&marker))?;
     // The removal is durable before the restore says it is done.
@@ -374,10 +378,11 @@ pub async fn restore(
 }
 
 /// Seeds `dir` with one group's table: its snapshot file (with `voters` as its membership), a
-/// log that starts after it, and the data dir's `record` (`node::founder_record`). Answers the
+/// `log` that starts after it, and the data dir's `record` (`node::founder_record`). Answers the
 /// index the log starts after, and the table's sessions and locks.
 async fn seed_group(
     dir: &Path,
+    log: &mut LogStore<TypeConfig>,
     mut table: LockTable,
     header: &BackupHeader,
     voters: &BTreeMap<u64, String>,
@@ -410,16 +415,13 @@ async fn seed_group(
     let snapshot = latchkey_raft::snapshot::encode(&Some(log_id), &membership, &table);
     latchkey_raft::snapshot::write_atomically(&snapshots, &snapshot).map_err(io(&snapshots))?;
 
-    {
-        // The dir was empty, so there is nothing to migrate; the same opener as a start.
-        let mut log = node::open_log_dir(dir).map_err(|e| RestoreError::LogStore(e.to_string()))?;
-        // The log starts after the snapshot: openraft reads (purged, last] as empty.
-        log.purge(log_id)
-            .await
-            .map_err(|e| RestoreError::LogStore(e.to_string()))?;
-        log.write_meta(node::META_CLUSTER, record.as_bytes())
-            .map_err(|e| RestoreError::LogStore(e.to_string()))?;
-    }
+    // The log starts after the snapshot: openraft reads (purged, last] as empty. (The purge is
+    // queued to the writer; `restore` closes the log, which writes it, before the marker goes.)
+    log.purge(log_id)
+        .await
+        .map_err(|e| RestoreError::LogStore(e.to_string()))?;
+    log.write_meta(node::META_CLUSTER, record.as_bytes())
+        .map_err(|e| RestoreError::LogStore(e.to_string()))?;
     latchkey_log_store::write_durably(dir, node::CLUSTER_FILE, record.as_bytes())
         .map_err(io(dir))?;
     Ok((index, table.sessions().count(), table.lock_count()))
@@ -623,12 +625,12 @@ mod tests {
             crate::ServerConfig::single(1, "127.0.0.1:7420".parse().unwrap(), data.clone());
         config.groups = 2;
         std::fs::write(data.join(node::RESTORE_MARKER), b"").unwrap();
-        match node::Node::open_log_store(&config) {
+        match node::Node::open_log_stores(&config) {
             Err(node::StartError::RestoreUnfinished { .. }) => {}
             other => panic!("{:?}", other.map(|_| "opened")),
         }
         std::fs::remove_file(data.join(node::RESTORE_MARKER)).unwrap();
-        assert!(node::Node::open_log_store(&config).is_ok());
+        assert!(node::Node::open_log_stores(&config).is_ok());
     }
 
     #[test]

@@ -63,8 +63,17 @@ pub use node::StartError;
 pub use peer::{snapshot_chunks, PeerConnector, SharedPeerConnector, TcpPeerConnector};
 pub use probe::{NoProbe, Plant, Probe, ProbeEvent, SharedProbe};
 
-/// A group's data lives in `<data-dir>/group-N/` (N >= 1; group 0 in the data dir itself).
+/// A group's data lives in `<data-dir>/group-N/` (N >= 1; group 0 in the data dir itself),
+/// except its Raft log, which the member's groups share in group 0's (`node::open_member_logs`).
 pub const GROUP_DIR_PREFIX: &str = "group-";
+
+/// Where group `group` of the member with data dir `data_dir` keeps its data.
+pub(crate) fn group_data_dir(data_dir: &std::path::Path, group: u32) -> std::path::PathBuf {
+    match group {
+        0 => data_dir.to_path_buf(),
+        g => data_dir.join(format!("{GROUP_DIR_PREFIX}{g}")),
+    }
+}
 
 /// How one node runs. Build with [`ServerConfig::single`] or [`ServerConfig::cluster`], then
 /// adjust the timing fields if needed, then check it with [`ServerConfig::validate`]: [`run`] and
@@ -307,9 +316,7 @@ impl ServerConfig {
     /// dir of a one-group cluster is group 0 of nothing else), group g its `group-g` subdir.
     pub fn for_group(&self, group: u32) -> ServerConfig {
         let mut config = self.clone();
-        if group > 0 {
-            config.data_dir = self.data_dir.join(format!("{GROUP_DIR_PREFIX}{group}"));
-        }
+        config.data_dir = group_data_dir(&self.data_dir, group);
         config
     }
 
@@ -465,11 +472,7 @@ pub async fn run(
             (Some(l), config.peer_listening_on(bound))
         }
     };
-    // Group 0 first: its dir's record is checked against the flags before any group's dir is
-    // made.
-    let log_stores = (0..config.groups)
-        .map(|group| node::Node::open_log_store(&config.for_group(group)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let log_stores = node::Node::open_log_stores(&config)?;
     // Connections come through `tls::accept_loop`, which tells a client speaking the wrong
     // protocol (TLS to a plaintext port or the reverse) so and does the TLS handshake.
     fn channel<T>() -> (tokio::sync::mpsc::Sender<T>, tokio::sync::mpsc::Receiver<T>) {

@@ -178,13 +178,55 @@ pub(crate) const OLD_LOG_FILE: &str = "raft-log.redb";
 /// Opens the log store of `data_dir`, first migrating a log of the previous (redb) build if the
 /// dir has one and no segment directory yet.
 pub(crate) fn open_log_dir(data_dir: &Path) -> Result<LogStore<TypeConfig>, LogStoreError> {
+    migrate_log(data_dir)?;
+    LogStore::<TypeConfig>::open(&data_dir.join(LOG_DIR))
+}
+
+fn migrate_log(data_dir: &Path) -> Result<(), LogStoreError> {
     let old = data_dir.join(OLD_LOG_FILE);
     let new = data_dir.join(LOG_DIR);
     match latchkey_log_store::migrate_from_redb::<TypeConfig>(&old, &new)? {
         Migrated::Nothing => {}
         done => tracing::info!(?done, dir = %data_dir.display(), "migrated the Raft log from redb"),
     }
-    LogStore::<TypeConfig>::open(&new)
+    Ok(())
+}
+
+/// Opens the Raft logs of a member's `groups` groups, one store per group in group order.
+///
+/// The groups share one log, group 0's (`<data-dir>/raft-log`), so that one writer commits
+/// the appends of all of them with one `fdatasync` per batch (issue #16). A data dir of the
+/// build before that keeps a log of its own in `group-N/raft-log` for each group N ≥ 1; such a
+/// group keeps it (it is opened alone, as that build did), and nothing is moved.
+pub(crate) fn open_member_logs(
+    data_dir: &Path,
+    groups: u32,
+) -> Result<Vec<LogStore<TypeConfig>>, LogStoreError> {
+    migrate_log(data_dir)?;
+    let mut own = BTreeMap::new();
+    let mut sharing = Vec::new();
+    for group in 0..groups {
+        let dir = crate::group_data_dir(data_dir, group);
+        if group > 0 && (dir.join(LOG_DIR).exists() || dir.join(OLD_LOG_FILE).exists()) {
+            own.insert(group, open_log_dir(&dir)?);
+        } else {
+            sharing.push(group);
+        }
+    }
+    if !own.is_empty() {
+        tracing::info!(
+            groups = ?own.keys().collect::<Vec<_>>(),
+            "these groups keep the Raft logs of their own that an older build made"
+        );
+    }
+    let mut shared =
+        LogStore::<TypeConfig>::open_groups(&data_dir.join(LOG_DIR), &sharing)?.into_iter();
+    Ok((0..groups)
+        .map(|group| {
+            own.remove(&group)
+                .unwrap_or_else(|| shared.next().expect("one shared store per sharing group"))
+        })
+        .collect())
 }
 /// The state machine's snapshot directory inside the data dir.
 pub(crate) const SNAPSHOT_DIR: &str = "snapshots";
@@ -426,25 +468,30 @@ fn data_dir_error(dir: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ 
 }
 
 impl Node {
-    /// Open the log in the data dir (migrating a previous build's redb log first), after
-    /// checking the dir's `cluster` file against the flags.
+    /// Open the logs of the member's groups (`open_member_logs`, migrating a previous build's
+    /// redb log first), after checking each group dir's `cluster` file against the flags.
     ///
-    /// The check comes first and reads only that small file next to the log: opening the log
+    /// The checks come first and read only those small files next to the logs: opening a log
     /// may write to it (a migration, or the truncation of a torn tail after a crash), and a
-    /// refused start must leave the data dir as it was. The log's own record, checked by [`Node::start`], stays the
+    /// refused start must leave the data dir as it was. Group 0's dir is checked before any
+    /// group's dir is made. The log's own record, checked by [`Node::start`], stays the
     /// authority for data dirs from before the file existed.
-    pub fn open_log_store(config: &ServerConfig) -> Result<LogStore<TypeConfig>, StartError> {
-        let dir = &config.data_dir;
-        if dir.join(RESTORE_MARKER).exists() {
-            return Err(StartError::RestoreUnfinished {
-                dir: dir.display().to_string(),
-            });
+    pub fn open_log_stores(config: &ServerConfig) -> Result<Vec<LogStore<TypeConfig>>, StartError> {
+        for group in 0..config.groups {
+            let config = config.for_group(group);
+            let dir = &config.data_dir;
+            if dir.join(RESTORE_MARKER).exists() {
+                return Err(StartError::RestoreUnfinished {
+                    dir: dir.display().to_string(),
+                });
+            }
+            if let Some(recorded) = read_record_file(dir)? {
+                check_record(dir, &recorded, &config)?;
+            }
+            std::fs::create_dir_all(dir).map_err(data_dir_error(dir))?;
         }
-        if let Some(recorded) = read_record_file(dir)? {
-            check_record(dir, &recorded, config)?;
-        }
-        std::fs::create_dir_all(dir).map_err(data_dir_error(dir))?;
-        open_log_dir(dir).map_err(|e| StartError::LogStore(e.to_string()))
+        open_member_logs(&config.data_dir, config.groups)
+            .map_err(|e| StartError::LogStore(e.to_string()))
     }
 
     /// Starts group `group` of this member (`config` is [`ServerConfig::for_group`]'s), with
@@ -1246,6 +1293,63 @@ mod tests {
         assert_eq!((old.member, old.joined), (None, false));
         assert!(DirRecord::decode("cluster=xyz\n").is_err());
         assert!(DirRecord::decode("member=1\n").is_err());
+    }
+
+    /// A member's groups share group 0's log (one writer, one fsync per batch); a group that
+    /// has a log of its own, made by the build before they shared one, keeps it.
+    #[test]
+    fn groups_share_one_log_except_those_an_older_build_gave_their_own() {
+        let fresh = tempfile::tempdir().unwrap();
+        {
+            let logs = open_member_logs(fresh.path(), 3).unwrap();
+            logs[2].write_meta("k", b"two").unwrap();
+            logs[1].write_meta("k", b"one").unwrap();
+            assert_eq!(logs[0].read_meta("k").unwrap(), None);
+        }
+        for g in 1..3 {
+            assert!(!crate::group_data_dir(fresh.path(), g)
+                .join(LOG_DIR)
+                .exists());
+        }
+        let logs = open_member_logs(fresh.path(), 3).unwrap();
+        assert_eq!(
+            logs[2].read_meta("k").unwrap().as_deref(),
+            Some(&b"two"[..])
+        );
+        assert_eq!(
+            logs[1].read_meta("k").unwrap().as_deref(),
+            Some(&b"one"[..])
+        );
+        drop(logs);
+
+        // The older layout: group 1 with `group-1/raft-log`.
+        let old = tempfile::tempdir().unwrap();
+        let own = crate::group_data_dir(old.path(), 1).join(LOG_DIR);
+        LogStore::<TypeConfig>::open(&own)
+            .unwrap()
+            .write_meta("k", b"old one")
+            .unwrap();
+        {
+            let logs = open_member_logs(old.path(), 3).unwrap();
+            assert_eq!(
+                logs[1].read_meta("k").unwrap().as_deref(),
+                Some(&b"old one"[..])
+            );
+            logs[2].write_meta("k", b"two").unwrap();
+            logs[1].write_meta("k2", b"still own").unwrap();
+        }
+        let reread = LogStore::<TypeConfig>::open(&own).unwrap();
+        assert_eq!(
+            reread.read_meta("k2").unwrap().as_deref(),
+            Some(&b"still own"[..])
+        );
+        drop(reread);
+        let logs = open_member_logs(old.path(), 3).unwrap();
+        assert_eq!(
+            logs[2].read_meta("k").unwrap().as_deref(),
+            Some(&b"two"[..])
+        );
+        assert!(!crate::group_data_dir(old.path(), 2).join(LOG_DIR).exists());
     }
 
     /// A data dir of a build before the segment log holds `raft-log.redb`: the first open moves

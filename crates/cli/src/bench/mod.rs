@@ -232,6 +232,8 @@ pub struct Window {
 
 /// Calls the bench makes to watch the cluster, never as part of a workload.
 const BENCH_OWN_METHODS: [&str; 2] = ["node_status", "describe"];
+/// The count of a member's log group commits (each one `write` and one `fdatasync`).
+const LOG_COMMITS: &str = "latchkey_fsync_seconds_count";
 
 /// A counter's growth; a member restarted in between (failover) counts from zero again.
 fn counter_delta(before: f64, after: f64) -> f64 {
@@ -256,6 +258,7 @@ impl Window {
         let mut by_method: BTreeMap<String, u64> = BTreeMap::new();
         let (mut last_before, mut last_after) = (0f64, 0f64);
         let mut group_last: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
+        let mut log_commits = 0u64;
         for ((id, before), (_, after)) in self.before.samples.iter().zip(&self.after.samples) {
             let (before, after) = (before.as_ref()?, after.as_ref()?);
             // The member's processes in the window, each with its first and last reading:
@@ -266,6 +269,7 @@ impl Window {
             }
             ends.push(after);
             let mut start = before.requests();
+            let mut commits_start = before.get(LOG_COMMITS).unwrap_or(0.0);
             for end in ends {
                 for (method, n) in end.requests() {
                     let delta = counter_delta(start.get(&method).copied().unwrap_or(0.0), n) as u64;
@@ -273,7 +277,10 @@ impl Window {
                         *by_method.entry(method).or_default() += delta;
                     }
                 }
+                log_commits +=
+                    counter_delta(commits_start, end.get(LOG_COMMITS).unwrap_or(0.0)) as u64;
                 start = Default::default();
+                commits_start = 0.0;
             }
             // The leader's log is the longest; a follower's can only trail it. With several
             // groups, each group's log (their entries add up).
@@ -307,6 +314,8 @@ impl Window {
             requests_per_op: per_op(requests),
             log_entries,
             log_entries_per_op: per_op(log_entries),
+            log_commits,
+            log_commits_per_s: log_commits as f64 / self.seconds(),
             keepalive_requests_per_s: by_method.get("keep_alive").copied().unwrap_or(0) as f64
                 / self.seconds(),
             requests_by_method: by_method,

@@ -43,6 +43,10 @@ pub struct ServerFigures {
     /// Entries appended to the leader's log (the highest last log index of all members).
     pub log_entries: u64,
     pub log_entries_per_op: f64,
+    /// Group commits of all members' log writers (each one `write` and one `fdatasync`;
+    /// a member's Raft groups share its writer).
+    pub log_commits: u64,
+    pub log_commits_per_s: f64,
     pub keepalive_requests_per_s: f64,
 }
 
@@ -213,6 +217,13 @@ impl Report {
                 row(
                     "log entries/op",
                     format!("{:.2} ({} entries)", s.log_entries_per_op, s.log_entries),
+                );
+                row(
+                    "log commits/s",
+                    format!(
+                        "{:.0} (fdatasyncs, all members: {})",
+                        s.log_commits_per_s, s.log_commits
+                    ),
                 );
                 row("keepalives/s", format!("{:.1}", s.keepalive_requests_per_s));
             }
