@@ -319,6 +319,186 @@ fn a_follower_answers_not_leader_with_the_leaders_address() {
     new_session(&leader_http);
 }
 
+/// With several Raft groups (issue #16) the HTTP API routes as the gRPC one does: a session is
+/// made in a named group and takes only that group's locks, each call goes to its group's
+/// leader (an error names the group and the leader), one keepalive renews the groups this
+/// member leads and refuses the others with their leader, a list is one group's, and the
+/// status shows every group.
+#[test]
+fn the_http_api_serves_a_cluster_of_several_raft_groups() {
+    let cluster = Cluster::start_configured(
+        3,
+        common::cluster::Timing::default(),
+        &["--groups", "3", "--http-listen"],
+    );
+    let http = |id: u64| {
+        cluster.members[id as usize - 1]
+            .http_addr
+            .clone()
+            .expect("HTTP on every member")
+    };
+    // Group g of a new cluster is founded and led by member g + 1.
+    wait_until("each group led by its founder", READY_TIMEOUT, || {
+        let s = get_ok(&http(1), "/v1/cluster/status");
+        s["groups"] == 3 && (0..3u64).all(|g| s["group_status"][g as usize]["leader_id"] == g + 1)
+    });
+    let names = common::names_by_group(3);
+
+    // A session is made in a group, which a cluster of several needs named.
+    let reply = call(
+        &http(1),
+        "POST",
+        "/v1/sessions",
+        Some(json!({"ttl_ms": 15_000})),
+    );
+    assert_eq!(
+        error_of(&reply),
+        (409, "not-with-groups".to_owned()),
+        "{reply:?}"
+    );
+    let created = post_ok(
+        &http(1),
+        "/v1/sessions",
+        json!({"ttl_ms": 15_000, "group": 0}),
+    );
+    assert_eq!(
+        (created["group"].clone(), created["groups"].clone()),
+        (json!(0), json!(3))
+    );
+    let s0 = created["session"].clone();
+    let granted = acquire(&http(1), &s0, 1, &names[0], 0);
+    assert_eq!(granted["result"], "granted", "{granted}");
+    let described = get_ok(&http(1), &format!("/v1/lock?name={}", names[0]));
+    assert_eq!(described["group"], 0, "{described}");
+    assert_eq!(
+        described["lock"]["holder"]["session"], s0["id"],
+        "{described}"
+    );
+
+    // A lock of another group is not this session's to take.
+    let reply = call(
+        &http(1),
+        "POST",
+        "/v1/locks/acquire",
+        Some(json!({"session": s0, "seq": 2, "name": names[1], "wait_timeout_ms": 0})),
+    );
+    assert_eq!(
+        error_of(&reply),
+        (409, "wrong-group".to_owned()),
+        "{reply:?}"
+    );
+
+    // Group 1 is member 2's: member 1 sends the client there, naming the group.
+    let reply = call(
+        &http(1),
+        "POST",
+        "/v1/sessions",
+        Some(json!({"ttl_ms": 15_000, "group": 1})),
+    );
+    assert_eq!(
+        error_of(&reply),
+        (503, "not-leader".to_owned()),
+        "{reply:?}"
+    );
+    let body = reply.json();
+    assert_eq!(body["group"], 1, "{body}");
+    assert_eq!(body["leader_id"], 2, "{body}");
+    assert_eq!(body["leader_addr"], cluster.addr(2).as_str(), "{body}");
+    let read = call(
+        &http(1),
+        "GET",
+        &format!("/v1/lock?name={}", names[1]),
+        None,
+    );
+    assert_eq!(error_of(&read), (503, "not-leader".to_owned()), "{read:?}");
+    assert_eq!(read.json()["group"], 1, "{read:?}");
+    let s1 = post_ok(
+        &http(2),
+        "/v1/sessions",
+        json!({"ttl_ms": 15_000, "group": 1}),
+    )["session"]
+        .clone();
+    let granted = acquire(&http(2), &s1, 1, &names[1], 0);
+    assert_eq!(granted["result"], "granted", "{granted}");
+
+    // One keepalive to member 1 with both sessions: group 0's is renewed, group 1's refused
+    // with its leader.
+    let renewed = post_ok(
+        &http(1),
+        "/v1/sessions/keepalive",
+        json!({"sessions": [s0, s1]}),
+    );
+    let leases = renewed["leases"].as_array().expect("leases");
+    assert_eq!(leases.len(), 1, "{renewed}");
+    assert_eq!(
+        (leases[0]["id"].clone(), leases[0]["alive"].clone()),
+        (s0["id"].clone(), json!(true))
+    );
+    let refused = renewed["refused"].as_array().expect("refused");
+    assert_eq!(refused.len(), 1, "{renewed}");
+    assert_eq!(
+        (
+            refused[0]["group"].clone(),
+            refused[0]["code"].clone(),
+            refused[0]["leader_id"].clone()
+        ),
+        (json!(1), json!("not-leader"), json!(2)),
+        "{renewed}"
+    );
+    let at_leader = post_ok(
+        &http(2),
+        "/v1/sessions/keepalive",
+        json!({"sessions": [s1]}),
+    );
+    assert_eq!(at_leader["leases"][0]["alive"], true, "{at_leader}");
+    assert_eq!(at_leader["refused"], json!([]), "{at_leader}");
+
+    // A list is one group's, at its leader.
+    let reply = call(&http(1), "GET", "/v1/locks?prefix=", None);
+    assert_eq!(
+        error_of(&reply),
+        (409, "not-with-groups".to_owned()),
+        "{reply:?}"
+    );
+    let listed = get_ok(&http(1), "/v1/locks?prefix=&group=0");
+    let listed: Vec<&str> = listed["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    assert_eq!(listed, [names[0].as_str()]);
+    let reply = call(&http(1), "GET", "/v1/locks?group=1", None);
+    assert_eq!(
+        error_of(&reply),
+        (503, "not-leader".to_owned()),
+        "{reply:?}"
+    );
+    let reply = call(&http(1), "GET", "/v1/locks?group=3", None);
+    assert_eq!(
+        error_of(&reply),
+        (400, "invalid-request".to_owned()),
+        "{reply:?}"
+    );
+
+    // The status shows every group as this member sees it.
+    let status = get_ok(&http(1), "/v1/cluster/status");
+    let groups = status["group_status"].as_array().expect("group_status");
+    assert_eq!(groups.len(), 3, "{status}");
+    assert_eq!(groups[0]["role"], "leader", "{status}");
+    assert_eq!(groups[1]["role"], "follower", "{status}");
+    assert_eq!(
+        groups[1]["leader_addr"],
+        cluster.addr(2).as_str(),
+        "{status}"
+    );
+    assert_eq!(
+        groups[1]["voters"].as_array().map(Vec::len),
+        Some(3),
+        "{status}"
+    );
+}
+
 const APP: &str = "app-token-0123456789";
 const OTHER: &str = "other-token-0123456789";
 

@@ -126,12 +126,14 @@ fn browser_kit_or_skip() -> Option<(PathBuf, String)> {
     }
 }
 
-/// A node to browse: its gRPC address, its HTTP address, and the bearer token its `--acl`
-/// wants (if any).
+/// A node to browse: its gRPC address, its HTTP address, the bearer token its `--acl` wants
+/// (if any), and its cluster's Raft group count when it has several (the browser script then
+/// checks the page's groups table).
 struct Browsed<'a> {
     addr: &'a str,
     http: &'a str,
     bearer: Option<&'a str>,
+    groups: Option<u32>,
 }
 
 impl Browsed<'_> {
@@ -222,11 +224,15 @@ fn page_shows_a_held_lock_and_drops_it(
         .env_remove("LATCHKEY_UI_TOKEN")
         .env_remove("LATCHKEY_UI_FORCE_RELEASE")
         .env_remove("LATCHKEY_UI_EXPECT")
+        .env_remove("LATCHKEY_UI_GROUPS")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     if let Some(bearer) = node.bearer {
         command.env("LATCHKEY_UI_TOKEN", bearer);
+    }
+    if let Some(groups) = node.groups {
+        command.env("LATCHKEY_UI_GROUPS", groups.to_string());
     }
     if ending != Ending::HolderReleases {
         command.env("LATCHKEY_UI_FORCE_RELEASE", FORCE_REASON);
@@ -326,8 +332,43 @@ fn the_page_shows_a_held_lock_and_drops_it_once_released_in_chromium() {
         addr: &server.addr,
         http: &http,
         bearer: None,
+        groups: None,
     };
     page_shows_a_held_lock_and_drops_it(kit, node, "open", Ending::HolderReleases);
+}
+
+/// A member of a cluster of three Raft groups, one led by each member (issue #16): its page
+/// shows the three groups, lists the locks of the group it leads (the held lock, its token,
+/// owner and waiter, as with one group) and says that the other groups' locks are at their
+/// leaders' pages.
+#[test]
+fn the_page_of_a_member_of_several_groups_lists_the_groups_it_leads_in_chromium() {
+    let Some(kit) = browser_kit_or_skip() else {
+        return;
+    };
+    let cluster = common::cluster::Cluster::start_configured(
+        3,
+        common::cluster::Timing::default(),
+        &["--groups", "3", "--http-listen"],
+    );
+    // The founders lead one group each: group g is member g + 1's.
+    let leader = u64::from(latchkey_core::group_of("deploy/web", 3)) + 1;
+    let member = &cluster.members[leader as usize - 1];
+    let http = member.http_addr.clone().expect("HTTP on every member");
+    wait_until("the lock's group led by its founder", READY_TIMEOUT, || {
+        http_call(&http, "GET", "/v1/cluster/status", &[], None, T).is_ok_and(|r| {
+            r.status == 200
+                && (0..3u64).all(|g| r.json()["group_status"][g as usize]["leader_id"] == g + 1)
+        })
+    });
+    let addr = cluster.addr(leader);
+    let node = Browsed {
+        addr: &addr,
+        http: &http,
+        bearer: None,
+        groups: Some(3),
+    };
+    page_shows_a_held_lock_and_drops_it(kit, node, "groups", Ending::HolderReleases);
 }
 
 #[test]
@@ -340,6 +381,7 @@ fn without_acl_the_pages_force_release_takes_the_lock_and_is_audited_in_chromium
         addr: &server.addr,
         http: &http,
         bearer: None,
+        groups: None,
     };
     page_shows_a_held_lock_and_drops_it(kit, node, "forced", Ending::ForcedFromPage);
 }
@@ -413,6 +455,7 @@ fn under_acl_the_page_uses_the_token_and_shows_a_refused_force_release_in_chromi
         addr: &addr,
         http: &http,
         bearer: Some(VIEWER),
+        groups: None,
     };
     // The viewer may lock and read but not force-release: the page offers the button (a token
     // was entered), and the server refuses.

@@ -262,6 +262,21 @@ impl GroupError {
     pub fn of_cluster(error: ApiError) -> GroupError {
         GroupError { error, group: None }
     }
+
+    /// `error` of group `group` of a cluster of `groups`.
+    pub fn of_group(group: u32, groups: u32, error: ApiError) -> GroupError {
+        GroupError {
+            error,
+            group: Some((group, groups)),
+        }
+    }
+
+    /// The group the error is of, in a cluster of several groups (as the gRPC status names it
+    /// in `latchkey-group`, [`ApiError::in_group`], and the HTTP API's error body in `group`).
+    pub fn group(&self) -> Option<u32> {
+        self.group
+            .and_then(|(group, groups)| (groups > 1).then_some(group))
+    }
 }
 
 impl From<GroupError> for Status {
@@ -285,6 +300,10 @@ pub struct ErrorBody<'a> {
     pub leader_id: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leader_addr: Option<&'a str>,
+    /// The Raft group the error is of, in a cluster of several groups (as gRPC's
+    /// `latchkey-group`): send the next request for that group to `leader_addr`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
 }
 
 impl ErrorBody<'_> {
@@ -303,6 +322,7 @@ impl IntoResponse for ApiError {
             message: self.to_string(),
             leader_id,
             leader_addr,
+            group: None,
         }
         .into_response_with(self.http_status())
     }

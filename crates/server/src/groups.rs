@@ -16,12 +16,23 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use latchkey_core::{group_of, group_of_session, SessionId};
+use latchkey_core::{group_of, group_of_session, SessionId, SessionKey};
 
 use crate::error::{ApiError, GroupError};
 use crate::member_addr::MemberAddr;
 use crate::node::Node;
+use crate::ops::SessionLease;
 use crate::probe::ProbeEvent;
+
+/// What a keepalive carrying sessions of several groups got ([`Groups::keep_alive`]).
+#[derive(Debug)]
+pub struct Renewal {
+    /// The leases of the groups renewed, in the request's order.
+    pub leases: Vec<SessionLease>,
+    /// Each group this member could not renew now (an election, or a group it is outside
+    /// of), with why and the hint where to send that group's sessions instead.
+    pub refused: Vec<(u32, ApiError)>,
+}
 
 pub struct Groups {
     nodes: Vec<Arc<Node>>,
@@ -157,6 +168,87 @@ impl Groups {
             return Err("a member of no Raft group yet".into());
         }
         Ok(())
+    }
+
+    /// The group a call without a lock name names (`CreateSession`, `List`): a cluster of one
+    /// group needs none; a cluster of several requires it (`what` names the call in the
+    /// error).
+    pub fn named(&self, group: Option<u32>, what: &'static str) -> Result<&Arc<Node>, GroupError> {
+        match group {
+            Some(g) => self.get(g),
+            None => self.single(what),
+        }
+    }
+
+    /// Renews `keys`, each session at its group's node: a client sends one request per member,
+    /// with the sessions of every group that member leads (issue #16). `authorize` checks the
+    /// caller at a group's node for that group's sessions (whose they are is in its table),
+    /// for each group this member serves, or once for no session if it serves none of them.
+    ///
+    /// A request of several groups is answered group by group: a group this member cannot
+    /// renew now is refused on its own (`Renewal::refused`, with its leader hint), so that one
+    /// group's election does not fail the renewal of the others. A request of one group fails
+    /// as a whole, as in a cluster of one.
+    pub async fn keep_alive(
+        &self,
+        keys: &[SessionKey],
+        mut authorize: impl FnMut(&Arc<Node>, &[SessionId]) -> Result<(), GroupError>,
+    ) -> Result<Renewal, GroupError> {
+        let groups = self.count();
+        let mut by_group: BTreeMap<u32, Vec<SessionKey>> = BTreeMap::new();
+        for key in keys {
+            by_group
+                .entry(group_of_session(key.id, groups))
+                .or_default()
+                .push(*key);
+        }
+        // Each group's node, once: a group this member is outside of (replica subsets) has no
+        // table here to check its sessions against, and is refused with a hint to one of its
+        // replicas. The caller's credentials are checked in any case.
+        let serving: BTreeMap<u32, Result<&Arc<Node>, ApiError>> = by_group
+            .keys()
+            .map(|&g| (g, self.serving(g).map_err(|e| e.error)))
+            .collect();
+        let mut checked = false;
+        for (g, keys) in &by_group {
+            if let Ok(node) = &serving[g] {
+                let ids: Vec<SessionId> = keys.iter().map(|k| k.id).collect();
+                authorize(node, &ids)?;
+                checked = true;
+            }
+        }
+        if !checked {
+            authorize(self.first(), &[])?;
+        }
+        // The limit holds for the whole request, not only for each group's share of it.
+        crate::ops::check_keepalive_len(keys.len()).map_err(GroupError::of_cluster)?;
+        let renewals = by_group.iter().map(|(g, keys)| {
+            let node = serving[g].clone();
+            async move {
+                match node {
+                    Ok(node) => node.keep_alive(keys).await,
+                    Err(outside) => Err(outside),
+                }
+            }
+        });
+        let several = by_group.len() > 1;
+        let mut renewed: std::collections::HashMap<SessionId, SessionLease> = Default::default();
+        let mut refused = Vec::new();
+        for (&group, answers) in by_group
+            .keys()
+            .zip(futures::future::join_all(renewals).await)
+        {
+            match answers {
+                Ok(leases) => renewed.extend(leases.into_iter().map(|l| (l.id, l))),
+                Err(e) if several && e.is_unavailable() => refused.push((group, e)),
+                Err(e) => return Err(GroupError::of_group(group, groups, e)),
+            }
+        }
+        let leases = keys
+            .iter()
+            .filter_map(|k| renewed.get(&k.id).cloned())
+            .collect();
+        Ok(Renewal { leases, refused })
     }
 
     /// The one node of a one-group cluster, for the calls not yet served with several

@@ -39,8 +39,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use crate::acl::{Need, Permission};
-use crate::error::{ApiError, ErrorBody};
+use crate::acl::{Identity, Need, Permission};
+use crate::error::{ApiError, ErrorBody, GroupError};
+use crate::groups::Groups;
 use crate::node::Node;
 use crate::ops::{Acquired, Credentials, Held, LockView, NodeStatus, Waiting};
 use crate::tls::{self, ServerTls};
@@ -77,7 +78,9 @@ const UI_CSP: &str = "default-src 'none'; script-src 'self'; connect-src 'self';
      style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; \
      frame-ancestors 'none'";
 
-type Api = Arc<Node>;
+/// The member's Raft groups (issue #16): a request goes to the node of its lock's or its
+/// session's group, as in `service.rs`; with one group, everything is group 0's.
+type Api = Arc<Groups>;
 
 fn handler(method: &str, path: &str) -> MethodRouter<Api> {
     match (method, path) {
@@ -100,7 +103,7 @@ fn handler(method: &str, path: &str) -> MethodRouter<Api> {
 }
 
 /// The API's router, built from [`ROUTES`]; anything else is answered with a JSON error.
-pub(crate) fn router(node: Arc<Node>) -> Router {
+pub(crate) fn router(groups: Arc<Groups>) -> Router {
     ROUTES
         .iter()
         .fold(Router::new(), |router, (method, path)| {
@@ -112,6 +115,7 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
                 message: "no such route: see GET /v1/openapi.json".into(),
                 leader_id: None,
                 leader_addr: None,
+                group: None,
             }
             .into_response_with(StatusCode::NOT_FOUND)
         })
@@ -121,21 +125,29 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
                 message: "this route does not take this method: see GET /v1/openapi.json".into(),
                 leader_id: None,
                 leader_addr: None,
+                group: None,
             }
             .into_response_with(StatusCode::METHOD_NOT_ALLOWED)
         })
         .layer(DefaultBodyLimit::max(limits::HTTP_BODY_BYTES_MAX))
-        .with_state(node)
+        .with_state(groups)
 }
 
-/// An HTTP API failure: an operation's error, or a request refused before it reached one.
+/// An HTTP API failure: an operation's error (of one group, whose body then names it), or a
+/// request refused before it reached one.
 enum HttpError {
-    Api(ApiError),
+    Api(GroupError),
     BodyTooLarge,
 }
 
 impl From<ApiError> for HttpError {
     fn from(e: ApiError) -> HttpError {
+        HttpError::Api(GroupError::of_cluster(e))
+    }
+}
+
+impl From<GroupError> for HttpError {
+    fn from(e: GroupError) -> HttpError {
         HttpError::Api(e)
     }
 }
@@ -143,7 +155,17 @@ impl From<ApiError> for HttpError {
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         match self {
-            HttpError::Api(e) => e.into_response(),
+            HttpError::Api(e) => {
+                let (leader_id, leader_addr) = e.error.leader_hint();
+                ErrorBody {
+                    code: e.error.reason(),
+                    message: e.error.to_string(),
+                    leader_id,
+                    leader_addr,
+                    group: e.group(),
+                }
+                .into_response_with(e.error.http_status())
+            }
             HttpError::BodyTooLarge => ErrorBody {
                 code: "body-too-large",
                 message: format!(
@@ -152,6 +174,7 @@ impl IntoResponse for HttpError {
                 ),
                 leader_id: None,
                 leader_addr: None,
+                group: None,
             }
             .into_response_with(StatusCode::PAYLOAD_TOO_LARGE),
         }
@@ -172,12 +195,10 @@ fn parse<T: serde::de::DeserializeOwned>(
 ) -> Result<T, HttpError> {
     let body = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => HttpError::BodyTooLarge,
-        _ => HttpError::Api(ApiError::Invalid(rejection.body_text())),
+        _ => ApiError::Invalid(rejection.body_text()).into(),
     })?;
     serde_json::from_slice(&body).map_err(|e| {
-        HttpError::Api(ApiError::Invalid(format!(
-            "the body is not the JSON this call takes: {e}"
-        )))
+        ApiError::Invalid(format!("the body is not the JSON this call takes: {e}")).into()
     })
 }
 
@@ -227,6 +248,28 @@ fn credentials<'a>(headers: &'a HeaderMap, peer: &'a HttpPeer) -> Credentials<'a
         authorization: headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()),
         certs: peer.certs.as_deref(),
     }
+}
+
+/// Checks the call with [`Node::authorize`], the one access check of both APIs, at the node
+/// of the sessions' group (whose they are is in its table; a member outside that group sends
+/// the client to one of its replicas), or the member's first node when it names none.
+fn authorize(
+    groups: &Groups,
+    headers: &HeaderMap,
+    peer: &HttpPeer,
+    need: Need<'_>,
+    sessions: &[SessionId],
+) -> Result<Option<Arc<Identity>>, HttpError> {
+    let node = match sessions.first() {
+        Some(id) => groups.of_session(*id)?,
+        None => groups.first(),
+    };
+    Ok(node.authorize(credentials(headers, peer), need, sessions)?)
+}
+
+/// An operation's error at `node`: of its group.
+fn in_group(node: &Node) -> impl FnOnce(ApiError) -> GroupError + '_ {
+    move |e| GroupError::of(node, e)
 }
 
 /// A session as JSON: the secret is a decimal string, since a 64-bit secret is beyond the
@@ -305,36 +348,48 @@ impl From<SessionOwner> for OwnerJson {
 struct CreateSessionRequest {
     ttl_ms: u64,
     owner: Option<OwnerJson>,
+    /// The Raft group to make the session in, that of the locks it will take (`GET
+    /// /v1/lock?name=` answers a lock's): required when the cluster has several.
+    group: Option<u32>,
 }
 
 #[derive(Serialize)]
 struct CreateSessionResponse {
     session: SessionJson,
     ttl_ms: u64,
+    /// The session's group, and the cluster's group count.
+    group: u32,
+    groups: u32,
 }
 
 async fn create_session(
-    State(node): State<Api>,
+    State(groups): State<Api>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    node.metrics.request("create_session");
-    let who = node.authorize(
-        credentials(&headers, &peer),
+    groups.first().metrics.request("create_session");
+    let who = authorize(
+        &groups,
+        &headers,
+        &peer,
         Need::Anywhere(Permission::Lock),
         &[],
     )?;
     let req: CreateSessionRequest = parse(body)?;
+    let node = groups.named(req.group, "POST /v1/sessions without a \"group\"")?;
     let created = node
         .create_session(req.ttl_ms, who.as_deref(), req.owner.map(Into::into))
-        .await?;
+        .await
+        .map_err(in_group(node))?;
     Ok(json(&CreateSessionResponse {
         session: SessionJson {
             id: created.key.id.0,
             secret: created.key.secret,
         },
         ttl_ms: created.ttl_ms,
+        group: node.shape.group,
+        groups: groups.count(),
     }))
 }
 
@@ -353,30 +408,48 @@ struct LeaseJson {
     revoked_through: Option<u64>,
 }
 
+/// A group whose sessions a keepalive of several groups could not renew here now: send them to
+/// `leader_addr` (the error body's fields, and the group).
+#[derive(Serialize)]
+struct RefusedJson {
+    group: u32,
+    code: &'static str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader_addr: Option<String>,
+}
+
 #[derive(Serialize)]
 struct KeepAliveResponse {
     leases: Vec<LeaseJson>,
+    refused: Vec<RefusedJson>,
 }
 
 async fn keep_alive(
-    State(node): State<Api>,
+    State(groups): State<Api>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    node.metrics.request("keep_alive");
+    groups.first().metrics.request("keep_alive");
     // Parsed before the access check, which needs the sessions' ids.
     let req: KeepAliveRequest = parse(body)?;
-    let ids: Vec<SessionId> = req.sessions.iter().map(|s| SessionId(s.id)).collect();
-    node.authorize(
-        credentials(&headers, &peer),
-        Need::Anywhere(Permission::Lock),
-        &ids,
-    )?;
     let keys: Vec<SessionKey> = req.sessions.into_iter().map(Into::into).collect();
-    let leases = node
-        .keep_alive(&keys)
-        .await?
+    let renewal = groups
+        .keep_alive(&keys, |node, ids| {
+            node.authorize(
+                credentials(&headers, &peer),
+                Need::Anywhere(Permission::Lock),
+                ids,
+            )
+            .map(|_| ())
+            .map_err(GroupError::of_cluster)
+        })
+        .await?;
+    let leases = renewal
+        .leases
         .into_iter()
         .map(|l| LeaseJson {
             id: l.id.0,
@@ -386,7 +459,21 @@ async fn keep_alive(
             revoked_through: l.revoked_through,
         })
         .collect();
-    Ok(json(&KeepAliveResponse { leases }))
+    let refused = renewal
+        .refused
+        .into_iter()
+        .map(|(group, e)| {
+            let (leader_id, leader_addr) = e.leader_hint();
+            RefusedJson {
+                group,
+                code: e.reason(),
+                message: e.to_string(),
+                leader_id,
+                leader_addr: leader_addr.map(str::to_owned),
+            }
+        })
+        .collect();
+    Ok(json(&KeepAliveResponse { leases, refused }))
 }
 
 #[derive(Deserialize)]
@@ -396,19 +483,25 @@ struct CloseSessionRequest {
 }
 
 async fn close_session(
-    State(node): State<Api>,
+    State(groups): State<Api>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    node.metrics.request("close_session");
+    groups.first().metrics.request("close_session");
     let req: CloseSessionRequest = parse(body)?;
-    node.authorize(
-        credentials(&headers, &peer),
+    let id = SessionId(req.session.id);
+    authorize(
+        &groups,
+        &headers,
+        &peer,
         Need::Anywhere(Permission::Lock),
-        &[SessionId(req.session.id)],
+        &[id],
     )?;
-    node.close_session(req.session.into()).await?;
+    let node = groups.of_session(id)?;
+    node.close_session(req.session.into())
+        .await
+        .map_err(in_group(node))?;
     Ok(json(&serde_json::json!({})))
 }
 
@@ -479,18 +572,22 @@ fn acquire_response(a: Acquired) -> AcquireResponse {
 }
 
 async fn acquire(
-    State(node): State<Api>,
+    State(groups): State<Api>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    node.metrics.request("acquire");
+    groups.first().metrics.request("acquire");
     let req: AcquireRequest = parse(body)?;
-    let who = node.authorize(
-        credentials(&headers, &peer),
+    let id = SessionId(req.session.id);
+    let who = authorize(
+        &groups,
+        &headers,
+        &peer,
         Need::Lock(&req.name, Permission::Lock),
-        &[SessionId(req.session.id)],
+        &[id],
     )?;
+    let node = groups.of_lock_in(&req.name, id)?;
     let acquired = node
         .acquire(
             req.session.into(),
@@ -499,7 +596,8 @@ async fn acquire(
             req.wait_timeout_ms,
             who.as_deref(),
         )
-        .await?;
+        .await
+        .map_err(in_group(node))?;
     Ok(json(&acquire_response(acquired)))
 }
 
@@ -513,21 +611,26 @@ struct ReleaseRequest {
 }
 
 async fn release(
-    State(node): State<Api>,
+    State(groups): State<Api>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    node.metrics.request("release");
+    groups.first().metrics.request("release");
     let req: ReleaseRequest = parse(body)?;
-    node.authorize(
-        credentials(&headers, &peer),
+    let id = SessionId(req.session.id);
+    authorize(
+        &groups,
+        &headers,
+        &peer,
         Need::Lock(&req.name, Permission::Lock),
-        &[SessionId(req.session.id)],
+        &[id],
     )?;
+    let node = groups.of_lock_in(&req.name, id)?;
     let released = node
         .release(req.session.into(), req.seq, req.name, req.token)
-        .await?;
+        .await
+        .map_err(in_group(node))?;
     Ok(json(&serde_json::json!({ "released": released })))
 }
 
@@ -566,22 +669,28 @@ fn lock_json(lock: LockView) -> LockJson {
 }
 
 async fn describe(
-    State(node): State<Api>,
+    State(groups): State<Api>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Answer {
-    node.metrics.request("describe");
+    groups.first().metrics.request("describe");
     let params = query(raw, &["name"])?;
     let name = param(&params, "name")
         .ok_or_else(|| ApiError::Invalid("give the lock's name: ?name=NAME".into()))?;
-    node.authorize(
-        credentials(&headers, &peer),
+    authorize(
+        &groups,
+        &headers,
+        &peer,
         Need::Lock(&name, Permission::Read),
         &[],
     )?;
-    let lock = node.describe(&name).await?;
-    Ok(json(&serde_json::json!({ "lock": lock_json(lock) })))
+    let group = latchkey_core::group_of(&name, groups.count());
+    let node = groups.serving(group)?;
+    let lock = node.describe(&name).await.map_err(in_group(node))?;
+    Ok(json(
+        &serde_json::json!({ "lock": lock_json(lock), "group": group }),
+    ))
 }
 
 #[derive(Serialize)]
@@ -591,26 +700,38 @@ struct ListResponse {
 }
 
 async fn list(
-    State(node): State<Api>,
+    State(groups): State<Api>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Answer {
-    node.metrics.request("list");
-    let params = query(raw, &["prefix", "limit"])?;
+    groups.first().metrics.request("list");
+    let params = query(raw, &["prefix", "limit", "group"])?;
     let prefix = param(&params, "prefix").unwrap_or_default();
-    let limit = match param(&params, "limit") {
-        None => 0,
-        Some(text) => text
-            .parse::<usize>()
-            .map_err(|_| ApiError::Invalid(format!("limit={text:?} is not a whole number")))?,
+    let whole = |name: &str| -> Result<Option<u64>, ApiError> {
+        param(&params, name)
+            .map(|text| {
+                text.parse::<u64>().map_err(|_| {
+                    ApiError::Invalid(format!("{name}={text:?} is not a whole number"))
+                })
+            })
+            .transpose()
     };
-    node.authorize(
-        credentials(&headers, &peer),
+    let limit = whole("limit")?.unwrap_or(0) as usize;
+    let group = whole("group")?
+        .map(|g| {
+            u32::try_from(g).map_err(|_| ApiError::Invalid(format!("group={g} is out of range")))
+        })
+        .transpose()?;
+    authorize(
+        &groups,
+        &headers,
+        &peer,
         Need::Prefix(&prefix, Permission::Read),
         &[],
     )?;
-    let (locks, truncated) = node.list(&prefix, limit).await?;
+    let node = groups.named(group, "GET /v1/locks without ?group=")?;
+    let (locks, truncated) = node.list(&prefix, limit).await.map_err(in_group(node))?;
     Ok(json(&ListResponse {
         locks: locks.into_iter().map(lock_json).collect(),
         truncated,
@@ -640,6 +761,48 @@ struct StatusResponse {
     /// Whether this node checks credentials (`--acl`): the web page offers its admin actions
     /// without a token only when it does not.
     access_control: bool,
+    /// The cluster's Raft groups; the fields above are group 0's, `group_status` has each
+    /// group's as this member sees it.
+    groups: u32,
+    group_status: Vec<GroupStatusJson>,
+}
+
+/// One Raft group as this member sees it (`role` is `outside` in a group it is not placed in,
+/// with replica subsets).
+#[derive(Serialize)]
+struct GroupStatusJson {
+    group: u32,
+    role: &'static str,
+    term: u64,
+    last_log_index: u64,
+    applied_index: u64,
+    leader_id: Option<u64>,
+    /// The leader's client (gRPC) address, from the group's membership.
+    leader_addr: Option<String>,
+    sessions: u64,
+    locks: u64,
+    voters: Vec<MemberJson>,
+}
+
+fn group_status_json(group: u32, s: NodeStatus) -> GroupStatusJson {
+    let leader_addr = s.leader_id.and_then(|leader| {
+        s.members
+            .iter()
+            .find(|(id, _)| *id == leader)
+            .map(|(_, addr)| addr.clone())
+    });
+    GroupStatusJson {
+        group,
+        role: s.role.as_str(),
+        term: s.term,
+        last_log_index: s.last_log_index,
+        applied_index: s.applied_index,
+        leader_id: s.leader_id,
+        leader_addr,
+        sessions: s.sessions,
+        locks: s.locks,
+        voters: members_json(s.members),
+    }
 }
 
 fn members_json(members: Vec<(u64, String)>) -> Vec<MemberJson> {
@@ -649,7 +812,11 @@ fn members_json(members: Vec<(u64, String)>) -> Vec<MemberJson> {
         .collect()
 }
 
-fn status_response(s: NodeStatus, access_control: bool) -> StatusResponse {
+fn status_response(
+    s: NodeStatus,
+    access_control: bool,
+    group_status: Vec<GroupStatusJson>,
+) -> StatusResponse {
     StatusResponse {
         id: s.id,
         role: s.role.as_str(),
@@ -664,22 +831,36 @@ fn status_response(s: NodeStatus, access_control: bool) -> StatusResponse {
         sessions: s.sessions,
         locks: s.locks,
         access_control,
+        groups: group_status.len() as u32,
+        group_status,
     }
 }
 
 async fn status(
-    State(node): State<Api>,
+    State(groups): State<Api>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
 ) -> Answer {
+    let node = groups.first();
     node.metrics.request("node_status");
-    node.authorize(
-        credentials(&headers, &peer),
+    authorize(
+        &groups,
+        &headers,
+        &peer,
         Need::Anywhere(Permission::Read),
         &[],
     )?;
     let access_control = node.config.acl.is_some();
-    Ok(json(&status_response(node.status(), access_control)))
+    let group_status = groups
+        .all()
+        .iter()
+        .map(|n| group_status_json(n.shape.group, n.status()))
+        .collect();
+    Ok(json(&status_response(
+        node.status(),
+        access_control,
+        group_status,
+    )))
 }
 
 #[derive(Deserialize)]
@@ -697,15 +878,17 @@ struct AdminReleaseRequest {
 /// The gRPC `AdminRelease` over HTTP: same access check (`admin` on the lock), same operation,
 /// same audit record.
 async fn admin_release(
-    State(node): State<Api>,
+    State(groups): State<Api>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    node.metrics.request("admin_release");
+    groups.first().metrics.request("admin_release");
     let req: AdminReleaseRequest = parse(body)?;
-    let who = node.authorize(
-        credentials(&headers, &peer),
+    let who = authorize(
+        &groups,
+        &headers,
+        &peer,
         Need::Lock(&req.name, Permission::Admin),
         &[],
     )?;
@@ -713,9 +896,11 @@ async fn admin_release(
         identity: who.map(|w| w.name.clone()),
         claimed: req.operator,
     };
+    let node = groups.of_lock(&req.name)?;
     let (session, token) = node
         .force_release(req.name, req.token, by, req.reason)
-        .await?;
+        .await
+        .map_err(in_group(node))?;
     Ok(json(
         &serde_json::json!({ "session": session.0, "token": token }),
     ))
@@ -896,11 +1081,11 @@ impl<IO: HttpConnection> Connected<IncomingStream<'_, HttpListener<IO>>> for Htt
 /// the requests in flight are answered (long-polls end with the node's shutdown).
 pub(crate) async fn serve(
     listener: TcpListener,
-    node: Arc<Node>,
+    groups: Arc<Groups>,
     tls: Option<Arc<ServerTls>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(node).into_make_service_with_connect_info::<HttpPeer>();
+    let app = router(groups).into_make_service_with_connect_info::<HttpPeer>();
     let slots = Arc::new(Semaphore::new(limits::HTTP_CONNECTIONS_MAX));
     let (tx_capacity, addr) = (limits::CONN_HANDSHAKES_IN_FLIGHT_MAX, local(&listener));
     match tls {

@@ -288,9 +288,6 @@ impl ServerConfig {
             ),
         }
         .map_err(ConfigError::Replicas)?;
-        if (self.groups > 1 || self.replicas != 0) && self.http_listen.is_some() {
-            return Err(ConfigError::GroupsWithHttp);
-        }
         if self.peers.len() > 1
             && self
                 .tls
@@ -419,12 +416,6 @@ pub enum ConfigError {
     Groups(latchkey_core::groups::BadGroups),
     #[error("{0}")]
     Replicas(latchkey_core::groups::BadReplicas),
-    #[error(
-        "--http-listen with --groups above 1 or --replicas: the HTTP API of a cluster of several \
-         Raft groups, or of groups on replica subsets, is not served yet (issue #16); use the \
-         gRPC API"
-    )]
-    GroupsWithHttp,
 }
 
 /// A [`ServerConfig`] that passed [`ServerConfig::validate`]. Read it as a `ServerConfig`.
@@ -695,7 +686,7 @@ where
         let stop = node.shutdown.clone();
         tokio::spawn(http::serve(
             listener,
-            node.clone(),
+            groups.clone(),
             node.config.tls.clone(),
             async move { stop.cancelled().await },
         ))
@@ -973,9 +964,10 @@ mod tests {
             config(4, 3).validate(),
             Err(ConfigError::Replicas(BadReplicas::MembersInNoGroup { .. }))
         ));
+        // The HTTP API serves groups on replica subsets too.
         let mut http = config(5, 3);
         http.http_listen = Some("127.0.0.1:0".parse().unwrap());
-        assert!(matches!(http.validate(), Err(ConfigError::GroupsWithHttp)));
+        assert!(http.validate().is_ok());
         let mut joining =
             ServerConfig::single(9, "127.0.0.1:7009".parse().unwrap(), "unused".into());
         joining.join = Some(super::peer_auth::ClusterId::founded_by(&peers));

@@ -10,7 +10,7 @@ use latchkey_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
 use crate::acl::{Identity, Need, Permission};
-use crate::error::ApiError;
+use crate::error::{ApiError, GroupError};
 use crate::groups::Groups;
 use crate::node::Node;
 use crate::ops::{Acquired, Credentials, Held, LockView, NodeStatus};
@@ -33,10 +33,7 @@ impl LocksService {
     /// The group a call without a lock name names (`CreateSession`, `List`): one cluster of
     /// one group needs none; a cluster of several requires it.
     fn named_group(&self, group: Option<u32>, what: &'static str) -> Result<&Arc<Node>, Status> {
-        match group {
-            Some(g) => self.groups.get(g).map_err(Status::from),
-            None => self.groups.single(what).map_err(Status::from),
-        }
+        self.groups.named(group, what).map_err(Status::from)
     }
 
     /// Checks the call with [`Node::authorize`], the one access check of both APIs, with the
@@ -54,6 +51,17 @@ impl LocksService {
             Some(id) => self.groups.of_session(*id)?,
             None => self.node(),
         };
+        Ok(self.authorize_at(node, request, need, sessions)?)
+    }
+
+    /// [`LocksService::authorize`] at `node`, the node of the sessions' group.
+    fn authorize_at<T>(
+        &self,
+        node: &Arc<Node>,
+        request: &Request<T>,
+        need: Need<'_>,
+        sessions: &[SessionId],
+    ) -> Result<Option<Arc<Identity>>, GroupError> {
         if node.config.acl.is_none() {
             // No credentials to read: the common case costs nothing.
             return Ok(None);
@@ -66,7 +74,8 @@ impl LocksService {
                 .map(|v| v.as_bytes()),
             certs: certs.as_deref().map(Vec::as_slice),
         };
-        Ok(node.authorize(credentials, need, sessions)?)
+        node.authorize(credentials, need, sessions)
+            .map_err(GroupError::of_cluster)
     }
 }
 
@@ -304,77 +313,23 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::KeepAliveRequest>,
     ) -> Result<Response<pb::KeepAliveResponse>, Status> {
         self.node().metrics.request("keep_alive");
-        let ids: Vec<SessionId> = request
+        let keys: Vec<SessionKey> = request
             .get_ref()
             .sessions
             .iter()
-            .map(|s| SessionId(s.id))
+            .cloned()
+            .map(key)
             .collect();
-        // Each group's sessions are renewed by that group's leader: a client sends one request
-        // per member, with the sessions of every group that member leads (issue #16).
-        let groups = self.groups.count();
-        let mut by_group: std::collections::BTreeMap<u32, Vec<SessionId>> = Default::default();
-        for id in &ids {
-            by_group
-                .entry(latchkey_core::group_of_session(*id, groups))
-                .or_default()
-                .push(*id);
-        }
-        // Each group's node, once: a group this member is outside of (replica subsets) has no
-        // table here to check its sessions against, and is refused below with a hint to one of
-        // its replicas. The caller's credentials are checked in any case.
-        let serving: std::collections::BTreeMap<u32, Result<&Arc<Node>, ApiError>> = by_group
-            .keys()
-            .map(|&g| (g, self.groups.serving(g).map_err(|e| e.error)))
-            .collect();
-        let mut checked = false;
-        for (g, ids) in &by_group {
-            if serving[g].is_ok() {
-                self.authorize(&request, Need::Anywhere(Permission::Lock), ids)?;
-                checked = true;
-            }
-        }
-        if !checked {
-            self.authorize(&request, Need::Anywhere(Permission::Lock), &[])?;
-        }
-        // The limit holds for the whole request, not only for each group's share of it.
-        crate::ops::check_keepalive_len(ids.len())?;
-        let keys: Vec<SessionKey> = request.into_inner().sessions.into_iter().map(key).collect();
-        let renewals = by_group.keys().map(|&g| {
-            let node = serving[&g].clone();
-            let keys: Vec<SessionKey> = keys
-                .iter()
-                .filter(|k| latchkey_core::group_of_session(k.id, groups) == g)
-                .copied()
-                .collect();
-            async move {
-                match node {
-                    Ok(node) => node.keep_alive(&keys).await,
-                    Err(outside) => Err(outside),
-                }
-            }
-        });
-        // A request of several groups is answered group by group: a group this member cannot
-        // renew now is refused on its own (with its leader hint), so that one group's election
-        // does not fail the renewal of the others, and the client sends that group's sessions
-        // to its leader. A request of one group fails as a whole, as in a cluster of one.
-        let several = by_group.len() > 1;
-        let mut renewed: std::collections::HashMap<SessionId, crate::ops::SessionLease> =
-            Default::default();
-        let mut refused = Vec::new();
-        for (&group, answers) in by_group
-            .keys()
-            .zip(futures::future::join_all(renewals).await)
-        {
-            match answers {
-                Ok(leases) => renewed.extend(leases.into_iter().map(|l| (l.id, l))),
-                Err(e) if several && e.is_unavailable() => refused.push(group_refusal(group, &e)),
-                Err(e) => return Err(e.in_group(group, groups)),
-            }
-        }
-        let leases = keys
-            .iter()
-            .filter_map(|k| renewed.get(&k.id).cloned())
+        let renewal = self
+            .groups
+            .keep_alive(&keys, |node, ids| {
+                self.authorize_at(node, &request, Need::Anywhere(Permission::Lock), ids)
+                    .map(|_| ())
+            })
+            .await?;
+        let leases = renewal
+            .leases
+            .into_iter()
             .map(|l| pb::SessionLease {
                 id: l.id.0,
                 alive: l.alive,
@@ -382,6 +337,11 @@ impl pb::locks_server::Locks for LocksService {
                 revoked_tokens: l.revoked_tokens,
                 revoked_through: l.revoked_through.unwrap_or(0),
             })
+            .collect();
+        let refused = renewal
+            .refused
+            .iter()
+            .map(|(group, e)| group_refusal(*group, e))
             .collect();
         Ok(Response::new(pb::KeepAliveResponse { leases, refused }))
     }

@@ -430,6 +430,7 @@ fn http_plaintext_refusal() -> Vec<u8> {
         message: latchkey_core::TLS_REQUIRED_MESSAGE.to_owned(),
         leader_id: None,
         leader_addr: None,
+        group: None,
     })
     .expect("an error body always encodes");
     let mut out = format!(

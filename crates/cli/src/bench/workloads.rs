@@ -608,6 +608,19 @@ pub async fn hold(
     Ok(report)
 }
 
+/// The failover probe's lock name for one attempt: a name of group 0, the group whose leader
+/// `wait_healthy` names and the round kills, so that with several groups the grant measured
+/// is the one the failover held up (a name of another group, led by a live member, would be
+/// granted at once).
+fn probe_name(prefix: &str, groups: u32, round: u32, attempt: u32) -> String {
+    // Jump hashing puts a name in group 0 with probability 1/G (G <= 64): 10,000 tries all
+    // miss with probability below 1e-60.
+    (0u32..10_000)
+        .map(|salt| format!("{prefix}probe/{round}/{attempt}/{salt}"))
+        .find(|name| latchkey_core::group_of(name, groups) == 0)
+        .expect("a name of group 0 among 10,000")
+}
+
 pub async fn failover(
     plan: &Plan,
     target: &Target,
@@ -655,7 +668,7 @@ pub async fn failover(
             }
             // A fresh name each attempt: its grant can only come from a proposal made after
             // the kill.
-            let name = format!("{}probe/{round}/{attempt}", plan.prefix);
+            let name = probe_name(&plan.prefix, plan.groups, round, attempt);
             match probe_session
                 .lock(name)
                 .wait(Some(PROBE_ATTEMPT_TIMEOUT))
@@ -703,4 +716,27 @@ pub async fn failover(
         kill_to_grant_ms,
     });
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe_name;
+
+    #[test]
+    fn the_failover_probe_locks_names_of_group_0_only() {
+        for groups in [1, 2, 4, 8, 64] {
+            let names: std::collections::BTreeSet<String> = (0..3)
+                .flat_map(|round| (0..20).map(move |attempt| (round, attempt)))
+                .map(|(round, attempt)| probe_name("bench/", groups, round, attempt))
+                .collect();
+            assert_eq!(names.len(), 60, "a fresh name each attempt");
+            for name in names {
+                assert_eq!(
+                    latchkey_core::group_of(&name, groups),
+                    0,
+                    "{name} of {groups}"
+                );
+            }
+        }
+    }
 }

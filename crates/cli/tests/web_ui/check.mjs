@@ -12,6 +12,11 @@
 // With LATCHKEY_UI_TOKEN set (a node with --acl), it first waits for the page to show the
 // API's "unauthenticated" error, then types the token into the page's field.
 //
+// With LATCHKEY_UI_GROUPS=N (a member of a cluster of N Raft groups, which leads LOCK's group
+// but not every group), it waits for the page's "Raft groups" table to show the N groups, this
+// node leading some and not all, and for the locks note to say which groups' locks are listed
+// elsewhere, instead of waiting for this node to lead group 0.
+//
 // With LATCHKEY_UI_FORCE_RELEASE=REASON, after "shown" it clicks LOCK's force-release button,
 // types REASON and confirms. With LATCHKEY_UI_EXPECT=denied it then waits for the page to show
 // the API's "permission-denied" with LOCK still held, takes SHOT_DIR/denied.png, prints "denied"
@@ -36,6 +41,7 @@ const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
 const bearer = process.env.LATCHKEY_UI_TOKEN;
 const forceReason = process.env.LATCHKEY_UI_FORCE_RELEASE;
 const expectDenied = process.env.LATCHKEY_UI_EXPECT === "denied";
+const groups = Number(process.env.LATCHKEY_UI_GROUPS || "0");
 const pageErrors = [];
 page.on("pageerror", (e) => pageErrors.push(String(e)));
 page.on("console", (m) => {
@@ -81,10 +87,19 @@ await step("loading the page", async () => {
     await page.fill("#token", bearer);
     await page.click("#token-save");
   }
-  await page.waitForFunction(() => {
-    const role = document.querySelector('#node [data-fact="role"] td');
-    return role && role.textContent === "leader";
-  }, null, { timeout: WAIT_MS });
+  if (groups) {
+    await page.waitForFunction((n) => {
+      const rows = [...document.querySelectorAll("#groups tbody tr")];
+      const led = rows.filter((r) => r.classList.contains("leader")).length;
+      return !document.getElementById("groups-section").hidden && rows.length === n &&
+        led > 0 && led < n && document.getElementById("locks-note").textContent.includes("not listed here");
+    }, groups, { timeout: WAIT_MS });
+  } else {
+    await page.waitForFunction(() => {
+      const role = document.querySelector('#node [data-fact="role"] td');
+      return role && role.textContent === "leader";
+    }, null, { timeout: WAIT_MS });
+  }
   noPageErrors();
 });
 

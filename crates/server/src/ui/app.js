@@ -14,6 +14,10 @@
 // button each held lock shows when the viewer may have the admin permission: a token was
 // entered, or the node has no access control (`access_control` in the status). The page
 // probes nothing: a token without the permission gets the API's refusal, shown as is.
+//
+// Raft groups (`groups` in the status above 1): the page lists the locks of each group this
+// node leads (`GET /v1/locks?group=G`; a list is its group leader's) and shows every group,
+// with its leader, in the "Raft groups" table.
 "use strict";
 
 const REFRESH_MS = 1000;
@@ -129,10 +133,12 @@ async function forceRelease(event) {
 }
 
 function renderStatus(s) {
+  // With several Raft groups these facts are group 0's; the groups table has each group's.
+  const of = s.groups > 1 ? " (group 0)" : "";
   const facts = [
     ["this node", `member ${s.id}`],
-    ["role", s.role],
-    ["leader", s.leader_id === null ? "none known" : `member ${s.leader_id}`],
+    ["role", `${s.role}${of}`],
+    ["leader", (s.leader_id === null ? "none known" : `member ${s.leader_id}`) + of],
     ["term", s.term],
     ["last log index", s.last_log_index],
     ["commit index", s.committed_index],
@@ -151,8 +157,31 @@ function renderStatus(s) {
     row([`${m.id}${m.id === s.id ? " (this node)" : ""}`, el("td", m.addr, { class: "mono" }), "learner"],
       { "data-member": m.id }));
   fill($("members").tBodies[0], members.concat(learners));
-  $("sessions-total").textContent = String(s.sessions);
+  $("sessions-total").textContent = String(sessionsTotal(s));
   accessControl = s.access_control;
+  renderGroups(s);
+}
+
+// This node's tables' sessions in all its groups (each group's table as this node applied it).
+function sessionsTotal(s) {
+  return s.groups > 1 ? s.group_status.reduce((n, g) => n + g.sessions, 0) : s.sessions;
+}
+
+function locksTotal(s) {
+  return s.groups > 1 ? s.group_status.reduce((n, g) => n + g.locks, 0) : s.locks;
+}
+
+function renderGroups(s) {
+  $("groups-section").hidden = s.groups <= 1;
+  const rows = s.group_status.map((g) => {
+    const leader = g.leader_id === null ? "none known"
+      : g.leader_id === s.id ? `member ${g.leader_id} (this node)`
+      : `member ${g.leader_id}${g.leader_addr ? ` at ${g.leader_addr}` : ""}`;
+    const attrs = { "data-group": g.group };
+    if (g.role === "leader") attrs.class = "leader";
+    return row([String(g.group), g.role, leader, g.term, g.last_log_index, g.locks, g.sessions], attrs);
+  });
+  fill($("groups").tBodies[0], rows);
 }
 
 function queueCell(lock) {
@@ -184,7 +213,7 @@ function adminCell(lock) {
   return td;
 }
 
-function renderLocks(locks, truncated) {
+function renderLocks(locks, truncated, elsewhere) {
   const rows = locks.map((lock) => {
     const h = lock.holder;
     return row([
@@ -199,7 +228,10 @@ function renderLocks(locks, truncated) {
   });
   fill($("locks").tBodies[0], rows);
   $("locks-note").textContent =
-    `${locks.length} lock${locks.length === 1 ? "" : "s"}` + (truncated ? " (the list was cut short: narrow the prefix)" : "");
+    `${locks.length} lock${locks.length === 1 ? "" : "s"}` +
+    (truncated ? " (the list was cut short: narrow the prefix)" : "") +
+    (elsewhere.length ? `; not listed here, the locks of group${elsewhere.length === 1 ? "" : "s"} ` +
+      `${elsewhere.join(", ")}, which other members lead (see Raft groups)` : "");
 }
 
 function renderSessions(locks) {
@@ -223,8 +255,8 @@ function renderMetrics(s, locks) {
   const waiting = locks.reduce((n, l) => n + l.waiters, 0);
   const longest = locks.reduce((best, l) => (l.waiters > (best ? best.waiters : 0) ? l : best), null);
   const facts = [
-    ["sessions", s.sessions],
-    ["locks (in the table)", s.locks],
+    ["sessions", sessionsTotal(s)],
+    ["locks (in the table)", locksTotal(s)],
     ["locks held (listed)", held],
     ["waiters (listed)", waiting],
     ["longest queue", longest ? `${longest.name}: ${longest.waiters}` : "none"],
@@ -237,8 +269,27 @@ async function refresh() {
   const status = await get("/v1/cluster/status");
   renderStatus(status);
   const prefix = $("prefix").value;
-  const listed = await get(`/v1/locks?prefix=${encodeURIComponent(prefix)}`);
-  const locks = listed.locks;
+  const query = `/v1/locks?prefix=${encodeURIComponent(prefix)}`;
+  let locks = [];
+  let truncated = false;
+  const elsewhere = [];
+  if (status.groups > 1) {
+    // Each group's list is its leader's: this node lists the groups it leads.
+    for (const g of status.group_status) {
+      if (g.role !== "leader") {
+        elsewhere.push(g.group);
+        continue;
+      }
+      const listed = await get(`${query}&group=${g.group}`);
+      locks = locks.concat(listed.locks);
+      truncated = truncated || listed.truncated;
+    }
+    locks.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  } else {
+    const listed = await get(query);
+    locks = listed.locks;
+    truncated = listed.truncated;
+  }
   // The list carries the first few waiters of each queue; describe fills in the rest.
   const cut = locks.filter((l) => l.queue.length < l.waiters).slice(0, DESCRIBES_PER_REFRESH_MAX);
   for (const lock of cut) {
@@ -246,7 +297,7 @@ async function refresh() {
     lock.queue = described.lock.queue;
     lock.waiters = described.lock.waiters;
   }
-  renderLocks(locks, listed.truncated);
+  renderLocks(locks, truncated, elsewhere);
   renderSessions(locks);
   renderMetrics(status, locks);
 }
