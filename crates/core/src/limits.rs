@@ -442,11 +442,24 @@ const _: () = assert!(
 );
 /// A log-store segment file is closed, and a new one started with a checkpoint, once it holds
 /// this many bytes. Segments are the unit of deletion after a purge, so the disk holds the live
-/// log plus at most about one segment of purged entries; a rotation costs a checkpoint and two
+/// log plus at most about one segment of purged entries (with several groups sharing the log,
+/// see `LOG_SEGMENTS_HELD_BACK_MAX`); a rotation costs a checkpoint and two
 /// extra fsyncs, so at a few hundred bytes per entry 32 MiB makes it rare (every ~100,000
 /// entries) and keeps a restart's replay of the segments short.
 pub const LOG_SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
 const _: () = assert!(LOG_SEGMENT_BYTES >= 1024 * 1024 && LOG_SEGMENT_BYTES <= 64 * 1024 * 1024);
+/// A member's Raft groups share one log, whose segments are deleted from the front only, each
+/// once every group purged its entries in it. A quiet group (its few entries never reach the
+/// snapshot policy) would keep the oldest segment, and so every later one, forever. Once the
+/// log has more segments than this and a group's entries hold the oldest one back, the server
+/// has that group snapshot and purge up to them (`node.rs` `compact_log`). Four segments (128
+/// MiB) hold the live logs of many busy groups (about 3 MB each at the snapshot policy's
+/// 11,000 entries), so a busy group is rarely asked.
+pub const LOG_SEGMENTS_HELD_BACK_MAX: usize = 4;
+const _: () = assert!(LOG_SEGMENTS_HELD_BACK_MAX >= 2);
+/// How often each group checks whether it holds the shared log's oldest segment back: a
+/// quiet group is found within this after the log outgrew `LOG_SEGMENTS_HELD_BACK_MAX`.
+pub const LOG_COMPACTION_CHECK_MS: u64 = 10_000;
 
 // ---- peer authentication (issue #13) ----
 

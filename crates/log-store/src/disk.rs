@@ -371,6 +371,21 @@ impl Disk {
         Ok(())
     }
 
+    /// The index `group` must purge up to for the oldest segment to be deleted, when its entries
+    /// there hold it back and the log has more than `held_back_max` segments.
+    pub(crate) fn held_back_by(&self, group: Group, held_back_max: usize) -> Option<u64> {
+        if self.segments.len() <= held_back_max {
+            return None;
+        }
+        let max = *self.segments.front()?.max_entry.get(&group)?;
+        let purged = self
+            .written
+            .get(&group)
+            .and_then(|w| w.last_purged.as_ref())
+            .map(|(upto, _)| *upto);
+        (purged < Some(max)).then_some(max)
+    }
+
     /// Makes every later write fail for real: the active segment is swapped for a read-only
     /// handle of the same file, so `pwrite` returns `EBADF` (for the fail-stop tests).
     #[cfg(test)]

@@ -146,6 +146,8 @@ pub(crate) struct Options {
     pub(crate) segment_bytes: u64,
     pub(crate) cache_bytes: usize,
     pub(crate) before_commit: Option<BeforeCommit>,
+    /// See [`LogStore::held_back_upto`].
+    pub(crate) held_back_max: usize,
 }
 
 impl Default for Options {
@@ -154,6 +156,7 @@ impl Default for Options {
             segment_bytes: limits::LOG_SEGMENT_BYTES,
             cache_bytes: limits::LOG_TAIL_CACHE_BYTES,
             before_commit: None,
+            held_back_max: limits::LOG_SEGMENTS_HELD_BACK_MAX,
         }
     }
 }
@@ -190,6 +193,9 @@ struct Shared<C: RaftTypeConfig> {
 /// What the groups of one directory share.
 struct Core<C: RaftTypeConfig> {
     disk: Arc<Mutex<Disk>>,
+    /// Every group's index, for a failure that stops them all.
+    indexes: Indexes<LogIdOf<C>>,
+    held_back_max: usize,
     counters: Arc<Counters>,
     /// `None` only while dropping: closing the channel is what stops the writer.
     tx: Option<mpsc::Sender<Request<C>>>,
@@ -264,6 +270,21 @@ impl<C: RaftTypeConfig> LogStore<C> {
         Self::open_groups_with(dir, groups, Options::default())
     }
 
+    /// [`LogStore::open_groups`] with segments of `segment_bytes` instead of
+    /// `limits::LOG_SEGMENT_BYTES`, for tests that need rotation, deletion and the held-back
+    /// rule to happen within a few entries.
+    pub fn open_groups_with_segment_bytes(
+        dir: &Path,
+        groups: &[u32],
+        segment_bytes: u64,
+    ) -> Result<Vec<LogStore<C>>, LogStoreError> {
+        let options = Options {
+            segment_bytes,
+            ..Options::default()
+        };
+        Self::open_groups_with(dir, groups, options)
+    }
+
     pub(crate) fn open_with(dir: &Path, options: Options) -> Result<LogStore<C>, LogStoreError> {
         let mut stores = Self::open_groups_with(dir, &[0], options)?;
         Ok(stores.pop().expect("one group asked for"))
@@ -326,7 +347,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
         let disk = Arc::new(Mutex::new(disk));
         let counters = Arc::new(Counters::default());
         let (tx, rx) = mpsc::channel(limits::LOG_WRITE_QUEUE_CAPACITY);
-        let before_commit = options.before_commit;
+        let (before_commit, held_back_max) = (options.before_commit, options.held_back_max);
         let writer = std::thread::Builder::new()
             .name("latchkey-log-writer".into())
             .spawn({
@@ -336,6 +357,8 @@ impl<C: RaftTypeConfig> LogStore<C> {
             .map_err(LogStoreError::SpawnWriter)?;
         let core = Arc::new(Core {
             disk,
+            indexes: indexes.clone(),
+            held_back_max,
             counters,
             tx: Some(tx),
             writer: Some(writer),
@@ -408,11 +431,37 @@ impl<C: RaftTypeConfig> LogStore<C> {
                 Ok(())
             }
             Err(msg) => {
-                lock(&self.shared.index)
-                    .failed
-                    .get_or_insert_with(|| msg.clone());
+                // The groups share the files: every one of them stops, as after a failed batch.
+                writer::fail_all(&self.shared.core.indexes, &msg);
                 Err(LogStoreError::Failed(msg))
             }
+        }
+    }
+
+    /// Returns once everything submitted to this log before the call is durable (for a caller
+    /// that must know its queued purges and saves are on disk, such as a restore).
+    pub async fn sync(&self) -> Result<(), io::Error> {
+        let (done, synced) = oneshot::channel();
+        self.submit(|_, _| Ok(Op::Sync { done })).await?;
+        synced.await.map_err(|_| writer_gone())?
+    }
+
+    /// The index this group must purge up to (a snapshot covering it, then a purge) for the
+    /// log's oldest segment to be deleted, when its entries there hold that segment back and
+    /// the log has grown past `limits::LOG_SEGMENTS_HELD_BACK_MAX` segments; `None` otherwise,
+    /// and always in a log of one group (its snapshot policy alone decides its purges).
+    /// A member's groups share one log and only whole segments are deleted, from the front:
+    /// a quiet group, whose few entries never reach the snapshot policy, would otherwise keep
+    /// every later segment on disk. The server asks this (`compact_log`) through a
+    /// [`LogWatch`].
+    pub fn held_back_upto(&self) -> Option<u64> {
+        self.shared.held_back_upto()
+    }
+
+    /// A handle that asks [`LogStore::held_back_upto`] without keeping the store open.
+    pub fn watch(&self) -> LogWatch<C> {
+        LogWatch {
+            shared: Arc::downgrade(&self.shared),
         }
     }
 
@@ -455,7 +504,34 @@ impl<C: RaftTypeConfig> LogStore<C> {
     }
 }
 
+/// A weak handle to one group's log: [`LogStore::held_back_upto`] while the store is open,
+/// `None` once it is closed.
+pub struct LogWatch<C: RaftTypeConfig> {
+    shared: Weak<Shared<C>>,
+}
+
+impl<C: RaftTypeConfig> Clone for LogWatch<C> {
+    fn clone(&self) -> Self {
+        LogWatch {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<C: RaftTypeConfig> LogWatch<C> {
+    pub fn held_back_upto(&self) -> Option<u64> {
+        self.shared.upgrade()?.held_back_upto()
+    }
+}
+
 impl<C: RaftTypeConfig> Shared<C> {
+    fn held_back_upto(&self) -> Option<u64> {
+        if self.core.indexes.len() < 2 {
+            return None;
+        }
+        lock(&self.core.disk).held_back_by(self.group, self.core.held_back_max)
+    }
+
     fn index(&self) -> Result<MutexGuard<'_, Index<LogIdOf<C>>>, io::Error> {
         let index = lock(&self.index);
         if let Some(msg) = &index.failed {

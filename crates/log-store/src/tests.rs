@@ -475,6 +475,7 @@ fn small(segment_bytes: u64, cache_bytes: usize) -> Options {
         segment_bytes,
         cache_bytes,
         before_commit: None,
+        held_back_max: limits::LOG_SEGMENTS_HELD_BACK_MAX,
     }
 }
 
@@ -1249,7 +1250,7 @@ mod groups {
     }
 
     /// Opens `groups` with a writer that stops before each commit until the gate lets it go.
-    fn open_held(
+    pub(super) fn open_held(
         path: &Path,
         groups: &[u32],
     ) -> (std_mpsc::Sender<()>, std_mpsc::Receiver<usize>, Vec<Store>) {
@@ -1515,5 +1516,343 @@ mod groups {
         let mut stores = Store::open_groups(&path, &[0, 1]).unwrap();
         assert_eq!(read_all(&mut stores[0]).await, texts(0, [1]));
         assert!(read_all(&mut stores[1]).await.is_empty());
+    }
+}
+
+/// More of the shared log (issue #16), from a fresh-eyes review: a model of several groups,
+/// a quiet group holding the log back, a failure stopping every group, `sync`.
+mod groups_shared {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    const GROUPS: [u32; 3] = [0, 2, 7];
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Append(usize, u64),
+        TruncateBack(usize, u64),
+        Purge(usize, u64),
+        Vote(usize),
+        Committed(usize),
+        Meta(usize, u8, u8),
+        Reopen,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let g = 0..GROUPS.len();
+        prop_oneof![
+            6 => (g.clone(), 1..6u64).prop_map(|(g, n)| Step::Append(g, n)),
+            2 => (g.clone(), 0..6u64).prop_map(|(g, n)| Step::TruncateBack(g, n)),
+            2 => (g.clone(), 0..8u64).prop_map(|(g, n)| Step::Purge(g, n)),
+            1 => g.clone().prop_map(Step::Vote),
+            1 => g.clone().prop_map(Step::Committed),
+            1 => (g, 0..3u8, any::<u8>()).prop_map(|(g, k, v)| Step::Meta(g, k, v)),
+            2 => Just(Step::Reopen),
+        ]
+    }
+
+    /// One group's log as it must read: entries (index -> term), purge point, vote, committed
+    /// id, meta keys.
+    #[derive(Default, Debug)]
+    struct Model {
+        entries: BTreeMap<u64, u64>,
+        last_purged: Option<(u64, u64)>,
+        vote: Option<u64>,
+        committed: Option<(u64, u64)>,
+        meta: BTreeMap<String, Vec<u8>>,
+        term: u64,
+    }
+
+    impl Model {
+        fn next_index(&self) -> u64 {
+            match (self.entries.keys().next_back(), self.last_purged) {
+                (Some(&last), _) => last + 1,
+                (None, Some((_, p))) => p + 1,
+                (None, None) => 1,
+            }
+        }
+    }
+
+    async fn check(store: &mut Store, m: &Model, what: &str) {
+        let expect: Vec<String> = m.entries.iter().map(|(i, t)| format!("t{t}i{i}")).collect();
+        assert_eq!(read_all(store).await, expect, "{what}: entries");
+        let state = store.get_log_state().await.unwrap();
+        let purged = m.last_purged.map(|(t, i)| log_id(t, i));
+        assert_eq!(state.last_purged_log_id, purged, "{what}: purged");
+        assert_eq!(
+            store.read_vote().await.unwrap(),
+            m.vote.map(vote),
+            "{what}: vote"
+        );
+        assert_eq!(
+            store.read_committed().await.unwrap(),
+            m.committed.map(|(t, i)| log_id(t, i)),
+            "{what}: committed"
+        );
+        for k in 0..3 {
+            let key = format!("k{k}");
+            assert_eq!(
+                store.read_meta(&key).unwrap(),
+                m.meta.get(&key).cloned(),
+                "{what}: meta"
+            );
+        }
+    }
+
+    /// Runs `steps` on three groups of one log, each checked against its model after every
+    /// step and after every reopen; answers whether a front segment was ever deleted.
+    async fn run(steps: Vec<Step>, segment_bytes: u64) -> bool {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let open = || Store::open_groups_with(&path, &GROUPS, small(segment_bytes, 300)).unwrap();
+        let mut stores = open();
+        let mut ms: Vec<Model> = GROUPS
+            .iter()
+            .map(|_| Model {
+                term: 1,
+                ..Model::default()
+            })
+            .collect();
+        let mut deleted = false;
+        for (n, step) in steps.into_iter().enumerate() {
+            let what = format!("step {n} {step:?}");
+            match step {
+                Step::Append(g, count) => {
+                    let m = &mut ms[g];
+                    let first = m.next_index();
+                    let entries: Vec<Entry> =
+                        (first..first + count).map(|i| entry(m.term, i)).collect();
+                    let rx = append(&mut stores[g], entries).await;
+                    for i in first..first + count {
+                        m.entries.insert(i, m.term);
+                    }
+                    // Some appends are awaited, others ride in later batches.
+                    if count % 2 == 0 {
+                        flushed(rx).await;
+                    }
+                }
+                Step::TruncateBack(g, back) => {
+                    let m = &mut ms[g];
+                    let Some(&last) = m.entries.keys().next_back() else {
+                        continue;
+                    };
+                    let first = *m.entries.keys().next().unwrap();
+                    let keep = last.saturating_sub(back).max(first.saturating_sub(1));
+                    let keep_id = if keep >= first {
+                        Some(log_id(m.entries[&keep], keep))
+                    } else {
+                        m.last_purged.map(|(t, i)| log_id(t, i))
+                    };
+                    stores[g].truncate_after(keep_id).await.unwrap();
+                    m.entries.split_off(&(keep + 1));
+                    m.term += 1;
+                }
+                Step::Purge(g, ahead) => {
+                    let m = &mut ms[g];
+                    let upto = match m.entries.keys().next() {
+                        Some(&first) => first + ahead,
+                        None => match m.last_purged {
+                            Some((_, p)) => p + ahead,
+                            None => continue,
+                        },
+                    };
+                    let term = m.entries.get(&upto).copied().unwrap_or(m.term);
+                    if m.last_purged.is_some_and(|(_, p)| upto <= p) {
+                        continue;
+                    }
+                    stores[g].purge(log_id(term, upto)).await.unwrap();
+                    m.entries = m.entries.split_off(&(upto + 1));
+                    m.last_purged = Some((term, upto));
+                }
+                Step::Vote(g) => {
+                    let m = &mut ms[g];
+                    m.term += 1;
+                    stores[g].save_vote(&vote(m.term)).await.unwrap();
+                    m.vote = Some(m.term);
+                }
+                Step::Committed(g) => {
+                    let m = &mut ms[g];
+                    let c = m
+                        .entries
+                        .iter()
+                        .next_back()
+                        .map(|(&i, &t)| (t, i))
+                        .or(m.last_purged);
+                    stores[g]
+                        .save_committed(c.map(|(t, i)| log_id(t, i)))
+                        .await
+                        .unwrap();
+                    m.committed = c;
+                }
+                Step::Meta(g, k, v) => {
+                    let value = vec![v; v as usize % 40];
+                    stores[g].write_meta(&format!("k{k}"), &value).unwrap();
+                    ms[g].meta.insert(format!("k{k}"), value);
+                }
+                Step::Reopen => {
+                    drop(stores);
+                    stores = open();
+                    for (g, m) in ms.iter().enumerate() {
+                        let what = format!("{what}: after reopen, group {}", GROUPS[g]);
+                        check(&mut stores[g], m, &what).await;
+                    }
+                    continue;
+                }
+            }
+            for (g, m) in ms.iter().enumerate() {
+                check(&mut stores[g], m, &format!("{what}: group {}", GROUPS[g])).await;
+            }
+            deleted |= stores[0].segment_numbers()[0] > 1;
+        }
+        drop(stores);
+        let mut stores = open();
+        for (g, m) in ms.iter().enumerate() {
+            check(
+                &mut stores[g],
+                m,
+                &format!("final reopen, group {}", GROUPS[g]),
+            )
+            .await;
+        }
+        deleted
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Appends, truncations, purges, votes, committed ids and meta keys of three groups,
+        /// with reopens, in segments small enough to rotate and delete often: each group reads
+        /// back exactly its own model.
+        #[test]
+        fn each_group_of_a_shared_log_reads_back_its_model_across_reopens(
+            steps in proptest::collection::vec(step(), 1..120),
+            segment_bytes in prop_oneof![Just(256u64), Just(700), Just(1 << 20)],
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(run(steps, segment_bytes));
+        }
+    }
+
+    /// The model runs do delete segments (else the deletion rules above went untested).
+    #[tokio::test]
+    async fn the_model_deletes_segments() {
+        let steps = (0..60)
+            .flat_map(|i| [Step::Append(i % 3, 4), Step::Purge(i % 3, 3)])
+            .collect();
+        assert!(run(steps, 256).await);
+    }
+
+    /// A group with a few entries and no purge (a quiet Raft group, below the snapshot
+    /// policy) holds back the oldest segment, and so every later one: once the log outgrew
+    /// `held_back_max` segments, it says up to which index it must purge, and that purge lets
+    /// every purged segment go.
+    #[tokio::test]
+    async fn a_quiet_group_says_it_holds_the_log_back_and_its_purge_frees_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let options = Options {
+            held_back_max: 3,
+            ..small(600, 0)
+        };
+        let mut stores = Store::open_groups_with(&path, &[0, 1], options).unwrap();
+        // Group 1: two entries (a leader's blank entry, a membership), then silence.
+        flushed(append(&mut stores[1], vec![entry(2, 1), entry(2, 2)]).await).await;
+        assert_eq!(stores[1].held_back_upto(), None);
+        let watch = stores[1].watch();
+        for i in 1..=400u64 {
+            flushed(append(&mut stores[0], vec![entry(1, i)]).await).await;
+            if i % 20 == 0 {
+                // Group 0 snapshots and purges all but its last few entries.
+                stores[0].purge(log_id(1, i - 5)).await.unwrap();
+            }
+        }
+        let segments = stores[0].segment_numbers();
+        assert_eq!(segments[0], 1, "group 1's entries hold segment 1");
+        assert!(segments.len() > 20, "{segments:?}");
+        assert_eq!(stores[1].held_back_upto(), Some(2));
+        assert_eq!(watch.held_back_upto(), Some(2));
+        // Group 0 purged its entries of segment 1: it holds nothing back.
+        assert_eq!(stores[0].held_back_upto(), None);
+
+        stores[1].purge(log_id(2, 2)).await.unwrap();
+        flushed(append(&mut stores[0], vec![entry(1, 401)]).await).await;
+        let after = stores[0].segment_numbers();
+        assert!(after.len() <= 3, "{after:?}");
+        assert_eq!(stores[1].held_back_upto(), None);
+        drop(stores);
+        assert_eq!(watch.held_back_upto(), None, "a closed store holds nothing");
+    }
+
+    /// A failed write, by any group (here a meta write), stops every group of the log: they
+    /// share its files, which may now miss a write.
+    #[tokio::test]
+    async fn a_failed_write_of_one_group_stops_every_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let mut stores = Store::open_groups(&path, &[0, 1]).unwrap();
+        flushed(append(&mut stores[0], vec![entry(1, 1)]).await).await;
+        lock(&stores[0].shared.core.disk).break_writes();
+        assert!(stores[1].write_meta("k", b"v").is_err());
+        assert!(stores[0].get_log_state().await.is_err());
+        let (tx, _rx) = Tc::oneshot();
+        assert!(stores[0]
+            .append(vec![entry(1, 2)], IOFlushed::signal(tx))
+            .await
+            .is_err());
+    }
+
+    /// `sync` answers once what was queued before it is durable: a purge (which returns once
+    /// queued) is in the files after it.
+    #[tokio::test]
+    async fn sync_returns_once_the_queued_writes_are_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let (gate, entered, mut stores) = groups::open_held(&path, &[0, 3]);
+        let first = append(&mut stores[0], (1..=4).map(|i| entry(1, i)).collect()).await;
+        assert_eq!(entered.recv().unwrap(), 1);
+        stores[1].purge(log_id(1, 7)).await.unwrap();
+        let syncing = {
+            let store = stores[1].clone();
+            tokio::spawn(async move { store.sync().await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(
+            !syncing.is_finished(),
+            "sync answered before its batch was written"
+        );
+        drop(gate);
+        flushed(first).await;
+        syncing.await.unwrap().unwrap();
+        drop(stores);
+        let stores = Store::open_groups(&path, &[0, 3]).unwrap();
+        assert_eq!(
+            stores[1].shared.log_state().unwrap().last_purged_log_id,
+            Some(log_id(1, 7))
+        );
+    }
+
+    /// Committed-id saves of two groups that arrive alone both wait for the next write, and
+    /// both are in it: a group's save is not dropped for another's.
+    #[tokio::test]
+    async fn lone_committed_saves_of_two_groups_both_ride_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        {
+            let mut stores = Store::open_groups(&path, &[0, 1]).unwrap();
+            flushed(append(&mut stores[0], vec![entry(1, 1)]).await).await;
+            flushed(append(&mut stores[1], vec![entry(1, 1)]).await).await;
+            let before = stores[0].stats().write_transactions;
+            stores[0].save_committed(Some(log_id(1, 1))).await.unwrap();
+            stores[1].save_committed(Some(log_id(1, 1))).await.unwrap();
+            // Give the writer time to take them (alone, they are not written).
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            assert_eq!(stores[0].stats().write_transactions, before);
+            flushed(append(&mut stores[0], vec![entry(1, 2)]).await).await;
+        }
+        let mut stores = Store::open_groups(&path, &[0, 1]).unwrap();
+        for store in &mut stores {
+            assert_eq!(store.read_committed().await.unwrap(), Some(log_id(1, 1)));
+        }
     }
 }

@@ -56,6 +56,10 @@ pub(crate) enum Op<C: RaftTypeConfig> {
         upto: u64,
         last_purged: Vec<u8>,
     },
+    /// No record: answered once its batch is durable, and so everything queued before it.
+    Sync {
+        done: oneshot::Sender<Result<(), io::Error>>,
+    },
 }
 
 /// Called with the batch size after a batch is taken and before it is written. Tests use it to
@@ -87,6 +91,7 @@ fn records<C: RaftTypeConfig>(batch: &[Request<C>]) -> Vec<Record<'_>> {
                 upto: *upto,
                 last_purged,
             }),
+            Op::Sync { .. } => {}
         }
     }
     records
@@ -224,7 +229,7 @@ pub(crate) fn run<C: RaftTypeConfig>(
                 .map_err(|m| io::Error::other(m.clone()));
             match request.op {
                 Op::Append { callback, .. } => callback.io_completed(outcome),
-                Op::SaveVote { done, .. } => {
+                Op::SaveVote { done, .. } | Op::Sync { done } => {
                     // The saver may have given up waiting; nothing to do then.
                     let _ = done.send(outcome);
                 }
@@ -243,7 +248,7 @@ pub(crate) fn run<C: RaftTypeConfig>(
 }
 
 /// After a failed write or rotation, every group refuses everything: they share the files.
-fn fail_all<L>(indexes: &Indexes<L>, msg: &str) {
+pub(crate) fn fail_all<L>(indexes: &Indexes<L>, msg: &str) {
     for index in indexes.values() {
         lock(index).failed.get_or_insert_with(|| msg.to_owned());
     }

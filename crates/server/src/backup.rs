@@ -366,7 +366,13 @@ pub async fn restore(
         r.sessions += sessions;
         r.locks += locks;
     }
-    // Every write to the log was durable when it returned; closing it lets a start open it.
+    // The purges were only queued: the restore is done once they are durable (an error here
+    // fails the restore, which the marker then still says).
+    for log in &logs {
+        log.sync()
+            .await
+            .map_err(|e| RestoreError::LogStore(e.to_string()))?;
+    }
     drop(logs);
     let marker = data_dir.join(node::RESTORE_MARKER);
     std::fs::remove_file(&marker).map_err(io(&marker))?;
@@ -416,7 +422,7 @@ async fn seed_group(
     latchkey_raft::snapshot::write_atomically(&snapshots, &snapshot).map_err(io(&snapshots))?;
 
     // The log starts after the snapshot: openraft reads (purged, last] as empty. (The purge is
-    // queued to the writer; `restore` closes the log, which writes it, before the marker goes.)
+    // queued to the writer; `restore` waits until it is durable before the marker goes.)
     log.purge(log_id)
         .await
         .map_err(|e| RestoreError::LogStore(e.to_string()))?;

@@ -636,6 +636,7 @@ where
         tasks.push(tokio::spawn(n.clone().follow_membership()));
         tasks.push(tokio::spawn(n.clone().found_later()));
         tasks.push(tokio::spawn(n.clone().rebalance_leadership()));
+        tasks.push(tokio::spawn(n.clone().compact_log()));
     }
     let (health, health_service) = tonic_health::server::health_reporter();
     let health_task = tokio::spawn(report_health(groups.clone(), health));

@@ -34,7 +34,16 @@ pub trait NodeLogStore: openraft::storage::RaftLogStorage<TypeConfig> {
     /// Reports each group commit's duration to `observer` (the fsync histogram); a store
     /// without real fsyncs (the simulation's) ignores it.
     fn observe_commits(&self, _observer: latchkey_log_store::CommitObserver) {}
+    /// For a log shared by a member's groups: asks, without keeping the store open, up to
+    /// which index this group must purge for the log's oldest segment to go
+    /// (`LogStore::held_back_upto`; `Node::compact_log`). A store of its own has none.
+    fn held_back(&self) -> Option<HeldBack> {
+        None
+    }
 }
+
+/// See [`NodeLogStore::held_back`].
+pub type HeldBack = Box<dyn Fn() -> Option<u64> + Send + Sync>;
 
 impl NodeLogStore for LogStore<TypeConfig> {
     fn read_node_meta(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
@@ -47,6 +56,11 @@ impl NodeLogStore for LogStore<TypeConfig> {
 
     fn observe_commits(&self, observer: latchkey_log_store::CommitObserver) {
         LogStore::observe_commits(self, observer);
+    }
+
+    fn held_back(&self) -> Option<HeldBack> {
+        let watch = self.watch();
+        Some(Box::new(move || watch.held_back_upto()))
     }
 }
 
@@ -207,7 +221,17 @@ pub(crate) fn open_member_logs(
     let mut sharing = Vec::new();
     for group in 0..groups {
         let dir = crate::group_data_dir(data_dir, group);
-        if group > 0 && (dir.join(LOG_DIR).exists() || dir.join(OLD_LOG_FILE).exists()) {
+        // An error reading the dir is not taken for "no log of its own": that could open the
+        // group empty in the shared log beside the log it has.
+        let has = |name: &str| {
+            let path = dir.join(name);
+            path.try_exists().map_err(|source| LogStoreError::Io {
+                op: "look for",
+                path,
+                source,
+            })
+        };
+        if group > 0 && (has(LOG_DIR)? || has(OLD_LOG_FILE)?) {
             own.insert(group, open_log_dir(&dir)?);
         } else {
             sharing.push(group);
@@ -304,6 +328,8 @@ pub struct Node {
     /// The founding member list, when another member founds this group first (see
     /// [`Node::found_later`]).
     found_later: Mutex<Option<BTreeMap<u64, BasicNode>>>,
+    /// Whether this group holds back the member's shared log ([`Node::compact_log`]).
+    held_back: Option<HeldBack>,
 }
 
 /// The member that founds group `group` of a new cluster of members `ids`: the (group mod
@@ -622,6 +648,7 @@ impl Node {
                 .map_err(|e| StartError::Raft(e.to_string()))?,
         );
         let succession = Arc::new(crate::peer::Succession::default());
+        let held_back = log_store.held_back();
         let raft = Raft::new(
             config.id,
             raft_config,
@@ -709,8 +736,63 @@ impl Node {
             watch,
             succession,
             found_later: Mutex::new(found_later),
+            held_back,
         });
         Ok((node, renew_rx))
+    }
+
+    /// Keeps this group from holding back the member's shared log: a member's groups share one
+    /// log, whose segments go from the front only, each once every group purged its entries in
+    /// it, and a quiet group (its few entries never reach the snapshot policy) would keep every
+    /// segment on disk. Every `LOG_COMPACTION_CHECK_MS`, once the log has outgrown
+    /// `LOG_SEGMENTS_HELD_BACK_MAX` segments and this group's entries hold the oldest back, it
+    /// snapshots (if its snapshot does not cover them yet and it has applied them) and then
+    /// purges up to them: what openraft does after `--snapshot-every-entries`, sooner. Nothing
+    /// it purges is needed: the snapshot covers it.
+    pub async fn compact_log(self: Arc<Node>) {
+        let Some(held_back) = self.held_back.as_ref() else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(limits::LOG_COMPACTION_CHECK_MS)) => {}
+            }
+            let Some(upto) = held_back() else {
+                continue;
+            };
+            let (snapshot, applied) = {
+                let metrics = self.raft.metrics();
+                let m = metrics.borrow_watched();
+                (
+                    m.snapshot.as_ref().map_or(0, |s| s.index()),
+                    m.last_applied.as_ref().map_or(0, |a| a.index()),
+                )
+            };
+            let triggered = if snapshot >= upto {
+                tracing::info!(
+                    group = self.shape.group,
+                    upto,
+                    "purging the entries that hold back the member's shared Raft log"
+                );
+                self.raft.trigger().purge_log(upto).await
+            } else if applied >= upto {
+                tracing::info!(
+                    group = self.shape.group,
+                    upto,
+                    snapshot,
+                    "snapshotting to purge the entries that hold back the member's shared Raft log"
+                );
+                self.raft.trigger().snapshot().await
+            } else {
+                // Not applied here yet: a snapshot could not cover them; ask again later.
+                continue;
+            };
+            if let Err(e) = triggered {
+                tracing::warn!(group = self.shape.group, error = %e, "log compaction: the Raft core stopped");
+                return;
+            }
+        }
     }
 
     /// Initializes this group if its founder (`founder_of`) has not made it known here within

@@ -458,3 +458,122 @@ async fn a_release_reusing_an_acquires_sequence_number_is_a_client_error() {
     assert!(describe(&mut c, "x").await.held);
     node.stop().await.expect("the node stops cleanly");
 }
+
+/// A member's Raft groups share one log (issue #16), whose segments go from the front only,
+/// each once every group purged its entries in it. A quiet group, whose few entries never reach
+/// the snapshot policy, would keep the oldest segment, and so every later one, on disk forever:
+/// the node has it snapshot and purge (`Node::compact_log`) once the log outgrew
+/// `LOG_SEGMENTS_HELD_BACK_MAX` segments. Here group 1 holds only its founding entries while
+/// group 0 writes about 30 segments and purges after every 100 entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_group_does_not_keep_the_shared_log_on_disk() {
+    use latchkey_core::limits::{LOG_COMPACTION_CHECK_MS, LOG_SEGMENTS_HELD_BACK_MAX};
+    use latchkey_log_store::LogStore;
+    use latchkey_raft::TypeConfig;
+
+    const SEGMENT_BYTES: u64 = 16 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut config = latchkey_server::ServerConfig::single(1, addr, dir.path().to_path_buf());
+    config.groups = 2;
+    config.snapshot_every_entries = 100;
+    config.log_kept_after_snapshot = 10;
+    let log_dir = dir.path().join("raft-log");
+    let stores =
+        LogStore::<TypeConfig>::open_groups_with_segment_bytes(&log_dir, &[0, 1], SEGMENT_BYTES)
+            .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(latchkey_server::run_with(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        None::<tokio_stream::wrappers::TcpListenerStream>,
+        config.validate().unwrap(),
+        latchkey_server::NodeEnv::real(),
+        stores,
+        {
+            let stop = stop.clone();
+            async move { stop.cancelled().await }
+        },
+    ));
+    let segments = || {
+        std::fs::read_dir(&log_dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "seg"))
+            })
+            .count()
+    };
+
+    let mut c = LocksClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let s = loop {
+        match c
+            .create_session(pb::CreateSessionRequest {
+                // Longer than the test: nothing renews it.
+                ttl_ms: 600_000,
+                group: Some(0),
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(r) => break r.into_inner().session.unwrap(),
+            Err(e) => {
+                assert!(started.elapsed() < READY_TIMEOUT, "not ready: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let name = (0..)
+        .map(|i| format!("busy-{i}"))
+        .find(|n| latchkey_core::group_of(n, 2) == 0)
+        .unwrap();
+    let mut seq = 0;
+    let mut pair = |c: &mut LocksClient<Channel>| {
+        seq += 2;
+        let (c, name) = (c.clone(), name.clone());
+        async move {
+            let mut c = c;
+            let token = acquire(&mut c, &s, seq - 1, &name, 0)
+                .await
+                .expect("acquire")
+                .token;
+            c.release(pb::ReleaseRequest {
+                session: Some(s),
+                seq,
+                name,
+                token,
+            })
+            .await
+            .expect("release");
+        }
+    };
+    // Group 0 writes until the log is far past the bound, purging behind itself; group 1's
+    // founding entries hold segment 1, so every segment stays.
+    let bound = LOG_SEGMENTS_HELD_BACK_MAX + 1;
+    for _ in 0..100_000 {
+        if segments() >= 6 * bound {
+            break;
+        }
+        pair(&mut c).await;
+    }
+    let grown = segments();
+    assert!(grown >= 6 * bound, "the log grew to {grown} segments");
+
+    // Within a few checks group 1 snapshots and purges, and the next writes delete the front.
+    let waited = std::time::Instant::now();
+    while segments() > bound {
+        assert!(
+            waited.elapsed() < Duration::from_millis(5 * LOG_COMPACTION_CHECK_MS),
+            "still {} segments (grown to {grown}) after {:?}",
+            segments(),
+            waited.elapsed()
+        );
+        pair(&mut c).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    server.await.unwrap().unwrap();
+}
