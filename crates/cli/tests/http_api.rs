@@ -326,11 +326,9 @@ fn a_follower_answers_not_leader_with_the_leaders_address() {
 /// status shows every group.
 #[test]
 fn the_http_api_serves_a_cluster_of_several_raft_groups() {
-    let cluster = Cluster::start_configured(
-        3,
-        common::cluster::Timing::default(),
-        &["--groups", "3", "--http-listen"],
-    );
+    // Members with a peer port of their own: their membership addresses are CLIENT/PEER, of
+    // which every answer names the client part.
+    let cluster = Cluster::start_with_peer_listen(3, &["--groups", "3", "--http-listen"]);
     let http = |id: u64| {
         cluster.members[id as usize - 1]
             .http_addr
@@ -440,11 +438,31 @@ fn the_http_api_serves_a_cluster_of_several_raft_groups() {
         (
             refused[0]["group"].clone(),
             refused[0]["code"].clone(),
-            refused[0]["leader_id"].clone()
+            refused[0]["leader_id"].clone(),
+            refused[0]["leader_addr"].clone()
         ),
-        (json!(1), json!("not-leader"), json!(2)),
+        (
+            json!(1),
+            json!("not-leader"),
+            json!(2),
+            json!(cluster.addr(2))
+        ),
         "{renewed}"
     );
+    // A session named twice, once with a wrong secret, gets each its own answer.
+    let forged = json!({"id": s0["id"], "secret": "1"});
+    let twice = post_ok(
+        &http(1),
+        "/v1/sessions/keepalive",
+        json!({"sessions": [s0, forged]}),
+    );
+    let alive: Vec<Value> = twice["leases"]
+        .as_array()
+        .expect("leases")
+        .iter()
+        .map(|l| l["alive"].clone())
+        .collect();
+    assert_eq!(alive, [json!(true), json!(false)], "{twice}");
     let at_leader = post_ok(
         &http(2),
         "/v1/sessions/keepalive",
@@ -497,6 +515,46 @@ fn the_http_api_serves_a_cluster_of_several_raft_groups() {
         Some(3),
         "{status}"
     );
+
+    // Release, close and force-release go to their group's leader too.
+    let reply = call(
+        &http(1),
+        "POST",
+        "/v1/sessions/close",
+        Some(json!({"session": s1})),
+    );
+    assert_eq!(
+        error_of(&reply),
+        (503, "not-leader".to_owned()),
+        "{reply:?}"
+    );
+    assert_eq!(reply.json()["group"], 1, "{reply:?}");
+    let token = described["lock"]["holder"]["token"].clone();
+    let released = post_ok(
+        &http(1),
+        "/v1/locks/release",
+        json!({"session": s0, "seq": 3, "name": names[0], "token": token}),
+    );
+    assert_eq!(released["released"], true, "{released}");
+    let reply = call(
+        &http(1),
+        "POST",
+        "/v1/admin/release",
+        Some(json!({"name": names[1], "reason": "test"})),
+    );
+    assert_eq!(
+        error_of(&reply),
+        (503, "not-leader".to_owned()),
+        "{reply:?}"
+    );
+    assert_eq!(reply.json()["group"], 1, "{reply:?}");
+    let forced = post_ok(
+        &http(2),
+        "/v1/admin/release",
+        json!({"name": names[1], "reason": "test"}),
+    );
+    assert_eq!(forced["session"], s1["id"], "{forced}");
+    post_ok(&http(2), "/v1/sessions/close", json!({"session": s1}));
 }
 
 const APP: &str = "app-token-0123456789";
@@ -523,6 +581,17 @@ impl Drop for Running {
 
 #[test]
 fn access_control_applies_over_http() {
+    access_control_over_http(1);
+}
+
+/// The same with two Raft groups and the session in group 1: the access check runs at the
+/// node of the session's group, whose table says whose it is (group 0's does not know it).
+#[test]
+fn access_control_applies_in_every_raft_group_over_http() {
+    access_control_over_http(2);
+}
+
+fn access_control_over_http(groups: u32) {
     let dir = tempfile::tempdir().unwrap();
     let acl = dir.path().join("acl.toml");
     std::fs::write(
@@ -559,9 +628,21 @@ roles = ["app"]
             acl.display().to_string(),
             "--http-listen".to_owned(),
             http.clone(),
+            "--groups".to_owned(),
+            groups.to_string(),
         ],
     );
     let _running = Running(process);
+    // A name of the last group, and that group's parameter for the calls that name one.
+    let name = (0..)
+        .map(|i| format!("app/x{i}"))
+        .find(|n| latchkey_core::group_of(n, groups) == groups - 1)
+        .unwrap();
+    let group_param = if groups > 1 {
+        format!("&group={}", groups - 1)
+    } else {
+        String::new()
+    };
     let app = format!("Bearer {APP}");
     let other = format!("Bearer {OTHER}");
     let as_app = [("authorization", app.as_str())];
@@ -570,12 +651,21 @@ roles = ["app"]
         let body = body.map(|b| b.to_string());
         http_call(&http, method, path, auth, body.as_deref(), CALL_TIMEOUT)
     };
-    wait_until("the ACL server leads", READY_TIMEOUT, || {
-        send(&as_app, "GET", "/v1/cluster/status", None)
-            .is_ok_and(|r| r.status == 200 && r.json()["role"] == "leader")
+    wait_until("the ACL server leads every group", READY_TIMEOUT, || {
+        send(&as_app, "GET", "/v1/cluster/status", None).is_ok_and(|r| {
+            let status = r.json();
+            r.status == 200
+                && status["group_status"]
+                    .as_array()
+                    .is_some_and(|g| g.iter().all(|g| g["role"] == "leader"))
+        })
     });
 
-    let session = json!({"ttl_ms": 15_000});
+    let session = if groups > 1 {
+        json!({"ttl_ms": 15_000, "group": groups - 1})
+    } else {
+        json!({"ttl_ms": 15_000})
+    };
     let anonymous = send(&[], "POST", "/v1/sessions", Some(session.clone())).unwrap();
     assert_eq!(error_of(&anonymous), (401, "unauthenticated".to_owned()));
     let wrong = send(
@@ -608,10 +698,22 @@ roles = ["app"]
             .contains("ops/db"),
         "{outside:?}"
     );
-    // Another identity may not use app's session, even on names it may lock.
-    let borrowed = take(&as_other, 2, "app/x");
+    // Another identity may not use app's session, even on names it may lock, nor renew or
+    // close it.
+    let borrowed = take(&as_other, 2, &name);
     assert_eq!(error_of(&borrowed), (403, "permission-denied".to_owned()));
-    let granted = take(&as_app, 3, "app/x");
+    for (path, body) in [
+        ("/v1/sessions/keepalive", json!({"sessions": [s]})),
+        ("/v1/sessions/close", json!({"session": s})),
+    ] {
+        let refused = send(&as_other, "POST", path, Some(body)).unwrap();
+        assert_eq!(
+            error_of(&refused),
+            (403, "permission-denied".to_owned()),
+            "{path}"
+        );
+    }
+    let granted = take(&as_app, 3, &name);
     assert_eq!(granted.status, 200, "{granted:?}");
     assert_eq!(granted.json()["result"], "granted");
     let read_outside = send(&as_app, "GET", "/v1/locks?prefix=", None).unwrap();
@@ -619,8 +721,15 @@ roles = ["app"]
         error_of(&read_outside),
         (403, "permission-denied".to_owned())
     );
-    let read_inside = send(&as_app, "GET", "/v1/locks?prefix=app/", None).unwrap();
+    let read_inside = send(
+        &as_app,
+        "GET",
+        &format!("/v1/locks?prefix=app/{group_param}"),
+        None,
+    )
+    .unwrap();
     assert_eq!(read_inside.status, 200, "{read_inside:?}");
+    assert_eq!(read_inside.json()["locks"][0]["name"], name.as_str());
 }
 
 /// The (method, path) pairs `docs/openapi.json` documents.

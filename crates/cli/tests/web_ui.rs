@@ -134,6 +134,8 @@ struct Browsed<'a> {
     http: &'a str,
     bearer: Option<&'a str>,
     groups: Option<u32>,
+    /// A lock of another group the node leads, held too while the page is checked.
+    also: Option<&'a str>,
 }
 
 impl Browsed<'_> {
@@ -202,6 +204,23 @@ fn page_shows_a_held_lock_and_drops_it(
         work.lines("out").len() == 1
     });
     let token = token_of(&work.lines("out")[0]);
+    // Held until the test releases "deploy/web" (the same file ends both).
+    let also_holder = node.also.map(|name| {
+        let holder = node.lock(
+            name,
+            &[],
+            &format!(
+                "echo B >> '{out}'; while [ ! -e '{release}' ]; do sleep 0.02; done",
+                out = work.path("also").display(),
+                release = work.path("release").display(),
+            ),
+            work.dir.path(),
+        );
+        wait_until("the other holder has its lock", T, || {
+            work.lines("also").len() == 1
+        });
+        holder
+    });
     let mut waiter = node.lock("deploy/web", &[], "true", work.dir.path());
     wait_until("the waiter is queued", T, || {
         node.describe("deploy/web")["waiters"] == 1
@@ -225,6 +244,7 @@ fn page_shows_a_held_lock_and_drops_it(
         .env_remove("LATCHKEY_UI_FORCE_RELEASE")
         .env_remove("LATCHKEY_UI_EXPECT")
         .env_remove("LATCHKEY_UI_GROUPS")
+        .env_remove("LATCHKEY_UI_ALSO")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -233,6 +253,9 @@ fn page_shows_a_held_lock_and_drops_it(
     }
     if let Some(groups) = node.groups {
         command.env("LATCHKEY_UI_GROUPS", groups.to_string());
+    }
+    if let Some(also) = node.also {
+        command.env("LATCHKEY_UI_ALSO", also);
     }
     if ending != Ending::HolderReleases {
         command.env("LATCHKEY_UI_FORCE_RELEASE", FORCE_REASON);
@@ -312,6 +335,14 @@ fn page_shows_a_held_lock_and_drops_it(
 
     work.touch("release");
     assert_eq!(holder.wait_code(T), 0, "holder: {}", holder.stderr());
+    if let Some(mut other) = also_holder {
+        assert_eq!(
+            other.wait_code(T),
+            0,
+            "the other holder: {}",
+            other.stderr()
+        );
+    }
     assert_eq!(waiter.wait_code(T), 0, "waiter: {}", waiter.stderr());
     writeln!(stdin, "released").expect("telling the browser script");
     assert_eq!(next_line("gone"), "gone");
@@ -333,32 +364,44 @@ fn the_page_shows_a_held_lock_and_drops_it_once_released_in_chromium() {
         http: &http,
         bearer: None,
         groups: None,
+        also: None,
     };
     page_shows_a_held_lock_and_drops_it(kit, node, "open", Ending::HolderReleases);
 }
 
-/// A member of a cluster of three Raft groups, one led by each member (issue #16): its page
-/// shows the three groups, lists the locks of the group it leads (the held lock, its token,
-/// owner and waiter, as with one group) and says that the other groups' locks are at their
-/// leaders' pages.
+/// A member of a cluster of five Raft groups on three members (issue #16), leading two of them
+/// (group g is founded and led by member g mod 3 + 1): its page shows the five groups, lists
+/// the locks of both groups it leads, in name order (the held lock with its token, owner and
+/// waiter, as with one group, and a held lock of its other group), and says that the other
+/// groups' locks are at their leaders' pages.
 #[test]
 fn the_page_of_a_member_of_several_groups_lists_the_groups_it_leads_in_chromium() {
+    const GROUPS: u32 = 5;
     let Some(kit) = browser_kit_or_skip() else {
         return;
     };
     let cluster = common::cluster::Cluster::start_configured(
         3,
         common::cluster::Timing::default(),
-        &["--groups", "3", "--http-listen"],
+        &["--groups", "5", "--http-listen"],
     );
-    // The founders lead one group each: group g is member g + 1's.
-    let leader = u64::from(latchkey_core::group_of("deploy/web", 3)) + 1;
+    let web = latchkey_core::group_of("deploy/web", GROUPS);
+    let leader = u64::from(web % 3) + 1;
+    // A name before "deploy/web" of the other group that member leads.
+    let also = (0..)
+        .map(|i| format!("deploy/a{i}"))
+        .find(|n| {
+            let g = latchkey_core::group_of(n, GROUPS);
+            g != web && u64::from(g % 3) + 1 == leader
+        })
+        .expect("a name of the member's other group");
     let member = &cluster.members[leader as usize - 1];
     let http = member.http_addr.clone().expect("HTTP on every member");
-    wait_until("the lock's group led by its founder", READY_TIMEOUT, || {
+    wait_until("every group led by its founder", READY_TIMEOUT, || {
         http_call(&http, "GET", "/v1/cluster/status", &[], None, T).is_ok_and(|r| {
             r.status == 200
-                && (0..3u64).all(|g| r.json()["group_status"][g as usize]["leader_id"] == g + 1)
+                && (0..u64::from(GROUPS))
+                    .all(|g| r.json()["group_status"][g as usize]["leader_id"] == g % 3 + 1)
         })
     });
     let addr = cluster.addr(leader);
@@ -366,7 +409,8 @@ fn the_page_of_a_member_of_several_groups_lists_the_groups_it_leads_in_chromium(
         addr: &addr,
         http: &http,
         bearer: None,
-        groups: Some(3),
+        groups: Some(GROUPS),
+        also: Some(&also),
     };
     page_shows_a_held_lock_and_drops_it(kit, node, "groups", Ending::HolderReleases);
 }
@@ -382,6 +426,7 @@ fn without_acl_the_pages_force_release_takes_the_lock_and_is_audited_in_chromium
         http: &http,
         bearer: None,
         groups: None,
+        also: None,
     };
     page_shows_a_held_lock_and_drops_it(kit, node, "forced", Ending::ForcedFromPage);
 }
@@ -456,6 +501,7 @@ fn under_acl_the_page_uses_the_token_and_shows_a_refused_force_release_in_chromi
         http: &http,
         bearer: Some(VIEWER),
         groups: None,
+        also: None,
     };
     // The viewer may lock and read but not force-release: the page offers the button (a token
     // was entered), and the server refuses.

@@ -68,8 +68,11 @@ pub enum ApiError {
         of_session: u32,
         groups: u32,
     },
-    /// A call a cluster of several Raft groups does not serve yet (issue #16).
-    #[error("{what} is not served yet by a cluster of {groups} Raft groups (issue #16)")]
+    /// A call that must name its Raft group in a cluster of several (issue #16) and did not.
+    #[error(
+        "{what}: this cluster has {groups} Raft groups, name one (the group of a lock: \
+         docs/protocol.md 2.4; the answers of GET /v1/lock and `latchkey status NAME`)"
+    )]
     NotWithGroups { what: &'static str, groups: u32 },
 }
 

@@ -195,12 +195,14 @@ impl Groups {
         mut authorize: impl FnMut(&Arc<Node>, &[SessionId]) -> Result<(), GroupError>,
     ) -> Result<Renewal, GroupError> {
         let groups = self.count();
-        let mut by_group: BTreeMap<u32, Vec<SessionKey>> = BTreeMap::new();
-        for key in keys {
-            by_group
+        // Each group's keys, and where each stands in the request.
+        let mut by_group: BTreeMap<u32, (Vec<SessionKey>, Vec<usize>)> = BTreeMap::new();
+        for (at, key) in keys.iter().enumerate() {
+            let (keys, places) = by_group
                 .entry(group_of_session(key.id, groups))
-                .or_default()
-                .push(*key);
+                .or_default();
+            keys.push(*key);
+            places.push(at);
         }
         // Each group's node, once: a group this member is outside of (replica subsets) has no
         // table here to check its sessions against, and is refused with a hint to one of its
@@ -210,7 +212,7 @@ impl Groups {
             .map(|&g| (g, self.serving(g).map_err(|e| e.error)))
             .collect();
         let mut checked = false;
-        for (g, keys) in &by_group {
+        for (g, (keys, _)) in &by_group {
             if let Ok(node) = &serving[g] {
                 let ids: Vec<SessionId> = keys.iter().map(|k| k.id).collect();
                 authorize(node, &ids)?;
@@ -222,7 +224,7 @@ impl Groups {
         }
         // The limit holds for the whole request, not only for each group's share of it.
         crate::ops::check_keepalive_len(keys.len()).map_err(GroupError::of_cluster)?;
-        let renewals = by_group.iter().map(|(g, keys)| {
+        let renewals = by_group.iter().map(|(g, (keys, _))| {
             let node = serving[g].clone();
             async move {
                 match node {
@@ -232,23 +234,29 @@ impl Groups {
             }
         });
         let several = by_group.len() > 1;
-        let mut renewed: std::collections::HashMap<SessionId, SessionLease> = Default::default();
+        // A node answers one lease per key, in order: each goes back to its key's place (a
+        // session named twice, once with a wrong secret, gets each its own answer).
+        let mut renewed: Vec<Option<SessionLease>> = vec![None; keys.len()];
         let mut refused = Vec::new();
-        for (&group, answers) in by_group
-            .keys()
+        for ((&group, (_, places)), answers) in by_group
+            .iter()
             .zip(futures::future::join_all(renewals).await)
         {
             match answers {
-                Ok(leases) => renewed.extend(leases.into_iter().map(|l| (l.id, l))),
+                Ok(leases) => {
+                    debug_assert_eq!(leases.len(), places.len(), "one lease per key");
+                    for (&at, lease) in places.iter().zip(leases) {
+                        renewed[at] = Some(lease);
+                    }
+                }
                 Err(e) if several && e.is_unavailable() => refused.push((group, e)),
                 Err(e) => return Err(GroupError::of_group(group, groups, e)),
             }
         }
-        let leases = keys
-            .iter()
-            .filter_map(|k| renewed.get(&k.id).cloned())
-            .collect();
-        Ok(Renewal { leases, refused })
+        Ok(Renewal {
+            leases: renewed.into_iter().flatten().collect(),
+            refused,
+        })
     }
 
     /// The one node of a one-group cluster, for the calls not yet served with several

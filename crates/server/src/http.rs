@@ -785,11 +785,16 @@ struct GroupStatusJson {
 }
 
 fn group_status_json(group: u32, s: NodeStatus) -> GroupStatusJson {
+    // The client part of the membership's `CLIENT/PEER` (`member_addr.rs`), as a hint names.
     let leader_addr = s.leader_id.and_then(|leader| {
         s.members
             .iter()
             .find(|(id, _)| *id == leader)
-            .map(|(_, addr)| addr.clone())
+            .map(|(_, addr)| {
+                crate::member_addr::MemberAddr::split(addr)
+                    .client
+                    .to_owned()
+            })
     });
     GroupStatusJson {
         group,

@@ -940,8 +940,8 @@ mod tests {
     }
 
     /// `--replicas` is checked where the configuration is built: against the founding members
-    /// and the group count (every member in some group), on its own for a member that joins,
-    /// and not with the HTTP API, which does not route groups yet.
+    /// and the group count (every member in some group), and on its own for a member that
+    /// joins; the HTTP API serves replica subsets too.
     #[test]
     fn a_placement_that_leaves_a_member_in_no_group_is_refused() {
         use super::ConfigError;

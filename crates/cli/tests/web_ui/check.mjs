@@ -15,7 +15,9 @@
 // With LATCHKEY_UI_GROUPS=N (a member of a cluster of N Raft groups, which leads LOCK's group
 // but not every group), it waits for the page's "Raft groups" table to show the N groups, this
 // node leading some and not all, and for the locks note to say which groups' locks are listed
-// elsewhere, instead of waiting for this node to lead group 0.
+// elsewhere, instead of waiting for this node to lead group 0. With LATCHKEY_UI_ALSO=NAME too
+// (a held lock of another group this node leads), it waits for NAME's row, held, before LOCK's
+// (the page lists the groups it leads in name order).
 //
 // With LATCHKEY_UI_FORCE_RELEASE=REASON, after "shown" it clicks LOCK's force-release button,
 // types REASON and confirms. With LATCHKEY_UI_EXPECT=denied it then waits for the page to show
@@ -42,6 +44,7 @@ const bearer = process.env.LATCHKEY_UI_TOKEN;
 const forceReason = process.env.LATCHKEY_UI_FORCE_RELEASE;
 const expectDenied = process.env.LATCHKEY_UI_EXPECT === "denied";
 const groups = Number(process.env.LATCHKEY_UI_GROUPS || "0");
+const also = process.env.LATCHKEY_UI_ALSO;
 const pageErrors = [];
 page.on("pageerror", (e) => pageErrors.push(String(e)));
 page.on("console", (m) => {
@@ -94,6 +97,14 @@ await step("loading the page", async () => {
       return !document.getElementById("groups-section").hidden && rows.length === n &&
         led > 0 && led < n && document.getElementById("locks-note").textContent.includes("not listed here");
     }, groups, { timeout: WAIT_MS });
+    if (also) {
+      await page.waitForFunction(([name, other]) => {
+        const names = [...document.querySelectorAll("#locks tbody tr")].map((r) => r.dataset.lock);
+        const row = [...document.querySelectorAll("#locks tbody tr")].find((r) => r.dataset.lock === other);
+        return row && row.querySelector("[data-token]").textContent !== "" &&
+          names.indexOf(other) >= 0 && names.indexOf(name) > names.indexOf(other);
+      }, [lock, also], { timeout: WAIT_MS });
+    }
   } else {
     await page.waitForFunction(() => {
       const role = document.querySelector('#node [data-fact="role"] td');

@@ -134,7 +134,7 @@ async function forceRelease(event) {
 
 function renderStatus(s) {
   // With several Raft groups these facts are group 0's; the groups table has each group's.
-  const of = s.groups > 1 ? " (group 0)" : "";
+  const of = groupCount(s) > 1 ? " (group 0)" : "";
   const facts = [
     ["this node", `member ${s.id}`],
     ["role", `${s.role}${of}`],
@@ -157,23 +157,33 @@ function renderStatus(s) {
     row([`${m.id}${m.id === s.id ? " (this node)" : ""}`, el("td", m.addr, { class: "mono" }), "learner"],
       { "data-member": m.id }));
   fill($("members").tBodies[0], members.concat(learners));
+  $("members-of").textContent = of;
   $("sessions-total").textContent = String(sessionsTotal(s));
   accessControl = s.access_control;
   renderGroups(s);
 }
 
+// The cluster's Raft groups (a server from before groups says nothing: one).
+function groupCount(s) {
+  return s.groups ?? 1;
+}
+
+function groupStatus(s) {
+  return s.group_status ?? [];
+}
+
 // This node's tables' sessions in all its groups (each group's table as this node applied it).
 function sessionsTotal(s) {
-  return s.groups > 1 ? s.group_status.reduce((n, g) => n + g.sessions, 0) : s.sessions;
+  return groupCount(s) > 1 ? groupStatus(s).reduce((n, g) => n + g.sessions, 0) : s.sessions;
 }
 
 function locksTotal(s) {
-  return s.groups > 1 ? s.group_status.reduce((n, g) => n + g.locks, 0) : s.locks;
+  return groupCount(s) > 1 ? groupStatus(s).reduce((n, g) => n + g.locks, 0) : s.locks;
 }
 
 function renderGroups(s) {
-  $("groups-section").hidden = s.groups <= 1;
-  const rows = s.group_status.map((g) => {
+  $("groups-section").hidden = groupCount(s) <= 1;
+  const rows = groupStatus(s).map((g) => {
     const leader = g.leader_id === null ? "none known"
       : g.leader_id === s.id ? `member ${g.leader_id} (this node)`
       : `member ${g.leader_id}${g.leader_addr ? ` at ${g.leader_addr}` : ""}`;
@@ -273,9 +283,9 @@ async function refresh() {
   let locks = [];
   let truncated = false;
   const elsewhere = [];
-  if (status.groups > 1) {
+  if (groupCount(status) > 1) {
     // Each group's list is its leader's: this node lists the groups it leads.
-    for (const g of status.group_status) {
+    for (const g of groupStatus(status)) {
       if (g.role !== "leader") {
         elsewhere.push(g.group);
         continue;
