@@ -636,7 +636,11 @@ where
         tasks.push(tokio::spawn(n.clone().follow_membership()));
         tasks.push(tokio::spawn(n.clone().found_later()));
         tasks.push(tokio::spawn(n.clone().rebalance_leadership()));
-        tasks.push(tokio::spawn(n.clone().compact_log()));
+        // Only for a log shared by groups (the simulation's store has none: its schedule stays
+        // as it was).
+        if n.shares_log() {
+            tasks.push(tokio::spawn(n.clone().compact_log()));
+        }
     }
     let (health, health_service) = tonic_health::server::health_reporter();
     let health_task = tokio::spawn(report_health(groups.clone(), health));

@@ -741,6 +741,12 @@ impl Node {
         Ok((node, renew_rx))
     }
 
+    /// Whether this group's log is shared with other groups and so may hold it back
+    /// ([`Node::compact_log`]).
+    pub fn shares_log(&self) -> bool {
+        self.held_back.is_some()
+    }
+
     /// Keeps this group from holding back the member's shared log: a member's groups share one
     /// log, whose segments go from the front only, each once every group purged its entries in
     /// it, and a quiet group (its few entries never reach the snapshot policy) would keep every
