@@ -408,28 +408,47 @@ pub fn parse_member(text: &str) -> Result<(u64, String), String> {
     Ok(list.0.into_iter().next().expect("one member"))
 }
 
-fn print_members(what: &str, members: &[latchkey_client::Member]) {
+fn voters_text(members: &[latchkey_client::Member]) -> String {
     let list: Vec<String> = members
         .iter()
         .map(|m| format!("{}={}", m.id, m.addr))
         .collect();
-    println!("{what}; voters now: {}", list.join(","));
+    list.join(",")
+}
+
+fn print_members(what: &str, members: &[latchkey_client::Member]) {
+    println!("{what}; voters now: {}", voters_text(members));
+}
+
+/// `what`, then the voters of the group changed, or of each group changed when there were
+/// several (`group G: ID=ADDR,...; group H: ...`).
+fn print_group_voters(what: &str, changed: &[latchkey_client::GroupVoters]) {
+    match changed {
+        [one] => print_members(what, &one.voters),
+        several => {
+            let each: Vec<String> = several
+                .iter()
+                .map(|g| format!("group {}: {}", g.group, voters_text(&g.voters)))
+                .collect();
+            println!("{what}; voters now: {}", each.join("; "));
+        }
+    }
 }
 
 pub async fn cluster_add(args: MemberAddArgs) -> anyhow::Result<()> {
     let client = args.member.endpoints.client()?;
     let (id, addr) = &args.member.member;
     let groups = (!args.groups.is_empty()).then_some(args.groups.as_slice());
-    let members = client.add_member_in(*id, addr, groups).await?;
-    print_members(&format!("member {id} at {addr} added"), &members);
+    let changed = client.add_member_in(*id, addr, groups).await?;
+    print_group_voters(&format!("member {id} at {addr} added"), &changed);
     Ok(())
 }
 
 pub async fn cluster_remove(args: MemberIdArgs) -> anyhow::Result<()> {
     let client = args.endpoints.client()?;
     let groups = (!args.groups.is_empty()).then_some(args.groups.as_slice());
-    let members = client.remove_member_from(args.id, groups).await?;
-    print_members(&format!("member {} removed", args.id), &members);
+    let changed = client.remove_member_from(args.id, groups).await?;
+    print_group_voters(&format!("member {} removed", args.id), &changed);
     Ok(())
 }
 

@@ -671,6 +671,16 @@ fn a_dead_member_of_replica_subsets_is_replaced_in_its_groups_only() {
     let addr = cluster.spawn_joining(5);
     let out = cluster_cmd(&cluster, &["add", &format!("5={addr}"), "--group", "1,2,3"]);
     assert!(out.contains(&format!("member 5 at {addr} added")), "{out}");
+    // Each changed group's voters, each with member 5.
+    for g in 1..=3 {
+        let voters = out
+            .split(&format!("group {g}: "))
+            .nth(1)
+            .and_then(|rest| rest.split(';').next())
+            .unwrap_or_else(|| panic!("no voters of group {g}: {out}"));
+        assert!(voters.contains(&format!("5={addr}")), "group {g}: {out}");
+    }
+    assert!(!out.contains("group 0: "), "{out}");
     let out = cluster_cmd(&cluster, &["remove", "4"]);
     assert!(out.contains("member 4 removed"), "{out}");
     wait_group_leaders(&cluster, 4, &[4]);

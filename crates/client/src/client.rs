@@ -18,7 +18,8 @@ use crate::error::{classify, transport_message, Error, Failure};
 use crate::retry::{Backoff, RetryPolicy};
 use crate::session::Session;
 use crate::types::{
-    AuditEntry, Backup, GroupStatus, LockInfo, LockList, Member, NodeStatus, SessionOptions,
+    AuditEntry, Backup, GroupStatus, GroupVoters, LockInfo, LockList, Member, NodeStatus,
+    SessionOptions,
 };
 
 /// Settings of a [`Client`]. `Default` is what [`Client::connect`] uses.
@@ -599,18 +600,18 @@ impl Client {
     /// that group's leader (a `serve --join` member runs every group); a failure part way is
     /// [`Error::MembershipIncomplete`], and the same call again finishes it.
     pub async fn add_member(&self, id: u64, addr: &str) -> Result<Vec<Member>, Error> {
-        self.add_member_in(id, addr, None).await
+        self.add_member_in(id, addr, None).await.map(last_voters)
     }
 
     /// [`Client::add_member`] in the Raft groups `groups` only (every group when `None`): with
     /// replica subsets (`serve --replicas`), the groups a new member is to replicate, e.g. those
-    /// of the member it replaces. Answers the voters of the last group changed.
+    /// of the member it replaces. Answers each changed group's voters, in group order.
     pub async fn add_member_in(
         &self,
         id: u64,
         addr: &str,
         groups: Option<&[u32]>,
-    ) -> Result<Vec<Member>, Error> {
+    ) -> Result<Vec<GroupVoters>, Error> {
         self.change_groups(
             groups,
             |group| pb::AddMemberRequest {
@@ -621,28 +622,29 @@ impl Client {
             |mut c, r| async move { c.add_member(r).await },
         )
         .await
-        .map(last_voters)
+        .map(group_voters)
     }
 
     /// Removes member `id` (the leader too), from every Raft group in turn. Answers the voters
     /// after the change.
     pub async fn remove_member(&self, id: u64) -> Result<Vec<Member>, Error> {
-        self.remove_member_from(id, None).await
+        self.remove_member_from(id, None).await.map(last_voters)
     }
 
     /// [`Client::remove_member`] from the Raft groups `groups` only (every group when `None`).
+    /// Answers each changed group's voters, in group order.
     pub async fn remove_member_from(
         &self,
         id: u64,
         groups: Option<&[u32]>,
-    ) -> Result<Vec<Member>, Error> {
+    ) -> Result<Vec<GroupVoters>, Error> {
         self.change_groups(
             groups,
             |group| pb::RemoveMemberRequest { id, group },
             |mut c, r| async move { c.remove_member(r).await },
         )
         .await
-        .map(last_voters)
+        .map(group_voters)
     }
 
     /// Records `addr` as member `id`'s new address, in every Raft group in turn. Answers the
@@ -663,7 +665,7 @@ impl Client {
             .await?;
         let moved = answers
             .iter()
-            .flat_map(|a| a.members.iter().chain(&a.learners))
+            .flat_map(|(_, a)| a.members.iter().chain(&a.learners))
             .any(|m| m.id == id);
         if !moved {
             return Err(Error::Conflict {
@@ -673,7 +675,7 @@ impl Client {
                 ),
             });
         }
-        Ok(last_voters(answers))
+        Ok(last_voters(group_voters(answers)))
     }
 
     /// Sends the membership change `request(group)` to the leader of each Raft group of
@@ -686,7 +688,7 @@ impl Client {
         which: Option<&[u32]>,
         request: impl Fn(Option<u32>) -> Req,
         mut send: F,
-    ) -> Result<Vec<pb::MembersResponse>, Error>
+    ) -> Result<Vec<(u32, pb::MembersResponse)>, Error>
     where
         Req: Clone,
         F: FnMut(LocksClient<Channel>, tonic::Request<Req>) -> Fut,
@@ -725,7 +727,7 @@ impl Client {
                 .call(opts, request((groups > 1).then_some(group)), &mut send)
                 .await;
             match answer {
-                Ok(response) => voters.push(response),
+                Ok(response) => voters.push((group, response)),
                 Err(e) if done == 0 => return Err(e),
                 Err(e) => {
                     return Err(Error::MembershipIncomplete {
@@ -1063,11 +1065,18 @@ impl Client {
 }
 
 /// The voters the last group changed answered (`Client::change_groups` changes at least one).
-fn last_voters(mut answers: Vec<pb::MembersResponse>) -> Vec<Member> {
+fn last_voters(mut changed: Vec<GroupVoters>) -> Vec<Member> {
+    changed.pop().map(|g| g.voters).unwrap_or_default()
+}
+
+fn group_voters(answers: Vec<(u32, pb::MembersResponse)>) -> Vec<GroupVoters> {
     answers
-        .pop()
-        .map(|a| members(a.members))
-        .unwrap_or_default()
+        .into_iter()
+        .map(|(group, a)| GroupVoters {
+            group,
+            voters: members(a.members),
+        })
+        .collect()
 }
 
 fn members(members: Vec<pb::Member>) -> Vec<Member> {

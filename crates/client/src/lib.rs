@@ -78,7 +78,7 @@ pub use retry::RetryPolicy;
 pub use session::{safety_margin, Session, SAFETY_MARGIN_MIN};
 pub use tls::{ClientTls, TlsConnector};
 pub use types::{
-    describe_session, human_duration, AuditEntry, Backup, GroupStatus, Holder, LockInfo, LockList,
-    Member, NodeStatus, SessionOptions, Waiter,
+    describe_session, human_duration, AuditEntry, Backup, GroupStatus, GroupVoters, Holder,
+    LockInfo, LockList, Member, NodeStatus, SessionOptions, Waiter,
 };
 pub use watch::{Watch, WatchItem};

@@ -274,6 +274,14 @@ pub struct Member {
     pub addr: String,
 }
 
+/// A Raft group's voters after a membership change in it (`Client::add_member_in`,
+/// `Client::remove_member_from`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupVoters {
+    pub group: u32,
+    pub voters: Vec<Member>,
+}
+
 /// A consistent copy of the whole table, as `Client::backup` received it: the bytes are the
 /// core's table encoding (`latchkey_core::codec`), checked against the header's length.
 #[derive(Debug, Clone, PartialEq, Eq)]
