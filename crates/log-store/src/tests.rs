@@ -70,6 +70,12 @@ fn segment_paths(dir: &Path) -> Vec<std::path::PathBuf> {
 /// Log indexes in the files, replayed from the bytes with the format layer alone (no index):
 /// what is durable.
 fn file_indexes(dir: &Path) -> Vec<u64> {
+    file_indexes_of(dir, 0)
+}
+
+/// [`file_indexes`] of one group of a shared log (the records after a `Group` record in a
+/// frame are that group's; a frame starts in group 0).
+fn file_indexes_of(dir: &Path, group: u32) -> Vec<u64> {
     let mut live = std::collections::BTreeSet::new();
     let paths = segment_paths(dir);
     for (i, path) in paths.iter().enumerate() {
@@ -77,8 +83,17 @@ fn file_indexes(dir: &Path) -> Vec<u64> {
         let number: u64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
         let parsed = format::parse_segment(&buf, number, i + 1 == paths.len()).unwrap();
         for frame in parsed.frames {
+            let mut of = 0;
             for r in format::records(&buf, frame.body) {
-                match r.unwrap().2 {
+                let record = r.unwrap().2;
+                if let format::Record::Group(g) = record {
+                    of = g;
+                    continue;
+                }
+                if of != group {
+                    continue;
+                }
+                match record {
                     format::Record::Entry { index, .. } => {
                         live.insert(index);
                     }
@@ -790,31 +805,37 @@ mod torn_tail {
 /// writes, and reopens, with segments of a few hundred bytes (so rotation and deletion happen
 /// all the time) and a tail cache of a few entries (so reads go to the files). After every
 /// operation the store reads like the model; after every reopen too (a clean drop waits for the
-/// writer, so the model's state is the durable state then).
+/// writer, so the model's state is the durable state then). Run for one group, and for three
+/// groups sharing one log (issue #16), each group with its own model.
 mod model {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
+    /// The groups of the runs of several: not 0..3, so that group numbers are not positions.
+    const GROUPS: [u32; 3] = [0, 2, 7];
+
+    /// A step of the store of the group at the given position (of the run's groups).
     #[derive(Clone, Debug)]
     enum Step {
-        Append(u64),
-        TruncateBack(u64),
-        Purge(u64),
-        Vote,
-        Committed,
-        Meta(u8, u8),
+        Append(usize, u64),
+        TruncateBack(usize, u64),
+        Purge(usize, u64),
+        Vote(usize),
+        Committed(usize),
+        Meta(usize, u8, u8),
         Reopen,
     }
 
-    fn step() -> impl Strategy<Value = Step> {
+    fn step(groups: usize) -> impl Strategy<Value = Step> {
+        let g = 0..groups;
         prop_oneof![
-            6 => (1..6u64).prop_map(Step::Append),
-            2 => (0..6u64).prop_map(Step::TruncateBack),
-            2 => (0..8u64).prop_map(Step::Purge),
-            1 => Just(Step::Vote),
-            1 => Just(Step::Committed),
-            1 => (0..3u8, any::<u8>()).prop_map(|(k, v)| Step::Meta(k, v)),
+            6 => (g.clone(), 1..6u64).prop_map(|(g, n)| Step::Append(g, n)),
+            2 => (g.clone(), 0..6u64).prop_map(|(g, n)| Step::TruncateBack(g, n)),
+            2 => (g.clone(), 0..8u64).prop_map(|(g, n)| Step::Purge(g, n)),
+            1 => g.clone().prop_map(Step::Vote),
+            1 => g.clone().prop_map(Step::Committed),
+            1 => (g, 0..3u8, any::<u8>()).prop_map(|(g, k, v)| Step::Meta(g, k, v)),
             2 => Just(Step::Reopen),
         ]
     }
@@ -875,25 +896,39 @@ mod model {
         }
     }
 
-    /// Runs `steps`; returns whether the front segment was ever deleted.
-    async fn run(steps: Vec<Step>, segment_bytes: u64) -> bool {
+    /// Runs `steps` on the stores of `groups` opened on one log; returns whether the front
+    /// segment was ever deleted.
+    async fn run(steps: Vec<Step>, segment_bytes: u64, groups: &[u32]) -> bool {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log");
-        let open = || Store::open_with(&path, small(segment_bytes, 300)).unwrap();
-        let mut store = open();
-        let mut m = Model {
-            term: 1,
-            ..Model::default()
-        };
+        let open = || Store::open_groups_with(&path, groups, small(segment_bytes, 300)).unwrap();
+        let mut stores = open();
+        let mut models: Vec<Model> = groups
+            .iter()
+            .map(|_| Model {
+                term: 1,
+                ..Model::default()
+            })
+            .collect();
         let mut deleted = false;
         for (n, step) in steps.into_iter().enumerate() {
             let what = format!("step {n} {step:?}");
+            let at = match step {
+                Step::Append(g, _)
+                | Step::TruncateBack(g, _)
+                | Step::Purge(g, _)
+                | Step::Vote(g)
+                | Step::Committed(g)
+                | Step::Meta(g, _, _) => g,
+                Step::Reopen => 0,
+            };
+            let (store, m) = (&mut stores[at], &mut models[at]);
             match step {
-                Step::Append(count) => {
+                Step::Append(_, count) => {
                     let first = m.next_index();
                     let entries: Vec<Entry> =
                         (first..first + count).map(|i| entry(m.term, i)).collect();
-                    let rx = append(&mut store, entries).await;
+                    let rx = append(store, entries).await;
                     for i in first..first + count {
                         m.entries.insert(i, m.term);
                     }
@@ -902,7 +937,7 @@ mod model {
                         flushed(rx).await;
                     }
                 }
-                Step::TruncateBack(back) => {
+                Step::TruncateBack(_, back) => {
                     let Some(&last) = m.entries.keys().next_back() else {
                         continue;
                     };
@@ -918,7 +953,7 @@ mod model {
                     // Appends after a truncation come from a newer leader.
                     m.term += 1;
                 }
-                Step::Purge(ahead) => {
+                Step::Purge(_, ahead) => {
                     let upto = match m.entries.keys().next() {
                         Some(&first) => first + ahead,
                         None => match m.last_purged {
@@ -935,12 +970,12 @@ mod model {
                     m.entries = m.entries.split_off(&(upto + 1));
                     m.last_purged = Some((term, upto));
                 }
-                Step::Vote => {
+                Step::Vote(_) => {
                     m.term += 1;
                     store.save_vote(&vote(m.term)).await.unwrap();
                     m.vote = Some(m.term);
                 }
-                Step::Committed => {
+                Step::Committed(_) => {
                     let c = m
                         .entries
                         .iter()
@@ -953,48 +988,64 @@ mod model {
                         .unwrap();
                     m.committed = c;
                 }
-                Step::Meta(k, v) => {
+                Step::Meta(_, k, v) => {
                     let value = vec![v; v as usize % 40];
                     store.write_meta(&format!("k{k}"), &value).unwrap();
                     m.meta.insert(format!("k{k}"), value);
                 }
                 Step::Reopen => {
-                    drop(store);
-                    store = open();
-                    check(&mut store, &m, &format!("{what}: after reopen")).await;
-                    // The files hold exactly the live log (replayed by the format layer alone).
-                    let live: Vec<u64> = m.entries.keys().copied().collect();
-                    assert_eq!(file_indexes(&path), live, "{what}: files");
+                    drop(stores);
+                    stores = open();
+                    for ((store, m), group) in stores.iter_mut().zip(&models).zip(groups) {
+                        let what = format!("{what}: after reopen, group {group}");
+                        check(store, m, &what).await;
+                        // The files hold exactly the live log (replayed by the format layer
+                        // alone).
+                        let live: Vec<u64> = m.entries.keys().copied().collect();
+                        assert_eq!(file_indexes_of(&path, *group), live, "{what}: files");
+                    }
                     continue;
                 }
             }
-            check(&mut store, &m, &what).await;
-            deleted |= store.segment_numbers()[0] > 1;
+            // Every group, not only the one that changed: one group's writes, rotations and
+            // deletions must leave the others' logs as they were.
+            for ((store, m), group) in stores.iter_mut().zip(&models).zip(groups) {
+                check(store, m, &format!("{what}: group {group}")).await;
+            }
+            deleted |= stores[0].segment_numbers()[0] > 1;
         }
         deleted
     }
 
     /// The model run reaches the states it is about: a long run with small segments rotates
-    /// and deletes front segments (the proptest below may not, in a given case).
+    /// and deletes front segments (the proptest below may not, in a given case), with one
+    /// group and with three sharing the log.
     #[tokio::test]
     async fn a_long_run_with_small_segments_deletes_front_segments() {
-        let mut steps = Vec::new();
-        for round in 0..20u64 {
-            steps.extend([
-                Step::Append(5),
-                Step::Append(4),
-                Step::TruncateBack(round % 3),
-                Step::Vote,
-                Step::Committed,
-                Step::Meta((round % 3) as u8, round as u8),
-                Step::Purge(3),
-            ]);
-            if round % 4 == 0 {
-                steps.push(Step::Reopen);
+        for groups in [&GROUPS[..1], &GROUPS[..]] {
+            let mut steps = Vec::new();
+            for round in 0..20u64 {
+                for g in 0..groups.len() {
+                    steps.extend([
+                        Step::Append(g, 5),
+                        Step::Append(g, 4),
+                        Step::TruncateBack(g, round % 3),
+                        Step::Vote(g),
+                        Step::Committed(g),
+                        Step::Meta(g, (round % 3) as u8, round as u8),
+                        Step::Purge(g, 3),
+                    ]);
+                }
+                if round % 4 == 0 {
+                    steps.push(Step::Reopen);
+                }
             }
+            steps.push(Step::Reopen);
+            assert!(
+                run(steps, 256, groups).await,
+                "{groups:?}: no segment was ever deleted"
+            );
         }
-        steps.push(Step::Reopen);
-        assert!(run(steps, 256).await, "no segment was ever deleted");
     }
 
     proptest! {
@@ -1002,11 +1053,26 @@ mod model {
 
         #[test]
         fn the_store_equals_the_model_across_reopens(
-            steps in proptest::collection::vec(step(), 1..60),
+            steps in proptest::collection::vec(step(1), 1..60),
             segment_bytes in prop_oneof![Just(256u64), Just(700), Just(1 << 20)],
         ) {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(run(steps, segment_bytes));
+            rt.block_on(run(steps, segment_bytes, &GROUPS[..1]));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Three groups sharing one log (issue #16): each reads back exactly its own model,
+        /// after every step of any group and across reopens.
+        #[test]
+        fn each_group_of_a_shared_log_reads_back_its_model_across_reopens(
+            steps in proptest::collection::vec(step(GROUPS.len()), 1..120),
+            segment_bytes in prop_oneof![Just(256u64), Just(700), Just(1 << 20)],
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(run(steps, segment_bytes, &GROUPS));
         }
     }
 }
@@ -1519,229 +1585,11 @@ mod groups {
     }
 }
 
-/// More of the shared log (issue #16), from a fresh-eyes review: a model of several groups,
-/// a quiet group holding the log back, a failure stopping every group, `sync`.
+/// More of the shared log (issue #16), from a fresh-eyes review: a quiet group holding the log
+/// back, a failure stopping every group, `sync`, lone committed saves of two groups (its model
+/// runs are in `model`).
 mod groups_shared {
     use super::*;
-    use proptest::prelude::*;
-    use std::collections::BTreeMap;
-
-    const GROUPS: [u32; 3] = [0, 2, 7];
-
-    #[derive(Clone, Debug)]
-    enum Step {
-        Append(usize, u64),
-        TruncateBack(usize, u64),
-        Purge(usize, u64),
-        Vote(usize),
-        Committed(usize),
-        Meta(usize, u8, u8),
-        Reopen,
-    }
-
-    fn step() -> impl Strategy<Value = Step> {
-        let g = 0..GROUPS.len();
-        prop_oneof![
-            6 => (g.clone(), 1..6u64).prop_map(|(g, n)| Step::Append(g, n)),
-            2 => (g.clone(), 0..6u64).prop_map(|(g, n)| Step::TruncateBack(g, n)),
-            2 => (g.clone(), 0..8u64).prop_map(|(g, n)| Step::Purge(g, n)),
-            1 => g.clone().prop_map(Step::Vote),
-            1 => g.clone().prop_map(Step::Committed),
-            1 => (g, 0..3u8, any::<u8>()).prop_map(|(g, k, v)| Step::Meta(g, k, v)),
-            2 => Just(Step::Reopen),
-        ]
-    }
-
-    /// One group's log as it must read: entries (index -> term), purge point, vote, committed
-    /// id, meta keys.
-    #[derive(Default, Debug)]
-    struct Model {
-        entries: BTreeMap<u64, u64>,
-        last_purged: Option<(u64, u64)>,
-        vote: Option<u64>,
-        committed: Option<(u64, u64)>,
-        meta: BTreeMap<String, Vec<u8>>,
-        term: u64,
-    }
-
-    impl Model {
-        fn next_index(&self) -> u64 {
-            match (self.entries.keys().next_back(), self.last_purged) {
-                (Some(&last), _) => last + 1,
-                (None, Some((_, p))) => p + 1,
-                (None, None) => 1,
-            }
-        }
-    }
-
-    async fn check(store: &mut Store, m: &Model, what: &str) {
-        let expect: Vec<String> = m.entries.iter().map(|(i, t)| format!("t{t}i{i}")).collect();
-        assert_eq!(read_all(store).await, expect, "{what}: entries");
-        let state = store.get_log_state().await.unwrap();
-        let purged = m.last_purged.map(|(t, i)| log_id(t, i));
-        assert_eq!(state.last_purged_log_id, purged, "{what}: purged");
-        assert_eq!(
-            store.read_vote().await.unwrap(),
-            m.vote.map(vote),
-            "{what}: vote"
-        );
-        assert_eq!(
-            store.read_committed().await.unwrap(),
-            m.committed.map(|(t, i)| log_id(t, i)),
-            "{what}: committed"
-        );
-        for k in 0..3 {
-            let key = format!("k{k}");
-            assert_eq!(
-                store.read_meta(&key).unwrap(),
-                m.meta.get(&key).cloned(),
-                "{what}: meta"
-            );
-        }
-    }
-
-    /// Runs `steps` on three groups of one log, each checked against its model after every
-    /// step and after every reopen; answers whether a front segment was ever deleted.
-    async fn run(steps: Vec<Step>, segment_bytes: u64) -> bool {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let open = || Store::open_groups_with(&path, &GROUPS, small(segment_bytes, 300)).unwrap();
-        let mut stores = open();
-        let mut ms: Vec<Model> = GROUPS
-            .iter()
-            .map(|_| Model {
-                term: 1,
-                ..Model::default()
-            })
-            .collect();
-        let mut deleted = false;
-        for (n, step) in steps.into_iter().enumerate() {
-            let what = format!("step {n} {step:?}");
-            match step {
-                Step::Append(g, count) => {
-                    let m = &mut ms[g];
-                    let first = m.next_index();
-                    let entries: Vec<Entry> =
-                        (first..first + count).map(|i| entry(m.term, i)).collect();
-                    let rx = append(&mut stores[g], entries).await;
-                    for i in first..first + count {
-                        m.entries.insert(i, m.term);
-                    }
-                    // Some appends are awaited, others ride in later batches.
-                    if count % 2 == 0 {
-                        flushed(rx).await;
-                    }
-                }
-                Step::TruncateBack(g, back) => {
-                    let m = &mut ms[g];
-                    let Some(&last) = m.entries.keys().next_back() else {
-                        continue;
-                    };
-                    let first = *m.entries.keys().next().unwrap();
-                    let keep = last.saturating_sub(back).max(first.saturating_sub(1));
-                    let keep_id = if keep >= first {
-                        Some(log_id(m.entries[&keep], keep))
-                    } else {
-                        m.last_purged.map(|(t, i)| log_id(t, i))
-                    };
-                    stores[g].truncate_after(keep_id).await.unwrap();
-                    m.entries.split_off(&(keep + 1));
-                    m.term += 1;
-                }
-                Step::Purge(g, ahead) => {
-                    let m = &mut ms[g];
-                    let upto = match m.entries.keys().next() {
-                        Some(&first) => first + ahead,
-                        None => match m.last_purged {
-                            Some((_, p)) => p + ahead,
-                            None => continue,
-                        },
-                    };
-                    let term = m.entries.get(&upto).copied().unwrap_or(m.term);
-                    if m.last_purged.is_some_and(|(_, p)| upto <= p) {
-                        continue;
-                    }
-                    stores[g].purge(log_id(term, upto)).await.unwrap();
-                    m.entries = m.entries.split_off(&(upto + 1));
-                    m.last_purged = Some((term, upto));
-                }
-                Step::Vote(g) => {
-                    let m = &mut ms[g];
-                    m.term += 1;
-                    stores[g].save_vote(&vote(m.term)).await.unwrap();
-                    m.vote = Some(m.term);
-                }
-                Step::Committed(g) => {
-                    let m = &mut ms[g];
-                    let c = m
-                        .entries
-                        .iter()
-                        .next_back()
-                        .map(|(&i, &t)| (t, i))
-                        .or(m.last_purged);
-                    stores[g]
-                        .save_committed(c.map(|(t, i)| log_id(t, i)))
-                        .await
-                        .unwrap();
-                    m.committed = c;
-                }
-                Step::Meta(g, k, v) => {
-                    let value = vec![v; v as usize % 40];
-                    stores[g].write_meta(&format!("k{k}"), &value).unwrap();
-                    ms[g].meta.insert(format!("k{k}"), value);
-                }
-                Step::Reopen => {
-                    drop(stores);
-                    stores = open();
-                    for (g, m) in ms.iter().enumerate() {
-                        let what = format!("{what}: after reopen, group {}", GROUPS[g]);
-                        check(&mut stores[g], m, &what).await;
-                    }
-                    continue;
-                }
-            }
-            for (g, m) in ms.iter().enumerate() {
-                check(&mut stores[g], m, &format!("{what}: group {}", GROUPS[g])).await;
-            }
-            deleted |= stores[0].segment_numbers()[0] > 1;
-        }
-        drop(stores);
-        let mut stores = open();
-        for (g, m) in ms.iter().enumerate() {
-            check(
-                &mut stores[g],
-                m,
-                &format!("final reopen, group {}", GROUPS[g]),
-            )
-            .await;
-        }
-        deleted
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
-
-        /// Appends, truncations, purges, votes, committed ids and meta keys of three groups,
-        /// with reopens, in segments small enough to rotate and delete often: each group reads
-        /// back exactly its own model.
-        #[test]
-        fn each_group_of_a_shared_log_reads_back_its_model_across_reopens(
-            steps in proptest::collection::vec(step(), 1..120),
-            segment_bytes in prop_oneof![Just(256u64), Just(700), Just(1 << 20)],
-        ) {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(run(steps, segment_bytes));
-        }
-    }
-
-    /// The model runs do delete segments (else the deletion rules above went untested).
-    #[tokio::test]
-    async fn the_model_deletes_segments() {
-        let steps = (0..60)
-            .flat_map(|i| [Step::Append(i % 3, 4), Step::Purge(i % 3, 3)])
-            .collect();
-        assert!(run(steps, 256).await);
-    }
 
     /// A group with a few entries and no purge (a quiet Raft group, below the snapshot
     /// policy) holds back the oldest segment, and so every later one: once the log outgrew

@@ -12,6 +12,7 @@
 //! holds whatever all the groups queued, each request's records after a `Group` record naming
 //! its group when it differs from the one before, so one `fdatasync` covers all of them.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -136,7 +137,7 @@ pub(crate) fn run<C: RaftTypeConfig>(
     let mut batch: Vec<Request<C>> = Vec::with_capacity(limits::LOG_WRITE_BATCH_REQUESTS_MAX);
     // Per group, the newest committed-id save of a batch that held nothing else, not yet
     // written.
-    let mut deferred: std::collections::BTreeMap<Group, Request<C>> = Default::default();
+    let mut deferred: BTreeMap<Group, Request<C>> = BTreeMap::new();
     // Ends when every handle is gone (the channel closes) and the queue is drained.
     while let Some(first) = rx.blocking_recv() {
         // Submitted before everything now queued, so they go first: each group's file order
@@ -181,24 +182,24 @@ pub(crate) fn run<C: RaftTypeConfig>(
                 counters
                     .requests_written
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                for (&group, index) in &indexes {
-                    let mine = synced
-                        .iter()
-                        .filter(|(g, _)| *g == group)
-                        .map(|(_, s)| *s)
-                        .collect::<Vec<_>>();
-                    // The vote becomes readable once durable: its saver waits for exactly that.
-                    let vote = batch.iter().rev().find_map(|r| match &r.op {
-                        Op::SaveVote { bytes, .. } if r.group == group => Some(bytes.clone()),
-                        _ => None,
-                    });
-                    if mine.is_empty() && vote.is_none() {
-                        continue;
+                // What each group of the batch gets, in one pass: its entries' places, and the
+                // vote it saved last, which becomes readable once durable (its saver waits for
+                // exactly that).
+                let mut by_group: BTreeMap<Group, (Vec<Synced>, Option<&Vec<u8>>)> =
+                    BTreeMap::new();
+                for (group, s) in synced {
+                    by_group.entry(*group).or_default().0.push(*s);
+                }
+                for r in &batch {
+                    if let Op::SaveVote { bytes, .. } = &r.op {
+                        by_group.entry(r.group).or_default().1 = Some(bytes);
                     }
-                    let mut idx = lock(index);
+                }
+                for (group, (mine, vote)) in by_group {
+                    let mut idx = lock(&indexes[&group]);
                     idx.synced(&mine);
                     if let Some(vote) = vote {
-                        idx.vote = Some(vote);
+                        idx.vote = Some(vote.clone());
                     }
                     idx.debug_check();
                 }
