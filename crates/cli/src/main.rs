@@ -343,10 +343,10 @@ pub struct ServeArgs {
     /// (members with different ones refuse each other). At most the default, 1 GiB.
     #[arg(long, env = "LATCHKEY_TABLE_BYTES_MAX", default_value_t = latchkey_core::limits::TABLE_BYTES_MAX, value_name = "BYTES")]
     pub table_bytes_max: usize,
-    /// The Raft groups the lock namespace is split over (1 to 64), each with its own log,
-    /// leader and leases: more groups spread the grants over more leaders. Fixed when the
-    /// cluster is founded: give every member the same value, and the same on every restart (a
-    /// data dir refuses another). The HTTP API needs 1 for now (issue #16).
+    /// The Raft groups the lock namespace is split over (1 to 64), each with its own Raft log,
+    /// leader and leases: more groups spread the grants over more leaders. A member's groups
+    /// share one log writer. Fixed when the cluster is founded: give every member the same
+    /// value, and the same on every restart (a data dir refuses another).
     #[arg(long, env = "LATCHKEY_GROUPS", default_value_t = 1, value_name = "N")]
     pub groups: u32,
     /// Replicas per Raft group: 0 (the default) puts every group on every member; R (3 or
