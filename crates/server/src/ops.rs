@@ -576,6 +576,21 @@ impl Node {
     pub async fn keep_alive(&self, sessions: &[SessionKey]) -> Result<Vec<SessionLease>, ApiError> {
         let arrived = self.clock.now();
         check_keepalive_len(sessions.len())?;
+        if self.probe.wants_keepalives() {
+            use openraft::async_runtime::WatchReceiver;
+            let (state, term) = {
+                let metrics = self.raft.metrics();
+                let m = metrics.borrow_watched();
+                (m.state, m.current_term)
+            };
+            if state == openraft::ServerState::Leader {
+                self.probe.event(
+                    self.id,
+                    self.shape.group,
+                    crate::probe::ProbeEvent::KeepAliveAtLeader { term },
+                );
+            }
+        }
         // Confirm leadership with a majority *after* the request arrived: a deposed leader
         // fails here and never extends a lease.
         let term = if self.config.plant.renew_without_quorum {

@@ -42,6 +42,10 @@ pub enum ProbeEvent {
     /// This node, outside the group (replica subsets), sent a client to the group's replica
     /// `to` (`Groups::serving`).
     SentToReplica { to: u64 },
+    /// A keepalive reached this node while it believed it led in `term` (openraft's metrics),
+    /// before the node confirmed that with a quorum. Only for a probe that asks
+    /// ([`Probe::wants_keepalives`]): one per keepalive request on the hot path.
+    KeepAliveAtLeader { term: u64 },
 }
 
 pub trait Probe: Send + Sync + 'static {
@@ -51,6 +55,12 @@ pub trait Probe: Send + Sync + 'static {
     /// Whether [`ProbeEvent::LeasesResumed`] should list every lease (one element per session,
     /// built at each leader change only for a probe that asks).
     fn wants_resumed_leases(&self) -> bool {
+        false
+    }
+
+    /// Whether the node should report [`ProbeEvent::KeepAliveAtLeader`] (it reads the Raft
+    /// metrics for each keepalive only for a probe that asks).
+    fn wants_keepalives(&self) -> bool {
         false
     }
 }

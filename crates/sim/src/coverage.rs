@@ -53,6 +53,12 @@ pub struct Coverage {
     /// Requests a member outside the group answered with a hint to one of its replicas
     /// (replica subsets, `RunConfig::replicas`).
     pub sent_to_replica: usize,
+    /// Keepalives that reached a node believing it led in a term below that of a leader that
+    /// had already resumed the leases: the state a renewal without a quorum's confirmation
+    /// needs (`Plant::renew_without_quorum`), the deposed leader extending leases its
+    /// successor's clock already runs. The fixed code refuses them (it confirms leadership
+    /// with a quorum after the keepalive arrived).
+    pub keepalives_at_deposed_leader: usize,
 }
 
 impl Coverage {
@@ -63,6 +69,8 @@ impl Coverage {
         let mut resumed_terms: usize = 0;
         // The last transfer started and not yet followed by a resume: (term, successor).
         let mut transferring: Option<(u64, u64)> = None;
+        // The highest term whose leader resumed the leases so far.
+        let mut resumed_term: u64 = 0;
         for p in &h.probed {
             match &p.event {
                 ProbeEvent::SnapshotInstalled { .. } => {
@@ -76,6 +84,7 @@ impl Coverage {
                     ..
                 } => {
                     resumed_terms += 1;
+                    resumed_term = resumed_term.max(*term);
                     if let Some((from_term, to)) = transferring {
                         if *term > from_term {
                             c.transfers_completed += usize::from(p.node == to);
@@ -109,6 +118,9 @@ impl Coverage {
                     transferring = Some((*term, *to));
                 }
                 ProbeEvent::SentToReplica { .. } => c.sent_to_replica += 1,
+                ProbeEvent::KeepAliveAtLeader { term } => {
+                    c.keepalives_at_deposed_leader += usize::from(*term < resumed_term)
+                }
             }
         }
         c.failovers = resumed_terms.saturating_sub(1);
@@ -130,6 +142,7 @@ impl Coverage {
         self.transfers_started += other.transfers_started;
         self.transfers_completed += other.transfers_completed;
         self.sent_to_replica += other.sent_to_replica;
+        self.keepalives_at_deposed_leader += other.keepalives_at_deposed_leader;
     }
 }
 
@@ -177,7 +190,8 @@ impl fmt::Display for Coverage {
             "{} snapshot installs, {} leases resumed after an install ({} stale marks), {} \
              resumed before a committed lease write was applied ({} before a renewal; {} with \
              it unapplied), {} failovers ({} by a leader transfer, of {} started), {} logged \
-             renewals, {} sessions expired, {} wait expiries, {} clients sent to a replica",
+             renewals, {} sessions expired, {} wait expiries, {} clients sent to a replica, {} \
+             keepalives at a deposed leader",
             self.snapshot_installs,
             self.resumed_after_install,
             self.stale_marks_at_resume,
@@ -190,7 +204,8 @@ impl fmt::Display for Coverage {
             self.logged_renewals,
             self.sessions_expired,
             self.wait_expiries,
-            self.sent_to_replica
+            self.sent_to_replica,
+            self.keepalives_at_deposed_leader
         )
     }
 }
@@ -245,6 +260,26 @@ mod tests {
             (c.snapshot_installs, c.resumed_after_install, c.failovers),
             (2, 1, 2)
         );
+    }
+
+    #[test]
+    fn counts_a_keepalive_at_a_leader_only_once_a_later_term_resumed_the_leases() {
+        let mut h = HistoryData::default();
+        let resumed = |term| ProbeEvent::LeasesResumed {
+            term,
+            applied_index: 0,
+            stale_marks: 0,
+            leases: Vec::new(),
+        };
+        let keepalive = |term| ProbeEvent::KeepAliveAtLeader { term };
+        probe(&mut h, 1, resumed(1));
+        probe(&mut h, 1, keepalive(1)); // the leader of the newest term
+        probe(&mut h, 2, keepalive(2)); // elected, not yet resumed: not counted
+        probe(&mut h, 2, resumed(2));
+        probe(&mut h, 1, keepalive(1)); // deposed: counted
+        probe(&mut h, 2, keepalive(2));
+        probe(&mut h, 1, keepalive(1)); // counted
+        assert_eq!(Coverage::measure(&h).keepalives_at_deposed_leader, 2);
     }
 
     #[test]

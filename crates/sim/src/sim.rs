@@ -347,6 +347,10 @@ impl latchkey_server::Probe for HistoryProbe {
     fn wants_resumed_leases(&self) -> bool {
         true
     }
+
+    fn wants_keepalives(&self) -> bool {
+        true
+    }
 }
 
 /// The name of the idle sessions' host.
