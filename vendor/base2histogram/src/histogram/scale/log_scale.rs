@@ -20,9 +20,10 @@ pub struct LogScale {
 }
 
 // latchkey's change: one cell per width, each built on its first use. The crate built all 16
-// widths on the first call, about 26 MB of tables (width 16 alone has 1.6 million buckets)
+// widths on the first call, about 27 MB of tables (width 16 alone has 1.6 million buckets)
 // for a process that uses width 3 (vendor/README.md).
-static LOG_SCALES: [OnceLock<LogScale>; LogScaleConfig::MAX_WIDTH] = [const { OnceLock::new() }; LogScaleConfig::MAX_WIDTH];
+static LOG_SCALES: [OnceLock<LogScale>; LogScaleConfig::MAX_WIDTH] =
+    [const { OnceLock::new() }; LogScaleConfig::MAX_WIDTH];
 
 impl LogScale {
     pub const DEFAULT_WIDTH: usize = 3;
