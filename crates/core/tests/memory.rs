@@ -8,28 +8,11 @@
 //! locks), hence 170 counted. This binary has one test, so no other test allocates while it
 //! counts.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+#[path = "../../testkit/src/counting_alloc.rs"]
+mod counting_alloc;
 
+use counting_alloc::{live_bytes, Counting};
 use latchkey_core::*;
-
-/// Bytes currently allocated through this binary's allocator.
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-struct Counting;
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `alloc` above with this `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -77,12 +60,12 @@ fn a_held_lock_costs_at_most_170_bytes_in_the_table() {
         })
         .collect();
     let mut applied = Vec::with_capacity(cmds.len());
-    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let before = live_bytes();
     for cmd in &cmds {
         index += 1;
         applied.push(t.apply(index, cmd).outcome);
     }
-    let after = LIVE_BYTES.load(Ordering::Relaxed);
+    let after = live_bytes();
     assert!(applied.iter().all(|o| matches!(o, Outcome::Granted { .. })));
     assert_eq!(t.lock_count(), n as usize);
     let per_lock = (after - before) as usize / n as usize;

@@ -1,42 +1,23 @@
-//! What a running member holds in memory before its first lock, counted by the allocator
-//! (bytes requested, so the count does not depend on the allocator or the machine).
+//! What a running member holds in memory once it serves, counted by the allocator (bytes
+//! requested, so the count does not depend on the allocator or the machine).
 //!
 //! Issue #11 asks for 1,000,000 held locks under 300 MB per node, and the locks take about
 //! 190 MB of that (`crates/core/tests/memory.rs`), so what a member holds for itself counts.
 //! This binary has one test, so no other test allocates while it counts.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-use std::time::Duration;
-
 use latchkey_proto::v1 as pb;
+use latchkey_testkit::counting_alloc::{live_bytes, Counting};
 use latchkey_testkit::Node;
-
-/// Bytes currently allocated through this binary's allocator.
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-struct Counting;
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `alloc` above with this `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use std::time::Duration;
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
 /// What a started single member, leading and serving, may hold: its Raft core, log, lock
 /// table, gRPC server and tasks (the test's runtime was built before the count starts; the
-/// test's own client and its one session and lock are counted). Measured 2.1 MB with the vendored base2histogram; with the
-/// published one, which builds the bucket tables of all 16 widths on first use, 28.9 MB.
+/// test's own client and its one session and lock are counted). Measured 2.1 MB with the
+/// vendored base2histogram; with the published one, which builds the bucket tables of all 16
+/// widths on first use, 28.9 MB.
 const MEMBER_BYTES_MAX: isize = 8 << 20;
 
 /// Regression test for issue #11's "hold" target: openraft's runtime statistics made
@@ -44,7 +25,7 @@ const MEMBER_BYTES_MAX: isize = 8 << 20;
 /// (vendor/README.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_started_member_that_granted_a_lock_holds_a_few_megabytes() {
-    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let before = live_bytes();
     let mut node = Node::start().await.expect("the node starts");
     let mut client = node
         .ready_client(Duration::from_secs(20))
@@ -71,7 +52,7 @@ async fn a_started_member_that_granted_a_lock_holds_a_few_megabytes() {
         .expect("acquire")
         .into_inner();
     assert_eq!(granted.result, pb::AcquireResult::Granted as i32);
-    let held = LIVE_BYTES.load(Ordering::Relaxed) - before;
+    let held = live_bytes() - before;
     eprintln!("a started member holds {held} bytes");
     assert!(
         held < MEMBER_BYTES_MAX,

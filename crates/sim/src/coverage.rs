@@ -228,6 +228,16 @@ mod tests {
         });
     }
 
+    /// Leases resumed by the leader of `term`, after applying nothing in particular.
+    fn resumed(term: u64) -> ProbeEvent {
+        ProbeEvent::LeasesResumed {
+            term,
+            applied_index: 0,
+            stale_marks: 0,
+            leases: Vec::new(),
+        }
+    }
+
     fn commit(h: &mut HistoryData, index: u64, term: u64, op: Op) {
         h.committed.insert(
             index,
@@ -244,12 +254,6 @@ mod tests {
     #[test]
     fn counts_a_resume_after_an_install_once_per_install() {
         let mut h = HistoryData::default();
-        let resumed = |term| ProbeEvent::LeasesResumed {
-            term,
-            applied_index: 0,
-            stale_marks: 0,
-            leases: Vec::new(),
-        };
         probe(&mut h, 1, resumed(1));
         probe(&mut h, 2, ProbeEvent::SnapshotInstalled { last_index: 9 });
         probe(&mut h, 1, ProbeEvent::SnapshotInstalled { last_index: 9 });
@@ -265,12 +269,6 @@ mod tests {
     #[test]
     fn counts_a_keepalive_at_a_leader_only_once_a_later_term_resumed_the_leases() {
         let mut h = HistoryData::default();
-        let resumed = |term| ProbeEvent::LeasesResumed {
-            term,
-            applied_index: 0,
-            stale_marks: 0,
-            leases: Vec::new(),
-        };
         let keepalive = |term| ProbeEvent::KeepAliveAtLeader { term };
         probe(&mut h, 1, resumed(1));
         probe(&mut h, 1, keepalive(1)); // the leader of the newest term

@@ -2,6 +2,8 @@
 //! it reaches the shipped binary or a library).
 //!
 //! Layout:
+//! - [`counting_alloc`]: a global allocator that counts live bytes, for the memory budget
+//!   tests.
 //! - [`conformance`]: the Rust client's conformance agent (`docs/conformance.md`), which
 //!   the one conformance suite (`crates/cli/tests/conformance.rs`) drives like the other
 //!   languages' agents.
@@ -17,6 +19,7 @@
 //! `crates/cli/tests/common`: it needs the binary Cargo builds for those tests.
 
 pub mod conformance;
+pub mod counting_alloc;
 pub mod node;
 pub mod resource;
 pub mod wait;
