@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::{Cluster, Timing};
+use common::proxy::Mode;
 use common::{wait_until, Proc, Server, Work, CLI_TIMEOUT};
 use serde_json::Value;
 
@@ -315,6 +316,88 @@ fn watch_leaves_a_member_that_stops_answering() {
     .map(|(k, l)| (k.to_owned(), l.to_owned()));
     assert_eq!(got, want, "{events:#?}");
     assert_positions_increase(&events);
+}
+
+/// A 3-member cluster with a `latchkey watch` of `w/` whose first endpoint, where it streams
+/// from, is a follower; `w/before` granted and released, and seen.
+fn watch_from_a_follower(cluster: &Cluster, work: &Work) -> (u64, u64, Watcher) {
+    let (leader, _) = cluster.wait_leader(&[], Duration::from_secs(30));
+    let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+    let mut endpoints = vec![cluster.addr(follower)];
+    endpoints.extend(
+        cluster
+            .ids()
+            .into_iter()
+            .filter(|&id| id != follower)
+            .map(|id| cluster.addr(id)),
+    );
+    let mut watch = spawn_watch(
+        work,
+        &["--endpoints", &endpoints.join(","), "--after", "0", "w/"],
+    );
+    lock_at(cluster, leader, "w/before");
+    wait_lines(&mut watch, 2, "w/before");
+    (leader, follower, watch)
+}
+
+fn lock_at(cluster: &Cluster, id: u64, name: &str) {
+    let out = cluster.cli(&["lock", "--endpoints", &cluster.addr(id), name, "--", "true"]);
+    assert!(out.status.success(), "lock {name}: {}", out.stderr);
+}
+
+/// `w/after`'s grant and release reach the watch, after `w/before`'s, in order.
+fn wait_after(watch: &mut Watcher) {
+    let events = wait_lines(watch, 4, "w/after");
+    let got: Vec<(String, String)> = events.iter().map(summary).collect();
+    let want = [
+        ("granted", "w/before"),
+        ("released", "w/before"),
+        ("granted", "w/after"),
+        ("released", "w/after"),
+    ]
+    .map(|(k, l)| (k.to_owned(), l.to_owned()));
+    assert_eq!(got, want, "{events:#?}");
+    assert_positions_increase(&events);
+}
+
+/// A member removed from the cluster while running is never told (Raft does not), and goes on
+/// answering, its progress messages saying that nothing changed: the watch streaming from it
+/// heard nothing of the grants after the removal. The member now ends a quiet stream once it
+/// has heard from no leader for `WATCH_LEADERLESS_FAILOVERS` failovers, and the watch resumes
+/// on another member.
+#[test]
+fn a_watch_leaves_a_member_removed_from_the_cluster_while_it_ran() {
+    let cluster = Cluster::start(3);
+    let work = Work::new();
+    let (leader, removed, mut watch) = watch_from_a_follower(&cluster, &work);
+    let out = cluster.cli(&[
+        "cluster",
+        "remove",
+        &removed.to_string(),
+        "--endpoints",
+        &cluster.addr(leader),
+    ]);
+    assert!(out.status.success(), "cluster remove: {}", out.stderr);
+    let (leader, _) = cluster.wait_leader(&[removed], Duration::from_secs(30));
+    lock_at(&cluster, leader, "w/after");
+    wait_after(&mut watch);
+    assert!(
+        cluster.is_running(removed),
+        "the removed member is left running"
+    );
+}
+
+/// A follower cut off from the other members (its client port still answers) applies nothing
+/// new, and a watch streaming from it moves to a member that does.
+#[test]
+fn a_watch_leaves_a_member_cut_off_from_the_others() {
+    let cluster = Cluster::start(3);
+    let work = Work::new();
+    let (leader, cut, mut watch) = watch_from_a_follower(&cluster, &work);
+    cluster.isolate(cut, Mode::Drop);
+    lock_at(&cluster, leader, "w/after");
+    wait_after(&mut watch);
+    cluster.heal();
 }
 
 /// A cluster of two Raft groups: the watch shows every group's events, each line naming its

@@ -14,6 +14,7 @@
 //!   Protobuf types stop at these two.
 //! - `leases`: session deadlines on the leader's monotonic clock.
 //! - `waiters`: long-polling Acquire calls, woken by the apply observer.
+//! - `leader_contact`: when this member last heard from its group's leader, for `watch`.
 //! - [`http`]: the HTTP/JSON API (`--http-listen`), a second translator over `ops` beside
 //!   `service`, with the same access check; [`http::ROUTES`] is its list of routes.
 //! - `acl`: client identities (bearer tokens, client certificates), their permissions on
@@ -30,6 +31,7 @@ pub mod clock;
 mod error;
 pub mod groups;
 pub mod http;
+mod leader_contact;
 pub mod leases;
 pub mod member_addr;
 mod metrics;
@@ -711,6 +713,7 @@ where
                     n.config.table_bytes_max,
                     n.shutdown.clone(),
                     n.succession.clone(),
+                    n.leader_contact.clone(),
                 )
             })
             .collect(),

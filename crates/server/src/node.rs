@@ -319,6 +319,9 @@ pub struct Node {
     /// The successor this group's leader named (a leader transfer), shared by the group's
     /// peer network and peer service (`peer::Succession`).
     pub succession: Arc<crate::peer::Succession>,
+    /// When this member last heard from the group's leader (stamped by the group's peer
+    /// service); a quiet watch stream ends on a member without one (`Node::leaderless_for`).
+    pub leader_contact: Arc<crate::leader_contact::LeaderContact>,
     /// With replica subsets (`--replicas`): the members that founded this group, its
     /// founder first, with their founding client addresses (`replicas_of` over the founding
     /// list). Empty with every member in every group, and on a member that joined (it was
@@ -735,6 +738,7 @@ impl Node {
             peer_book,
             watch,
             succession,
+            leader_contact: Default::default(),
             found_later: Mutex::new(found_later),
             held_back,
         });

@@ -1035,4 +1035,35 @@ impl Node {
             committed_index: m.cluster_committed.map(|l| l.index).unwrap_or(0),
         }
     }
+
+    /// How long this member has been out of touch with its group's leader, once that is longer
+    /// than `limits::WATCH_LEADERLESS_FAILOVERS` of the group's longest failovers; `None`
+    /// while in touch. A leader is in touch while a quorum acknowledges it (openraft's
+    /// `last_quorum_acked`), or always as its group's only voter; anyone else while the
+    /// leader's appends reach it (`LeaderContact`). A member removed from the group, which
+    /// Raft never tells, or cut off from the rest is out of touch however sure it is of its
+    /// leader, and a watch through it ends ([`crate::watch::WatchHub::watch`]).
+    pub fn leaderless_for(&self) -> Option<Duration> {
+        let silent = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            match m.state {
+                ServerState::Leader => {
+                    let membership = m.membership_config.membership();
+                    if membership.voter_ids().all(|id| id == self.id) {
+                        return None;
+                    }
+                    match &m.last_quorum_acked {
+                        Some(acked) => openraft::Instant::elapsed(&**acked),
+                        // Elected, not yet acknowledged: as long as it last heard of a leader.
+                        None => self.leader_contact.since(),
+                    }
+                }
+                _ => self.leader_contact.since(),
+            }
+        };
+        let c = &self.config;
+        let failover = Duration::from_millis(c.heartbeat_ms + 3 * c.election_timeout_max_ms);
+        (silent > failover * limits::WATCH_LEADERLESS_FAILOVERS).then_some(silent)
+    }
 }

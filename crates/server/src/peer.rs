@@ -16,6 +16,7 @@ use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
 use latchkey_raft::{Raft, TypeConfig};
 
+use crate::leader_contact::LeaderContact;
 use crate::member_addr::MemberAddr;
 use crate::peer_auth::{PeerAuth, PeerMethod};
 use futures::stream::BoxStream;
@@ -26,8 +27,8 @@ use openraft::errors::{
 };
 use openraft::network::{stream_append_sequential, RPCOption, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
-    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendError,
+    StreamAppendResult, TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::storage::{Snapshot, SnapshotMeta};
 use openraft::{BasicNode, OptionalSend, RaftNetworkFactory};
@@ -213,6 +214,8 @@ pub struct PeerService {
     stop: CancellationToken,
     /// The successor this group's leader named, shared with the group's [`PeerNetwork`].
     succession: Arc<Succession>,
+    /// Stamped whenever the Raft core accepts a leader's append or snapshot.
+    leader_contact: Arc<LeaderContact>,
 }
 
 impl PeerService {
@@ -222,11 +225,13 @@ impl PeerService {
         table_bytes_max: usize,
         stop: CancellationToken,
         succession: Arc<Succession>,
+        leader_contact: Arc<LeaderContact>,
     ) -> PeerService {
         PeerService {
             raft,
             auth,
             succession,
+            leader_contact,
             snapshot_bytes_max: (table_bytes_max + limits::SNAPSHOT_OVERHEAD_BYTES_MAX) as u64,
             receiving: Arc::new(tokio::sync::Semaphore::new(limits::SNAPSHOTS_RECEIVING_MAX)),
             append_streams: Arc::new(tokio::sync::Semaphore::new(limits::PEER_APPEND_STREAMS_MAX)),
@@ -680,6 +685,9 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         let req: AppendEntriesRequest<TypeConfig> = decode(&payload).map_err(bad)?;
         self.check_append(from, &req)?;
         let res = self.raft.append_entries(req).await;
+        if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            self.leader_contact.heard();
+        }
         reply(&res)
     }
 
@@ -768,10 +776,14 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
                 }
             },
         );
+        let contact = self.leader_contact.clone();
         let answers = self
             .raft
             .stream_append(input)
-            .map(|reply: StreamAppendReply| {
+            .map(move |reply: StreamAppendReply| {
+                if matches!(&reply, Ok(Ok(_) | Err(StreamAppendError::Conflict(_)))) {
+                    contact.heard();
+                }
                 Ok(pb::PeerMessage {
                     payload: encode(&reply),
                 })
@@ -817,11 +829,15 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
             meta,
             snapshot: Cursor::new(data),
         };
+        let sent_vote = vote;
         let res = self
             .raft
             .install_full_snapshot(vote, snapshot)
             .await
             .map_err(RaftError::<TypeConfig>::Fatal);
+        if matches!(&res, Ok(r) if r.vote == sent_vote) {
+            self.leader_contact.heard();
+        }
         tracing::info!(
             from,
             bytes,

@@ -207,7 +207,9 @@ fn audit_record(r: AuditRecord) -> pb::AuditRecord {
     out
 }
 
-fn watch_message(out: WatchOut) -> pb::WatchMessage {
+/// One item of a watch stream as its message; a `Leaderless`, the stream's last item, as the
+/// error status that ends it.
+fn watch_message(out: WatchOut) -> Result<pb::WatchMessage, ApiError> {
     use pb::watch_message::Item;
     let item = match out {
         WatchOut::Event(e) => Item::Event(pb::WatchEvent {
@@ -223,8 +225,13 @@ fn watch_message(out: WatchOut) -> pb::WatchMessage {
             through_index: through,
         }),
         WatchOut::Progress(index) => Item::Progress(pb::WatchProgress { index }),
+        WatchOut::Leaderless(silent) => {
+            return Err(ApiError::Leaderless {
+                silent_ms: silent.as_millis() as u64,
+            })
+        }
     };
-    pb::WatchMessage { item: Some(item) }
+    Ok(pb::WatchMessage { item: Some(item) })
 }
 
 fn members_pb(members: Vec<(u64, String)>) -> Vec<pb::Member> {
@@ -561,13 +568,20 @@ impl pb::locks_server::Locks for LocksService {
         )?;
         let req = request.into_inner();
         let node = self.named_group(req.group, "Watch without a group")?;
+        let in_touch = node.clone();
         let stream = node
             .watch
-            .watch(req.prefix, req.after_index, node.shutdown.clone())
+            .watch(
+                req.prefix,
+                req.after_index,
+                node.shutdown.clone(),
+                Box::new(move || in_touch.leaderless_for()),
+            )
             .map_err(|e| in_group(node)(ApiError::from(e)))?;
+        let node = node.clone();
         Ok(Response::new(Box::pin(futures::StreamExt::map(
             stream,
-            |out| Ok::<_, Status>(watch_message(out)),
+            move |out| watch_message(out).map_err(in_group(&node)),
         ))))
     }
 

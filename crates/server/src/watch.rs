@@ -29,7 +29,15 @@ pub enum WatchOut {
     },
     /// Every event of the entries up to this index has been sent.
     Progress(u64),
+    /// The stream's last item: this member has been out of touch with its group's leader for
+    /// this long, so it may have stopped applying while the group goes on
+    /// (`Node::leaderless_for`). The client resumes on another member.
+    Leaderless(Duration),
 }
+
+/// Whether the member is out of touch with its group's leader, and for how long
+/// (`Node::leaderless_for`); asked when a stream is quiet.
+pub type LeaderlessFor = Box<dyn Fn() -> Option<Duration> + Send + Sync>;
 
 /// What goes to the live watchers, one per applied entry or installed snapshot.
 #[derive(Debug)]
@@ -112,13 +120,16 @@ impl WatchHub {
         let _ = self.tx.send(Arc::new(Published::Installed { through }));
     }
 
-    /// A watch of `prefix` from after `after` (unset: from now). The stream ends at `shutdown`
-    /// or when the client goes away (tonic drops it).
+    /// A watch of `prefix` from after `after` (unset: from now). The stream ends at `shutdown`,
+    /// when the client goes away (tonic drops it), or after a [`WatchOut::Leaderless`]: each
+    /// time it has been quiet for `WATCH_PROGRESS_MS` it asks `leaderless` before it sends its
+    /// progress.
     pub fn watch(
         self: &Arc<Self>,
         prefix: String,
         after: Option<u64>,
         shutdown: CancellationToken,
+        leaderless: LeaderlessFor,
     ) -> Result<impl futures::Stream<Item = WatchOut> + Send + 'static, TooManyWatchers> {
         let guard = WatcherGuard::new(self.clone())?;
         let mut cursor = Cursor {
@@ -128,6 +139,8 @@ impl WatchHub {
             pending: VecDeque::new(),
             rx: self.tx.subscribe(),
             shutdown,
+            leaderless,
+            ended: false,
             _guard: guard,
         };
         cursor.start(after, true);
@@ -165,6 +178,9 @@ struct Cursor {
     pending: VecDeque<WatchOut>,
     rx: broadcast::Receiver<Arc<Published>>,
     shutdown: CancellationToken,
+    leaderless: LeaderlessFor,
+    /// A `Leaderless` was sent: nothing more is.
+    ended: bool,
     _guard: WatcherGuard,
 }
 
@@ -197,6 +213,9 @@ impl Cursor {
 
     async fn next(&mut self) -> Option<WatchOut> {
         loop {
+            if self.ended {
+                return None;
+            }
             if let Some(out) = self.pending.pop_front() {
                 return Some(out);
             }
@@ -206,7 +225,13 @@ impl Cursor {
                 r = tokio::time::timeout(progress, self.rx.recv()) => r,
             };
             match received {
-                Err(_quiet) => return Some(WatchOut::Progress(self.sent)),
+                Err(_quiet) => {
+                    if let Some(silent) = (self.leaderless)() {
+                        self.ended = true;
+                        return Some(WatchOut::Leaderless(silent));
+                    }
+                    return Some(WatchOut::Progress(self.sent));
+                }
                 Ok(Ok(published)) => self.take(&published),
                 // Behind the channel: catch up from the kept events (or say what is gone).
                 Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
@@ -259,6 +284,11 @@ mod tests {
         }
     }
 
+    /// A member in touch with its leader.
+    fn in_touch() -> LeaderlessFor {
+        Box::new(|| None)
+    }
+
     async fn take(
         s: &mut (impl futures::Stream<Item = WatchOut> + Unpin),
         n: usize,
@@ -283,7 +313,7 @@ mod tests {
         hub.publish(4, vec![event(4, "b/1")]);
         hub.publish(5, vec![event(5, "a/2")]);
         let s = hub
-            .watch("a/".into(), Some(3), CancellationToken::new())
+            .watch("a/".into(), Some(3), CancellationToken::new(), in_touch())
             .unwrap();
         let mut s = Box::pin(s);
         hub.publish(6, vec![event(6, "a/3")]);
@@ -303,7 +333,7 @@ mod tests {
         hub.started_at(10);
         hub.publish(11, vec![event(11, "x")]);
         let mut s = Box::pin(
-            hub.watch(String::new(), Some(4), CancellationToken::new())
+            hub.watch(String::new(), Some(4), CancellationToken::new(), in_touch())
                 .unwrap(),
         );
         assert_eq!(
@@ -339,7 +369,7 @@ mod tests {
             hub.publish(i, vec![event(i, "x")]);
         }
         let mut s = Box::pin(
-            hub.watch(String::new(), Some(0), CancellationToken::new())
+            hub.watch(String::new(), Some(0), CancellationToken::new(), in_touch())
                 .unwrap(),
         );
         assert_eq!(
@@ -359,7 +389,7 @@ mod tests {
     async fn a_lagging_watcher_catches_up_from_the_kept_events_without_a_gap() {
         let hub = Arc::new(WatchHub::default());
         let mut s = Box::pin(
-            hub.watch(String::new(), None, CancellationToken::new())
+            hub.watch(String::new(), None, CancellationToken::new(), in_touch())
                 .unwrap(),
         );
         let n = limits::WATCH_CHANNEL_CAPACITY as u64 * 3;
@@ -378,16 +408,52 @@ mod tests {
         let hub = Arc::new(WatchHub::default());
         let streams: Vec<_> = (0..limits::WATCHERS_MAX)
             .map(|_| {
-                hub.watch(String::new(), None, CancellationToken::new())
+                hub.watch(String::new(), None, CancellationToken::new(), in_touch())
                     .unwrap()
             })
             .collect();
         assert!(hub
-            .watch(String::new(), None, CancellationToken::new())
+            .watch(String::new(), None, CancellationToken::new(), in_touch())
             .is_err());
         drop(streams);
         assert!(hub
-            .watch(String::new(), None, CancellationToken::new())
+            .watch(String::new(), None, CancellationToken::new(), in_touch())
             .is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_stream_on_a_member_out_of_touch_with_its_leader_ends_with_how_long() {
+        let hub = Arc::new(WatchHub::default());
+        let out_of_touch = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = out_of_touch.clone();
+        let leaderless: LeaderlessFor = Box::new(move || {
+            flag.load(Ordering::Relaxed)
+                .then_some(Duration::from_secs(4))
+        });
+        let mut s = Box::pin(
+            hub.watch(String::new(), Some(0), CancellationToken::new(), leaderless)
+                .unwrap(),
+        );
+        hub.publish(1, vec![event(1, "x")]);
+        // In touch: quiet means progress.
+        assert_eq!(
+            take(&mut s, 3).await,
+            vec![
+                WatchOut::Progress(0),
+                WatchOut::Event(event(1, "x")),
+                WatchOut::Progress(1),
+            ]
+        );
+        // Out of touch: what is applied is still sent, then the next quiet moment ends it.
+        out_of_touch.store(true, Ordering::Relaxed);
+        hub.publish(2, vec![event(2, "x")]);
+        assert_eq!(
+            take(&mut s, 2).await,
+            vec![
+                WatchOut::Event(event(2, "x")),
+                WatchOut::Leaderless(Duration::from_secs(4)),
+            ]
+        );
+        assert_eq!(s.next().await, None, "nothing after Leaderless");
     }
 }
