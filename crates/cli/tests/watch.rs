@@ -363,7 +363,7 @@ fn wait_after(watch: &mut Watcher) {
 /// A member removed from the cluster while running is never told (Raft does not), and goes on
 /// answering, its progress messages saying that nothing changed: the watch streaming from it
 /// heard nothing of the grants after the removal. The member now ends a quiet stream once it
-/// has heard from no leader for `WATCH_LEADERLESS_FAILOVERS` failovers, and the watch resumes
+/// has heard from no leader for `WATCH_OUT_OF_TOUCH_FAILOVERS` failovers, and the watch resumes
 /// on another member.
 #[test]
 fn a_watch_leaves_a_member_removed_from_the_cluster_while_it_ran() {

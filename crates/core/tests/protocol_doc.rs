@@ -100,6 +100,7 @@ fn limit_value(name: &str) -> Option<u128> {
         WATCHERS_MAX,
         WATCH_PROGRESS_MS,
         CLIENT_WATCH_SILENCE_MS,
+        WATCH_OUT_OF_TOUCH_FAILOVERS,
     )
 }
 

@@ -55,12 +55,12 @@ pub enum ApiError {
     #[error(transparent)]
     TooManyWatchers(#[from] crate::watch::TooManyWatchers),
     /// A watch stream's end on a member out of touch with its group's leader
-    /// (`Node::leaderless_for`): it may have stopped applying while the group goes on.
+    /// (`Node::out_of_touch_for`): it may have stopped applying while the group goes on.
     #[error(
         "this member has heard from no leader of its Raft group for {silent_ms} ms (removed \
          from the group, or cut off from its other members): resume the watch on another member"
     )]
-    Leaderless { silent_ms: u64 },
+    OutOfTouch { silent_ms: u64 },
     /// A lock and a session of different Raft groups (issue #16): a client that does not
     /// know groups made its session in group 0.
     #[error(
@@ -120,7 +120,7 @@ impl ApiError {
             ApiError::Membership(_) => "membership",
             ApiError::BackupTooLarge { .. } => "backup-too-large",
             ApiError::TooManyWatchers(_) => "too-many-watchers",
-            ApiError::Leaderless { .. } => "leaderless",
+            ApiError::OutOfTouch { .. } => "out-of-touch",
             ApiError::WrongGroup { .. } => "wrong-group",
             ApiError::NotWithGroups { .. } => "not-with-groups",
         }
@@ -165,7 +165,7 @@ impl ApiError {
             | ApiError::NoQuorum
             | ApiError::ShuttingDown
             | ApiError::LeasesNotResumed { .. }
-            | ApiError::Leaderless { .. }
+            | ApiError::OutOfTouch { .. }
             | ApiError::Raft(_) => Code::Unavailable,
         }
     }

@@ -7,9 +7,9 @@
 //! `watch` through it would stay silent, its progress messages saying "nothing happened"
 //! while the group goes on. The peer service stamps every append (heartbeats included) and
 //! snapshot that this member's Raft core accepts from a leader; [`crate::node::Node`]'s
-//! `leaderless_for` reads the stamp (or, on a leader, the quorum's last acknowledgement), and a
+//! `out_of_touch_for` reads the stamp (or, on a leader, the quorum's last acknowledgement), and a
 //! quiet watch stream on a member without a leader for longer than
-//! `limits::WATCH_LEADERLESS_FAILOVERS` failovers ends, so that its client resumes on another
+//! `limits::WATCH_OUT_OF_TOUCH_FAILOVERS` failovers ends, so that its client resumes on another
 //! member.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The last time a leader's append or snapshot was accepted here, in milliseconds since the
-/// stamp was made (the runtime's clock: the simulation's own under turmoil).
+/// The last time a leader's append or snapshot was accepted here (or this member stopped
+/// leading), in milliseconds since `start` (the runtime's clock: the simulation's own under
+/// turmoil).
 #[derive(Debug)]
 pub struct LeaderContact {
     start: Instant,

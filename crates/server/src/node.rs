@@ -320,7 +320,7 @@ pub struct Node {
     /// peer network and peer service (`peer::Succession`).
     pub succession: Arc<crate::peer::Succession>,
     /// When this member last heard from the group's leader (stamped by the group's peer
-    /// service); a quiet watch stream ends on a member without one (`Node::leaderless_for`).
+    /// service); a quiet watch stream ends on a member without one (`Node::out_of_touch_for`).
     pub leader_contact: Arc<crate::leader_contact::LeaderContact>,
     /// With replica subsets (`--replicas`): the members that founded this group, its
     /// founder first, with their founding client addresses (`replicas_of` over the founding
@@ -941,6 +941,7 @@ impl Node {
         let mut metrics = self.raft.server_metrics();
         let mut led_term: Option<u64> = None;
         let mut retry_at: Option<tokio::time::Instant> = None;
+        let mut leading = false;
         loop {
             let (leader_now, term) = {
                 let m = metrics.borrow_and_update();
@@ -949,6 +950,12 @@ impl Node {
                     m.vote.leader_id.term,
                 )
             };
+            if leading && !leader_now {
+                // A leader hears from no leader: its contact stamp dates from before it was
+                // elected. It was in touch until now; its successor's appends take over.
+                self.leader_contact.heard();
+            }
+            leading = leader_now;
             if led_term.is_some() && (!leader_now || led_term != Some(term)) {
                 // Out of office, or re-elected in a later term: this term's deadlines are not
                 // the new term's until it resumes them.

@@ -1037,13 +1037,13 @@ impl Node {
     }
 
     /// How long this member has been out of touch with its group's leader, once that is longer
-    /// than `limits::WATCH_LEADERLESS_FAILOVERS` of the group's longest failovers; `None`
+    /// than `limits::WATCH_OUT_OF_TOUCH_FAILOVERS` of the group's longest failovers; `None`
     /// while in touch. A leader is in touch while a quorum acknowledges it (openraft's
     /// `last_quorum_acked`), or always as its group's only voter; anyone else while the
     /// leader's appends reach it (`LeaderContact`). A member removed from the group, which
     /// Raft never tells, or cut off from the rest is out of touch however sure it is of its
     /// leader, and a watch through it ends ([`crate::watch::WatchHub::watch`]).
-    pub fn leaderless_for(&self) -> Option<Duration> {
+    pub fn out_of_touch_for(&self) -> Option<Duration> {
         let silent = {
             let m = self.raft.metrics();
             let m = m.borrow_watched();
@@ -1064,6 +1064,6 @@ impl Node {
         };
         let c = &self.config;
         let failover = Duration::from_millis(c.heartbeat_ms + 3 * c.election_timeout_max_ms);
-        (silent > failover * limits::WATCH_LEADERLESS_FAILOVERS).then_some(silent)
+        (silent > failover * limits::WATCH_OUT_OF_TOUCH_FAILOVERS).then_some(silent)
     }
 }

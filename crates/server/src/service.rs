@@ -207,7 +207,7 @@ fn audit_record(r: AuditRecord) -> pb::AuditRecord {
     out
 }
 
-/// One item of a watch stream as its message; a `Leaderless`, the stream's last item, as the
+/// One item of a watch stream as its message; an `OutOfTouch`, the stream's last item, as the
 /// error status that ends it.
 fn watch_message(out: WatchOut) -> Result<pb::WatchMessage, ApiError> {
     use pb::watch_message::Item;
@@ -225,8 +225,8 @@ fn watch_message(out: WatchOut) -> Result<pb::WatchMessage, ApiError> {
             through_index: through,
         }),
         WatchOut::Progress(index) => Item::Progress(pb::WatchProgress { index }),
-        WatchOut::Leaderless(silent) => {
-            return Err(ApiError::Leaderless {
+        WatchOut::OutOfTouch(silent) => {
+            return Err(ApiError::OutOfTouch {
                 silent_ms: silent.as_millis() as u64,
             })
         }
@@ -575,7 +575,7 @@ impl pb::locks_server::Locks for LocksService {
                 req.prefix,
                 req.after_index,
                 node.shutdown.clone(),
-                Box::new(move || in_touch.leaderless_for()),
+                Box::new(move || in_touch.out_of_touch_for()),
             )
             .map_err(|e| in_group(node)(ApiError::from(e)))?;
         let node = node.clone();

@@ -31,13 +31,13 @@ pub enum WatchOut {
     Progress(u64),
     /// The stream's last item: this member has been out of touch with its group's leader for
     /// this long, so it may have stopped applying while the group goes on
-    /// (`Node::leaderless_for`). The client resumes on another member.
-    Leaderless(Duration),
+    /// (`Node::out_of_touch_for`). The client resumes on another member.
+    OutOfTouch(Duration),
 }
 
 /// Whether the member is out of touch with its group's leader, and for how long
-/// (`Node::leaderless_for`); asked when a stream is quiet.
-pub type LeaderlessFor = Box<dyn Fn() -> Option<Duration> + Send + Sync>;
+/// (`Node::out_of_touch_for`); asked when a stream is quiet.
+pub type OutOfTouchFor = Box<dyn Fn() -> Option<Duration> + Send + Sync>;
 
 /// What goes to the live watchers, one per applied entry or installed snapshot.
 #[derive(Debug)]
@@ -121,15 +121,15 @@ impl WatchHub {
     }
 
     /// A watch of `prefix` from after `after` (unset: from now). The stream ends at `shutdown`,
-    /// when the client goes away (tonic drops it), or after a [`WatchOut::Leaderless`]: each
-    /// time it has been quiet for `WATCH_PROGRESS_MS` it asks `leaderless` before it sends its
+    /// when the client goes away (tonic drops it), or after a [`WatchOut::OutOfTouch`]: each
+    /// time it has been quiet for `WATCH_PROGRESS_MS` it asks `out_of_touch` before it sends its
     /// progress.
     pub fn watch(
         self: &Arc<Self>,
         prefix: String,
         after: Option<u64>,
         shutdown: CancellationToken,
-        leaderless: LeaderlessFor,
+        out_of_touch: OutOfTouchFor,
     ) -> Result<impl futures::Stream<Item = WatchOut> + Send + 'static, TooManyWatchers> {
         let guard = WatcherGuard::new(self.clone())?;
         let mut cursor = Cursor {
@@ -139,7 +139,7 @@ impl WatchHub {
             pending: VecDeque::new(),
             rx: self.tx.subscribe(),
             shutdown,
-            leaderless,
+            out_of_touch,
             ended: false,
             _guard: guard,
         };
@@ -178,8 +178,8 @@ struct Cursor {
     pending: VecDeque<WatchOut>,
     rx: broadcast::Receiver<Arc<Published>>,
     shutdown: CancellationToken,
-    leaderless: LeaderlessFor,
-    /// A `Leaderless` was sent: nothing more is.
+    out_of_touch: OutOfTouchFor,
+    /// An `OutOfTouch` was sent: nothing more is.
     ended: bool,
     _guard: WatcherGuard,
 }
@@ -226,9 +226,9 @@ impl Cursor {
             };
             match received {
                 Err(_quiet) => {
-                    if let Some(silent) = (self.leaderless)() {
+                    if let Some(silent) = (self.out_of_touch)() {
                         self.ended = true;
-                        return Some(WatchOut::Leaderless(silent));
+                        return Some(WatchOut::OutOfTouch(silent));
                     }
                     return Some(WatchOut::Progress(self.sent));
                 }
@@ -285,7 +285,7 @@ mod tests {
     }
 
     /// A member in touch with its leader.
-    fn in_touch() -> LeaderlessFor {
+    fn in_touch() -> OutOfTouchFor {
         Box::new(|| None)
     }
 
@@ -426,12 +426,12 @@ mod tests {
         let hub = Arc::new(WatchHub::default());
         let out_of_touch = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = out_of_touch.clone();
-        let leaderless: LeaderlessFor = Box::new(move || {
+        let ask: OutOfTouchFor = Box::new(move || {
             flag.load(Ordering::Relaxed)
                 .then_some(Duration::from_secs(4))
         });
         let mut s = Box::pin(
-            hub.watch(String::new(), Some(0), CancellationToken::new(), leaderless)
+            hub.watch(String::new(), Some(0), CancellationToken::new(), ask)
                 .unwrap(),
         );
         hub.publish(1, vec![event(1, "x")]);
@@ -451,9 +451,9 @@ mod tests {
             take(&mut s, 2).await,
             vec![
                 WatchOut::Event(event(2, "x")),
-                WatchOut::Leaderless(Duration::from_secs(4)),
+                WatchOut::OutOfTouch(Duration::from_secs(4)),
             ]
         );
-        assert_eq!(s.next().await, None, "nothing after Leaderless");
+        assert_eq!(s.next().await, None, "nothing after OutOfTouch");
     }
 }
