@@ -269,53 +269,17 @@ fn watch_stops_on_ctrl_c_with_exit_130() {
     assert_eq!(watch.0.wait_code(CLI_TIMEOUT), 130);
 }
 
+/// The watch streams from a follower that is paused (SIGSTOP: its connections stay open, it
+/// just says nothing): only the silence tells.
 #[test]
 fn watch_leaves_a_member_that_stops_answering() {
     let cluster = Cluster::start(3);
     let work = Work::new();
-    let (leader, _) = cluster.wait_leader(&[], Duration::from_secs(30));
-    let paused = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
-    // The watch streams from the follower that is paused below (SIGSTOP: its connections stay
-    // open, it just says nothing): only the silence tells.
-    let mut endpoints = vec![cluster.addr(paused)];
-    endpoints.extend(
-        cluster
-            .ids()
-            .into_iter()
-            .filter(|&id| id != paused)
-            .map(|id| cluster.addr(id)),
-    );
-    let mut watch = spawn_watch(
-        &work,
-        &["--endpoints", &endpoints.join(","), "--after", "0", "p/"],
-    );
-    let lock = |name: &str| {
-        let out = cluster.cli(&[
-            "lock",
-            "--endpoints",
-            &cluster.addr(leader),
-            name,
-            "--",
-            "true",
-        ]);
-        assert!(out.status.success(), "lock {name}: {}", out.stderr);
-    };
-    lock("p/before");
-    wait_lines(&mut watch, 2, "before the pause");
+    let (leader, paused, mut watch) = watch_from_a_follower(&cluster, &work);
     cluster.pause(paused);
-    lock("p/during");
-    let events = wait_lines(&mut watch, 4, "after the pause");
+    lock_at(&cluster, leader, "w/after");
+    wait_after(&mut watch);
     cluster.resume(paused);
-    let got: Vec<(String, String)> = events.iter().map(summary).collect();
-    let want = [
-        ("granted", "p/before"),
-        ("released", "p/before"),
-        ("granted", "p/during"),
-        ("released", "p/during"),
-    ]
-    .map(|(k, l)| (k.to_owned(), l.to_owned()));
-    assert_eq!(got, want, "{events:#?}");
-    assert_positions_increase(&events);
 }
 
 /// A 3-member cluster with a `latchkey watch` of `w/` whose first endpoint, where it streams
