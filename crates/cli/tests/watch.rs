@@ -283,16 +283,27 @@ fn watch_leaves_a_member_that_stops_answering() {
 }
 
 /// A 3-member cluster with a `latchkey watch` of `w/` whose first endpoint, where it streams
-/// from, is a follower; `w/before` granted and released, and seen.
+/// from, is a follower; `w/before` granted and released, and seen. Returns the leader, the
+/// follower and the watch.
 fn watch_from_a_follower(cluster: &Cluster, work: &Work) -> (u64, u64, Watcher) {
     let (leader, _) = cluster.wait_leader(&[], Duration::from_secs(30));
     let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
-    let mut endpoints = vec![cluster.addr(follower)];
+    (
+        leader,
+        follower,
+        watch_from(cluster, work, leader, follower),
+    )
+}
+
+/// A `latchkey watch` of `w/` whose first endpoint, where it streams from, is `from`;
+/// `w/before` granted (through `leader`) and released, and seen.
+fn watch_from(cluster: &Cluster, work: &Work, leader: u64, from: u64) -> Watcher {
+    let mut endpoints = vec![cluster.addr(from)];
     endpoints.extend(
         cluster
             .ids()
             .into_iter()
-            .filter(|&id| id != follower)
+            .filter(|&id| id != from)
             .map(|id| cluster.addr(id)),
     );
     let mut watch = spawn_watch(
@@ -301,7 +312,7 @@ fn watch_from_a_follower(cluster: &Cluster, work: &Work) -> (u64, u64, Watcher) 
     );
     lock_at(cluster, leader, "w/before");
     wait_lines(&mut watch, 2, "w/before");
-    (leader, follower, watch)
+    watch
 }
 
 fn lock_at(cluster: &Cluster, id: u64, name: &str) {
@@ -359,6 +370,22 @@ fn a_watch_leaves_a_member_cut_off_from_the_others() {
     let work = Work::new();
     let (leader, cut, mut watch) = watch_from_a_follower(&cluster, &work);
     cluster.isolate(cut, Mode::Drop);
+    lock_at(&cluster, leader, "w/after");
+    wait_after(&mut watch);
+    cluster.heal();
+}
+
+/// A leader cut off from the other members still believes it leads (openraft deposes no leader
+/// for want of a quorum), but no quorum acknowledges it: a watch streaming from it moves to a
+/// member that applies what the new leader commits.
+#[test]
+fn a_watch_leaves_a_leader_cut_off_from_the_others() {
+    let cluster = Cluster::start(3);
+    let work = Work::new();
+    let (old, _) = cluster.wait_leader(&[], Duration::from_secs(30));
+    let mut watch = watch_from(&cluster, &work, old, old);
+    cluster.isolate(old, Mode::Drop);
+    let (leader, _) = cluster.wait_leader(&[old], Duration::from_secs(30));
     lock_at(&cluster, leader, "w/after");
     wait_after(&mut watch);
     cluster.heal();

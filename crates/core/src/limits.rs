@@ -668,9 +668,10 @@ pub const CLIENT_WATCH_SILENCE_MS: u64 = 4 * WATCH_PROGRESS_MS;
 /// A watch stream on a member that has heard from no leader of its group for this many of the
 /// group's longest failovers (its heartbeat plus three maximum election timeouts, as in
 /// `LEADERLESS_MS_MAX_DEFAULT`), 3.8 s with the default timing, ends with UNAVAILABLE at its
-/// next quiet moment (every `WATCH_PROGRESS_MS`), and its client resumes on another member. Such a member was removed from
-/// the group (Raft never tells it so) or is cut off from the rest: it applies nothing new, and
-/// its progress messages would tell the watcher that nothing changed while the group went on.
+/// next quiet moment (every `WATCH_PROGRESS_MS`), and its client resumes on another member.
+/// Such a member was removed from the group (Raft never tells it so) or is cut off from the
+/// rest: it applies nothing new, and its progress messages would tell the watcher that nothing
+/// changed while the group went on.
 /// Two, so that an ordinary election, at most one failover long, ends no watch.
 pub const WATCH_OUT_OF_TOUCH_FAILOVERS: u32 = 2;
 /// Items a watch of a cluster of several Raft groups holds, read from its groups' streams and

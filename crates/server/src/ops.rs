@@ -577,13 +577,12 @@ impl Node {
         let arrived = self.clock.now();
         check_keepalive_len(sessions.len())?;
         if self.probe.wants_keepalives() {
-            use openraft::async_runtime::WatchReceiver;
             let (state, term) = {
                 let metrics = self.raft.metrics();
                 let m = metrics.borrow_watched();
                 (m.state, m.current_term)
             };
-            if state == openraft::ServerState::Leader {
+            if state == ServerState::Leader {
                 self.probe.event(
                     self.id,
                     self.shape.group,

@@ -829,13 +829,12 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
             meta,
             snapshot: Cursor::new(data),
         };
-        let sent_vote = vote;
         let res = self
             .raft
             .install_full_snapshot(vote, snapshot)
             .await
             .map_err(RaftError::<TypeConfig>::Fatal);
-        if matches!(&res, Ok(r) if r.vote == sent_vote) {
+        if matches!(&res, Ok(r) if r.vote == vote) {
             self.leader_contact.heard();
         }
         tracing::info!(
