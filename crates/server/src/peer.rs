@@ -16,9 +16,12 @@ use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
 use latchkey_raft::{Raft, TypeConfig};
 
+mod admission;
+
 use crate::leader_contact::LeaderContact;
 use crate::member_addr::MemberAddr;
 use crate::peer_auth::{PeerAuth, PeerMethod};
+use admission::{Admitted, AdmittedChunks, ChunkError, Sender, VerifiedChunk};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use openraft::base::{BoxFuture, BoxStream as RaftBoxStream};
@@ -240,55 +243,50 @@ impl PeerService {
         }
     }
 
-    /// One append of a stream from member `from`, the `seq`th of the stream (numbered from 0),
-    /// checked as a unary `Append` is: its MAC, its place in the stream, then what it says.
-    /// The stream's id, taken from its first append, is `stream`.
+    /// One append of a stream from `sender`, the `seq`th of the stream (numbered from 0), its
+    /// MAC checked on admission ([`AdmittedChunks`]), checked as a unary `Append` is: its place
+    /// in the stream, then what it says. The stream's id, taken from its first append, is
+    /// `stream`.
     fn open_append(
         &self,
-        from: u64,
+        sender: Sender,
         seq: u64,
         stream: Option<u64>,
-        item: pb::PeerChunk,
+        item: VerifiedChunk,
     ) -> Result<(u64, AppendEntriesRequest<TypeConfig>), Status> {
-        let method = PeerMethod::AppendItem;
-        self.auth
-            .verify_item(method, from, &item.payload, &item.data, &item.mac)
-            .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
-        let header: AppendFrame = decode(&item.payload).map_err(bad)?;
-        check_place(&header, seq, stream).map_err(|e| refuse(method, Some(from), &e))?;
+        let header: AppendFrame = decode(&item.header).map_err(bad)?;
+        check_place(&header, seq, stream)
+            .map_err(|e| refuse(PeerMethod::AppendItem, Some(sender.claimed()), &e))?;
         let req: AppendEntriesRequest<TypeConfig> = decode(&item.data).map_err(bad)?;
-        self.check_append(from, &req)?;
+        self.check_append(sender, &req)?;
         Ok((header.stream, req))
     }
 
-    /// What an append from member `from` says, checked before openraft sees it, streamed or
-    /// not: its sender is a member (or vouched for by the leader's vote) and the leader the
-    /// append speaks for.
+    /// What an append from `sender` says, checked before openraft sees it, streamed or not: its
+    /// sender is a member (or vouched for by the leader's vote) and the leader the append
+    /// speaks for.
     fn check_append(
         &self,
-        from: u64,
+        sender: Sender,
         req: &AppendEntriesRequest<TypeConfig>,
     ) -> Result<(), Status> {
-        self.check_member(PeerMethod::Append, from, Vouch::Leader(&req.vote))?;
+        let from = self.vouch(sender, PeerMethod::Append, Vouch::Leader(&req.vote))?;
         check_vote_sender(from, &req.vote, "append")
             .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))
     }
 
-    /// Reads a snapshot stream from member `from` into memory, checking each chunk's MAC, its
-    /// place, and the running length against what the first chunk announced (itself within
-    /// the budget). Each chunk must arrive within `SNAPSHOT_CHUNK_TIMEOUT_MS`. The vote, the
-    /// meta and the bytes, or why the stream was refused.
+    /// Reads a snapshot stream from `sender` into memory (each chunk's MAC checked by
+    /// [`AdmittedChunks`]), checking each chunk's place and the running length against what the
+    /// first chunk announced (itself within the budget). Each chunk must arrive within
+    /// `SNAPSHOT_CHUNK_TIMEOUT_MS`. The sender's id, the vote, the meta and the bytes, or why
+    /// the stream was refused.
     async fn receive_snapshot(
         &self,
-        from: u64,
-        stream: &mut tonic::Streaming<pb::PeerChunk>,
-    ) -> Result<(Vote, Meta, Vec<u8>), Status> {
-        let refuse_ = |why: String| refuse(PeerMethod::Snapshot, Some(from), &why);
-        let open = |chunk: pb::PeerChunk| -> Result<(SnapshotFrame, Vec<u8>), Status> {
-            self.auth
-                .verify_chunk(from, &chunk.payload, &chunk.data, &chunk.mac)
-                .map_err(|e| refuse(PeerMethod::SnapshotChunk, Some(from), &e.to_string()))?;
-            let frame = decode(&chunk.payload).map_err(bad)?;
+        sender: Sender,
+        stream: &mut AdmittedChunks,
+    ) -> Result<(u64, Vote, Meta, Vec<u8>), Status> {
+        let open = |chunk: VerifiedChunk| -> Result<(SnapshotFrame, Vec<u8>), Status> {
+            let frame = decode(&chunk.header).map_err(bad)?;
             Ok((frame, chunk.data))
         };
         let Some(first) = next_chunk(stream).await? else {
@@ -308,8 +306,9 @@ impl PeerService {
                 "a snapshot stream that does not begin with its header".into()
             ));
         };
+        let from = self.vouch(sender, PeerMethod::Snapshot, Vouch::Leader(&vote))?;
+        let refuse_ = |why: String| refuse(PeerMethod::Snapshot, Some(from), &why);
         check_snapshot_header(from, &vote, &meta).map_err(refuse_)?;
-        self.check_member(PeerMethod::Snapshot, from, Vouch::Leader(&vote))?;
         if total_bytes > self.snapshot_bytes_max {
             return Err(refuse_(format!(
                 "a snapshot of {total_bytes} bytes, above this member's limit of {} (its table \
@@ -354,25 +353,7 @@ impl PeerService {
                 "chunks after the {total_bytes} bytes the snapshot announced"
             )));
         }
-        Ok((vote, meta, data))
-    }
-
-    /// The sender, if it speaks for this cluster; the payload.
-    fn admit(
-        &self,
-        request: Request<pb::PeerMessage>,
-        method: PeerMethod,
-    ) -> Result<(u64, Vec<u8>), Status> {
-        let certs = request.peer_certs();
-        let (meta, _, message) = request.into_parts();
-        let from = self
-            .auth
-            .verify(&meta, method, &message.payload)
-            .map_err(|e| refuse(method, None, &e.to_string()))?;
-        self.auth
-            .verify_certificate(from, certs.as_deref().map(Vec::as_slice))
-            .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
-        Ok((from, message.payload))
+        Ok((from, vote, meta, data))
     }
 
     /// A leader names its successor: the sender must be the leader whose committed vote the
@@ -380,10 +361,10 @@ impl PeerService {
     /// sees it, since the successor's vote request may follow at once.
     async fn transfer_leader(
         &self,
-        from: u64,
+        sender: Sender,
         req: TransferLeaderRequest<TypeConfig>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        self.check_member(PeerMethod::Vote, from, Vouch::Leader(req.from_leader()))?;
+        let from = self.vouch(sender, PeerMethod::Vote, Vouch::Leader(req.from_leader()))?;
         check_vote_sender(from, req.from_leader(), "leader transfer")
             .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
         let mine = self.vote_here();
@@ -524,16 +505,13 @@ fn check_leadership_transfer(
 }
 
 /// The next chunk of a snapshot stream, which must come within `SNAPSHOT_CHUNK_TIMEOUT_MS`.
-async fn next_chunk(
-    stream: &mut tonic::Streaming<pb::PeerChunk>,
-) -> Result<Option<pb::PeerChunk>, Status> {
-    let chunk_timeout = Duration::from_millis(limits::SNAPSHOT_CHUNK_TIMEOUT_MS);
-    match tokio::time::timeout(chunk_timeout, stream.message()).await {
-        Err(_) => Err(Status::deadline_exceeded(
+async fn next_chunk(stream: &mut AdmittedChunks) -> Result<Option<VerifiedChunk>, Status> {
+    stream
+        .next_within(
+            Duration::from_millis(limits::SNAPSHOT_CHUNK_TIMEOUT_MS),
             "no snapshot chunk within the chunk timeout",
-        )),
-        Ok(r) => r,
-    }
+        )
+        .await
 }
 
 /// A snapshot's header from member `from`, checked before its bytes are read: openraft asserts
@@ -584,10 +562,10 @@ fn bad(e: String) -> Status {
     Status::invalid_argument(e)
 }
 
-/// The peer service of a member of several Raft groups (issue #16): one [`PeerService`] per
-/// group, each request handed to the one its `GROUP_HEADER` names (group 0 without one, as
-/// every request of a one-group cluster). The header only routes: each group's service checks
-/// the fingerprint of its own group.
+/// The peer service of a member: the only `RaftPeer` the server runs. One [`PeerService`] per
+/// Raft group (issue #16), each request handed to the one its `GROUP_HEADER` names (group 0
+/// without one, as every request of a one-group cluster), and only once admitted (see
+/// `admission.rs`): a group's service has no RPC method that takes a request as it arrived.
 #[derive(Clone)]
 pub struct PeerRouter {
     groups: Arc<[PeerService]>,
@@ -600,17 +578,6 @@ impl PeerRouter {
             groups: groups.into(),
         }
     }
-
-    fn group<T>(&self, request: &Request<T>) -> Result<&PeerService, Status> {
-        let group = crate::peer_auth::group_of_request(request.metadata())
-            .map_err(Status::invalid_argument)?;
-        self.groups.get(group as usize).ok_or_else(|| {
-            Status::permission_denied(format!(
-                "no Raft group {group} here: this member runs {} (another --groups?)",
-                self.groups.len()
-            ))
-        })
-    }
 }
 
 #[tonic::async_trait]
@@ -619,14 +586,16 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
         &self,
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        pb::raft_peer_server::RaftPeer::vote(self.group(&request)?, request).await
+        let (group, request) = self.admit(request, PeerMethod::Vote)?;
+        group.vote(request).await
     }
 
     async fn append(
         &self,
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        pb::raft_peer_server::RaftPeer::append(self.group(&request)?, request).await
+        let (group, request) = self.admit(request, PeerMethod::Append)?;
+        group.append(request).await
     }
 
     type AppendStreamStream = BoxStream<'static, Result<pb::PeerMessage, Status>>;
@@ -635,32 +604,33 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
         &self,
         request: Request<tonic::Streaming<pb::PeerChunk>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
-        pb::raft_peer_server::RaftPeer::append_stream(self.group(&request)?, request).await
+        let (group, request) =
+            self.admit_stream(request, PeerMethod::AppendStream, PeerMethod::AppendItem)?;
+        group.append_stream(request)
     }
 
     async fn snapshot(
         &self,
         request: Request<tonic::Streaming<pb::PeerChunk>>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        pb::raft_peer_server::RaftPeer::snapshot(self.group(&request)?, request).await
+        let (group, request) =
+            self.admit_stream(request, PeerMethod::Snapshot, PeerMethod::SnapshotChunk)?;
+        group.snapshot(request).await
     }
 }
 
-#[tonic::async_trait]
-impl pb::raft_peer_server::RaftPeer for PeerService {
-    async fn vote(
-        &self,
-        request: Request<pb::PeerMessage>,
-    ) -> Result<Response<pb::PeerMessage>, Status> {
-        let (from, payload) = self.admit(request, PeerMethod::Vote)?;
+/// A group's handlers, each taking a request [`PeerRouter`] admitted.
+impl PeerService {
+    async fn vote(&self, request: Admitted<Vec<u8>>) -> Result<Response<pb::PeerMessage>, Status> {
+        let (sender, payload) = request.into_parts();
         let (req, pre_vote) = match decode(&payload).map_err(bad)? {
             Ballot::Vote(req) => (req, false),
             Ballot::PreVote(req) => (req, true),
-            Ballot::TransferLeader(req) => return self.transfer_leader(from, req).await,
+            Ballot::TransferLeader(req) => return self.transfer_leader(sender, req).await,
         };
-        self.check_member(
+        let from = self.vouch(
+            sender,
             PeerMethod::Vote,
-            from,
             Vouch::Candidate {
                 last_log_index: req.last_log_id.as_ref().map(|l| l.index),
             },
@@ -679,11 +649,11 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
 
     async fn append(
         &self,
-        request: Request<pb::PeerMessage>,
+        request: Admitted<Vec<u8>>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        let (from, payload) = self.admit(request, PeerMethod::Append)?;
+        let (sender, payload) = request.into_parts();
         let req: AppendEntriesRequest<TypeConfig> = decode(&payload).map_err(bad)?;
-        self.check_append(from, &req)?;
+        self.check_append(sender, &req)?;
         let res = self.raft.append_entries(req).await;
         if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
             self.leader_contact.heard();
@@ -691,26 +661,16 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
         reply(&res)
     }
 
-    type AppendStreamStream = BoxStream<'static, Result<pb::PeerMessage, Status>>;
-
     /// A leader's appends, pipelined: each is checked as a unary `Append` is and handed to
     /// openraft's `Raft::stream_append`, which answers each, in order, once its entries are
     /// durable here. An append that fails its checks ends the stream: the answers to the
     /// appends before it, then the refusal.
-    async fn append_stream(
+    fn append_stream(
         &self,
-        request: Request<tonic::Streaming<pb::PeerChunk>>,
-    ) -> Result<Response<Self::AppendStreamStream>, Status> {
-        let certs = request.peer_certs();
-        let (headers, _, inbound) = request.into_parts();
-        let method = PeerMethod::AppendStream;
-        let from = self
-            .auth
-            .verify(&headers, method, &[])
-            .map_err(|e| refuse(method, None, &e.to_string()))?;
-        self.auth
-            .verify_certificate(from, certs.as_deref().map(Vec::as_slice))
-            .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
+        request: Admitted<AdmittedChunks>,
+    ) -> Result<Response<BoxStream<'static, Result<pb::PeerMessage, Status>>>, Status> {
+        let (sender, inbound) = request.into_parts();
+        let from = sender.claimed();
         // Held while the stream is open.
         let open = self
             .append_streams
@@ -759,13 +719,18 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
                             return None;
                         }
                     };
-                    match next? {
+                    match next {
+                        Ok(None) => None,
                         // The leader went away or reset the stream: nothing more to answer.
-                        Err(status) => {
+                        Err(ChunkError::Reset(status)) => {
                             tracing::debug!(from, "a stream of appends ended: {status}");
                             None
                         }
-                        Ok(item) => match checker.open_append(from, seq, stream, item) {
+                        Err(ChunkError::Refused(status)) => {
+                            *refusal.lock().expect("refusal lock") = Some(status);
+                            None
+                        }
+                        Ok(Some(item)) => match checker.open_append(sender, seq, stream, item) {
                             Ok((id, req)) => Some((req, (inbound, seq + 1, Some(id)))),
                             Err(status) => {
                                 *refusal.lock().expect("refusal lock") = Some(status);
@@ -803,19 +768,15 @@ impl pb::raft_peer_server::RaftPeer for PeerService {
 
     async fn snapshot(
         &self,
-        request: Request<tonic::Streaming<pb::PeerChunk>>,
+        request: Admitted<AdmittedChunks>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        let (headers, _, mut stream) = request.into_parts();
-        let from = self
-            .auth
-            .verify(&headers, PeerMethod::Snapshot, &[])
-            .map_err(|e| refuse(PeerMethod::Snapshot, None, &e.to_string()))?;
+        let (sender, mut stream) = request.into_parts();
         // Held until the install is done: one snapshot in memory at a time.
         let _receiving = self.receiving.clone().try_acquire_owned().map_err(|_| {
             Status::unavailable("this member is already receiving a snapshot; retry later")
         })?;
         let started = std::time::Instant::now();
-        let (vote, meta, data) = self.receive_snapshot(from, &mut stream).await?;
+        let (from, vote, meta, data) = self.receive_snapshot(sender, &mut stream).await?;
         let received_ms = started.elapsed().as_millis() as u64;
         let bytes = data.len();
         let (data, checked) = on_blocking_pool(move || {
