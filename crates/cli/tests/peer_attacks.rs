@@ -84,6 +84,8 @@ use common::{free_port, http_get, wait_until};
 
 /// How long one attack, or one observation, may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a member may take to answer `NodeStatus`.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a member may take to log the refusal of a call that has returned.
 const LOG_TIMEOUT: Duration = Duration::from_secs(10);
 /// The cluster secret of the setups with one.
@@ -350,7 +352,21 @@ const GAUGES: [&str; 9] = [
 ];
 
 impl Cluster {
+    /// Starts the setup's cluster and waits until its groups are led. A port found free can be
+    /// taken by another process before a member binds it: then it starts over on new ports.
     fn start(setup: Setup) -> Cluster {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let mut cluster = Cluster::spawn(setup);
+            match cluster.wait_for_leaders() {
+                Ok(()) => return cluster,
+                Err(e) => last = format!("{e}\n{}", cluster.logs()),
+            }
+        }
+        panic!("{}: the cluster did not start: {last}", setup.name());
+    }
+
+    fn spawn(setup: Setup) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let ca = setup.tls().then(|| Ca::new(dir.path()));
         let secret = dir.path().join("cluster.secret");
@@ -429,16 +445,14 @@ impl Cluster {
             ca.issue(dir.path(), "observer");
             ca.issue(dir.path(), "intruder");
         }
-        let cluster = Cluster {
+        Cluster {
             setup,
             dir,
             ca,
             members,
             peers,
             rt,
-        };
-        cluster.wait_for_leaders();
-        cluster
+        }
     }
 
     fn member(&self, id: u64) -> &Member {
@@ -494,7 +508,7 @@ impl Cluster {
         let mut c = self.client(id);
         self.rt
             .block_on(async {
-                tokio::time::timeout(CALL_TIMEOUT, c.node_status(pb::NodeStatusRequest {})).await
+                tokio::time::timeout(STATUS_TIMEOUT, c.node_status(pb::NodeStatusRequest {})).await
             })
             .ok()?
             .ok()
@@ -507,33 +521,47 @@ impl Cluster {
     }
 
     /// Waits (bounded) until every member knows the same leader for every group and has
-    /// applied that leader's entries.
-    fn wait_for_leaders(&self) {
-        wait_until(
-            &format!("{}: every group led and known", self.setup.name()),
-            Duration::from_secs(60),
-            || {
-                let all: Option<Vec<_>> = (1..=3).map(|id| self.node_status(id)).collect();
-                let Some(all) = all else { return false };
-                let groups: Vec<Vec<(u64, u64)>> = all
+    /// applied that leader's entries; `Err` if that does not come, or a member exits.
+    fn wait_for_leaders(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            for m in &mut self.members {
+                if let Ok(Some(status)) = m.child.try_wait() {
+                    return Err(format!("member {} exited ({status})", m.id));
+                }
+            }
+            if self.led() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err("no leader known to every member of every group within 60 s".into());
+            }
+            std::thread::sleep(common::POLL);
+        }
+    }
+
+    /// Whether every member knows the same leader for every group, none is a candidate, and
+    /// each has applied entries.
+    fn led(&self) -> bool {
+        let all: Option<Vec<_>> = (1..=3).map(|id| self.node_status(id)).collect();
+        let Some(all) = all else { return false };
+        let groups: Vec<Vec<(u64, u64)>> = all
+            .iter()
+            .map(|s| {
+                Cluster::groups_of(s)
                     .iter()
-                    .map(|s| {
-                        Cluster::groups_of(s)
-                            .iter()
-                            .map(|g| (g.leader_id, g.term))
-                            .collect()
-                    })
-                    .collect();
-                groups[0].len() == self.setup.groups() as usize
-                    && groups.iter().all(|g| *g == groups[0])
-                    && groups[0].iter().all(|(leader, _)| *leader != 0)
-                    && all.iter().all(|s| {
-                        Cluster::groups_of(s)
-                            .iter()
-                            .all(|g| g.applied_index > 0 && g.role != "candidate")
-                    })
-            },
-        );
+                    .map(|g| (g.leader_id, g.term))
+                    .collect()
+            })
+            .collect();
+        groups[0].len() == self.setup.groups() as usize
+            && groups.iter().all(|g| *g == groups[0])
+            && groups[0].iter().all(|(leader, _)| *leader != 0)
+            && all.iter().all(|s| {
+                Cluster::groups_of(s)
+                    .iter()
+                    .all(|g| g.applied_index > 0 && g.role != "candidate")
+            })
     }
 
     /// Group 0's leader and term, as member 1 sees them.
