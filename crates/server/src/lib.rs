@@ -63,6 +63,14 @@ pub use clock::{Entropy, NodeClock, OsEntropy, SharedClock, SharedEntropy, Syste
 pub use node::NodeLogStore;
 pub use node::StartError;
 pub use peer::{snapshot_chunks, PeerConnector, SharedPeerConnector, TcpPeerConnector};
+
+/// The peer protocol's messages as members encode them, for tests that speak it as an attacker
+/// would (`crates/cli/tests/peer_attacks.rs`, issue #31's attack matrix). Not an API: a member
+/// only ever receives these from the network, through `RaftPeer`'s admission checks.
+#[doc(hidden)]
+pub mod peer_wire {
+    pub use crate::peer::{encode, snapshot_chunks, AppendFrame, Ballot};
+}
 pub use probe::{NoProbe, Plant, Probe, ProbeEvent, SharedProbe};
 
 /// A group's data lives in `<data-dir>/group-N/` (N >= 1; group 0 in the data dir itself),

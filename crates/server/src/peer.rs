@@ -63,7 +63,7 @@ type Meta =
 /// call, as the last variant: a member of an older latchkey fails to decode it, so the transfer
 /// fails and the group elects as it would after a leader's death.
 #[derive(Serialize, Deserialize)]
-enum Ballot {
+pub enum Ballot {
     Vote(VoteRequest<TypeConfig>),
     PreVote(VoteRequest<TypeConfig>),
     TransferLeader(TransferLeaderRequest<TypeConfig>),
@@ -126,9 +126,9 @@ enum SnapshotFrame {
 /// stream (or a prefix of it) can still be replayed whole as a new call, as a recorded unary
 /// `Append` can (see `peer_auth.rs`: TLS between members is the answer to an on-path attacker).
 #[derive(Serialize, Deserialize)]
-struct AppendFrame {
-    stream: u64,
-    seq: u64,
+pub struct AppendFrame {
+    pub stream: u64,
+    pub seq: u64,
 }
 
 /// What the member answers to each append of a stream: openraft's answer, or the reason its
@@ -180,7 +180,8 @@ pub fn snapshot_chunks(
     first.chain(rest)
 }
 
-fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+/// A peer payload or chunk header as members send it: the format version, then postcard.
+pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     versioned::encode(PEER_FORMAT_VERSION, v).expect("serializing to memory cannot fail")
 }
 
