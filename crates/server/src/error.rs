@@ -81,6 +81,10 @@ pub enum ApiError {
          docs/protocol.md 2.4; the answers of GET /v1/lock and `latchkey status NAME`)"
     )]
     NotWithGroups { what: &'static str, groups: u32 },
+    /// A call naming a Raft group this cluster does not have (a group up to
+    /// `GROUPS_MAX - 1` is well formed; how many a cluster runs is its own fact).
+    #[error("group {group}: this cluster has {groups} Raft groups")]
+    NoSuchGroup { group: u32, groups: u32 },
 }
 
 impl ApiError {
@@ -123,6 +127,7 @@ impl ApiError {
             ApiError::OutOfTouch { .. } => "out-of-touch",
             ApiError::WrongGroup { .. } => "wrong-group",
             ApiError::NotWithGroups { .. } => "not-with-groups",
+            ApiError::NoSuchGroup { .. } => "no-such-group",
         }
     }
 
@@ -154,7 +159,8 @@ impl ApiError {
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::Membership(_)
             | ApiError::WrongGroup { .. }
-            | ApiError::NotWithGroups { .. } => Code::FailedPrecondition,
+            | ApiError::NotWithGroups { .. }
+            | ApiError::NoSuchGroup { .. } => Code::FailedPrecondition,
             ApiError::TooManyWaiting
             | ApiError::QuotaExceeded(_)
             | ApiError::BackupTooLarge { .. }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use latchkey_core::{group_of, group_of_session, SessionId, SessionKey};
+use latchkey_core::{group_of, group_of_session, limits, SessionId, SessionKey};
 
 use crate::error::{ApiError, GroupError};
 use crate::member_addr::MemberAddr;
@@ -69,13 +69,22 @@ impl Groups {
     }
 
     /// Group `group`'s node, to serve a request about it (see [`Groups::serving`]), or the
-    /// error a request naming a group this cluster lacks gets.
+    /// error a request naming a group this cluster lacks gets: invalid past the most any
+    /// cluster has (`GROUPS_MAX`, the bound `docs/openapi.json` states), else a conflict with
+    /// this cluster's group count, which a well-formed request cannot know.
     pub fn get(&self, group: u32) -> Result<&Arc<Node>, GroupError> {
-        if group as usize >= self.nodes.len() {
+        if group >= limits::GROUPS_MAX {
             return Err(GroupError::of_cluster(ApiError::Invalid(format!(
-                "group {group}: this cluster has {} Raft groups",
-                self.nodes.len()
+                "group {group}: a cluster has at most {} Raft groups (0 to {})",
+                limits::GROUPS_MAX,
+                limits::GROUPS_MAX - 1
             ))));
+        }
+        if group >= self.count() {
+            return Err(GroupError::of_cluster(ApiError::NoSuchGroup {
+                group,
+                groups: self.count(),
+            }));
         }
         self.serving(group)
     }
