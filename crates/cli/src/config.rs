@@ -219,6 +219,7 @@ fn check_value(arg: &Arg, text: &str) -> Result<(), String> {
     let probe = Arg::new(arg.get_id().clone())
         .long(long.to_owned())
         .action(arg.get_action().clone())
+        .value_delimiter(arg.get_value_delimiter())
         .value_parser(arg.get_value_parser().clone());
     let given = if arg.get_action().takes_values() {
         format!("--{long}={text}")

@@ -307,6 +307,14 @@ pub struct ServeArgs {
     /// Its description: GET /v1/openapi.json, or docs/openapi.json in the source.
     #[arg(long, env = "LATCHKEY_HTTP_LISTEN", value_parser = serve::parse_listen, value_name = "ADDR")]
     pub http_listen: Option<SocketAddr>,
+    /// A web page origin, http(s)://HOST[:PORT], that may write to the HTTP API and read its
+    /// answers (CORS) although it is not the node's own: repeat it, or give ORIGIN,ORIGIN (at
+    /// most 16). Without it, a write from a web page of another origin is refused (cross-site
+    /// request forgery).
+    #[arg(long = "http-allow-origin", env = "LATCHKEY_HTTP_ALLOW_ORIGIN", value_delimiter = ',',
+          value_name = "ORIGIN",
+          value_parser = |s: &str| latchkey_server::cross_site::HttpOrigin::parse(s))]
+    pub http_allow_origin: Vec<latchkey_server::cross_site::HttpOrigin>,
     /// A file holding this cluster's secret (at least 16 bytes, mode 0600; e.g.
     /// `head -c 32 /dev/urandom | base64 > FILE`). Every member signs its peer messages with it
     /// and refuses those that do not verify, so strangers and other clusters cannot speak Raft

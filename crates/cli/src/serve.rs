@@ -117,6 +117,7 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
     config.log_kept_after_snapshot = args.log_kept_after_snapshot;
     config.metrics_listen = args.metrics_listen;
     config.http_listen = args.http_listen;
+    config.http_allow_origins = args.http_allow_origin.clone();
     config.cluster_secret = args
         .cluster_secret_file
         .as_deref()

@@ -4,7 +4,9 @@
 //! shows a lock that `latchkey lock` took (token, owner as literal text, its waiter) and drops
 //! it once released; its force-release button takes the lock from the holder (no access
 //! control) or shows the API's refusal (a token without the admin permission). Screenshots go
-//! to `target/ui-screenshots/`.
+//! to `target/ui-screenshots/`. A page of another origin (`web_ui/cross_site.mjs`) tries forms
+//! and fetches against the node's writes, with no access control and under `--acl` over mTLS
+//! with the operator's certificate in the browser: every one is refused (issue #31 item 3).
 //!
 //! Without node, the `npm ci`'d `tests/web_ui/node_modules` or chromium (`/usr/bin/chromium`, or
 //! `LATCHKEY_CHROMIUM`) the browser test is skipped with a message, unless
@@ -506,4 +508,304 @@ fn under_acl_the_page_uses_the_token_and_shows_a_refused_force_release_in_chromi
     // The viewer may lock and read but not force-release: the page offers the button (a token
     // was entered), and the server refuses.
     page_shows_a_held_lock_and_drops_it(kit, node, "acl", Ending::RefusedOnPage);
+}
+
+/// `cross_site.mjs` with `plan` (the node's URL and the forged requests), the browser presenting
+/// `cert` (certificate and key PEM files) when given: its report of what it tried and what the
+/// node answered it.
+fn attack_from_another_origin(
+    kit: &(PathBuf, String),
+    plan: &Value,
+    cert: Option<(&Path, &Path)>,
+) -> Value {
+    let (dir, chromium) = kit;
+    let mut command = Command::new("node");
+    command
+        .arg(dir.join("cross_site.mjs"))
+        .arg(plan.to_string())
+        .env("LATCHKEY_CHROMIUM", chromium)
+        .env_remove("LATCHKEY_UI_CERT")
+        .env_remove("LATCHKEY_UI_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some((cert, key)) = cert {
+        command
+            .env("LATCHKEY_UI_CERT", cert)
+            .env("LATCHKEY_UI_KEY", key);
+    }
+    let mut browser = command.spawn().expect("spawning node");
+    let stdout = browser.stdout.take().expect("piped stdout");
+    let (tx, report) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut text);
+        let _ = tx.send(text);
+    });
+    let line = report.recv_timeout(BROWSER_STEP * 2);
+    let _ = browser.kill();
+    let status = browser.wait().expect("waiting for node");
+    let line = line.unwrap_or_else(|e| panic!("cross_site.mjs said nothing ({e}); see its stderr"));
+    reader.join().expect("the stdout reader");
+    assert!(
+        !line.trim().is_empty(),
+        "cross_site.mjs failed ({status:?}); see its stderr above"
+    );
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("cross_site.mjs: {e}: {line}"))
+}
+
+/// Every forged write the browser sent was answered 403 `cross-origin` (the code, where the
+/// browser let the script read the answer) and none succeeded; and
+/// the attempts that need no preflight did reach the node (the test is not vacuous): at least
+/// `sent` of them.
+fn assert_every_forged_write_refused(report: &Value, sent: usize) {
+    let posts: Vec<&Value> = report["responses"]
+        .as_array()
+        .expect("responses")
+        .iter()
+        .filter(|r| r["method"] == "POST")
+        .collect();
+    let wrong: Vec<String> = posts
+        .iter()
+        .filter(|r| r["status"] != 403 || !(r["code"].is_null() || r["code"] == "cross-origin"))
+        .map(|r| r.to_string())
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "forged writes not refused as cross-origin:\n{}\nattempts: {}",
+        wrong.join("\n"),
+        report["attempts"]
+    );
+    assert!(
+        posts.len() >= sent,
+        "only {} forged writes reached the node, expected at least {sent}: {report}",
+        posts.len()
+    );
+}
+
+/// The forged writes of one target whose answers the browser reports (`cross_site.mjs` tries
+/// each from two origins): three forms and a no-cors fetch. A text/plain cors fetch is sent too,
+/// but its answer, without CORS headers, reaches the script as a network error only; a JSON one
+/// needs a preflight, which the node does not answer for these origins.
+const REPORTED_PER_TARGET: usize = 2 * 4;
+
+/// Regression (issue #31 item 3): a form (text/plain, urlencoded, multipart) or a `fetch`
+/// (no-cors, cors) of a page of another origin released the lock, since the node ignored
+/// `Content-Type` and `Origin`: without `--acl` nothing else is needed. Now every one is
+/// refused, the lock stays held and its session alive; the page's own force-release still works
+/// (`without_acl_the_pages_force_release_takes_the_lock_and_is_audited_in_chromium`).
+#[test]
+fn a_page_of_another_origin_cannot_release_a_lock_in_chromium() {
+    let Some(kit) = browser_kit_or_skip() else {
+        return;
+    };
+    let (_server, http) = http_server();
+    let post = |path: &str, body: Value| {
+        let reply = http_call(&http, "POST", path, &[], Some(&body.to_string()), T).expect(path);
+        assert_eq!(reply.status, 200, "POST {path}: {reply:?}");
+        reply.json()
+    };
+    let session = post("/v1/sessions", serde_json::json!({"ttl_ms": 120_000}))["session"].clone();
+    let grant = post(
+        "/v1/locks/acquire",
+        serde_json::json!({"session": session, "seq": 1, "name": "deploy/web"}),
+    );
+    let token = grant["token"].as_u64().expect("granted with a token");
+    let plan = serde_json::json!({
+        "node": format!("http://{http}"),
+        "targets": [
+            {
+                "path": "/v1/admin/release",
+                "body": {"name": "deploy/web", "reason": "csrf", "operator": "="},
+            },
+            {
+                // As if the page knew the session's secret.
+                "path": "/v1/locks/release",
+                "body": {"session": session, "seq": 2, "name": "deploy/web", "token": token},
+            },
+        ],
+    });
+    let report = attack_from_another_origin(&kit, &plan, None);
+    let lock = Browsed {
+        addr: "",
+        http: &http,
+        bearer: None,
+        groups: None,
+        also: None,
+    }
+    .describe("deploy/web");
+    assert_eq!(
+        lock["holder"]["token"], token,
+        "deploy/web must still be held: {lock}\nthe browser's report: {report}"
+    );
+    let alive = post(
+        "/v1/sessions/keepalive",
+        serde_json::json!({"sessions": [session]}),
+    );
+    assert_eq!(alive["leases"][0]["alive"], true, "{alive}");
+    assert_every_forged_write_refused(&report, 2 * REPORTED_PER_TARGET);
+}
+
+/// A CA and a certificate it signs for 127.0.0.1 and localhost, named `name` (subject CN),
+/// written as `NAME.pem` and `NAME.key` in `dir` (servers and clients alike).
+struct TestCa {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl TestCa {
+    fn new() -> TestCa {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "web-ui test CA");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        TestCa { cert, key }
+    }
+
+    fn issue(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let mut params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                .unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let (cert_path, key_path) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (cert_path, key_path)
+    }
+}
+
+/// Regression (issue #31 item 3), under `--acl` over mTLS: the browser holds the operator's
+/// client certificate (an identity with `admin` on every lock) and presents it to the node, as
+/// a browser does for every request to the node's address, a form of another site's page
+/// included; a bearer token a form cannot send, a certificate it need not. A page of another
+/// origin tries the forms and fetches against `/v1/admin/release`: each is refused and the lock
+/// stays held. (The browser's certificate does reach the node: its GET of the status, which
+/// needs an identity, is answered.)
+#[test]
+fn under_acl_over_mtls_a_page_of_another_origin_cannot_use_the_operators_certificate_in_chromium() {
+    let Some(kit) = browser_kit_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = TestCa::new();
+    let ca_pem = dir.path().join("ca.pem");
+    std::fs::write(&ca_pem, ca.cert.pem()).unwrap();
+    let (server_cert, server_key) = ca.issue(dir.path(), "server");
+    let (operator_cert, operator_key) = ca.issue(dir.path(), "operator");
+    let acl = dir.path().join("acl.toml");
+    std::fs::write(
+        &acl,
+        "[roles.operator]\nadmin = [\"\"]\nlock = [\"\"]\nread = [\"\"]\n\n\
+         [identities.operator]\nroles = [\"operator\"]\n",
+    )
+    .expect("writing the ACL");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
+    let mut process = ServeProcess::new(dir.path().join("server.log"));
+    let path = |p: &Path| p.display().to_string();
+    process.spawn(
+        "the mTLS server",
+        [
+            "--listen".to_owned(),
+            addr.clone(),
+            "--data-dir".to_owned(),
+            path(&dir.path().join("data")),
+            "--tls-cert".to_owned(),
+            path(&server_cert),
+            "--tls-key".to_owned(),
+            path(&server_key),
+            "--tls-ca".to_owned(),
+            path(&ca_pem),
+            "--acl".to_owned(),
+            path(&acl),
+            "--http-listen".to_owned(),
+            http.clone(),
+        ],
+    );
+    let _running = Running(process);
+    // `latchkey ARGS` as the operator, over TLS.
+    let as_operator = |args: &[&str]| -> Vec<String> {
+        let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+        let mut full: Vec<String> = args[..at].iter().map(|s| s.to_string()).collect();
+        full.extend([
+            "--endpoints".to_owned(),
+            format!("https://{addr}"),
+            "--ca".to_owned(),
+            path(&ca_pem),
+            "--cert".to_owned(),
+            path(&operator_cert),
+            "--key".to_owned(),
+            path(&operator_key),
+        ]);
+        full.extend(args[at..].iter().map(|s| s.to_string()));
+        full
+    };
+    let work = Work::new();
+    let held_token = || -> Option<u64> {
+        let out = run(
+            &as_operator(&["status", "--json", "deploy/web"]),
+            work.dir.path(),
+            T,
+        );
+        assert!(out.status.success(), "latchkey status: {out:?}");
+        let status: Value = serde_json::from_str(&out.stdout).expect("status --json");
+        status["token"].as_u64()
+    };
+    wait_until("the mTLS server leads", READY_TIMEOUT, || {
+        let out = run(
+            &as_operator(&["cluster", "status", "--json"]),
+            work.dir.path(),
+            T,
+        );
+        out.status.success()
+            && serde_json::from_str::<Value>(&out.stdout).is_ok_and(|r| !r["leader"].is_null())
+    });
+    let mut holder = Proc::spawn(
+        &as_operator(&[
+            "lock",
+            "deploy/web",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "echo A $LATCHKEY_TOKEN >> '{out}'; while [ ! -e '{release}' ]; do sleep 0.02; done",
+                out = work.path("out").display(),
+                release = work.path("release").display(),
+            ),
+        ]),
+        work.dir.path(),
+    );
+    wait_until("the holder has the lock", T, || {
+        work.lines("out").len() == 1
+    });
+    let token = token_of(&work.lines("out")[0]);
+    assert_eq!(held_token(), Some(token));
+
+    let plan = serde_json::json!({
+        "node": format!("https://{http}"),
+        "status_needs_identity": true,
+        "targets": [{
+            "path": "/v1/admin/release",
+            "body": {"name": "deploy/web", "reason": "csrf", "operator": "="},
+        }],
+    });
+    let report = attack_from_another_origin(&kit, &plan, Some((&operator_cert, &operator_key)));
+    assert_eq!(
+        held_token(),
+        Some(token),
+        "deploy/web must still be held; the browser's report: {report}"
+    );
+    assert_every_forged_write_refused(&report, REPORTED_PER_TARGET);
+    work.touch("release");
+    assert_eq!(holder.wait_code(T), 0, "holder: {}", holder.stderr());
 }

@@ -523,6 +523,22 @@ const _: () = assert!(HTTP_CONNECTIONS_MAX <= CLIENT_CONCURRENT_REQUESTS_MAX);
 /// while it waits.
 pub const HTTP_IDLE_TIMEOUT_MS: u64 = ACQUIRE_POLL_MS_MAX + 20_000;
 const _: () = assert!(HTTP_IDLE_TIMEOUT_MS > ACQUIRE_POLL_MS_MAX + 5_000);
+/// Origins an operator may list with `--http-allow-origin` (issue #31 item 3): web pages of
+/// other origins allowed to write to the HTTP API and read its answers (CORS). Each request
+/// with an `Origin` header is compared with every one. A page or two of the operator's own
+/// (a dashboard, a reverse proxy's name) is the use; a list longer than this looks like an
+/// attempt to allow everyone, which the flag does not offer (no wildcard).
+pub const HTTP_ALLOW_ORIGINS_MAX: usize = 16;
+/// Bytes of an origin (`scheme://host:port`) as `--http-allow-origin` takes it: the longest
+/// `https://`, host name (253) and port.
+pub const HTTP_ORIGIN_BYTES_MAX: usize = "https://".len() + HOST_PORT_BYTES_MAX;
+/// Seconds a browser may keep the node's answer to a listed origin's CORS preflight (its
+/// `Access-Control-Max-Age`): a page then asks once per this long, not before every write;
+/// an origin removed from the list (a restart) is still answered from that cache this long.
+pub const HTTP_CORS_MAX_AGE_S: u64 = 600;
+/// Bytes of a refused request's header (its `Origin`, its `Content-Type`) that the error
+/// message quotes: enough to recognise it; the header itself may be far longer.
+pub const HTTP_QUOTED_HEADER_BYTES_MAX: usize = 128;
 /// Accepted connections whose first bytes or TLS handshake are being read at once (issue #13).
 /// Each costs a task and a few KiB of handshake buffers; a flood of connections that never speak
 /// waits in the kernel's accept backlog instead of growing the server's memory.

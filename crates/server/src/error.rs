@@ -310,7 +310,8 @@ impl From<GroupError> for Status {
 #[derive(Debug, serde::Serialize)]
 pub struct ErrorBody<'a> {
     /// Stable, kebab-case: the same reasons as gRPC's `latchkey-error` metadata, plus the
-    /// HTTP API's own (`no-such-route`, `method-not-allowed`, `body-too-large`).
+    /// HTTP API's own (`no-such-route`, `method-not-allowed`, `body-too-large`, and
+    /// `cross-origin`, `unsupported-media-type` from `cross_site`).
     pub code: &'a str,
     pub message: String,
     /// Set when this node is not the leader and knows which member is.

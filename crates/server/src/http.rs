@@ -13,6 +13,9 @@
 //! reads the routes above and offers force-release to a viewer who may be an admin (see
 //! `ui/app.js`).
 //!
+//! Before any route, `cross_site::guard` refuses a write that is not JSON or comes from a web
+//! page of another origin than the node's own (unless `--http-allow-origin` lists it).
+//!
 //! Connections come through `tls::accept_loop` like gRPC's (TLS when the node has TLS, with
 //! ALPN `http/1.1`), at most `HTTP_CONNECTIONS_MAX` at once, each closed once idle for
 //! `HTTP_IDLE_TIMEOUT_MS`; a body is at most `HTTP_BODY_BYTES_MAX`.
@@ -28,6 +31,7 @@ use axum::extract::connect_info::Connected;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::serve::{IncomingStream, Listener};
@@ -40,6 +44,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::acl::{Identity, Need, Permission};
+use crate::cross_site::{self, CrossSite};
 use crate::error::{ApiError, ErrorBody, GroupError};
 use crate::groups::Groups;
 use crate::node::Node;
@@ -103,7 +108,8 @@ fn handler(method: &str, path: &str) -> MethodRouter<Api> {
 }
 
 /// The API's router, built from [`ROUTES`]; anything else is answered with a JSON error.
-pub(crate) fn router(groups: Arc<Groups>) -> Router {
+/// Every request, to a route or not, passes `cross_site`'s guard first (`policy`).
+pub(crate) fn router(groups: Arc<Groups>, policy: CrossSite) -> Router {
     ROUTES
         .iter()
         .fold(Router::new(), |router, (method, path)| {
@@ -130,6 +136,11 @@ pub(crate) fn router(groups: Arc<Groups>) -> Router {
             .into_response_with(StatusCode::METHOD_NOT_ALLOWED)
         })
         .layer(DefaultBodyLimit::max(limits::HTTP_BODY_BYTES_MAX))
+        // Last, so that it wraps every route and both fallbacks.
+        .layer(middleware::from_fn_with_state(
+            Arc::new(policy),
+            cross_site::guard,
+        ))
         .with_state(groups)
 }
 
@@ -1197,7 +1208,12 @@ pub(crate) async fn serve(
     tls: Option<Arc<ServerTls>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(groups).into_make_service_with_connect_info::<HttpPeer>();
+    // The scheme of the node's own origin is this listener's.
+    let policy = CrossSite::new(
+        tls.is_some(),
+        groups.first().config.http_allow_origins.clone(),
+    );
+    let app = router(groups, policy).into_make_service_with_connect_info::<HttpPeer>();
     let slots = Arc::new(Semaphore::new(limits::HTTP_CONNECTIONS_MAX));
     let (tx_capacity, addr) = (limits::CONN_HANDSHAKES_IN_FLIGHT_MAX, local(&listener));
     match tls {

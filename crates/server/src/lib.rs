@@ -17,6 +17,9 @@
 //! - `leader_contact`: when this member last heard from its group's leader, for `watch`.
 //! - [`http`]: the HTTP/JSON API (`--http-listen`), a second translator over `ops` beside
 //!   `service`, with the same access check; [`http::ROUTES`] is its list of routes.
+//! - [`cross_site`]: the HTTP API's guard against cross-site requests, a layer on its whole
+//!   router: a write must be JSON and come from no web page, the node's own or a listed origin
+//!   (`--http-allow-origin`).
 //! - `acl`: client identities (bearer tokens, client certificates), their permissions on
 //!   lock-name prefixes and their quotas (`--acl`); `service` checks every call against it.
 //! - `clock`: the seam through which the server reads time.
@@ -28,6 +31,7 @@
 pub mod acl;
 pub mod backup;
 pub mod clock;
+pub mod cross_site;
 mod error;
 pub mod groups;
 pub mod http;
@@ -153,6 +157,10 @@ pub struct ServerConfig {
     /// Where to serve the HTTP/JSON API (`--http-listen`, see `http`); off when `None`. With
     /// `tls`, it is served over TLS with the same certificate and client verification.
     pub http_listen: Option<SocketAddr>,
+    /// Web page origins other than the node's own that may write to the HTTP API and read its
+    /// answers (`--http-allow-origin`, see `cross_site`); at most `HTTP_ALLOW_ORIGINS_MAX`, and
+    /// only with `http_listen`.
+    pub http_allow_origins: Vec<cross_site::HttpOrigin>,
     /// The secret every member signs its peer messages with (`--cluster-secret-file`); without
     /// one, peers are told apart only by member id and cluster fingerprint (see `peer_auth`).
     pub cluster_secret: Option<peer_auth::ClusterSecret>,
@@ -189,6 +197,7 @@ impl ServerConfig {
             replicas: 0,
             metrics_listen: None,
             http_listen: None,
+            http_allow_origins: Vec::new(),
             cluster_secret: None,
             tls: None,
             acl: None,
@@ -288,6 +297,14 @@ impl ServerConfig {
             return Err(ConfigError::TableBytesMax(self.table_bytes_max));
         }
         latchkey_core::groups::check_groups(self.groups).map_err(ConfigError::Groups)?;
+        if !self.http_allow_origins.is_empty() && self.http_listen.is_none() {
+            return Err(ConfigError::AllowOriginWithoutHttp);
+        }
+        if self.http_allow_origins.len() > limits::HTTP_ALLOW_ORIGINS_MAX {
+            return Err(ConfigError::TooManyAllowedOrigins(
+                self.http_allow_origins.len(),
+            ));
+        }
         match self.join {
             // A member that joins is given no founding list: it checks the count alone.
             Some(_) => latchkey_core::groups::check_replica_count(self.replicas),
@@ -426,6 +443,15 @@ pub enum ConfigError {
     Groups(latchkey_core::groups::BadGroups),
     #[error("{0}")]
     Replicas(latchkey_core::groups::BadReplicas),
+    #[error(
+        "--http-allow-origin lists origins allowed to use the HTTP API: it needs --http-listen"
+    )]
+    AllowOriginWithoutHttp,
+    #[error(
+        "--http-allow-origin lists {0} origins, at most {max} may be listed",
+        max = limits::HTTP_ALLOW_ORIGINS_MAX
+    )]
+    TooManyAllowedOrigins(usize),
 }
 
 /// A [`ServerConfig`] that passed [`ServerConfig::validate`]. Read it as a `ServerConfig`.
