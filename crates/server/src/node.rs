@@ -527,7 +527,7 @@ impl Node {
             if let Some(recorded) = read_record_file(dir)? {
                 check_record(dir, &recorded, &config)?;
             }
-            std::fs::create_dir_all(dir).map_err(data_dir_error(dir))?;
+            latchkey_log_store::create_dir_durably(dir).map_err(data_dir_error(dir))?;
         }
         open_member_logs(&config.data_dir, config.groups)
             .map_err(|e| StartError::LogStore(e.to_string()))
@@ -547,7 +547,7 @@ impl Node {
         })?;
         let clock = env.clock.clone();
         let dir = config.data_dir.clone();
-        std::fs::create_dir_all(&dir).map_err(data_dir_error(&dir))?;
+        latchkey_log_store::create_dir_durably(&dir).map_err(data_dir_error(&dir))?;
 
         // The log's record of the cluster (or, in an older dir, of its founding member list),
         // then the file beside it (written only once the log's record agrees, so a refused
