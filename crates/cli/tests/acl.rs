@@ -126,8 +126,11 @@ impl AclServer {
             flags.extend(["--auth-token".to_owned(), ADMIN.to_owned()]);
             let out = server.cli(&["cluster", "status", "--json"], &flags);
             if out.status.success() {
+                // Every Raft group led (`--groups`): one, unless `extra` asks for more.
                 let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
-                if !report["leader"].is_null() {
+                let groups = report["groups"].as_array().map(Vec::as_slice);
+                if groups.is_some_and(|g| !g.is_empty() && g.iter().all(|g| !g["leader"].is_null()))
+                {
                     return server;
                 }
             }
@@ -332,6 +335,24 @@ fn a_session_is_refused_to_another_identity() {
     assert_eq!(granted.result, pb::AcquireResult::Granted as i32);
 }
 
+/// [`create`] in Raft group `group` (a server with `--groups`).
+fn create_in(
+    rt: &tokio::runtime::Runtime,
+    client: &mut latchkey_proto::v1::locks_client::LocksClient<tonic::transport::Channel>,
+    token: &str,
+    group: u32,
+) -> Result<pb::Session, tonic::Status> {
+    rt.block_on(client.create_session(as_identity(
+        token,
+        pb::CreateSessionRequest {
+            ttl_ms: 30_000,
+            group: Some(group),
+            ..Default::default()
+        },
+    )))
+    .map(|r| r.into_inner().session.unwrap())
+}
+
 fn assert_quota(status: &tonic::Status, says: &str) {
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert_eq!(reason(status).as_deref(), Some("quota-exceeded"));
@@ -462,6 +483,138 @@ fn wait_quotas_are_enforced_and_freed_when_a_session_ends() {
     .unwrap();
     let granted = rt.block_on(again).unwrap().unwrap().into_inner();
     assert_eq!(granted.result, pb::AcquireResult::Granted as i32);
+}
+
+/// The Raft groups of the quota tests' server (`--groups`).
+const GROUPS: u32 = 4;
+
+fn groups_server() -> AclServer {
+    AclServer::start(&["--groups".to_owned(), GROUPS.to_string()], "", &[])
+}
+
+/// Regression (issue #31): quotas were counted in the table of the group a session was made
+/// in, so with `--groups 4` an identity could hold 4 × `max_sessions` sessions.
+#[test]
+fn session_quotas_count_the_sessions_of_every_group() {
+    let server = groups_server();
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    let first = create_in(&rt, &mut client, APP, 0).unwrap();
+    create_in(&rt, &mut client, APP, 1).unwrap();
+    // app's quota is 2, and it has 2, each in a group of its own.
+    for group in 2..GROUPS {
+        assert_quota(
+            &create_in(&rt, &mut client, APP, group).unwrap_err(),
+            "max_sessions) is 2",
+        );
+    }
+    // Another identity is not held back by app's quota, in any group.
+    for group in 0..GROUPS {
+        create_in(&rt, &mut client, APP2, group).unwrap();
+    }
+    // A session that ends in one group frees room in every group.
+    rt.block_on(client.close_session(as_identity(
+        APP,
+        pb::CloseSessionRequest {
+            session: Some(first),
+        },
+    )))
+    .unwrap();
+    create_in(&rt, &mut client, APP, GROUPS - 1).unwrap();
+}
+
+/// Regression (issue #31): an identity's queued acquires were counted per group, so with
+/// `--groups 4` it could have 4 × `max_waiting` of them.
+#[test]
+fn wait_quotas_count_the_waits_of_every_group() {
+    let server = groups_server();
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    // Two locks of app's prefix in different groups (a lock and its session share a group).
+    let group = |name: &str| latchkey_core::group_of(name, GROUPS);
+    let a = "app/w0".to_owned();
+    let b = (1..64)
+        .map(|i| format!("app/w{i}"))
+        .find(|n| group(n) != group(&a))
+        .expect("64 names fall in more than one of 4 groups");
+    // app2 holds both, each with a session of its group.
+    for name in [&a, &b] {
+        let holder = create_in(&rt, &mut client, APP2, group(name)).unwrap();
+        let got = rt
+            .block_on(client.acquire(as_identity(
+                APP2,
+                pb::AcquireRequest {
+                    session: Some(holder),
+                    seq: 1,
+                    name: name.clone(),
+                    wait_timeout_ms: 0,
+                },
+            )))
+            .unwrap()
+            .into_inner();
+        assert_eq!(got.result, pb::AcquireResult::Granted as i32);
+    }
+    // app (max_waiting 1) waits for each, with a session of each one's group.
+    let on_a = create_in(&rt, &mut client, APP, group(&a)).unwrap();
+    let on_b = create_in(&rt, &mut client, APP, group(&b)).unwrap();
+    let spawner = client.clone();
+    let wait_for = |session: pb::Session, name: &str| {
+        let mut client = spawner.clone();
+        let name = name.to_owned();
+        rt.spawn(async move {
+            client
+                .acquire(as_identity(
+                    APP,
+                    pb::AcquireRequest {
+                        session: Some(session),
+                        seq: 1,
+                        name,
+                        wait_timeout_ms: 60_000,
+                    },
+                ))
+                .await
+        })
+    };
+    let observer = client.clone();
+    let waiters_on = |name: &str| {
+        rt.block_on(observer.clone().describe(as_identity(
+            ADMIN,
+            pb::DescribeRequest { name: name.into() },
+        )))
+        .unwrap()
+        .into_inner()
+        .lock
+        .unwrap()
+        .waiters
+    };
+    let queued_on = |name: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while waiters_on(name) != 1 {
+            assert!(Instant::now() < deadline, "no wait queued on {name}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // The first wait queues in a's group...
+    let queued = wait_for(on_a, &a);
+    queued_on(&a);
+    // ...and one in b's group is past app's quota of one.
+    let refused = rt.block_on(wait_for(on_b, &b)).unwrap();
+    assert_quota(
+        &refused.map(|r| r.into_inner()).unwrap_err(),
+        "max_waiting) is 1",
+    );
+    assert_eq!(waiters_on(&b), 0);
+    // The wait in a's group ends with its session; then b's group takes one.
+    rt.block_on(client.close_session(as_identity(
+        APP,
+        pb::CloseSessionRequest {
+            session: Some(on_a),
+        },
+    )))
+    .unwrap();
+    let _ = rt.block_on(queued);
+    let _again = wait_for(on_b, &b);
+    queued_on(&b);
 }
 
 /// A CA and a certificate signed by it, for `127.0.0.1`, with common name `cn`.

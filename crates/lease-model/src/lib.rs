@@ -395,9 +395,9 @@ impl LeaseModel {
         s.log.push(entry);
     }
 
-    /// Member `m` applies its next committed entry: the table, then what `waiters.rs`
-    /// `Observer::applied` does to the leases, then (on the leader) what the proposer does
-    /// when its `propose` returns.
+    /// Member `m` applies its next committed entry: the table, then the leases as
+    /// `waiters.rs` `Observer::applied` keeps them (`Leases::applied`), then (on the leader)
+    /// what the proposer does when its `propose` returns.
     fn apply_next(&self, s: &mut State, m: usize) {
         let i = s.members[m].applied;
         let entry = s.log[i].clone();
@@ -406,7 +406,7 @@ impl LeaseModel {
         let now = self.now(s, m);
         let member = &mut s.members[m];
         let applied = member.table.0.apply(i as u64 + 1, &cmd);
-        observe(&mut member.leases, &cmd, &applied, now);
+        member.leases.applied(&cmd.op, &applied.outcome, now);
         self.learn_grants(s, &entry, &applied);
         if m != s.leader || entry.term != s.term {
             // The proposer is gone or deposed: its call failed, nobody is answered.
@@ -728,34 +728,6 @@ impl LeaseModel {
             }
         }
         true
-    }
-}
-
-/// What `waiters.rs` `Observer::applied` does to the leases for one applied entry. Kept in
-/// step with it by hand: the observer also wakes waiters and counts metrics, which need a
-/// server around them.
-fn observe(leases: &mut Leases, cmd: &Command, applied: &Applied, now: Instant) {
-    match (&cmd.op, &applied.outcome) {
-        (Op::CreateSession { .. }, Outcome::SessionCreated { id, ttl_ms }) => {
-            leases.created(*id, *ttl_ms, now)
-        }
-        (Op::CloseSession { session }, Outcome::SessionClosed) => leases.removed(session.id),
-        (Op::ExpireSessions { .. }, Outcome::SessionsExpired { ids }) => {
-            for id in ids {
-                leases.removed(*id);
-            }
-        }
-        (Op::MarkLeases { marks }, Outcome::LeasesMarked { .. }) => {
-            for (id, unrenewed_ms) in marks {
-                leases.mark_applied(*id, *unrenewed_ms, now);
-            }
-        }
-        (Op::RenewLeases { .. }, Outcome::LeasesRenewed { ids }) => {
-            for id in ids {
-                leases.renew_applied(*id);
-            }
-        }
-        _ => {}
     }
 }
 

@@ -58,7 +58,7 @@ use latchkey_core::limits;
 
 pub use codec::VALUE_FORMAT_VERSION;
 use disk::{Disk, Group, Indexes};
-pub use durable::write_durably;
+pub use durable::{create_dir_durably, write_durably};
 pub use format::SEGMENT_MAGIC;
 use index::{Index, Source};
 pub use migrate::{migrate_from_redb, Migrated};

@@ -153,7 +153,8 @@ impl LockStateMachine {
             path: snapshot_dir.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(snapshot_dir).map_err(io_err)?;
+        // Durably: the snapshot file's own fsyncs do not keep this directory's entry.
+        latchkey_log_store::create_dir_durably(snapshot_dir).map_err(io_err)?;
         let (state, current) = match snapshot::read(snapshot_dir).map_err(io_err)? {
             None => (State::default(), None),
             Some(bytes) => {

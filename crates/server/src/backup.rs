@@ -331,7 +331,7 @@ pub async fn restore(
         .map_err(RestoreError::Replicas)?;
     // Until every group is seeded, a start refuses the dir (it could found a missing group
     // empty, its locks gone and its tokens restarted low).
-    std::fs::create_dir_all(data_dir).map_err(io(data_dir))?;
+    latchkey_log_store::create_dir_durably(data_dir).map_err(io(data_dir))?;
     latchkey_log_store::write_durably(data_dir, node::RESTORE_MARKER, b"").map_err(io(data_dir))?;
     // Every dir belongs to the new cluster, as if this member had founded it with `members`.
     let record = node::founder_record(id, members, groups, replicas);
@@ -417,7 +417,7 @@ async fn seed_group(
     let membership = StoredMembership::new(Some(log_id), Membership::from(nodes));
 
     let snapshots = dir.join(node::SNAPSHOT_DIR);
-    std::fs::create_dir_all(&snapshots).map_err(io(&snapshots))?;
+    latchkey_log_store::create_dir_durably(&snapshots).map_err(io(&snapshots))?;
     let snapshot = latchkey_raft::snapshot::encode(&Some(log_id), &membership, &table);
     latchkey_raft::snapshot::write_atomically(&snapshots, &snapshot).map_err(io(&snapshots))?;
 

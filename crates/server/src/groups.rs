@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use latchkey_core::{group_of, group_of_session, limits, SessionId, SessionKey};
+use latchkey_core::{group_of, group_of_session, limits, IdentityUsage, SessionId, SessionKey};
 
 use crate::error::{ApiError, GroupError};
 use crate::member_addr::MemberAddr;
@@ -47,11 +47,34 @@ impl Groups {
         for (g, node) in nodes.iter().enumerate() {
             assert_eq!(node.shape.group as usize, g, "group {g}'s node");
             assert_eq!(node.shape.groups as usize, nodes.len(), "group {g}'s count");
+            assert!(
+                Arc::ptr_eq(&node.member_groups, &nodes[0].member_groups),
+                "group {g} started with another member's `MemberShared`"
+            );
         }
-        Arc::new(Groups {
+        let groups = Arc::new(Groups {
             nodes,
             hint_turn: AtomicUsize::new(0),
-        })
+        });
+        groups.nodes[0]
+            .member_groups
+            .set(Arc::downgrade(&groups))
+            .expect("a member's groups are made once");
+        groups
+    }
+
+    /// What `identity` holds in the tables of the groups this member belongs to other than
+    /// `except` (see [`Node::identity_usage`], which adds its own): the member's copies, which
+    /// trail each group's leader by what is still being replicated. A group this member is
+    /// outside of (replica subsets) is not counted: it has no table of it.
+    pub fn identity_usage_besides(&self, except: u32, identity: &str) -> IdentityUsage {
+        let mut usage = IdentityUsage::default();
+        for node in self.belonging().filter(|n| n.shape.group != except) {
+            let u = node.state.read(|t| t.identity_usage(identity));
+            usage.sessions += u.sessions;
+            usage.waiting += u.waiting;
+        }
+        usage
     }
 
     pub fn count(&self) -> u32 {

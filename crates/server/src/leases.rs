@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use latchkey_core::{limits, SessionId, SessionInfo};
+use latchkey_core::{limits, Op, Outcome, SessionId, SessionInfo};
 
 use crate::probe::Plant;
 use tokio::time::Instant;
@@ -111,6 +111,38 @@ impl Leases {
                 renewed_at: None,
             },
         );
+    }
+
+    /// Keeps the lease table in step with one entry applied at `now` (the apply observer's
+    /// part, `waiters.rs`; the lease model calls it too): a created session gets its lease,
+    /// every op that ends a session ends its lease (else the leader would propose its expiry
+    /// at its old deadline, and, that finding it gone, keep it as expiring), and marks and
+    /// logged renewals are applied.
+    pub fn applied(&mut self, op: &Op, outcome: &Outcome, now: Instant) {
+        match (op, outcome) {
+            // Owned or not: every created session gets its lease.
+            (_, Outcome::SessionCreated { id, ttl_ms }) => self.created(*id, *ttl_ms, now),
+            (Op::CloseSession { session }, Outcome::SessionClosed) => self.removed(session.id),
+            (Op::RevokeSession { session, .. }, Outcome::SessionRevoked { .. }) => {
+                self.removed(*session)
+            }
+            (Op::ExpireSessions { .. }, Outcome::SessionsExpired { ids }) => {
+                for id in ids {
+                    self.removed(*id);
+                }
+            }
+            (Op::MarkLeases { marks }, Outcome::LeasesMarked { .. }) => {
+                for (id, unrenewed_ms) in marks {
+                    self.mark_applied(*id, *unrenewed_ms, now);
+                }
+            }
+            (Op::RenewLeases { .. }, Outcome::LeasesRenewed { ids }) => {
+                for id in ids {
+                    self.renew_applied(*id);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// A session recovered at start-up (from a snapshot), with the mark it carries.

@@ -273,19 +273,27 @@ pub(crate) fn founder_record(
     .encode()
 }
 
-/// What the groups of one member share: its metrics, and the token that ends its serving.
+/// What the groups of one member share: its metrics, the token that ends its serving, and
+/// the member's [`Groups`](crate::groups::Groups).
 #[derive(Clone)]
 pub struct MemberShared {
     pub metrics: Arc<Metrics>,
     /// Cancelled when the member begins to shut down; every group's long-polls end on it.
     pub shutdown: CancellationToken,
+    /// The member's groups, set once by `Groups::new` when every group's node has started.
+    pub groups: MemberGroups,
 }
+
+/// A group's way to its member's other groups (an identity's quotas are counted over them,
+/// `Node::identity_usage`): weak, since the `Groups` holds the nodes.
+pub type MemberGroups = Arc<std::sync::OnceLock<std::sync::Weak<crate::groups::Groups>>>;
 
 impl MemberShared {
     pub fn new() -> MemberShared {
         MemberShared {
             metrics: Arc::new(Metrics::new()),
             shutdown: CancellationToken::new(),
+            groups: MemberGroups::default(),
         }
     }
 }
@@ -333,6 +341,8 @@ pub struct Node {
     found_later: Mutex<Option<BTreeMap<u64, BasicNode>>>,
     /// Whether this group holds back the member's shared log ([`Node::compact_log`]).
     held_back: Option<HeldBack>,
+    /// The member's groups ([`MemberShared::groups`]).
+    pub(crate) member_groups: MemberGroups,
 }
 
 /// The member that founds group `group` of a new cluster of members `ids`: the (group mod
@@ -517,7 +527,7 @@ impl Node {
             if let Some(recorded) = read_record_file(dir)? {
                 check_record(dir, &recorded, &config)?;
             }
-            std::fs::create_dir_all(dir).map_err(data_dir_error(dir))?;
+            latchkey_log_store::create_dir_durably(dir).map_err(data_dir_error(dir))?;
         }
         open_member_logs(&config.data_dir, config.groups)
             .map_err(|e| StartError::LogStore(e.to_string()))
@@ -537,7 +547,7 @@ impl Node {
         })?;
         let clock = env.clock.clone();
         let dir = config.data_dir.clone();
-        std::fs::create_dir_all(&dir).map_err(data_dir_error(&dir))?;
+        latchkey_log_store::create_dir_durably(&dir).map_err(data_dir_error(&dir))?;
 
         // The log's record of the cluster (or, in an older dir, of its founding member list),
         // then the file beside it (written only once the log's record agrees, so a refused
@@ -741,6 +751,7 @@ impl Node {
             leader_contact: Default::default(),
             found_later: Mutex::new(found_later),
             held_back,
+            member_groups: member.groups.clone(),
         });
         Ok((node, renew_rx))
     }

@@ -6,12 +6,12 @@
 //! answered only after this node confirmed with a majority that it is still the leader.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use latchkey_core::{
-    limits, Actor, Applied, AuditRecord, Command, HolderState, LockState, Op, Outcome, Rejection,
-    SessionId, SessionKey, SessionOwner,
+    limits, Actor, Applied, AuditRecord, Command, HolderState, IdentityUsage, LockState, Op,
+    Outcome, Rejection, SessionId, SessionKey, SessionOwner,
 };
 use openraft::async_runtime::WatchReceiver;
 use openraft::{ReadPolicy, ServerState};
@@ -399,6 +399,25 @@ impl Node {
             .map_err(ApiError::from)
     }
 
+    /// What `identity` holds on this member, against its quotas: its sessions and queued
+    /// acquires in this group's table and in this member's copies of the other groups it
+    /// belongs to (README, "Access control"). Read before proposing, so it is a check, not a
+    /// reservation: calls of one identity that run at the same time, on this leader or on
+    /// the leaders of other groups, can each pass before the others' entries are applied
+    /// here, so a quota may be overshot by the calls it has in flight (each connection at
+    /// most CLIENT_CONCURRENT_REQUESTS_MAX), and the member's copy of another group trails
+    /// that group's leader. A group this member is outside of (`--replicas`) is not counted.
+    /// Followers refuse the proposal anyway, so the leader's count decides.
+    pub fn identity_usage(&self, identity: &str) -> IdentityUsage {
+        let mut usage = self.state.read(|t| t.identity_usage(identity));
+        if let Some(groups) = self.member_groups.get().and_then(Weak::upgrade) {
+            let others = groups.identity_usage_besides(self.shape.group, identity);
+            usage.sessions += others.sessions;
+            usage.waiting += others.waiting;
+        }
+        usage
+    }
+
     /// Open a session; under access control it belongs to the identity `owner` and counts
     /// toward its session quota. `description` is what the client says about itself.
     pub async fn create_session(
@@ -415,11 +434,7 @@ impl Node {
         let identity = match owner {
             None => None,
             Some(owner) => {
-                // Counted on this node's table before proposing: concurrent creates of one
-                // identity can pass together, so the quota may be overshot by the calls it has
-                // in flight (bounded per connection by CLIENT_CONCURRENT_REQUESTS_MAX), never
-                // more. Followers refuse the proposal anyway, so the leader's count decides.
-                let usage = self.state.read(|t| t.identity_usage(&owner.name));
+                let usage = self.identity_usage(&owner.name);
                 if usage.sessions >= owner.max_sessions {
                     return Err(ApiError::QuotaExceeded(format!(
                         "identity {:?} already has {} sessions, its quota (max_sessions) is {}",
@@ -466,13 +481,12 @@ impl Node {
         let wait_ms = wait_timeout_ms.min(limits::WAIT_TIMEOUT_MS_MAX);
         if let (Some(owner), true) = (owner, wait_ms > 0) {
             // A retry of a request the table knows (queued or done) adds no wait. Counted like
-            // the session quota (see `create_session`).
-            let usage = self.state.read(|t| {
-                t.request_state(session.id, seq)
-                    .is_none()
-                    .then(|| t.identity_usage(&owner.name))
-            });
-            if let Some(usage) = usage {
+            // the session quota (see `Node::identity_usage`).
+            let known = self
+                .state
+                .read(|t| t.request_state(session.id, seq).is_some());
+            if !known {
+                let usage = self.identity_usage(&owner.name);
                 if usage.waiting >= owner.max_waiting {
                     return Err(ApiError::QuotaExceeded(format!(
                         "identity {:?} already has {} acquires waiting, its quota \

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use latchkey_core::{limits, Applied, Command, LockTable, Op, Outcome, RequestState, SessionId};
+use latchkey_core::{limits, Applied, Command, LockTable, Outcome, RequestState, SessionId};
 use latchkey_raft::ApplyObserver;
 use tokio::sync::oneshot;
 
@@ -165,39 +165,11 @@ impl ApplyObserver for Observer {
         self.metrics.applied(&cmd.op, applied);
         self.watch
             .publish(index, latchkey_core::watch_events(index, cmd, applied));
-        match (&cmd.op, &applied.outcome) {
-            // Owned or not: every created session gets its lease.
-            (_, Outcome::SessionCreated { id, ttl_ms }) => {
-                let now = self.clock.now();
-                self.leases
-                    .lock()
-                    .expect("leases lock")
-                    .created(*id, *ttl_ms, now);
-            }
-            (Op::CloseSession { session }, Outcome::SessionClosed) => {
-                self.leases.lock().expect("leases lock").removed(session.id);
-            }
-            (Op::ExpireSessions { .. }, Outcome::SessionsExpired { ids }) => {
-                let mut leases = self.leases.lock().expect("leases lock");
-                for id in ids {
-                    leases.removed(*id);
-                }
-            }
-            (Op::MarkLeases { marks }, Outcome::LeasesMarked { .. }) => {
-                let now = self.clock.now();
-                let mut leases = self.leases.lock().expect("leases lock");
-                for (id, unrenewed_ms) in marks {
-                    leases.mark_applied(*id, *unrenewed_ms, now);
-                }
-            }
-            (Op::RenewLeases { .. }, Outcome::LeasesRenewed { ids }) => {
-                let mut leases = self.leases.lock().expect("leases lock");
-                for id in ids {
-                    leases.renew_applied(*id);
-                }
-            }
-            _ => {}
-        }
+        let now = self.clock.now();
+        self.leases
+            .lock()
+            .expect("leases lock")
+            .applied(&cmd.op, &applied.outcome, now);
         for h in &applied.handoffs {
             self.waiters
                 .wake(h.session, h.seq, WaitEnd::Granted { token: h.token });
@@ -214,6 +186,88 @@ impl ApplyObserver for Observer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::SystemNodeClock;
+    use crate::probe::{NoProbe, Plant};
+    use latchkey_core::{Actor, Op, SessionKey};
+    use tokio::time::{Duration, Instant};
+
+    /// An observer of one member's group 0, and the lease table it keeps.
+    fn observer() -> (Observer, Arc<Mutex<Leases>>) {
+        let leases = Arc::new(Mutex::new(Leases::new(Plant::default())));
+        let observer = Observer {
+            waiters: Arc::new(Waiters::default()),
+            leases: leases.clone(),
+            clock: Arc::new(SystemNodeClock),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+            probe: Arc::new(NoProbe),
+            node: 1,
+            group: 0,
+            watch: Arc::new(crate::watch::WatchHub::default()),
+        };
+        (observer, leases)
+    }
+
+    /// Regression (issue #31): a revoked session stayed in the leader's lease table, which
+    /// proposed its expiry at its old deadline (and, the session gone, kept it as expiring).
+    /// Every op that ends a session takes its lease with it.
+    #[test]
+    fn every_op_that_ends_a_session_removes_its_lease() {
+        const TTL_MS: u64 = 5_000;
+        let ending = |key: SessionKey| {
+            [
+                ("CloseSession", Op::CloseSession { session: key }),
+                ("ExpireSessions", Op::ExpireSessions { ids: vec![key.id] }),
+                (
+                    "RevokeSession",
+                    Op::RevokeSession {
+                        session: key.id,
+                        by: Actor {
+                            identity: None,
+                            claimed: "operator".into(),
+                        },
+                        reason: "test".into(),
+                    },
+                ),
+            ]
+        };
+        for at in 0..ending(SessionKey {
+            id: SessionId(0),
+            secret: 0,
+        })
+        .len()
+        {
+            let (observer, leases) = observer();
+            let mut table = LockTable::new();
+            let mut apply = |index: u64, op: Op| {
+                let cmd = Command { now_ms: 0, op };
+                let applied = table.apply(index, &cmd);
+                observer.applied(index, &cmd, &applied);
+                applied.outcome
+            };
+            let open = Op::CreateSession {
+                ttl_ms: TTL_MS,
+                secret: 7,
+            };
+            let Outcome::SessionCreated { id, .. } = apply(1, open) else {
+                panic!("the session is created");
+            };
+            let (what, op) = ending(SessionKey { id, secret: 7 })[at].clone();
+            let outcome = apply(2, op);
+            assert!(
+                !matches!(outcome, Outcome::Rejected(_)),
+                "{what}: {outcome:?}"
+            );
+            assert_eq!(table.session_count(), 0, "{what} ends the session");
+            let mut leases = leases.lock().unwrap();
+            assert_eq!(leases.next_deadline(), None, "{what} left a lease");
+            let later = Instant::now() + Duration::from_millis(2 * TTL_MS);
+            assert_eq!(
+                leases.take_expired(later),
+                Vec::<SessionId>::new(),
+                "{what}: an expiry would be proposed for a session that is gone"
+            );
+        }
+    }
 
     /// Regression: a client that re-sent a waiting Acquire replaced the first call's slot, and
     /// the first call's cleanup then removed the replacement's slot, so the grant woke nobody.
