@@ -157,7 +157,7 @@ pub(crate) struct Disk {
     active_len: u64,
     /// The active segment's salt, and the sequence number of the next frame written to it.
     salt: Salt,
-    next_seq: u64,
+    next_frame_seq: u64,
     /// Oldest first; the last is the active one.
     segments: VecDeque<SegmentInfo>,
     pub(crate) written: WrittenByGroup,
@@ -241,7 +241,7 @@ impl Disk {
         self.failed.get_or_insert(msg).clone()
     }
 
-    /// Appends `self.buf` (one complete frame, the `next_seq`th) to the active segment and
+    /// Appends `self.buf` (one complete frame, the `next_frame_seq`th) to the active segment and
     /// `fdatasync`s it.
     fn write_buf_synced(&mut self) -> Result<u64, String> {
         if let Some(msg) = &self.failed {
@@ -255,7 +255,7 @@ impl Disk {
         match result {
             Ok(()) => {
                 self.active_len += self.buf.len() as u64;
-                self.next_seq += 1;
+                self.next_frame_seq += 1;
                 Ok(at)
             }
             Err(e) => Err(self.fail(format!("log store write failed: {e}"))),
@@ -275,7 +275,7 @@ impl Disk {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         let mut entries = Vec::new();
-        let start = format::begin_frame(&mut buf, FRAME_BATCH, self.next_seq);
+        let start = format::begin_frame(&mut buf, FRAME_BATCH, self.next_frame_seq);
         let mut max_entry = self
             .segments
             .back()
@@ -362,7 +362,7 @@ impl Disk {
         self.active = file;
         self.active_len = len;
         self.salt = salt;
-        self.next_seq = 1;
+        self.next_frame_seq = 1;
         Ok(())
     }
 
@@ -620,13 +620,32 @@ pub(crate) fn load<L: Clone>(
             LogStoreError::Corrupt(format!("{} (Raft group {group}): {e}", dir.display()))
         })?;
     }
+    // What replay read may be only in the page cache: a process killed between a batch's
+    // `write` and its `fdatasync`, or between a rotation's rename and its directory fsync,
+    // leaves bytes and names the kernel shows but the disk does not hold. Openraft is about to
+    // act on them as persisted (a vote it will not contradict, entries it counts toward a
+    // quorum), and later batches would be acknowledged in a segment whose name a power loss
+    // could still take away. So make all of it durable before anything is answered: every
+    // segment, the directory's entries, and the directory's own entry in its parent.
+    let files = &indexes.values().next().expect("at least one group").files;
+    for (number, file) in files {
+        file.sync_all()
+            .map_err(io_err("sync segment", &dir.join(segment_name(*number))))?;
+    }
+    sync_dir(dir).map_err(io_err("sync directory", dir))?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    sync_dir(parent).map_err(io_err("sync directory", parent))?;
     let (mut active, mut active_len, version, frames) = active.expect("at least one segment");
-    let (salt, next_seq) = match version {
+    let (salt, next_frame_seq) = match version {
         format::Version::V2(salt) => (salt, frames as u64),
         // A log of the build before issue #31: its frames are not salted, so nothing more is
         // written to it; a new segment of the current version starts here, with a checkpoint
         // of everything replayed, and the old segments are read with their own rule until
-        // they are purged and deleted.
+        // they are purged and deleted. Only now that what replay read is durable: a checkpoint
+        // that outlived the state it restates would disagree with it on the next open.
         format::Version::V1 => {
             let number = segments.back().expect("at least one segment").number + 1;
             let (file, len, salt) = create_segment(dir, number, &written)?;
@@ -647,24 +666,6 @@ pub(crate) fn load<L: Clone>(
             (salt, 1)
         }
     };
-    // What replay read may be only in the page cache: a process killed between a batch's
-    // `write` and its `fdatasync`, or between a rotation's rename and its directory fsync,
-    // leaves bytes and names the kernel shows but the disk does not hold. Openraft is about to
-    // act on them as persisted (a vote it will not contradict, entries it counts toward a
-    // quorum), and later batches would be acknowledged in a segment whose name a power loss
-    // could still take away. So make all of it durable before anything is answered: every
-    // segment, the directory's entries, and the directory's own entry in its parent.
-    let files = &indexes.values().next().expect("at least one group").files;
-    for (number, file) in files {
-        file.sync_all()
-            .map_err(io_err("sync segment", &dir.join(segment_name(*number))))?;
-    }
-    sync_dir(dir).map_err(io_err("sync directory", dir))?;
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    sync_dir(parent).map_err(io_err("sync directory", parent))?;
     for (group, index) in &mut indexes {
         let state = written.get(group).cloned().unwrap_or_default();
         index.vote = state.vote;
@@ -680,7 +681,7 @@ pub(crate) fn load<L: Clone>(
             active,
             active_len,
             salt,
-            next_seq,
+            next_frame_seq,
             segments,
             written,
             failed: None,

@@ -8,9 +8,10 @@
 //! - frames, each `len: u32 LE | tag: u64 LE | seq: u64 LE | kind: u8 | body`
 //!   ([`FRAME_HEADER_BYTES`] = 21 before the body), where `len` counts kind and body, `seq` is
 //!   the frame's place in its segment (the checkpoint is 0, the batches after it 1, 2, ...) and
-//!   `tag` is two CRC-32s of `seq | len | kind | body`: the low half prefixed with the salt's
-//!   first 8 bytes, the high half with its last 8. The first frame of every segment is a
-//!   [`FRAME_CHECKPOINT`], every later one a [`FRAME_BATCH`].
+//!   `tag` is two CRC-32s of the frame without its tag (`len | seq | kind | body`): the low
+//!   half of it prefixed with the salt's first 8 bytes, the high half with its last 8. The
+//!   first frame of every segment is a [`FRAME_CHECKPOINT`], every later one a
+//!   [`FRAME_BATCH`].
 //! - A frame's body is a sequence of records, each `len: u32 LE | crc: u32 LE | kind: u8 |
 //!   body` with `crc` the CRC-32 of len, kind and body, of the kinds `REC_*` below
 //!   ([`Record`]).
@@ -33,24 +34,29 @@
 //! damage, and a torn batch holds client bytes: a lock name, a session's owner text. In version
 //! 1 a client could write a well-formed frame (length, CRC-32, kind, body: every field is public
 //! and computable) into such a string; a crash that then lost an earlier page of that batch
-//! left damage followed by "a valid frame", and the member refused to start as corrupt. Version
-//! 2 counts only frames whose tag verifies under the segment's salt, which never leaves the
-//! data directory. The attacker controls every byte of a forged frame, `tag` and `seq`
-//! included, and may guess the sequence number; what they cannot know is the salt. CRC-32 is
-//! affine over GF(2) for inputs of one length, so each half of the tag is the attacker's
-//! computable CRC of their bytes XOR a 32-bit value that depends only on the salt half and the
-//! length, and that value is uniform over 32 bits (the salt half, as a polynomial, is
-//! multiplied by a power of x modulo the CRC's polynomial, a bijection on residues). The two
-//! salt halves are independent, so a forged frame verifies with probability 2^-64, however the
-//! rest of it was chosen; a torn batch of B bytes holds fewer than B places to put one, so it is
-//! mistaken for corruption with probability below B * 2^-64 (2^-34 for a batch of a GiB). (A CRC is no MAC against an
-//! attacker who sees tags: no one outside the data directory ever does.) The salt also stops
-//! stale blocks of a deleted segment, which a filesystem may show after a crash in place of
-//! unwritten data, from counting as frames, and the sequence number inside the tag makes a
-//! frame valid only at its place: a frame copied or replayed to another place in the segment
-//! is corruption, not a later batch. Version 1 segments keep the old rule: a server refusing
-//! names with control characters (`ops.rs`) keeps lock names from forming small lengths, but
-//! other client strings reach the log, and those segments go once purged.
+//! left damage followed by "a valid frame", and the member refused to start as corrupt.
+//!
+//! Version 2 counts only frames whose tag verifies under the segment's salt, which never
+//! leaves the data directory (no API, log line or snapshot carries it). The attacker controls
+//! every byte of a forged frame, `tag` and `seq` included, and may guess the sequence number;
+//! what they cannot know is the salt. CRC-32 is affine over GF(2) for inputs of one length, so
+//! each half of the tag is a CRC the attacker can compute from their own bytes, XOR a 32-bit
+//! value that depends only on the salt half and the length; that value is uniform over 32
+//! bits (the salt half, as a polynomial, is multiplied by a power of x modulo the CRC's
+//! polynomial, which maps the 64-bit halves evenly onto all residues). The halves are drawn
+//! independently, so a forged frame verifies with probability 2^-64 however the rest of it
+//! was chosen, and a torn batch of B bytes, which has fewer than B places to put one, is
+//! mistaken for corruption with probability below B * 2^-64 (2^-34 for a batch of a GiB). A
+//! CRC is no MAC against an attacker who sees tags; no one outside the data directory does.
+//!
+//! The salt also keeps stale blocks of a deleted segment (which a filesystem may show after a
+//! crash in place of unwritten data) from counting as frames, and the sequence number inside
+//! the tag makes a frame valid only at its place: a frame copied to another place in its
+//! segment is corruption, not a later batch. Version 1 segments keep their rule; nothing is
+//! appended to them once this build opened the log, so only a crash of the build before can
+//! have left a torn batch in one. Defence in depth: the server refuses a lock name with a
+//! control character before it is proposed (`latchkey-server`'s `ops.rs`), so a name cannot
+//! hold a small `len`; other client strings (owner text) still can, hence the tag.
 
 use std::ops::Range;
 
@@ -122,7 +128,7 @@ pub(crate) enum Record<'a> {
     },
     /// The records after it in the same frame are of this Raft group (issue #16: one log
     /// shared by a member's groups). Every frame starts in group 0, so a log of one group
-    /// never holds this record, and its bytes are those of the build before groups shared it.
+    /// never holds this record, and its records are those of the build before groups shared it.
     Group(u32),
 }
 
@@ -156,11 +162,10 @@ pub(crate) fn segment_header_v1(number: u64) -> [u8; HEADER_BYTES_V1] {
     h
 }
 
-/// The tag of a frame whose header (from `len` on, tag zeroed or not) and body are `frame`.
+/// The tag under `salt` of the frame `frame` (header and body; what its tag field holds does
+/// not matter): it covers the frame with its tag cut out, `len | seq | kind | body`.
 fn tag(salt: &Salt, frame: &[u8]) -> u64 {
-    // seq | len | kind | body: the sequence number first, so that the covered bytes are those
-    // of the frame with its tag cut out.
-    let covered: [&[u8]; 3] = [&frame[12..20], &frame[..4], &frame[20..]];
+    let covered: [&[u8]; 2] = [&frame[..4], &frame[12..]];
     let half = |key: &[u8]| {
         let mut h = crc32fast::Hasher::new();
         h.update(key);
