@@ -12,6 +12,9 @@
 //!   a missing segment number, a gap in the entries) is [`LogStoreError::Corrupt`];
 //! - after a failed write or fsync nothing more is written (`failed`): the kernel may have
 //!   dropped the data while a later fsync reports success.
+//! - a log whose last segment is of format version 1 (unsalted frames, see `format`) is never
+//!   appended to: replay is followed by a rotation to a segment of the current version, so the
+//!   frames of any one segment are all of its header's version.
 //!
 //! Deletion: the front segment is deleted once every entry it holds is at or below the durable
 //! purge point of its group and a later segment exists (which starts with a checkpoint of each
@@ -27,12 +30,12 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::format::{self, Record, FRAME_BATCH, FRAME_CHECKPOINT};
+use crate::format::{self, Record, Salt, FRAME_BATCH, FRAME_CHECKPOINT};
 use crate::index::{Index, Loc};
 use crate::{lock, LogStoreError};
 
@@ -82,17 +85,18 @@ pub(crate) struct Written {
 /// replays of the same records compare equal however their group markers fell.
 pub(crate) type WrittenByGroup = BTreeMap<Group, Written>;
 
-/// Encodes the checkpoint frame of every group's state: group 0's records first with no
-/// marker, then each other group's after a [`Record::Group`].
-fn checkpoint(written: &WrittenByGroup, buf: &mut Vec<u8>) -> Result<(), String> {
-    let start = format::begin_frame(buf, FRAME_CHECKPOINT);
+/// Encodes the checkpoint frame (the first of a segment salted with `salt`) of every group's
+/// state: group 0's records first with no marker, then each other group's after a
+/// [`Record::Group`].
+fn checkpoint(written: &WrittenByGroup, buf: &mut Vec<u8>, salt: &Salt) -> Result<(), String> {
+    let start = format::begin_frame(buf, FRAME_CHECKPOINT, 0);
     for (&group, state) in written {
         if group != 0 {
             format::encode_record(buf, &Record::Group(group))?;
         }
         state.records(buf)?;
     }
-    format::end_frame(buf, start)
+    format::end_frame(buf, start, salt)
 }
 
 impl Written {
@@ -151,6 +155,9 @@ pub(crate) struct Disk {
     segment_bytes: u64,
     active: Arc<File>,
     active_len: u64,
+    /// The active segment's salt, and the sequence number of the next frame written to it.
+    salt: Salt,
+    next_frame_seq: u64,
     /// Oldest first; the last is the active one.
     segments: VecDeque<SegmentInfo>,
     pub(crate) written: WrittenByGroup,
@@ -178,15 +185,29 @@ fn lock_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>, LogStoreError> {
     )
 }
 
-/// Writes segment `number` (header + checkpoint of `written`) under a temporary name, fsyncs
-/// it, renames it into place and fsyncs the directory. Returns the open file and its length.
+/// A new segment's salt: random, and never shown outside the data directory (why: the module
+/// comment of `format`).
+fn random_salt() -> Result<Salt, LogStoreError> {
+    let path = Path::new("/dev/urandom");
+    let mut salt = Salt::default();
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut salt))
+        .map_err(io_err("read a segment salt from", path))?;
+    Ok(salt)
+}
+
+/// Writes segment `number` (header + checkpoint of `written`, under a new salt) under a
+/// temporary name, fsyncs it, renames it into place and fsyncs the directory. Returns the open
+/// file, its length and its salt; the next frame written to it is the 1st (the checkpoint is
+/// the 0th).
 fn create_segment(
     dir: &Path,
     number: u64,
     written: &WrittenByGroup,
-) -> Result<(File, u64), LogStoreError> {
-    let mut buf = format::segment_header(number).to_vec();
-    checkpoint(written, &mut buf)
+) -> Result<(File, u64, Salt), LogStoreError> {
+    let salt = random_salt()?;
+    let mut buf = format::segment_header(number, &salt).to_vec();
+    checkpoint(written, &mut buf, &salt)
         .map_err(|e| LogStoreError::Corrupt(format!("cannot encode a checkpoint: {e}")))?;
     let path = dir.join(segment_name(number));
     let tmp = dir.join(format!("{}{TMP_SUFFIX}", segment_name(number)));
@@ -204,7 +225,7 @@ fn create_segment(
     fs::rename(&tmp, &path).map_err(io_err("rename into place", &path))?;
     sync_dir(dir).map_err(io_err("sync directory", dir))?;
     let f = open_segment(&path)?;
-    Ok((f, buf.len() as u64))
+    Ok((f, buf.len() as u64, salt))
 }
 
 fn open_segment(path: &Path) -> Result<File, LogStoreError> {
@@ -220,7 +241,8 @@ impl Disk {
         self.failed.get_or_insert(msg).clone()
     }
 
-    /// Appends `self.buf` (complete frames) to the active segment and `fdatasync`s it.
+    /// Appends `self.buf` (one complete frame, the `next_frame_seq`th) to the active segment and
+    /// `fdatasync`s it.
     fn write_buf_synced(&mut self) -> Result<u64, String> {
         if let Some(msg) = &self.failed {
             return Err(msg.clone());
@@ -233,6 +255,7 @@ impl Disk {
         match result {
             Ok(()) => {
                 self.active_len += self.buf.len() as u64;
+                self.next_frame_seq += 1;
                 Ok(at)
             }
             Err(e) => Err(self.fail(format!("log store write failed: {e}"))),
@@ -252,7 +275,7 @@ impl Disk {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         let mut entries = Vec::new();
-        let start = format::begin_frame(&mut buf, FRAME_BATCH);
+        let start = format::begin_frame(&mut buf, FRAME_BATCH, self.next_frame_seq);
         let mut max_entry = self
             .segments
             .back()
@@ -282,7 +305,7 @@ impl Disk {
             Ok(())
         });
         let result = encoded
-            .and_then(|()| format::end_frame(&mut buf, start))
+            .and_then(|()| format::end_frame(&mut buf, start, &self.salt))
             .map_err(|e| self.fail(format!("log store encoding failed: {e}")));
         self.buf = buf;
         result?;
@@ -327,7 +350,7 @@ impl Disk {
             return Ok(());
         }
         let number = self.segments.back().expect("an active segment").number + 1;
-        let (file, len) = create_segment(&self.dir, number, &self.written)?;
+        let (file, len, salt) = create_segment(&self.dir, number, &self.written)?;
         let file = Arc::new(file);
         for index in indexes.values() {
             lock(index).files.insert(number, file.clone());
@@ -338,6 +361,8 @@ impl Disk {
         });
         self.active = file;
         self.active_len = len;
+        self.salt = salt;
+        self.next_frame_seq = 1;
         Ok(())
     }
 
@@ -441,7 +466,7 @@ pub(crate) fn load<L: Clone>(
     }
     numbers.sort_unstable();
     if numbers.is_empty() {
-        let (file, _) = create_segment(dir, 1, &WrittenByGroup::new())?;
+        let (file, _, _) = create_segment(dir, 1, &WrittenByGroup::new())?;
         drop(file);
         numbers.push(1);
     }
@@ -490,17 +515,14 @@ pub(crate) fn load<L: Clone>(
         })?;
         if parsed.frames.is_empty() {
             // A segment gets its final name only once its checkpoint is durable.
-            return Err(corrupt(
-                format::HEADER_BYTES,
-                &"the segment has no checkpoint",
-            ));
+            return Err(corrupt(parsed.valid_len, &"the segment has no checkpoint"));
         }
         let mut info = SegmentInfo {
             number,
             max_entry: BTreeMap::new(),
         };
         for (k, frame) in parsed.frames.iter().enumerate() {
-            let at = frame.body.start - format::FRAME_HEADER_BYTES;
+            let at = frame.at;
             let is_checkpoint = frame.kind == FRAME_CHECKPOINT;
             match (k, frame.kind) {
                 (0, FRAME_CHECKPOINT) | (1.., FRAME_BATCH) => {}
@@ -585,7 +607,12 @@ pub(crate) fn load<L: Clone>(
         }
         segments.push_back(info);
         if last {
-            active = Some((file, parsed.valid_len as u64));
+            active = Some((
+                file,
+                parsed.valid_len as u64,
+                parsed.version,
+                parsed.frames.len(),
+            ));
         }
     }
     for (group, index) in &indexes {
@@ -611,6 +638,34 @@ pub(crate) fn load<L: Clone>(
         _ => Path::new("."),
     };
     sync_dir(parent).map_err(io_err("sync directory", parent))?;
+    let (mut active, mut active_len, version, frames) = active.expect("at least one segment");
+    let (salt, next_frame_seq) = match version {
+        format::Version::V2(salt) => (salt, frames as u64),
+        // A log of the build before issue #31: its frames are not salted, so nothing more is
+        // written to it; a new segment of the current version starts here, with a checkpoint
+        // of everything replayed, and the old segments are read with their own rule until
+        // they are purged and deleted. Only now that what replay read is durable: a checkpoint
+        // that outlived the state it restates would disagree with it on the next open.
+        format::Version::V1 => {
+            let number = segments.back().expect("at least one segment").number + 1;
+            let (file, len, salt) = create_segment(dir, number, &written)?;
+            let file = Arc::new(file);
+            for index in indexes.values_mut() {
+                index.files.insert(number, file.clone());
+            }
+            segments.push_back(SegmentInfo {
+                number,
+                max_entry: BTreeMap::new(),
+            });
+            tracing::info!(
+                dir = %dir.display(),
+                segment = number,
+                "the last log segment is of format version 1; writing on in a new one of version 2"
+            );
+            (active, active_len) = (file, len);
+            (salt, 1)
+        }
+    };
     for (group, index) in &mut indexes {
         let state = written.get(group).cloned().unwrap_or_default();
         index.vote = state.vote;
@@ -618,7 +673,6 @@ pub(crate) fn load<L: Clone>(
         index.meta = state.meta;
         index.debug_check();
     }
-    let (active, active_len) = active.expect("at least one segment");
     Ok((
         indexes,
         Disk {
@@ -626,6 +680,8 @@ pub(crate) fn load<L: Clone>(
             segment_bytes,
             active,
             active_len,
+            salt,
+            next_frame_seq,
             segments,
             written,
             failed: None,
@@ -656,13 +712,14 @@ pub(crate) fn write_fresh(
     entries: impl Iterator<Item = Result<(u64, Vec<u8>), LogStoreError>>,
 ) -> Result<(), LogStoreError> {
     fs::create_dir(dir).map_err(io_err("create directory", dir))?;
-    let (file, mut len) = create_segment(dir, 1, written)?;
+    let (file, mut len, salt) = create_segment(dir, 1, written)?;
     let path = dir.join(segment_name(1));
     // Frames of at most about 1 MiB: a frame's length is a u32, and none of this is torn (it is
     // fsynced before the directory is renamed into place).
     const FRAME_BYTES: usize = 1 << 20;
     let mut buf = Vec::new();
-    let mut start = format::begin_frame(&mut buf, FRAME_BATCH);
+    let mut seq = 1;
+    let mut start = format::begin_frame(&mut buf, FRAME_BATCH, seq);
     let flush = |buf: &mut Vec<u8>, len: &mut u64| -> Result<(), LogStoreError> {
         file.write_all_at(buf, *len)
             .map_err(io_err("write", &path))?;
@@ -681,12 +738,13 @@ pub(crate) fn write_fresh(
         )
         .map_err(LogStoreError::Corrupt)?;
         if buf.len() >= FRAME_BYTES {
-            format::end_frame(&mut buf, start).map_err(LogStoreError::Corrupt)?;
+            format::end_frame(&mut buf, start, &salt).map_err(LogStoreError::Corrupt)?;
             flush(&mut buf, &mut len)?;
-            start = format::begin_frame(&mut buf, FRAME_BATCH);
+            seq += 1;
+            start = format::begin_frame(&mut buf, FRAME_BATCH, seq);
         }
     }
-    format::end_frame(&mut buf, start).map_err(LogStoreError::Corrupt)?;
+    format::end_frame(&mut buf, start, &salt).map_err(LogStoreError::Corrupt)?;
     flush(&mut buf, &mut len)?;
     file.sync_all().map_err(io_err("sync", &path))?;
     sync_dir(dir).map_err(io_err("sync directory", dir))

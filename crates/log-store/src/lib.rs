@@ -11,7 +11,8 @@
 //!   one `fdatasync` (group commit), then acknowledges them.
 //! - `disk`: the segment files: appending, rotation with a checkpoint, deletion after a purge,
 //!   replay and the crash rules on open.
-//! - `format`: the bytes of a segment (header, checksummed frames and records), pure.
+//! - `format`: the bytes of a segment (header with its salt, frames tagged under it and
+//!   numbered, checksummed records), pure.
 //! - `codec`: the versioned value encoding (format byte + postcard).
 //! - `migrate`: reading a log written by the previous (redb) build into a segment directory.
 //! - [`durable`]: replacing a small file atomically and durably (the server's `cluster` file,
@@ -620,7 +621,7 @@ fn entry_bytes(record: &[u8], index: u64) -> Result<&[u8], io::Error> {
             "log entry {index} read back from its segment: {why}"
         ))
     };
-    let frame = format::frame_at(record, 0).map_err(|e| bad(&e))?;
+    let frame = format::record_at(record, 0).map_err(|e| bad(&e))?;
     if frame.body.end != record.len() {
         return Err(bad(&"record length changed"));
     }

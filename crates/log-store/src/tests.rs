@@ -376,16 +376,21 @@ async fn meta_keys_are_durable_and_separate_from_the_log() {
 }
 
 /// Appends `frame` (a batch frame holding `records`) to the last segment of `dir`, as the
-/// writer would have.
+/// writer would have: the next in sequence, tagged under the segment's salt.
 fn append_frame(dir: &Path, records: &[format::Record<'_>]) {
+    let last = segment_paths(dir).pop().unwrap();
+    let mut bytes = std::fs::read(&last).unwrap();
+    let number = last.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    let parsed = format::parse_segment(&bytes, number, true).unwrap();
+    let format::Version::V2(salt) = parsed.version else {
+        panic!("the store writes segments of version 2")
+    };
     let mut buf = Vec::new();
-    let start = format::begin_frame(&mut buf, format::FRAME_BATCH);
+    let start = format::begin_frame(&mut buf, format::FRAME_BATCH, parsed.frames.len() as u64);
     for r in records {
         format::encode_record(&mut buf, r).unwrap();
     }
-    format::end_frame(&mut buf, start).unwrap();
-    let last = segment_paths(dir).pop().unwrap();
-    let mut bytes = std::fs::read(&last).unwrap();
+    format::end_frame(&mut buf, start, &salt).unwrap();
     bytes.extend_from_slice(&buf);
     std::fs::write(&last, bytes).unwrap();
 }
@@ -656,7 +661,7 @@ mod torn_tail {
         let bytes = std::fs::read(&last).unwrap();
         let number = last.file_stem().unwrap().to_str().unwrap().parse().unwrap();
         let parsed = format::parse_segment(&bytes, number, true).unwrap();
-        let last_frame = parsed.frames.last().unwrap().body.start - format::FRAME_HEADER_BYTES;
+        let last_frame = parsed.frames.last().unwrap().at;
         Written {
             _dir: dir,
             path,
@@ -738,6 +743,73 @@ mod torn_tail {
         assert_eq!(
             std::fs::metadata(&w.last).unwrap().len(),
             w.bytes.len() as u64
+        );
+    }
+
+    /// A frame in the format of segment version 1 (`len | crc | kind | body`, the CRC-32 of
+    /// len, kind and body), as an attacker who read the format description computes it, with
+    /// every byte below 0x80 so that it can ride in a lock name (a UTF-8 string).
+    fn forged_v1_frame() -> String {
+        for a in b'a'..=b'z' {
+            for b in b'a'..=b'z' {
+                let body = [a, b];
+                let len = (1 + body.len() as u32).to_le_bytes();
+                let mut h = crc32fast::Hasher::new();
+                h.update(&len);
+                h.update(&[0x10]); // a batch frame
+                h.update(&body);
+                let mut frame = len.to_vec();
+                frame.extend_from_slice(&h.finalize().to_le_bytes());
+                frame.push(0x10);
+                frame.extend_from_slice(&body);
+                if frame.iter().all(|&x| x < 0x80) {
+                    return String::from_utf8(frame).unwrap();
+                }
+            }
+        }
+        unreachable!("one in sixteen checksums is ASCII")
+    }
+
+    /// Regression (issue #31): client bytes that look like a frame made a torn tail look like
+    /// corruption. The last group commit holds a large entry, then one whose payload (a lock
+    /// name, say) embeds a well-formed frame; the crash loses the batch's first page and keeps a
+    /// later one. The member refused to start ("valid data follows"); the batch was never
+    /// acknowledged, so it must be dropped like any torn write.
+    #[tokio::test]
+    async fn a_frame_forged_inside_a_torn_batch_does_not_make_it_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let forged = forged_v1_frame();
+        {
+            let mut store = Store::open(&path).unwrap();
+            flushed(append(&mut store, (1..=3).map(|i| entry(1, i)).collect()).await).await;
+            let big = Entry::new_normal(log_id(1, 4), "a".repeat(6000));
+            let name = format!("release {forged}{forged}{forged}");
+            let attacker = Entry::new_normal(log_id(1, 5), name);
+            flushed(append(&mut store, vec![big, attacker]).await).await;
+        }
+        let last = segment_paths(&path).pop().unwrap();
+        let mut bytes = std::fs::read(&last).unwrap();
+        let number = last.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+        let parsed = format::parse_segment(&bytes, number, true).unwrap();
+        let last_frame = parsed.frames.last().unwrap().at;
+        let forged_at = bytes
+            .windows(forged.len())
+            .position(|w| w == forged.as_bytes())
+            .expect("the payload is stored as is");
+        // The crash: the batch's first page never reached the disk (it reads as zeros), a later
+        // page holding the forged frame did.
+        let page_end = (last_frame / 4096 + 1) * 4096;
+        assert!(forged_at > page_end, "the forged frame is on a later page");
+        bytes[last_frame..page_end].fill(0);
+        std::fs::write(&last, &bytes).unwrap();
+
+        let mut store = Store::open(&path).unwrap_or_else(|e| panic!("open refused: {e}"));
+        assert_eq!(read_all(&mut store).await, ["t1i1", "t1i2", "t1i3"]);
+        assert_eq!(
+            std::fs::metadata(&last).unwrap().len(),
+            last_frame as u64,
+            "the torn batch is cut off"
         );
     }
 
@@ -1702,5 +1774,162 @@ mod groups_shared {
         for store in &mut stores {
             assert_eq!(store.read_committed().await.unwrap(), Some(log_id(1, 1)));
         }
+    }
+}
+
+/// Data dirs written before issue #31 (segment format version 1): `fixtures/v1/` holds two logs
+/// written by that build (small segments, so each has two): `one-group` as `LogStore::open`
+/// writes it (entries 1..=12 one batch each, a truncation after 10, 11..=13 in term 2, votes,
+/// a purge up to 3, the committed id, a meta key) and `groups-0-3` shared by groups 0 and 3.
+/// They open with the state they were written with, the next write starts a segment of
+/// version 2, and it all reopens.
+mod format_version_1 {
+    use super::*;
+
+    /// A copy of the fixture `name` in a new directory (opening takes the directory's lock and
+    /// may truncate and rotate; the checked-in files stay as they are).
+    fn fixture(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/v1")
+            .join(name);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        std::fs::create_dir(&path).unwrap();
+        for f in segment_paths(&from) {
+            std::fs::copy(&f, path.join(f.file_name().unwrap())).unwrap();
+        }
+        (dir, path)
+    }
+
+    fn magic_of(path: &Path) -> Vec<u8> {
+        std::fs::read(path).unwrap()[..8].to_vec()
+    }
+
+    fn terms(term: u64, indexes: std::ops::RangeInclusive<u64>) -> Vec<String> {
+        indexes.map(|i| format!("t{term}i{i}")).collect()
+    }
+
+    #[tokio::test]
+    async fn a_log_of_one_group_opens_and_writes_on_in_version_2() {
+        let (_dir, path) = fixture("one-group");
+        let v1 = b"LKRLOG\x00\x01";
+        assert!(segment_paths(&path).iter().all(|p| magic_of(p) == v1));
+        let expected: Vec<String> = terms(1, 4..=10)
+            .into_iter()
+            .chain(terms(2, 11..=13))
+            .collect();
+        {
+            let mut store = Store::open(&path).unwrap();
+            assert_eq!(read_all(&mut store).await, expected);
+            assert_eq!(store.read_vote().await.unwrap(), Some(vote(2)));
+            assert_eq!(store.read_committed().await.unwrap(), Some(log_id(2, 11)));
+            assert_eq!(
+                store.read_meta("cluster").unwrap().as_deref(),
+                Some(&b"c1"[..])
+            );
+            let state = store.get_log_state().await.unwrap();
+            assert_eq!(state.last_purged_log_id, Some(log_id(1, 3)));
+            assert_eq!(store.segment_numbers(), [1, 2, 3]);
+            flushed(append(&mut store, vec![entry(3, 14)]).await).await;
+            store.save_vote(&vote(3)).await.unwrap();
+        }
+        let paths = segment_paths(&path);
+        assert_eq!(magic_of(&paths[2]), SEGMENT_MAGIC, "the new segment");
+        assert!(
+            paths[..2].iter().all(|p| magic_of(p) == v1),
+            "old ones kept as they were"
+        );
+        let mut store = Store::open(&path).unwrap();
+        let mut expected = expected;
+        expected.push("t3i14".into());
+        assert_eq!(read_all(&mut store).await, expected);
+        assert_eq!(store.read_vote().await.unwrap(), Some(vote(3)));
+        assert_eq!(
+            store.segment_numbers(),
+            [1, 2, 3],
+            "no rotation when the last is new"
+        );
+        // Once purged, the old segments go like any others.
+        store.purge(log_id(3, 14)).await.unwrap();
+        flushed(append(&mut store, vec![entry(3, 15)]).await).await;
+        assert_eq!(store.segment_numbers(), [3]);
+    }
+
+    #[tokio::test]
+    async fn a_log_shared_by_groups_opens_and_writes_on_in_version_2() {
+        let (_dir, path) = fixture("groups-0-3");
+        for round in 0..2 {
+            let mut stores = Store::open_groups(&path, &[0, 3]).unwrap();
+            let mut three = stores.pop().unwrap();
+            let mut zero = stores.pop().unwrap();
+            let mut zeros = terms(1, 1..=7);
+            let mut threes = terms(4, 3..=7);
+            if round == 1 {
+                zeros.push("t1i8".into());
+                threes.push("t4i8".into());
+            }
+            assert_eq!(read_all(&mut zero).await, zeros, "round {round}");
+            assert_eq!(read_all(&mut three).await, threes, "round {round}");
+            assert_eq!(zero.read_vote().await.unwrap(), Some(vote(1)));
+            assert_eq!(three.read_vote().await.unwrap(), Some(vote(4)));
+            assert_eq!(
+                zero.read_meta("cluster").unwrap().as_deref(),
+                Some(&b"c0"[..])
+            );
+            assert_eq!(
+                three.read_meta("cluster").unwrap().as_deref(),
+                Some(&b"c3"[..])
+            );
+            let purged = three.get_log_state().await.unwrap().last_purged_log_id;
+            assert_eq!(purged, Some(log_id(4, 2)));
+            assert_eq!(zero.segment_numbers(), [1, 2, 3], "round {round}");
+            if round == 0 {
+                let a = append(&mut zero, vec![entry(1, 8)]).await;
+                let b = append(&mut three, vec![entry(4, 8)]).await;
+                flushed(a).await;
+                flushed(b).await;
+            }
+        }
+        assert_eq!(magic_of(&segment_paths(&path)[2]), SEGMENT_MAGIC);
+    }
+
+    /// The crash rules of version 1 hold for its segments: a torn last batch is dropped (and the
+    /// log writes on in a new segment), damage followed by a good frame is corruption.
+    #[tokio::test]
+    async fn a_torn_or_corrupt_version_1_segment_is_treated_by_its_rule() {
+        let (_dir, path) = fixture("one-group");
+        let last = segment_paths(&path).pop().unwrap();
+        let bytes = std::fs::read(&last).unwrap();
+        let parsed = format::parse_segment(&bytes, 2, true).unwrap();
+        assert_eq!(parsed.version, format::Version::V1);
+        let last_frame = parsed.frames.last().unwrap().at;
+        // Damage in the frame before the last one, which the last follows.
+        let mut corrupt = bytes.clone();
+        corrupt[last_frame - 3] ^= 0x01;
+        std::fs::write(&last, &corrupt).unwrap();
+        match Store::open(&path) {
+            Err(LogStoreError::Corrupt(msg)) => {
+                assert!(msg.contains("valid data follows"), "{msg}")
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        assert_eq!(
+            segment_paths(&path).len(),
+            2,
+            "a refused open writes nothing"
+        );
+        // A torn last batch (entry 13): dropped and cut off.
+        std::fs::write(&last, &bytes[..bytes.len() - 2]).unwrap();
+        let mut store = Store::open(&path).unwrap();
+        let all = read_all(&mut store).await;
+        assert_eq!(all.last().map(String::as_str), Some("t2i12"));
+        assert_eq!(std::fs::metadata(&last).unwrap().len(), last_frame as u64);
+        flushed(append(&mut store, vec![entry(2, 13)]).await).await;
+        drop(store);
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(
+            read_all(&mut store).await.last().map(String::as_str),
+            Some("t2i13")
+        );
     }
 }

@@ -568,8 +568,19 @@ impl Node {
         name: String,
         token: u64,
     ) -> Result<bool, ApiError> {
-        // Not `validate_name`: a lock taken under a name an older version allowed is released.
+        // Not `validate_name` alone: a lock taken under a name an older version allowed is
+        // released. But a name with a control character that no lock has is refused here, not
+        // proposed: its entry could only answer "not the holder", and it would carry control
+        // bytes a client chose into the Raft log (issue #31). Such names are refused before an
+        // acquire is proposed, so the locks under them only ever go away, and a table read
+        // that lags can only let one more release through to the log, never refuse a held one
+        // (short of a leader that has not yet applied an older version's acquire of it).
         latchkey_core::validate_stored_name(&name)?;
+        if let Err(refused) = latchkey_core::validate_name(&name) {
+            if self.state.read(|t| t.describe(&name).is_none()) {
+                return Err(refused.into());
+            }
+        }
         match self
             .propose(Op::Release {
                 session,

@@ -152,6 +152,139 @@ async fn try_lock_and_wait_timeout_answer_not_granted_and_leave_no_waiter() {
     node.stop().await.expect("the node stops cleanly");
 }
 
+/// Regression (issue #31): a release of a name with a control character was proposed (the
+/// table then answered "not the holder"), so client-chosen control bytes reached the Raft log,
+/// where they could be shaped like a log frame. No lock can have such a name, so it is refused
+/// before the log: the applied index does not move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_of_a_name_with_a_control_character_never_reaches_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = start(dir.path(), None).await;
+    let mut c = client(&mut node).await;
+    let a = session(&mut c, 10_000).await;
+    let token = granted(&acquire(&mut c, &a, 1, "jobs/a", 0).await.unwrap());
+    // The last log index once everything in the log is applied.
+    let settled = |c: &LocksClient<Channel>| {
+        let mut c = c.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+            loop {
+                let s = c.node_status(pb::NodeStatusRequest {}).await.unwrap();
+                let s = s.into_inner();
+                if s.applied_index == s.last_log_index {
+                    return s.last_log_index;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "not applied: {s:?}");
+                tokio::time::sleep(latchkey_testkit::POLL).await;
+            }
+        }
+    };
+    let before = settled(&c).await;
+    for (seq, name) in [
+        (2, "jobs/a\nb"),
+        (3, "\u{1b}[2J"),
+        (4, "x\u{0}\u{0}\u{0}\u{10}"),
+    ] {
+        let e = c
+            .release(pb::ReleaseRequest {
+                session: Some(a),
+                seq,
+                name: name.into(),
+                token,
+            })
+            .await
+            .expect_err(name);
+        assert_eq!(
+            (e.code(), reason(&e).as_str()),
+            (Code::InvalidArgument, "name-control-character"),
+            "{name:?}"
+        );
+    }
+    let released = c
+        .release(pb::ReleaseRequest {
+            session: Some(a),
+            seq: 5,
+            name: "jobs/a".into(),
+            token,
+        })
+        .await
+        .expect("a valid name is released")
+        .into_inner()
+        .released;
+    assert!(released);
+    assert_eq!(
+        settled(&c).await,
+        before + 1,
+        "the one valid release is the only entry the requests added"
+    );
+    node.stop().await.expect("the node stops cleanly");
+}
+
+/// A lock taken under a name with a control character before such names were refused (an
+/// entry an older version logged) can still be released: the refusal above is only for names
+/// no lock has. The old entry is written into the node's log while it is stopped, and the
+/// restarted node commits and applies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_under_an_older_versions_name_with_a_control_character_is_released() {
+    use latchkey_raft::{LogCommand, TypeConfig};
+    use openraft::entry::RaftEntry;
+    use openraft::storage::{IOFlushed, RaftLogStorage};
+    use openraft::type_config::TypeConfigExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let legacy = "jobs/old\tname";
+    let a = {
+        let mut node = start(dir.path(), None).await;
+        let mut c = client(&mut node).await;
+        let a = session(&mut c, 60_000).await;
+        node.stop().await.expect("the node stops cleanly");
+        a
+    };
+    {
+        let mut log =
+            latchkey_log_store::LogStore::<TypeConfig>::open(&dir.path().join("raft-log")).unwrap();
+        let last = log.get_log_state().await.unwrap().last_log_id.unwrap();
+        let command = latchkey_core::Command {
+            now_ms: 0,
+            op: latchkey_core::Op::Acquire {
+                session: latchkey_core::SessionKey {
+                    id: latchkey_core::SessionId(a.id),
+                    secret: a.secret,
+                },
+                seq: 1,
+                name: legacy.into(),
+                wait_ms: 0,
+            },
+        };
+        let id = openraft::LogId::new(last.leader_id, last.index + 1);
+        let (tx, rx) = TypeConfig::oneshot();
+        log.append(
+            [RaftEntry::new_normal(id, LogCommand(command))],
+            IOFlushed::signal(tx),
+        )
+        .await
+        .unwrap();
+        rx.await.unwrap().unwrap();
+    }
+    let mut node = start(dir.path(), None).await;
+    let mut c = client(&mut node).await;
+    let held = describe(&mut c, legacy).await;
+    assert!(held.held && held.session == a.id, "{held:?}");
+    let released = c
+        .release(pb::ReleaseRequest {
+            session: Some(a),
+            seq: 2,
+            name: legacy.into(),
+            token: held.token,
+        })
+        .await
+        .expect("a held lock is released under its name")
+        .into_inner()
+        .released;
+    assert!(released);
+    node.stop().await.expect("the node stops cleanly");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
