@@ -326,7 +326,7 @@ pub struct ServeArgs {
     /// The CA that signs members' and clients' certificates (PEM): every connection must then
     /// present a certificate it signed, and members dial each other with mTLS. Required for a
     /// cluster of more than one member over TLS. Reloaded on SIGHUP and when the file changes,
-    /// for new connections (members dial each other with the CA read at start).
+    /// for new connections (members' connections to each other included).
     #[arg(long, env = "LATCHKEY_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
     /// Access control (TOML): identities (bearer-token hashes, client-certificate names), their

@@ -795,3 +795,90 @@ fn a_client_of_a_new_ca_is_refused_before_and_accepted_after_the_ca_file_is_repl
     let out = lock_once(&endpoint, &as_old_client);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// Issue #31 item 6, the members' own dialing: after the CA file of every member is given a new
+/// CA beside the old one (reloaded, no restart), a member restarted with a certificate of the
+/// new CA is dialed by the others again, and catches up. Each connection a member makes trusts
+/// the CA in use when it is made; with the CA read at start, the others' redials to it failed.
+#[test]
+fn members_redial_with_the_reloaded_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let old_ca = Ca::new("old CA");
+    let new_ca = Ca::new("new CA");
+    let ca_file = old_ca.write(&dir.path().join("ca.pem"));
+    let (mut members, _) = mtls_cluster(dir.path(), &old_ca, &ca_file, false);
+    assert_locks(dir.path(), &old_ca, &ca_file, &members);
+
+    std::fs::write(&ca_file, old_ca.cert.pem() + &new_ca.cert.pem()).unwrap();
+    for member in &mut members {
+        member.sighup("SIGHUP: reloaded the client CA");
+    }
+    // Member 1 stops and misses a lock, so it cannot lead when it returns: the others must dial
+    // it to bring it up to date.
+    let port = members[0].port;
+    let peers = (1..=3)
+        .zip(&members)
+        .map(|(id, m)| format!("{id}=127.0.0.1:{}", m.port))
+        .collect::<Vec<_>>()
+        .join(",");
+    drop(members.remove(0));
+    assert_locks(dir.path(), &old_ca, &ca_file, &members);
+    let (cert, key) = new_ca.issue(dir.path(), "member-1");
+    let mut flags = tls_flags(&cert, &key, Some(&ca_file));
+    flags.extend(["--peers".to_owned(), peers]);
+    members.insert(0, Server::start(dir.path(), 1, port, &flags));
+
+    let (client_cert, client_key) = old_ca.issue(dir.path(), "observer");
+    let mut args = vec![
+        "cluster".to_owned(),
+        "status".to_owned(),
+        "--json".to_owned(),
+    ];
+    args.extend([
+        "--endpoints".to_owned(),
+        members
+            .iter()
+            .map(Server::https)
+            .collect::<Vec<_>>()
+            .join(","),
+    ]);
+    args.extend(paths(&[
+        Path::new("--ca"),
+        &ca_file,
+        Path::new("--cert"),
+        &client_cert,
+        Path::new("--key"),
+        &client_key,
+    ]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = latchkey(&args);
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        let applied = |id: u64| {
+            report["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|m| m["id"] == id)
+                .and_then(|m| m["applied_index"].as_u64())
+        };
+        let leader = report["leader"].as_u64().filter(|&l| l != 1);
+        let caught_up = leader
+            .and_then(|l| Some(applied(1)? >= applied(l)?))
+            .unwrap_or(false);
+        if caught_up {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "member 1 never caught up: {report}\n{}",
+            members
+                .iter()
+                .map(Server::log)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -13,7 +13,9 @@
 //!
 //! A reloaded CA decides the handshakes that begin after it; a connection already open keeps
 //! the client it verified (TLS does not verify again), until it closes. Members dial each other
-//! trusting the CA as it was at start (see [`ServerTls::peer_client_config`]).
+//! the same way: each connection a member makes (a first one, or a redial after one dropped)
+//! trusts the CA in use and presents the pair being served at that moment
+//! ([`TlsPeerConnector`]).
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -21,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
+use hyper_util::rt::TokioIo;
 use latchkey_core::limits;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -33,7 +36,7 @@ use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert, WebPkiClient
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::peer::PeerConnector;
 use crate::refusals::{Reason, Refusals};
@@ -63,8 +66,8 @@ pub struct ServerTls {
     files: TlsFiles,
     current: Arc<CurrentCert>,
     acceptors: RwLock<Acceptors>,
-    /// The CA's certificates in PEM as read at start, for dialing members.
-    dial_ca_pem: Option<Vec<u8>>,
+    /// The CA's certificates in PEM as last loaded, for dialing members.
+    ca_pem: RwLock<Option<Vec<u8>>>,
     /// Modification times of the files when last loaded.
     loaded_mtimes: Mutex<Mtimes>,
 }
@@ -92,11 +95,10 @@ impl fmt::Debug for ServerTls {
     }
 }
 
-/// The certificate and key being served, and their PEM (a member presents the same pair as its
-/// client identity when it dials another).
+/// The certificate and key being served, and the key's PEM (a member presents the same pair as
+/// its client identity when it dials another).
 struct Pair {
     certified: Arc<CertifiedKey>,
-    cert_pem: Vec<u8>,
     key_pem: Vec<u8>,
 }
 
@@ -174,7 +176,6 @@ fn load_pair(files: &TlsFiles) -> Result<Pair, String> {
     })?;
     Ok(Pair {
         certified: Arc::new(certified),
-        cert_pem,
         key_pem,
     })
 }
@@ -238,7 +239,7 @@ impl ServerTls {
     pub fn load(files: TlsFiles) -> Result<Arc<ServerTls>, String> {
         let mtimes = Mtimes::of(&files);
         let pair = load_pair(&files)?;
-        let (verifier, dial_ca_pem) = match &files.ca {
+        let (verifier, ca_pem) = match &files.ca {
             None => (None, None),
             Some(ca) => {
                 let (verifier, pem) = load_ca(ca)?;
@@ -251,7 +252,7 @@ impl ServerTls {
             files,
             current,
             acceptors: RwLock::new(acceptors),
-            dial_ca_pem,
+            ca_pem: RwLock::new(ca_pem),
             loaded_mtimes: Mutex::new(mtimes),
         }))
     }
@@ -305,9 +306,10 @@ impl ServerTls {
             return Ok(false);
         };
         let before = mtime(ca);
-        let result = load_ca(ca).and_then(|(verifier, _)| {
+        let result = load_ca(ca).and_then(|(verifier, pem)| {
             let acceptors = build_acceptors(&self.current, Some(verifier))?;
             *self.acceptors.write().expect("acceptors lock poisoned") = acceptors;
+            *self.ca_pem.write().expect("CA lock poisoned") = Some(pem);
             Ok(true)
         });
         self.loaded_mtimes.lock().expect("mtime lock poisoned").ca = before;
@@ -357,41 +359,72 @@ impl ServerTls {
         }
     }
 
-    /// The client TLS of a member dialing another: the CA as read at start, and this member's
-    /// own pair as its identity.
-    ///
-    /// Not the reloaded CA: a member's channels to the others are made once and redial with the
-    /// configuration they were made with, so a reloaded CA would reach only the channels made
-    /// after it (a member that moved), and which CA a member trusts its peers by would depend
-    /// on history. Accepting follows a reload at once (the others' new certificates are
-    /// accepted as soon as the CA file trusts them); for dialing, a CA change that members
-    /// must trust each other by takes a rolling restart (README "TLS": rotate through a file
-    /// holding both CAs).
-    fn peer_client_config(&self) -> Result<ClientTlsConfig, String> {
-        let ca = self
-            .dial_ca_pem
-            .as_ref()
-            .ok_or("members dial each other over TLS only with --tls-ca")?;
-        let pair = self.current.0.read().expect("certificate lock poisoned");
-        Ok(ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(ca))
-            .identity(Identity::from_pem(&pair.cert_pem, &pair.key_pem)))
+    /// The client TLS of one connection of a member dialing another, made when it connects: the
+    /// CA in use now, and this member's pair being served now as its identity.
+    fn dial_config(&self) -> Result<rustls::ClientConfig, String> {
+        let ca = self.ca_pem.read().expect("CA lock poisoned").clone();
+        let ca = ca.ok_or("members dial each other over TLS only with --tls-ca")?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&ca) {
+            let cert = cert.map_err(|e| format!("the CA: {e}"))?;
+            roots.add(cert).map_err(|e| format!("the CA: {e}"))?;
+        }
+        let (chain, key) = {
+            let pair = self.current.0.read().expect("certificate lock poisoned");
+            let key = PrivateKeyDer::from_pem_slice(&pair.key_pem)
+                .map_err(|e| format!("this member's key: {e}"))?;
+            (pair.certified.cert.clone(), key)
+        };
+        let mut config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| format!("this member's certificate: {e}"))?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(config)
     }
 }
 
-/// Dials members with `https://`, verifying them against the CA and presenting this member's
-/// certificate (mTLS). Each new channel takes the pair being served at that time.
+/// Dials members over TLS, verifying them against the CA and presenting this member's
+/// certificate (mTLS). The handshake is done here rather than by tonic's `ClientTlsConfig`,
+/// which fixes the CA and the pair when the channel is made: a channel lives as long as the
+/// member's membership and redials with what it was made with, so a reloaded CA or a rotated
+/// pair would never reach it. Each connection takes the CA and the pair in force when it is
+/// made.
 pub struct TlsPeerConnector(pub Arc<ServerTls>);
 
 impl PeerConnector for TlsPeerConnector {
     fn channel(&self, addr: &str) -> Result<Channel, String> {
-        let tls = self.0.peer_client_config()?;
+        if !self.0.requires_client_certs() {
+            return Err("members dial each other over TLS only with --tls-ca".into());
+        }
+        // `http://`: tonic must not add a TLS layer of its own; the connector below is the TLS.
         let endpoint =
-            Endpoint::from_shared(format!("https://{addr}")).map_err(|e| e.to_string())?;
-        crate::peer::peer_endpoint(endpoint)
-            .tls_config(tls)
-            .map(|e| e.connect_lazy())
-            .map_err(|e| format!("TLS configuration: {e}"))
+            Endpoint::from_shared(format!("http://{addr}")).map_err(|e| e.to_string())?;
+        let host = endpoint.uri().host().ok_or("no host")?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let name = rustls_pki_types::ServerName::try_from(host)
+            .map_err(|e| format!("{addr}: not a host name or address to verify: {e}"))?;
+        let tls = self.0.clone();
+        let dial = tower::service_fn(move |uri: Uri| {
+            let (tls, name) = (tls.clone(), name.clone());
+            async move {
+                let config = tls.dial_config().map_err(std::io::Error::other)?;
+                let authority = uri.authority().map(|a| a.as_str().to_owned());
+                let authority = authority.ok_or_else(|| std::io::Error::other("no address"))?;
+                let tcp = TcpStream::connect(authority).await?;
+                tcp.set_nodelay(true)?;
+                let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
+                    .connect(name, tcp)
+                    .await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        });
+        Ok(crate::peer::peer_endpoint(endpoint).connect_with_connector_lazy(dial))
     }
 }
 
