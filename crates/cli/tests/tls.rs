@@ -526,7 +526,7 @@ fn the_http_api_of_a_tls_node_needs_tls_and_knows_client_certificates() {
         "--http-listen".to_owned(),
         format!("127.0.0.1:{http_port}"),
     ]);
-    let _server = Server::start(dir.path(), 1, free_port(), &flags);
+    let server = Server::start(dir.path(), 1, free_port(), &flags);
     let url = format!("https://127.0.0.1:{http_port}/v1/cluster/status");
     let files = paths(&[
         &ca_pem,
@@ -557,6 +557,13 @@ fn the_http_api_of_a_tls_node_needs_tls_and_knows_client_certificates() {
     assert!(
         out.contains(r#""code":"unauthenticated""#) && out.ends_with("\n401"),
         "{out}"
+    );
+    // Refused by the same check as over gRPC, and logged with the connection's address.
+    let log = server.log();
+    assert!(
+        log.contains("refused a client (unknown-identity) from 127.0.0.1:")
+            && log.contains("names [\"stranger\""),
+        "{log}"
     );
     // Without a client certificate the handshake itself fails (the CA makes it mandatory).
     let (ok, out) = curl(&["--cacert", &files[0], &url]);
