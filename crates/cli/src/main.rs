@@ -333,12 +333,13 @@ pub struct ServeArgs {
     pub tls_key: Option<PathBuf>,
     /// The CA that signs members' and clients' certificates (PEM): every connection must then
     /// present a certificate it signed, and members dial each other with mTLS. Required for a
-    /// cluster of more than one member over TLS.
+    /// cluster of more than one member over TLS. Reloaded on SIGHUP and when the file changes,
+    /// for new connections (members' connections to each other included).
     #[arg(long, env = "LATCHKEY_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
     /// Access control (TOML): identities (bearer-token hashes, client-certificate names), their
     /// roles' permissions on lock-name prefixes, and their quotas. Without it every client may
-    /// do anything. See README "Access control".
+    /// do anything. Reloaded on SIGHUP and when the file changes. See README "Access control".
     #[arg(long, env = "LATCHKEY_ACL", value_name = "FILE")]
     pub acl: Option<PathBuf>,
     /// The access-control list given inline in the config file (`[acl]`, see `config.rs`):

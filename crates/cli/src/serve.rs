@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
+use latchkey_server::acl::{Acl, AclPolicy, AclSource};
 use latchkey_server::{ConfigError, ServerConfig, ValidConfig};
 use tokio::net::TcpListener;
 
@@ -152,12 +153,20 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
             )))
         }
         (Some(path), None) => Some(
-            latchkey_server::acl::Acl::load(path).map_err(|e| ConfigError::Acl(e.to_string()))?,
+            AclPolicy::load(AclSource::File(path.clone()))
+                .map_err(|e| ConfigError::Acl(e.to_string()))?,
         ),
-        // Checked when the config file was read; parsed again from the same text.
-        (None, Some(text)) => Some(latchkey_server::acl::Acl::parse(text).map_err(|e| {
-            ConfigError::Acl(format!("the config file's inline access-control list: {e}"))
-        })?),
+        // Checked when the config file was read; parsed again from the same text, and reloaded
+        // from the file's `[acl]` table.
+        (None, Some(text)) => {
+            let acl = Acl::parse(text).map_err(|e| {
+                ConfigError::Acl(format!("the config file's inline access-control list: {e}"))
+            })?;
+            let file = args.config.clone().ok_or_else(|| {
+                ConfigError::Acl("an inline access-control list without a config file".into())
+            })?;
+            Some(AclPolicy::loaded(acl, AclSource::ConfigFile(file)))
+        }
         (None, None) => None,
     }
     .map(std::sync::Arc::new);
@@ -204,20 +213,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .local_addr()
         .context("reading the listen address")?;
     let shutdown = shutdown_signal().context("installing signal handlers")?;
-    // SIGHUP: reload the certificate and key now (rotation without a restart). Handled with or
-    // without TLS: its default action ends the process, and `systemctl reload` sends it to
-    // any member. The task ends with the process.
+    // SIGHUP: reload the certificate, key and CA, and the access-control list, now (rotation
+    // and access changes without a restart). Handled with or without them: its default action
+    // ends the process, and `systemctl reload` sends it to any member. The task ends with the
+    // process.
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("installing signal handlers")?;
-    let tls = config.tls.clone();
+    let reloadable = latchkey_server::reload::Reloadable::of(&config);
     tokio::spawn(async move {
         while hangup.recv().await.is_some() {
-            match tls.clone() {
-                Some(tls) => {
-                    let _ = tokio::task::spawn_blocking(move || tls.reload_logged("SIGHUP")).await;
-                }
-                None => tracing::info!("SIGHUP: nothing to reload (no TLS)"),
-            }
+            let files = reloadable.clone();
+            let _ = tokio::task::spawn_blocking(move || files.reload("SIGHUP")).await;
         }
     });
     latchkey_server::run(listener, config.listening_on(listen), shutdown).await

@@ -370,6 +370,10 @@ fn session_quotas_are_enforced_and_freed_when_a_session_ends() {
         &create(&rt, &mut client, APP).unwrap_err(),
         "max_sessions) is 2",
     );
+    // A refusal like the access check's (issue #31 item 5): logged with where it came from.
+    let logged = server.log_lines("refused a client (quota) from 127.0.0.1:");
+    assert_eq!(logged.len(), 1, "{}", server.process.log_tail(20));
+    assert!(logged[0].contains("max_sessions) is 2"), "{}", logged[0]);
     // Another identity is not held back by app's quota.
     create(&rt, &mut client, APP2).unwrap();
     rt.block_on(client.close_session(as_identity(
@@ -945,4 +949,201 @@ fn an_inline_acl_and_an_acl_file_together_are_refused() {
         "{}",
         out.stderr
     );
+}
+
+/// `latchkey_auth_refused_total{reason="REASON"}` on `/metrics` at `metrics` (0 when the series
+/// is absent).
+fn refused_total(metrics: &str, reason: &str) -> u64 {
+    let (status, body) = common::http_get(metrics, "/metrics").expect("/metrics answers");
+    assert_eq!(status, 200, "{body}");
+    let series = format!("latchkey_auth_refused_total{{reason=\"{reason}\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map_or(0, |v| v.trim().parse().expect("a count"))
+}
+
+impl AclServer {
+    /// The server log's lines containing `text`.
+    fn log_lines(&self, text: &str) -> Vec<String> {
+        std::fs::read_to_string(self.process.log_path())
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(text))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Waits (bounded) until the log has more than `seen` lines containing `text`.
+    fn wait_for_log(&self, text: &str, seen: usize) {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while self.log_lines(text).len() <= seen {
+            assert!(
+                Instant::now() < deadline,
+                "no new {text:?} in:\n{}",
+                self.process.log_tail(40)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGHUP, then waits for the log line `text` it brings.
+    fn sighup(&self, text: &str) {
+        let seen = self.log_lines(text).len();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.process.pid()),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap();
+        self.wait_for_log(text, seen);
+    }
+}
+
+const REFUSED: &str = "refused a client";
+
+/// Issue #31 item 5: a refused call is counted by reason on `/metrics` and logged in one line
+/// with the client's address and why; a flood of refusals is counted whole but writes a bounded
+/// number of lines (`REFUSAL_LOG_BURST`, then one per `REFUSAL_LOG_REFILL_MS`), and a later line
+/// says how many it left out.
+#[test]
+fn a_refused_call_is_counted_and_logged_and_a_flood_logs_a_bounded_number_of_lines() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let server = AclServer::start(&["--metrics-listen".to_owned(), metrics.clone()], "", &[]);
+    assert_eq!(refused_total(&metrics, "unknown-token"), 0);
+    assert_denied(
+        &server.as_token("not-a-known-token", &["status", "app/job"]),
+        &[],
+    );
+    assert_eq!(refused_total(&metrics, "unknown-token"), 1);
+    assert_denied(
+        &server.as_token(READER, &["lock", "--wait", "5s", "app/job", "--", "true"]),
+        &[],
+    );
+    assert_eq!(refused_total(&metrics, "permission-denied"), 1);
+    let lines = server.log_lines(REFUSED);
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(
+        lines[0].contains("refused a client (unknown-token) from 127.0.0.1:")
+            && lines[0].contains("not in the access-control list"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains("refused a client (permission-denied) from 127.0.0.1:")
+            && lines[1].contains("\"reader\""),
+        "{}",
+        lines[1]
+    );
+
+    // A flood over one connection, as fast as the server answers.
+    const FLOOD: u64 = 500;
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    let started = Instant::now();
+    for _ in 0..FLOOD {
+        let refused = create(&rt, &mut client, "flood-token-0123456789").unwrap_err();
+        assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(refused_total(&metrics, "unknown-token"), 1 + FLOOD);
+    let written = server.log_lines(REFUSED).len();
+    eprintln!("{written} refusal lines for {FLOOD} refusals in {elapsed:?}");
+    // The burst of 10 lines (2 spent above), one more per second after it, and one for a
+    // second begun.
+    let bound = 10 + elapsed.as_secs() as usize + 1;
+    assert!(
+        written <= bound,
+        "{written} refusal lines for {FLOOD} refusals in {elapsed:?}"
+    );
+    // Once a line is back in the bucket, the next one says what was left out.
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let summary = loop {
+        let _ = create(&rt, &mut client, "flood-token-0123456789");
+        if let Some(line) = server
+            .log_lines(REFUSED)
+            .into_iter()
+            .find(|l| l.contains("not logged since the last line"))
+        {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "{}", server.process.log_tail(20));
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(summary.contains("unknown-token: "), "{summary}");
+}
+
+/// An identity of the reader role with `token`, as the ACL file writes it.
+fn reader_identity(name: &str, token: &str) -> String {
+    format!(
+        "\n[identities.{name}]\ntoken_sha256 = \"{}\"\nroles = [\"reader\"]\n",
+        sha256_hex(token)
+    )
+}
+
+/// A file written with a modification time past any it had, even on a file system with coarse
+/// timestamps.
+fn write_later(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + Duration::from_secs(2))
+        .unwrap();
+}
+
+/// Issue #31 item 6: the `--acl` file is reloaded without a restart, on SIGHUP and when it
+/// changes; an identity added becomes allowed and one removed is refused from the next call,
+/// and a file that does not parse is refused with a log line while the list in force stays.
+#[test]
+fn an_acl_file_is_reloaded_on_sighup_and_on_change_and_a_broken_one_is_refused() {
+    const NEW: &str = "new-token-0123456789";
+    const NEWER: &str = "newer-token-0123456789";
+    let server = AclServer::start(&[], "", &[]);
+    let acl = server.dir.path().join("acl.toml");
+    let status_as = |token| server.as_token(token, &["status", "app/job"]);
+    assert_denied(&status_as(NEW), &["not in the access-control list"]);
+
+    std::fs::write(&acl, acl_text() + &reader_identity("new", NEW)).unwrap();
+    server.sighup("SIGHUP: reloaded the access-control list");
+    assert_ok(&status_as(NEW));
+
+    std::fs::write(&acl, "[identities.x]\nroles = [\"undefined\"]\n").unwrap();
+    server.sighup("SIGHUP: keeping the access-control list in force");
+    let refused = server.log_lines("keeping the access-control list in force");
+    assert!(refused[0].contains("\"undefined\""), "{refused:?}");
+    assert_ok(&status_as(NEW));
+    assert_ok(&status_as(APP));
+
+    // No signal: the file's modification time is polled. `new` is gone, `newer` is in.
+    let changed = "the access-control file changed: reloaded the access-control list";
+    let seen = server.log_lines(changed).len();
+    write_later(&acl, &(acl_text() + &reader_identity("newer", NEWER)));
+    server.wait_for_log(changed, seen);
+    assert_ok(&status_as(NEWER));
+    assert_denied(&status_as(NEW), &["not in the access-control list"]);
+}
+
+/// Issue #31 item 6: an access-control list inline in `serve --config`'s file is reloaded from
+/// that file's `[acl]` table.
+#[test]
+fn an_inline_acl_is_reloaded_from_the_config_file() {
+    const NEW: &str = "new-token-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let inline = |text: String| {
+        let acl = text
+            .replace("[roles.", "[acl.roles.")
+            .replace("[identities.", "[acl.identities.");
+        format!("heartbeat-ms = 100\n{acl}")
+    };
+    let config = dir.path().join("latchkey.toml");
+    std::fs::write(&config, inline(acl_text())).unwrap();
+    let flags = ["--config".to_owned(), config.display().to_string()];
+    let server = AclServer::start_in(dir, &flags, "", &[]);
+    assert_denied(
+        &server.as_token(NEW, &["status", "app/job"]),
+        &["not in the access-control list"],
+    );
+    std::fs::write(&config, inline(acl_text() + &reader_identity("new", NEW))).unwrap();
+    server.sighup("SIGHUP: reloaded the access-control list");
+    assert_ok(&server.as_token(NEW, &["status", "app/job"]));
 }

@@ -526,7 +526,7 @@ fn the_http_api_of_a_tls_node_needs_tls_and_knows_client_certificates() {
         "--http-listen".to_owned(),
         format!("127.0.0.1:{http_port}"),
     ]);
-    let _server = Server::start(dir.path(), 1, free_port(), &flags);
+    let server = Server::start(dir.path(), 1, free_port(), &flags);
     let url = format!("https://127.0.0.1:{http_port}/v1/cluster/status");
     let files = paths(&[
         &ca_pem,
@@ -558,6 +558,13 @@ fn the_http_api_of_a_tls_node_needs_tls_and_knows_client_certificates() {
         out.contains(r#""code":"unauthenticated""#) && out.ends_with("\n401"),
         "{out}"
     );
+    // Refused by the same check as over gRPC, and logged with the connection's address.
+    let log = server.log();
+    assert!(
+        log.contains("refused a client (unknown-identity) from 127.0.0.1:")
+            && log.contains("names [\"stranger\""),
+        "{log}"
+    );
     // Without a client certificate the handshake itself fails (the CA makes it mandatory).
     let (ok, out) = curl(&["--cacert", &files[0], &url]);
     assert!(!ok, "a client without a certificate got in: {out}");
@@ -569,7 +576,7 @@ fn the_http_api_of_a_tls_node_needs_tls_and_knows_client_certificates() {
 }
 
 /// README "TLS", rotation: without SIGHUP, the files' modification times are polled every
-/// `TLS_RELOAD_POLL_MS`, and a changed pair is served from then on.
+/// `RELOAD_POLL_MS`, and a changed pair is served from then on.
 #[test]
 fn replacing_the_files_without_sighup_serves_the_new_certificate() {
     let dir = tempfile::tempdir().unwrap();
@@ -681,4 +688,204 @@ fn a_member_certificate_cannot_speak_for_another_member() {
         members[2].log()
     );
     assert_locks(dir.path(), &ca, &ca_pem, &members);
+}
+
+/// `latchkey_auth_refused_total{reason="REASON"}` on `/metrics` at `addr` (0 when absent).
+fn refused_total(addr: &str, reason: &str) -> u64 {
+    let (ok, out) = curl(&[&format!("http://{addr}/metrics")]);
+    assert!(ok && out.ends_with("\n200"), "{out}");
+    let series = format!("latchkey_auth_refused_total{{reason=\"{reason}\"}} ");
+    out.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map_or(0, |v| v.trim().parse().expect("a count"))
+}
+
+impl Server {
+    /// SIGHUP, then waits for the log to have one more line containing `text`.
+    fn sighup(&mut self, text: &str) {
+        let seen = self.log().matches(text).count();
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+        self.wait_for_more(text, seen);
+    }
+
+    /// Waits (bounded) until the log has more than `seen` lines containing `text`.
+    fn wait_for_more(&mut self, text: &str, seen: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.log().matches(text).count() <= seen {
+            assert!(
+                Instant::now() < deadline,
+                "no new {text:?} in:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Issue #31 items 5 and 6: a handshake refused for its client certificate (none, or one the CA
+/// did not sign) is counted and logged with the client's address; the CA file is reloaded on
+/// SIGHUP and when it changes, so a client whose certificate comes from a new CA is refused
+/// before the CA file trusts that CA and accepted after, without a restart.
+#[test]
+fn a_client_of_a_new_ca_is_refused_before_and_accepted_after_the_ca_file_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let old_ca = Ca::new("old CA");
+    let new_ca = Ca::new("new CA");
+    let ca_file = old_ca.write(&dir.path().join("ca.pem"));
+    let old_pem = old_ca.write(&dir.path().join("old-ca.pem"));
+    let (cert, key) = old_ca.issue(dir.path(), "server");
+    let (client_cert, client_key) = new_ca.issue(dir.path(), "client");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut flags = tls_flags(&cert, &key, Some(&ca_file));
+    flags.extend(["--metrics-listen".to_owned(), metrics.clone()]);
+    let mut server = Server::start(dir.path(), 1, free_port(), &flags);
+    let endpoint = server.https();
+    let server_ca = ["--ca".to_owned(), old_pem.display().to_string()];
+    let mut as_client = server_ca.to_vec();
+    as_client.extend(paths(&[
+        Path::new("--cert"),
+        &client_cert,
+        Path::new("--key"),
+        &client_key,
+    ]));
+
+    assert_tls_failure(
+        &lock_once(&endpoint, &as_client),
+        "refused this client's certificate",
+    );
+    assert_tls_failure(
+        &lock_once(&endpoint, &server_ca),
+        "requires a client certificate",
+    );
+    assert!(refused_total(&metrics, "bad-certificate") >= 1);
+    assert!(refused_total(&metrics, "no-certificate") >= 1);
+    let log = server.log();
+    for reason in ["bad-certificate", "no-certificate"] {
+        let said = format!("refused a client ({reason}) from 127.0.0.1:");
+        assert!(log.contains(&said), "no {said:?} in:\n{log}");
+    }
+
+    // A rotation: the CA file trusts both CAs, then SIGHUP.
+    let both = old_ca.cert.pem() + &new_ca.cert.pem();
+    std::fs::write(&ca_file, both).unwrap();
+    server.sighup("SIGHUP: reloaded the client CA");
+    let out = lock_once(&endpoint, &as_client);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // No signal: the file's modification time is polled. The new CA is trusted no more.
+    let changed = "the CA file changed: reloaded the client CA";
+    let seen = server.log().matches(changed).count();
+    std::fs::write(&ca_file, old_ca.cert.pem()).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&ca_file)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + Duration::from_secs(2))
+        .unwrap();
+    server.wait_for_more(changed, seen);
+    assert_tls_failure(
+        &lock_once(&endpoint, &as_client),
+        "refused this client's certificate",
+    );
+    // A CA file that does not load is refused; the CA in use stays.
+    std::fs::write(&ca_file, "not a certificate").unwrap();
+    server.sighup("SIGHUP: keeping the client CA in use");
+    let (server_cert, server_key) = old_ca.issue(dir.path(), "old-client");
+    let mut as_old_client = server_ca.to_vec();
+    as_old_client.extend(paths(&[
+        Path::new("--cert"),
+        &server_cert,
+        Path::new("--key"),
+        &server_key,
+    ]));
+    let out = lock_once(&endpoint, &as_old_client);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// Issue #31 item 6, the members' own dialing: after the CA file of every member is given a new
+/// CA beside the old one (reloaded, no restart), a member restarted with a certificate of the
+/// new CA is dialed by the others again, and catches up. Each connection a member makes trusts
+/// the CA in use when it is made; with the CA read at start, the others' redials to it failed.
+#[test]
+fn members_redial_with_the_reloaded_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let old_ca = Ca::new("old CA");
+    let new_ca = Ca::new("new CA");
+    let ca_file = old_ca.write(&dir.path().join("ca.pem"));
+    let (mut members, _) = mtls_cluster(dir.path(), &old_ca, &ca_file, false);
+    assert_locks(dir.path(), &old_ca, &ca_file, &members);
+
+    std::fs::write(&ca_file, old_ca.cert.pem() + &new_ca.cert.pem()).unwrap();
+    for member in &mut members {
+        member.sighup("SIGHUP: reloaded the client CA");
+    }
+    // Member 1 stops and misses a lock, so it cannot lead when it returns: the others must dial
+    // it to bring it up to date.
+    let port = members[0].port;
+    let peers = (1..=3)
+        .zip(&members)
+        .map(|(id, m)| format!("{id}=127.0.0.1:{}", m.port))
+        .collect::<Vec<_>>()
+        .join(",");
+    drop(members.remove(0));
+    assert_locks(dir.path(), &old_ca, &ca_file, &members);
+    let (cert, key) = new_ca.issue(dir.path(), "member-1");
+    let mut flags = tls_flags(&cert, &key, Some(&ca_file));
+    flags.extend(["--peers".to_owned(), peers]);
+    members.insert(0, Server::start(dir.path(), 1, port, &flags));
+
+    let (client_cert, client_key) = old_ca.issue(dir.path(), "observer");
+    let mut args = vec![
+        "cluster".to_owned(),
+        "status".to_owned(),
+        "--json".to_owned(),
+    ];
+    args.extend([
+        "--endpoints".to_owned(),
+        members
+            .iter()
+            .map(Server::https)
+            .collect::<Vec<_>>()
+            .join(","),
+    ]);
+    args.extend(paths(&[
+        Path::new("--ca"),
+        &ca_file,
+        Path::new("--cert"),
+        &client_cert,
+        Path::new("--key"),
+        &client_key,
+    ]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = latchkey(&args);
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        let applied = |id: u64| {
+            report["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|m| m["id"] == id)
+                .and_then(|m| m["applied_index"].as_u64())
+        };
+        let leader = report["leader"].as_u64().filter(|&l| l != 1);
+        let caught_up = leader
+            .and_then(|l| Some(applied(1)? >= applied(l)?))
+            .unwrap_or(false);
+        if caught_up {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "member 1 never caught up: {report}\n{}",
+            members
+                .iter()
+                .map(Server::log)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

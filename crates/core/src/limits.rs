@@ -552,10 +552,12 @@ const _: () = assert!(CONN_HANDSHAKE_TIMEOUT_MS > CLIENT_CONNECT_TIMEOUT_MS_DEFA
 /// TLS port, TLS to a plaintext one) before closing it: closing with unread bytes sends a TCP
 /// reset, which can destroy the explanation before the client reads it.
 pub const CONN_MISMATCH_LINGER_MS: u64 = 1_000;
-/// How often a TLS server looks at its certificate and key files' modification times, to reload
-/// them after a rotation without a restart (SIGHUP reloads at once). Two `stat` calls every few
-/// seconds cost nothing; a renewed certificate is served within this time of its files changing.
-pub const TLS_RELOAD_POLL_MS: u64 = 5_000;
+/// How often a server looks at the modification times of the files it reloads without a restart
+/// (SIGHUP reloads at once): the TLS certificate, key and CA, and the access-control list (its
+/// file, or the `serve --config` file holding it). A few `stat` calls every few seconds cost
+/// nothing; a renewed certificate, a new CA or a changed list is in force within this time of
+/// its file changing.
+pub const RELOAD_POLL_MS: u64 = 5_000;
 /// Bytes a certificate, key or CA file may have. A chain of a few certificates is a few KiB; the
 /// bound keeps a wrong path (a log file, a device) from being read into memory whole.
 pub const TLS_PEM_FILE_BYTES_MAX: u64 = 1024 * 1024;
@@ -594,6 +596,23 @@ pub const CONFIG_FILE_BYTES_MAX: u64 = 1024 * 1024;
 /// few dozen bytes; the bound caps the hashing work a hostile header can ask for (tonic already
 /// caps the whole header block).
 pub const AUTH_TOKEN_BYTES_MAX: usize = 4_096;
+/// Log lines about refused clients (a TLS handshake without an acceptable certificate, an
+/// unknown token or identity, a denied permission, a quota) a member may write in a burst. Every
+/// refusal is counted (`latchkey_auth_refused_total{reason}`); the log is for the operator to
+/// see who and from where, and the first few lines of a misconfigured client say that. Beyond
+/// the burst, lines are refilled at `REFUSAL_LOG_REFILL_MS`, and the next line written says
+/// how many were left out, by reason: a flood of refusals costs the log at most one line per
+/// refill and the member a fixed few bytes of state (one bucket, one count per reason), never a
+/// map that grows with the addresses an attacker can use.
+pub const REFUSAL_LOG_BURST: u32 = 10;
+/// One refusal log line comes back to the bucket every this many milliseconds (at most 3,600
+/// lines an hour, about half a MiB, under a sustained flood).
+pub const REFUSAL_LOG_REFILL_MS: u64 = 1_000;
+/// Bytes of a refusal's explanation a log line carries: enough for the identity, permission
+/// and lock of a denial; a lock name in a request may be far longer (up to the message bound),
+/// and a flood must not write megabytes per line.
+pub const REFUSAL_LOG_DETAIL_BYTES_MAX: usize = 256;
+const _: () = assert!(REFUSAL_LOG_BURST >= 1 && REFUSAL_LOG_REFILL_MS >= 1);
 
 /// Locks whose queue lengths `/metrics` shows (`latchkey_queue_length{lock=...}`): the longest
 /// few are what an operator looks for (a stuck holder, a herd); one series per lock would make

@@ -43,7 +43,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use crate::acl::{Identity, Need, Permission};
+use crate::acl::{Caller, Need, Permission};
 use crate::cross_site::{self, CrossSite};
 use crate::error::{ApiError, ErrorBody, GroupError};
 use crate::groups::Groups;
@@ -248,16 +248,19 @@ fn param(params: &[(&str, String)], name: &str) -> Option<String> {
         .map(|(_, v)| v.clone())
 }
 
-/// What a connection presented: the client certificate chain of its TLS session, if any.
+/// What a connection presented: the client certificate chain of its TLS session, if any, and
+/// its address.
 #[derive(Debug, Clone)]
 pub(crate) struct HttpPeer {
     certs: Option<Arc<[CertificateDer<'static>]>>,
+    addr: Option<SocketAddr>,
 }
 
 fn credentials<'a>(headers: &'a HeaderMap, peer: &'a HttpPeer) -> Credentials<'a> {
     Credentials {
         authorization: headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()),
         certs: peer.certs.as_deref(),
+        from: peer.addr,
     }
 }
 
@@ -270,7 +273,7 @@ fn authorize(
     peer: &HttpPeer,
     need: Need<'_>,
     sessions: &[SessionId],
-) -> Result<Option<Arc<Identity>>, HttpError> {
+) -> Result<Option<Caller>, HttpError> {
     let node = match sessions.first() {
         Some(id) => groups.of_session(*id)?,
         None => groups.first(),
@@ -493,7 +496,7 @@ async fn create_session(
     let req: CreateSessionRequest = parse(body)?;
     let node = groups.named(req.group, "POST /v1/sessions without a \"group\"")?;
     let created = node
-        .create_session(req.ttl_ms, who.as_deref(), req.owner.map(Into::into))
+        .create_session(req.ttl_ms, who.as_ref(), req.owner.map(Into::into))
         .await
         .map_err(in_group(node))?;
     Ok(json(&CreateSessionResponse {
@@ -709,7 +712,7 @@ async fn acquire(
             req.seq,
             req.name,
             req.wait_timeout_ms,
-            who.as_deref(),
+            who.as_ref(),
         )
         .await
         .map_err(in_group(node))?;
@@ -1055,14 +1058,19 @@ trait HttpConnection: AsyncRead + AsyncWrite + Unpin + Send + 'static {
 
 impl HttpConnection for TcpStream {
     fn peer(&self) -> HttpPeer {
-        HttpPeer { certs: None }
+        HttpPeer {
+            certs: None,
+            addr: self.peer_addr().ok(),
+        }
     }
 }
 
 impl HttpConnection for tokio_rustls::server::TlsStream<TcpStream> {
     fn peer(&self) -> HttpPeer {
+        let (tcp, tls) = self.get_ref();
         HttpPeer {
-            certs: self.get_ref().1.peer_certificates().map(Arc::from),
+            certs: tls.peer_certificates().map(Arc::from),
+            addr: tcp.peer_addr().ok(),
         }
     }
 }
@@ -1190,7 +1198,10 @@ impl<IO: HttpConnection> Listener for HttpListener<IO> {
     }
 
     fn local_addr(&self) -> std::io::Result<HttpPeer> {
-        Ok(HttpPeer { certs: None })
+        Ok(HttpPeer {
+            certs: None,
+            addr: None,
+        })
     }
 }
 
@@ -1213,6 +1224,7 @@ pub(crate) async fn serve(
         tls.is_some(),
         groups.first().config.http_allow_origins.clone(),
     );
+    let refusals = groups.first().metrics.refusals.clone();
     let app = router(groups, policy).into_make_service_with_connect_info::<HttpPeer>();
     let slots = Arc::new(Semaphore::new(limits::HTTP_CONNECTIONS_MAX));
     let (tx_capacity, addr) = (limits::CONN_HANDSHAKES_IN_FLIGHT_MAX, local(&listener));
@@ -1231,7 +1243,14 @@ pub(crate) async fn serve(
         Some(server_tls) => {
             let (tx, incoming) = mpsc::channel(tx_capacity);
             let accept = tokio::spawn(tls::accept_loop(listener, tx, move |stream, from| {
-                tls::tls_handshake(server_tls.clone(), tls::Served::Http, stream, from)
+                let refusals = refusals.clone();
+                tls::tls_handshake(
+                    server_tls.clone(),
+                    tls::Served::Http,
+                    refusals,
+                    stream,
+                    from,
+                )
             }));
             tracing::info!(%addr, "serving the HTTP API over TLS");
             let served = axum::serve(HttpListener { incoming, slots }, app)

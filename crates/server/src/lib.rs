@@ -21,7 +21,10 @@
 //!   router: a write must be JSON and come from no web page, the node's own or a listed origin
 //!   (`--http-allow-origin`).
 //! - `acl`: client identities (bearer tokens, client certificates), their permissions on
-//!   lock-name prefixes and their quotas (`--acl`); `service` checks every call against it.
+//!   lock-name prefixes and their quotas (`--acl`), reloaded on SIGHUP and on a file change;
+//!   `Node::authorize` checks every call of both APIs against it.
+//! - [`refusals`]: refused clients counted by reason and logged, rate-limited.
+//! - [`reload`]: the TLS files and the access-control list, reloaded on SIGHUP and on a change.
 //! - `clock`: the seam through which the server reads time.
 //! - [`backup`]: the backup file (`latchkey snapshot save`, from `ops`' `backup`) and the
 //!   restore that seeds a new member's data dir from it (`latchkey snapshot restore`).
@@ -44,6 +47,8 @@ mod ops;
 mod peer;
 pub mod peer_auth;
 pub mod probe;
+pub mod refusals;
+pub mod reload;
 mod service;
 pub mod tls;
 mod waiters;
@@ -167,9 +172,9 @@ pub struct ServerConfig {
     /// TLS for clients and members (`--tls-cert`, `--tls-key`, `--tls-ca`); plaintext when
     /// `None`. Only [`run`] serves it (the simulation's transports stay plaintext).
     pub tls: Option<Arc<tls::ServerTls>>,
-    /// Client authentication, permissions and quotas (`--acl`); every client may do anything
-    /// when `None`.
-    pub acl: Option<Arc<acl::Acl>>,
+    /// Client authentication, permissions and quotas (`--acl`, or `[acl]` in the config file),
+    /// reloaded without a restart (`reload.rs`); every client may do anything when `None`.
+    pub acl: Option<Arc<acl::AclPolicy>>,
     /// Fixed bugs put back on purpose (the simulation's checker tests); all off by default.
     #[doc(hidden)]
     pub plant: Plant,
@@ -500,13 +505,20 @@ pub async fn run(
         }
     };
     let log_stores = node::Node::open_log_stores(&config)?;
+    // Made here, before the node: the TLS accept loops report refused handshakes to its
+    // metrics.
+    let member = node::MemberShared::new();
+    let refusals = member.metrics.refusals.clone();
+    // The files an operator may change without a restart, polled until the node stops.
+    let stop_watching = tokio_util::sync::CancellationToken::new();
+    let watch = tokio::spawn(reload::Reloadable::of(&config).watch(stop_watching.clone()));
     // Connections come through `tls::accept_loop`, which tells a client speaking the wrong
     // protocol (TLS to a plaintext port or the reverse) so and does the TLS handshake.
     fn channel<T>() -> (tokio::sync::mpsc::Sender<T>, tokio::sync::mpsc::Receiver<T>) {
         tokio::sync::mpsc::channel(limits::CONN_HANDSHAKES_IN_FLIGHT_MAX)
     }
     use tokio_stream::wrappers::ReceiverStream;
-    match config.tls.clone() {
+    let served = match config.tls.clone() {
         None => {
             let accept = |listener| {
                 let (tx, rx) = channel();
@@ -515,12 +527,13 @@ pub async fn run(
             };
             let incoming = accept(listener);
             let peer_incoming = peer_listener.map(accept);
-            run_with(
+            serve_member(
                 incoming,
                 peer_incoming,
                 config,
                 NodeEnv::real(),
                 log_stores,
+                member,
                 shutdown,
             )
             .await
@@ -528,26 +541,39 @@ pub async fn run(
         Some(server_tls) => {
             let accept = |listener| {
                 let (tx, rx) = channel();
-                let handshake_tls = server_tls.clone();
+                let (handshake_tls, refusals) = (server_tls.clone(), refusals.clone());
                 tokio::spawn(tls::accept_loop(listener, tx, move |stream, from| {
-                    tls::tls_handshake(handshake_tls.clone(), tls::Served::Grpc, stream, from)
+                    tls::tls_handshake(
+                        handshake_tls.clone(),
+                        tls::Served::Grpc,
+                        refusals.clone(),
+                        stream,
+                        from,
+                    )
                 }));
                 ReceiverStream::new(rx)
             };
             let incoming = accept(listener);
             let peer_incoming = peer_listener.map(accept);
-            let stop_watching = tokio_util::sync::CancellationToken::new();
-            let watch = tokio::spawn(server_tls.clone().watch(stop_watching.clone()));
             let env = NodeEnv {
                 connector: Arc::new(tls::TlsPeerConnector(server_tls)),
                 ..NodeEnv::real()
             };
-            let served = run_with(incoming, peer_incoming, config, env, log_stores, shutdown).await;
-            stop_watching.cancel();
-            let _ = watch.await;
-            served
+            serve_member(
+                incoming,
+                peer_incoming,
+                config,
+                env,
+                log_stores,
+                member,
+                shutdown,
+            )
+            .await
         }
-    }
+    };
+    stop_watching.cancel();
+    let _ = watch.await;
+    served
 }
 
 /// What the server needs from the world besides its data dir: time and the network. Tests and
@@ -584,6 +610,36 @@ pub async fn run_with<I, IO, IE, LS>(
     config: ValidConfig,
     env: NodeEnv,
     log_stores: Vec<LS>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()>
+where
+    I: Stream<Item = Result<IO, IE>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    LS: NodeLogStore,
+{
+    let member = node::MemberShared::new();
+    serve_member(
+        incoming,
+        peer_incoming,
+        config,
+        env,
+        log_stores,
+        member,
+        shutdown,
+    )
+    .await
+}
+
+/// [`run_with`] with the member's shared parts made by the caller ([`run`]'s accept loops
+/// report to its metrics).
+async fn serve_member<I, IO, IE, LS>(
+    incoming: I,
+    peer_incoming: Option<I>,
+    config: ValidConfig,
+    env: NodeEnv,
+    log_stores: Vec<LS>,
+    member: node::MemberShared,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()>
 where
@@ -629,7 +685,6 @@ where
     } else {
         env
     };
-    let member = node::MemberShared::new();
     let mut nodes = Vec::with_capacity(log_stores.len());
     let mut renewals = Vec::with_capacity(log_stores.len());
     for (group, log_store) in (0u32..).zip(log_stores) {

@@ -24,6 +24,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::refusals::Refusals;
+
 type Count = Counter<u64, AtomicU64>;
 /// The `method` label of [`Metrics::requests`]: the gRPC method's name in snake case (an HTTP
 /// API call counts under its gRPC counterpart's).
@@ -61,6 +63,9 @@ pub struct Metrics {
     /// Leader transfers this member started, as a group's leader handing it to its preferred
     /// member (issue #16's rebalance).
     pub leader_transfers: Count,
+    /// Refused clients by reason, and the rate-limited log of them (`refusals.rs`); shared
+    /// with the TLS accept loops, which refuse below the APIs.
+    pub refusals: Arc<Refusals>,
     /// Client calls received, gRPC and HTTP API alike, by method (`latchkey bench` divides them
     /// by operations).
     requests: Family<MethodLabel, Count>,
@@ -104,6 +109,7 @@ impl Metrics {
             snapshots_installed: Count::default(),
             waits_expired: Count::default(),
             leader_transfers: Count::default(),
+            refusals: Arc::new(Refusals::new()),
             requests: Family::default(),
             commit_seconds: Histogram::new(latency_buckets()),
             fsync_seconds: Histogram::new(latency_buckets()),
@@ -200,6 +206,12 @@ impl Metrics {
             "latchkey_logged_renewals",
             "Marked sessions renewed through the log",
             m.logged_renewals.clone(),
+        );
+        r.register(
+            "latchkey_auth_refused",
+            "Clients refused, by reason: a TLS handshake without an accepted certificate, \
+             credentials or a call the access-control list refuses, a quota",
+            m.refusals.counts(),
         );
         r.register(
             "latchkey_requests",

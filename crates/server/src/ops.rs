@@ -17,7 +17,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::{ReadPolicy, ServerState};
 use tokio::sync::oneshot;
 
-use crate::acl::{Identity, Need};
+use crate::acl::{Acl, Caller, Identity, Need, Refusal};
 use crate::error::ApiError;
 use crate::leases::Renew;
 use crate::member_addr::MemberAddr;
@@ -320,26 +320,47 @@ impl Drop for SlotGuard {
 
 /// What a client call presents to prove who it is: the `authorization` header's value (gRPC
 /// metadata or HTTP header, `Bearer TOKEN`) and the client certificate chain of its TLS
-/// connection.
+/// connection; and where it comes from, for the log of refusals.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Credentials<'a> {
     pub authorization: Option<&'a [u8]>,
     pub certs: Option<&'a [rustls_pki_types::CertificateDer<'static>]>,
+    pub from: Option<std::net::SocketAddr>,
 }
 
 impl Node {
     /// The one place a client call is authenticated and authorised (issue #13), for gRPC and
-    /// HTTP alike: `None` when access control is off (every call allowed), else the caller's
-    /// identity once it holds `need` and owns every session in `sessions`.
+    /// HTTP alike: `None` when access control is off (every call allowed), else the caller
+    /// once it holds `need` and owns every session in `sessions`. Decided by the list in force
+    /// when the call arrives (a reload applies from the next call); every refusal is counted
+    /// and logged (`refusals.rs`).
     pub fn authorize(
         &self,
         credentials: Credentials<'_>,
         need: Need<'_>,
         sessions: &[SessionId],
-    ) -> Result<Option<Arc<Identity>>, ApiError> {
-        let Some(acl) = &self.config.acl else {
+    ) -> Result<Option<Caller>, ApiError> {
+        let Some(policy) = &self.config.acl else {
             return Ok(None);
         };
+        let refusals = &self.metrics.refusals;
+        match self.admit(&policy.current(), credentials, need, sessions) {
+            Ok(who) => Ok(Some(Caller::new(who, credentials.from, refusals.clone()))),
+            Err(refusal) => {
+                refusals.refused(credentials.from, refusal.reason(), &refusal);
+                Err(refusal.into())
+            }
+        }
+    }
+
+    /// [`Node::authorize`]'s decision by `acl`.
+    fn admit(
+        &self,
+        acl: &Acl,
+        credentials: Credentials<'_>,
+        need: Need<'_>,
+        sessions: &[SessionId],
+    ) -> Result<Arc<Identity>, Refusal> {
         let who = acl.authenticate(credentials.authorization, credentials.certs)?;
         who.allows(need)?;
         for id in sessions {
@@ -351,14 +372,14 @@ impl Node {
                 .read(|t| t.session_identity(*id).map(|o| o.map(str::to_owned)));
             if let Some(owner) = owner {
                 if owner.as_deref() != Some(who.name.as_str()) {
-                    return Err(ApiError::PermissionDenied(format!(
-                        "session {id} belongs to another identity than {:?}",
-                        who.name
-                    )));
+                    return Err(Refusal::NotSessionOwner {
+                        session: id.0,
+                        identity: who.name.clone(),
+                    });
                 }
             }
         }
-        Ok(Some(who))
+        Ok(who)
     }
 
     /// Stamp and propose one command; answer with its outcome once a majority has it on disk
@@ -423,7 +444,7 @@ impl Node {
     pub async fn create_session(
         &self,
         ttl_ms: u64,
-        owner: Option<&Identity>,
+        owner: Option<&Caller>,
         description: Option<SessionOwner>,
     ) -> Result<NewSession, ApiError> {
         latchkey_core::validate_ttl_ms(ttl_ms)?;
@@ -436,7 +457,7 @@ impl Node {
             Some(owner) => {
                 let usage = self.identity_usage(&owner.name);
                 if usage.sessions >= owner.max_sessions {
-                    return Err(ApiError::QuotaExceeded(format!(
+                    return Err(owner.over_quota(format!(
                         "identity {:?} already has {} sessions, its quota (max_sessions) is {}",
                         owner.name, usage.sessions, owner.max_sessions
                     )));
@@ -475,7 +496,7 @@ impl Node {
         seq: u64,
         name: String,
         wait_timeout_ms: u64,
-        owner: Option<&Identity>,
+        owner: Option<&Caller>,
     ) -> Result<Acquired, ApiError> {
         latchkey_core::validate_name(&name)?;
         let wait_ms = wait_timeout_ms.min(limits::WAIT_TIMEOUT_MS_MAX);
@@ -488,7 +509,7 @@ impl Node {
             if !known {
                 let usage = self.identity_usage(&owner.name);
                 if usage.waiting >= owner.max_waiting {
-                    return Err(ApiError::QuotaExceeded(format!(
+                    return Err(owner.over_quota(format!(
                         "identity {:?} already has {} acquires waiting, its quota \
                          (max_waiting) is {}",
                         owner.name, usage.waiting, owner.max_waiting

@@ -9,7 +9,7 @@ use latchkey_core::{limits, Actor, AuditAction, AuditRecord, SessionId, SessionK
 use latchkey_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
-use crate::acl::{Identity, Need, Permission};
+use crate::acl::{Caller, Need, Permission};
 use crate::error::{ApiError, GroupError};
 use crate::groups::Groups;
 use crate::node::Node;
@@ -44,7 +44,7 @@ impl LocksService {
         request: &Request<T>,
         need: Need<'_>,
         sessions: &[SessionId],
-    ) -> Result<Option<Arc<Identity>>, Status> {
+    ) -> Result<Option<Caller>, Status> {
         // Whose the sessions are is in their group's table (a member outside that group sends
         // the client to one of its replicas).
         let node = match sessions.first() {
@@ -61,7 +61,7 @@ impl LocksService {
         request: &Request<T>,
         need: Need<'_>,
         sessions: &[SessionId],
-    ) -> Result<Option<Arc<Identity>>, GroupError> {
+    ) -> Result<Option<Caller>, GroupError> {
         if node.config.acl.is_none() {
             // No credentials to read: the common case costs nothing.
             return Ok(None);
@@ -73,6 +73,7 @@ impl LocksService {
                 .get(AUTHORIZATION_KEY)
                 .map(|v| v.as_bytes()),
             certs: certs.as_deref().map(Vec::as_slice),
+            from: request.remote_addr(),
         };
         node.authorize(credentials, need, sessions)
             .map_err(GroupError::of_cluster)
@@ -302,7 +303,7 @@ impl pb::locks_server::Locks for LocksService {
         let req = request.into_inner();
         let node = self.named_group(req.group, "CreateSession without a group")?;
         let created = node
-            .create_session(req.ttl_ms, who.as_deref(), req.owner.map(owner_domain))
+            .create_session(req.ttl_ms, who.as_ref(), req.owner.map(owner_domain))
             .await
             .map_err(in_group(node))?;
         Ok(Response::new(pb::CreateSessionResponse {
@@ -386,7 +387,7 @@ impl pb::locks_server::Locks for LocksService {
                 req.seq,
                 req.name.clone(),
                 req.wait_timeout_ms,
-                who.as_deref(),
+                who.as_ref(),
             )
             .await
             .map_err(in_group(node))?;

@@ -1,19 +1,29 @@
-//! TLS for clients and members (issue #13): the server's certificate, reloadable without a
-//! restart, the accept path that tells a client speaking the wrong protocol so, and the mTLS
-//! connector members dial each other with.
+//! TLS for clients and members (issue #13): the server's certificate and the client CA,
+//! reloadable without a restart, the accept path that tells a client speaking the wrong protocol
+//! so, and the mTLS connector members dial each other with.
 //!
 //! The accept is done here rather than by tonic's `ServerTlsConfig` for three reasons: the
-//! certificate comes from a [`ResolvesServerCert`] whose key can be swapped (rotation), the first
-//! byte of a connection is peeked to answer a plaintext client with an explanation instead of a
-//! handshake error it cannot read, and a failed handshake must cost only that connection (logged
-//! at debug: port scanners and health checks would otherwise flood the log).
+//! certificate comes from a [`ResolvesServerCert`] whose key can be swapped (rotation) and the
+//! acceptors are rebuilt when the CA changes, the first byte of a connection is peeked to answer
+//! a plaintext client with an explanation instead of a handshake error it cannot read, and a
+//! failed handshake must cost only that connection. A handshake refused for its client
+//! certificate (none, or one the CA did not sign) is a refused client, counted and logged
+//! rate-limited (`refusals.rs`); any other failure is logged at debug only (port scanners and
+//! health checks would otherwise flood the log).
+//!
+//! A reloaded CA decides the handshakes that begin after it; a connection already open keeps
+//! the client it verified (TLS does not verify again), until it closes. Members dial each other
+//! the same way: each connection a member makes (a first one, or a redial after one dropped)
+//! trusts the CA in use and presents the pair being served at that moment
+//! ([`TlsPeerConnector`]).
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
+use hyper_util::rt::TokioIo;
 use latchkey_core::limits;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -21,13 +31,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::rustls;
+use tokio_rustls::rustls::server::danger::ClientCertVerifier;
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::peer::PeerConnector;
+use crate::refusals::{Reason, Refusals};
 
 /// What a TLS client reads from a plaintext latchkey port, in place of a TLS record; a client
 /// reports it (its TLS library calls it an invalid content type) as "the server does not speak
@@ -47,19 +59,32 @@ pub struct TlsFiles {
     pub ca: Option<PathBuf>,
 }
 
-/// A server's TLS: its current certificate (swappable), the acceptor built around it, and the
-/// client configuration members dial each other with.
+/// A server's TLS: its current certificate (swappable), the acceptors built around it and the
+/// client CA (rebuilt when the CA is reloaded), and the client configuration members dial each
+/// other with.
 pub struct ServerTls {
     files: TlsFiles,
     current: Arc<CurrentCert>,
-    /// gRPC's (ALPN `h2`) and the HTTP API's (ALPN `http/1.1`): one configuration otherwise,
-    /// the same certificate and client verification.
-    acceptor: TlsAcceptor,
-    http_acceptor: TlsAcceptor,
-    /// The CA's certificates in PEM, for dialing members.
-    ca_pem: Option<Vec<u8>>,
-    /// Modification times of the cert and key files when last loaded.
-    loaded_mtimes: std::sync::Mutex<(Option<SystemTime>, Option<SystemTime>)>,
+    acceptors: RwLock<Acceptors>,
+    /// The CA's certificates in PEM as last loaded, for dialing members.
+    ca_pem: RwLock<Option<Vec<u8>>>,
+    /// Modification times of the files when last loaded.
+    loaded_mtimes: Mutex<Mtimes>,
+}
+
+/// gRPC's (ALPN `h2`) and the HTTP API's (ALPN `http/1.1`): one configuration otherwise, the
+/// same certificate and client verification.
+#[derive(Clone)]
+struct Acceptors {
+    grpc: TlsAcceptor,
+    http: TlsAcceptor,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Mtimes {
+    cert: Option<SystemTime>,
+    key: Option<SystemTime>,
+    ca: Option<SystemTime>,
 }
 
 impl fmt::Debug for ServerTls {
@@ -70,11 +95,10 @@ impl fmt::Debug for ServerTls {
     }
 }
 
-/// The certificate and key being served, and their PEM (a member presents the same pair as its
-/// client identity when it dials another).
+/// The certificate and key being served, and the key's PEM (a member presents the same pair as
+/// its client identity when it dials another).
 struct Pair {
     certified: Arc<CertifiedKey>,
-    cert_pem: Vec<u8>,
     key_pem: Vec<u8>,
 }
 
@@ -152,7 +176,6 @@ fn load_pair(files: &TlsFiles) -> Result<Pair, String> {
     })?;
     Ok(Pair {
         certified: Arc::new(certified),
-        cert_pem,
         key_pem,
     })
 }
@@ -161,45 +184,86 @@ fn mtime(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
+impl Mtimes {
+    fn of(files: &TlsFiles) -> Mtimes {
+        Mtimes {
+            cert: mtime(&files.cert),
+            key: mtime(&files.key),
+            ca: files.ca.as_deref().and_then(mtime),
+        }
+    }
+}
+
+/// Reads the CA file: the verifier that requires a client certificate it signed, and its PEM.
+fn load_ca(ca: &Path) -> Result<(Arc<dyn ClientCertVerifier>, Vec<u8>), String> {
+    let pem = read_pem("CA", ca)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs("CA", ca, &pem)? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("the CA file {}: {e}", ca.display()))?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map_err(|e| format!("the CA file {}: {e}", ca.display()))?;
+    Ok((verifier, pem))
+}
+
+/// The acceptors serving `current`'s pair, verifying clients with `verifier` if given. Each
+/// build starts with an empty session cache, so that a session verified under a CA that is
+/// gone cannot be resumed without a new handshake.
+fn build_acceptors(
+    current: &Arc<CurrentCert>,
+    verifier: Option<Arc<dyn ClientCertVerifier>>,
+) -> Result<Acceptors, String> {
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let builder = match verifier {
+        None => builder.with_no_client_auth(),
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+    };
+    let mut config = builder.with_cert_resolver(current.clone());
+    let mut http_config = config.clone();
+    // gRPC is HTTP/2 only; the HTTP API (`http.rs`) is served over HTTP/1.1.
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    http_config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Acceptors {
+        grpc: TlsAcceptor::from(Arc::new(config)),
+        http: TlsAcceptor::from(Arc::new(http_config)),
+    })
+}
+
 impl ServerTls {
     /// Loads and checks the files; the error says which file is wrong and how.
     pub fn load(files: TlsFiles) -> Result<Arc<ServerTls>, String> {
-        let mtimes = (mtime(&files.cert), mtime(&files.key));
+        let mtimes = Mtimes::of(&files);
         let pair = load_pair(&files)?;
-        let builder = rustls::ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?;
-        let (builder, ca_pem) = match &files.ca {
-            None => (builder.with_no_client_auth(), None),
+        let (verifier, ca_pem) = match &files.ca {
+            None => (None, None),
             Some(ca) => {
-                let pem = read_pem("CA", ca)?;
-                let mut roots = rustls::RootCertStore::empty();
-                for cert in certs("CA", ca, &pem)? {
-                    roots
-                        .add(cert)
-                        .map_err(|e| format!("the CA file {}: {e}", ca.display()))?;
-                }
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                        .build()
-                        .map_err(|e| format!("the CA file {}: {e}", ca.display()))?;
-                (builder.with_client_cert_verifier(verifier), Some(pem))
+                let (verifier, pem) = load_ca(ca)?;
+                (Some(verifier), Some(pem))
             }
         };
         let current = Arc::new(CurrentCert(RwLock::new(pair)));
-        let mut config = builder.with_cert_resolver(current.clone());
-        let mut http_config = config.clone();
-        // gRPC is HTTP/2 only; the HTTP API (`http.rs`) is served over HTTP/1.1.
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        http_config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptors = build_acceptors(&current, verifier)?;
         Ok(Arc::new(ServerTls {
             files,
             current,
-            acceptor: TlsAcceptor::from(Arc::new(config)),
-            http_acceptor: TlsAcceptor::from(Arc::new(http_config)),
-            ca_pem,
-            loaded_mtimes: std::sync::Mutex::new(mtimes),
+            acceptors: RwLock::new(acceptors),
+            ca_pem: RwLock::new(ca_pem),
+            loaded_mtimes: Mutex::new(mtimes),
         }))
+    }
+
+    /// The acceptor for `served` in force now.
+    fn acceptor(&self, served: Served) -> TlsAcceptor {
+        let acceptors = self.acceptors.read().expect("acceptors lock poisoned");
+        match served {
+            Served::Grpc => acceptors.grpc.clone(),
+            Served::Http => acceptors.http.clone(),
+        }
     }
 
     pub fn files(&self) -> &TlsFiles {
@@ -218,32 +282,62 @@ impl ServerTls {
 
     /// Whether connections must present a certificate signed by the CA.
     pub fn requires_client_certs(&self) -> bool {
-        self.ca_pem.is_some()
+        self.files.ca.is_some()
     }
 
     /// Reads the certificate and key again and serves them to new connections. A pair that does
     /// not load is refused and the one being served is kept (the error says why).
     pub fn reload(&self) -> Result<(), String> {
-        let mtimes = (mtime(&self.files.cert), mtime(&self.files.key));
+        let (cert, key) = (mtime(&self.files.cert), mtime(&self.files.key));
         let result = load_pair(&self.files).map(|pair| {
             *self.current.0.write().expect("certificate lock poisoned") = pair;
         });
         // A refused pair is not retried until the files change again.
-        *self.loaded_mtimes.lock().expect("mtime lock poisoned") = mtimes;
+        let mut loaded = self.loaded_mtimes.lock().expect("mtime lock poisoned");
+        (loaded.cert, loaded.key) = (cert, key);
         result
     }
 
-    /// [`ServerTls::reload`], logged, if the files changed since the last load.
-    fn reload_if_changed(&self) {
-        let now = (mtime(&self.files.cert), mtime(&self.files.key));
-        if *self.loaded_mtimes.lock().expect("mtime lock poisoned") == now {
-            return;
-        }
-        self.reload_logged("the certificate files changed");
+    /// Reads the CA file again and verifies the clients of new connections with it (open ones
+    /// keep the client they verified). A CA that does not load is refused and the one in use is
+    /// kept (the error says why). `Ok(false)`: there is no CA (`--tls-ca`) to reload.
+    pub fn reload_ca(&self) -> Result<bool, String> {
+        let Some(ca) = &self.files.ca else {
+            return Ok(false);
+        };
+        let before = mtime(ca);
+        let result = load_ca(ca).and_then(|(verifier, pem)| {
+            let acceptors = build_acceptors(&self.current, Some(verifier))?;
+            *self.acceptors.write().expect("acceptors lock poisoned") = acceptors;
+            *self.ca_pem.write().expect("CA lock poisoned") = Some(pem);
+            Ok(true)
+        });
+        self.loaded_mtimes.lock().expect("mtime lock poisoned").ca = before;
+        result
     }
 
-    /// Reloads and logs the outcome; `why` says what asked for it.
+    /// Reloads, logged, what changed since the last load: the pair if its files did, the CA if
+    /// its file did.
+    pub(crate) fn reload_if_changed(&self) {
+        let (now, loaded) = (
+            Mtimes::of(&self.files),
+            *self.loaded_mtimes.lock().expect("mtime lock poisoned"),
+        );
+        if (now.cert, now.key) != (loaded.cert, loaded.key) {
+            self.reload_pair_logged("the certificate files changed");
+        }
+        if now.ca != loaded.ca {
+            self.reload_ca_logged("the CA file changed");
+        }
+    }
+
+    /// Reloads the pair and the CA, and logs the outcome; `why` says what asked for it.
     pub fn reload_logged(&self, why: &str) {
+        self.reload_pair_logged(why);
+        self.reload_ca_logged(why);
+    }
+
+    fn reload_pair_logged(&self, why: &str) {
         match self.reload() {
             Ok(()) => tracing::info!(
                 cert = %self.files.cert.display(),
@@ -253,48 +347,84 @@ impl ServerTls {
         }
     }
 
-    /// Polls the files' modification times until `stop` completes.
-    pub(crate) async fn watch(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
-        let mut tick = tokio::time::interval(Duration::from_millis(limits::TLS_RELOAD_POLL_MS));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            let tls = self.clone();
-            // `stat` and the file reads block; keep them off the runtime's workers.
-            let _ = tokio::task::spawn_blocking(move || tls.reload_if_changed()).await;
+    fn reload_ca_logged(&self, why: &str) {
+        match self.reload_ca() {
+            Ok(false) => {}
+            Ok(true) => tracing::info!(
+                ca = %self.files.ca.as_deref().unwrap_or(Path::new("")).display(),
+                "{why}: reloaded the client CA (new connections are verified with it; open ones \
+                 keep theirs)"
+            ),
+            Err(e) => tracing::error!("{why}: keeping the client CA in use: {e}"),
         }
     }
 
-    /// The client TLS of a member dialing another: the CA, and this member's own pair as its
-    /// identity.
-    fn peer_client_config(&self) -> Result<ClientTlsConfig, String> {
-        let ca = self
-            .ca_pem
-            .as_ref()
-            .ok_or("members dial each other over TLS only with --tls-ca")?;
-        let pair = self.current.0.read().expect("certificate lock poisoned");
-        Ok(ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(ca))
-            .identity(Identity::from_pem(&pair.cert_pem, &pair.key_pem)))
+    /// The client TLS of one connection of a member dialing another, made when it connects: the
+    /// CA in use now, and this member's pair being served now as its identity.
+    fn dial_config(&self) -> Result<rustls::ClientConfig, String> {
+        let ca = self.ca_pem.read().expect("CA lock poisoned").clone();
+        let ca = ca.ok_or("members dial each other over TLS only with --tls-ca")?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&ca) {
+            let cert = cert.map_err(|e| format!("the CA: {e}"))?;
+            roots.add(cert).map_err(|e| format!("the CA: {e}"))?;
+        }
+        let (chain, key) = {
+            let pair = self.current.0.read().expect("certificate lock poisoned");
+            let key = PrivateKeyDer::from_pem_slice(&pair.key_pem)
+                .map_err(|e| format!("this member's key: {e}"))?;
+            (pair.certified.cert.clone(), key)
+        };
+        let mut config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| format!("this member's certificate: {e}"))?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(config)
     }
 }
 
-/// Dials members with `https://`, verifying them against the CA and presenting this member's
-/// certificate (mTLS). Each new channel takes the pair being served at that time.
+/// Dials members over TLS, verifying them against the CA and presenting this member's
+/// certificate (mTLS). The handshake is done here rather than by tonic's `ClientTlsConfig`,
+/// which fixes the CA and the pair when the channel is made: a channel lives as long as the
+/// member's membership and redials with what it was made with, so a reloaded CA or a rotated
+/// pair would never reach it. Each connection takes the CA and the pair in force when it is
+/// made.
 pub struct TlsPeerConnector(pub Arc<ServerTls>);
 
 impl PeerConnector for TlsPeerConnector {
     fn channel(&self, addr: &str) -> Result<Channel, String> {
-        let tls = self.0.peer_client_config()?;
+        if !self.0.requires_client_certs() {
+            return Err("members dial each other over TLS only with --tls-ca".into());
+        }
+        // `http://`: tonic must not add a TLS layer of its own; the connector below is the TLS.
         let endpoint =
-            Endpoint::from_shared(format!("https://{addr}")).map_err(|e| e.to_string())?;
-        crate::peer::peer_endpoint(endpoint)
-            .tls_config(tls)
-            .map(|e| e.connect_lazy())
-            .map_err(|e| format!("TLS configuration: {e}"))
+            Endpoint::from_shared(format!("http://{addr}")).map_err(|e| e.to_string())?;
+        let host = endpoint.uri().host().ok_or("no host")?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let name = rustls_pki_types::ServerName::try_from(host)
+            .map_err(|e| format!("{addr}: not a host name or address to verify: {e}"))?;
+        let tls = self.0.clone();
+        let dial = tower::service_fn(move |uri: Uri| {
+            let (tls, name) = (tls.clone(), name.clone());
+            async move {
+                let config = tls.dial_config().map_err(std::io::Error::other)?;
+                let authority = uri.authority().map(|a| a.as_str().to_owned());
+                let authority = authority.ok_or_else(|| std::io::Error::other("no address"))?;
+                let tcp = TcpStream::connect(authority).await?;
+                tcp.set_nodelay(true)?;
+                let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
+                    .connect(name, tcp)
+                    .await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        });
+        Ok(crate::peer::peer_endpoint(endpoint).connect_with_connector_lazy(dial))
     }
 }
 
@@ -443,31 +573,48 @@ fn http_plaintext_refusal() -> Vec<u8> {
     out
 }
 
+/// Why a failed handshake refused its client, if for its certificate: none where the CA requires
+/// one, or one the CA's verifier refused.
+fn certificate_refusal(e: &std::io::Error) -> Option<Reason> {
+    match e.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::NoCertificatesPresented => Some(Reason::NoCertificate),
+        rustls::Error::InvalidCertificate(_) => Some(Reason::BadCertificate),
+        _ => None,
+    }
+}
+
 /// A TLS port: a plaintext client is told to use TLS; a failed handshake drops that connection
-/// only, logged at debug.
+/// only, reported to `refusals` when it refused the client's certificate, else logged at debug.
 pub(crate) async fn tls_handshake(
     tls: Arc<ServerTls>,
     served: Served,
+    refusals: Arc<Refusals>,
     stream: TcpStream,
     from: SocketAddr,
 ) -> Option<TlsStream<TcpStream>> {
-    let (acceptor, refusal) = match served {
-        Served::Grpc => (&tls.acceptor, plaintext_refusal as fn() -> Vec<u8>),
-        Served::Http => (
-            &tls.http_acceptor,
-            http_plaintext_refusal as fn() -> Vec<u8>,
-        ),
+    let refusal = match served {
+        Served::Grpc => plaintext_refusal as fn() -> Vec<u8>,
+        Served::Http => http_plaintext_refusal as fn() -> Vec<u8>,
     };
     match first_byte(&stream).await {
-        Some(TLS_HANDSHAKE_RECORD) => match acceptor.accept(stream).into_fallible().await {
-            Ok(stream) => Some(stream),
-            Err((e, stream)) => {
-                tracing::debug!(%from, "TLS handshake failed: {e}");
-                // rustls has written its alert; let the client read it.
-                linger(stream).await;
-                None
+        Some(TLS_HANDSHAKE_RECORD) => {
+            match tls.acceptor(served).accept(stream).into_fallible().await {
+                Ok(stream) => Some(stream),
+                Err((e, stream)) => {
+                    match certificate_refusal(&e) {
+                        Some(reason) => refusals.refused(
+                            Some(from),
+                            reason,
+                            &format_args!("TLS handshake: {e}"),
+                        ),
+                        None => tracing::debug!(%from, "TLS handshake failed: {e}"),
+                    }
+                    // rustls has written its alert; let the client read it.
+                    linger(stream).await;
+                    None
+                }
             }
-        },
+        }
         Some(_) => {
             tracing::debug!(%from, "refused a plaintext client on this TLS port");
             refuse(stream, &refusal()).await;
