@@ -279,13 +279,16 @@ impl PeerService {
     /// Reads a snapshot stream from `sender` into memory (each chunk's MAC checked by
     /// [`AdmittedChunks`]), checking each chunk's place and the running length against what the
     /// first chunk announced (itself within the budget). Each chunk must arrive within
-    /// `SNAPSHOT_CHUNK_TIMEOUT_MS`. The sender's id, the vote, the meta and the bytes, or why
-    /// the stream was refused.
+    /// `SNAPSHOT_CHUNK_TIMEOUT_MS`. The slot for one snapshot in memory
+    /// (`SNAPSHOTS_RECEIVING_MAX`) is taken only once the header checked out and its sender is
+    /// a member or vouched for, so a stranger cannot hold it. The sender's id, the vote, the
+    /// meta, the bytes and the slot (held until the install is done), or why the stream was
+    /// refused.
     async fn receive_snapshot(
         &self,
         sender: Sender,
         stream: &mut AdmittedChunks,
-    ) -> Result<(u64, Vote, Meta, Vec<u8>), Status> {
+    ) -> Result<(u64, Vote, Meta, Vec<u8>, tokio::sync::OwnedSemaphorePermit), Status> {
         let open = |chunk: VerifiedChunk| -> Result<(SnapshotFrame, Vec<u8>), Status> {
             let frame = decode(&chunk.header).map_err(bad)?;
             Ok((frame, chunk.data))
@@ -317,6 +320,9 @@ impl PeerService {
                 self.snapshot_bytes_max
             )));
         }
+        let receiving = self.receiving.clone().try_acquire_owned().map_err(|_| {
+            Status::unavailable("this member is already receiving a snapshot; retry later")
+        })?;
         // Grown as chunks arrive, never reserved up front from what the header claims.
         let mut data: Vec<u8> = Vec::new();
         while (data.len() as u64) < total_bytes {
@@ -354,7 +360,7 @@ impl PeerService {
                 "chunks after the {total_bytes} bytes the snapshot announced"
             )));
         }
-        Ok((from, vote, meta, data))
+        Ok((from, vote, meta, data, receiving))
     }
 
     /// A leader names its successor: the sender must be the leader whose committed vote the
@@ -772,12 +778,10 @@ impl PeerService {
         request: Admitted<AdmittedChunks>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (sender, mut stream) = request.into_parts();
-        // Held until the install is done: one snapshot in memory at a time.
-        let _receiving = self.receiving.clone().try_acquire_owned().map_err(|_| {
-            Status::unavailable("this member is already receiving a snapshot; retry later")
-        })?;
         let started = std::time::Instant::now();
-        let (from, vote, meta, data) = self.receive_snapshot(sender, &mut stream).await?;
+        // The slot is held until the install is done: one snapshot in memory at a time.
+        let (from, vote, meta, data, _receiving) =
+            self.receive_snapshot(sender, &mut stream).await?;
         let received_ms = started.elapsed().as_millis() as u64;
         let bytes = data.len();
         let (data, checked) = on_blocking_pool(move || {

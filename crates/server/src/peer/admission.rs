@@ -16,10 +16,11 @@
 //! 5. the MAC, with a cluster secret: over the whole message for a unary call, over the
 //!    headers for a stream, whose every item is then checked as it is read
 //!    ([`AdmittedChunks`]: a handler only ever sees items whose MAC verified);
-//! 6. membership: a sender in this group's Raft membership is a [`Sender::Member`]; any other
-//!    is a [`Sender::Stranger`], whose id a handler can only learn through
-//!    [`PeerService::vouch`], which asks what the message offers for it (a leader's committed
-//!    vote, a candidate's longer log; see `PeerAuth::check_member`).
+//! 6. membership: the authenticated [`Sender`]'s id is handed out only by
+//!    [`PeerService::vouch`], which checks it against this group's Raft membership as it is
+//!    when each message is read (a member removed while its stream is open is refused from its
+//!    next message on), and asks a sender outside it what the message offers for it (a
+//!    leader's committed vote, a candidate's longer log; see `PeerAuth::check_member`).
 //!
 //! A stream is admitted from its headers, before its first item is read. Each refusal is
 //! `PERMISSION_DENIED` to the sender and a log line here; nothing reaches openraft. What a
@@ -48,21 +49,15 @@ impl<T> Admitted<T> {
     }
 }
 
-/// Who sent an admitted request. Authenticated either way (its certificate, fingerprint and
-/// MAC checked); a stranger is not in this group's membership as this member knows it, and
-/// must be vouched for by its message ([`PeerService::vouch`]) before its id can be used.
+/// Who sent an admitted request: authenticated (its certificate, fingerprint and MAC checked),
+/// not yet found a member. Its id is the handlers' only through [`PeerService::vouch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Sender {
-    Member(u64),
-    Stranger(u64),
-}
+pub(crate) struct Sender(u64);
 
 impl Sender {
     /// The claimed id, for log lines only.
     pub(crate) fn claimed(self) -> u64 {
-        match self {
-            Sender::Member(id) | Sender::Stranger(id) => id,
-        }
+        self.0
     }
 }
 
@@ -156,7 +151,7 @@ impl PeerRouter {
             .auth
             .verify_certificate(from, certs.as_deref().map(Vec::as_slice))
             .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
-        let sender = group.sender(from);
+        let sender = Sender(from);
         Ok((
             group,
             Admitted {
@@ -185,7 +180,7 @@ impl PeerRouter {
             .auth
             .verify_certificate(from, certs.as_deref().map(Vec::as_slice))
             .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
-        let sender = group.sender(from);
+        let sender = Sender(from);
         Ok((
             group,
             Admitted {
@@ -217,32 +212,16 @@ impl PeerRouter {
 }
 
 impl PeerService {
-    /// Whether `from` is in this group's Raft membership as this member knows it (or this
-    /// member knows none yet: started with `--join`, not added yet).
-    fn sender(&self, from: u64) -> Sender {
-        use openraft::async_runtime::WatchReceiver;
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow_watched();
-        let membership = metrics.membership_config.membership();
-        let mut nodes = membership.nodes().map(|(id, _)| *id).peekable();
-        if nodes.peek().is_none() || membership.nodes().any(|(id, _)| *id == from) {
-            Sender::Member(from)
-        } else {
-            Sender::Stranger(from)
-        }
-    }
-
-    /// The sender's id, once it is a member, or vouched for by what its message offers
-    /// (`vouch`), by this member's membership now (it may have changed since admission).
+    /// The sender's id, if it is a member by this member's membership now (checked for every
+    /// message: the membership may have changed since the stream was admitted), or vouched for
+    /// by what its message offers (`vouch`).
     pub(super) fn vouch(
         &self,
         sender: Sender,
         method: PeerMethod,
         vouch: Vouch<'_>,
     ) -> Result<u64, Status> {
-        match sender {
-            Sender::Member(from) => Ok(from),
-            Sender::Stranger(from) => self.check_member(method, from, vouch).map(|()| from),
-        }
+        self.check_member(method, sender.0, vouch)
+            .map(|()| sender.0)
     }
 }
