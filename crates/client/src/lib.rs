@@ -54,6 +54,16 @@
 //! - [`watch`]: [`Watch`], a stream of lock changes that resumes on another member.
 //! - [`env`]: [`ClientEnv`], the seams for time, connections and jitter (the simulation runs
 //!   this library through them).
+//! - `keepalive`: the sessions of one [`Client`] renew in shared `KeepAlive` batches, one
+//!   request per member per renewal; `tls`: [`ClientTls`] for `https://` endpoints.
+//!
+//! Raft groups (issue #16): the client learns the group count from the first `CreateSession`
+//! answer, or asks `NodeStatus` once when it reads before it locks. A [`Session`] is group 0's
+//! session plus one per other group, made at that group's first lock, sharing one `lost` and
+//! renewing on group 0's schedule; the [`Client`] keeps a leader per group, and makes a
+//! membership change in each group in turn ([`Error::MembershipIncomplete`] when one fails part
+//! way). A leader hint is not followed for a while to a member that just refused the client:
+//! followers name a dead leader until the next election.
 
 pub mod client;
 pub mod env;

@@ -2,6 +2,14 @@
 //!
 //! The state machine enforces the ones that concern replicated state; the server enforces the
 //! ones that concern messages and connections. Relations between them are checked at compile time.
+//!
+//! Here: the bounds of the core, log-store, raft, server and client crates (queues, batches,
+//! timeouts, the lease tick, snapshot defaults, the client's renewal interval, safety margin,
+//! give-up delays and backoff caps, related to the server's failover time). Not here: the
+//! fence crate's own `limits.rs` (it depends on nothing of latchkey;
+//! `client/tests/shared_constants.rs` fails if its copies drift), and the `fenced_kv` example's
+//! HTTP bounds (in the example). The Python and TypeScript clients copy the client's bounds,
+//! held to this file by their own tests.
 
 /// A lock name is at most this many bytes of UTF-8. Long enough for a path-like name with a
 /// tenant and an id (`payments/tenant-42/invoice-...`), short enough that a full queue of names

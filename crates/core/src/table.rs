@@ -2,6 +2,39 @@
 //!
 //! `LockTable::apply` is the whole state machine. It is deterministic: the same entries in the
 //! same order give the same table on every member, which is what lets Raft replicate it.
+//!
+//! Handover: a release, close, expiry, force-release or revoke hands the lock to exactly one
+//! waiter (the head of its queue) in the same entry, through the one `hand_over`, so an
+//! operator's action gives the next holder a higher token like any release. Sessions leaving in
+//! one entry drop their waits before their holds, so a lock is never handed to a session that
+//! is leaving. `apply` asserts at every handover that the token increases.
+//!
+//! Time: the one decision that depends on it is whether a wait has ended (a waiter records
+//! `now_ms + wait_ms` of its Acquire, the leader's time in the entry; a release passes over
+//! ended waiters, `ExpireWaits` removes them). Skew between leaders' wall clocks only
+//! lengthens or shortens a wait: no lease, grant order among live waiters or token depends on it.
+//!
+//! Byte budget: every command that adds a session, a held lock or a queued wait first checks
+//! [`LockTable::bytes`] plus its charge against the budget and is refused
+//! `Rejection::TableFull` otherwise; releases, closes, cancels and expiries never need room (a
+//! session's remembered outcomes are charged when it is created) and only shrink the table, so
+//! a table above a budget lowered by a restart only shrinks. The debug build asserts after
+//! every entry that no entry grew the table past the budget and, while the table is small
+//! (`DEBUG_CHECK_ITEMS_MAX`), that the count equals a recount along with every other
+//! invariant; larger tables are checked whole on decode. Each charge is at least the thing's
+//! encoded size, so a snapshot is never larger than the accounted bytes plus a small header
+//! and any table within the budget can be streamed to a member.
+//!
+//! A held lock's name is stored once, shared by the lock and its holder's session; a snapshot
+//! leaves the sessions' holds out and decoding rebuilds them from the locks, so an installed
+//! table shares names too (`tests/memory.rs` budgets the bytes per held lock).
+//!
+//! Operators' actions (`ForceRelease`, `RevokeSession`) append an `AuditRecord` (index, leader
+//! time, action, `Actor`, reason) to the audit log, which snapshots carry. A force-release
+//! records the taken token in the holder session's `revoked` list (at most
+//! `REVOKED_GRANTS_PER_SESSION_MAX`, the oldest dropped into `revoked_through`), which every
+//! keepalive answer carries (`revoked_tokens` on the wire), so its client fires `lost()` for that guard while its other locks stay. A
+//! try-lock that finds the lock held gets the holder as of its own entry (`Applied::busy`).
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

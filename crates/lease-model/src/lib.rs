@@ -13,7 +13,45 @@
 //! - [`Action`]: the events; [`LeaseModel`] implements [`stateright::Model`].
 //! - [`LeaseModel::trace`]: a counterexample as readable lines (who did what, at which tick).
 //!
-//! What is abstracted, and why it is sound, is in ARCHITECTURE.md ("The lease model").
+//! Members call the real code as the server calls it: `Leases::applied` (the apply observer's
+//! call per entry), `installed` on a snapshot install, `resume` when a leader takes office,
+//! `renew`/`renew_logged` for keepalives, `mark_stale`/`marks_to_log`/`marks_logged`,
+//! `take_expired`. Properties: no two clients believe they hold the lock at the same true
+//! time; no session is expired (its expiry committed) before its client's own deadline (`acked
+//! send + TTL − margin`, the client library's rule); tokens only increase; a session outlives
+//! its client's last acknowledged renewal by at most 2 × TTL. The planted bugs of issue #9
+//! (`Plant`) are each found as a double grant.
+//!
+//! What is abstracted, and why that is sound:
+//! - Raft is a committed log common to all members plus the leader's uncommitted entries,
+//!   which commit in order or, when the leader dies, are lost or committed in the next term. A
+//!   winner has every committed entry in its log (Raft's election rule) but may have applied
+//!   any prefix; it appends a blank entry and (fixed code) resumes leases once it applied it.
+//!   Followers apply entry by entry or install the leader's current snapshot. Messages inside
+//!   one tick take no time: a keepalive arrives when sent, which is the worst case for the
+//!   lease inequality (arrival never earlier than send).
+//! - A leadership transfer needs no case of its own: `Elect` already lets any member win while
+//!   the old leader is alive, and what makes that sound (one leader acknowledging at a time) is
+//!   the keepalive's quorum confirmation after arrival (`ReadPolicy::ReadIndex`), which a
+//!   transfer does not skip: it skips only the followers' leader lease, which keeps healthy
+//!   leaders from being deposed and plays no part in the lease inequality.
+//! - Time is ticks of TTL/5 (TTL 5 s, 1 s ticks); each member's clock runs at a fixed rate at
+//!   an edge of `CLOCK_DRIFT_PPM_MAX` (±1 %), clients' clocks slow (their deadlines last
+//!   longest in true time, the worst case for every property). The small checks try every
+//!   member rate.
+//! - The leader does what it can before time advances (apply, commit, resume, mark, expire): a
+//!   leader that is slower only decides later on its own clock, the safe direction, and an
+//!   election can still cut in between any proposal and its commit. Followers may lag freely.
+//! - Clients renew no sooner than a third of a TTL after their last acknowledged renewal (the
+//!   client library's schedule); they hear of a grant as soon as any member applies it.
+//! - A member's table adds nothing to a state's fingerprint: it is the committed log's first
+//!   `applied` entries, which are hashed.
+//!
+//! Bounds: `tests/lease_model.rs` (which prints the states each check explored): 2 members, 2
+//! clients (one holding, one queued), 1 election, 1 install, 6 ticks; every rate assignment at
+//! 4 ticks; 3 members, 1 client, 2 elections, 4 ticks; the bug checks stop at the first double
+//! grant. The crate and stateright are built with `opt-level = 3` in the dev profile (root
+//! `Cargo.toml`), so `cargo test` finishes it in a few minutes.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;

@@ -15,6 +15,9 @@
 //! - a log whose last segment is of format version 1 (unsalted frames, see `format`) is never
 //!   appended to: replay is followed by a rotation to a segment of the current version, so the
 //!   frames of any one segment are all of its header's version.
+//! - after replay, every segment, the directory and its entry in its parent are fsynced before
+//!   the store answers anything: what replay read may have been only in the page cache of a
+//!   killed process.
 //!
 //! Deletion: the front segment is deleted once every entry it holds is at or below the durable
 //! purge point of its group and a later segment exists (which starts with a checkpoint of each

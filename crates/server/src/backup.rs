@@ -27,6 +27,19 @@
 //! groups seeds G groups (group 0 in the data dir, group g in `group-g/`, as `serve --groups G`
 //! keeps them), each table held to its group (its locks' names hash to it), and the new
 //! cluster must be started with the same `--groups`: the seeded dirs record it.
+//!
+//! Save: the leader confirms its leadership (a linearizable read), then encodes the table and
+//! the applied index under one read lock of the state machine (`ops.rs` `backup`); nothing of
+//! a backup goes through the log. With several groups the client backs up each group at its
+//! leader (`BackupRequest.group`). Restore: the seeded log id is (term 0, the lowest member id,
+//! the applied index), the same on every member restored with the same list, and the first
+//! election's term 1 puts every new entry above it. `LockTable::restart_leases` lifts every
+//! lease mark before the table is written, so every restored session gets a full TTL from the
+//! new cluster's start (the old cluster's clock means nothing there). The new cluster's record
+//! is the one a founder's first start writes (`node::founder_record`). Restore refuses a data
+//! dir that holds anything, and until every group is seeded the dir holds
+//! `restore-unfinished` (`node::RESTORE_MARKER`), which a start refuses
+//! (`StartError::RestoreUnfinished`): it could otherwise found a missing group empty.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

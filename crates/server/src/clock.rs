@@ -1,8 +1,16 @@
 //! The seams through which the server reads time and draws random numbers.
 //!
 //! Lease decisions use the monotonic clock (`now`); the wall clock (`wall_ms`) is only stamped
-//! into commands for display ("held for"). A simulation replaces this with clocks that have
-//! their own offset and drift.
+//! into commands, by the leader, for display ("held for") and for wait timeouts (a waiter's end
+//! is `now_ms + wait_ms` of its Acquire, decided in the table from the entry's time). A
+//! follower reads its monotonic clock too: the apply observer notes when it applied a lease
+//! mark, and start-up gives recovered sessions a lease from now, so that the lease table is
+//! ready if this member is elected. A simulation replaces this with clocks that have their own
+//! offset and drift (`DriftClock`, which implements the client's `ClientClock` too).
+//!
+//! Not the client's clock: [`NodeClock`] stamps wall time and never converts timer spans; the
+//! client's `ClientClock` never stamps wall time and turns a span on its clock into a tokio
+//! timer (`timer_duration`).
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};

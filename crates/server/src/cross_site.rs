@@ -1,5 +1,7 @@
-//! The HTTP API's one guard against cross-site requests (issue #31 item 3): a layer on the whole
-//! router (`http::router`), so no route, present or future, answers before it ran.
+//! The HTTP API's one guard against cross-site requests (issue #31 item 3): a route layer of
+//! the router (`http::router`), so no route, present or future, runs its handler before it ran
+//! (a request that matches no route, or none of its methods, changes nothing and gets its 404
+//! or 405 as it is).
 //!
 //! A browser lets any web page send requests to any address: a form (`text/plain`, urlencoded,
 //! multipart) or a `fetch` without CORS, with no question asked first, and with what the user
@@ -318,7 +320,7 @@ fn error(status: StatusCode, code: &'static str, message: String) -> Response {
     .into_response_with(status)
 }
 
-/// The guard, run on every request before the router (see the module comment).
+/// The guard, run on every request to a route before its handler (see the module comment).
 pub(crate) async fn guard(
     State(policy): State<Arc<CrossSite>>,
     request: Request,

@@ -4,7 +4,11 @@
 //! - [`run`] serves a node on a TCP listener until a shutdown signal; tests call it directly.
 //!   [`run_with`] is the one entry point beneath it, with the connections, the environment and
 //!   the log store supplied (the simulation's). Both take a [`ValidConfig`]: a configuration is
-//!   checked once, where it is built.
+//!   checked once, where it is built. `run_with` returns an error when a group's Raft core
+//!   stops on its own (a storage failure), so the process exits rather than lingers.
+//! - `groups`: with `--groups G` a member runs one `Node` per Raft group, sharing one
+//!   `MemberShared` (metrics, the shutdown token); [`groups::Groups`] sends each request to
+//!   its lock's or session's group, and every error of a group carries `latchkey-group`.
 //! - `node`: storage, the openraft node, leases and the leader's duties (restart leases on
 //!   election, propose expiries).
 //! - `ops`: the node's operations in domain types (propose, linearizable read, acquire,
@@ -25,7 +29,13 @@
 //!   `Node::authorize` checks every call of both APIs against it.
 //! - [`refusals`]: refused clients counted by reason and logged, rate-limited.
 //! - [`reload`]: the TLS files and the access-control list, reloaded on SIGHUP and on a change.
-//! - `clock`: the seam through which the server reads time.
+//! - `clock`: the seam through which the server reads time; [`NodeEnv`] bundles it with the
+//!   entropy, the [`probe`] and the [`PeerConnector`] (`TcpPeerConnector`, or
+//!   [`tls::TlsPeerConnector`]).
+//! - `peer_auth`: who may send peer messages (cluster id, member certificate, MAC);
+//!   [`tls`]: the TLS accept loop and the members' mTLS dialer.
+//! - `metrics`: Prometheus metrics, `/healthz` and `/readyz`; `watch`: the member's recent
+//!   lock changes and its watch streams.
 //! - [`backup`]: the backup file (`latchkey snapshot save`, from `ops`' `backup`) and the
 //!   restore that seeds a new member's data dir from it (`latchkey snapshot restore`).
 //! - `member_addr`: a member's recorded address, `CLIENT` or `CLIENT/PEER` (`--peer-listen`).

@@ -4,6 +4,11 @@
 //!
 //! Counters count applied entries on this member (every member applies every entry, so a
 //! follower's counters track the leader's); gauges are read from the node when scraped.
+//! Latency histograms: commit, fsync (through the log store's commit observer), keepalive and
+//! acquire wait. The queue lengths of the `METRICS_LONGEST_QUEUES` longest queues come from a
+//! scan of the table at each scrape. `/readyz` is `NodeStatus::readiness` (a known leader and
+//! an apply lag within `READY_APPLY_LAG_MAX`), over the groups the member belongs to; `lib.rs`'s
+//! `report_health` keeps the gRPC health service (`tonic-health`) in step with it.
 
 use std::future::Future;
 use std::sync::atomic::AtomicU64;

@@ -1,5 +1,33 @@
 //! One member of a Raft group: storage, the openraft node, the lease table, and the leader's
 //! duties (restarting leases on election, proposing expiries).
+//!
+//! Start-up ([`Node::start`]): the data dir's record (cluster id, member id, group count,
+//! replica count; `DirRecord`) is checked against the flags in one function (`check_record`)
+//! before the log is opened, so a refused start changes no byte of the dir. Then the node
+//! founds its group or waits to be added (`--join`: a member that knows no membership founds
+//! nothing). With `--groups G` a member runs one `Node` per group (group 0 in the data dir,
+//! group g in `group-g/`, `ServerConfig::for_group`), sharing one [`MemberShared`]; their logs
+//! are one, the data dir's `raft-log/`, opened by `open_member_logs` after every group dir's
+//! record is checked ([`Node::open_log_stores`]), except a group that an older build gave a
+//! `group-g/raft-log/` of its own, which keeps it.
+//!
+//! Founding: group g of a new cluster of several is founded first by member g mod N
+//! (`founder_of`); the others initialize it only after `FOUNDING_WAIT_ELECTIONS` election
+//! timeouts without news of it ([`Node::found_later`]), so leaders start spread. With replica
+//! subsets (`--replicas R`, `latchkey_core::groups::replicas_of`: the founder and the next R-1
+//! members by id) only a group's R replicas found it, with themselves as its voters; a member
+//! outside it runs its node without a membership, reports itself `outside` (`Role::Outside`)
+//! and sends its clients to a replica (`Node::placement`). `R` is recorded in the data dir and
+//! in every group's peer fingerprint, since members that placed a group differently would
+//! found it with different voters.
+//!
+//! The tasks a node runs for as long as it lives, each documented on its function:
+//! [`Node::lease_duties`] (the lease task: every lease log write comes from it, so their log
+//! order is the order they were decided in; it wakes on openraft's *server* metrics, which
+//! change with role and vote, on renewals and on its deadlines, never once per entry),
+//! [`Node::follow_membership`] (the peer address book in step with the membership),
+//! [`Node::compact_log`] (only for a log shared by groups) and [`Node::rebalance_leadership`]
+//! (only with several groups).
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -4,6 +4,15 @@
 //!
 //! Mutations become Raft log entries stamped with the leader's time; reads and keepalives are
 //! answered only after this node confirmed with a majority that it is still the leader.
+//!
+//! What is here: [`Node::propose`] (a command, stamped with the leader's wall-clock time and
+//! any randomness, through the log), [`Node::linearizable_read`] (openraft's read-index
+//! round), `acquire` with its long-poll (a queued request waits in `waiters.rs`), the
+//! keepalive decision (renewed after a read-index round; a session with a standing lease mark
+//! is renewed through a logged `RenewLeases` the lease task writes, see `leases.rs`), the
+//! operator's calls (force-release, revoke, audit, backup), the status as a plain
+//! [`NodeStatus`] with a [`Role`], and membership changes: add (a learner, then a voter),
+//! remove, move. Nothing here takes or returns a protobuf or JSON type.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};

@@ -3,6 +3,45 @@
 //!
 //! Payloads are openraft's own messages, serialized with postcard behind a one-byte format
 //! version; protobuf only frames them. Every call has a deadline (openraft's `RPCOption`).
+//!
+//! Receiving: [`PeerRouter`] is the only `RaftPeer` the server runs. It admits every request
+//! on the one path every peer RPC takes (`peer/admission.rs`) and hands it to its group's
+//! [`PeerService`], whose handlers take only the `Admitted` request admission makes, so a new
+//! RPC cannot skip a check. A handler then checks what a message *says* before openraft sees
+//! it: a sender that is not a member by this member's Raft membership must be vouched for by
+//! the message (a leader's append or snapshot with a committed vote at least this member's
+//! own; a vote request whose last log index is above this member's), since a member that
+//! missed the change adding a member must still follow it and vote for it (those claims are
+//! the sender's own: an authenticated sender outside the membership, such as a removed
+//! member, is trusted on them; the README's "Securing a cluster" says how to revoke); a vote
+//! that skips
+//! the leader lease (a leadership transfer) is granted only to the successor the leader of
+//! this member's term named ([`Succession`], `check_leadership_transfer`); and a snapshot must
+//! decode, match its meta, pass the table's invariants and not lie above its vote
+//! (`check_snapshot`), since openraft stops its core on a failed install and asserts on the
+//! latter. A real pre-vote question rides the `Vote` call ([`Ballot::PreVote`]), so a member
+//! that was cut off asks before it campaigns.
+//!
+//! Replication: one pipelined `AppendStream` call per follower (openraft's `stream_append`):
+//! the next append goes out before the last is answered, at most
+//! `PEER_APPENDS_UNANSWERED_MAX` unanswered, each answered in order once durable at the
+//! follower, each within openraft's `soft_ttl`; every append carries its own MAC over a
+//! per-stream id and its number in the stream. The appends end with the answers, so a stream
+//! openraft stopped reading (a conflict, a higher vote, a missed deadline) closes instead of
+//! taking its next requests. A receiver keeps at most `PEER_APPEND_STREAMS_MAX` streams open
+//! and closes one left without an append for `PEER_APPEND_STREAM_FIRST_TIMEOUT_MS`; HTTP/2
+//! keepalive (`PEER_KEEPALIVE_INTERVAL_MS`) closes a connection whose peer died half open. A
+//! member that answers `UNIMPLEMENTED` (an older latchkey) gets unary `Append`s from then on.
+//!
+//! Snapshots are streamed in chunks of `SNAPSHOT_CHUNK_BYTES` (client-streaming `Snapshot`: a
+//! header chunk with the vote, the meta and the length, then the data, each chunk with its own
+//! MAC over a per-transfer id and its offset), read into memory up to the receiver's table
+//! budget plus `SNAPSHOT_OVERHEAD_BYTES_MAX`, one stream at a time, each chunk within
+//! `SNAPSHOT_CHUNK_TIMEOUT_MS`, and checked as a whole before openraft sees it.
+//!
+//! Sending: [`PeerNetwork`] makes a [`PeerClient`] per target, dialed at its address in the
+//! membership ([`AddressBook`], which `Node::follow_membership` keeps current), over one
+//! channel per member address shared by every group ([`SharedChannels`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -2,6 +2,14 @@
 //! operations (`ops.rs`) and their answers back. No lock or lease policy lives here; access
 //! control (`acl.rs`) is checked before any operation by `Node::authorize` (`ops.rs`), the one
 //! check the HTTP API (`http.rs`) runs too.
+//!
+//! What the operator's calls need: `AdminRelease` needs `admin` on the lock, `AdminRevoke`
+//! `admin` on every lock (a session may hold locks anywhere), `Audit` `read` on every lock,
+//! `Backup` `admin` on every lock (a server-streaming call: the header, then the encoded table
+//! in `BACKUP_CHUNK_BYTES` chunks), and the membership calls `admin` on every lock. A request
+//! about a lock or a session goes to its group's node through the member's `Groups`
+//! (`groups.rs`); the calls that concern a whole group (`CreateSession`, `List`, `Audit`,
+//! `Backup`, `Watch`, the membership calls) name it (`group`, required with several).
 
 use std::sync::Arc;
 

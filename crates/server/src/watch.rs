@@ -8,6 +8,20 @@
 //! it saw. What this member cannot replay (events evicted from the kept ones, entries covered by
 //! an installed snapshot or by the snapshot it started from) is announced as `Missed`, never
 //! skipped silently: the `floor` below is the highest index whose events may be gone.
+//!
+//! A stream replays the kept events after its index, then follows the broadcast; one that lags
+//! behind the broadcast re-reads from the kept events, or gets the `Missed` notice. At most
+//! `WATCHERS_MAX` streams at once. A quiet stream sends `Progress` every `WATCH_PROGRESS_MS`,
+//! so the client advances its resume point and takes a member silent for
+//! `CLIENT_WATCH_SILENCE_MS` as dead. Before each progress it asks `Node::out_of_touch_for`
+//! (`ops.rs`, `leader_contact.rs`): a member out of touch with its group's leader applies
+//! nothing new, and its progress would say that nothing changed, so the stream ends with
+//! `UNAVAILABLE` `out-of-touch` and the client resumes elsewhere. A leader that steps down
+//! stamps the contact itself (`Node::lease_duties`): it was in touch until then. Not caught: a
+//! follower cut off with the old leader in a minority still takes that leader's appends
+//! (openraft deposes no leader for want of a quorum), so its watches stay, silent, until the
+//! partition heals. With several groups a position is per group: the client watches each
+//! group with a stream of its own (`WatchRequest.group`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};

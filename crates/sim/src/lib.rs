@@ -25,6 +25,28 @@
 //! history. Without that cfg (a `RUSTFLAGS` variable replaces the config's flags) a replay
 //! repeats the faults and the workload but may interleave differently, and a failure report
 //! says so.
+//!
+//! What CI asserts (`tests/seeds.rs`, which names each seed and why it was chosen): the CI
+//! seeds pass every checker, carried out every kind of client fault, judged the deadline rule
+//! near an expiry, and reached every lease state a known bug needs ([`coverage`], counted from
+//! the server's `Probe` events). A seed with a bug planted must be caught: the log store
+//! acknowledging appends before their fsync (run with openraft's `allow_log_reversion`, so that
+//! the checkers, not an openraft panic, judge it), and the lease bugs of issue #9 (`Plant`,
+//! `--plant stale-mark|resume-early|renew-without-quorum`). Reaching a plant's state is not
+//! always harm, so the tests count the state and run their seeds until one is caught in it.
+//!
+//! Several Raft groups (`--groups G`, `RunConfig::groups`, 1 in every seed's own shape, so
+//! older seeds replay as they did): every node runs every group, each with its own log and
+//! disk per node (a node's crash hits all of them) and its own history; the clients'
+//! operations are recorded once, by group session, and the safety checkers run per group
+//! (`HistoryData::of_group`; violations say `group g:`), since tokens of two groups are not
+//! comparable; liveness is judged once over every lock. The fault schedules that follow a
+//! leader follow group `seed % G` (`RunConfig::targeted_group`). With replica subsets
+//! (`RunConfig::replicas`) each group is placed on R of five nodes and the fault plans that
+//! reason about a quorum use the targeted group's voters (`RunConfig::group_voters`).
+//!
+//! `cargo run --profile sweep -p latchkey-sim -- --seeds N` sweeps and sums the counts
+//! (`scripts/sweep.py run N` on every core); `-- --reproduce SEED` replays one.
 
 pub mod checkers;
 pub mod client;

@@ -1,5 +1,8 @@
 //! [`ServeProcess`]: one `latchkey serve` child process, the only way the process tests start a
-//! server ([`super::Server`] is one of them, [`super::cluster::Cluster`] one per member).
+//! server ([`super::Server`] is one of them, [`super::cluster::Cluster`] one per member), with
+//! two exceptions: `tls.rs` starts its members with its own small `Server` (certificate flags
+//! per member; not yet moved onto `ServeProcess`), and `storage_failure.rs` starts `serve`
+//! under `bash -c 'ulimit -f …'` to hit a file-size limit.
 //!
 //! It owns the child: its stderr goes to a log file (appended, one header line per start, so a
 //! restarted member's log reads as one story), and it is killed and reaped when the handle

@@ -170,6 +170,8 @@ pub fn rejected(r: Rejection) -> Outcome {
     Outcome::Rejected(r)
 }
 
+/// Drives a `LockTable` with sessions named by label, for the table-driven tests (not the
+/// simulation, which is `crates/sim`).
 #[derive(Default)]
 pub struct TableDriver {
     pub table: LockTable,
