@@ -140,18 +140,8 @@ impl PeerRouter {
         request: Request<pb::PeerMessage>,
         method: PeerMethod,
     ) -> Result<(&PeerService, Admitted<Vec<u8>>), Status> {
-        let group = self.route(&request, method)?;
-        let certs = request.peer_certs();
-        let (meta, _, message) = request.into_parts();
-        let from = group
-            .auth
-            .verify(&meta, method, &message.payload)
-            .map_err(|e| refuse(method, None, &e.to_string()))?;
-        group
-            .auth
-            .verify_certificate(from, certs.as_deref().map(Vec::as_slice))
-            .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
-        let sender = Sender(from);
+        let (group, sender, message) =
+            self.authenticate(request, method, |m: &pb::PeerMessage| &m.payload)?;
         Ok((
             group,
             Admitted {
@@ -169,30 +159,42 @@ impl PeerRouter {
         method: PeerMethod,
         item: PeerMethod,
     ) -> Result<(&PeerService, Admitted<AdmittedChunks>), Status> {
-        let group = self.route(&request, method)?;
-        let certs = request.peer_certs();
-        let (meta, _, inner) = request.into_parts();
-        let from = group
-            .auth
-            .verify(&meta, method, &[])
-            .map_err(|e| refuse(method, None, &e.to_string()))?;
-        group
-            .auth
-            .verify_certificate(from, certs.as_deref().map(Vec::as_slice))
-            .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
-        let sender = Sender(from);
+        let (group, sender, inner) = self.authenticate(request, method, |_| &[])?;
         Ok((
             group,
             Admitted {
                 sender,
                 body: AdmittedChunks {
-                    from,
+                    from: sender.0,
                     item,
                     auth: group.auth.clone(),
                     inner,
                 },
             },
         ))
+    }
+
+    /// Every request's checks, unary or streamed: its group, then its headers (sender,
+    /// fingerprint, and the MAC over `payload`: a unary call's message, nothing for a stream)
+    /// and the connection's certificate.
+    fn authenticate<T>(
+        &self,
+        request: Request<T>,
+        method: PeerMethod,
+        payload: impl FnOnce(&T) -> &[u8],
+    ) -> Result<(&PeerService, Sender, T), Status> {
+        let group = self.route(&request, method)?;
+        let certs = request.peer_certs();
+        let (meta, _, body) = request.into_parts();
+        let from = group
+            .auth
+            .verify(&meta, method, payload(&body))
+            .map_err(|e| refuse(method, None, &e.to_string()))?;
+        group
+            .auth
+            .verify_certificate(from, certs.as_deref().map(Vec::as_slice))
+            .map_err(|e| refuse(method, Some(from), &e.to_string()))?;
+        Ok((group, Sender(from), body))
     }
 
     /// The group a request is for: the one its `GROUP_HEADER` names, group 0 without one.
