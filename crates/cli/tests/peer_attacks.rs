@@ -18,8 +18,12 @@
 //!
 //! - `no-cert`: L's id, the cluster's fingerprint and the secret, but no client certificate.
 //!   The TLS handshake refuses it (`--tls-ca` makes a certificate mandatory), before any RPC:
-//!   the expected refusal is the handshake's, and the log line is the member's "TLS handshake
-//!   failed" (logged at debug: the members here run with `latchkey_server::tls=debug`).
+//!   the client must read the server's `certificate_required` alert (rustls: "received fatal
+//!   alert: CertificateRequired") or, when hyper had queued the request before the alert
+//!   closed the connection (a race in the client), that request cancelled by the close; T must
+//!   count one more `latchkey_auth_refused_total{reason="no-certificate"}` and log "refused a
+//!   client (no-certificate) ... peer sent no certificates". The count and the line pin the
+//!   cause that the client's error alone cannot.
 //! - `client-cert`: a certificate of the members' CA that names no member (CN `intruder`, as a
 //!   client's would), L's id, the fingerprint and the secret.
 //! - `member-cert`: M's own certificate (`member-M`), messages claiming to be L's (`from` = L).
@@ -33,9 +37,35 @@
 //! - `replay-group`: a message L signed for T in group 0, sent to T as group 1's
 //!   (`latchkey-peer-group: 1`).
 //!
+//! The rows about a stream's items (of `append-stream` and `snapshot` only: a unary RPC has
+//! none) send a stream whose headers are L's own and valid (L's certificate, the fingerprint,
+//! the headers' MAC), so that admission takes the stream and only what is checked as each item
+//! is read can refuse it:
+//!
+//! - `item-for-other-member`, `item-wrong-mac`, `item-no-mac`: the item signed by L for M,
+//!   under another secret, or without a MAC.
+//! - `item-other-kind`: the item's MAC made for the other kind of item (an append's in a
+//!   snapshot stream, a snapshot chunk's in a stream of appends).
+//! - `item-other-transfer` (snapshot): the first chunk of transfer 9, then the data chunks of
+//!   transfer 10 of the same snapshot, each signed as its own transfer's.
+//! - `item-out-of-place`: the snapshot's first chunk twice (its header where its data must
+//!   come), or an append that says it is its stream's second, alone; each signed as it is.
+//!
+//! The first four are the per-item MAC check's own rows (with it disabled they are taken and
+//! change T; the last two are the handlers' place checks, and refused either way).
+//!
+//! The rows about malformed metadata send L's message signed as L signs it, then one value
+//! replaced: `group-abc` and `group-99` (`latchkey-peer-group`: not a number; a group the
+//! member does not run), `from-oversized` (`latchkey-peer-from`: 4 KiB of digits, beyond a
+//! `u64`), `cluster-oversized` (`latchkey-peer-cluster`: 4 KiB), `mac-malformed`
+//! (`latchkey-peer-mac`: 4 KiB, not hex). Admission refuses each `PERMISSION_DENIED` (not
+//! `INVALID_ARGUMENT`: `admission.rs` refuses every header it cannot read as who sent the
+//! message, through the same `refuse`).
+//!
 //! Cells that cannot apply are skipped with their reason (no certificate in plaintext; no MAC
-//! without a secret; a replay to another member without a secret is the leader speaking, since
-//! nothing else binds a message to its receiver; one group only).
+//! without a secret, on a message or an item; a replay to another member without a secret is
+//! the leader speaking, since nothing else binds a message to its receiver; one group only; a
+//! stream of appends has no transfer of its own but its first append's).
 //!
 //! The messages are real and well formed (`latchkey_server::peer_wire`), built from the
 //! target's state: a vote and a pre-vote for L at term + 100 with a log far ahead, a
@@ -50,6 +80,11 @@
 //! T's vote is its term and leader here: within a term it cannot change otherwise. After all
 //! cells the group's leader and term are the same, and a client locks and gets a token.
 //!
+//! Then, last, the positive control ([`control`]): the crafted append and snapshot, sent to T
+//! with L's own credentials, are taken and change T as they say (the holder's session expired;
+//! the attacker's session holding the lock at the snapshot's index), so that "nothing changed"
+//! cannot pass because a craft went stale. It wrecks T, hence last.
+//!
 //! Every cell runs, then the test fails listing the cells that failed (one line per cell of
 //! the matrix is printed: run with `--nocapture` to see them all):
 //!
@@ -62,7 +97,6 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use latchkey_core::{GroupShape, LockTable, Op, Outcome, SessionKey};
@@ -73,7 +107,10 @@ use latchkey_raft::{
     AppendEntriesRequest, Entry, EntryPayload, LogCommand, LogId, Membership, Node, SnapshotMeta,
     StoredMembership, TypeConfig, Vote, VoteRequest,
 };
-use latchkey_server::peer_auth::{ClusterId, ClusterSecret, PeerAuth, PeerMethod, GROUP_HEADER};
+use latchkey_server::peer_auth::{
+    ClusterId, ClusterSecret, PeerAuth, PeerMethod, CLUSTER_HEADER, FROM_HEADER, GROUP_HEADER,
+    MAC_HEADER,
+};
 use latchkey_server::peer_wire::{self, AppendFrame, Ballot};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use tonic::codegen::tokio_stream;
@@ -170,9 +207,20 @@ enum Sender {
     NoMac,
     ReplayMember,
     ReplayGroup,
+    ItemForOther,
+    ItemWrongMac,
+    ItemNoMac,
+    ItemOtherKind,
+    ItemOtherTransfer,
+    ItemOutOfPlace,
+    GroupNotANumber,
+    GroupNotHere,
+    FromOversized,
+    ClusterOversized,
+    MacMalformed,
 }
 
-const SENDERS: [Sender; 8] = [
+const SENDERS: [Sender; 19] = [
     Sender::NoCert,
     Sender::ClientCert,
     Sender::MemberCert,
@@ -181,7 +229,23 @@ const SENDERS: [Sender; 8] = [
     Sender::NoMac,
     Sender::ReplayMember,
     Sender::ReplayGroup,
+    Sender::ItemForOther,
+    Sender::ItemWrongMac,
+    Sender::ItemNoMac,
+    Sender::ItemOtherKind,
+    Sender::ItemOtherTransfer,
+    Sender::ItemOutOfPlace,
+    Sender::GroupNotANumber,
+    Sender::GroupNotHere,
+    Sender::FromOversized,
+    Sender::ClusterOversized,
+    Sender::MacMalformed,
 ];
+
+/// The size of the oversized metadata values the `*-oversized` and `mac-malformed` rows send:
+/// far beyond any value a member sends, within what HTTP/2 carries (so that it reaches the
+/// member's checks rather than the transport's).
+const OVERSIZED: usize = 4096;
 
 impl Sender {
     fn name(self) -> &'static str {
@@ -194,11 +258,41 @@ impl Sender {
             Sender::NoMac => "no-mac",
             Sender::ReplayMember => "replay-member",
             Sender::ReplayGroup => "replay-group",
+            Sender::ItemForOther => "item-for-other-member",
+            Sender::ItemWrongMac => "item-wrong-mac",
+            Sender::ItemNoMac => "item-no-mac",
+            Sender::ItemOtherKind => "item-other-kind",
+            Sender::ItemOtherTransfer => "item-other-transfer",
+            Sender::ItemOutOfPlace => "item-out-of-place",
+            Sender::GroupNotANumber => "group-abc",
+            Sender::GroupNotHere => "group-99",
+            Sender::FromOversized => "from-oversized",
+            Sender::ClusterOversized => "cluster-oversized",
+            Sender::MacMalformed => "mac-malformed",
         }
     }
 
-    /// Why this sender's row does not apply to `setup`, if it does not.
-    fn skipped_in(self, setup: Setup) -> Option<&'static str> {
+    /// Whether this row is about the items of a stream (its headers are L's own, valid).
+    fn about_items(self) -> bool {
+        matches!(
+            self,
+            Sender::ItemForOther
+                | Sender::ItemWrongMac
+                | Sender::ItemNoMac
+                | Sender::ItemOtherKind
+                | Sender::ItemOtherTransfer
+                | Sender::ItemOutOfPlace
+        )
+    }
+
+    /// Whether the cell of this row and `rpc` exists: the item rows are the stream RPCs' only
+    /// (a unary RPC has no items; they are not listed for it).
+    fn applies_to(self, rpc: Rpc) -> bool {
+        !self.about_items() || matches!(rpc, Rpc::AppendStream | Rpc::Snapshot)
+    }
+
+    /// Why this sender's row does not apply to `setup` and `rpc`, if it does not.
+    fn skipped_in(self, setup: Setup, rpc: Rpc) -> Option<&'static str> {
         match self {
             Sender::NoCert | Sender::ClientCert | Sender::MemberCert if !setup.tls() => {
                 Some("plaintext: no certificate to leave out or misuse")
@@ -213,6 +307,21 @@ impl Sender {
             Sender::ReplayGroup if setup.groups() == 1 => {
                 Some("one Raft group: the group replay runs in plain+secret (--groups 2)")
             }
+            Sender::ItemForOther
+            | Sender::ItemWrongMac
+            | Sender::ItemNoMac
+            | Sender::ItemOtherKind
+                if !setup.secret() =>
+            {
+                Some("no cluster secret: a stream's items carry no MAC")
+            }
+            Sender::ItemOtherTransfer if rpc == Rpc::AppendStream => Some(
+                "a stream of appends is the one its first append names: item-out-of-place \
+                 covers an append's place",
+            ),
+            Sender::MacMalformed if !setup.secret() => {
+                Some("no cluster secret: no MAC header is read")
+            }
             _ => None,
         }
     }
@@ -224,8 +333,9 @@ enum Refusal {
     /// `PERMISSION_DENIED` whose message contains this, and a line of T's log saying "refused
     /// a peer message" and this.
     Denied(String),
-    /// The TLS handshake fails (no RPC is served), and T logs that the client sent no
-    /// certificate.
+    /// The TLS handshake fails for want of a client certificate (no RPC is served): the client
+    /// reads the server's `certificate_required` alert, T counts a `no-certificate` refusal on
+    /// `/metrics` and logs it.
     Handshake,
 }
 
@@ -233,13 +343,40 @@ enum Refusal {
 struct Plan {
     /// The client certificate the connection presents (its CN), with mTLS.
     cert: Option<String>,
-    /// How the message is signed: the member it claims, the fingerprint, the secret.
+    /// How the message (a stream: its headers) is signed: the member it claims, the
+    /// fingerprint, the secret.
     auth: PeerAuth,
     /// The receiver its signature names.
     signed_for: u64,
-    /// The group header it goes with, overriding the signer's.
-    group_header: Option<u32>,
+    /// Metadata set after signing, over what the signer put: (key, value).
+    metadata: Vec<(&'static str, String)>,
+    /// How a stream's items are made.
+    items: Items,
     refusal: Refusal,
+}
+
+/// How the items of a stream are signed and placed.
+struct Items {
+    /// Signed by (a sender whose secret is another, or none: no MAC).
+    auth: PeerAuth,
+    /// For this receiver.
+    to: u64,
+    /// MAC'd as the other kind of item (an append's in a snapshot stream, and vice versa).
+    other_kind: bool,
+    place: Place,
+}
+
+/// Where the items of a stream are, each signed as it is (its MAC verifies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// In order: the snapshot's chunks of one transfer, or an append that is the stream's
+    /// first.
+    InOrder,
+    /// The snapshot's data chunks taken from another transfer of the same snapshot.
+    OtherTransfer,
+    /// A snapshot's first chunk (its header) again where its data must come; an append that
+    /// says it is the stream's second, alone.
+    Misplaced,
 }
 
 /// A CA and the means to sign certificates with it (as `tls.rs`'s).
@@ -681,8 +818,22 @@ impl Cluster {
         Err(format!("no member serves a read of {name}: {last}"))
     }
 
-    /// The sender's plan against target `t` of leader `l` (`m`: the third member).
-    fn plan(&self, sender: Sender, l: u64, t: u64, m: u64) -> Plan {
+    /// How many handshakes without a client certificate member `id` refused, by its
+    /// `/metrics` (`latchkey_auth_refused_total{reason="no-certificate"}`).
+    fn no_certificate_refusals(&self, id: u64) -> Option<u64> {
+        let addr = format!("127.0.0.1:{}", self.member(id).metrics_port);
+        let (200, body) = http_get(&addr, "/metrics")? else {
+            return None;
+        };
+        let counted = body.lines().find_map(|l| {
+            l.strip_prefix(r#"latchkey_auth_refused_total{reason="no-certificate"} "#)
+        });
+        // No line: nothing counted yet.
+        counted.map_or(Ok(0), str::parse).ok()
+    }
+
+    /// The sender's plan for `rpc` against target `t` of leader `l` (`m`: the third member).
+    fn plan(&self, sender: Sender, rpc: Rpc, l: u64, t: u64, m: u64) -> Plan {
         let shape = GroupShape::new(0, self.setup.groups()).unwrap();
         let cluster = ClusterId::founded_by(&self.peers);
         let secret = || {
@@ -695,73 +846,169 @@ impl Cluster {
         };
         let leader_cert = self.setup.tls().then(|| format!("member-{l}"));
         let names_leader = Refusal::Denied(format!("certificate naming `member-{l}`"));
+        let other_secret = || {
+            Some(ClusterSecret::new(
+                b"another-cluster-secret-0123456789".to_vec(),
+            ))
+        };
+        // A stream of L's, whose headers are L's own and whose items are made as `items` says.
+        let items = |auth: PeerAuth, to: u64, other_kind: bool, place: Place, says: &str| Plan {
+            items: Items {
+                auth,
+                to,
+                other_kind,
+                place,
+            },
+            refusal: Refusal::Denied(says.to_owned()),
+            ..self.plan_real(l, t)
+        };
+        let out_of_place = match rpc {
+            Rpc::Snapshot => "a snapshot chunk out of place",
+            _ => "out of place (expected append 0",
+        };
+        // L's message with one metadata value replaced.
+        let with = |key: &'static str, value: String, says: &str| Plan {
+            metadata: vec![(key, value)],
+            refusal: Refusal::Denied(says.to_owned()),
+            ..self.plan_real(l, t)
+        };
+        let credentials = |cert: Option<String>, auth: PeerAuth, signed_for: u64| Plan {
+            cert,
+            items: Items {
+                auth: auth.clone(),
+                to: signed_for,
+                other_kind: false,
+                place: Place::InOrder,
+            },
+            auth,
+            signed_for,
+            ..self.plan_real(l, t)
+        };
+        let refused = |plan: Plan, refusal: Refusal| Plan { refusal, ..plan };
         match sender {
-            Sender::NoCert => Plan {
-                cert: None,
-                auth: as_leader(cluster, secret()),
-                signed_for: t,
-                group_header: None,
-                refusal: Refusal::Handshake,
-            },
-            Sender::ClientCert => Plan {
-                cert: Some("intruder".to_owned()),
-                auth: as_leader(cluster, secret()),
-                signed_for: t,
-                group_header: None,
-                refusal: names_leader.clone(),
-            },
-            Sender::MemberCert => Plan {
-                cert: Some(format!("member-{m}")),
-                auth: as_leader(cluster, secret()),
-                signed_for: t,
-                group_header: None,
-                refusal: names_leader,
-            },
+            Sender::NoCert => refused(
+                credentials(None, as_leader(cluster, secret()), t),
+                Refusal::Handshake,
+            ),
+            Sender::ClientCert => refused(
+                credentials(Some("intruder".to_owned()), as_leader(cluster, secret()), t),
+                names_leader,
+            ),
+            Sender::MemberCert => refused(
+                credentials(Some(format!("member-{m}")), as_leader(cluster, secret()), t),
+                names_leader,
+            ),
             Sender::OtherCluster => {
                 let other: BTreeMap<u64, String> = (1..=3u64)
                     .map(|id| (id, format!("127.0.0.1:{}", 1 + id)))
                     .collect();
-                Plan {
-                    cert: leader_cert,
-                    auth: as_leader(ClusterId::founded_by(&other), secret()),
-                    signed_for: t,
-                    group_header: None,
-                    refusal: Refusal::Denied("cluster fingerprint".to_owned()),
-                }
+                refused(
+                    credentials(
+                        leader_cert,
+                        as_leader(ClusterId::founded_by(&other), secret()),
+                        t,
+                    ),
+                    Refusal::Denied("cluster fingerprint".to_owned()),
+                )
             }
-            Sender::WrongMac => Plan {
-                cert: leader_cert,
-                auth: as_leader(
-                    cluster,
-                    Some(ClusterSecret::new(
-                        b"another-cluster-secret-0123456789".to_vec(),
-                    )),
-                ),
-                signed_for: t,
-                group_header: None,
-                refusal: Refusal::Denied("does not verify".to_owned()),
-            },
-            Sender::NoMac => Plan {
-                cert: leader_cert,
-                auth: as_leader(cluster, None),
-                signed_for: t,
-                group_header: None,
-                refusal: Refusal::Denied("requires its cluster secret".to_owned()),
-            },
-            Sender::ReplayMember => Plan {
-                cert: leader_cert,
-                auth: as_leader(cluster, secret()),
-                signed_for: m,
-                group_header: None,
-                refusal: Refusal::Denied("does not verify".to_owned()),
-            },
+            Sender::WrongMac => refused(
+                credentials(leader_cert, as_leader(cluster, other_secret()), t),
+                Refusal::Denied("does not verify".to_owned()),
+            ),
+            Sender::NoMac => refused(
+                credentials(leader_cert, as_leader(cluster, None), t),
+                Refusal::Denied("requires its cluster secret".to_owned()),
+            ),
+            Sender::ReplayMember => refused(
+                credentials(leader_cert, as_leader(cluster, secret()), m),
+                Refusal::Denied("does not verify".to_owned()),
+            ),
             Sender::ReplayGroup => Plan {
-                cert: leader_cert,
-                auth: as_leader(cluster, secret()),
-                signed_for: t,
-                group_header: Some(1),
+                metadata: vec![(GROUP_HEADER, "1".to_owned())],
                 refusal: Refusal::Denied("cluster fingerprint".to_owned()),
+                ..self.plan_real(l, t)
             },
+            Sender::ItemForOther => items(
+                as_leader(cluster, secret()),
+                m,
+                false,
+                Place::InOrder,
+                "does not verify",
+            ),
+            Sender::ItemWrongMac => items(
+                as_leader(cluster, other_secret()),
+                t,
+                false,
+                Place::InOrder,
+                "does not verify",
+            ),
+            Sender::ItemNoMac => items(
+                as_leader(cluster, None),
+                t,
+                false,
+                Place::InOrder,
+                "requires its cluster secret",
+            ),
+            Sender::ItemOtherKind => items(
+                as_leader(cluster, secret()),
+                t,
+                true,
+                Place::InOrder,
+                "does not verify",
+            ),
+            Sender::ItemOtherTransfer => items(
+                as_leader(cluster, secret()),
+                t,
+                false,
+                Place::OtherTransfer,
+                out_of_place,
+            ),
+            Sender::ItemOutOfPlace => items(
+                as_leader(cluster, secret()),
+                t,
+                false,
+                Place::Misplaced,
+                out_of_place,
+            ),
+            Sender::GroupNotANumber => {
+                with(GROUP_HEADER, "abc".to_owned(), "bad `latchkey-peer-group`")
+            }
+            Sender::GroupNotHere => with(GROUP_HEADER, "99".to_owned(), "no Raft group 99 here"),
+            Sender::FromOversized => with(
+                FROM_HEADER,
+                "1".repeat(OVERSIZED),
+                "no `latchkey-peer-from` member id",
+            ),
+            Sender::ClusterOversized => {
+                with(CLUSTER_HEADER, "a".repeat(OVERSIZED), "cluster fingerprint")
+            }
+            Sender::MacMalformed => with(MAC_HEADER, "z".repeat(OVERSIZED), "does not verify"),
+        }
+    }
+
+    /// L's own credentials, as L signs for `t`: the positive control's plan, and what every
+    /// row but its own uses.
+    fn plan_real(&self, l: u64, t: u64) -> Plan {
+        let shape = GroupShape::new(0, self.setup.groups()).unwrap();
+        let auth = || {
+            let secret = self
+                .setup
+                .secret()
+                .then(|| ClusterSecret::new(SECRET.to_vec()));
+            PeerAuth::new(l, ClusterId::founded_by(&self.peers), secret).with_group(shape, 0)
+        };
+        Plan {
+            cert: self.setup.tls().then(|| format!("member-{l}")),
+            auth: auth(),
+            signed_for: t,
+            metadata: Vec::new(),
+            items: Items {
+                auth: auth(),
+                to: t,
+                other_kind: false,
+                place: Place::InOrder,
+            },
+            refusal: Refusal::Denied(String::new()),
         }
     }
 
@@ -771,10 +1018,20 @@ impl Cluster {
         let headers = |method: PeerMethod, payload: &[u8]| {
             let mut meta = tonic::metadata::MetadataMap::new();
             plan.auth.sign(&mut meta, method, plan.signed_for, payload);
-            if let Some(group) = plan.group_header {
-                meta.insert(GROUP_HEADER, group.into());
+            for (key, value) in &plan.metadata {
+                meta.insert(*key, value.parse().expect("ASCII metadata"));
             }
             meta
+        };
+        // An item's MAC, as `plan.items` says: `kind` is the stream's own item kind.
+        let sign_item = |kind: PeerMethod, header: &[u8], data: &[u8]| {
+            let items = &plan.items;
+            let kind = match (kind, items.other_kind) {
+                (kind, false) => kind,
+                (PeerMethod::AppendItem, true) => PeerMethod::SnapshotChunk,
+                (_, true) => PeerMethod::AppendItem,
+            };
+            items.auth.sign_item(kind, items.to, header, data)
         };
         let unary = |payload: Vec<u8>, method: PeerMethod| {
             tonic::Request::from_parts(
@@ -805,14 +1062,13 @@ impl Cluster {
                         .map(drop)
                 }
                 Rpc::AppendStream => {
-                    let header = peer_wire::encode(&AppendFrame { stream: 7, seq: 0 });
+                    let seq = match plan.items.place {
+                        Place::Misplaced => 1,
+                        _ => 0,
+                    };
+                    let header = peer_wire::encode(&AppendFrame { stream: 7, seq });
                     let data = peer_wire::encode(&craft.append);
-                    let mac = plan.auth.sign_item(
-                        PeerMethod::AppendItem,
-                        plan.signed_for,
-                        &header,
-                        &data,
-                    );
+                    let mac = sign_item(PeerMethod::AppendItem, &header, &data);
                     let item = pb::PeerChunk {
                         payload: header,
                         data,
@@ -828,16 +1084,27 @@ impl Cluster {
                     Ok(())
                 }
                 Rpc::Snapshot => {
-                    let (vote, meta, data) = craft.snapshot.clone();
-                    let chunks = peer_wire::snapshot_chunks(
-                        Some(Arc::new(plan.auth.clone())),
-                        plan.signed_for,
-                        9,
-                        vote,
-                        meta,
-                        data,
-                    )
-                    .collect::<Vec<_>>();
+                    // Unsigned (each is signed below, as the plan says), of transfer `transfer`.
+                    let chunks = |transfer: u64| {
+                        let (vote, meta, data) = craft.snapshot.clone();
+                        peer_wire::snapshot_chunks(None, t, transfer, vote, meta, data)
+                            .collect::<Vec<_>>()
+                    };
+                    let mine = chunks(9);
+                    let chunks: Vec<pb::PeerChunk> = match plan.items.place {
+                        Place::InOrder => mine,
+                        Place::OtherTransfer => {
+                            mine[..1].iter().chain(&chunks(10)[1..]).cloned().collect()
+                        }
+                        Place::Misplaced => mine[..1].iter().chain(&mine).cloned().collect(),
+                    };
+                    let chunks = chunks
+                        .into_iter()
+                        .map(|c| pb::PeerChunk {
+                            mac: sign_item(PeerMethod::SnapshotChunk, &c.payload, &c.data),
+                            ..c
+                        })
+                        .collect::<Vec<_>>();
                     let request = tonic::Request::from_parts(
                         headers(PeerMethod::Snapshot, &[]),
                         tonic::Extensions::default(),
@@ -1000,6 +1267,42 @@ fn craft(
     }
 }
 
+/// What a client reads when a member refuses its handshake for want of a certificate: the
+/// TLS 1.3 `certificate_required` alert, as rustls names it.
+const CERTIFICATE_REQUIRED: &str = "received fatal alert: CertificateRequired";
+
+/// How hyper reports a request it had queued on a connection that closed before the request
+/// was sent (the end of the status's chain of causes).
+const CLOSED_BEFORE_SENT: &str = "operation was canceled: connection closed";
+
+/// A status with its chain of causes, as the latchkey client reads a transport failure
+/// (`transport_message` in `crates/client/src/error.rs`).
+fn error_chain(status: &Status) -> String {
+    use std::error::Error as _;
+    let mut out = format!("{:?}: {}", status.code(), status.message());
+    let mut source = status.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// `text` cut to a line of the matrix's output.
+fn cut(mut text: String) -> String {
+    const MAX: usize = 300;
+    if text.len() > MAX {
+        let mut end = MAX;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    text
+}
+
 /// One cell's result: how it was refused (as it must be), or what went wrong.
 type CellResult = Result<String, String>;
 
@@ -1030,8 +1333,9 @@ fn run_cell(
         &c.peers,
         snapshot_index,
     );
-    let plan = c.plan(sender, l, t, m);
+    let plan = c.plan(sender, rpc, l, t, m);
     let log_before = c.member(t).log().len();
+    let no_cert_before = c.no_certificate_refusals(t);
     let answer = c.send(rpc, &plan, t, &craft);
     let mut wrong = Vec::new();
     // What T's log must say, on one line, about this refusal.
@@ -1051,14 +1355,41 @@ fn run_cell(
             Some(["refused a peer message", says])
         }
         (Refusal::Handshake, Err(s)) => {
-            if s.code() == Code::PermissionDenied {
+            // What the client reads: the server's alert (TLS 1.3 sends it after the client's
+            // Finished, so the client meets it on its first request, as a transport error), or,
+            // when hyper had queued the request before the alert closed the connection, that
+            // request cancelled by the close; which of the two is a race in the client. The
+            // member's count below says why the connection closed.
+            let chain = error_chain(s);
+            let alert = s.code() == Code::Unknown && chain.contains(CERTIFICATE_REQUIRED);
+            let cancelled = s.code() == Code::Cancelled && chain.ends_with(CLOSED_BEFORE_SENT);
+            if !alert && !cancelled {
                 wrong.push(format!(
-                    "expected a failed handshake, got {:?}: {}",
-                    s.code(),
-                    s.message()
+                    "expected the handshake refused for want of a certificate \
+                     ({CERTIFICATE_REQUIRED:?}), got {chain}"
                 ));
             }
-            Some(["TLS handshake failed", "peer sent no certificates"])
+            // What the member counts: one more handshake without a certificate (counted
+            // when its accept fails, which may come after the client's error: polled).
+            let deadline = Instant::now() + LOG_TIMEOUT;
+            loop {
+                let counted = c.no_certificate_refusals(t);
+                if matches!((no_cert_before, counted), (Some(b), Some(a)) if a > b) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    wrong.push(format!(
+                        "member {t}'s no-certificate refusals went from {no_cert_before:?} \
+                         to {counted:?}"
+                    ));
+                    break;
+                }
+                std::thread::sleep(common::POLL);
+            }
+            Some([
+                "refused a client (no-certificate)",
+                "TLS handshake: peer sent no certificates",
+            ])
         }
     };
     if let Some(says) = log_line {
@@ -1085,7 +1416,9 @@ fn run_cell(
     }
     match wrong.is_empty() {
         true => Ok(match answer {
-            Err(s) => format!("{:?}: {}", s.code(), s.message()),
+            Err(s) if matches!(plan.refusal, Refusal::Handshake) => error_chain(&s),
+            // The oversized rows' values are echoed: a line of the matrix shows their start.
+            Err(s) => cut(format!("{:?}: {}", s.code(), s.message())),
             Ok(()) => unreachable!("a taken RPC is wrong"),
         }),
         false => Err(format!(
@@ -1094,6 +1427,129 @@ fn run_cell(
             answer.map_err(|s| format!("{:?}: {}", s.code(), s.message()))
         )),
     }
+}
+
+/// The positive control: the crafted append and snapshot, sent to T with L's own credentials
+/// (its certificate, the fingerprint, the secret, items signed in order for T), are taken and
+/// change T as they say, so the cells' "nothing changed" is not vacuous (a craft gone stale,
+/// say one whose append no longer follows T's log, would be refused by openraft or ignored,
+/// and change nothing whatever its credentials).
+///
+/// It runs against T itself, at the end, rather than against a throwaway member: what is shown
+/// live is the same `craft` at the same target and in the same state as the cells' (nothing
+/// is proposed between the cells), which a fresh member would not be without the very log it
+/// would have to be given. And it runs last because it wrecks T for good: the append puts in
+/// T's log, committed and applied, an entry L never wrote (L's next entry will conflict with
+/// it), and the snapshot moves T far past L's log, to a table where the attacker holds the
+/// lock. The cluster is dropped after it.
+///
+/// The append (through an append stream, as the `append-stream` cells send it; the unary
+/// `append` cells send the same request) must expire the holder's session: one more entry,
+/// applied, one session and one lock fewer. Then the snapshot, at `snapshot_index`, must be
+/// installed: T's log and applied index at it, one session (the attacker's) holding the one
+/// lock, one more snapshot installed by `/metrics`. `Ok`: what was seen; `Err`: what was not.
+fn control(
+    c: &Cluster,
+    (l, t): (u64, u64),
+    name: &str,
+    holder: u64,
+    snapshot_index: u64,
+) -> Result<String, String> {
+    // T has all of L's log (the client's lock after the cells wrote to it), so that the
+    // append follows T's last entry as it follows L's.
+    let caught_up = || {
+        let (Ok(seen), Some(leader)) = (c.seen(t, l, name), c.node_status(l)) else {
+            return false;
+        };
+        let leader = &Cluster::groups_of(&leader)[0];
+        seen.groups[0].last_log_index == leader.last_log_index
+            && seen.groups[0].applied_index == leader.applied_index
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !caught_up() {
+        if Instant::now() > deadline {
+            return Err(format!("member {t} did not catch up with member {l}"));
+        }
+        std::thread::sleep(common::POLL);
+    }
+    let shape = GroupShape::new(0, c.setup.groups()).unwrap();
+    let plan = c.plan_real(l, t);
+    let mut seen_by_t = Vec::new();
+    for rpc in [Rpc::AppendStream, Rpc::Snapshot] {
+        let before = c.seen(t, l, name)?;
+        let g0 = &before.groups[0];
+        let craft = craft(
+            l,
+            t,
+            g0.term,
+            g0.last_log_index,
+            holder,
+            name,
+            shape,
+            &c.peers,
+            snapshot_index,
+        );
+        if let Err(s) = c.send(rpc, &plan, t, &craft) {
+            return Err(format!(
+                "{} with L's credentials was refused: {:?}: {}",
+                rpc.name(),
+                s.code(),
+                s.message()
+            ));
+        }
+        let installs = |s: &Seen| {
+            s.metrics
+                .iter()
+                .find(|m| m.starts_with("latchkey_snapshots_installed"))
+                .cloned()
+        };
+        // What the craft must have done to T's group 0.
+        let done = |after: &Seen| {
+            let (a, b) = (&after.groups[0], g0);
+            match rpc {
+                Rpc::AppendStream => {
+                    a.last_log_index == b.last_log_index + 1
+                        && a.applied_index == b.applied_index + 1
+                        && a.sessions + 1 == b.sessions
+                        && a.locks + 1 == b.locks
+                }
+                _ => {
+                    a.last_log_index == snapshot_index
+                        && a.applied_index == snapshot_index
+                        && (a.sessions, a.locks) == (1, 1)
+                        && installs(after) != installs(&before)
+                }
+            }
+        };
+        // Applied after the answer: polled, bounded.
+        let deadline = Instant::now() + LOG_TIMEOUT;
+        let after = loop {
+            let after = c.seen(t, l, name)?;
+            if done(&after) {
+                break after;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{} with L's credentials was taken but did not do what it says to member \
+                     {t}:\n      before {before:?}\n      after  {after:?}",
+                    rpc.name()
+                ));
+            }
+            std::thread::sleep(common::POLL);
+        };
+        let (a, b) = (&after.groups[0], g0);
+        seen_by_t.push(format!(
+            "{} taken: applied {} -> {}, sessions {} -> {}, locks {} -> {}",
+            rpc.name(),
+            b.applied_index,
+            a.applied_index,
+            b.sessions,
+            a.sessions,
+            b.locks,
+            a.locks
+        ));
+    }
+    Ok(seen_by_t.join("; "))
 }
 
 /// Every cell of `setup` against one cluster; panics listing the failed cells.
@@ -1125,8 +1581,8 @@ fn matrix(setup: Setup) {
     let mut results: Vec<(Rpc, Sender, Result<CellResult, &'static str>)> = Vec::new();
     let mut snapshot_index = 1_000;
     for rpc in RPCS {
-        for sender in SENDERS {
-            let result = match sender.skipped_in(setup) {
+        for sender in SENDERS.into_iter().filter(|s| s.applies_to(rpc)) {
+            let result = match sender.skipped_in(setup, rpc) {
                 Some(why) => Err(why),
                 None => {
                     snapshot_index += 1_000;
@@ -1188,6 +1644,19 @@ fn matrix(setup: Setup) {
             "a client could not lock ({}): {}{}",
             out.status, out.stdout, out.stderr
         ));
+    }
+    // Last, as it wrecks T: the crafts are live.
+    let controls = control(&c, (l, t), &name, session.id, snapshot_index + 1_000);
+    eprintln!(
+        "[{} | control] {}",
+        setup.name(),
+        match &controls {
+            Ok(how) => how.clone(),
+            Err(e) => format!("FAILED: {e}"),
+        }
+    );
+    if let Err(e) = controls {
+        after.push(format!("the positive control: {e}"));
     }
     let failed: Vec<String> = results
         .iter()
