@@ -164,12 +164,25 @@ impl std::fmt::Display for ClusterId {
 pub fn group_of_request(meta: &MetadataMap) -> Result<u32, String> {
     match meta.get(GROUP_HEADER) {
         None => Ok(0),
-        Some(v) => v
-            .to_str()
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("bad `{GROUP_HEADER}` {v:?}")),
+        Some(v) => v.to_str().ok().and_then(|v| v.parse().ok()).ok_or_else(|| {
+            let v = String::from_utf8_lossy(v.as_bytes());
+            // A group is at most 10 digits: quote no more of what a stranger sent.
+            format!("bad `{GROUP_HEADER}` {:?}", quoted(&v, 10))
+        }),
     }
+}
+
+/// At most `max` bytes of `text` (cut at a character boundary, marked when cut): what a peer
+/// refusal quotes back and logs of a header a stranger sent.
+fn quoted(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
 }
 
 /// A member's credentials on the peer protocol: its id, its cluster's id, its secret if it
@@ -446,7 +459,9 @@ impl PeerAuth {
         let cluster = meta.get(CLUSTER_HEADER).and_then(|v| v.to_str().ok());
         if cluster != Some(self.fingerprint.as_str()) {
             return Err(PeerAuthError::OtherCluster {
-                got: cluster.map(str::to_owned),
+                // Quoted back to the sender and logged: never more than a fingerprint's length
+                // of what a stranger sent.
+                got: cluster.map(|c| quoted(c, self.fingerprint.len())),
                 want: self.fingerprint.clone(),
             });
         }
@@ -579,6 +594,24 @@ mod tests {
         assert_ne!(of(second, 3), of(second, 0));
         assert_ne!(of(second, 3), of(second, 4));
         assert_ne!(of(single, 3), of(single, 0));
+    }
+
+    /// The attack matrix's `cluster-oversized` cell sent 4 KiB as the fingerprint, and the
+    /// refusal quoted it whole to the sender and into the log.
+    #[test]
+    fn a_refusal_quotes_no_more_of_a_strangers_headers_than_a_fingerprint() {
+        let auth = PeerAuth::new(1, members(), None);
+        let mut meta = signed(&PeerAuth::new(2, members(), None), 1, b"x");
+        let long = "f".repeat(4096);
+        meta.insert(CLUSTER_HEADER, long.parse().unwrap());
+        let refused = auth.verify(&meta, PeerMethod::Append, b"x").unwrap_err();
+        let text = refused.to_string();
+        assert!(text.contains("is not this cluster's"), "{text}");
+        assert!(text.len() < 400, "{} bytes: {text}", text.len());
+
+        meta.insert(GROUP_HEADER, long.parse().unwrap());
+        let refused = group_of_request(&meta).unwrap_err();
+        assert!(refused.len() < 100, "{} bytes: {refused}", refused.len());
     }
 
     #[test]
