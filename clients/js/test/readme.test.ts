@@ -1,4 +1,5 @@
-// The README's "TypeScript / Node" section shows examples/hold-a-lock.mjs verbatim; run it.
+// The book's "TypeScript / Node" page (docs/client-typescript.md) shows examples/hold-a-lock.mjs
+// verbatim; run it.
 import { after, before, it } from "node:test";
 import * as assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -17,10 +18,10 @@ after(async () => {
   await server?.stop();
 });
 
-it("the README shows the example as it is", (t) => {
-  const readme = path.resolve(pkg, "..", "..", "README.md");
-  if (!fs.existsSync(readme)) return t.skip("not in a repository checkout");
-  assert.ok(fs.readFileSync(readme, "utf8").includes(fs.readFileSync(example, "utf8")), "README embeds examples/hold-a-lock.mjs");
+it("the book shows the example as it is", (t) => {
+  const page = path.resolve(pkg, "..", "..", "docs", "client-typescript.md");
+  if (!fs.existsSync(page)) return t.skip("not in a repository checkout");
+  assert.ok(fs.readFileSync(page, "utf8").includes(fs.readFileSync(example, "utf8")), "docs/client-typescript.md embeds examples/hold-a-lock.mjs");
 });
 
 it("the example holds a fenced lock", async () => {

@@ -19,7 +19,7 @@ function openssl(...args: string[]): void {
 }
 
 before(async () => {
-  // As in the README's "TLS" section: a CA, then a member and a client certificate.
+  // As in the book's "TLS" section (docs/securing.md): a CA, then a member and a client certificate.
   openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
     "-subj", "/CN=latchkey CA", "-keyout", "ca.key", "-out", "ca.pem",
     "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign");

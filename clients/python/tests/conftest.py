@@ -324,8 +324,8 @@ def grouped_cluster(tmp_path_factory):
 
 REPLICA_GROUPS = 4
 # `serve --replicas 3` on four members: group g on the (g mod 4)-th member by id and the next
-# two, wrapping (README, "Groups across machines: replica subsets"); ids in order, as NodeStatus
-# lists a group's voters.
+# two, wrapping (docs/groups.md, "Groups across machines: replica subsets"); ids in order, as
+# NodeStatus lists a group's voters.
 PLACEMENT = {0: [1, 2, 3], 1: [2, 3, 4], 2: [1, 3, 4], 3: [1, 2, 4]}
 
 

@@ -91,7 +91,8 @@ enum Command {
     /// 130). Moves to another endpoint when its member fails, without repeating or skipping an
     /// event; events it can no longer get are reported as a `missed` line.
     Watch(WatchArgs),
-    /// Incident tools, each recorded in the audit log (see README "Breaking a stuck lock").
+    /// Incident tools, each recorded in the audit log (see docs/incidents.md, "Breaking a stuck
+    /// lock").
     Admin {
         #[command(subcommand)]
         command: AdminCommand,
@@ -110,6 +111,9 @@ enum Command {
     },
     /// Measure throughput, latency, server cost, memory and failover time of a workload.
     Bench(BenchArgs),
+    /// Print the CLI reference page of the book (docs/cli.md): every command's `--help`.
+    #[command(name = "cli-reference", hide = true)]
+    CliReference,
 }
 
 #[derive(Subcommand, Debug)]
@@ -339,7 +343,8 @@ pub struct ServeArgs {
     pub tls_ca: Option<PathBuf>,
     /// Access control (TOML): identities (bearer-token hashes, client-certificate names), their
     /// roles' permissions on lock-name prefixes, and their quotas. Without it every client may
-    /// do anything. Reloaded on SIGHUP and when the file changes. See README "Access control".
+    /// do anything. Reloaded on SIGHUP and when the file changes. See docs/securing.md, "Access
+    /// control".
     #[arg(long, env = "LATCHKEY_ACL", value_name = "FILE")]
     pub acl: Option<PathBuf>,
     /// The access-control list given inline in the config file (`[acl]`, see `config.rs`):
@@ -693,6 +698,47 @@ fn init_logging(default: &str, lossy: bool, format: LogFormat) -> Option<logwrit
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The book's CLI reference (docs/cli.md), generated from the clap definition so that it cannot
+/// drift from it: each command's long help, as `latchkey ... --help` prints it on a terminal of
+/// 100 columns, with environment variables' current values left out (the page must not depend
+/// on who generated it). `crates/cli/tests/book.rs` fails when the checked-in page differs.
+fn cli_reference() -> String {
+    use clap::CommandFactory;
+    fn render(command: &clap::Command, path: &str, out: &mut String) {
+        if command.is_hide_set() || command.get_name() == "help" {
+            return;
+        }
+        let help = command
+            .clone()
+            .term_width(100)
+            .mut_args(|arg| arg.hide_env_values(true))
+            .render_long_help()
+            .to_string();
+        let help: Vec<&str> = help.trim_end().lines().map(str::trim_end).collect();
+        out.push_str(&format!(
+            "## {path}\n\n```text\n{}\n```\n\n",
+            help.join("\n")
+        ));
+        for sub in command.get_subcommands() {
+            render(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+    let mut command = Cli::command();
+    command.build();
+    let mut out = String::from(
+        "# CLI reference\n\n\
+         <!-- Generated from the clap definition by `latchkey cli-reference > docs/cli.md`; \
+         crates/cli/tests/book.rs fails when it differs. Do not edit by hand. -->\n\n\
+         Every command and flag of `latchkey`, as its `--help` prints them. \
+         [Using the CLI](cli-guide.md) says how they behave: durations, exit statuses, owners, \
+         watches.\n\n",
+    );
+    render(&command, "latchkey", &mut out);
+    out.truncate(out.trim_end().len());
+    out.push('\n');
+    out
+}
+
 /// The command line, with `serve --config FILE`'s values as the serve flags' defaults (see
 /// `config.rs`). A clap error exits here (2, or 0 for --help); a config file error is returned.
 fn parse_cli() -> Result<Cli, config::ConfigFileError> {
@@ -803,6 +849,10 @@ fn main() -> ExitCode {
                 command: SnapshotCommand::Restore(args),
             } => bounded(timeout, snapshot::restore(args)).await.map(|()| 0),
             Command::Bench(args) => bounded(timeout, bench::bench(args)).await.map(|()| 0),
+            Command::CliReference => {
+                print!("{}", cli_reference());
+                Ok(0)
+            }
         }
     });
     // Do not wait for best-effort background calls of the client library.

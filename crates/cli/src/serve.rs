@@ -201,8 +201,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     for addr in client_addrs.filter(|a| config.acl.is_none() && !a.ip().is_loopback()) {
         tracing::warn!(
             "WARNING: serving clients on {addr} without authentication: anyone who reaches this \
-             address can take, release and list every lock (give --acl FILE, see README \
-             \"Access control\")"
+             address can take, release and list every lock (give --acl FILE, see \
+             docs/securing.md, \"Access control\")"
         );
     }
     let listener = TcpListener::bind(config.listen)

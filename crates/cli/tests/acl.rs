@@ -723,8 +723,8 @@ fn a_client_certificate_names_its_identity() {
     );
 }
 
-/// README "Access control": "`lock` does not imply `read`". `worker` may lock under `work/`
-/// and has no `read` anywhere.
+/// docs/securing.md, "Access control": "`lock` does not imply `read`". `worker` may lock under
+/// `work/` and has no `read` anywhere.
 #[test]
 fn the_lock_permission_does_not_imply_read() {
     let tls = TlsAclServer::start();
@@ -751,8 +751,8 @@ fn the_lock_permission_does_not_imply_read() {
     );
 }
 
-/// README "Access control": "A bearer token ... wins over a client certificate". The same
-/// connection presents `worker`'s certificate (lock under `work/`) and `app`'s token (lock
+/// docs/securing.md, "Access control": "A bearer token ... wins over a client certificate". The
+/// same connection presents `worker`'s certificate (lock under `work/`) and `app`'s token (lock
 /// under `app/`): the call is `app`'s, both ways.
 #[test]
 fn a_bearer_token_wins_over_a_client_certificate() {

@@ -1,7 +1,7 @@
 //! The HTTP/JSON API (`serve --http-listen`, issue #15 item 2) against real `latchkey serve`
 //! processes: a whole session's flow, exactly-once retries, errors as JSON with a stable code
 //! (a follower's with the leader's address), access control, the OpenAPI document held to the
-//! served routes, and the README's curl walkthrough run as written.
+//! served routes, and the book's curl walkthrough (docs/http.md) run as written.
 
 mod common;
 
@@ -953,24 +953,12 @@ fn the_openapi_document_describes_exactly_the_served_routes() {
     );
 }
 
-/// The README's "HTTP API" walkthrough: the shell block between the `http-api` markers, run by
-/// `bash` in an empty directory with `latchkey` on the PATH and its ports moved to free ones.
+/// The book's "HTTP API" walkthrough (docs/http.md): the shell block between the `http-api`
+/// markers, run by `bash` in an empty directory with `latchkey` on the PATH and its ports moved
+/// to free ones.
 #[test]
-fn the_readme_http_walkthrough_runs_as_written() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-            .expect("README.md");
-    let start = readme
-        .find("<!-- http-api:begin -->")
-        .expect("README.md has the http-api:begin marker");
-    let end = readme
-        .find("<!-- http-api:end -->")
-        .expect("README.md has the http-api:end marker");
-    let script = readme[start..end]
-        .split_once("```sh\n")
-        .and_then(|(_, rest)| rest.rsplit_once("```"))
-        .map(|(body, _)| body.to_owned())
-        .expect("the walkthrough is one ```sh block");
+fn the_books_http_walkthrough_runs_as_written() {
+    let script = common::walkthrough::book_block("http-api");
     for fixed in ["127.0.0.1:7420", "127.0.0.1:7480"] {
         assert!(script.contains(fixed), "the walkthrough uses {fixed}");
     }

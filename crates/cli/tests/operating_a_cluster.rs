@@ -1,5 +1,5 @@
-//! The README's "Operating a cluster" guide, run as written (issue #14): the shell block between
-//! the `operating-a-cluster` markers is taken from README.md and run by `bash` in an empty
+//! The book's "Operating a cluster" guide, run as written (issue #14): the shell block between
+//! the `operating-a-cluster` markers is taken from docs/operating.md and run by `bash` in an empty
 //! directory on free ports (`common::walkthrough`): config files, three members started and
 //! waited for through `/readyz`, a fourth added with `--join` and `cluster add`, a backup of the
 //! running cluster, a stuck lock found and force-released, the audit record read, the fourth
@@ -13,7 +13,7 @@ use common::walkthrough;
 
 #[test]
 fn the_operating_a_cluster_guide_runs_as_written() {
-    let script = walkthrough::readme_block("operating-a-cluster");
+    let script = walkthrough::book_block("operating-a-cluster");
     let ran = walkthrough::run(
         &script,
         &["127.0.0.1:743", "127.0.0.1:753"],

@@ -122,8 +122,8 @@ fn the_systemd_unit_verifies_and_its_exec_start_serves() {
         eprintln!("systemd-analyze is not installed: the unit's syntax is not verified");
     }
 
-    // ExecStart as systemd would run it, with a config file of the kind the README shows (the
-    // data dir is the StateDirectory).
+    // ExecStart as systemd would run it, with a config file of the kind docs/configuration.md
+    // shows (the data dir is the StateDirectory).
     assert_eq!(unit_value(&unit, "StateDirectory"), "latchkey");
     let (listen, metrics) = (
         format!("127.0.0.1:{}", free_port()),

@@ -1,8 +1,8 @@
-//! The README's "Securing a cluster" walkthrough, run as written (issue #13): the shell block
-//! between the `securing-a-cluster` markers is taken from README.md and run by `bash` in an
+//! The book's "Securing a cluster" walkthrough, run as written (issue #13): the shell block
+//! between the `securing-a-cluster` markers is taken from docs/securing.md and run by `bash` in an
 //! empty directory, with `latchkey` on the PATH and its fixed ports moved to free ones
 //! (`common::walkthrough`). Every claim the walkthrough makes in its comments is checked against
-//! what it printed, so the README cannot drift from the code.
+//! what it printed, so the book cannot drift from the code.
 
 mod common;
 
@@ -12,7 +12,7 @@ use common::walkthrough;
 
 #[test]
 fn the_securing_a_cluster_walkthrough_runs_as_written() {
-    let script = walkthrough::readme_block("securing-a-cluster");
+    let script = walkthrough::book_block("securing-a-cluster");
     let ran = walkthrough::run(&script, &["127.0.0.1:742"], Duration::from_secs(120));
     let prefix = ran.ports[0].1;
     let (out, err) = (&ran.out, &ran.err);

@@ -1,5 +1,5 @@
-//! The warnings `serve` gives at start for a setup that leaves a door open (README "Access
-//! control", "Member authentication"): clients served on a non-loopback address without
+//! The warnings `serve` gives at start for a setup that leaves a door open (docs/securing.md,
+//! "Access control", "Member authentication"): clients served on a non-loopback address without
 //! `--acl`, and a multi-member cluster without a cluster secret. Each is given before `serve`
 //! binds, so these tests start it on an address it cannot bind (no port of this machine is
 //! opened to the network) and read what it printed before it stopped; with the missing piece

@@ -575,8 +575,8 @@ fn the_http_api_of_a_tls_node_needs_tls_and_knows_client_certificates() {
     );
 }
 
-/// README "TLS", rotation: without SIGHUP, the files' modification times are polled every
-/// `RELOAD_POLL_MS`, and a changed pair is served from then on.
+/// docs/securing.md, "TLS", rotation: without SIGHUP, the files' modification times are polled
+/// every `RELOAD_POLL_MS`, and a changed pair is served from then on.
 #[test]
 fn replacing_the_files_without_sighup_serves_the_new_certificate() {
     let dir = tempfile::tempdir().unwrap();
@@ -612,11 +612,11 @@ fn replacing_the_files_without_sighup_serves_the_new_certificate() {
     assert_tls_failure(&with(&old_pem), "is not trusted by --ca");
 }
 
-/// README "Securing a cluster": "a client's certificate from the same CA cannot speak for a
-/// member". On a real mTLS cluster, a connection presenting `member-2`'s certificate (signed
-/// by the members' CA) sends member 3's peer port a message signed as member 1: refused for
-/// its certificate. The same message as member 2 passes that check (and fails only on its
-/// payload), so what refused the first was the certificate.
+/// docs/securing.md, "Securing a cluster": "a client's certificate from the same CA cannot speak
+/// for a member". On a real mTLS cluster, a connection presenting `member-2`'s certificate (signed
+/// by the members' CA) sends member 3's peer port a message signed as member 1: refused for its
+/// certificate. The same message as member 2 passes that check (and fails only on its payload), so
+/// what refused the first was the certificate.
 #[test]
 fn a_member_certificate_cannot_speak_for_another_member() {
     use latchkey_proto::v1 as pb;

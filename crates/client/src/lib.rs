@@ -15,7 +15,7 @@
 //! # Sending the fencing token to the resource
 //!
 //! A lock cannot stop a holder that paused past its lease from writing; the resource can, if
-//! every write carries the grant's token (README, "Fencing your resource"). Over HTTP, send
+//! every write carries the grant's token (docs/fencing-recipes.md). Over HTTP, send
 //! [`fencing_headers`] (`latchkey-lock` and `latchkey-token`, what `latchkey_fence`'s gate and
 //! example service read) with every write; for SQL, bind the token in a conditional update:
 //!

@@ -431,7 +431,7 @@ impl Node {
 
     /// What `identity` holds on this member, against its quotas: its sessions and queued
     /// acquires in this group's table and in this member's copies of the other groups it
-    /// belongs to (README, "Access control"). Read before proposing, so it is a check, not a
+    /// belongs to (docs/securing.md, "Access control"). Read before proposing, so it is a check, not a
     /// reservation: calls of one identity that run at the same time, on this leader or on
     /// the leaders of other groups, can each pass before the others' entries are applied
     /// here, so a quota may be overshot by the calls it has in flight (each connection at

@@ -13,7 +13,7 @@
 //! own; a vote request whose last log index is above this member's), since a member that
 //! missed the change adding a member must still follow it and vote for it (those claims are
 //! the sender's own: an authenticated sender outside the membership, such as a removed
-//! member, is trusted on them; the README's "Securing a cluster" says how to revoke); a vote
+//! member, is trusted on them; docs/securing.md says how to revoke); a vote
 //! that skips
 //! the leader lease (a leadership transfer) is granted only to the successor the leader of
 //! this member's term named ([`Succession`], `check_leadership_transfer`); and a snapshot must

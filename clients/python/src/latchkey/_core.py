@@ -854,7 +854,7 @@ def owner_of_this_process(text: str = "") -> "pb.Owner":
                     text=text.encode()[:256].decode("utf-8", "ignore"))
 
 
-# Method paths of the Locks service (no generated *_pb2_grpc: see README "Python").
+# Method paths of the Locks service (no generated *_pb2_grpc: see docs/client-python.md).
 _SERVICE = "/latchkey.v1.Locks/"
 METHODS = {
     "CreateSession": (pb.CreateSessionRequest, pb.CreateSessionResponse),

@@ -11,7 +11,7 @@
 //!
 //! - [`cluster::Cluster`]: N members with fault-injecting proxies on their peer links
 //!   ([`proxy::Proxy`]).
-//! - [`walkthrough`]: a README shell walkthrough run as written, on free ports.
+//! - [`walkthrough`]: a shell walkthrough of the book (`docs/`) run as written, on free ports.
 //! - [`rpc`]: in-process observation: a tokio runtime, raw gRPC clients pinned to one member,
 //!   every member's own status at once.
 //!

@@ -1,8 +1,9 @@
-//! README walkthroughs run as written: the one ```sh block between `<!-- NAME:begin -->` and
-//! `<!-- NAME:end -->` in README.md, run by `bash` in an empty directory with `latchkey` on the
+//! The book's walkthroughs run as written: the one ```sh block between `<!-- NAME:begin -->` and
+//! `<!-- NAME:end -->` in the one page of the book (`docs/*.md`) that has them, run by `bash` in
+//! an empty directory with `latchkey` on the
 //! PATH, its fixed ports (`127.0.0.1:PREFIX` + one digit) moved to free ones, in its own process
 //! group (killed when the run is dropped), with every `LATCHKEY_*` variable of the test's
-//! environment removed. The tests then check what it printed, so the README cannot drift from
+//! environment removed. The tests then check what it printed, so the book cannot drift from
 //! the code.
 
 use std::io::Read;
@@ -11,20 +12,42 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// The walkthrough named `marker` as the README has it.
-pub fn readme_block(marker: &str) -> String {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-            .expect("README.md");
+/// The book's pages: the Markdown files of `docs/`, with their paths.
+pub fn book_pages() -> Vec<(PathBuf, String)> {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let mut pages: Vec<(PathBuf, String)> = std::fs::read_dir(&docs)
+        .unwrap_or_else(|e| panic!("{}: {e}", docs.display()))
+        .map(|entry| entry.expect("a docs/ entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+        .map(|path| {
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            (path, text)
+        })
+        .collect();
+    pages.sort();
+    pages
+}
+
+/// The walkthrough named `marker` as the book has it: the one page with its begin marker.
+pub fn book_block(marker: &str) -> String {
     let begin = format!("<!-- {marker}:begin -->");
     let end = format!("<!-- {marker}:end -->");
-    let start = readme
-        .find(&begin)
-        .unwrap_or_else(|| panic!("README.md has the {begin} marker"));
-    let stop = readme
+    let mut having = book_pages()
+        .into_iter()
+        .filter(|(_, text)| text.contains(&begin));
+    let (page, text) = having
+        .next()
+        .unwrap_or_else(|| panic!("no page of docs/ has the {begin} marker"));
+    assert!(
+        having.next().is_none(),
+        "more than one page of docs/ has the {begin} marker"
+    );
+    let start = text.find(&begin).unwrap();
+    let stop = text
         .find(&end)
-        .unwrap_or_else(|| panic!("README.md has the {end} marker"));
-    readme[start..stop]
+        .unwrap_or_else(|| panic!("{} has no {end} marker", page.display()));
+    text[start..stop]
         .split_once("```sh\n")
         .and_then(|(_, rest)| rest.rsplit_once("```"))
         .map(|(body, _)| body.to_owned())
