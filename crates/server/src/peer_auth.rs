@@ -367,20 +367,6 @@ impl PeerAuth {
         self.sign_item(PeerMethod::SnapshotChunk, to, header, data)
     }
 
-    /// Checks a chunk of a snapshot stream from member `from` (already admitted by [`verify`]
-    /// of the stream's headers).
-    ///
-    /// [`verify`]: PeerAuth::verify
-    pub fn verify_chunk(
-        &self,
-        from: u64,
-        header: &[u8],
-        data: &[u8],
-        mac: &[u8],
-    ) -> Result<(), PeerAuthError> {
-        self.verify_item(PeerMethod::SnapshotChunk, from, header, data, mac)
-    }
-
     /// The MAC of one message of a stream (`method` says which kind: a snapshot chunk, an
     /// append) that this member sends to member `to`, over its header and data. The header
     /// places the message in its stream, so the MAC keeps it from being altered, moved, or
