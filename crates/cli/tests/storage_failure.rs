@@ -13,13 +13,7 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_latchkey");
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use latchkey_testkit::free_port;
 
 /// Polls `latchkey cluster status` until this single member leads (bounded).
 fn wait_leader(endpoint: &str, server: &mut std::process::Child) {

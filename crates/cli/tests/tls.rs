@@ -1,7 +1,6 @@
 //! TLS for clients and members (issue #13), with real `latchkey` processes and certificates
 //! generated here. Self-contained: the shared helpers in `common/` are being reworked.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -12,14 +11,7 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_latchkey")
 }
 
-/// A port nobody listens on right now (the kernel's pick, released for the server to take).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use latchkey_testkit::free_port;
 
 /// A CA and the means to sign certificates with it.
 struct Ca {

@@ -437,11 +437,8 @@ async fn a_restart_keeps_sessions_locks_queues_and_the_token_sequence() {
 async fn metrics_count_applied_grants_and_report_leadership() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
-    // A free port for the metrics listener (bound and released; the node binds it again).
-    let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // A free port for the metrics listener (outside the ephemeral range; the node binds it).
+    let metrics_addr: std::net::SocketAddr = ([127, 0, 0, 1], latchkey_testkit::free_port()).into();
     let mut node = Node::start_in(dir.path(), None, |c| c.metrics_listen = Some(metrics_addr))
         .await
         .expect("the node starts");

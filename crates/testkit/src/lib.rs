@@ -9,6 +9,8 @@
 //!   languages' agents.
 //! - [`node`]: [`Node`], one latchkey node served in this process (`latchkey_server::run` on a
 //!   loopback port) for the server's API tests and the client's pause scenario.
+//! - [`ports`]: [`free_port`], a loopback port outside the kernel's ephemeral range, for the
+//!   servers tests start.
 //! - [`wait`]: [`wait_until`] and [`wait_until_async`], the one way tests wait for an event:
 //!   poll a condition with a deadline, never a bare sleep.
 //! - [`fenced_kv`]: the fenced key-value example service of `latchkey-fence` (its file,
@@ -21,6 +23,7 @@
 pub mod conformance;
 pub mod counting_alloc;
 pub mod node;
+pub mod ports;
 pub mod resource;
 pub mod wait;
 
@@ -31,5 +34,6 @@ pub mod wait;
 pub mod fenced_kv;
 
 pub use node::Node;
+pub use ports::free_port;
 pub use resource::{Attempt, FencedResource};
 pub use wait::{wait_until, wait_until_async, TimedOut, POLL};

@@ -30,7 +30,6 @@ pub mod walkthrough;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Read;
-use std::net::TcpListener;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -53,12 +52,11 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_latchkey")
 }
 
-/// A port nobody listened on a moment ago. Another process may take it before the server
-/// binds; [`Server::start`] retries with a new one then.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding an ephemeral port");
-    listener.local_addr().expect("local address").port()
-}
+/// A port nobody listened on a moment ago, outside the kernel's ephemeral range (see
+/// [`latchkey_testkit::ports`]). Another test may still take it before the server binds;
+/// [`Server::start`] retries with a new one then.
+#[allow(unused_imports)] // each test binary uses a different part of the harness
+pub use latchkey_testkit::free_port;
 
 /// `GET path` on `addr` (HTTP/1.1, one connection): the status code and body, or `None` if it
 /// did not answer.
