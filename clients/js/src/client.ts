@@ -47,6 +47,12 @@ export interface RetryPolicy {
   attemptsMax: number;
   /** Time from the first attempt after which no new attempt starts. */
   elapsedMaxMs: number;
+  /**
+   * The shorter time after which no new attempt starts while no attempt has reached a server
+   * (every name failed to resolve, every connection was refused): an election answers "no
+   * leader yet", a dead or misspelled endpoint does not answer.
+   */
+  unreachableMaxMs: number;
   /** Backoff before the second attempt; doubles after each failure. */
   backoffInitialMs: number;
   /** Cap of the doubling. */
@@ -56,6 +62,7 @@ export interface RetryPolicy {
 export const DEFAULT_RETRY: RetryPolicy = {
   attemptsMax: limits.CLIENT_ATTEMPTS_MAX,
   elapsedMaxMs: limits.CLIENT_RETRY_ELAPSED_MS_MAX,
+  unreachableMaxMs: limits.CLIENT_UNREACHABLE_MS_MAX,
   backoffInitialMs: limits.CLIENT_BACKOFF_MS_INITIAL,
   backoffMaxMs: limits.CLIENT_BACKOFF_MS_MAX,
 };
@@ -848,6 +855,8 @@ export class Client {
     const start = now();
     let attempts = 0;
     let group = opts.group ?? 0;
+    // Whether an attempt reached a server: until one has, the shorter budget applies.
+    let reached = false;
     for (;;) {
       if (signal.aborted) throw new Aborted();
       attempts++;
@@ -863,7 +872,7 @@ export class Client {
         const mismatch = tlsMismatch(t, err);
         if (mismatch !== undefined) throw new TlsError(mismatch);
         failure = classify(err);
-        if (failure.kind === "transport") failure = { kind: "transport", message: `cannot reach ${t}: ${failure.message}` };
+        if (failure.kind === "transport") failure = { ...failure, message: `cannot reach ${t}: ${failure.message}` };
         // An error of a cluster of several groups names its group: its leader hint is that
         // group's leader, and the request (about one lock or session, whose group the server
         // picked) goes on there. Only a group the cluster has: the route map stays bounded
@@ -875,8 +884,10 @@ export class Client {
       if (failure.kind === "fatal") throw failure.error;
       if (failure.kind === "unavailable") hinted = this.reroute(group, t, failure.leaderAddr);
       else this.unreachable(t);
+      reached ||= failure.kind !== "transport" || failure.connected !== false;
+      const budget = reached ? policy.elapsedMaxMs : Math.min(policy.elapsedMaxMs, policy.unreachableMaxMs);
       const elapsed = now() - start;
-      if (attempts >= policy.attemptsMax || elapsed >= policy.elapsedMaxMs) {
+      if (attempts >= policy.attemptsMax || elapsed >= budget) {
         if (failure.kind === "unavailable") throw new Unavailable(attempts, elapsed, failure.message);
         throw new TransportError(attempts, elapsed, failure.message);
       }
@@ -885,7 +896,7 @@ export class Client {
         // Equal jitter: uniformly in [ceiling/2, ceiling].
         const delay = ceiling / 2 + Math.random() * (ceiling / 2);
         ceiling = Math.min(ceiling * 2, cap);
-        await sleep(Math.min(delay, Math.max(0, policy.elapsedMaxMs - (now() - start))), signal);
+        await sleep(Math.min(delay, Math.max(0, budget - (now() - start))), signal);
       }
     }
   }

@@ -195,8 +195,22 @@ export class ServerError extends LatchkeyError {
 /** What to do with one failed attempt. */
 export type Failure =
   | { kind: "unavailable"; leaderAddr?: string; message: string }
-  | { kind: "transport"; message: string }
+  /** `connected` false: the attempt reached no server (the name did not resolve, the connection was refused). */
+  | { kind: "transport"; message: string; connected?: boolean }
   | { kind: "fatal"; error: LatchkeyError };
+
+/** Whether grpc-js's details say the attempt reached no server: no connection, or no address for the name. */
+function neverConnected(details: string): boolean {
+  return details.includes("No connection established") || details.includes("Name resolution failed");
+}
+
+/** A transport failure's cause in a few words, as the Rust client says it. */
+function transportCause(code: number, details: string): string {
+  if (details.includes("Name resolution failed")) return `no such host (${details})`;
+  if (details.includes("ECONNREFUSED")) return "connection refused";
+  if (details.includes("ETIMEDOUT")) return "timed out";
+  return `${Code[code]}: ${details}`;
+}
 
 function meta(md: Metadata | undefined, key: string): string | undefined {
   const v = md?.get(key)?.[0];
@@ -224,7 +238,7 @@ export function classify(err: ServiceError): Failure {
         const hint = meta(err.metadata, LEADER_ADDR_KEY);
         return { kind: "unavailable", leaderAddr: hint ? hint : undefined, message: `${message} (${reason})` };
       }
-      return { kind: "transport", message: `${Code[err.code]}: ${message}` };
+      return { kind: "transport", message: transportCause(err.code, message), connected: !neverConnected(message) };
     case Code.CANCELLED:
     case Code.DEADLINE_EXCEEDED:
       return { kind: "transport", message: `${Code[err.code]}: ${message}` };

@@ -66,6 +66,8 @@ export const CLIENT_BACKOFF_MS_INITIAL = 50;
 export const CLIENT_ATTEMPTS_MAX = 64;
 /** Time from a request's first attempt after which no new attempt starts (rides out an election and a quick restart). */
 export const CLIENT_RETRY_ELAPSED_MS_MAX = 20_000;
+/** Time budget of a request while none of its attempts reached a server (no name resolved, every connection refused): a dead endpoint is reported in about 2 s (issue #33). */
+export const CLIENT_UNREACHABLE_MS_MAX = 2_000;
 /** Heartbeat + 3 election timeouts with the default timing: the longest a group is leaderless. */
 export const LEADERLESS_MS_MAX_DEFAULT = 100 + 3 * 600;
 /** How long leader hints naming a member that just refused us are ignored (issue #11). */

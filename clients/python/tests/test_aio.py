@@ -134,3 +134,21 @@ def test_async_sessions_of_one_client_renew_in_shared_keepalives(metered_server)
                     await s.close()
 
     run(main())
+
+
+def test_async_dead_endpoints_fail_fast_naming_the_cause():
+    """Issue #33, the asyncio client: endpoints that refuse connections fail within the
+    fail-fast budget, naming the cause."""
+    from conftest import free_port
+
+    budget = latchkey.RetryPolicy().unreachable_max
+
+    async def main():
+        async with latchkey.aio.Client([f"127.0.0.1:{free_port()}"]) as c:
+            start = time.monotonic()
+            with pytest.raises(latchkey.TransportError, match="connection refused"):
+                await c.describe("x")
+            return time.monotonic() - start
+
+    took = run(main())
+    assert budget <= took < 2 * budget, took

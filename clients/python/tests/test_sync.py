@@ -160,6 +160,32 @@ def test_no_server_is_a_bounded_transport_error():
             c.describe("x")
 
 
+def test_dead_endpoints_fail_fast_naming_the_cause():
+    """Issue #33: with no server, a lock with wait=2 raised TransportError after 11.2 s (64
+    attempts). Endpoints that refuse connections now fail within the fail-fast budget (2 s),
+    and the error names the endpoint and the cause."""
+    from conftest import free_port
+
+    budget = latchkey.RetryPolicy().unreachable_max
+    endpoints = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    with latchkey.Client(endpoints) as c:
+        start = time.monotonic()
+        with pytest.raises(latchkey.TransportError, match="connection refused") as e:
+            with c.lock("x", wait=30):
+                pass
+        took = time.monotonic() - start
+    assert "cannot reach 127.0.0.1:" in str(e.value)
+    assert budget <= took < 2 * budget, (took, str(e.value))
+
+
+def test_an_endpoint_that_does_not_resolve_says_no_such_host():
+    with latchkey.Client(["nosuchhost.invalid:7420"]) as c:
+        start = time.monotonic()
+        with pytest.raises(latchkey.TransportError, match="no such host"):
+            c.describe("x")
+        assert time.monotonic() - start < 2 * latchkey.RetryPolicy().unreachable_max
+
+
 def test_a_follower_sends_the_client_to_the_leader(cluster):
     from conftest import wait_leader
 

@@ -49,6 +49,32 @@ fn an_unreachable_endpoint_is_named_once() {
     );
 }
 
+/// Issue #33: dead endpoints are reported within the fail-fast budget (about 2 s; it took 64
+/// attempts in 11.7 s), and a name that does not resolve says so (it said "uncategorized
+/// error"). The time is the client's own report, "(N attempts in S s)".
+#[test]
+fn dead_and_misspelled_endpoints_fail_fast_naming_the_cause() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (endpoints, cause) in [
+        ("127.0.0.1:1,127.0.0.1:2", "connection refused"),
+        (
+            "nosuchhost.invalid:7420",
+            "cannot reach nosuchhost.invalid:7420: no such host",
+        ),
+    ] {
+        let out = latchkey(&["list", "--endpoints", endpoints], tmp.path());
+        assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+        assert!(out.stderr.contains(cause), "{}", out.stderr);
+        let seconds: f64 = out
+            .stderr
+            .rsplit_once(" attempts in ")
+            .and_then(|(_, t)| t.split('s').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no attempts count in {}", out.stderr));
+        let budget = latchkey_core::limits::CLIENT_UNREACHABLE_MS_MAX as f64 / 1000.0;
+        assert!(seconds < 2.0 * budget, "{}", out.stderr);
+    }
+}
+
 #[test]
 fn timeout_bounds_any_command() {
     let tmp = tempfile::tempdir().unwrap();

@@ -138,15 +138,24 @@ fn bare(uri: &str) -> &str {
     uri.strip_prefix("http://").unwrap_or(uri)
 }
 
-/// Why a transport failure happened, in a few words: the innermost cause (an I/O error as its
-/// kind, "connection refused"), or the status's message.
+/// Why a transport failure happened, in a few words: `no such host` for a name that does not
+/// resolve, else the innermost cause (an I/O error as its kind, "connection refused", "timed
+/// out"), or the status's message.
 fn transport_cause(status: &tonic::Status) -> String {
     use std::error::Error as _;
     let mut innermost: Option<&(dyn std::error::Error + 'static)> = status.source();
-    while let Some(next) = innermost.and_then(|e| e.source()) {
-        innermost = Some(next);
+    let mut dns = false;
+    while let Some(e) = innermost {
+        dns |= e.to_string() == "dns error";
+        match e.source() {
+            Some(next) => innermost = Some(next),
+            None => break,
+        }
     }
     match innermost {
+        // The resolver's own words say why ("Name or service not known"); the I/O kind
+        // ("uncategorized error") does not.
+        Some(e) if dns => format!("no such host ({e})"),
         Some(e) => match e.downcast_ref::<std::io::Error>() {
             Some(io) if io.kind() != std::io::ErrorKind::Other => io.kind().to_string(),
             _ => e.to_string(),
@@ -154,6 +163,23 @@ fn transport_cause(status: &tonic::Status) -> String {
         None if status.message().is_empty() => format!("{:?}", status.code()),
         None => status.message().to_owned(),
     }
+}
+
+/// Whether `status` says the attempt never reached a server: the name did not resolve or the
+/// TCP connection was refused or timed out (hyper's connector says "dns error" or "tcp connect
+/// error"). An attempt that connected and then failed, or got no answer in time (a paused
+/// member), reached one.
+fn never_connected(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = status.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if text == "dns error" || text == "tcp connect error" {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// Turns `host:port` into `http://host:port`; keeps a URI that already has a scheme.
@@ -991,6 +1017,9 @@ impl Client {
             None => Backoff::new(policy),
         };
         let mut attempts = 0u32;
+        // Whether any attempt of this call reached a server. Until one has, the call gives up
+        // after `policy.unreachable_max`: a dead or misspelled endpoint is not an election.
+        let mut reached = false;
         loop {
             attempts += 1;
             let mut hint_group = opts.group;
@@ -1025,6 +1054,7 @@ impl Client {
                     {
                         hint_group = group;
                     }
+                    reached |= !never_connected(&status);
                     self.classify(&uri, &status)?
                 }
                 Err(_) => Failure::Transport {
@@ -1045,8 +1075,16 @@ impl Client {
                     false
                 }
             };
+            if matches!(failure, Failure::Unavailable { .. }) {
+                reached = true;
+            }
             let elapsed = clock.now() - start;
-            if attempts >= policy.attempts_max || elapsed >= policy.elapsed_max {
+            let budget = if reached {
+                policy.elapsed_max
+            } else {
+                policy.elapsed_max.min(policy.unreachable_max)
+            };
+            if attempts >= policy.attempts_max || elapsed >= budget {
                 return Err(give_up(failure, attempts, elapsed));
             }
             tracing::debug!(attempt = attempts, ?failure, "retrying");
@@ -1057,7 +1095,7 @@ impl Client {
                     let mut rng = self.inner.rng.lock().expect("rng lock poisoned");
                     backoff.next_delay(&mut *rng)
                 };
-                let budget_left = policy.elapsed_max.saturating_sub(clock.now() - start);
+                let budget_left = budget.saturating_sub(clock.now() - start);
                 tokio::time::sleep(clock.timer_duration(delay.min(budget_left))).await;
             }
         }
@@ -1236,6 +1274,7 @@ mod tests {
             retry: RetryPolicy {
                 attempts_max: 3,
                 elapsed_max: Duration::from_secs(5),
+                unreachable_max: Duration::from_secs(5),
                 backoff_initial: Duration::from_millis(1),
                 backoff_max: Duration::from_millis(2),
             },

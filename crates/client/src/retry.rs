@@ -13,6 +13,10 @@ pub struct RetryPolicy {
     pub attempts_max: u32,
     /// Time from the first attempt after which no new attempt starts.
     pub elapsed_max: Duration,
+    /// The shorter time after which no new attempt starts while no attempt has reached a
+    /// server (every name failed to resolve, every connection was refused or timed out): an
+    /// election answers "no leader yet", a dead or misspelled endpoint does not answer.
+    pub unreachable_max: Duration,
     /// Backoff before the second attempt; doubles after each failure.
     pub backoff_initial: Duration,
     /// Cap of the doubling.
@@ -28,6 +32,7 @@ impl Default for RetryPolicy {
         RetryPolicy {
             attempts_max: limits::CLIENT_ATTEMPTS_MAX,
             elapsed_max: Duration::from_millis(limits::CLIENT_RETRY_ELAPSED_MS_MAX),
+            unreachable_max: Duration::from_millis(limits::CLIENT_UNREACHABLE_MS_MAX),
             backoff_initial: Duration::from_millis(limits::CLIENT_BACKOFF_MS_INITIAL),
             backoff_max: Duration::from_millis(limits::CLIENT_BACKOFF_MS_MAX),
         }

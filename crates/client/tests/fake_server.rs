@@ -548,3 +548,81 @@ async fn an_acquire_answered_too_old_releases_the_grant_the_session_holds() {
         .unwrap();
     session.close().await.unwrap();
 }
+
+/// Issue #33: endpoints that refuse connections fail a call within the fail-fast budget
+/// (`CLIENT_UNREACHABLE_MS_MAX`, about what etcdctl takes), not after the whole retry budget
+/// (64 attempts in 11.7 s before), and the error names the endpoint and the cause.
+#[tokio::test]
+async fn endpoints_that_refuse_connections_fail_fast_naming_the_cause() {
+    use latchkey_core::limits;
+    // Nothing listens on ports 1 and 2 of localhost: connections are refused at once.
+    let client = Client::connect(["127.0.0.1:1", "127.0.0.1:2"])
+        .await
+        .unwrap();
+    let err = client.list("").await.unwrap_err();
+    let Error::Transport {
+        attempts, elapsed, ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    let text = err.to_string();
+    assert!(text.contains("connection refused"), "{text}");
+    assert!(text.contains("cannot reach 127.0.0.1:"), "{text}");
+    let budget = Duration::from_millis(limits::CLIENT_UNREACHABLE_MS_MAX);
+    assert!(*elapsed >= budget && *elapsed < 2 * budget, "{text}");
+    // Several rounds over both endpoints, not one try each.
+    assert!(*attempts >= 4, "{text}");
+}
+
+/// Issue #33: a name that does not resolve says so ("no such host"), not "uncategorized
+/// error", and fails within the fail-fast budget too.
+#[tokio::test]
+async fn an_endpoint_that_does_not_resolve_says_no_such_host() {
+    use latchkey_core::limits;
+    let client = Client::connect(["nosuchhost.invalid:7420"]).await.unwrap();
+    let err = client.list("").await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("cannot reach nosuchhost.invalid:7420: no such host"),
+        "{text}"
+    );
+    let Error::Transport { elapsed, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        *elapsed < 2 * Duration::from_millis(limits::CLIENT_UNREACHABLE_MS_MAX),
+        "{text}"
+    );
+}
+
+/// The fail-fast budget is for endpoints that never answer: once a member answered (here "not
+/// the leader", as in an election), the call keeps its whole retry budget, although the other
+/// endpoint refuses every connection.
+#[tokio::test]
+async fn a_member_that_answers_keeps_the_whole_retry_budget() {
+    let follower = Fake::default();
+    follower.script.lock().unwrap().redirect_to = Some(String::new());
+    let follower_addr = serve(follower).await;
+    let retry = latchkey_client::RetryPolicy {
+        attempts_max: 1_000,
+        elapsed_max: Duration::from_millis(1_500),
+        unreachable_max: Duration::from_millis(200),
+        backoff_initial: Duration::from_millis(10),
+        backoff_max: Duration::from_millis(50),
+    };
+    let config = latchkey_client::ClientConfig {
+        retry,
+        ..Default::default()
+    };
+    let client = Client::with_config(
+        ["127.0.0.1:1".to_owned(), follower_addr.to_string()],
+        config,
+    )
+    .unwrap();
+    let err = client.list("").await.unwrap_err();
+    let Error::Unavailable { elapsed, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(*elapsed >= Duration::from_millis(1_500), "{err}");
+}

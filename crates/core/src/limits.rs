@@ -302,6 +302,14 @@ const _: () = assert!(CLIENT_BACKOFF_MS_INITIAL <= CLIENT_BACKOFF_MS_MAX);
 /// within a human's patience. A wait (`Acquire`) re-sends past it under the same sequence number.
 pub const CLIENT_RETRY_ELAPSED_MS_MAX: u64 = 20_000;
 const _: () = assert!(3 * LEADERLESS_MS_MAX_DEFAULT <= CLIENT_RETRY_ELAPSED_MS_MAX);
+/// The time budget of one logical request while none of its attempts has reached a server
+/// (`RetryPolicy::unreachable_max`): every endpoint's name failed to resolve, or its
+/// connection was refused or timed out. A member in an election answers "no leader yet" and
+/// gets the whole `CLIENT_RETRY_ELAPSED_MS_MAX`; a dead or misspelled endpoint is reported in
+/// about the time etcdctl takes (2 s), after several rounds over the endpoints (issue #33).
+pub const CLIENT_UNREACHABLE_MS_MAX: u64 = 2_000;
+const _: () = assert!(CLIENT_UNREACHABLE_MS_MAX >= 4 * CLIENT_BACKOFF_MS_MAX);
+const _: () = assert!(CLIENT_UNREACHABLE_MS_MAX <= CLIENT_RETRY_ELAPSED_MS_MAX);
 /// A client's attempts of one request before it gives up (its time budget,
 /// `CLIENT_RETRY_ELAPSED_MS_MAX`, usually ends it first). With the backoff capped low, many attempts are needed to ride out an election and
 /// the quick restart of a single-node cluster.

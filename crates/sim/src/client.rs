@@ -106,6 +106,8 @@ fn config() -> ClientConfig {
         retry: RetryPolicy {
             attempts_max: 20,
             elapsed_max: Duration::from_secs(5),
+            // As before the fail-fast budget: the seeds' schedules stay what they were.
+            unreachable_max: Duration::from_secs(5),
             backoff_initial: Duration::from_millis(20),
             backoff_max: Duration::from_millis(500),
         },

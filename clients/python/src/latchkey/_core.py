@@ -39,6 +39,10 @@ CLIENT_BACKOFF_MS_MAX = 250
 CLIENT_BACKOFF_MS_INITIAL = 50
 CLIENT_ATTEMPTS_MAX = 64
 CLIENT_ELAPSED_MS_MAX = 20_000
+# While no attempt of a call has reached a server (names that do not resolve, connections
+# refused): a dead or misspelled endpoint is reported in about 2 s, not after the whole budget
+# (limits::CLIENT_UNREACHABLE_MS_MAX).
+CLIENT_UNREACHABLE_MS_MAX = 2_000
 LEADERLESS_MS_MAX_DEFAULT = 100 + 3 * 600
 CLIENT_REFUSED_HINT_IGNORE_MS = LEADERLESS_MS_MAX_DEFAULT
 CLIENT_ACQUIRE_BACKOFF_MS_MAX = 250
@@ -502,8 +506,14 @@ class Backoff:
 class RetryPolicy:
     attempts_max: int = CLIENT_ATTEMPTS_MAX
     elapsed_max: float = CLIENT_ELAPSED_MS_MAX / 1000
+    # The budget while no attempt has reached a server (see CLIENT_UNREACHABLE_MS_MAX).
+    unreachable_max: float = CLIENT_UNREACHABLE_MS_MAX / 1000
     backoff_initial: float = CLIENT_BACKOFF_MS_INITIAL / 1000
     backoff_max: float = CLIENT_BACKOFF_MS_MAX / 1000
+
+    def budget(self, reached: bool) -> float:
+        """The time budget of a call, given whether any of its attempts reached a server."""
+        return self.elapsed_max if reached else min(self.elapsed_max, self.unreachable_max)
 
     def backoff(self, cap: Optional[float], rng: random.Random) -> Backoff:
         if cap is None:
@@ -612,6 +622,9 @@ class Failure:
     # The Raft group the error came from (`latchkey-group`, a cluster of several groups):
     # its leader hint is that group's leader. None: not said.
     group: Optional[int] = None
+    # A "transport" failure that never reached a server: the name did not resolve or the
+    # connection was refused (the call gives up after RetryPolicy.unreachable_max then).
+    connected: bool = True
 
 
 def _meta(metadata: Optional[Iterable]) -> dict:
@@ -651,7 +664,8 @@ def _classify(code: grpc.StatusCode, details: Optional[str], meta: dict) -> Fail
     if code in (C.UNAVAILABLE, C.CANCELLED, C.DEADLINE_EXCEEDED) or (
         code == C.UNKNOWN and reason is None
     ):
-        return Failure("transport", f"{code.name}: {message}")
+        connected = not never_connected(message)
+        return Failure("transport", transport_cause(code, message), connected=connected)
     if code == C.INVALID_ARGUMENT:
         err: errors.LatchkeyError = errors.InvalidArgument(message, reason=reason)
     elif code == C.NOT_FOUND:
@@ -665,6 +679,27 @@ def _classify(code: grpc.StatusCode, details: Optional[str], meta: dict) -> Fail
     else:
         err = errors.ServerError(f"{code.name}: {message}", reason=reason)
     return Failure("fatal", message, error=err)
+
+
+def _no_such_host(details: str) -> bool:
+    return "errors resolving" in details or "DNS resolution failed" in details
+
+
+def never_connected(details: str) -> bool:
+    """Whether grpc's status details say the attempt reached no server: every address refused
+    the connection (or timed out), or the name did not resolve."""
+    return "failed to connect to all addresses" in details or _no_such_host(details)
+
+
+def transport_cause(code: grpc.StatusCode, details: str) -> str:
+    """A transport failure's cause in a few words, as the Rust client says it."""
+    if _no_such_host(details):
+        return f"no such host ({details})"
+    if "Connection refused" in details:
+        return "connection refused"
+    if "Timeout occurred" in details or "timed out" in details.lower():
+        return "timed out"
+    return f"{code.name}: {details}"
 
 
 def give_up(failure: Failure, attempts: int, elapsed: float) -> errors.LatchkeyError:

@@ -517,6 +517,8 @@ class Client:
         backoff = policy.backoff(backoff_max, self._rng)
         attempts = 0
         failure = core.Failure("transport", "no attempt was made before the deadline")
+        # Whether an attempt reached a server: until one has, the shorter budget applies.
+        reached = False
         while True:
             if session is not None and session._lost.is_set():
                 raise session._lost_error()
@@ -547,11 +549,13 @@ class Client:
             else:
                 self._route.unreachable(addr, core.now())
                 hinted = False
+            reached = reached or failure.kind != "transport" or failure.connected
+            budget = policy.budget(reached)
             elapsed = core.now() - start
-            if attempts >= policy.attempts_max or elapsed >= policy.elapsed_max:
+            if attempts >= policy.attempts_max or elapsed >= budget:
                 raise core.give_up(failure, attempts, elapsed)
             if not (hinted and attempts == 1):
-                delay = min(backoff.next_delay(), policy.elapsed_max - elapsed)
+                delay = min(backoff.next_delay(), budget - elapsed)
                 if not_after is not None:
                     delay = min(delay, not_after - core.now())
                 if session is not None:

@@ -272,7 +272,8 @@ class _KeepAlives:
 class Client:
     """A handle on a latchkey cluster: `Client(["127.0.0.1:7420"])`. Thread-safe. Connections
     open lazily, so this does not fail when no server is up; the first call does, after its
-    retries (up to 64 attempts or 20 s). Endpoints are HOST:PORT (or https://HOST:PORT); a
+    retries (up to 64 attempts or 20 s; 2 s while no endpoint accepts a connection or resolves).
+    Endpoints are HOST:PORT (or https://HOST:PORT); a
     node's leader hint is followed. TLS: `ca=` (PEM file of the CA that signed the servers),
     optionally `cert=`/`key=` for servers that require client certificates. `auth_token=` is
     sent as `authorization: Bearer TOKEN` to servers with access control."""
@@ -605,6 +606,8 @@ class Client:
         backoff = policy.backoff(backoff_max, self._rng)
         attempts = 0
         failure = core.Failure("transport", "no attempt was made before the deadline")
+        # Whether an attempt reached a server: until one has, the shorter budget applies.
+        reached = False
         while True:
             if session is not None and session._lost.is_set():
                 raise session._lost_error()
@@ -640,13 +643,15 @@ class Client:
                 else:
                     self._route.unreachable(addr, core.now())
                     hinted = False
+            reached = reached or failure.kind != "transport" or failure.connected
+            budget = policy.budget(reached)
             elapsed = core.now() - start
-            if attempts >= policy.attempts_max or elapsed >= policy.elapsed_max:
+            if attempts >= policy.attempts_max or elapsed >= budget:
                 raise core.give_up(failure, attempts, elapsed)
             log.debug("latchkey: %s attempt %d failed: %s", method, attempts, failure.message)
             # A fresh leader hint is worth trying at once, but only the first time in a row.
             if not (hinted and attempts == 1):
-                delay = min(backoff.next_delay(), policy.elapsed_max - elapsed)
+                delay = min(backoff.next_delay(), budget - elapsed)
                 if not_after is not None:
                     delay = min(delay, not_after - core.now())
                 if session is not None:

@@ -62,6 +62,7 @@ impl Observer {
             retry: RetryPolicy {
                 attempts_max: 1,
                 elapsed_max: timeout,
+                unreachable_max: timeout,
                 backoff_initial: Duration::from_millis(10),
                 backoff_max: Duration::from_millis(10),
             },
