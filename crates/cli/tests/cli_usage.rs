@@ -75,6 +75,39 @@ fn dead_and_misspelled_endpoints_fail_fast_naming_the_cause() {
     }
 }
 
+/// Issue #33 item 4: pointed at a port that answers HTTP (an HTTP/1.1 server here; the
+/// `--http-listen` and `--metrics-listen` ports in `http_api.rs`), the CLI says so and which
+/// port serves gRPC; it said `server error (Internal): h2 protocol error`.
+#[test]
+fn a_port_that_answers_http_is_named_as_not_a_grpc_port() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    // An HTTP/1.1 server: it reads the request (here the HTTP/2 preface) and answers 400.
+    let server = std::thread::spawn(move || {
+        listener.set_nonblocking(false).unwrap();
+        for stream in listener.incoming().take(1) {
+            let mut stream = stream.unwrap();
+            let mut buf = [0u8; 256];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(
+                b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    let out = latchkey(&["status", "--endpoints", &addr, "jobs/a"], tmp.path());
+    assert_ne!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "{addr} answered HTTP/1.1: it is not a latchkey gRPC port"
+        )),
+        "{}",
+        out.stderr
+    );
+    server.join().unwrap();
+}
+
 #[test]
 fn timeout_bounds_any_command() {
     let tmp = tempfile::tempdir().unwrap();

@@ -1027,3 +1027,30 @@ impl Drop for Group {
         );
     }
 }
+
+/// Issue #33 item 4: the CLI pointed at the HTTP API's port or the metrics port says that the
+/// port answered HTTP and is not a gRPC port (it said `server error (Internal): protocol error:
+/// received message with invalid compression flag: 123` and `server error (Unimplemented):
+/// grpc-status header missing`).
+#[test]
+fn the_cli_at_the_http_or_metrics_port_says_it_is_not_a_grpc_port() {
+    let http = format!("127.0.0.1:{}", free_port());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let _server = Server::start_with(&["--http-listen", &http, "--metrics-listen", &metrics]);
+    let tmp = tempfile::tempdir().unwrap();
+    for port in [&http, &metrics] {
+        let args: Vec<String> = ["status", "--endpoints", port.as_str(), "jobs/a"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let out = run(&args, tmp.path(), common::CLI_TIMEOUT);
+        assert!(!out.status.success(), "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!(
+                "{port} answered HTTP without gRPC: it is not a latchkey gRPC port"
+            )),
+            "{}",
+            out.stderr
+        );
+    }
+}

@@ -182,6 +182,29 @@ fn never_connected(status: &tonic::Status) -> bool {
     false
 }
 
+/// What to say when the server at `uri` answered plain HTTP, not gRPC (`transport`: the status
+/// and its causes, from a status no latchkey node sent): an HTTP/1.1-only server breaks the
+/// HTTP/2 connection; latchkey's own HTTP API (`--http-listen`) answers 404 with a JSON body;
+/// its metrics port (`--metrics-listen`) answers 404 without gRPC headers. Not retried: no
+/// member will answer differently on that port.
+fn not_grpc(uri: &str, transport: &str) -> Option<String> {
+    let answered = if transport.contains("h2 protocol error") {
+        "HTTP/1.1"
+    } else if transport.contains("grpc-status header missing")
+        || transport.contains("invalid compression flag")
+    {
+        "HTTP without gRPC"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{} answered {answered}: it is not a latchkey gRPC port (the `--http-listen` and \
+         `--metrics-listen` ports serve HTTP; give the port `latchkey serve --listen` serves, \
+         7420 by default)",
+        bare(uri)
+    ))
+}
+
 /// Turns `host:port` into `http://host:port`; keeps a URI that already has a scheme.
 pub(crate) fn endpoint_uri(endpoint: &str) -> Result<String, Error> {
     let endpoint = endpoint.trim();
@@ -864,8 +887,12 @@ impl Client {
             .get(latchkey_proto::ERROR_REASON_KEY)
             .is_none()
         {
-            if let Some(message) = crate::tls::mismatch(uri, &transport_message(status)) {
+            let transport = transport_message(status);
+            if let Some(message) = crate::tls::mismatch(uri, &transport) {
                 return Err(Error::Tls { message });
+            }
+            if let Some(message) = not_grpc(uri, &transport) {
+                return Err(Error::Protocol(message));
             }
         }
         Ok(match classify(status) {
