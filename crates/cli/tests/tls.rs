@@ -205,7 +205,7 @@ fn a_server_certificate_from_another_ca_is_refused() {
         &server.https(),
         &["--ca".to_owned(), paths(&[&other_pem])[0].clone()],
     );
-    assert_tls_failure(&out, "is not trusted by --ca");
+    assert_tls_failure(&out, "is not signed by the CA given with --ca");
 }
 
 #[test]
@@ -476,7 +476,7 @@ fn sighup_after_replacing_the_files_serves_the_new_certificate() {
     server.wait_for_log("SIGHUP: reloaded the TLS certificate");
     let out = with(&new_pem);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_tls_failure(&with(&old_pem), "is not trusted by --ca");
+    assert_tls_failure(&with(&old_pem), "is not signed by the CA given with --ca");
 }
 
 /// `curl ARGS`: its exit status and what it printed (the body, then the status code on a line of
@@ -601,7 +601,7 @@ fn replacing_the_files_without_sighup_serves_the_new_certificate() {
     assert!(!server.log().contains("SIGHUP"), "{}", server.log());
     let out = with(&new_pem);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_tls_failure(&with(&old_pem), "is not trusted by --ca");
+    assert_tls_failure(&with(&old_pem), "is not signed by the CA given with --ca");
 }
 
 /// docs/securing.md, "Securing a cluster": "a client's certificate from the same CA cannot speak

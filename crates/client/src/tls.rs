@@ -67,14 +67,14 @@ impl ClientTls {
     /// Reads and checks the CA file and, if given, this client's certificate and key files.
     pub fn from_files(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<ClientTls, Error> {
         let ca_pem = read("CA", ca)?;
+        let identity_paths = identity;
         let identity = match identity {
             None => None,
             Some((cert, key)) => Some((read("certificate", cert)?, read("key", key)?)),
         };
-        let flags = if identity.is_some() {
-            ", --cert, --key"
-        } else {
-            ""
+        let flags = match &identity_paths {
+            Some((cert, key)) => format!(", --cert {}, --key {}", cert.display(), key.display()),
+            None => String::new(),
         };
         ClientTls::from_pem(ca_pem, identity).map_err(|e| match e {
             Error::InvalidArgument { message } => {
@@ -102,8 +102,9 @@ impl ClientTls {
             if certs.is_empty() {
                 return Err(invalid("the client certificate file holds none".into()));
             }
-            PrivateKeyDer::from_pem_slice(key)
+            let key = PrivateKeyDer::from_pem_slice(key)
                 .map_err(|e| invalid(format!("the client key holds no private key: {e}")))?;
+            check_identity(certs, key).map_err(invalid)?;
         }
         let tls = ClientTls {
             ca_pem: Arc::new(ca_pem),
@@ -124,6 +125,34 @@ impl ClientTls {
             None => config,
         }
     }
+}
+
+/// Whether this client's certificate is one TLS accepts and its key fits it: a version-1
+/// certificate (what `openssl x509 -req` makes without extensions) or a key of another
+/// certificate each get their own sentence, not tonic's "transport error".
+fn check_identity(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<(), String> {
+    use tokio_rustls::rustls;
+    if let Err(e) = webpki::EndEntityCert::try_from(&certs[0]) {
+        return Err(match e {
+            webpki::Error::UnsupportedCertVersion => "the client certificate is an X.509 \
+                 version 1 certificate, which TLS (rustls) refuses: issue a version 3 one (with \
+                 openssl, give `x509 -req` an `-extfile` with a subjectAltName)"
+                .to_owned(),
+            e => format!("the client certificate cannot be used for TLS: {e:?}"),
+        });
+    }
+    let provider = rustls::crypto::ring::default_provider();
+    rustls::sign::CertifiedKey::from_der(certs, key, &provider)
+        .map(|_| ())
+        .map_err(|e| match e {
+            rustls::Error::InconsistentKeys(_) => "the client key does not fit the client \
+                 certificate: give the key made with that certificate"
+                .to_owned(),
+            e => format!("the client key cannot be used with the client certificate: {e}"),
+        })
 }
 
 /// TCP with TLS for `https://` endpoints (verified against the CA of its [`ClientTls`]), plain
@@ -169,9 +198,24 @@ pub(crate) fn mismatch(uri: &str, transport: &str) -> Option<String> {
             "the server at {server} does not speak TLS: use http://{server} (or its TLS port)"
         ));
     }
-    if transport.contains("invalid peer certificate") {
+    if let Some((_, rest)) = transport.split_once("invalid peer certificate: ") {
+        // rustls's reason, once: tonic repeats the chain ("... UnknownIssuer: transport error:
+        // invalid peer certificate: UnknownIssuer: ...").
+        let reason = rest.split(':').next().unwrap_or(rest).trim();
+        let what = match reason {
+            "UnknownIssuer" => "is not signed by the CA given with --ca: give the CA that signed \
+                 the server's certificate"
+                .to_owned(),
+            "Expired" => "has expired".to_owned(),
+            "NotValidYet" => "is not valid yet (check the clocks)".to_owned(),
+            r if r.starts_with("NotValidForName") => format!(
+                "does not name {}: connect by a name or address the certificate lists",
+                server.rsplit_once(':').map_or(server, |(host, _)| host)
+            ),
+            _ => "is not trusted by --ca".to_owned(),
+        };
         return Some(format!(
-            "the certificate of the server at {server} is not trusted by --ca ({transport})"
+            "the certificate of the server at {server} {what} ({reason})"
         ));
     }
     if transport.contains("CertificateRequired") {
@@ -179,13 +223,14 @@ pub(crate) fn mismatch(uri: &str, transport: &str) -> Option<String> {
             "the server at {server} requires a client certificate: give --cert FILE and --key FILE"
         ));
     }
-    if transport.contains("received fatal alert: BadCertificate")
-        || transport.contains("received fatal alert: UnknownCA")
-        || transport.contains("received fatal alert: DecryptError")
-    {
-        return Some(format!(
-            "the server at {server} refused this client's certificate ({transport})"
-        ));
+    for alert in ["BadCertificate", "UnknownCA", "DecryptError"] {
+        if transport.contains(&format!("received fatal alert: {alert}")) {
+            return Some(format!(
+                "the server at {server} refused this client's certificate (received fatal \
+                 alert: {alert}): give --cert a certificate signed by the CA the server trusts \
+                 (its --tls-ca), and --key its key"
+            ));
+        }
     }
     None
 }
@@ -216,5 +261,54 @@ mod tests {
             mismatch("http://h:1", "Unavailable: connection refused"),
             None
         );
+    }
+
+    /// Issue #33: a wrong CA printed `UnknownIssuer` three times; the reason comes once, with
+    /// what to do.
+    #[test]
+    fn an_untrusted_server_certificate_is_said_once_with_what_to_do() {
+        let said = mismatch(
+            "https://127.0.0.1:7420",
+            "Unavailable: invalid peer certificate: UnknownIssuer: transport error: invalid \
+             peer certificate: UnknownIssuer: invalid peer certificate: UnknownIssuer",
+        )
+        .unwrap();
+        assert_eq!(said.matches("UnknownIssuer").count(), 1, "{said}");
+        assert!(
+            said.contains("is not signed by the CA given with --ca"),
+            "{said}"
+        );
+        let name = mismatch(
+            "https://db1:7420",
+            "Unavailable: invalid peer certificate: NotValidForNameContext { expected: .. }",
+        )
+        .unwrap();
+        assert!(name.contains("does not name db1"), "{name}");
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = format!("{}/fixtures/tls/{name}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// Issue #33: a version-1 certificate and a key of another certificate both said
+    /// `TLS configuration: transport error`; each gets its own sentence.
+    #[test]
+    fn a_version_1_certificate_and_a_key_that_does_not_fit_are_named() {
+        let ca = fixture("ca.pem");
+        let v1 = ClientTls::from_pem(ca.clone(), Some((fixture("v1.pem"), fixture("v1.key"))))
+            .unwrap_err()
+            .to_string();
+        assert!(v1.contains("X.509 version 1 certificate"), "{v1}");
+        let other =
+            ClientTls::from_pem(ca.clone(), Some((fixture("v3.pem"), fixture("other.key"))))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            other.contains("the client key does not fit the client certificate"),
+            "{other}"
+        );
+        ClientTls::from_pem(ca, Some((fixture("v3.pem"), fixture("v3.key"))))
+            .expect("a version 3 certificate with its own key");
     }
 }

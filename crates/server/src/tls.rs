@@ -167,6 +167,14 @@ fn load_pair(files: &TlsFiles) -> Result<Pair, String> {
             files.key.display()
         )
     })?;
+    if let Err(webpki::Error::UnsupportedCertVersion) = webpki::EndEntityCert::try_from(&chain[0]) {
+        return Err(format!(
+            "the certificate {} is an X.509 version 1 certificate, which TLS (rustls) refuses: \
+             issue a version 3 one (with openssl, give `x509 -req` an `-extfile` with a \
+             subjectAltName)",
+            files.cert.display()
+        ));
+    }
     let certified = CertifiedKey::from_der(chain, key, &provider()).map_err(|e| {
         format!(
             "the key {} does not fit the certificate {}: {e}",
@@ -662,5 +670,21 @@ mod tests {
         })
         .unwrap_err();
         assert!(bad.contains("holds no certificate"), "{bad}");
+    }
+
+    /// Issue #33: a version-1 certificate was refused as "the key does not fit the certificate:
+    /// ... UnsupportedCertVersion".
+    #[test]
+    fn a_version_1_certificate_is_named_as_such() {
+        let fixtures =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../client/fixtures/tls");
+        let said = ServerTls::load(TlsFiles {
+            cert: fixtures.join("v1.pem"),
+            key: fixtures.join("v1.key"),
+            ca: None,
+        })
+        .unwrap_err();
+        assert!(said.contains("X.509 version 1 certificate"), "{said}");
+        assert!(!said.contains("does not fit"), "{said}");
     }
 }
