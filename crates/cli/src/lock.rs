@@ -85,7 +85,12 @@ pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u
         Ok(guard) => guard,
         Err(e) => {
             close_quietly(session).await;
-            return Err(anyhow::Error::new(e).context(format!("lock {:?}", args.name)));
+            return Err(match e {
+                // These name the lock already.
+                latchkey_client::Error::WaitTimedOut { .. }
+                | latchkey_client::Error::Held { .. } => anyhow::Error::new(e),
+                e => anyhow::Error::new(e).context(format!("lock {:?}", args.name)),
+            });
         }
     };
     tracing::debug!(lock = %args.name, token = guard.token(), "granted");
@@ -104,7 +109,11 @@ pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u
         Err(e) => {
             release_quietly(guard).await;
             close_quietly(session).await;
-            return Err(e).with_context(|| format!("cannot run {:?}", args.command[0]));
+            return Err(Stopped::CannotRun {
+                command: args.command[0].clone(),
+                io: e,
+            }
+            .into());
         }
     };
     let grace = kill_grace(session.safety_margin());

@@ -416,12 +416,60 @@ pub struct Endpoints {
     pub auth_token: Option<String>,
 }
 
+/// `--wait`: a duration; a negative one gets a sentence (clap took `-1s` for a flag).
+pub fn parse_wait(text: &str) -> Result<Duration, String> {
+    if text.trim_start().starts_with('-') {
+        return Err(
+            "a wait cannot be negative: give 0 to try once, or leave --wait out to wait \
+                    until the lock is granted"
+                .to_owned(),
+        );
+    }
+    parse_duration(text)
+}
+
 /// A lock name as the server takes it (`latchkey_core::validate_name`): refused as a usage
-/// error before anything is sent.
-pub fn parse_lock_name(text: &str) -> Result<String, String> {
-    latchkey_core::validate_name(text)
-        .map(|()| text.to_owned())
-        .map_err(|e| e.to_string())
+/// error before anything is sent, without echoing more than the start of a long one.
+pub fn parse_lock_name() -> LockNameParser {
+    LockNameParser
+}
+
+/// Parses a lock name (see [`parse_lock_name`]).
+#[derive(Clone, Copy, Debug)]
+pub struct LockNameParser;
+
+/// How much of a refused lock name an error quotes.
+const NAME_QUOTED_CHARS: usize = 40;
+
+impl clap::builder::TypedValueParser for LockNameParser {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let text = value.to_string_lossy();
+        latchkey_core::validate_name(&text).map_err(|e| {
+            let quoted: String = text.chars().take(NAME_QUOTED_CHARS).collect();
+            let quoted = if quoted.len() < text.len() {
+                format!("{quoted}... ({} bytes)", text.len())
+            } else {
+                quoted
+            };
+            let arg = arg.map_or_else(
+                || "NAME".to_owned(),
+                |a| a.get_id().to_string().to_uppercase(),
+            );
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid value '{quoted}' for '<{arg}>': {e}\n"),
+            )
+            .with_cmd(cmd)
+        })?;
+        Ok(text.into_owned())
+    }
 }
 
 /// An endpoint: `HOST:PORT`, `http://HOST:PORT` or `https://HOST:PORT` (IPv6 as `[::1]:7420`).
@@ -494,14 +542,14 @@ pub struct LockArgs {
     pub ttl: Duration,
     /// Give up waiting after this long (default: wait forever; 0: try once, and say who holds
     /// the lock).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_wait, allow_hyphen_values = true, value_name = "DURATION")]
     pub wait: Option<Duration>,
     /// Free text about who holds the lock and why, shown by `status` and `list` next to this
     /// process's host name, pid and user.
     #[arg(long, value_name = "TEXT")]
     pub owner: Option<String>,
     /// The lock's name.
-    #[arg(value_parser = parse_lock_name)]
+    #[arg(value_parser = parse_lock_name())]
     pub name: String,
     /// The command to run under the lock, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
@@ -515,7 +563,7 @@ pub struct StatusArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
-    #[arg(value_parser = parse_lock_name)]
+    #[arg(value_parser = parse_lock_name())]
     pub name: String,
 }
 
@@ -623,7 +671,28 @@ pub enum Stopped {
     /// `--timeout` ran out.
     #[error("gave up after --timeout {}", humantime::format_duration(*.0))]
     Timeout(Duration),
+    /// COMMAND could not be started: exit 127 when it was not found, 126 otherwise (not
+    /// executable), as a shell reports it.
+    #[error("cannot run {command:?}: {}", io_reason(.io))]
+    CannotRun {
+        command: String,
+        // Not a `source`: the message says it once.
+        io: std::io::Error,
+    },
 }
+
+/// An I/O error in a few words ("No such file or directory"), without Rust's "(os error 2)".
+fn io_reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.rsplit_once(" (os error ") {
+        Some((reason, _)) => reason.to_owned(),
+        None => text,
+    }
+}
+
+/// Exit status of a COMMAND that was not found, and of one that could not be executed.
+const EXIT_COMMAND_NOT_FOUND: u8 = 127;
+const EXIT_COMMAND_NOT_EXECUTABLE: u8 = 126;
 
 /// How long an exiting `latchkey lock` waits for its queued log lines to reach stderr.
 const LOG_DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
@@ -634,6 +703,12 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         Some(Stopped::LockLost { .. }) => return EXIT_LOCK_LOST,
         Some(Stopped::Usage(_)) => return EXIT_USAGE,
         Some(Stopped::Signal { signal, .. }) => return (128 + *signal as i32).min(255) as u8,
+        Some(Stopped::CannotRun { io, .. }) => {
+            return match io.kind() {
+                std::io::ErrorKind::NotFound => EXIT_COMMAND_NOT_FOUND,
+                _ => EXIT_COMMAND_NOT_EXECUTABLE,
+            }
+        }
         Some(Stopped::Timeout(_)) | None => {}
     }
     if error.downcast_ref::<config::ConfigFileError>().is_some() {

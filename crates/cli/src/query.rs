@@ -154,6 +154,13 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
         for lock in &list.locks {
             println!("{}", human(lock));
         }
+        if list.locks.is_empty() {
+            // On stderr: a script reading the list on stdout still reads nothing.
+            match args.prefix.as_str() {
+                "" => eprintln!("latchkey: no locks are held"),
+                prefix => eprintln!("latchkey: no locks are held under {prefix:?}"),
+            }
+        }
     }
     if list.truncated {
         eprintln!("latchkey: more locks match than the server returns at once; narrow the prefix");

@@ -108,6 +108,37 @@ fn a_port_that_answers_http_is_named_as_not_a_grpc_port() {
     server.join().unwrap();
 }
 
+/// Issue #33: `--wait -1s` gets a sentence (clap said "unexpected argument '-1' found"), and an
+/// over-long lock name is quoted by its start and length, not echoed whole.
+#[test]
+fn a_negative_wait_and_an_over_long_name_get_a_sentence() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = latchkey(
+        &[
+            "lock",
+            "--endpoints",
+            "127.0.0.1:1",
+            "--wait",
+            "-1s",
+            "x",
+            "--",
+            "true",
+        ],
+        tmp.path(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("a wait cannot be negative"),
+        "{}",
+        out.stderr
+    );
+    let long = "a".repeat(600);
+    let out = latchkey(&["status", "--endpoints", "127.0.0.1:1", &long], tmp.path());
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("(600 bytes)"), "{}", out.stderr);
+    assert!(!out.stderr.contains(&long), "{}", out.stderr);
+}
+
 #[test]
 fn timeout_bounds_any_command() {
     let tmp = tempfile::tempdir().unwrap();

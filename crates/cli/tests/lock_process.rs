@@ -98,6 +98,51 @@ fn command_exit_status_and_environment_pass_through() {
     assert_eq!(server.status("jobs/env")["held"], false);
 }
 
+/// Issue #33: a COMMAND that is not found exits 127 and one that cannot be executed 126, as a
+/// shell reports them (both exited 1), the reason said once; either way the lock is released.
+#[test]
+fn a_command_not_found_exits_127_and_one_not_executable_126() {
+    let server = Server::start();
+    let work = Work::new();
+    let dir = work.dir.path();
+    let not_executable = work.path("not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\ntrue\n").unwrap();
+    for (command, code, reason) in [
+        ("/nonexistent/command", 127, "No such file or directory"),
+        (not_executable.to_str().unwrap(), 126, "Permission denied"),
+    ] {
+        let args: Vec<String> = [
+            "lock",
+            "--endpoints",
+            &server.addr,
+            "jobs/run",
+            "--",
+            command,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let out = common::run(&args, dir, T);
+        assert_eq!(out.status.code(), Some(code), "{command}: {}", out.stderr);
+        assert_eq!(out.stderr.matches(reason).count(), 1, "{}", out.stderr);
+        assert!(!out.stderr.contains("os error"), "{}", out.stderr);
+    }
+    assert_eq!(server.status("jobs/run")["held"], false);
+}
+
+/// Issue #33: `latchkey list` with no locks says so, on stderr (stdout stays empty for scripts).
+#[test]
+fn list_without_locks_says_so_on_stderr() {
+    let server = Server::start();
+    let out = server.cli(&["list"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout, "");
+    assert!(out.stderr.contains("no locks are held"), "{}", out.stderr);
+    let json = server.cli(&["list", "--json"]);
+    assert_eq!(json.stdout.trim(), "[]");
+    assert_eq!(json.stderr, "", "--json says nothing else");
+}
+
 #[test]
 fn wait_times_out_with_status_3() {
     let server = Server::start();
@@ -124,6 +169,9 @@ fn wait_times_out_with_status_3() {
             "timed out"
         };
         assert!(b.stderr().contains(says), "--wait {wait}: {}", b.stderr());
+        // Issue #33: the lock is named once ("lock \"busy\": timed out waiting for lock
+        // \"busy\"" before).
+        assert_eq!(b.stderr().matches("\"busy\"").count(), 1, "{}", b.stderr());
     }
     assert_eq!(work.lines("out").len(), 1, "B's COMMAND must not run");
     wait_until("the timed-out waiters left the queue", T, || {
