@@ -13,3 +13,5 @@ node -e 'const [major] = process.versions.node.split(".").map(Number); if (major
 npm ci --no-audit --no-fund
 npm run build
 npm test
+# The package as a user installs it: packed, installed in a fresh project, compiled strict.
+scripts/check-package.sh

@@ -16,3 +16,5 @@ trap 'rm -rf "$venv"' EXIT
 cd "$here"
 # Run from the tests, with the installed package (not src/) on the path.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
+# The wheel as a user installs it.
+"$here/check-wheel.sh"

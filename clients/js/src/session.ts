@@ -182,7 +182,7 @@ export class GroupSession {
   /** Grants of this session an operator force-released, as the last keepalive said (tokens of this group's log). */
   taken = { tokens: new Set<bigint>(), through: 0n };
   /** "taken" when `taken` changed. */
-  readonly events = new EventEmitter();
+  readonly events: EventEmitter = new EventEmitter();
   readonly lease: ClientLease;
   renewal?: Promise<void>;
   private lastEndpoint: string;
@@ -337,7 +337,7 @@ export class Session {
   /** @internal */ readonly client: Client;
   /** @internal Aborted by close() and by loss: stops the renewals and the background clean-ups. */
   readonly stopped = new AbortController();
-  /** @internal "failover" */ readonly events = new EventEmitter();
+  /** @internal "failover" */ readonly events: EventEmitter = new EventEmitter();
   /** The cluster's Raft groups, as the creation answered. */
   private readonly groupCount: number;
   /** Group 0's session. */
