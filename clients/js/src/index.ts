@@ -27,7 +27,7 @@ export type {
   Revoked,
   AuditRecord,
 } from "./client";
-export { Session, safetyMarginMs } from "./session";
+export { Session, ownerOfThisProcess, safetyMarginMs } from "./session";
 export { now } from "./util";
 export { groupOf, groupOfSession } from "./groups";
 export type { SessionOptions } from "./session";

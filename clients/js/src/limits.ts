@@ -116,3 +116,7 @@ assert(2 * CLIENT_SAFETY_MARGIN_TTL_DIVISOR <= CLIENT_RENEWAL_TTL_DIVISOR * (CLI
 assert(CLIENT_RENEWAL_ATTEMPT_TTL_DIVISOR >= CLIENT_RENEWAL_TTL_DIVISOR, "renewal attempts never pile up");
 assert(CLIENT_ACQUIRE_BACKOFF_MS_MAX <= CLIENT_BACKOFF_MS_MAX, "a waiter is no slower to find a leader");
 assert(CLIENT_CONNECT_TIMEOUT_MS_DEFAULT < CLIENT_RPC_TIMEOUT_MS_DEFAULT, "connect within one attempt");
+/** Bytes of a session owner's host name, user name and free text. */
+export const OWNER_HOST_BYTES_MAX = 255;
+export const OWNER_USER_BYTES_MAX = 64;
+export const OWNER_TEXT_BYTES_MAX = 256;

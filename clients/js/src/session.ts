@@ -8,6 +8,7 @@
 // margin. When the client's deadline passes, every guard of the session reports lost while the
 // server still holds the locks for the margin: the time a holder has to stop working.
 import { EventEmitter } from "node:events";
+import * as os from "node:os";
 
 import type { Client, CallOpts, Wire, WireSession } from "./client";
 import { isNotWithGroups } from "./client";
@@ -123,8 +124,37 @@ export class SeqWindow {
 export interface SessionOptions {
   /** Lease length in seconds (1 to 3600; default 15). */
   ttl?: number;
-  /** Shown by describe next to this session's holds and waits. */
+  /**
+   * Shown by describe next to this session's holds and waits. Default: this process (host
+   * name, pid, user), as the CLI and the Python client say it.
+   */
   owner?: Owner;
+}
+
+/** Bytes of UTF-8 `s` keeps at most `max` of, cut at a character boundary. */
+function cutUtf8(s: string, max: number): string {
+  const bytes = Buffer.from(s, "utf8");
+  if (bytes.length <= max) return s;
+  let end = max;
+  while (end > 0 && (bytes[end] & 0xc0) === 0x80) end--;
+  return bytes.subarray(0, end).toString("utf8");
+}
+
+/** This process as a session's owner: host name, pid, the user's name (or uid), and `text`. */
+export function ownerOfThisProcess(text = ""): Owner {
+  let user = "";
+  try {
+    user = os.userInfo().username;
+  } catch {
+    // No passwd entry for this uid (a container): the uid says who it is.
+    user = typeof process.getuid === "function" ? String(process.getuid()) : "";
+  }
+  return {
+    host: cutUtf8(os.hostname(), limits.OWNER_HOST_BYTES_MAX),
+    pid: process.pid,
+    user: cutUtf8(user, limits.OWNER_USER_BYTES_MAX),
+    text: cutUtf8(text, limits.OWNER_TEXT_BYTES_MAX),
+  };
 }
 
 const WHY_CLOSED = "the session was closed";
@@ -367,7 +397,8 @@ export class Session {
   }
 
   /** @internal */
-  static async create(client: Client, options: SessionOptions): Promise<Session> {
+  static async create(client: Client, given: SessionOptions): Promise<Session> {
+    const options = { ...given, owner: given.owner ?? ownerOfThisProcess() };
     const ttlMs = Math.round((options.ttl ?? limits.SESSION_TTL_MS_DEFAULT / 1000) * 1000);
     if (!Number.isFinite(ttlMs) || ttlMs < limits.SESSION_TTL_MS_MIN || ttlMs > limits.SESSION_TTL_MS_MAX) {
       throw new InvalidArgument(

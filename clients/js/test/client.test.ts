@@ -28,6 +28,9 @@ describe("client", () => {
       const info = await client.describe("round/trip");
       assert.equal(info.holder?.token, guard.token);
       assert.equal(info.holder?.sessionId, guard.session.id);
+      // Issue #33: a session says whose it is by default (this process), as the CLI's do.
+      assert.equal(info.holder?.owner?.pid, process.pid);
+      assert.ok(info.holder?.owner?.host, "a host name");
       assert.equal(guard.isLost(), false);
     } finally {
       await guard.release();

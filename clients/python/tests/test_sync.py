@@ -17,6 +17,9 @@ def test_lock_and_unlock_round_trip(client):
         info = client.describe("round/trip")
         assert info.held and info.holder.token == guard.token
         assert info.holder.session_id == guard.session_id
+        # Issue #33: a session says whose it is by default (this process), as the CLI's do.
+        import os
+        assert info.holder.owner and info.holder.owner["pid"] == os.getpid()
         assert guard.fencing_headers() == {"latchkey-lock": "round/trip",
                                            "latchkey-token": str(guard.token)}
         assert not guard.lost.is_set()

@@ -300,8 +300,9 @@ pub struct ServeArgs {
     /// Raft heartbeat interval, in milliseconds.
     #[arg(long, env = "LATCHKEY_HEARTBEAT_MS", default_value_t = latchkey_core::limits::HEARTBEAT_MS_DEFAULT)]
     pub heartbeat_ms: u64,
-    /// Raft election timeout range MIN..MAX, in milliseconds.
-    /// The default is `limits::ELECTION_TIMEOUT_MS_{MIN,MAX}_DEFAULT` (a test checks it).
+    /// Raft election timeout range MIN..MAX, in milliseconds: a follower that hears no leader
+    /// for a random time in this range starts an election.
+    // The default is `limits::ELECTION_TIMEOUT_MS_{MIN,MAX}_DEFAULT` (a test checks it).
     #[arg(long, env = "LATCHKEY_ELECTION_TIMEOUT_MS", default_value = "300..600", value_parser = serve::parse_ms_range, value_name = "MIN..MAX")]
     pub election_timeout_ms: (u64, u64),
     /// Serve Prometheus metrics at http://ADDR/metrics (and /healthz); off unless given.

@@ -230,6 +230,13 @@ fn restore_refuses_a_data_dir_in_use_and_a_damaged_or_foreign_file() {
             "{}",
             out.stderr
         );
+        // Said once (issue #33: the file's error was printed twice).
+        assert_eq!(
+            out.stderr.matches("damaged or truncated").count(),
+            1,
+            "{}",
+            out.stderr
+        );
         assert!(!target.exists(), "a refused restore left {target:?} behind");
     }
     let foreign = work.path("foreign.backup");

@@ -416,3 +416,38 @@ fn signals_to_the_cli_are_forwarded_to_commands_group() {
     assert_eq!(server.status("fwd/term")["held"], false);
     assert_eq!(server.status("fwd/int")["held"], false);
 }
+
+/// Issue #33: with `$USER` (and `LOGNAME`, `USERNAME`) unset, as under cron, systemd or
+/// `env -i`, the holder's owner still names a user: the uid's name (it was empty).
+#[test]
+fn without_user_in_the_environment_the_owner_is_the_uids_name() {
+    let server = Server::start();
+    let work = Work::new();
+    let status = std::process::Command::new(common::bin())
+        .args([
+            "lock",
+            "--endpoints",
+            &server.addr,
+            "jobs/owner",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "{} status --json --endpoints {} jobs/owner > '{}'",
+            common::bin(),
+            server.addr,
+            work.path("status").display()
+        ))
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .env_remove("USERNAME")
+        .current_dir(work.dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let seen: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(work.path("status")).unwrap()).unwrap();
+    let user = seen["owner"]["user"].as_str().unwrap_or_default();
+    assert!(!user.is_empty(), "{seen}");
+}

@@ -153,7 +153,7 @@ impl SessionOptions {
         let user = std::env::var("USER")
             .or_else(|_| std::env::var("LOGNAME"))
             .or_else(|_| std::env::var("USERNAME"))
-            .unwrap_or_default();
+            .unwrap_or_else(|_| user_of_this_process());
         let cut = |s: &str, max: usize| {
             let mut end = s.len().min(max);
             while !s.is_char_boundary(end) {
@@ -168,6 +168,21 @@ impl SessionOptions {
             text: text.to_owned(),
         }
     }
+}
+
+/// This process's user when the environment does not name one (cron, systemd, `env -i`): the
+/// uid's name in the passwd database, or the uid itself (as Python's `getpass` does).
+fn user_of_this_process() -> String {
+    #[cfg(target_os = "linux")]
+    {
+        let uid = nix::unistd::getuid();
+        match nix::unistd::User::from_uid(uid) {
+            Ok(Some(user)) => user.name,
+            _ => uid.to_string(),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    String::new()
 }
 
 /// One administrative action from the audit log ([`Client::audit`](crate::Client::audit)).

@@ -263,12 +263,14 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 pub enum RestoreError {
     #[error("data dir {0} is not empty: restore seeds a new member's data dir only")]
     DataDirNotEmpty(PathBuf),
-    #[error("{path}: {source}")]
+    // The path only: the cause is the `source`, which an error chain prints after it (it was
+    // said twice: "F: backup file is damaged ...: backup file is damaged ...").
+    #[error("{path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     File {
         path: PathBuf,
         source: BackupFileError,

@@ -882,7 +882,8 @@ def owner_of_this_process(text: str = "") -> "pb.Owner":
     try:
         user = getpass.getuser()
     except Exception:  # noqa: BLE001 - no user name is not an error
-        user = ""
+        # No $USER and no passwd entry for this uid (a container): the uid says who it is.
+        user = str(os.getuid()) if hasattr(os, "getuid") else ""
     host = socket.gethostname()
     return pb.Owner(host=host.encode()[:255].decode("utf-8", "ignore"), pid=os.getpid(),
                     user=user.encode()[:64].decode("utf-8", "ignore"),

@@ -290,7 +290,8 @@ class Client:
                       owner: Optional[str] = None) -> "Session":
         """See latchkey.Client.session (one logical session over the Raft groups)."""
         ttl_ms = core.ttl_ms_of(ttl)
-        owner_pb = core.owner_of_this_process(owner) if owner is not None else None
+        # This process by default (issue #33), as the CLI's sessions say it.
+        owner_pb = core.owner_of_this_process(owner or "")
         session = await self._open(ttl_ms, owner_pb, 0, None)
         self._sessions.add(session)
         session._start()

@@ -326,7 +326,8 @@ class Client:
         group, all renewed together; it is lost (every guard reports lost) when any of them
         is."""
         ttl_ms = core.ttl_ms_of(ttl)
-        owner_pb = core.owner_of_this_process(owner) if owner is not None else None
+        # This process by default (issue #33), as the CLI's sessions say it.
+        owner_pb = core.owner_of_this_process(owner or "")
         session = self._open(ttl_ms, owner_pb, 0, None)
         with self._lock:
             self._sessions.add(session)
