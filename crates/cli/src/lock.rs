@@ -94,6 +94,9 @@ pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u
         }
     };
     tracing::debug!(lock = %args.name, token = guard.token(), "granted");
+    if args.command.is_empty() {
+        return hold(guard, session, &mut terminate, &mut interrupt).await;
+    }
 
     let child = tokio::process::Command::new(&args.command[0])
         .args(&args.command[1..])
@@ -194,6 +197,48 @@ async fn supervise(
     drop(guard);
     close_quietly(session).await;
     Err(Stopped::LockLost { name, why }.into())
+}
+
+/// `latchkey lock NAME` without COMMAND (as `etcdctl lock NAME`): prints the token on stdout,
+/// holds the lock until SIGINT or SIGTERM, then releases it and exits 0; exits 4 at once if
+/// the lock may be lost meanwhile.
+async fn hold(
+    guard: LockGuard,
+    session: Session,
+    terminate: &mut tokio::signal::unix::Signal,
+    interrupt: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<u8> {
+    use std::io::Write as _;
+    let name = guard.name().to_owned();
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", guard.token()).context("writing the token")?;
+        out.flush().context("writing the token")?;
+    }
+    eprintln!(
+        "latchkey: holding lock {name:?} with token {}; Ctrl-C or SIGTERM releases it",
+        guard.token()
+    );
+    tokio::select! {
+        _ = guard.lost() => {
+            let why = guard.lost_reason().unwrap_or_else(|| "the session ended".into());
+            eprintln!("latchkey: lock {name:?} (token {}) may be lost: {why}", guard.token());
+            drop(guard);
+            close_quietly(session).await;
+            return Err(Stopped::HeldLockLost { name, why }.into());
+        }
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    let released = guard.release().await;
+    close_quietly(session).await;
+    match released {
+        Ok(()) => {
+            eprintln!("latchkey: released lock {name:?}");
+            Ok(0)
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!("releasing lock {name:?}"))),
+    }
 }
 
 fn signal_group(group: Option<Pid>, signal: Signal) {

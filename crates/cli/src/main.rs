@@ -552,8 +552,9 @@ pub struct LockArgs {
     /// The lock's name.
     #[arg(value_parser = parse_lock_name())]
     pub name: String,
-    /// The command to run under the lock, after `--`.
-    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    /// The command to run under the lock, after `--`. Without one, the lock is held until
+    /// Ctrl-C or SIGTERM, its token printed on stdout (as `etcdctl lock NAME` does).
+    #[arg(last = true, num_args = 1.., value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
@@ -660,6 +661,9 @@ pub struct BenchArgs {
 pub enum Stopped {
     #[error("lock {name:?} may have been lost ({why}); COMMAND was stopped")]
     LockLost { name: String, why: String },
+    /// `lock NAME` without COMMAND: the lock it held may have been lost.
+    #[error("lock {name:?} may have been lost ({why})")]
+    HeldLockLost { name: String, why: String },
     /// Input that passed its parser but not the command's rules (exit 2, like clap's own).
     #[error("{0}")]
     Usage(String),
@@ -701,7 +705,7 @@ const LOG_DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 /// The one place an error becomes an exit status.
 fn exit_code(error: &anyhow::Error) -> u8 {
     match error.downcast_ref::<Stopped>() {
-        Some(Stopped::LockLost { .. }) => return EXIT_LOCK_LOST,
+        Some(Stopped::LockLost { .. } | Stopped::HeldLockLost { .. }) => return EXIT_LOCK_LOST,
         Some(Stopped::Usage(_)) => return EXIT_USAGE,
         Some(Stopped::Signal { signal, .. }) => return (128 + *signal as i32).min(255) as u8,
         Some(Stopped::CannotRun { io, .. }) => {

@@ -451,3 +451,38 @@ fn without_user_in_the_environment_the_owner_is_the_uids_name() {
     let user = seen["owner"]["user"].as_str().unwrap_or_default();
     assert!(!user.is_empty(), "{seen}");
 }
+
+/// Issue #33: `latchkey lock NAME` without COMMAND holds the lock until Ctrl-C (SIGINT) or
+/// SIGTERM, printing its token on stdout, as `etcdctl lock NAME` does; then it releases the
+/// lock and exits 0. It was a usage error ("the following required arguments were not
+/// provided: <COMMAND>...").
+#[test]
+fn lock_without_a_command_holds_until_a_signal_and_prints_its_token() {
+    let server = Server::start();
+    let work = Work::new();
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        let args: Vec<String> = ["lock", "--endpoints", &server.addr, "jobs/held"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut p = common::Proc::spawn(&args, work.dir.path());
+        wait_until("the token printed", T, || !p.stdout().trim().is_empty());
+        let token: u64 = p.stdout().trim().parse().expect("a token on stdout");
+        let status = server.status("jobs/held");
+        assert_eq!(status["held"], true, "{status}");
+        assert_eq!(status["token"], token, "{status}");
+        assert!(
+            p.try_status().is_none(),
+            "it holds until signalled: {}",
+            p.stderr()
+        );
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(p.pid()), signal).unwrap();
+        assert_eq!(p.wait_code(T), 0, "{signal}: {}", p.stderr());
+        assert!(
+            p.stderr().contains("released lock \"jobs/held\""),
+            "{}",
+            p.stderr()
+        );
+        assert_eq!(server.status("jobs/held")["held"], false);
+    }
+}
