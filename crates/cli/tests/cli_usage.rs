@@ -84,18 +84,33 @@ fn a_port_that_answers_http_is_named_as_not_a_grpc_port() {
     let tmp = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    // An HTTP/1.1 server: it reads the request (here the HTTP/2 preface) and answers 400.
-    let server = std::thread::spawn(move || {
-        listener.set_nonblocking(false).unwrap();
-        for stream in listener.incoming().take(1) {
-            let mut stream = stream.unwrap();
-            let mut buf = [0u8; 256];
-            let _ = stream.read(&mut buf);
-            let _ = stream.write_all(
-                b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-            );
-        }
-    });
+    // An HTTP/1.1 server: to each connection it answers 400 to the request (here the HTTP/2
+    // preface), then closes its side and reads what is left, so that the client sees the
+    // answer rather than a reset. Until the test is done.
+    listener.set_nonblocking(true).unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                stream.set_nonblocking(false).unwrap();
+                stream
+                    .set_read_timeout(Some(Duration::from_millis(500)))
+                    .unwrap();
+                let mut buf = [0u8; 1024];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+            }
+        })
+    };
     let out = latchkey(&["status", "--endpoints", &addr, "jobs/a"], tmp.path());
     assert_ne!(out.status.code(), Some(0), "{}", out.stderr);
     assert!(
@@ -105,6 +120,7 @@ fn a_port_that_answers_http_is_named_as_not_a_grpc_port() {
         "{}",
         out.stderr
     );
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
     server.join().unwrap();
 }
 
