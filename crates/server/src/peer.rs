@@ -12,11 +12,12 @@
 //! the message (a leader's append or snapshot with a committed vote at least this member's
 //! own; a vote request whose last log index is above this member's), since a member that
 //! missed the change adding a member must still follow it and vote for it (those claims are
-//! the sender's own: an authenticated sender outside the membership, such as a removed
-//! member, is trusted on them; docs/securing.md says how to revoke); a vote
-//! that skips
-//! the leader lease (a leadership transfer) is granted only to the successor the leader of
-//! this member's term named ([`Succession`], `check_leadership_transfer`); and a snapshot must
+//! the sender's own, so a sender that a membership change removed from the group, which keeps
+//! its credentials, is refused whatever it claims: `RemovedMembers`, kept in the applied state;
+//! a certificate issued for an id never added is trusted on them, docs/securing.md says how to
+//! revoke); a vote that skips the leader lease (a leadership transfer) is granted only to the
+//! successor the leader of this member's term named ([`Succession`],
+//! `check_leadership_transfer`); and a snapshot must
 //! decode, match its meta, pass the table's invariants and not lie above its vote
 //! (`check_snapshot`), since openraft stops its core on a failed install and asserts on the
 //! latter. A real pre-vote question rides the `Vote` call ([`Ballot::PreVote`]), so a member
@@ -53,7 +54,7 @@ use latchkey_core::limits;
 use latchkey_core::versioned::{self, VersionedError};
 use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
-use latchkey_raft::{Raft, TypeConfig};
+use latchkey_raft::{Raft, StateHandle, TypeConfig};
 
 mod admission;
 
@@ -240,6 +241,8 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
 #[derive(Clone)]
 pub struct PeerService {
     raft: Raft,
+    /// The group's applied state: the members its membership changes removed.
+    state: StateHandle,
     auth: Arc<PeerAuth>,
     /// A snapshot stream longer than this is refused: the table's budget and the snapshot's
     /// header (a snapshot is never larger, see `limits::TABLE_BYTES_MAX`).
@@ -264,6 +267,7 @@ pub struct PeerService {
 impl PeerService {
     pub fn new(
         raft: Raft,
+        state: StateHandle,
         auth: Arc<PeerAuth>,
         table_bytes_max: usize,
         stop: CancellationToken,
@@ -272,6 +276,7 @@ impl PeerService {
     ) -> PeerService {
         PeerService {
             raft,
+            state,
             auth,
             succession,
             leader_contact,
@@ -448,7 +453,20 @@ impl PeerService {
 
     /// Whether `from` is a member by this member's Raft membership, which changes (see
     /// [`PeerAuth::check_member`]). `vouch` is what the message offers for a sender this member
-    /// does not know: a leader's vote, or a candidate's last log index.
+    /// does not know: a leader's vote, or a candidate's last log index. A sender that a
+    /// membership change removed from this group is refused whatever its message offers
+    /// (issue #31: it keeps its credentials, and could claim a higher committed vote), unless
+    /// the membership has it again.
+    ///
+    /// A removal is found from the applied state ([`StateHandle::removed_at`]), while the
+    /// membership takes effect when its entry is appended: between the two (this member
+    /// appended the entry removing `from`, and has not yet learned that it is committed and
+    /// applied it) `from` is outside the membership but not yet found removed, and a message
+    /// of its that vouches for it is taken as before. This window is left open: until the
+    /// removal is committed it may still be undone (a new leader may truncate it), so `from`
+    /// is still a member that the group trusts as any other, and the window gives it nothing
+    /// it did not have as one. Only the applied (committed) record is final, and it is kept:
+    /// also after a restart (it is in the snapshot) and a snapshot install.
     fn check_member(&self, method: PeerMethod, from: u64, vouch: Vouch<'_>) -> Result<(), Status> {
         use openraft::async_runtime::WatchReceiver;
         let (known, vouched) = {
@@ -466,7 +484,14 @@ impl PeerService {
             };
             (known, vouched)
         };
-        self.auth.check_member(from, &known, vouched).map_err(|e| {
+        // Read only for a sender outside the membership (the rare case): it takes the lock
+        // that applying takes.
+        let removed_at = match known.contains(&from) {
+            true => None,
+            false => self.state.removed_at(from),
+        };
+        let checked = self.auth.check_member(from, &known, removed_at, vouched);
+        checked.map_err(|e| {
             let first = {
                 let mut reported = self.reported.lock().expect("reported lock");
                 reported.len() >= limits::PEER_NON_MEMBERS_REPORTED_MAX || reported.insert(from)
@@ -1586,7 +1611,7 @@ mod hostile_input {
             cut in any::<usize>(),
         ) {
             let meta = Meta { last_log_id: None, last_membership: Default::default() };
-            let data = latchkey_raft::snapshot::encode(&None, &meta.last_membership, &LockTable::new());
+            let data = latchkey_raft::snapshot::encode(&None, &meta.last_membership, &Default::default(), &LockTable::new());
             let data = mutate(data, &edits, cut);
             let _ = check_snapshot(2, &Vote::new_committed(4, 2), &meta, &data);
         }
