@@ -62,6 +62,11 @@
 //! `INVALID_ARGUMENT`: `admission.rs` refuses every header it cannot read as who sent the
 //! message, through the same `refuse`).
 //!
+//! The `rewrite-committed` row (append and append-stream) is L's own, with every credential:
+//! an append a term above L's that puts another entry at T's last index, which T committed.
+//! Not a stranger but a member's lie, which openraft asserts against (the follower's core
+//! stops); `check_append` refuses it.
+//!
 //! Then, after every row above, the `removed-member` row: M is removed (`latchkey cluster
 //! remove M`, its process stopped; the members left are L and T, and with `--groups` M may
 //! have led a group, which elects another first), and the attacker is M itself, with every
@@ -230,11 +235,12 @@ enum Sender {
     FromOversized,
     ClusterOversized,
     MacMalformed,
+    RewriteCommitted,
     /// Not in [`SENDERS`]: its cells run after the others, once M was removed ([`removed`]).
     Removed,
 }
 
-const SENDERS: [Sender; 19] = [
+const SENDERS: [Sender; 20] = [
     Sender::NoCert,
     Sender::ClientCert,
     Sender::MemberCert,
@@ -254,6 +260,7 @@ const SENDERS: [Sender; 19] = [
     Sender::FromOversized,
     Sender::ClusterOversized,
     Sender::MacMalformed,
+    Sender::RewriteCommitted,
 ];
 
 /// The size of the oversized metadata values the `*-oversized` and `mac-malformed` rows send:
@@ -283,6 +290,7 @@ impl Sender {
             Sender::FromOversized => "from-oversized",
             Sender::ClusterOversized => "cluster-oversized",
             Sender::MacMalformed => "mac-malformed",
+            Sender::RewriteCommitted => "rewrite-committed",
             Sender::Removed => "removed-member",
         }
     }
@@ -301,9 +309,13 @@ impl Sender {
     }
 
     /// Whether the cell of this row and `rpc` exists: the item rows are the stream RPCs' only
-    /// (a unary RPC has no items; they are not listed for it).
+    /// (a unary RPC has no items; they are not listed for it), `rewrite-committed` is about
+    /// appends.
     fn applies_to(self, rpc: Rpc) -> bool {
-        !self.about_items() || matches!(rpc, Rpc::AppendStream | Rpc::Snapshot)
+        match self {
+            Sender::RewriteCommitted => matches!(rpc, Rpc::Append | Rpc::AppendStream),
+            _ => !self.about_items() || matches!(rpc, Rpc::AppendStream | Rpc::Snapshot),
+        }
     }
 
     /// Why this sender's row does not apply to `setup` and `rpc`, if it does not.
@@ -1002,6 +1014,10 @@ impl Cluster {
                 with(CLUSTER_HEADER, "a".repeat(OVERSIZED), "cluster fingerprint")
             }
             Sender::MacMalformed => with(MAC_HEADER, "z".repeat(OVERSIZED), "does not verify"),
+            Sender::RewriteCommitted => Plan {
+                refusal: Refusal::Denied("where this member committed".to_owned()),
+                ..self.plan_real(l, t)
+            },
             Sender::Removed => {
                 let as_m = || PeerAuth::new(m, cluster.clone(), secret()).with_group(shape, 0);
                 Plan {
@@ -1359,6 +1375,30 @@ fn craft(
     }
 }
 
+/// L's own append, a term above its own, that puts another entry (expiring the holder's
+/// session) at T's last index, which T committed (T's last two entries are L's, of `term`:
+/// the grant's session and acquire, or later L's membership change). A member's lie, not a
+/// stranger's: openraft asserts that an entry at or below the committed index is at most the
+/// committed one, and the follower's core stops.
+fn rewrite_committed(l: u64, term: u64, last: u64, holder: u64) -> AppendEntriesRequest {
+    let expire = latchkey_core::Command {
+        now_ms: 0,
+        op: Op::ExpireSessions {
+            ids: vec![latchkey_core::SessionId(holder)],
+        },
+    };
+    let rewritten = leader_log_id(term + 1, l, last);
+    AppendEntriesRequest {
+        vote: Vote::new_committed(term + 1, l),
+        prev_log_id: Some(leader_log_id(term, l, last - 1)),
+        entries: vec![Entry {
+            log_id: rewritten,
+            payload: EntryPayload::Normal(LogCommand(expire)),
+        }],
+        leader_commit: Some(rewritten),
+    }
+}
+
 /// What a client reads when a member refuses its handshake for want of a certificate: the
 /// TLS 1.3 `certificate_required` alert, as rustls names it.
 const CERTIFICATE_REQUIRED: &str = "received fatal alert: CertificateRequired";
@@ -1422,7 +1462,7 @@ fn run_cell(
         },
         _ => Claim { leader: l, term },
     };
-    let craft = craft(
+    let mut craft = craft(
         l,
         claim,
         t,
@@ -1434,6 +1474,9 @@ fn run_cell(
         &c.peers,
         snapshot_index,
     );
+    if sender == Sender::RewriteCommitted {
+        craft.append = rewrite_committed(l, term, last, holder);
+    }
     let plan = c.plan(sender, rpc, l, t, m);
     let log_before = c.member(t).log().len();
     let no_cert_before = c.no_certificate_refusals(t);
