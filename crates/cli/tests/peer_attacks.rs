@@ -62,6 +62,22 @@
 //! `INVALID_ARGUMENT`: `admission.rs` refuses every header it cannot read as who sent the
 //! message, through the same `refuse`).
 //!
+//! The `rewrite-committed` row (append and append-stream) is L's own, with every credential:
+//! an append a term above L's that puts another entry at T's last index, which T committed.
+//! Not a stranger but a member's lie, which openraft asserts against (the follower's core
+//! stops); `check_append` refuses it.
+//!
+//! Then, after every row above, the `removed-member` row: M is removed (`latchkey cluster
+//! remove M`, its process stopped; the members left are L and T, and with `--groups` M may
+//! have led a group, which elects another first), and the attacker is M itself, with every
+//! credential it had (its certificate `member-M`, the fingerprint, the secret), speaking for
+//! itself with a committed vote one term above L's: a vote and a pre-vote for M, a
+//! transfer-leader from M naming T, an append and a stream of appends that expire the
+//! holder's session, a snapshot where the attacker holds the lock. A member outside T's
+//! membership is taken when its message vouches for it (so that a member that missed an
+//! addition can follow the new one); a removed member must not be (issue #31): before
+//! `RemovedMembers`, T took the append and its Raft core panicked.
+//!
 //! Cells that cannot apply are skipped with their reason (no certificate in plaintext; no MAC
 //! without a secret, on a message or an item; a replay to another member without a secret is
 //! the leader speaking, since nothing else binds a message to its receiver; one group only; a
@@ -72,7 +88,8 @@
 //! transfer-leader with L's vote naming T (T would campaign at once), an append with L's vote
 //! that expires the lock holder's session and commits it, the same as one append of a stream,
 //! and a snapshot claiming L's vote at a high index, in which the attacker's session holds the
-//! held lock. Each cell asserts: the RPC is refused `PERMISSION_DENIED` naming the check (or
+//! held lock (the `removed-member` row's speak for M instead, a term above). Each cell
+//! asserts: the RPC is refused `PERMISSION_DENIED` naming the check (or
 //! at the handshake, for `no-cert`); T logs the refusal; T's state is unchanged (its own
 //! `NodeStatus` of every group: role, term, leader, last log index, applied index, sessions,
 //! locks; its `/metrics` gauges, `latchkey_snapshots_installed` included; and the held lock and
@@ -218,9 +235,12 @@ enum Sender {
     FromOversized,
     ClusterOversized,
     MacMalformed,
+    RewriteCommitted,
+    /// Not in [`SENDERS`]: its cells run after the others, once M was removed ([`removed`]).
+    Removed,
 }
 
-const SENDERS: [Sender; 19] = [
+const SENDERS: [Sender; 20] = [
     Sender::NoCert,
     Sender::ClientCert,
     Sender::MemberCert,
@@ -240,6 +260,7 @@ const SENDERS: [Sender; 19] = [
     Sender::FromOversized,
     Sender::ClusterOversized,
     Sender::MacMalformed,
+    Sender::RewriteCommitted,
 ];
 
 /// The size of the oversized metadata values the `*-oversized` and `mac-malformed` rows send:
@@ -269,6 +290,8 @@ impl Sender {
             Sender::FromOversized => "from-oversized",
             Sender::ClusterOversized => "cluster-oversized",
             Sender::MacMalformed => "mac-malformed",
+            Sender::RewriteCommitted => "rewrite-committed",
+            Sender::Removed => "removed-member",
         }
     }
 
@@ -286,9 +309,13 @@ impl Sender {
     }
 
     /// Whether the cell of this row and `rpc` exists: the item rows are the stream RPCs' only
-    /// (a unary RPC has no items; they are not listed for it).
+    /// (a unary RPC has no items; they are not listed for it), `rewrite-committed` is about
+    /// appends.
     fn applies_to(self, rpc: Rpc) -> bool {
-        !self.about_items() || matches!(rpc, Rpc::AppendStream | Rpc::Snapshot)
+        match self {
+            Sender::RewriteCommitted => matches!(rpc, Rpc::Append | Rpc::AppendStream),
+            _ => !self.about_items() || matches!(rpc, Rpc::AppendStream | Rpc::Snapshot),
+        }
     }
 
     /// Why this sender's row does not apply to `setup` and `rpc`, if it does not.
@@ -557,8 +584,12 @@ impl Cluster {
                     cmd.arg("--cluster-secret-file").arg(&secret);
                 }
                 let child = cmd
-                    // A refused handshake is logged at debug.
-                    .env("RUST_LOG", "info,latchkey_server::tls=debug")
+                    // A refused handshake is logged at debug, and so is a non-member's refusal
+                    // after its first (the `removed-member` cells are six of member M's).
+                    .env(
+                        "RUST_LOG",
+                        "info,latchkey_server::tls=debug,latchkey_server::peer=debug",
+                    )
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(std::fs::File::create(&log).unwrap())
@@ -983,6 +1014,28 @@ impl Cluster {
                 with(CLUSTER_HEADER, "a".repeat(OVERSIZED), "cluster fingerprint")
             }
             Sender::MacMalformed => with(MAC_HEADER, "z".repeat(OVERSIZED), "does not verify"),
+            Sender::RewriteCommitted => Plan {
+                refusal: Refusal::Denied("where this member committed".to_owned()),
+                ..self.plan_real(l, t)
+            },
+            Sender::Removed => {
+                let as_m = || PeerAuth::new(m, cluster.clone(), secret()).with_group(shape, 0);
+                Plan {
+                    cert: self.setup.tls().then(|| format!("member-{m}")),
+                    auth: as_m(),
+                    signed_for: t,
+                    metadata: Vec::new(),
+                    items: Items {
+                        auth: as_m(),
+                        to: t,
+                        other_kind: false,
+                        place: Place::InOrder,
+                    },
+                    refusal: Refusal::Denied(format!(
+                        "member {m} was removed from this group at log index"
+                    )),
+                }
+            }
         }
     }
 
@@ -1121,6 +1174,47 @@ impl Cluster {
         })
     }
 
+    /// Removes member `m` with `latchkey cluster remove` and stops its process, then waits
+    /// (bounded) until the members left, `l` and `t`, agree on every group's leader and `t` has
+    /// applied all of its leaders' log (with `--groups`, M may have led a group, which then
+    /// elects another leader): the state the `removed-member` cells start from.
+    fn remove(&mut self, m: u64, (l, t): (u64, u64)) {
+        let mut args = vec!["cluster".to_owned(), "remove".to_owned(), m.to_string()];
+        args.extend(self.client_flags());
+        let out = common::run(&args, self.dir.path(), common::CLI_TIMEOUT);
+        assert!(
+            out.status.success(),
+            "cluster remove {m}: {}{}\n{}",
+            out.stdout,
+            out.stderr,
+            self.logs()
+        );
+        let member = &mut self.members[(m - 1) as usize];
+        let _ = member.child.kill();
+        let _ = member.child.wait();
+        let settled = || {
+            let (Some(at_l), Some(at_t)) = (self.node_status(l), self.node_status(t)) else {
+                return false;
+            };
+            let (gl, gt) = (Cluster::groups_of(&at_l), Cluster::groups_of(&at_t));
+            gl.len() == gt.len()
+                && gl.iter().zip(&gt).all(|(a, b)| {
+                    let leader = if a.leader_id == l { a } else { b };
+                    a.leader_id != 0
+                        && a.leader_id == b.leader_id
+                        && a.term == b.term
+                        && b.last_log_index == leader.last_log_index
+                        && b.applied_index == leader.applied_index
+                        && a.applied_index == leader.applied_index
+                })
+        };
+        wait_until(
+            &format!("members {l} and {t} settle after member {m}'s removal"),
+            Duration::from_secs(60),
+            settled,
+        );
+    }
+
     /// The client flags of a real client of this cluster.
     fn client_flags(&self) -> Vec<String> {
         let endpoints = self
@@ -1171,9 +1265,18 @@ fn leader_log_id(term: u64, leader: u64, index: u64) -> LogId {
     )
 }
 
+/// The sender a craft speaks for: the member it claims to be (L, or the removed member) and
+/// the term of the committed vote it claims (L's term, or one above it: a forged vote).
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    leader: u64,
+    term: u64,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn craft(
     l: u64,
+    claim: Claim,
     t: u64,
     term: u64,
     last: u64,
@@ -1183,13 +1286,18 @@ fn craft(
     members: &BTreeMap<u64, String>,
     snapshot_index: u64,
 ) -> Craft {
+    // T's log is L's: its last entry is L's (`term`, L), which an append must follow.
+    let Claim {
+        leader: claimed,
+        term: claimed_term,
+    } = claim;
     let vote = VoteRequest {
-        vote: Vote::new(term + 100, l),
+        vote: Vote::new(claimed_term + 100, claimed),
         last_log_id: Some(leader_log_id(term, l, last + 1_000_000)),
         leadership_transfer: false,
     };
     let transfer = openraft::raft::TransferLeaderRequest::new(
-        Vote::new_committed(term, l),
+        Vote::new_committed(claimed_term, claimed),
         t,
         Some(leader_log_id(term, l, last)),
     );
@@ -1199,9 +1307,9 @@ fn craft(
             ids: vec![latchkey_core::SessionId(holder)],
         },
     };
-    let next = leader_log_id(term, l, last + 1);
+    let next = leader_log_id(claimed_term, claimed, last + 1);
     let append = AppendEntriesRequest {
-        vote: Vote::new_committed(term, l),
+        vote: Vote::new_committed(claimed_term, claimed),
         prev_log_id: Some(leader_log_id(term, l, last)),
         entries: vec![Entry {
             log_id: next,
@@ -1253,8 +1361,8 @@ fn craft(
         Some(leader_log_id(0, 0, 0)),
         Membership::new(vec![nodes.keys().copied().collect::<BTreeSet<_>>()], nodes).unwrap(),
     );
-    let at = Some(leader_log_id(term, l, snapshot_index));
-    let data = latchkey_raft::snapshot::encode(&at, &membership, &table);
+    let at = Some(leader_log_id(claimed_term, claimed, snapshot_index));
+    let data = latchkey_raft::snapshot::encode(&at, &membership, &Default::default(), &table);
     let meta = SnapshotMeta {
         last_log_id: at,
         last_membership: membership,
@@ -1263,7 +1371,31 @@ fn craft(
         vote,
         transfer,
         append,
-        snapshot: (Vote::new_committed(term, l), meta, data),
+        snapshot: (Vote::new_committed(claimed_term, claimed), meta, data),
+    }
+}
+
+/// L's own append, a term above its own, that puts another entry (expiring the holder's
+/// session) at T's last index, which T committed (T's last two entries are L's, of `term`:
+/// the grant's session and acquire, or later L's membership change). A member's lie, not a
+/// stranger's: openraft asserts that an entry at or below the committed index is at most the
+/// committed one, and the follower's core stops.
+fn rewrite_committed(l: u64, term: u64, last: u64, holder: u64) -> AppendEntriesRequest {
+    let expire = latchkey_core::Command {
+        now_ms: 0,
+        op: Op::ExpireSessions {
+            ids: vec![latchkey_core::SessionId(holder)],
+        },
+    };
+    let rewritten = leader_log_id(term + 1, l, last);
+    AppendEntriesRequest {
+        vote: Vote::new_committed(term + 1, l),
+        prev_log_id: Some(leader_log_id(term, l, last - 1)),
+        entries: vec![Entry {
+            log_id: rewritten,
+            payload: EntryPayload::Normal(LogCommand(expire)),
+        }],
+        leader_commit: Some(rewritten),
     }
 }
 
@@ -1322,8 +1454,17 @@ fn run_cell(
     let g0 = &before.groups[0];
     let (term, last) = (g0.term, g0.last_log_index);
     let shape = GroupShape::new(0, c.setup.groups()).unwrap();
-    let craft = craft(
+    let claim = match sender {
+        // The removed member M speaks for itself, with a committed vote above L's.
+        Sender::Removed => Claim {
+            leader: m,
+            term: term + 1,
+        },
+        _ => Claim { leader: l, term },
+    };
+    let mut craft = craft(
         l,
+        claim,
         t,
         term,
         last,
@@ -1333,6 +1474,9 @@ fn run_cell(
         &c.peers,
         snapshot_index,
     );
+    if sender == Sender::RewriteCommitted {
+        craft.append = rewrite_committed(l, term, last, holder);
+    }
     let plan = c.plan(sender, rpc, l, t, m);
     let log_before = c.member(t).log().len();
     let no_cert_before = c.no_certificate_refusals(t);
@@ -1480,6 +1624,10 @@ fn control(
         let g0 = &before.groups[0];
         let craft = craft(
             l,
+            Claim {
+                leader: l,
+                term: g0.term,
+            },
             t,
             g0.term,
             g0.last_log_index,
@@ -1554,7 +1702,7 @@ fn control(
 
 /// Every cell of `setup` against one cluster; panics listing the failed cells.
 fn matrix(setup: Setup) {
-    let c = Cluster::start(setup);
+    let mut c = Cluster::start(setup);
     let (l, term) = c.leader0();
     let t = (1..=3).find(|&id| id != l).unwrap();
     let m = (1..=3).find(|&id| id != l && id != t).unwrap();
@@ -1579,6 +1727,20 @@ fn matrix(setup: Setup) {
         },
     );
     let mut results: Vec<(Rpc, Sender, Result<CellResult, &'static str>)> = Vec::new();
+    let mut report = |rpc: Rpc, sender: Sender, result: Result<CellResult, &'static str>| {
+        let line = match &result {
+            Err(why) => format!("skipped: {why}"),
+            Ok(Ok(how)) => format!("refused, nothing changed ({how})"),
+            Ok(Err(e)) => format!("FAILED: {e}"),
+        };
+        eprintln!(
+            "[{} | {} | {}] {line}",
+            setup.name(),
+            rpc.name(),
+            sender.name()
+        );
+        results.push((rpc, sender, result));
+    };
     let mut snapshot_index = 1_000;
     for rpc in RPCS {
         for sender in SENDERS.into_iter().filter(|s| s.applies_to(rpc)) {
@@ -1597,19 +1759,24 @@ fn matrix(setup: Setup) {
                     ))
                 }
             };
-            let line = match &result {
-                Err(why) => format!("skipped: {why}"),
-                Ok(Ok(how)) => format!("refused, nothing changed ({how})"),
-                Ok(Err(e)) => format!("FAILED: {e}"),
-            };
-            eprintln!(
-                "[{} | {} | {}] {line}",
-                setup.name(),
-                rpc.name(),
-                sender.name()
-            );
-            results.push((rpc, sender, result));
+            report(rpc, sender, result);
         }
+    }
+    // Then M is removed (`latchkey cluster remove`, its process stopped) and speaks with its
+    // own credentials, which it keeps, claiming a committed vote above L's.
+    c.remove(m, (l, t));
+    for rpc in RPCS {
+        snapshot_index += 1_000;
+        let result = run_cell(
+            &c,
+            rpc,
+            Sender::Removed,
+            (l, t, m),
+            &name,
+            session.id,
+            snapshot_index,
+        );
+        report(rpc, Sender::Removed, Ok(result));
     }
     // After all cells: the same leader in the same term, the lock with its holder and token,
     // and a real client still locks and gets a (later) token.

@@ -168,6 +168,16 @@ pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// the membership (members' addresses) and the table's own header. A receiver refuses a
 /// snapshot stream announcing more than its table budget plus this.
 pub const SNAPSHOT_OVERHEAD_BYTES_MAX: usize = 1024 * 1024;
+/// Member ids a Raft group remembers as removed (`latchkey_raft::RemovedMembers`), so that a
+/// removed member, which keeps its credentials, is refused even when its message claims
+/// leadership. An operator removes a member a handful of times in a cluster's life; a thousand
+/// covers any history that is not a loop, and keeps the record (two integers each) a few KiB
+/// of every snapshot. Past it, the oldest removal is forgotten (and logged): that id is then
+/// told only by the other checks, as before the record existed.
+pub const REMOVED_MEMBERS_MAX: usize = 1_024;
+// The record, at most 20 bytes an id in postcard (two varint u64s), is a small part of the
+// snapshot's allowance beyond its table.
+const _: () = assert!(REMOVED_MEMBERS_MAX * 20 <= SNAPSHOT_OVERHEAD_BYTES_MAX / 16);
 /// Bytes of data in one snapshot chunk message. Small enough that a chunk is a small part of
 /// a peer message and of the time a chunk may take; large enough that a full table's snapshot
 /// is a few hundred chunks, each costing a MAC and a message header.

@@ -8,12 +8,15 @@
 //!   [`StateHandle`], the server's read handle; [`ApplyObserver`], told of every applied command.
 //! - [`snapshot`]: the snapshot file format (versioned header, checksum, postcard) and its atomic
 //!   write.
+//! - [`removed`]: [`RemovedMembers`], the ids membership changes took out of the group, kept
+//!   with the table so that the server refuses a removed member's messages.
 //! - [`runtime`]: [`LatchkeyRuntime`], openraft's tokio runtime with a seedable RNG
 //!   ([`seed_thread_rng`]), so the simulation can replay openraft's random election timeouts.
 //!
 //! The log itself lives in `latchkey-log-store` ([`LogStore`]). A node is assembled as
 //! `Raft::new(id, config, network, LogStore::open(..)?, LockStateMachine::open(..)?)`.
 
+pub mod removed;
 pub mod runtime;
 pub mod snapshot;
 pub mod state_machine;
@@ -23,6 +26,7 @@ use std::fmt;
 use latchkey_core::{Command, Op};
 use serde::{Deserialize, Serialize};
 
+pub use removed::RemovedMembers;
 pub use runtime::{seed_thread_rng, LatchkeyRuntime};
 pub use state_machine::{
     ApplyObserver, LockSnapshotBuilder, LockStateMachine, NoopObserver, StateHandle,

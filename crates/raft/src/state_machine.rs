@@ -16,7 +16,9 @@ use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
 use crate::snapshot::{self, SnapshotDecodeError};
-use crate::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::{
+    LogId, RemovedMembers, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
+};
 
 /// Told about every applied command, after the table changed and outside its lock (so it may
 /// read through a [`StateHandle`]). The server uses it to wake long-polling acquires named in
@@ -44,6 +46,8 @@ struct State {
     /// Last entry applied, of any kind; openraft resumes after it.
     last_applied: Option<LogId>,
     last_membership: StoredMembership,
+    /// Ids the applied membership entries removed (see [`RemovedMembers`]).
+    removed: RemovedMembers,
 }
 
 /// Cheap, cloneable read access to the table for the server.
@@ -67,6 +71,14 @@ impl StateHandle {
             &state.table,
             state.last_applied.as_ref().map_or(0, |l| l.index),
         )
+    }
+
+    /// The index of the membership entry that removed member `id` from this group, if an
+    /// applied entry did and none added it again since (see [`RemovedMembers`]). An entry takes
+    /// effect when it is appended and is recorded here when it is applied: in between, `id` is
+    /// outside the membership but not yet found removed.
+    pub fn removed_at(&self, id: u64) -> Option<u64> {
+        read(&self.state).removed.removed_at(id)
     }
 
     /// Index of the last applied log entry (0 before any). Every fencing token issued so far is
@@ -172,6 +184,7 @@ impl LockStateMachine {
                     table: contents.table,
                     last_applied: contents.last_applied,
                     last_membership: contents.last_membership,
+                    removed: contents.removed,
                 };
                 (state, Some(meta))
             }
@@ -222,6 +235,20 @@ impl LockStateMachine {
                     Some(state.table.apply(index, cmd))
                 }
                 EntryPayload::Membership(membership) => {
+                    let state = &mut *state;
+                    let forgotten =
+                        state
+                            .removed
+                            .record(state.last_membership.membership(), membership, index);
+                    if !forgotten.is_empty() {
+                        tracing::warn!(
+                            ?forgotten,
+                            limit = latchkey_core::limits::REMOVED_MEMBERS_MAX,
+                            "forgot the oldest removed members: past the limit of removed \
+                             members a group remembers, their messages are no longer refused \
+                             for their removal"
+                        );
+                    }
                     state.last_membership = StoredMembership::new(Some(log_id), membership.clone());
                     None
                 }
@@ -325,7 +352,12 @@ impl RaftSnapshotBuilder<TypeConfig> for LockSnapshotBuilder {
                 last_log_id: state.last_applied,
                 last_membership: state.last_membership.clone(),
             };
-            let bytes = snapshot::encode(&state.last_applied, &state.last_membership, &state.table);
+            let bytes = snapshot::encode(
+                &state.last_applied,
+                &state.last_membership,
+                &state.removed,
+                &state.table,
+            );
             (meta, Arc::new(bytes))
         };
         self.inner.store(meta.clone(), bytes.clone(), false).await?;
@@ -397,6 +429,7 @@ impl RaftStateMachine<TypeConfig> for LockStateMachine {
                 table,
                 last_applied: contents.last_applied,
                 last_membership: contents.last_membership,
+                removed: contents.removed,
             };
         }
         tracing::info!(last_log_id = ?meta.last_log_id, "installed snapshot");

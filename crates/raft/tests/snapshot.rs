@@ -303,3 +303,179 @@ async fn blank_and_membership_entries_leave_the_table_alone() {
     let (_, membership) = sm.applied_state().await.unwrap();
     assert_eq!(membership.log_id(), &Some(log_id(2)));
 }
+
+fn membership(configs: &[&[u64]]) -> Membership {
+    let nodes: std::collections::BTreeMap<u64, latchkey_raft::Node> = [1u64, 2, 3]
+        .iter()
+        .filter(|id| configs.iter().any(|c| c.contains(id)))
+        .map(|id| {
+            let addr = format!("127.0.0.1:{}", 7000 + id);
+            (*id, latchkey_raft::Node { addr })
+        })
+        .collect();
+    let configs = configs
+        .iter()
+        .map(|c| c.iter().copied().collect::<BTreeSet<_>>())
+        .collect();
+    Membership::new(configs, nodes).unwrap()
+}
+
+/// The history of `fixtures/snapshot-v1.bin`: a group of {1, 2, 3} in which session 3 takes
+/// "x" at 4, member 3 is removed (joint at 5, uniform at 6), and session 3 takes "y" at 7.
+fn history_with_a_removal() -> Vec<Entry> {
+    let key = key(3);
+    vec![
+        Entry::new_blank(log_id(1)),
+        Entry::new_membership(log_id(2), membership(&[&[1, 2, 3]])),
+        normal(
+            3,
+            Op::CreateSession {
+                ttl_ms: 15_000,
+                secret: 7,
+            },
+        ),
+        normal(
+            4,
+            Op::Acquire {
+                session: key,
+                seq: 1,
+                name: "x".into(),
+                wait_ms: 0,
+            },
+        ),
+        Entry::new_membership(log_id(5), membership(&[&[1, 2, 3], &[1, 2]])),
+        Entry::new_membership(log_id(6), membership(&[&[1, 2]])),
+        normal(
+            7,
+            Op::Acquire {
+                session: key,
+                seq: 2,
+                name: "y".into(),
+                wait_ms: 0,
+            },
+        ),
+    ]
+}
+
+/// Issue #31: the ids a membership change removed are part of the state: recorded when the
+/// entry is applied, carried by a snapshot to a member that installs it, read back after a
+/// restart, and cleared when the same id is added again.
+#[tokio::test]
+async fn removed_members_survive_a_snapshot_install_and_a_restart_and_clear_when_re_added() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let follower_dir = tempfile::tempdir().unwrap();
+    let mut leader = open(leader_dir.path());
+    apply(&mut leader, history_with_a_removal()[..5].to_vec())
+        .await
+        .unwrap();
+    assert_eq!(
+        leader.handle().removed_at(3),
+        None,
+        "the joint config still has 3"
+    );
+    apply(&mut leader, history_with_a_removal()[5..].to_vec())
+        .await
+        .unwrap();
+    assert_eq!(leader.handle().removed_at(3), Some(6));
+    assert_eq!(leader.handle().removed_at(1), None);
+    let snapshot = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+
+    let mut follower = open(follower_dir.path());
+    follower
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    assert_eq!(follower.handle().removed_at(3), Some(6));
+    drop(follower);
+    let mut follower = open(follower_dir.path());
+    assert_eq!(
+        follower.handle().removed_at(3),
+        Some(6),
+        "after a restart, from the installed snapshot"
+    );
+
+    // Added again (as a learner, then a voter): no longer removed, also after a restart.
+    apply(
+        &mut follower,
+        vec![Entry::new_membership(
+            log_id(8),
+            Membership::new(
+                vec![BTreeSet::from([1, 2])],
+                membership(&[&[1, 2, 3]])
+                    .nodes()
+                    .map(|(id, n)| (*id, n.clone()))
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+            )
+            .unwrap(),
+        )],
+    )
+    .await
+    .unwrap();
+    assert_eq!(follower.handle().removed_at(3), None);
+    follower
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    drop(follower);
+    let follower = open(follower_dir.path());
+    assert_eq!(follower.handle().removed_at(3), None);
+    assert_eq!(follower.handle().applied_index(), 8);
+}
+
+/// Issue #31: a snapshot file of format version 1 (before the removed members were kept),
+/// written by that release from [`history_with_a_removal`], still loads: the same table,
+/// applied index and membership, and no removed members (version 1 has none). The next
+/// removal is recorded, and the next snapshot is written in the current format.
+#[tokio::test]
+async fn a_version_1_snapshot_file_still_loads() {
+    let fixture = include_bytes!("fixtures/snapshot-v1.bin");
+    assert_eq!(fixture[0], latchkey_raft::snapshot::SNAPSHOT_FILE_FORMAT_V1);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(SNAPSHOT_FILE_NAME), fixture).unwrap();
+    let mut sm = open(dir.path());
+
+    let expected_dir = tempfile::tempdir().unwrap();
+    let mut expected = open(expected_dir.path());
+    apply(&mut expected, history_with_a_removal())
+        .await
+        .unwrap();
+    assert_eq!(
+        sm.handle().read(|t| t.clone()),
+        expected.handle().read(|t| t.clone())
+    );
+    assert_eq!(
+        sm.applied_state().await.unwrap(),
+        expected.applied_state().await.unwrap()
+    );
+    assert_eq!(sm.handle().applied_index(), 7);
+    assert_eq!(sm.handle().removed_at(3), None, "version 1 records none");
+
+    apply(
+        &mut sm,
+        vec![Entry::new_membership(log_id(8), membership(&[&[1]]))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(sm.handle().removed_at(2), Some(8));
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    drop(sm);
+    let written = std::fs::read(dir.path().join(SNAPSHOT_FILE_NAME)).unwrap();
+    assert_eq!(
+        written[0],
+        latchkey_raft::snapshot::SNAPSHOT_FILE_FORMAT_VERSION
+    );
+    let sm = open(dir.path());
+    assert_eq!(sm.handle().removed_at(2), Some(8));
+    assert!(sm.handle().read(|t| t.describe("y")).is_some());
+}

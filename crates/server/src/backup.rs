@@ -433,7 +433,13 @@ async fn seed_group(
 
     let snapshots = dir.join(node::SNAPSHOT_DIR);
     latchkey_log_store::create_dir_durably(&snapshots).map_err(io(&snapshots))?;
-    let snapshot = latchkey_raft::snapshot::encode(&Some(log_id), &membership, &table);
+    let snapshot = latchkey_raft::snapshot::encode(
+        &Some(log_id),
+        &membership,
+        // A new cluster: no member was ever removed from it.
+        &Default::default(),
+        &table,
+    );
     latchkey_raft::snapshot::write_atomically(&snapshots, &snapshot).map_err(io(&snapshots))?;
 
     // The log starts after the snapshot: openraft reads (purged, last] as empty. (The purge is

@@ -808,6 +808,7 @@ where
             .map(|n| {
                 peer::PeerService::new(
                     n.raft.clone(),
+                    n.state.clone(),
                     n.peer_auth.clone(),
                     n.config.table_bytes_max,
                     n.shutdown.clone(),

@@ -12,15 +12,17 @@
 //! the message (a leader's append or snapshot with a committed vote at least this member's
 //! own; a vote request whose last log index is above this member's), since a member that
 //! missed the change adding a member must still follow it and vote for it (those claims are
-//! the sender's own: an authenticated sender outside the membership, such as a removed
-//! member, is trusted on them; docs/securing.md says how to revoke); a vote
-//! that skips
-//! the leader lease (a leadership transfer) is granted only to the successor the leader of
-//! this member's term named ([`Succession`], `check_leadership_transfer`); and a snapshot must
-//! decode, match its meta, pass the table's invariants and not lie above its vote
-//! (`check_snapshot`), since openraft stops its core on a failed install and asserts on the
-//! latter. A real pre-vote question rides the `Vote` call ([`Ballot::PreVote`]), so a member
-//! that was cut off asks before it campaigns.
+//! the sender's own, so a sender that a membership change removed from the group, which keeps
+//! its credentials, is refused whatever it claims: `RemovedMembers`, kept in the applied state;
+//! a certificate issued for an id never added is trusted on them, docs/securing.md says how to
+//! revoke); a vote that skips the leader lease (a leadership transfer) is granted only to the
+//! successor the leader of this member's term named ([`Succession`],
+//! `check_leadership_transfer`); an append must leave the entries this member committed as
+//! they are (`check_committed`), and a snapshot must decode, match its meta, pass the table's
+//! invariants and not lie above its vote (`check_snapshot`), since openraft asserts on the
+//! first and the last, and stops its core on a failed install. A real pre-vote question rides
+//! the `Vote` call ([`Ballot::PreVote`]), so a member that was cut off asks before it
+//! campaigns.
 //!
 //! Replication: one pipelined `AppendStream` call per follower (openraft's `stream_append`):
 //! the next append goes out before the last is answered, at most
@@ -53,7 +55,7 @@ use latchkey_core::limits;
 use latchkey_core::versioned::{self, VersionedError};
 use latchkey_proto::v1 as pb;
 use latchkey_proto::v1::raft_peer_client::RaftPeerClient;
-use latchkey_raft::{Raft, TypeConfig};
+use latchkey_raft::{LogId, Raft, StateHandle, TypeConfig};
 
 mod admission;
 
@@ -240,6 +242,8 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
 #[derive(Clone)]
 pub struct PeerService {
     raft: Raft,
+    /// The group's applied state: the members its membership changes removed.
+    state: StateHandle,
     auth: Arc<PeerAuth>,
     /// A snapshot stream longer than this is refused: the table's budget and the snapshot's
     /// header (a snapshot is never larger, see `limits::TABLE_BYTES_MAX`).
@@ -264,6 +268,7 @@ pub struct PeerService {
 impl PeerService {
     pub fn new(
         raft: Raft,
+        state: StateHandle,
         auth: Arc<PeerAuth>,
         table_bytes_max: usize,
         stop: CancellationToken,
@@ -272,6 +277,7 @@ impl PeerService {
     ) -> PeerService {
         PeerService {
             raft,
+            state,
             auth,
             succession,
             leader_contact,
@@ -304,15 +310,26 @@ impl PeerService {
 
     /// What an append from `sender` says, checked before openraft sees it, streamed or not: its
     /// sender is a member (or vouched for by the leader's vote) and the leader the append
-    /// speaks for.
+    /// speaks for, and it leaves what this member committed as it is ([`check_committed`]).
     fn check_append(
         &self,
         sender: Sender,
         req: &AppendEntriesRequest<TypeConfig>,
     ) -> Result<(), Status> {
+        use openraft::async_runtime::WatchReceiver;
         let from = self.vouch(sender, PeerMethod::Append, Vouch::Leader(&req.vote))?;
         check_vote_sender(from, &req.vote, "append")
-            .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))
+            .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))?;
+        // The committed index and the log ids of one metrics report belong together: what was
+        // committed then is never rewritten, so a report that lags only checks less.
+        let checked = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            check_committed(from, req, m.local_committed.as_ref(), |index| {
+                m.log_id_list.get(index)
+            })
+        };
+        checked.map_err(|e| refuse(PeerMethod::Append, Some(from), &e))
     }
 
     /// Reads a snapshot stream from `sender` into memory (each chunk's MAC checked by
@@ -448,7 +465,20 @@ impl PeerService {
 
     /// Whether `from` is a member by this member's Raft membership, which changes (see
     /// [`PeerAuth::check_member`]). `vouch` is what the message offers for a sender this member
-    /// does not know: a leader's vote, or a candidate's last log index.
+    /// does not know: a leader's vote, or a candidate's last log index. A sender that a
+    /// membership change removed from this group is refused whatever its message offers
+    /// (issue #31: it keeps its credentials, and could claim a higher committed vote), unless
+    /// the membership has it again.
+    ///
+    /// A removal is found from the applied state ([`StateHandle::removed_at`]), while the
+    /// membership takes effect when its entry is appended: between the two (this member
+    /// appended the entry removing `from`, and has not yet learned that it is committed and
+    /// applied it) `from` is outside the membership but not yet found removed, and a message
+    /// of its that vouches for it is taken as before. This window is left open: until the
+    /// removal is committed it may still be undone (a new leader may truncate it), so `from`
+    /// is still a member that the group trusts as any other, and the window gives it nothing
+    /// it did not have as one. Only the applied (committed) record is final, and it is kept:
+    /// also after a restart (it is in the snapshot) and a snapshot install.
     fn check_member(&self, method: PeerMethod, from: u64, vouch: Vouch<'_>) -> Result<(), Status> {
         use openraft::async_runtime::WatchReceiver;
         let (known, vouched) = {
@@ -466,7 +496,14 @@ impl PeerService {
             };
             (known, vouched)
         };
-        self.auth.check_member(from, &known, vouched).map_err(|e| {
+        // Read only for a sender outside the membership (the rare case): it takes the lock
+        // that applying takes.
+        let removed_at = match known.contains(&from) {
+            true => None,
+            false => self.state.removed_at(from),
+        };
+        let checked = self.auth.check_member(from, &known, removed_at, vouched);
+        checked.map_err(|e| {
             let first = {
                 let mut reported = self.reported.lock().expect("reported lock");
                 reported.len() >= limits::PEER_NON_MEMBERS_REPORTED_MAX || reported.insert(from)
@@ -520,6 +557,44 @@ fn check_vote_sender(from: u64, vote: &Vote, what: &str) -> Result<(), String> {
             "member {from} sent a {what} for member {}'s vote",
             vote.leader_id.node_id
         ));
+    }
+    Ok(())
+}
+
+/// What openraft asserts of an append (issue #31), checked before it sees one: the entry it
+/// follows and each of its entries, at or below this member's committed index (`committed`),
+/// is the entry this member has there (`mine_at`: this member's log id at an index; `None`
+/// below its snapshot, where the entry must still be at most the committed one). A leader's
+/// log holds every committed entry (Raft's leader completeness), so only a lie differs:
+/// openraft asserts that such an entry is at most the committed one, stopping the member's
+/// Raft core (in a debug build; a release build takes a committed entry as matching whatever
+/// it is).
+fn check_committed(
+    from: u64,
+    req: &AppendEntriesRequest<TypeConfig>,
+    committed: Option<&LogId>,
+    mine_at: impl Fn(u64) -> Option<LogId>,
+) -> Result<(), String> {
+    let Some(committed) = committed else {
+        return Ok(());
+    };
+    let ids = req
+        .prev_log_id
+        .iter()
+        .chain(req.entries.iter().map(|e| &e.log_id));
+    for id in ids.take_while(|id| id.index <= committed.index) {
+        let differs = match mine_at(id.index) {
+            Some(mine) if mine != *id => Some(format!("where this member committed {mine}")),
+            Some(_) => None,
+            None => (id > committed)
+                .then(|| format!("above the last entry this member committed, {committed}")),
+        };
+        if let Some(differs) = differs {
+            return Err(format!(
+                "member {from} sent an append that has {id} at index {}, {differs}",
+                id.index
+            ));
+        }
     }
     Ok(())
 }
@@ -1586,7 +1661,7 @@ mod hostile_input {
             cut in any::<usize>(),
         ) {
             let meta = Meta { last_log_id: None, last_membership: Default::default() };
-            let data = latchkey_raft::snapshot::encode(&None, &meta.last_membership, &LockTable::new());
+            let data = latchkey_raft::snapshot::encode(&None, &meta.last_membership, &Default::default(), &LockTable::new());
             let data = mutate(data, &edits, cut);
             let _ = check_snapshot(2, &Vote::new_committed(4, 2), &meta, &data);
         }
@@ -1839,6 +1914,63 @@ mod append_streams {
                 "round {round}: {answer:?}"
             );
         }
+    }
+
+    /// Issue #31: an append that rewrites what this member committed is refused before
+    /// openraft, which asserts on it, sees it; one that follows the committed log, or only
+    /// reaches past it, is not.
+    #[test]
+    fn an_append_that_rewrites_a_committed_entry_is_refused() {
+        use openraft::vote::RaftLeaderId;
+        let id = |term: u64, index: u64| {
+            let leader = <TypeConfig as openraft::RaftTypeConfig>::LeaderId::new(term, 1);
+            LogId::new(leader.to_committed(), index)
+        };
+        // This member's log: term 2 from index 5 (its snapshot before), committed up to 10.
+        let committed = id(2, 10);
+        let mine_at = |index: u64| (5..=12).contains(&index).then(|| id(2, index));
+        let append = |prev: Option<LogId>, entries: &[LogId]| AppendEntriesRequest::<TypeConfig> {
+            vote: Vote::new_committed(3, 1),
+            prev_log_id: prev,
+            entries: entries
+                .iter()
+                .map(|log_id| latchkey_raft::Entry {
+                    log_id: *log_id,
+                    payload: openraft::EntryPayload::Blank,
+                })
+                .collect(),
+            leader_commit: None,
+        };
+        let check = |req: &AppendEntriesRequest<TypeConfig>| {
+            check_committed(1, req, Some(&committed), mine_at)
+        };
+        // Follows the committed log (a heartbeat; entries overlapping it; past it).
+        assert_eq!(check(&append(Some(id(2, 12)), &[])), Ok(()));
+        assert_eq!(
+            check(&append(Some(id(2, 9)), &[id(2, 10), id(3, 11)])),
+            Ok(())
+        );
+        assert_eq!(
+            check(&append(Some(id(1, 3)), &[])),
+            Ok(()),
+            "below the snapshot"
+        );
+        assert_eq!(
+            check_committed(1, &append(Some(id(9, 9)), &[]), None, mine_at),
+            Ok(()),
+            "nothing committed"
+        );
+        // Rewrites it: an entry, or the one it follows, at or below index 10.
+        for (prev, entries) in [
+            (Some(id(2, 9)), vec![id(3, 10)]),
+            (Some(id(1, 9)), vec![]),
+            (Some(id(3, 4)), vec![]),
+        ] {
+            let refused = check(&append(prev, &entries));
+            assert!(refused.is_err(), "{prev:?} {entries:?}");
+        }
+        let refused = check(&append(Some(id(2, 9)), &[id(3, 10)])).unwrap_err();
+        assert!(refused.contains("where this member committed"), "{refused}");
     }
 
     #[test]

@@ -74,6 +74,12 @@ pub enum PeerAuthError {
     NoSender,
     #[error("member {0} is not a member of this cluster")]
     NotAMember(u64),
+    #[error(
+        "member {from} was removed from this group at log index {index}; a removed member is \
+         refused whatever its message claims (a leader's vote, a longer log) until it is added \
+         again (`latchkey cluster add`)"
+    )]
+    Removed { from: u64, index: u64 },
     #[error("a message claiming to come from this member itself")]
     FromSelf,
     #[error(
@@ -304,14 +310,24 @@ impl PeerAuth {
     /// with `--join`, not added yet) takes any sender of its cluster: the leader that adds it
     /// is not in a membership it could know. A member that missed the change adding a member
     /// (it was down or cut off) must still follow that member as leader, and vote for it, or
-    /// the cluster could be stuck; a sender that vouches for nothing is refused.
+    /// the cluster could be stuck; a sender that vouches for nothing is refused. A sender that
+    /// a membership change removed (`removed_at`: the index of that entry, as this member
+    /// applied it) is refused whatever its message vouches (issue #31: a removed member keeps
+    /// its credentials, and its claims are its own), unless the membership has it again.
     pub fn check_member(
         &self,
         from: u64,
         known: &std::collections::BTreeSet<u64>,
+        removed_at: Option<u64>,
         vouched: bool,
     ) -> Result<(), PeerAuthError> {
-        if known.is_empty() || known.contains(&from) || vouched {
+        if known.contains(&from) {
+            return Ok(());
+        }
+        if let Some(index) = removed_at {
+            return Err(PeerAuthError::Removed { from, index });
+        }
+        if known.is_empty() || vouched {
             return Ok(());
         }
         Err(PeerAuthError::NotAMember(from))
@@ -652,14 +668,21 @@ mod tests {
     fn a_non_member_another_cluster_or_no_sender_is_refused() {
         let b = PeerAuth::new(2, members(), None);
         let known: std::collections::BTreeSet<u64> = [1, 2, 3].into();
-        assert_eq!(b.check_member(1, &known, false), Ok(()));
+        assert_eq!(b.check_member(1, &known, None, false), Ok(()));
         assert_eq!(
-            b.check_member(9, &known, false),
+            b.check_member(9, &known, None, false),
             Err(PeerAuthError::NotAMember(9))
         );
         // A member not added yet knows no membership; a sender the message vouches for passes.
-        assert_eq!(b.check_member(9, &Default::default(), false), Ok(()));
-        assert_eq!(b.check_member(9, &known, true), Ok(()));
+        assert_eq!(b.check_member(9, &Default::default(), None, false), Ok(()));
+        assert_eq!(b.check_member(9, &known, None, true), Ok(()));
+        // Issue #31: a removed sender is refused even when its message vouches for it, unless
+        // the membership has it again (added under the same id).
+        assert_eq!(
+            b.check_member(9, &known, Some(40), true),
+            Err(PeerAuthError::Removed { from: 9, index: 40 })
+        );
+        assert_eq!(b.check_member(3, &known, Some(40), true), Ok(()));
         let other: BTreeMap<u64, String> = [(1, "127.0.0.1:7001".to_owned())].into();
         let m = signed(
             &PeerAuth::new(1, ClusterId::founded_by(&other), None),

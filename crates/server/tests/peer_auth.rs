@@ -240,7 +240,12 @@ fn forged_snapshot(vote: Vote, last_term: u64, index: u64) -> Forged {
         },
         index,
     );
-    let data = latchkey_raft::snapshot::encode(&Some(last), &Default::default(), &table);
+    let data = latchkey_raft::snapshot::encode(
+        &Some(last),
+        &Default::default(),
+        &Default::default(),
+        &table,
+    );
     let meta = latchkey_raft::SnapshotMeta {
         last_log_id: Some(last),
         last_membership: Default::default(),
