@@ -211,6 +211,7 @@ impl Model {
                             fx.busy = self.holders.get(name.as_str()).map(|h| HolderState {
                                 session: h.0,
                                 token: h.1,
+                                mode: Mode::Exclusive,
                                 granted_at_ms: h.2,
                                 owner: None,
                             });
