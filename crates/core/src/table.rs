@@ -2391,6 +2391,106 @@ mod tests {
         }
     }
 
+    /// A valid table with a read-write lock (readers 1 and 2 granted together under token 6, a
+    /// writer 3 and a reader 4 queued) and a semaphore of 2 (held by 3 and 4, 5 queued).
+    fn valid_multi() -> LockTable {
+        let mut t = LockTable::new();
+        let acquire = |i: u64, seq, name: &str, mode| Command {
+            now_ms: 0,
+            op: Op::AcquireWith {
+                session: SessionKey {
+                    id: SessionId(i),
+                    secret: i,
+                },
+                seq,
+                name: name.into(),
+                wait_ms: limits::WAIT_TIMEOUT_MS_MAX,
+                mode,
+            },
+        };
+        for i in 1..=5 {
+            t.apply(i, &create(1_000, i));
+        }
+        let r = Mode::Shared;
+        let sem = Mode::Permits(2);
+        t.apply(6, &acquire(1, 1, "L", r));
+        t.apply(7, &acquire(2, 1, "L", r));
+        t.apply(8, &acquire(3, 1, "L", Mode::Exclusive));
+        t.apply(9, &acquire(4, 1, "L", r));
+        t.apply(10, &acquire(3, 2, "S", sem));
+        t.apply(11, &acquire(4, 2, "S", sem));
+        t.apply(12, &acquire(5, 2, "S", sem));
+        t.check_invariants().expect("valid");
+        t
+    }
+
+    /// Each invariant of a name with several holders (issue #32), broken on its own.
+    #[test]
+    fn invariants_catch_broken_read_write_locks_and_semaphores() {
+        type Breaker = fn(&mut LockTable);
+        let breakers: [(&str, Breaker); 7] = [
+            ("a reader beside a writer", |t| {
+                t.multi.get_mut("L").unwrap().holders[1].mode = Mode::Exclusive;
+            }),
+            ("more holders than permits", |t| {
+                t.multi.get_mut("S").unwrap().kind = LockKind::Semaphore { permits: 1 };
+                for w in t.multi.get_mut("S").unwrap().waiters.iter_mut() {
+                    w.mode = Mode::Permits(1);
+                }
+                for h in t.multi.get_mut("S").unwrap().holders.iter_mut() {
+                    h.mode = Mode::Permits(1);
+                }
+            }),
+            ("tokens that decrease", |t| {
+                let s = t.multi.get_mut("S").unwrap();
+                s.holders.swap(0, 1);
+            }),
+            ("two permits under one token", |t| {
+                let s = t.multi.get_mut("S").unwrap();
+                s.holders[1].token = s.holders[0].token;
+            }),
+            ("a waiter that could be granted", |t| {
+                // The writer's wait gone, the reader behind it fits beside the readers.
+                let l = t.multi.get_mut("L").unwrap();
+                let w = l.waiters.pop_front().unwrap().waiter;
+                t.wait_ends.remove(&(w.until_ms, w.session, w.seq));
+                t.sessions.get_mut(&w.session).unwrap().waiting.remove(&w.seq);
+                t.bytes -= waiter_bytes("L");
+            }),
+            ("a reader queued ahead of the writer it arrived behind", |t| {
+                // FIFO, seen from the table alone: a head reader beside readers fits.
+                t.multi.get_mut("L").unwrap().waiters.swap(0, 1);
+            }),
+            ("a name both a mutex and one with several holders", |t| {
+                let l = t.multi.get("S").unwrap().holders[0];
+                t.locks.insert(
+                    Name::from("S"),
+                    Lock {
+                        holder: Holder {
+                            session: l.session,
+                            token: l.token,
+                            granted_at_ms: 0,
+                        },
+                        waiters: Queue::default(),
+                    },
+                );
+            }),
+        ];
+        for (what, brk) in breakers {
+            let mut t = valid_multi();
+            brk(&mut t);
+            let e = t.check_invariants();
+            assert!(e.is_err(), "a table with {what} passed");
+            assert!(
+                matches!(
+                    decode_table(&encode_table(&t)),
+                    Err(DecodeError::Invalid(_))
+                ),
+                "a snapshot with {what} decoded"
+            );
+        }
+    }
+
     #[test]
     fn invariants_catch_holds_that_disagree_with_the_locks() {
         type Breaker = fn(&mut LockTable);
