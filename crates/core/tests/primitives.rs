@@ -229,17 +229,18 @@ fn a_cancelled_or_ended_writers_wait_lets_the_readers_behind_it_in() {
 
 #[test]
 fn a_semaphore_has_the_permits_its_first_acquire_fixed_each_grant_with_its_own_token() {
-    let mut t = T::new(4);
+    let mut t = T::new(5);
     let three = Mode::Permits(3);
-    assert_eq!(t.outcome(1, "jobs", three), Outcome::Granted { token: 5 });
-    assert_eq!(t.outcome(2, "jobs", three), Outcome::Granted { token: 6 });
-    assert_eq!(t.outcome(3, "jobs", three), Outcome::Granted { token: 7 });
+    assert_eq!(t.outcome(1, "jobs", three), Outcome::Granted { token: 6 });
+    assert_eq!(t.outcome(2, "jobs", three), Outcome::Granted { token: 7 });
+    assert_eq!(t.outcome(3, "jobs", three), Outcome::Granted { token: 8 });
     assert_eq!(t.outcome(4, "jobs", three), Outcome::Queued { position: 1 });
-    let a = t.release(2, "jobs", 6);
-    assert_eq!(handed(&a), vec![(4, 8)], "one permit freed, one waiter in");
+    assert_eq!(t.outcome(5, "jobs", three), Outcome::Queued { position: 2 });
+    let a = t.release(2, "jobs", 7);
+    assert_eq!(handed(&a), vec![(4, 9)], "one permit freed, one waiter in");
     let (holders, queue) = t.state("jobs");
     assert_eq!(holders.len(), 3);
-    assert!(queue.is_empty());
+    assert_eq!(queue, vec![(5, three)]);
 }
 
 #[test]
