@@ -9,6 +9,22 @@
 //! one entry drop their waits before their holds, so a lock is never handed to a session that
 //! is leaving. `apply` asserts at every handover that the token increases.
 //!
+//! Read-write locks and semaphores (issue #32; `docs/primitives.md`): an acquire in
+//! `Mode::Shared` or `Mode::Permits(n)` (`Op::AcquireWith`), or of a name already used so, puts
+//! the name in `multi`, as a `MultiLock` of one `LockKind` with every holder and one FIFO queue
+//! of waiters in their modes; a mutex moves there when a reader queues behind its holder. A
+//! mutex keeps the code path, answers and encoding it had before. After every change to a
+//! `MultiLock`'s holders or queue, `admit` grants the waiters at the head that fit (a writer
+//! alone, the run of readers, as many as there are free permits), so a head that fits never
+//! waits (`check_multi`); sessions leaving in one entry leave every such name first, and it is
+//! handed on once. Tokens: a lock's grants take the entry's index (readers granted together
+//! share it); a semaphore's take consecutive numbers from the index of its first grant, which
+//! stay at most the granting entry's index (`MultiLock::grant_token` says why), so several
+//! permits handed on by one entry each get their own. A kind or permit count that conflicts
+//! with the name's is refused (`Rejection::KindConflict`, `PermitsConflict`) before anything
+//! changes. A table with a `MultiLock`, or a session that remembers one of issue #32's
+//! rejections, is written in snapshot format 8; any other in format 7, as before.
+//!
 //! Time: the one decision that depends on it is whether a wait has ended (a waiter records
 //! `now_ms + wait_ms` of its Acquire, the leader's time in the entry; a release passes over
 //! ended waiters, `ExpireWaits` removes them). Skew between leaders' wall clocks only
@@ -56,8 +72,9 @@ pub struct LockTable {
     /// so far is at most this.
     last_index: u64,
     sessions: BTreeMap<SessionId, Session>,
-    /// Only locks that are held. A lock with waiters is always held: a release hands it over in
-    /// the same entry, so "free with a queue" is a state that cannot exist.
+    /// Mutexes, only while held. A lock with waiters is always held: a release hands it over in
+    /// the same entry, so "free with a queue" is a state that cannot exist. (Names with several
+    /// holders are in `multi`.)
     locks: BTreeMap<Name, Lock>,
     /// Every queued wait by the time it ends (leader wall-clock ms): (until_ms, session, seq).
     /// An index over the queues, so the leader finds ended waits without a scan.
@@ -938,12 +955,14 @@ impl LockTable {
     fn token_of(&self, sid: SessionId, name: &str) -> u64 {
         match self.locks.get(name) {
             Some(lock) => lock.holder.token,
-            None => self.multi[name]
-                .holders
-                .iter()
-                .find(|h| h.session == sid)
-                .expect("a recorded hold has its grant")
-                .token,
+            None => {
+                self.multi[name]
+                    .holders
+                    .iter()
+                    .find(|h| h.session == sid)
+                    .expect("a recorded hold has its grant")
+                    .token
+            }
         }
     }
 
@@ -1954,14 +1973,10 @@ impl LockTable {
                 .values()
                 .flat_map(|l| l.waiters.iter())
                 .any(|w| !self.wait_ends.contains(&(w.until_ms, w.session, w.seq)))
-            || self
-                .multi
-                .values()
-                .flat_map(|l| l.waiters.iter())
-                .any(|w| {
-                    let w = w.waiter;
-                    !self.wait_ends.contains(&(w.until_ms, w.session, w.seq))
-                })
+            || self.multi.values().flat_map(|l| l.waiters.iter()).any(|w| {
+                let w = w.waiter;
+                !self.wait_ends.contains(&(w.until_ms, w.session, w.seq))
+            })
         {
             return Err("the index of wait ends disagrees with the queues".into());
         }
@@ -1993,7 +2008,9 @@ impl LockTable {
     /// does not fit (no waiter left waiting that could be granted).
     fn check_multi(&self, name: &Name, lock: &MultiLock) -> Result<(), String> {
         if self.locks.contains_key(name) {
-            return Err(format!("{name}: both a mutex and a name with several holders"));
+            return Err(format!(
+                "{name}: both a mutex and a name with several holders"
+            ));
         }
         validate_stored_name(name).map_err(|e| format!("lock {name:?}: {e}"))?;
         let group = crate::groups::group_of(name, self.shape.groups);
@@ -2010,7 +2027,10 @@ impl LockTable {
         if !lock.holders.iter().map(|h| h.mode).all(mode_fits_kind)
             || !lock.waiters.iter().map(|w| w.mode).all(mode_fits_kind)
         {
-            return Err(format!("{name}: a holder or waiter of another kind than {}", lock.kind));
+            return Err(format!(
+                "{name}: a holder or waiter of another kind than {}",
+                lock.kind
+            ));
         }
         match lock.kind {
             LockKind::Semaphore { permits } => {
@@ -2025,8 +2045,7 @@ impl LockTable {
                 }
             }
             LockKind::Lock => {
-                if lock.holders.len() > 1
-                    && lock.holders.iter().any(|h| h.mode == Mode::Exclusive)
+                if lock.holders.len() > 1 && lock.holders.iter().any(|h| h.mode == Mode::Exclusive)
                 {
                     return Err(format!("{name}: a writer beside another holder"));
                 }
@@ -2037,9 +2056,8 @@ impl LockTable {
         }
         for pair in lock.holders.windows(2) {
             let (a, b) = (pair[0], pair[1]);
-            let shared_together = a.token == b.token
-                && a.mode == Mode::Shared
-                && b.mode == Mode::Shared;
+            let shared_together =
+                a.token == b.token && a.mode == Mode::Shared && b.mode == Mode::Shared;
             if a.token > b.token || (a.token == b.token && !shared_together) {
                 return Err(format!(
                     "{name}: token {} granted after {}: tokens must increase",
@@ -2454,13 +2472,20 @@ mod tests {
                 let l = t.multi.get_mut("L").unwrap();
                 let w = l.waiters.pop_front().unwrap().waiter;
                 t.wait_ends.remove(&(w.until_ms, w.session, w.seq));
-                t.sessions.get_mut(&w.session).unwrap().waiting.remove(&w.seq);
+                t.sessions
+                    .get_mut(&w.session)
+                    .unwrap()
+                    .waiting
+                    .remove(&w.seq);
                 t.bytes -= waiter_bytes("L");
             }),
-            ("a reader queued ahead of the writer it arrived behind", |t| {
-                // FIFO, seen from the table alone: a head reader beside readers fits.
-                t.multi.get_mut("L").unwrap().waiters.swap(0, 1);
-            }),
+            (
+                "a reader queued ahead of the writer it arrived behind",
+                |t| {
+                    // FIFO, seen from the table alone: a head reader beside readers fits.
+                    t.multi.get_mut("L").unwrap().waiters.swap(0, 1);
+                },
+            ),
             ("a name both a mutex and one with several holders", |t| {
                 let l = t.multi.get("S").unwrap().holders[0];
                 t.locks.insert(

@@ -24,7 +24,9 @@ fn applied_line(index: u64, a: &Applied) -> String {
         a.handoffs,
         a.dropped_waits,
         a.ended_waits,
-        a.busy.as_ref().map(|h| (h.session, h.token, h.granted_at_ms)),
+        a.busy
+            .as_ref()
+            .map(|h| (h.session, h.token, h.granted_at_ms)),
         a.changes
     )
 }
@@ -62,7 +64,11 @@ fn a_snapshot_and_answers_from_before_issue_32_are_the_same_in_this_build() {
     assert_eq!(old[0], SNAPSHOT_FORMAT_VERSION_V7);
     let decoded = decode_table(&old).expect("a format 7 snapshot decodes");
     assert_eq!(decoded, t);
-    assert_eq!(encode_table(&t), old, "a table that fits format 7 is written in it");
+    assert_eq!(
+        encode_table(&t),
+        old,
+        "a table that fits format 7 is written in it"
+    );
     // And the decoded table goes on as the applied one does.
     let mut decoded = decoded;
     let next = Command {

@@ -244,7 +244,16 @@ impl Model {
                 seq,
                 name,
                 wait_ms,
-            } => self.acquire_request(session, *seq, name, *wait_ms, Mode::Exclusive, index, now, &mut fx),
+            } => self.acquire_request(
+                session,
+                *seq,
+                name,
+                *wait_ms,
+                Mode::Exclusive,
+                index,
+                now,
+                &mut fx,
+            ),
             Op::AcquireWith {
                 session,
                 seq,
@@ -284,10 +293,9 @@ impl Model {
                     }
                     MSeen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
                     MSeen::New => {
-                        let holds = self
-                            .holders
-                            .get(name)
-                            .is_some_and(|hs| hs.iter().any(|h| (h.0, h.1) == (session.id, *token)));
+                        let holds = self.holders.get(name).is_some_and(|hs| {
+                            hs.iter().any(|h| (h.0, h.1) == (session.id, *token))
+                        });
                         let o = if holds {
                             self.take(name, session.id);
                             self.admit(name, index, now, &mut fx);
@@ -512,7 +520,11 @@ impl Model {
                 });
             }
         }
-        if let Some(h) = self.holders.get(name).and_then(|hs| hs.iter().find(|h| h.0 == sid)) {
+        if let Some(h) = self
+            .holders
+            .get(name)
+            .and_then(|hs| hs.iter().find(|h| h.0 == sid))
+        {
             return Outcome::Rejected(Rejection::AlreadyHeld { token: h.1 });
         }
         let queue = self.queues.entry(name.to_owned()).or_default();
@@ -586,10 +598,7 @@ impl Model {
     /// Grant the head of the queue while it fits; a head whose wait has ended leaves not
     /// granted. A name with no holder left is free.
     fn admit(&mut self, name: &str, index: u64, now: u64, fx: &mut Applied) {
-        loop {
-            let Some(&(sid, seq)) = self.queues.get(name).and_then(|q| q.front()) else {
-                break;
-            };
+        while let Some(&(sid, seq)) = self.queues.get(name).and_then(|q| q.front()) {
             let mode = self.wait_modes[&(sid, seq)];
             if !self.fits(name, mode) {
                 break;
@@ -729,10 +738,8 @@ impl History {
         );
         if let Some(&(last, at, last_mode)) = self.last.get(name) {
             // Only readers granted by one entry share a token.
-            let together = token == last
-                && at == index
-                && mode == Mode::Shared
-                && last_mode == Mode::Shared;
+            let together =
+                token == last && at == index && mode == Mode::Shared && last_mode == Mode::Shared;
             assert!(
                 token > last || together,
                 "{ctx}: token {token} for {name} after {last}"
@@ -966,7 +973,11 @@ impl Run {
             clients: BTreeMap::new(),
             ever: vec![],
             tokens: vec![],
-            names: NAMES.iter().chain(&["sem"]).map(|n| n.to_string()).collect(),
+            names: NAMES
+                .iter()
+                .chain(&["sem"])
+                .map(|n| n.to_string())
+                .collect(),
             log: vec![],
             watched: BTreeMap::new(),
             reached: BTreeMap::new(),
@@ -1371,7 +1382,10 @@ impl Run {
                 seen("permits handed over together");
             }
         }
-        if got.changes.iter().any(|c| matches!(c, LockChange::Granted { .. }))
+        if got
+            .changes
+            .iter()
+            .any(|c| matches!(c, LockChange::Granted { .. }))
             && matches!(op, Op::CancelWait { .. } | Op::ExpireWaits)
         {
             seen("grant after a wait left");

@@ -9,6 +9,11 @@ use latchkey_core::limits::{HOLDERS_PER_LOCK_MAX, WAIT_TIMEOUT_MS_MAX};
 use latchkey_core::*;
 use support::apply_checked;
 
+/// A holder as (session, token, mode).
+type Held = (u64, u64, Mode);
+/// A waiter as (session, mode).
+type Waiting = (u64, Mode);
+
 /// A table driven entry by entry (index `i` at `now_ms` = 1000 × i), sessions by number.
 struct T {
     table: LockTable,
@@ -102,7 +107,7 @@ impl T {
 
     /// The holders of `name` as (session, token, mode), in grant order, and its queue's
     /// sessions with their modes.
-    fn state(&self, name: &str) -> (Vec<(u64, u64, Mode)>, Vec<(u64, Mode)>) {
+    fn state(&self, name: &str) -> (Vec<Held>, Vec<Waiting>) {
         match self.table.describe(name) {
             None => (vec![], vec![]),
             Some(l) => (
@@ -196,7 +201,10 @@ fn a_reader_waits_behind_a_mutexs_holder_which_makes_it_a_read_write_lock() {
     // A try-lock as a reader is refused with the holder named.
     let (a, _) = t.take_for(2, "L", R, 0);
     assert_eq!(a.outcome, Outcome::NotGranted);
-    assert_eq!(a.busy.map(|h| (h.session, h.token, h.mode)), Some((SessionId(1), 4, W)));
+    assert_eq!(
+        a.busy.map(|h| (h.session, h.token, h.mode)),
+        Some((SessionId(1), 4, W))
+    );
     assert_eq!(t.outcome(2, "L", R), Outcome::Queued { position: 1 });
     assert_eq!(t.outcome(3, "L", R), Outcome::Queued { position: 2 });
     let a = t.release(1, "L", 4);
@@ -274,7 +282,10 @@ fn permits_freed_together_go_to_as_many_waiters_each_with_a_token_of_its_own() {
 #[test]
 fn a_conflicting_kind_or_permit_count_is_refused_and_changes_nothing() {
     let mut t = T::new(3);
-    assert_eq!(t.outcome(1, "jobs", Mode::Permits(2)), Outcome::Granted { token: 4 });
+    assert_eq!(
+        t.outcome(1, "jobs", Mode::Permits(2)),
+        Outcome::Granted { token: 4 }
+    );
     assert_eq!(t.outcome(2, "cfg", R), Outcome::Granted { token: 5 });
     let before = encode_table(&t.table);
     let (a, _) = t.take(3, "jobs", Mode::Permits(5));
@@ -284,7 +295,10 @@ fn a_conflicting_kind_or_permit_count_is_refused_and_changes_nothing() {
         asked: 5,
     };
     assert_eq!(a.outcome, Outcome::Rejected(want.clone()));
-    assert_eq!(want.to_string(), "\"jobs\" is a semaphore of 2 permits, not 5");
+    assert_eq!(
+        want.to_string(),
+        "\"jobs\" is a semaphore of 2 permits, not 5"
+    );
     let (a, _) = t.take(3, "jobs", R);
     let want = Rejection::KindConflict {
         name: "jobs".into(),
@@ -304,13 +318,23 @@ fn a_conflicting_kind_or_permit_count_is_refused_and_changes_nothing() {
         name: "jobs".into(),
         wait_ms: WAIT_TIMEOUT_MS_MAX,
     });
-    assert!(matches!(a.outcome, Outcome::Rejected(Rejection::KindConflict { .. })));
+    assert!(matches!(
+        a.outcome,
+        Outcome::Rejected(Rejection::KindConflict { .. })
+    ));
     let (a, _) = t.take(3, "cfg", Mode::Permits(2));
-    assert!(matches!(a.outcome, Outcome::Rejected(Rejection::KindConflict { .. })));
+    assert!(matches!(
+        a.outcome,
+        Outcome::Rejected(Rejection::KindConflict { .. })
+    ));
     // Nothing but the remembered answers changed: the same holders, no queue.
     assert_eq!(t.state("jobs"), (vec![(1, 4, Mode::Permits(2))], vec![]));
     assert_eq!(t.state("cfg"), (vec![(2, 5, R)], vec![]));
-    assert_ne!(encode_table(&t.table), before, "the refusals are remembered");
+    assert_ne!(
+        encode_table(&t.table),
+        before,
+        "the refusals are remembered"
+    );
     // Once free, the name can be taken as anything.
     t.release(1, "jobs", 4);
     assert_eq!(t.outcome(3, "jobs", R), Outcome::Granted { token: t.index });
@@ -347,11 +371,20 @@ fn retries_get_the_original_answer_for_the_new_acquires() {
         wait_ms: WAIT_TIMEOUT_MS_MAX,
         mode: Mode::Permits(1),
     };
-    assert_eq!(t.apply(retry(1, first)).outcome, Outcome::Granted { token: 3 });
-    assert_eq!(t.apply(retry(2, second)).outcome, Outcome::Queued { position: 1 });
+    assert_eq!(
+        t.apply(retry(1, first)).outcome,
+        Outcome::Granted { token: 3 }
+    );
+    assert_eq!(
+        t.apply(retry(2, second)).outcome,
+        Outcome::Queued { position: 1 }
+    );
     let a = t.release(1, "jobs", 3);
     assert_eq!(handed(&a), vec![(2, 4)]);
-    assert_eq!(t.apply(retry(2, second)).outcome, Outcome::Granted { token: 4 });
+    assert_eq!(
+        t.apply(retry(2, second)).outcome,
+        Outcome::Granted { token: 4 }
+    );
     assert_eq!(
         t.table.request_state(SessionId(2), second),
         Some(RequestState::Done(Outcome::Granted { token: 4 }))
@@ -423,7 +456,10 @@ fn a_revoke_or_force_release_hands_on_what_it_freed() {
         by: by(),
         reason: "again".into(),
     });
-    assert!(matches!(a.outcome, Outcome::Rejected(Rejection::TokenMismatch { .. })));
+    assert!(matches!(
+        a.outcome,
+        Outcome::Rejected(Rejection::TokenMismatch { .. })
+    ));
 }
 
 #[test]
@@ -461,7 +497,10 @@ fn a_table_with_a_read_write_lock_or_a_semaphore_is_written_in_format_8_and_roun
         index: t.index,
         seq: t.seq,
     };
-    assert_eq!(handed(&other.release(1, "cfg", 4)), handed(&t.release(1, "cfg", 4)));
+    assert_eq!(
+        handed(&other.release(1, "cfg", 4)),
+        handed(&t.release(1, "cfg", 4))
+    );
     assert_eq!(other.table, t.table);
 
     // A session that remembers a rejection only format 8 has keeps the table in format 8
