@@ -532,3 +532,18 @@ fn list_merges_mutexes_and_names_with_several_holders_in_name_order() {
     assert_eq!(names, ["a", "b"]);
     assert_eq!(t.table.lock_count(), 3);
 }
+
+/// At most `HOLDERS_PER_LOCK_MAX` readers hold at once: the next one waits (no error) and is
+/// let in when one leaves.
+#[test]
+fn a_reader_past_the_holders_limit_waits_for_one_to_leave() {
+    let n = HOLDERS_PER_LOCK_MAX as u64 + 1;
+    let mut t = T::new(n);
+    for who in 1..n {
+        assert!(matches!(t.outcome(who, "cfg", R), Outcome::Granted { .. }));
+    }
+    assert_eq!(t.outcome(n, "cfg", R), Outcome::Queued { position: 1 });
+    let token = t.state("cfg").0[0].1;
+    let a = t.release(1, "cfg", token);
+    assert_eq!(handed(&a), vec![(n, t.index)]);
+}
