@@ -432,7 +432,8 @@ impl MultiLock {
     /// the token above the last one, since one entry (an expiry of several holders) may grant
     /// several permits, each with a token of its own; the first grant after the name was free
     /// takes the entry's index. That stays at most the entry's index: every later grant is to
-    /// an acquire with an entry of its own after that first one.
+    /// an acquire with an entry of its own after that first one (`check_multi` checks the
+    /// bound this rests on: the last token plus the waiters is at most the last index).
     fn grant_token(&self, mode: Mode, index: u64) -> u64 {
         let token = match self.kind {
             LockKind::Lock => index,
@@ -2043,6 +2044,16 @@ impl LockTable {
                         lock.holders.len()
                     ));
                 }
+                // Why a permit's token never passes its entry's index: each waiter can take
+                // at most one token, and came in an entry of its own after the last token's.
+                if lock.last_token + lock.waiters.len() as u64 > self.last_index {
+                    return Err(format!(
+                        "{name}: last token {} and {} waiters, past the last index {}",
+                        lock.last_token,
+                        lock.waiters.len(),
+                        self.last_index
+                    ));
+                }
             }
             LockKind::Lock => {
                 if lock.holders.len() > 1 && lock.holders.iter().any(|h| h.mode == Mode::Exclusive)
@@ -2446,7 +2457,10 @@ mod tests {
     #[test]
     fn invariants_catch_broken_read_write_locks_and_semaphores() {
         type Breaker = fn(&mut LockTable);
-        let breakers: [(&str, Breaker); 7] = [
+        let breakers: [(&str, Breaker); 8] = [
+            ("a semaphore's tokens that could pass their entry", |t| {
+                t.multi.get_mut("S").unwrap().last_token = t.last_index;
+            }),
             ("a reader beside a writer", |t| {
                 t.multi.get_mut("L").unwrap().holders[1].mode = Mode::Exclusive;
             }),
