@@ -3,7 +3,7 @@
 //! to the same answers. The fixtures were written by the build before it (commit 4e18e38), from
 //! the entries in `fixtures/v7_commands.rs`, by a program that printed, for each entry, the
 //! command's bytes (`commands_v7.hex`) and the answer (`applied_v7.txt`), and at the end the
-//! table's snapshot (`table_v7.hex`).
+//! table's snapshot (`table_v7.hex`): `fixtures/write_v7.rs`.
 
 use latchkey_core::codec::{decode_table, encode_table, SNAPSHOT_FORMAT_VERSION_V7};
 use latchkey_core::*;
