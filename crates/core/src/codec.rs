@@ -3,6 +3,7 @@
 //! Format: one version byte, then the table in postcard, then nothing. A reader refuses versions it does not
 //! know rather than misreading them.
 
+use crate::table::DecodedTableV7;
 use crate::versioned::{self, VersionedError};
 use crate::LockTable;
 
@@ -15,14 +16,23 @@ use crate::LockTable;
 ///    #13).
 /// 7: sessions carry their owner description and force-released grants, waiters the time their
 ///    wait began, and the table its audit log (issue #14 items 6 and 7).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 7;
+/// 8: the table carries the names used with several holders (read-write locks with readers,
+///    semaphores; issue #32) after the audit log.
+///
+/// A table that uses nothing format 8 added (`LockTable::fits_format_7`) is written in format 7,
+/// byte for byte what a build before it wrote, so that a member that reads only 7 can still
+/// install it during a rolling upgrade; this build reads both.
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 8;
+/// The format before issue #32, still read, and still written for tables that fit it.
+pub const SNAPSHOT_FORMAT_VERSION_V7: u8 = 7;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
     #[error("snapshot is empty")]
     Empty,
     #[error(
-        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_VERSION})"
+        "snapshot format version {0} is not supported (this build reads \
+         {SNAPSHOT_FORMAT_VERSION_V7} and {SNAPSHOT_FORMAT_VERSION})"
     )]
     UnknownVersion(u8),
     #[error("snapshot is corrupt: {0}")]
@@ -44,11 +54,23 @@ impl From<VersionedError> for DecodeError {
 }
 
 pub fn encode_table(table: &LockTable) -> Vec<u8> {
-    versioned::encode(SNAPSHOT_FORMAT_VERSION, table).expect("serializing to memory cannot fail")
+    let bytes = if table.fits_format_7() {
+        versioned::encode(SNAPSHOT_FORMAT_VERSION_V7, &table.as_format_7())
+    } else {
+        versioned::encode(SNAPSHOT_FORMAT_VERSION, table)
+    };
+    bytes.expect("serializing to memory cannot fail")
 }
 
 pub fn decode_table(bytes: &[u8]) -> Result<LockTable, DecodeError> {
-    let (table, trailing): (LockTable, _) = versioned::decode(SNAPSHOT_FORMAT_VERSION, bytes)?;
+    let (table, trailing): (LockTable, _) = match bytes.first() {
+        Some(&SNAPSHOT_FORMAT_VERSION_V7) => {
+            let (v7, trailing): (DecodedTableV7, _) =
+                versioned::decode(SNAPSHOT_FORMAT_VERSION_V7, bytes)?;
+            (LockTable::from(v7), trailing)
+        }
+        _ => versioned::decode(SNAPSHOT_FORMAT_VERSION, bytes)?,
+    };
     if !trailing.is_empty() {
         // Not what was written: a torn or concatenated file.
         return Err(DecodeError::Trailing(trailing.len()));

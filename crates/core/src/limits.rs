@@ -35,6 +35,13 @@ pub const LOCKS_PER_SESSION_MAX: usize = 1_024;
 /// Waiters in one lock's queue. Thousands of workers fighting over one lock means the lock is
 /// the wrong tool; a full queue answers `QueueFull` instead of growing without bound.
 pub const WAITERS_PER_LOCK_MAX: usize = 1_024;
+/// Holders of one name at once (issue #32): the readers of a read-write lock, and the most
+/// permits a semaphore may have. A reader beyond it waits in the queue like any acquire that
+/// does not fit (no error), so the bound never refuses a correct program. Hundreds of
+/// concurrent holders is already a rate limiter rather than mutual exclusion; the bound keeps
+/// a `describe` answer, which lists every holder with its owner, within a message (below) and
+/// a handover's scan of the holders short.
+pub const HOLDERS_PER_LOCK_MAX: usize = 1_024;
 /// Locks (held or with waiters) in one group.
 pub const LOCKS_MAX: usize = 1_000_000;
 /// Outcomes of finished requests remembered per session, so that a retry gets the original
@@ -109,6 +116,12 @@ pub const TABLE_SESSION_BYTES: usize = 192;
 pub const TABLE_SESSION_WITH_OUTCOMES_BYTES: usize = TABLE_SESSION_BYTES
     + SESSION_OUTCOMES_MAX * TABLE_OUTCOME_BYTES
     + REVOKED_GRANTS_PER_SESSION_MAX * 8;
+/// A holder of a name used with several holders (issue #32: a reader, a permit, and the
+/// exclusive holder of such a name) beyond the lock's own charge: its grant (session, token,
+/// time, mode) and its session's reference to the name. A handover turns a waiter into one,
+/// so it must not cost more than a waiter.
+pub const TABLE_GRANT_BYTES: usize = 64;
+const _: () = assert!(TABLE_GRANT_BYTES <= TABLE_WAITER_BYTES);
 // A hand-over removes a waiter and records two outcomes; a release that frees a lock removes the
 // lock: both shrink the table even when outcomes are counted one by one.
 const _: () = assert!(TABLE_WAITER_BYTES >= 2 * TABLE_OUTCOME_BYTES);
@@ -657,6 +670,9 @@ pub const OWNER_TEXT_BYTES_MAX: usize = 256;
 /// All the bytes of one owner description.
 pub const OWNER_BYTES_MAX: usize =
     OWNER_HOST_BYTES_MAX + OWNER_USER_BYTES_MAX + OWNER_TEXT_BYTES_MAX;
+/// A `describe` answer lists every holder and waiter with its owner: both must fit a message.
+const _: () =
+    assert!(HOLDERS_PER_LOCK_MAX * (OWNER_BYTES_MAX + 64) <= CLIENT_MESSAGE_BYTES_MAX / 2);
 /// A `describe` answer lists every waiter with its owner: the full queue must fit a message.
 const _: () =
     assert!(WAITERS_PER_LOCK_MAX * (OWNER_BYTES_MAX + 64) <= CLIENT_MESSAGE_BYTES_MAX / 2);

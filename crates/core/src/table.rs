@@ -9,6 +9,22 @@
 //! one entry drop their waits before their holds, so a lock is never handed to a session that
 //! is leaving. `apply` asserts at every handover that the token increases.
 //!
+//! Read-write locks and semaphores (issue #32; `docs/primitives.md`): an acquire in
+//! `Mode::Shared` or `Mode::Permits(n)` (`Op::AcquireWith`), or of a name already used so, puts
+//! the name in `multi`, as a `MultiLock` of one `LockKind` with every holder and one FIFO queue
+//! of waiters in their modes; a mutex moves there when a reader queues behind its holder. A
+//! mutex keeps the code path, answers and encoding it had before. After every change to a
+//! `MultiLock`'s holders or queue, `admit` grants the waiters at the head that fit (a writer
+//! alone, the run of readers, as many as there are free permits), so a head that fits never
+//! waits (`check_multi`); sessions leaving in one entry leave every such name first, and it is
+//! handed on once. Tokens: a lock's grants take the entry's index (readers granted together
+//! share it); a semaphore's take consecutive numbers from the index of its first grant, which
+//! stay at most the granting entry's index (`MultiLock::grant_token` says why), so several
+//! permits handed on by one entry each get their own. A kind or permit count that conflicts
+//! with the name's is refused (`Rejection::KindConflict`, `PermitsConflict`) before anything
+//! changes. A table with a `MultiLock`, or a session that remembers one of issue #32's
+//! rejections, is written in snapshot format 8; any other in format 7, as before.
+//!
 //! Time: the one decision that depends on it is whether a wait has ended (a waiter records
 //! `now_ms + wait_ms` of its Acquire, the leader's time in the entry; a release passes over
 //! ended waiters, `ExpireWaits` removes them). Skew between leaders' wall clocks only
@@ -56,8 +72,9 @@ pub struct LockTable {
     /// so far is at most this.
     last_index: u64,
     sessions: BTreeMap<SessionId, Session>,
-    /// Only locks that are held. A lock with waiters is always held: a release hands it over in
-    /// the same entry, so "free with a queue" is a state that cannot exist.
+    /// Mutexes, only while held. A lock with waiters is always held: a release hands it over in
+    /// the same entry, so "free with a queue" is a state that cannot exist. (Names with several
+    /// holders are in `multi`.)
     locks: BTreeMap<Name, Lock>,
     /// Every queued wait by the time it ends (leader wall-clock ms): (until_ms, session, seq).
     /// An index over the queues, so the leader finds ended waits without a scan.
@@ -66,6 +83,10 @@ pub struct LockTable {
     /// `limits::AUDIT_RECORDS_MAX`. Outside the byte budget: bounded on its own (at most
     /// `limits::AUDIT_BYTES_MAX`), and an operator's force-release must work in a full table.
     audit: VecDeque<AuditRecord>,
+    /// Names used with shared holders or permits (issue #32), held or waited for: a name is
+    /// here or in `locks`, never both. A mutex moves here when a reader queues behind its
+    /// holder, and never back (it leaves when free). Written only in snapshot format 8.
+    multi: BTreeMap<Name, MultiLock>,
     /// The accounted bytes of the sessions, locks and waits (see `limits::TABLE_LOCK_BYTES` and
     /// the rest), kept by every change; not written, recounted on decode. `check_invariants`
     /// recounts it.
@@ -91,6 +112,7 @@ impl Default for LockTable {
             locks: BTreeMap::new(),
             wait_ends: BTreeSet::new(),
             audit: VecDeque::new(),
+            multi: BTreeMap::new(),
             bytes: 0,
             bytes_max: limits::TABLE_BYTES_MAX,
             shape: GroupShape::SINGLE,
@@ -118,7 +140,7 @@ fn waiter_bytes(name: &str) -> usize {
 }
 
 /// A snapshot's table before the sessions' holds are rebuilt: the fields of [`LockTable`] in
-/// the same order, as written.
+/// the same order, as written in snapshot format 8.
 #[derive(Deserialize)]
 struct DecodedTable {
     last_index: u64,
@@ -126,17 +148,60 @@ struct DecodedTable {
     locks: BTreeMap<Name, Lock>,
     wait_ends: BTreeSet<(u64, SessionId, u64)>,
     audit: VecDeque<AuditRecord>,
+    multi: BTreeMap<Name, MultiLock>,
+}
+
+/// A table as snapshot format 7 wrote it: format 8 without `multi` (issue #32). Decoding one
+/// gives the table that format 7 decoded to, with no name used with several holders.
+#[derive(Deserialize)]
+pub(crate) struct DecodedTableV7 {
+    last_index: u64,
+    sessions: BTreeMap<SessionId, Session>,
+    locks: BTreeMap<Name, Lock>,
+    wait_ends: BTreeSet<(u64, SessionId, u64)>,
+    audit: VecDeque<AuditRecord>,
+}
+
+impl From<DecodedTableV7> for LockTable {
+    fn from(d: DecodedTableV7) -> LockTable {
+        LockTable::from(DecodedTable {
+            last_index: d.last_index,
+            sessions: d.sessions,
+            locks: d.locks,
+            wait_ends: d.wait_ends,
+            audit: d.audit,
+            multi: BTreeMap::new(),
+        })
+    }
+}
+
+/// A table written in snapshot format 7: [`LockTable`]'s fields but `multi`, in order, so the
+/// bytes are those a build before issue #32 wrote for the same table.
+#[derive(Serialize)]
+pub(crate) struct TableV7<'a> {
+    last_index: &'a u64,
+    sessions: &'a BTreeMap<SessionId, Session>,
+    locks: &'a BTreeMap<Name, Lock>,
+    wait_ends: &'a BTreeSet<(u64, SessionId, u64)>,
+    audit: &'a VecDeque<AuditRecord>,
 }
 
 impl From<DecodedTable> for LockTable {
-    /// Rebuild each session's `held` from the holders in `locks`, sharing each name with its lock
-    /// as `apply` does. A lock whose holder's session is missing is left out of every `held`:
-    /// `check_invariants`, which every decode runs, then refuses the table.
+    /// Rebuild each session's `held` from the holders in `locks` and `multi`, sharing each name
+    /// with its lock as `apply` does. A lock whose holder's session is missing is left out of
+    /// every `held`: `check_invariants`, which every decode runs, then refuses the table.
     fn from(d: DecodedTable) -> LockTable {
         let mut sessions = d.sessions;
         for (name, lock) in &d.locks {
             if let Some(s) = sessions.get_mut(&lock.holder.session) {
                 s.held.insert(name.clone());
+            }
+        }
+        for (name, lock) in &d.multi {
+            for h in &lock.holders {
+                if let Some(s) = sessions.get_mut(&h.session) {
+                    s.held.insert(name.clone());
+                }
             }
         }
         let mut table = LockTable {
@@ -145,6 +210,7 @@ impl From<DecodedTable> for LockTable {
             locks: d.locks,
             wait_ends: d.wait_ends,
             audit: d.audit,
+            multi: d.multi,
             ..LockTable::default()
         };
         table.bytes = table.count_bytes();
@@ -318,6 +384,81 @@ struct Waiter {
     since_ms: u64,
 }
 
+/// A name used with several holders (issue #32): a read-write lock with a reader among its
+/// holders or waiters, or a semaphore. One FIFO queue for every mode, so a reader behind a
+/// waiting writer waits. `admit` grants the waiters at the head that fit after every change,
+/// so the head of a queue never fits (`check_invariants`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+struct MultiLock {
+    kind: LockKind,
+    /// In the order granted, so tokens never decrease along it.
+    holders: Vec<Grant>,
+    waiters: VecDeque<ModeWaiter>,
+    /// The highest token granted since the name was last free: a semaphore's next grant takes
+    /// the one above it (see `grant_token`).
+    last_token: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+struct Grant {
+    session: SessionId,
+    token: u64,
+    granted_at_ms: u64,
+    mode: Mode,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+struct ModeWaiter {
+    waiter: Waiter,
+    mode: Mode,
+}
+
+impl MultiLock {
+    /// Whether a grant in `mode` fits beside the current holders (queue order aside).
+    fn fits(&self, mode: Mode) -> bool {
+        match mode {
+            Mode::Exclusive => self.holders.is_empty(),
+            Mode::Shared => {
+                self.holders.len() < limits::HOLDERS_PER_LOCK_MAX
+                    && self.holders.first().is_none_or(|h| h.mode == Mode::Shared)
+            }
+            Mode::Permits(permits) => self.holders.len() < permits as usize,
+        }
+    }
+
+    /// The token of a grant in `mode` made by the entry at `index`. A lock's grants take the
+    /// entry's index, like a mutex's: one entry grants a lock at most once, to a writer or to
+    /// the run of readers at the head of the queue, which share it. A semaphore's grants take
+    /// the token above the last one, since one entry (an expiry of several holders) may grant
+    /// several permits, each with a token of its own; the first grant after the name was free
+    /// takes the entry's index. That stays at most the entry's index: every later grant is to
+    /// an acquire with an entry of its own after that first one (`check_multi` checks the
+    /// bound this rests on: the last token plus the waiters is at most the last index).
+    fn grant_token(&self, mode: Mode, index: u64) -> u64 {
+        let token = match self.kind {
+            LockKind::Lock => index,
+            LockKind::Semaphore { .. } => self.last_token + 1,
+        };
+        assert!(token <= index, "token {token} above its entry {index}");
+        assert!(
+            token > self.last_token
+                || (mode == Mode::Shared && token == index && self.kind == LockKind::Lock),
+            "token {token} after {}: tokens must increase (but readers granted together)",
+            self.last_token
+        );
+        token
+    }
+}
+
+/// The fields of an acquire request, whichever command carried it.
+struct AcquireRequest<'a> {
+    key: &'a SessionKey,
+    seq: u64,
+    name: &'a String,
+    wait_ms: u64,
+    mode: Mode,
+}
+
 /// What a session-bearing request found when it looked its sequence number up.
 enum Seen {
     New,
@@ -432,7 +573,12 @@ impl LockTable {
             })
             .sum();
         let locks: usize = self.locks.keys().map(|n| lock_bytes(n)).sum();
-        sessions + locks
+        let multi: usize = self
+            .multi
+            .iter()
+            .map(|(n, l)| lock_bytes(n) + l.holders.len() * limits::TABLE_GRANT_BYTES)
+            .sum();
+        sessions + locks + multi
     }
 
     /// Apply the entry at log `index`. Indexes must strictly increase; the fencing token of any
@@ -529,8 +675,14 @@ impl LockTable {
                     .take(limits::WAITS_EXPIRED_PER_ENTRY_MAX)
                     .map(|&(_, sid, seq)| (sid, seq))
                     .collect();
+                // Every ended wait leaves first, then the waiters behind them that now fit are
+                // granted (names with several holders only: behind a mutex's holder nothing fits).
+                let mut multi = BTreeSet::new();
                 for &(sid, seq) in &ended {
                     let name = self.cancel_wait(sid, seq);
+                    if self.multi.contains_key(name.as_str()) {
+                        multi.insert(name.clone());
+                    }
                     fx.changes.push(LockChange::WaitEnded {
                         name,
                         session: sid,
@@ -538,9 +690,13 @@ impl LockTable {
                     });
                     self.record(sid, seq, Outcome::NotGranted);
                 }
-                let count = ended.len();
                 fx.ended_waits = ended;
-                Outcome::WaitsExpired { count }
+                for name in multi {
+                    self.admit(&name, index, cmd.now_ms, &mut fx);
+                }
+                Outcome::WaitsExpired {
+                    count: fx.ended_waits.len(),
+                }
             }
             Op::RenewLeases { ids } => {
                 let mut live = Vec::with_capacity(ids.len());
@@ -557,42 +713,32 @@ impl LockTable {
                 seq,
                 name,
                 wait_ms,
-            } => match self.authenticate(session) {
-                Err(r) => Outcome::Rejected(r),
-                Ok(()) => match self.seen(session.id, *seq) {
-                    Seen::Done(o) if is_release_outcome(&o) => {
-                        Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
-                    }
-                    Seen::Done(o) => o,
-                    Seen::Waiting => Outcome::Queued {
-                        position: self.position(session.id, *seq),
-                    },
-                    Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
-                    Seen::New => {
-                        let o = self.acquire(session.id, *seq, name, *wait_ms, index, cmd.now_ms);
-                        match o {
-                            Outcome::Granted { token } => fx.changes.push(LockChange::Granted {
-                                name: name.clone(),
-                                session: session.id,
-                                token,
-                            }),
-                            Outcome::Queued { .. } => fx.changes.push(LockChange::Queued {
-                                name: name.clone(),
-                                session: session.id,
-                                seq: *seq,
-                            }),
-                            _ => {}
-                        }
-                        if o == Outcome::NotGranted {
-                            fx.busy = self.describe(name).and_then(|l| l.holder);
-                        }
-                        if !matches!(o, Outcome::Queued { .. }) {
-                            self.record(session.id, *seq, o.clone());
-                        }
-                        o
-                    }
-                },
-            },
+            } => {
+                let request = AcquireRequest {
+                    key: session,
+                    seq: *seq,
+                    name,
+                    wait_ms: *wait_ms,
+                    mode: Mode::Exclusive,
+                };
+                self.acquire_request(request, index, cmd.now_ms, &mut fx)
+            }
+            Op::AcquireWith {
+                session,
+                seq,
+                name,
+                wait_ms,
+                mode,
+            } => {
+                let request = AcquireRequest {
+                    key: session,
+                    seq: *seq,
+                    name,
+                    wait_ms: *wait_ms,
+                    mode: *mode,
+                };
+                self.acquire_request(request, index, cmd.now_ms, &mut fx)
+            }
             Op::CancelWait { session, seq } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => match self.seen(session.id, *seq) {
@@ -603,11 +749,15 @@ impl LockTable {
                     Seen::Waiting => {
                         let name = self.cancel_wait(session.id, *seq);
                         fx.changes.push(LockChange::WaitEnded {
-                            name,
+                            name: name.clone(),
                             session: session.id,
                             seq: *seq,
                         });
                         self.record(session.id, *seq, Outcome::NotGranted);
+                        // A reader behind a cancelled writer may now fit.
+                        if self.multi.contains_key(name.as_str()) {
+                            self.admit(&name, index, cmd.now_ms, &mut fx);
+                        }
                         Outcome::NotGranted
                     }
                     Seen::TooOld | Seen::New => {
@@ -656,6 +806,53 @@ impl LockTable {
             );
         }
         fx
+    }
+
+    /// An `Acquire` or `AcquireWith`: authenticated, looked up for exactly-once, then applied.
+    fn acquire_request(
+        &mut self,
+        r: AcquireRequest<'_>,
+        index: u64,
+        now_ms: u64,
+        fx: &mut Applied,
+    ) -> Outcome {
+        let (session, seq, name) = (r.key, r.seq, r.name);
+        if let Err(e) = self.authenticate(session) {
+            return Outcome::Rejected(e);
+        }
+        match self.seen(session.id, seq) {
+            Seen::Done(o) if is_release_outcome(&o) => {
+                Outcome::Rejected(Rejection::SequenceReused { seq })
+            }
+            Seen::Done(o) => o,
+            Seen::Waiting => Outcome::Queued {
+                position: self.position(session.id, seq),
+            },
+            Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq }),
+            Seen::New => {
+                let o = self.acquire(session.id, seq, name, r.wait_ms, r.mode, index, now_ms);
+                match o {
+                    Outcome::Granted { token } => fx.changes.push(LockChange::Granted {
+                        name: name.clone(),
+                        session: session.id,
+                        token,
+                    }),
+                    Outcome::Queued { .. } => fx.changes.push(LockChange::Queued {
+                        name: name.clone(),
+                        session: session.id,
+                        seq,
+                    }),
+                    _ => {}
+                }
+                if o == Outcome::NotGranted {
+                    fx.busy = self.describe(name).and_then(|l| l.holder);
+                }
+                if !matches!(o, Outcome::Queued { .. }) {
+                    self.record(session.id, seq, o.clone());
+                }
+                o
+            }
+        }
     }
 
     fn create_session(
@@ -741,31 +938,65 @@ impl LockTable {
     }
 
     fn position(&self, sid: SessionId, seq: u64) -> u32 {
-        let name = &self.sessions[&sid].waiting[&seq];
-        let lock = &self.locks[name.as_str()];
-        let i = lock
-            .waiters
-            .iter()
-            .position(|w| w.session == sid && w.seq == seq)
-            .expect("a waiting request is in its lock's queue");
-        (i + 1) as u32
+        let name = self.sessions[&sid].waiting[&seq].as_str();
+        let i = match self.locks.get(name) {
+            Some(lock) => lock
+                .waiters
+                .iter()
+                .position(|w| w.session == sid && w.seq == seq),
+            None => self.multi[name]
+                .waiters
+                .iter()
+                .position(|w| w.waiter.session == sid && w.waiter.seq == seq),
+        };
+        (i.expect("a waiting request is in its lock's queue") + 1) as u32
     }
 
+    /// The token of `sid`'s grant of `name`, which it holds.
+    fn token_of(&self, sid: SessionId, name: &str) -> u64 {
+        match self.locks.get(name) {
+            Some(lock) => lock.holder.token,
+            None => {
+                self.multi[name]
+                    .holders
+                    .iter()
+                    .find(|h| h.session == sid)
+                    .expect("a recorded hold has its grant")
+                    .token
+            }
+        }
+    }
+
+    /// The lock count against `LOCKS_MAX`: names held or waited for, either way.
+    fn names_in_use(&self) -> usize {
+        self.locks.len() + self.multi.len()
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn acquire(
         &mut self,
         sid: SessionId,
         seq: u64,
         name: &str,
         wait_ms: u64,
+        mode: Mode,
         index: u64,
         now_ms: u64,
     ) -> Outcome {
         if let Err(r) = validate_stored_name(name) {
             return Outcome::Rejected(r);
         }
+        if let Mode::Permits(permits) = mode {
+            if permits == 0 || permits as usize > limits::HOLDERS_PER_LOCK_MAX {
+                return Outcome::Rejected(Rejection::PermitsOutOfRange {
+                    permits,
+                    max: limits::HOLDERS_PER_LOCK_MAX as u32,
+                });
+            }
+        }
         let s = &self.sessions[&sid];
         if s.held.contains(name) {
-            let token = self.locks[name].holder.token;
+            let token = self.token_of(sid, name);
             return Outcome::Rejected(Rejection::AlreadyHeld { token });
         }
         if let Some((&seq, _)) = s.waiting.iter().find(|(_, n)| n.as_str() == name) {
@@ -776,11 +1007,15 @@ impl LockTable {
                 max: limits::LOCKS_PER_SESSION_MAX,
             });
         }
+        if mode != Mode::Exclusive || self.multi.contains_key(name) {
+            return self.acquire_multi(sid, seq, name, wait_ms, mode, index, now_ms);
+        }
+        // A mutex: exactly as before issue #32.
         let waiter_cost = waiter_bytes(name);
         let room_for_waiter = self.room_for(waiter_cost);
         match self.locks.get_mut(name) {
             None => {
-                if self.locks.len() >= limits::LOCKS_MAX {
+                if self.names_in_use() >= limits::LOCKS_MAX {
                     return Outcome::Rejected(Rejection::TooManyLocks {
                         max: limits::LOCKS_MAX,
                     });
@@ -832,20 +1067,269 @@ impl LockTable {
         }
     }
 
-    /// Takes request `seq` out of its queue; answers the lock's name.
+    /// An acquire in a mode other than a mutex's, or of a name used with several holders
+    /// (issue #32). Checks before it changes anything, so a refusal loses nothing.
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_multi(
+        &mut self,
+        sid: SessionId,
+        seq: u64,
+        name: &str,
+        wait_ms: u64,
+        mode: Mode,
+        index: u64,
+        now_ms: u64,
+    ) -> Outcome {
+        let waiter_cost = waiter_bytes(name);
+        if let Some(lock) = self.locks.get(name) {
+            // A mutex's holder is a writer: a reader waits behind it, and the name becomes a
+            // read-write lock; a semaphore's permit cannot be taken from it.
+            if mode != Mode::Shared {
+                return Outcome::Rejected(Rejection::KindConflict {
+                    name: name.into(),
+                    held: LockKind::Lock,
+                    asked: mode.kind(),
+                });
+            }
+            if wait_ms == 0 {
+                return Outcome::NotGranted;
+            }
+            if lock.waiters.len() >= limits::WAITERS_PER_LOCK_MAX {
+                return Outcome::Rejected(Rejection::QueueFull {
+                    max: limits::WAITERS_PER_LOCK_MAX,
+                });
+            }
+            if let Err(r) = self.room_for(waiter_cost + limits::TABLE_GRANT_BYTES) {
+                return Outcome::Rejected(r);
+            }
+            let (key, lock) = self.locks.remove_entry(name).expect("held");
+            self.bytes += limits::TABLE_GRANT_BYTES;
+            let holder = Grant {
+                session: lock.holder.session,
+                token: lock.holder.token,
+                granted_at_ms: lock.holder.granted_at_ms,
+                mode: Mode::Exclusive,
+            };
+            let waiters = lock
+                .waiters
+                .iter()
+                .map(|&waiter| ModeWaiter {
+                    waiter,
+                    mode: Mode::Exclusive,
+                })
+                .collect();
+            let multi = MultiLock {
+                kind: LockKind::Lock,
+                holders: vec![holder],
+                waiters,
+                last_token: holder.token,
+            };
+            self.multi.insert(key, multi);
+        }
+        let Some((key, lock)) = self.multi.get_key_value(name) else {
+            // Free: the first holder, with the entry's index as its token.
+            if self.names_in_use() >= limits::LOCKS_MAX {
+                return Outcome::Rejected(Rejection::TooManyLocks {
+                    max: limits::LOCKS_MAX,
+                });
+            }
+            let cost = lock_bytes(name) + limits::TABLE_GRANT_BYTES;
+            if let Err(r) = self.room_for(cost) {
+                return Outcome::Rejected(r);
+            }
+            self.bytes += cost;
+            let key = Name::from(name);
+            let grant = Grant {
+                session: sid,
+                token: index,
+                granted_at_ms: now_ms,
+                mode,
+            };
+            let lock = MultiLock {
+                kind: mode.kind(),
+                holders: vec![grant],
+                waiters: VecDeque::new(),
+                last_token: index,
+            };
+            self.multi.insert(key.clone(), lock);
+            self.sessions.get_mut(&sid).expect("live").held.insert(key);
+            return Outcome::Granted { token: index };
+        };
+        let key = key.clone();
+        match (lock.kind, mode.kind()) {
+            (held, asked) if held == asked => {}
+            (LockKind::Semaphore { permits }, LockKind::Semaphore { permits: asked }) => {
+                return Outcome::Rejected(Rejection::PermitsConflict {
+                    name: name.into(),
+                    permits,
+                    asked,
+                })
+            }
+            (held, asked) => {
+                return Outcome::Rejected(Rejection::KindConflict {
+                    name: name.into(),
+                    held,
+                    asked,
+                })
+            }
+        }
+        // FIFO: an acquire that finds anyone waiting waits behind them (no writer starves).
+        if lock.waiters.is_empty() && lock.fits(mode) {
+            if let Err(r) = self.room_for(limits::TABLE_GRANT_BYTES) {
+                return Outcome::Rejected(r);
+            }
+            self.bytes += limits::TABLE_GRANT_BYTES;
+            let lock = self.multi.get_mut(name).expect("in use");
+            let token = lock.grant_token(mode, index);
+            lock.holders.push(Grant {
+                session: sid,
+                token,
+                granted_at_ms: now_ms,
+                mode,
+            });
+            lock.last_token = token;
+            self.sessions.get_mut(&sid).expect("live").held.insert(key);
+            return Outcome::Granted { token };
+        }
+        if wait_ms == 0 {
+            return Outcome::NotGranted;
+        }
+        if lock.waiters.len() >= limits::WAITERS_PER_LOCK_MAX {
+            return Outcome::Rejected(Rejection::QueueFull {
+                max: limits::WAITERS_PER_LOCK_MAX,
+            });
+        }
+        if let Err(r) = self.room_for(waiter_cost) {
+            return Outcome::Rejected(r);
+        }
+        self.bytes += waiter_cost;
+        let until_ms = now_ms.saturating_add(wait_ms.min(limits::WAIT_TIMEOUT_MS_MAX));
+        let lock = self.multi.get_mut(name).expect("in use");
+        lock.waiters.push_back(ModeWaiter {
+            waiter: Waiter {
+                session: sid,
+                seq,
+                until_ms,
+                since_ms: now_ms,
+            },
+            mode,
+        });
+        let position = lock.waiters.len() as u32;
+        self.wait_ends.insert((until_ms, sid, seq));
+        let s = self.sessions.get_mut(&sid).expect("live");
+        s.waiting.insert(seq, name.to_owned());
+        Outcome::Queued { position }
+    }
+
+    /// Grant the waiters at the head of `name`'s queue that now fit (a writer alone, the run of
+    /// readers, as many as there are free permits), passing over ended waits as `hand_over`
+    /// does, and free the name if nobody holds it. Called after every change to the holders or
+    /// the queue of a name used with several holders.
+    fn admit(&mut self, name: &str, index: u64, now_ms: u64, fx: &mut Applied) {
+        let (key, _) = self.multi.get_key_value(name).expect("in use");
+        let key = key.clone();
+        loop {
+            let lock = self.multi.get_mut(name).expect("in use");
+            let Some(&next) = lock.waiters.front() else {
+                break;
+            };
+            if !lock.fits(next.mode) {
+                break;
+            }
+            lock.waiters.pop_front();
+            let w = next.waiter;
+            assert!(self.wait_ends.remove(&(w.until_ms, w.session, w.seq)));
+            self.bytes -= waiter_bytes(name);
+            let s = self.sessions.get_mut(&w.session).expect("live waiter");
+            let waited_for = s.waiting.remove(&w.seq);
+            assert_eq!(waited_for.as_deref(), Some(name));
+            if w.until_ms > now_ms {
+                s.held.insert(key.clone());
+            } else {
+                self.record(w.session, w.seq, Outcome::NotGranted);
+                fx.ended_waits.push((w.session, w.seq));
+                fx.changes.push(LockChange::WaitEnded {
+                    name: name.to_owned(),
+                    session: w.session,
+                    seq: w.seq,
+                });
+                continue;
+            }
+            let lock = self.multi.get_mut(name).expect("in use");
+            let token = lock.grant_token(next.mode, index);
+            lock.holders.push(Grant {
+                session: w.session,
+                token,
+                granted_at_ms: now_ms,
+                mode: next.mode,
+            });
+            lock.last_token = token;
+            self.bytes += limits::TABLE_GRANT_BYTES;
+            self.record(w.session, w.seq, Outcome::Granted { token });
+            fx.changes.push(LockChange::Granted {
+                name: name.to_owned(),
+                session: w.session,
+                token,
+            });
+            fx.handoffs.push(Handoff {
+                name: name.to_owned(),
+                session: w.session,
+                seq: w.seq,
+                token,
+            });
+        }
+        if self.multi[name].holders.is_empty() {
+            let lock = self.multi.remove(name).expect("in use");
+            assert!(lock.waiters.is_empty(), "{name}: free with a queue");
+            self.bytes -= lock_bytes(name);
+        }
+    }
+
+    /// Take `holders[i]`'s grant of `name` (a name used with several holders); `admit` then
+    /// hands on what it freed.
+    fn drop_grant(&mut self, name: &str, i: usize, fx: &mut Applied) -> Grant {
+        let lock = self.multi.get_mut(name).expect("in use");
+        let g = lock.holders.remove(i);
+        self.bytes -= limits::TABLE_GRANT_BYTES;
+        let removed = self
+            .sessions
+            .get_mut(&g.session)
+            .expect("holder's session is live")
+            .held
+            .remove(name);
+        assert!(removed, "{name}: holder's session does not record the hold");
+        fx.changes.push(LockChange::Released {
+            name: name.to_owned(),
+            session: g.session,
+            token: g.token,
+        });
+        g
+    }
+
+    /// Takes request `seq` out of its queue; answers the lock's name. Of a name used with
+    /// several holders, the caller then `admit`s what now fits.
     fn cancel_wait(&mut self, sid: SessionId, seq: u64) -> String {
         let s = self.sessions.get_mut(&sid).expect("live");
         let name = s.waiting.remove(&seq).expect("waiting");
-        let lock = self
-            .locks
-            .get_mut(name.as_str())
-            .expect("a queue belongs to a held lock");
-        let i = lock
-            .waiters
-            .iter()
-            .position(|w| w.session == sid && w.seq == seq)
-            .expect("a waiting request is in its lock's queue");
-        let w = lock.waiters.remove(i).expect("found");
+        let w = if let Some(lock) = self.multi.get_mut(name.as_str()) {
+            let i = lock
+                .waiters
+                .iter()
+                .position(|w| w.waiter.session == sid && w.waiter.seq == seq)
+                .expect("a waiting request is in its lock's queue");
+            lock.waiters.remove(i).expect("found").waiter
+        } else {
+            let lock = self
+                .locks
+                .get_mut(name.as_str())
+                .expect("a queue belongs to a held lock");
+            let i = lock
+                .waiters
+                .iter()
+                .position(|w| w.session == sid && w.seq == seq)
+                .expect("a waiting request is in its lock's queue");
+            lock.waiters.remove(i).expect("found")
+        };
         assert!(
             self.wait_ends.remove(&(w.until_ms, sid, seq)),
             "waiter indexed by its end"
@@ -863,6 +1347,18 @@ impl LockTable {
         now_ms: u64,
         fx: &mut Applied,
     ) -> Outcome {
+        if let Some(lock) = self.multi.get(name) {
+            let Some(i) = lock
+                .holders
+                .iter()
+                .position(|h| h.session == sid && h.token == token)
+            else {
+                return Outcome::NotHolder;
+            };
+            self.drop_grant(name, i, fx);
+            self.admit(name, index, now_ms, fx);
+            return Outcome::Released;
+        }
         match self.locks.get(name) {
             Some(lock) if lock.holder.session == sid && lock.holder.token == token => {
                 self.hand_over(name, index, now_ms, fx);
@@ -892,6 +1388,9 @@ impl LockTable {
         {
             return Outcome::Rejected(r);
         }
+        if self.multi.contains_key(name) {
+            return self.force_release_multi(index, now_ms, name, token, by, reason, fx);
+        }
         let Some(lock) = self.locks.get(name) else {
             return Outcome::Rejected(Rejection::LockNotHeld { name: name.into() });
         };
@@ -904,15 +1403,7 @@ impl LockTable {
             });
         }
         self.hand_over(name, index, now_ms, fx);
-        let s = self
-            .sessions
-            .get_mut(&old.session)
-            .expect("holder's session is live");
-        s.revoked.push(old.token);
-        if s.revoked.len() > limits::REVOKED_GRANTS_PER_SESSION_MAX {
-            let dropped = s.revoked.remove(0);
-            s.revoked_through = Some(s.revoked_through.map_or(dropped, |m| m.max(dropped)));
-        }
+        self.note_revoked(old.session, old.token);
         let next_token = fx.handoffs.iter().find(|h| h.name == name).map(|h| h.token);
         self.audit_push(AuditRecord {
             index,
@@ -929,6 +1420,80 @@ impl LockTable {
         Outcome::ForceReleased {
             session: old.session,
             token: old.token,
+        }
+    }
+
+    /// A force-release of a name used with several holders: with a token, the grant under
+    /// it (the readers granted together share one, and lose it together); without, every
+    /// holder. Then the waiters that now fit are granted, and each taken grant is audited.
+    #[allow(clippy::too_many_arguments)]
+    fn force_release_multi(
+        &mut self,
+        index: u64,
+        now_ms: u64,
+        name: &str,
+        token: Option<u64>,
+        by: &Actor,
+        reason: &str,
+        fx: &mut Applied,
+    ) -> Outcome {
+        let lock = &self.multi[name];
+        let taken: Vec<Grant> = lock
+            .holders
+            .iter()
+            .filter(|h| token.is_none_or(|t| t == h.token))
+            .copied()
+            .collect();
+        let Some(&first) = taken.first() else {
+            return Outcome::Rejected(Rejection::TokenMismatch {
+                name: name.into(),
+                token: token.expect("every holder matches no token"),
+                holder_token: lock.holders[0].token,
+            });
+        };
+        for g in &taken {
+            let lock = &self.multi[name];
+            let i = lock
+                .holders
+                .iter()
+                .position(|h| h.session == g.session)
+                .expect("taken from the holders");
+            self.drop_grant(name, i, fx);
+            self.note_revoked(g.session, g.token);
+        }
+        self.admit(name, index, now_ms, fx);
+        let next_token = fx.handoffs.iter().find(|h| h.name == name).map(|h| h.token);
+        for g in taken {
+            self.audit_push(AuditRecord {
+                index,
+                at_ms: now_ms,
+                action: AuditAction::ForceRelease {
+                    name: name.into(),
+                    session: g.session,
+                    token: g.token,
+                    next_token,
+                },
+                by: by.clone(),
+                reason: reason.into(),
+            });
+        }
+        Outcome::ForceReleased {
+            session: first.session,
+            token: first.token,
+        }
+    }
+
+    /// Remember in `sid` that an operator took its grant `token`: its client learns it from
+    /// its keepalives.
+    fn note_revoked(&mut self, sid: SessionId, token: u64) {
+        let s = self
+            .sessions
+            .get_mut(&sid)
+            .expect("holder's session is live");
+        s.revoked.push(token);
+        if s.revoked.len() > limits::REVOKED_GRANTS_PER_SESSION_MAX {
+            let dropped = s.revoked.remove(0);
+            s.revoked_through = Some(s.revoked_through.map_or(dropped, |m| m.max(dropped)));
         }
     }
 
@@ -1011,11 +1576,17 @@ impl LockTable {
 
     /// Remove sessions: first every wait of every one of them (so that no lock is handed to a
     /// session that is leaving in this same entry), then every hold.
+    /// Names used with several holders are handed on last, once each, after every leaving
+    /// session has left them: the waiters that fit then are granted together.
     fn remove_sessions(&mut self, ids: &[SessionId], index: u64, now_ms: u64, fx: &mut Applied) {
+        let mut multi: BTreeSet<Name> = BTreeSet::new();
         for id in ids {
             let waits: Vec<u64> = self.sessions[id].waiting.keys().copied().collect();
             for seq in waits {
                 let name = self.cancel_wait(*id, seq);
+                if let Some((key, _)) = self.multi.get_key_value(name.as_str()) {
+                    multi.insert(key.clone());
+                }
                 fx.dropped_waits.push((*id, seq));
                 fx.changes.push(LockChange::WaitEnded {
                     name,
@@ -1027,17 +1598,34 @@ impl LockTable {
         for id in ids {
             let held: Vec<Name> = self.sessions[id].held.iter().cloned().collect();
             for name in held {
-                self.hand_over(&name, index, now_ms, fx);
+                match self.multi.get(&*name) {
+                    None => self.hand_over(&name, index, now_ms, fx),
+                    Some(lock) => {
+                        let i = lock
+                            .holders
+                            .iter()
+                            .position(|h| h.session == *id)
+                            .expect("a recorded hold has its grant");
+                        self.drop_grant(&name, i, fx);
+                        multi.insert(name);
+                    }
+                }
             }
             let s = self.sessions.remove(id).expect("live");
             debug_assert!(s.held.is_empty() && s.waiting.is_empty());
             self.bytes -= session_bytes(s.identity.as_deref(), s.owner.as_deref());
+        }
+        for name in multi {
+            self.admit(&name, index, now_ms, fx);
         }
     }
 
     // ---- read-only queries ----
 
     pub fn describe(&self, name: &str) -> Option<LockState> {
+        if let Some(l) = self.multi.get(name) {
+            return Some(self.multi_info(name, l, limits::WAITERS_PER_LOCK_MAX));
+        }
         self.locks
             .get(name)
             .map(|l| self.lock_info(name, l, limits::WAITERS_PER_LOCK_MAX))
@@ -1045,23 +1633,48 @@ impl LockTable {
 
     /// Held locks whose names start with `prefix`, in name order, at most `limit`.
     pub fn list(&self, prefix: &str, limit: usize) -> Vec<LockState> {
-        self.locks
-            .range::<str, _>((
-                std::ops::Bound::Included(prefix),
-                std::ops::Bound::Unbounded,
-            ))
+        let from = (
+            std::ops::Bound::Included(prefix),
+            std::ops::Bound::Unbounded,
+        );
+        let mut locks = self
+            .locks
+            .range::<str, _>(from)
             .take_while(|(n, _)| n.starts_with(prefix))
-            .take(limit)
-            .map(|(n, l)| self.lock_info(n, l, limits::LIST_WAITERS_SHOWN_MAX))
-            .collect()
+            .peekable();
+        let mut multi = self
+            .multi
+            .range::<str, _>(from)
+            .take_while(|(n, _)| n.starts_with(prefix))
+            .peekable();
+        let shown = limits::LIST_WAITERS_SHOWN_MAX;
+        let mut out = Vec::new();
+        // The two maps merged in name order (a name is in one of them).
+        while out.len() < limit {
+            let take_lock = match (locks.peek(), multi.peek()) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some((a, _)), Some((b, _))) => a < b,
+            };
+            out.push(if take_lock {
+                let (n, l) = locks.next().expect("peeked");
+                self.lock_info(n, l, shown)
+            } else {
+                let (n, l) = multi.next().expect("peeked");
+                self.multi_info(n, l, shown)
+            });
+        }
+        out
     }
 
     /// The `k` locks with the longest queues (longest first, then by name), skipping locks
     /// nobody waits for: a scan of every lock, for the metrics scrape, not for a request path.
     pub fn longest_queues(&self, k: usize) -> Vec<(String, usize)> {
         let mut top: Vec<(String, usize)> = Vec::with_capacity(k + 1);
-        for (name, lock) in &self.locks {
-            let len = lock.waiters.len();
+        let lengths = self.locks.iter().map(|(n, l)| (n, l.waiters.len()));
+        let lengths = lengths.chain(self.multi.iter().map(|(n, l)| (n, l.waiters.len())));
+        for (name, len) in lengths {
             if len == 0 || (top.len() == k && top.last().is_some_and(|(_, l)| *l >= len)) {
                 continue;
             }
@@ -1092,14 +1705,17 @@ impl LockTable {
     }
 
     fn lock_info(&self, name: &str, l: &Lock, waiters_shown: usize) -> LockState {
+        let holder = HolderState {
+            session: l.holder.session,
+            token: l.holder.token,
+            mode: Mode::Exclusive,
+            granted_at_ms: l.holder.granted_at_ms,
+            owner: self.owner_of(l.holder.session),
+        };
         LockState {
             name: name.to_owned(),
-            holder: Some(HolderState {
-                session: l.holder.session,
-                token: l.holder.token,
-                granted_at_ms: l.holder.granted_at_ms,
-                owner: self.owner_of(l.holder.session),
-            }),
+            holder: Some(holder.clone()),
+            holders: vec![holder],
             waiters: l.waiters.len() as u32,
             queue: l
                 .waiters
@@ -1107,8 +1723,40 @@ impl LockTable {
                 .take(waiters_shown)
                 .map(|w| WaiterState {
                     session: w.session,
+                    mode: Mode::Exclusive,
                     since_ms: w.since_ms,
                     owner: self.owner_of(w.session),
+                })
+                .collect(),
+        }
+    }
+
+    fn multi_info(&self, name: &str, l: &MultiLock, waiters_shown: usize) -> LockState {
+        let holders: Vec<HolderState> = l
+            .holders
+            .iter()
+            .map(|h| HolderState {
+                session: h.session,
+                token: h.token,
+                mode: h.mode,
+                granted_at_ms: h.granted_at_ms,
+                owner: self.owner_of(h.session),
+            })
+            .collect();
+        LockState {
+            name: name.to_owned(),
+            holder: holders.first().cloned(),
+            holders,
+            waiters: l.waiters.len() as u32,
+            queue: l
+                .waiters
+                .iter()
+                .take(waiters_shown)
+                .map(|w| WaiterState {
+                    session: w.waiter.session,
+                    mode: w.mode,
+                    since_ms: w.waiter.since_ms,
+                    owner: self.owner_of(w.waiter.session),
                 })
                 .collect(),
         }
@@ -1180,7 +1828,31 @@ impl LockTable {
     }
 
     pub fn lock_count(&self) -> usize {
-        self.locks.len()
+        self.names_in_use()
+    }
+
+    /// Whether this table can be written in snapshot format 7, which builds before issue #32
+    /// read: no name is used with several holders and no session remembers a rejection that
+    /// only format 8 has. Such a table's snapshot is byte for byte what those builds wrote.
+    pub(crate) fn fits_format_7(&self) -> bool {
+        self.multi.is_empty()
+            && self.sessions.values().all(|s| {
+                s.outcomes
+                    .values()
+                    .all(|o| !matches!(o, Outcome::Rejected(r) if r.since_format_8()))
+            })
+    }
+
+    /// The table as snapshot format 7 writes it (see `fits_format_7`).
+    pub(crate) fn as_format_7(&self) -> TableV7<'_> {
+        debug_assert!(self.fits_format_7());
+        TableV7 {
+            last_index: &self.last_index,
+            sessions: &self.sessions,
+            locks: &self.locks,
+            wait_ends: &self.wait_ends,
+            audit: &self.audit,
+        }
     }
 
     /// Where request `(session, seq)` stands, if the table knows it.
@@ -1245,6 +1917,9 @@ impl LockTable {
                 return Err(format!("{name}: a session waits twice"));
             }
         }
+        for (name, lock) in &self.multi {
+            self.check_multi(name, lock)?;
+        }
         for (id, s) in &self.sessions {
             if crate::groups::group_of_session(*id, self.shape.groups) != self.shape.group {
                 return Err(format!(
@@ -1271,18 +1946,25 @@ impl LockTable {
                 ));
             }
             for name in &s.held {
-                if self.locks.get(name).map(|l| l.holder.session) != Some(*id) {
+                let holds = match self.multi.get(name) {
+                    Some(l) => l.holders.iter().any(|h| h.session == *id),
+                    None => self.locks.get(name).map(|l| l.holder.session) == Some(*id),
+                };
+                if !holds {
                     return Err(format!("session {id}: records a hold of {name} it lacks"));
                 }
             }
         }
-        if held != self.locks.len() {
+        let grants: usize = self.multi.values().map(|l| l.holders.len()).sum();
+        if held != self.locks.len() + grants {
             return Err(format!(
-                "{held} holds recorded for {} locks",
+                "{held} holds recorded for {} locks and {grants} grants of names with \
+                 several holders",
                 self.locks.len()
             ));
         }
-        let queued: usize = self.locks.values().map(|l| l.waiters.len()).sum();
+        let queued: usize = self.locks.values().map(|l| l.waiters.len()).sum::<usize>()
+            + self.multi.values().map(|l| l.waiters.len()).sum::<usize>();
         if waiting != queued {
             return Err(format!("{waiting} waits recorded, {queued} queued"));
         }
@@ -1292,6 +1974,10 @@ impl LockTable {
                 .values()
                 .flat_map(|l| l.waiters.iter())
                 .any(|w| !self.wait_ends.contains(&(w.until_ms, w.session, w.seq)))
+            || self.multi.values().flat_map(|l| l.waiters.iter()).any(|w| {
+                let w = w.waiter;
+                !self.wait_ends.contains(&(w.until_ms, w.session, w.seq))
+            })
         {
             return Err("the index of wait ends disagrees with the queues".into());
         }
@@ -1304,12 +1990,138 @@ impl LockTable {
         if self.audit.len() > limits::AUDIT_RECORDS_MAX {
             return Err("the audit log over its limit".into());
         }
-        if self.sessions.len() > limits::SESSIONS_MAX || self.locks.len() > limits::LOCKS_MAX {
+        if self.sessions.len() > limits::SESSIONS_MAX || self.names_in_use() > limits::LOCKS_MAX {
             return Err("over a table limit".into());
         }
         let counted = self.count_bytes();
         if self.bytes != counted {
             return Err(format!("{} bytes accounted, {counted} counted", self.bytes));
+        }
+        Ok(())
+    }
+}
+
+impl LockTable {
+    /// The invariants of one name used with several holders (issue #32): its kind's rule
+    /// (never a reader beside a writer, never more holders than permits), tokens that never
+    /// decrease along the holders (strictly for permits and writers: only readers granted in
+    /// one entry share one), live and recorded holders and waiters, and a queue whose head
+    /// does not fit (no waiter left waiting that could be granted).
+    fn check_multi(&self, name: &Name, lock: &MultiLock) -> Result<(), String> {
+        if self.locks.contains_key(name) {
+            return Err(format!(
+                "{name}: both a mutex and a name with several holders"
+            ));
+        }
+        validate_stored_name(name).map_err(|e| format!("lock {name:?}: {e}"))?;
+        let group = crate::groups::group_of(name, self.shape.groups);
+        if group != self.shape.group {
+            return Err(format!(
+                "lock {name:?} belongs to group {group}, not to this table's {:?}",
+                self.shape
+            ));
+        }
+        if lock.holders.is_empty() {
+            return Err(format!("{name}: in use with no holder"));
+        }
+        let mode_fits_kind = |mode: Mode| mode.kind() == lock.kind;
+        if !lock.holders.iter().map(|h| h.mode).all(mode_fits_kind)
+            || !lock.waiters.iter().map(|w| w.mode).all(mode_fits_kind)
+        {
+            return Err(format!(
+                "{name}: a holder or waiter of another kind than {}",
+                lock.kind
+            ));
+        }
+        match lock.kind {
+            LockKind::Semaphore { permits } => {
+                if permits == 0 || permits as usize > limits::HOLDERS_PER_LOCK_MAX {
+                    return Err(format!("{name}: {permits} permits is out of range"));
+                }
+                if lock.holders.len() > permits as usize {
+                    return Err(format!(
+                        "{name}: {} holders of {permits} permits",
+                        lock.holders.len()
+                    ));
+                }
+                // Why a permit's token never passes its entry's index: each waiter can take
+                // at most one token, and came in an entry of its own after the last token's.
+                if lock.last_token + lock.waiters.len() as u64 > self.last_index {
+                    return Err(format!(
+                        "{name}: last token {} and {} waiters, past the last index {}",
+                        lock.last_token,
+                        lock.waiters.len(),
+                        self.last_index
+                    ));
+                }
+            }
+            LockKind::Lock => {
+                if lock.holders.len() > 1 && lock.holders.iter().any(|h| h.mode == Mode::Exclusive)
+                {
+                    return Err(format!("{name}: a writer beside another holder"));
+                }
+                if lock.holders.len() > limits::HOLDERS_PER_LOCK_MAX {
+                    return Err(format!("{name}: more readers than its limit"));
+                }
+            }
+        }
+        for pair in lock.holders.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            let shared_together =
+                a.token == b.token && a.mode == Mode::Shared && b.mode == Mode::Shared;
+            if a.token > b.token || (a.token == b.token && !shared_together) {
+                return Err(format!(
+                    "{name}: token {} granted after {}: tokens must increase",
+                    b.token, a.token
+                ));
+            }
+        }
+        let newest = lock.holders.last().expect("not empty").token;
+        if newest > lock.last_token || lock.last_token > self.last_index {
+            return Err(format!(
+                "{name}: holder token {newest}, last token {}, last index {}",
+                lock.last_token, self.last_index
+            ));
+        }
+        let mut ids: Vec<SessionId> = lock.holders.iter().map(|h| h.session).collect();
+        for h in &lock.holders {
+            let s = self
+                .sessions
+                .get(&h.session)
+                .ok_or_else(|| format!("{name}: holder session {} is not live", h.session))?;
+            if !s.held.contains(name) {
+                return Err(format!("{name}: holder's session does not record the hold"));
+            }
+        }
+        if lock.waiters.len() > limits::WAITERS_PER_LOCK_MAX {
+            return Err(format!("{name}: queue over its limit"));
+        }
+        for w in lock.waiters.iter().map(|w| w.waiter) {
+            let s = self
+                .sessions
+                .get(&w.session)
+                .ok_or_else(|| format!("{name}: waiter session {} not live", w.session))?;
+            if s.waiting.get(&w.seq).map(String::as_str) != Some(&**name) {
+                return Err(format!(
+                    "{name}: waiter {}/{} not recorded",
+                    w.session, w.seq
+                ));
+            }
+            ids.push(w.session);
+        }
+        let count = ids.len();
+        ids.sort();
+        ids.dedup();
+        if ids.len() != count {
+            return Err(format!("{name}: a session holds or waits twice"));
+        }
+        if let Some(head) = lock.waiters.front() {
+            if lock.fits(head.mode) {
+                return Err(format!(
+                    "{name}: waiter {}/{} could be granted but waits",
+                    head.waiter.session, head.waiter.seq
+                ));
+            }
         }
         Ok(())
     }
@@ -1605,6 +2417,116 @@ mod tests {
                     "{name}: the holder's session has its own copy of the name"
                 );
             }
+        }
+    }
+
+    /// A valid table with a read-write lock (readers 1 and 2 granted together under token 6, a
+    /// writer 3 and a reader 4 queued) and a semaphore of 2 (held by 3 and 4, 5 queued).
+    fn valid_multi() -> LockTable {
+        let mut t = LockTable::new();
+        let acquire = |i: u64, seq, name: &str, mode| Command {
+            now_ms: 0,
+            op: Op::AcquireWith {
+                session: SessionKey {
+                    id: SessionId(i),
+                    secret: i,
+                },
+                seq,
+                name: name.into(),
+                wait_ms: limits::WAIT_TIMEOUT_MS_MAX,
+                mode,
+            },
+        };
+        for i in 1..=5 {
+            t.apply(i, &create(1_000, i));
+        }
+        let r = Mode::Shared;
+        let sem = Mode::Permits(2);
+        t.apply(6, &acquire(1, 1, "L", r));
+        t.apply(7, &acquire(2, 1, "L", r));
+        t.apply(8, &acquire(3, 1, "L", Mode::Exclusive));
+        t.apply(9, &acquire(4, 1, "L", r));
+        t.apply(10, &acquire(3, 2, "S", sem));
+        t.apply(11, &acquire(4, 2, "S", sem));
+        t.apply(12, &acquire(5, 2, "S", sem));
+        t.check_invariants().expect("valid");
+        t
+    }
+
+    /// Each invariant of a name with several holders (issue #32), broken on its own.
+    #[test]
+    fn invariants_catch_broken_read_write_locks_and_semaphores() {
+        type Breaker = fn(&mut LockTable);
+        let breakers: [(&str, Breaker); 8] = [
+            ("a semaphore's tokens that could pass their entry", |t| {
+                t.multi.get_mut("S").unwrap().last_token = t.last_index;
+            }),
+            ("a reader beside a writer", |t| {
+                t.multi.get_mut("L").unwrap().holders[1].mode = Mode::Exclusive;
+            }),
+            ("more holders than permits", |t| {
+                t.multi.get_mut("S").unwrap().kind = LockKind::Semaphore { permits: 1 };
+                for w in t.multi.get_mut("S").unwrap().waiters.iter_mut() {
+                    w.mode = Mode::Permits(1);
+                }
+                for h in t.multi.get_mut("S").unwrap().holders.iter_mut() {
+                    h.mode = Mode::Permits(1);
+                }
+            }),
+            ("tokens that decrease", |t| {
+                let s = t.multi.get_mut("S").unwrap();
+                s.holders.swap(0, 1);
+            }),
+            ("two permits under one token", |t| {
+                let s = t.multi.get_mut("S").unwrap();
+                s.holders[1].token = s.holders[0].token;
+            }),
+            ("a waiter that could be granted", |t| {
+                // The writer's wait gone, the reader behind it fits beside the readers.
+                let l = t.multi.get_mut("L").unwrap();
+                let w = l.waiters.pop_front().unwrap().waiter;
+                t.wait_ends.remove(&(w.until_ms, w.session, w.seq));
+                t.sessions
+                    .get_mut(&w.session)
+                    .unwrap()
+                    .waiting
+                    .remove(&w.seq);
+                t.bytes -= waiter_bytes("L");
+            }),
+            (
+                "a reader queued ahead of the writer it arrived behind",
+                |t| {
+                    // FIFO, seen from the table alone: a head reader beside readers fits.
+                    t.multi.get_mut("L").unwrap().waiters.swap(0, 1);
+                },
+            ),
+            ("a name both a mutex and one with several holders", |t| {
+                let l = t.multi.get("S").unwrap().holders[0];
+                t.locks.insert(
+                    Name::from("S"),
+                    Lock {
+                        holder: Holder {
+                            session: l.session,
+                            token: l.token,
+                            granted_at_ms: 0,
+                        },
+                        waiters: Queue::default(),
+                    },
+                );
+            }),
+        ];
+        for (what, brk) in breakers {
+            let mut t = valid_multi();
+            brk(&mut t);
+            let e = t.check_invariants();
+            assert!(e.is_err(), "a table with {what} passed");
+            assert!(
+                matches!(
+                    decode_table(&encode_table(&t)),
+                    Err(DecodeError::Invalid(_))
+                ),
+                "a snapshot with {what} decoded"
+            );
         }
     }
 

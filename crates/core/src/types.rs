@@ -111,6 +111,59 @@ pub enum Op {
         by: Actor,
         reason: String,
     },
+    /// [`Op::Acquire`] in a [`Mode`] (issue #32): exclusive (what `Acquire` does), shared (a
+    /// reader of a read-write lock) or one of a semaphore's permits. A variant of its own, added
+    /// at the end, so that every entry written before it still decodes to the same command.
+    /// Core only: no leader proposes it yet.
+    AcquireWith {
+        session: SessionKey,
+        seq: u64,
+        name: String,
+        wait_ms: u64,
+        mode: Mode,
+    },
+}
+
+/// How an acquire takes its lock (issue #32). A name is used one way at a time while anyone
+/// holds or waits for it: as a lock (exclusive and shared holders: a read-write lock, of which
+/// a mutex is the case with no reader) or as a semaphore of a fixed number of permits.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// The only holder: a mutex, or a read-write lock's writer. What [`Op::Acquire`] takes.
+    Exclusive,
+    /// One of any number of holders that are all shared: a read-write lock's reader.
+    Shared,
+    /// One of the permits of a semaphore of this many (fixed by the acquire that finds the
+    /// name free, at most `limits::HOLDERS_PER_LOCK_MAX`).
+    Permits(u32),
+}
+
+/// What a name is used as while held or waited for (see [`Mode`]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LockKind {
+    /// A lock: one exclusive holder, or shared holders.
+    Lock,
+    /// A semaphore of this many permits.
+    Semaphore { permits: u32 },
+}
+
+impl Mode {
+    /// The kind of name this mode takes.
+    pub fn kind(self) -> LockKind {
+        match self {
+            Mode::Exclusive | Mode::Shared => LockKind::Lock,
+            Mode::Permits(permits) => LockKind::Semaphore { permits },
+        }
+    }
+}
+
+impl std::fmt::Display for LockKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockKind::Lock => f.write_str("a lock (exclusive or shared)"),
+            LockKind::Semaphore { permits } => write!(f, "a semaphore of {permits} permits"),
+        }
+    }
 }
 
 /// A client's description of who runs a session: shown by `status` and `list` next to the
@@ -222,9 +275,9 @@ impl Op {
     /// The (session, sequence number) that makes this command exactly-once, if any.
     pub fn request_id(&self) -> Option<(SessionId, u64)> {
         match self {
-            Op::Acquire { session, seq, .. } | Op::Release { session, seq, .. } => {
-                Some((session.id, *seq))
-            }
+            Op::Acquire { session, seq, .. }
+            | Op::AcquireWith { session, seq, .. }
+            | Op::Release { session, seq, .. } => Some((session.id, *seq)),
             Op::CancelWait { session, seq } => Some((session.id, *seq)),
             Op::CreateSession { .. }
             | Op::CreateOwnedSession { .. }
@@ -349,6 +402,37 @@ pub enum Rejection {
     /// of the others is unchanged.
     #[error("lock name has a control character at byte {at} (newlines, tabs and escapes are not allowed)")]
     NameControlCharacter { at: usize },
+    /// An acquire asked for a name as one kind while it is held or waited for as another
+    /// (issue #32): nothing changed; it can be taken as `asked` once it is free.
+    #[error("{name:?} is in use as {held}; it cannot be taken as {asked} until it is free")]
+    KindConflict {
+        name: String,
+        held: LockKind,
+        asked: LockKind,
+    },
+    /// A semaphore's permits are fixed by the acquire that found it free: an acquire asking
+    /// for another count is refused, changing nothing.
+    #[error("{name:?} is a semaphore of {permits} permits, not {asked}")]
+    PermitsConflict {
+        name: String,
+        permits: u32,
+        asked: u32,
+    },
+    #[error("a semaphore has 1 to {max} permits, not {permits}")]
+    PermitsOutOfRange { permits: u32, max: u32 },
+}
+
+impl Rejection {
+    /// Whether this rejection exists only since snapshot format 8 (issue #32): a table that
+    /// remembers one cannot be written in format 7, which older members read.
+    pub(crate) fn since_format_8(&self) -> bool {
+        matches!(
+            self,
+            Rejection::KindConflict { .. }
+                | Rejection::PermitsConflict { .. }
+                | Rejection::PermitsOutOfRange { .. }
+        )
+    }
 }
 
 /// A queued waiter that was granted the lock by this entry (a release, close or expiry handed
@@ -427,7 +511,10 @@ impl Applied {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct LockState {
     pub name: String,
+    /// The holder; of a lock with several (readers, permits), the first granted.
     pub holder: Option<HolderState>,
+    /// Every holder, in the order granted (issue #32): one for a mutex or a writer.
+    pub holders: Vec<HolderState>,
     pub waiters: u32,
     /// The first waiters in queue order (all of them from `describe`, at most
     /// `limits::LIST_WAITERS_SHOWN_MAX` from `list`).
@@ -438,6 +525,8 @@ pub struct LockState {
 pub struct HolderState {
     pub session: SessionId,
     pub token: u64,
+    /// How it holds the lock (exclusive, shared, or a permit of N).
+    pub mode: Mode,
     /// Leader wall-clock time of the grant (Unix ms); "held for" is measured from it.
     pub granted_at_ms: u64,
     /// The holder session's owner description, if its client gave one.
@@ -447,6 +536,8 @@ pub struct HolderState {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct WaiterState {
     pub session: SessionId,
+    /// How it asked for the lock.
+    pub mode: Mode,
     /// Leader wall-clock time the wait began (Unix ms); "waited for" is measured from it.
     pub since_ms: u64,
     pub owner: Option<SessionOwner>,

@@ -248,6 +248,7 @@ fn describe_shows_owners_grant_time_and_each_waiters_start() {
         l.queue,
         vec![WaiterState {
             session: SessionId(2),
+            mode: Mode::Exclusive,
             since_ms: 4_000,
             owner: Some(owner("web-4")),
         }]

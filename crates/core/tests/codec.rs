@@ -3,7 +3,9 @@
 
 mod support;
 
-use latchkey_core::codec::{decode_table, encode_table, DecodeError, SNAPSHOT_FORMAT_VERSION};
+use latchkey_core::codec::{
+    decode_table, encode_table, DecodeError, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_FORMAT_VERSION_V7,
+};
 use latchkey_core::*;
 use support::*;
 
@@ -30,7 +32,8 @@ fn busy_sim() -> TableDriver {
 fn a_snapshot_decodes_to_an_equal_table_that_behaves_the_same() {
     let mut sim = busy_sim();
     let bytes = sim.encoding();
-    assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION);
+    // A table that uses nothing of issue #32 is written in format 7, as before it.
+    assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION_V7);
     let restored = decode_table(&bytes).expect("decodes");
     assert_eq!(restored, sim.table);
     assert_eq!(encode_table(&restored), bytes);
@@ -103,6 +106,48 @@ mod hostile_input {
     use super::*;
     use proptest::prelude::*;
 
+    fn format_8_table() -> Vec<u8> {
+        let mut t = LockTable::new();
+        let key = |i| SessionKey {
+            id: SessionId(i),
+            secret: i,
+        };
+        let take = |i, name: &str, mode| Command {
+            now_ms: 1_000,
+            op: Op::AcquireWith {
+                session: key(i),
+                seq: 1,
+                name: name.into(),
+                wait_ms: 60_000,
+                mode,
+            },
+        };
+        for i in 1..=4 {
+            t.apply(
+                i,
+                &Command {
+                    now_ms: 0,
+                    op: Op::CreateSession {
+                        ttl_ms: 5_000,
+                        secret: i,
+                    },
+                },
+            );
+        }
+        t.apply(5, &take(1, "cfg", Mode::Shared));
+        t.apply(6, &take(2, "cfg", Mode::Shared));
+        t.apply(7, &take(3, "cfg", Mode::Exclusive));
+        t.apply(8, &take(4, "jobs", Mode::Permits(1)));
+        let mut more = take(1, "jobs", Mode::Permits(1));
+        if let Op::AcquireWith { seq, .. } = &mut more.op {
+            *seq = 2;
+        }
+        t.apply(9, &more);
+        let bytes = encode_table(&t);
+        assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION);
+        bytes
+    }
+
     fn mutate(mut bytes: Vec<u8>, edits: &[(usize, u8, u8)]) -> Vec<u8> {
         for &(at, kind, value) in edits {
             if bytes.is_empty() {
@@ -128,6 +173,18 @@ mod hostile_input {
             edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..8)
         ) {
             let bytes = mutate(busy_sim().encoding(), &edits);
+            if let Ok(table) = decode_table(&bytes) {
+                prop_assert!(table.check_invariants().is_ok());
+            }
+        }
+
+        /// The same for a snapshot in format 8 (issue #32: a read-write lock with readers and
+        /// a queued writer, a semaphore with a queue).
+        #[test]
+        fn a_mutated_format_8_snapshot_decodes_to_a_valid_table_or_an_error(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..8)
+        ) {
+            let bytes = mutate(format_8_table(), &edits);
             if let Ok(table) = decode_table(&bytes) {
                 prop_assert!(table.check_invariants().is_ok());
             }

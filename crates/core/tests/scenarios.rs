@@ -516,19 +516,23 @@ fn describe_reports_holder_token_grant_time_and_waiters() {
         step(3, acq("a", 1, "L"), granted(3)),
         step(4, acq("b", 1, "L"), queued(1)),
     ]);
+    let first = HolderState {
+        session: SessionId(1),
+        token: 3,
+        mode: Mode::Exclusive,
+        granted_at_ms: now_ms_at(3),
+        owner: None,
+    };
     assert_eq!(
         sim.table.describe("L"),
         Some(LockState {
             name: "L".into(),
-            holder: Some(HolderState {
-                session: SessionId(1),
-                token: 3,
-                granted_at_ms: now_ms_at(3),
-                owner: None,
-            }),
+            holder: Some(first.clone()),
+            holders: vec![first],
             waiters: 1,
             queue: vec![WaiterState {
                 session: SessionId(2),
+                mode: Mode::Exclusive,
                 since_ms: now_ms_at(4),
                 owner: None,
             }],
@@ -543,6 +547,7 @@ fn describe_reports_holder_token_grant_time_and_waiters() {
         Some(HolderState {
             session: SessionId(2),
             token: 9,
+            mode: Mode::Exclusive,
             granted_at_ms: now_ms_at(9),
             owner: None,
         })

@@ -21,13 +21,39 @@ fn key(id: u64) -> SessionKey {
 /// that they collide: holds, queues, hand-overs, refusals for room.
 #[derive(Clone, Debug)]
 enum Step {
-    Create { owner: Option<u8> },
-    Acquire { session: u8, name: u8, wait: bool },
-    Release { session: u8, name: u8 },
-    Close { session: u8 },
-    Expire { session: u8 },
-    Cancel { session: u8, back: u8 },
+    Create {
+        owner: Option<u8>,
+    },
+    Acquire {
+        session: u8,
+        name: u8,
+        wait: bool,
+    },
+    Release {
+        session: u8,
+        name: u8,
+    },
+    Close {
+        session: u8,
+    },
+    Expire {
+        session: u8,
+    },
+    Cancel {
+        session: u8,
+        back: u8,
+    },
     ExpireWaits,
+    /// Issue #32: a reader (`permits` 0) or a permit of a semaphore of `permits`.
+    AcquireWith {
+        session: u8,
+        name: u8,
+        wait: bool,
+        permits: u8,
+    },
+    ForceRelease {
+        name: u8,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -40,6 +66,9 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0u8..6).prop_map(|session| Step::Expire { session }),
         1 => (0u8..6, 0u8..4).prop_map(|(session, back)| Step::Cancel { session, back }),
         1 => Just(Step::ExpireWaits),
+        4 => (0u8..6, 0u8..6, any::<bool>(), 0u8..3)
+            .prop_map(|(session, name, wait, permits)| Step::AcquireWith { session, name, wait, permits }),
+        1 => (0u8..6).prop_map(|name| Step::ForceRelease { name }),
     ]
 }
 
@@ -58,8 +87,12 @@ fn check(t: &LockTable, index: u64) -> Result<(), TestCaseError> {
         t.bytes_max()
     );
     let encoded = encode_table(t);
+    // The audit log is outside the budget (bounded on its own, `limits::AUDIT_BYTES_MAX`): an
+    // operator's force-release must work in a full table.
+    let audit: Vec<&AuditRecord> = t.audit().collect();
+    let audit_bytes = postcard::to_stdvec(&audit).expect("encodes").len();
     prop_assert!(
-        encoded.len() <= t.bytes() + TABLE_HEADER_BYTES_MAX,
+        encoded.len() <= t.bytes() + TABLE_HEADER_BYTES_MAX + audit_bytes,
         "after entry {index}: a snapshot of {} bytes for {} accounted",
         encoded.len(),
         t.bytes()
@@ -117,12 +150,28 @@ proptest! {
                     seq: seq.saturating_sub(back as u64 + 1),
                 },
                 Step::ExpireWaits => Op::ExpireWaits,
+                Step::AcquireWith { session, name: n, wait, permits } => Op::AcquireWith {
+                    session: key(sid(session)),
+                    seq,
+                    name: name(n),
+                    wait_ms: if wait { 1_000 } else { 0 },
+                    mode: match permits {
+                        0 => Mode::Shared,
+                        p => Mode::Permits(p as u32 + 1),
+                    },
+                },
+                Step::ForceRelease { name: n } => Op::ForceRelease {
+                    name: name(n),
+                    token: None,
+                    by: Actor::default(),
+                    reason: "room".into(),
+                },
             };
             let before = t.bytes();
             let shrinking = matches!(
                 op,
                 Op::Release { .. } | Op::CloseSession { .. } | Op::ExpireSessions { .. }
-                    | Op::CancelWait { .. } | Op::ExpireWaits
+                    | Op::CancelWait { .. } | Op::ExpireWaits | Op::ForceRelease { .. }
             );
             let applied = t.apply(index, &Command { now_ms, op: op.clone() });
             // Closes, releases, cancels and expiries never need room, and never grow the table.
@@ -140,7 +189,10 @@ proptest! {
             if let Outcome::SessionCreated { id, .. } = applied.outcome {
                 created.push(id.0);
             }
-            if let (Op::Acquire { session, name: n, .. }, Outcome::Granted { token }) = (&op, &applied.outcome) {
+            if let (
+                Op::Acquire { session, name: n, .. } | Op::AcquireWith { session, name: n, .. },
+                Outcome::Granted { token },
+            ) = (&op, &applied.outcome) {
                 let n = (0..6u8).find(|i| name(*i) == *n).expect("generated");
                 tokens.insert((session.id.0, n), *token);
             }
@@ -295,4 +347,75 @@ impl RejectionText for Outcome {
             other => format!("{other:?}"),
         }
     }
+}
+
+/// Issue #32: a reader or a permit beside a holder needs room for its grant, and a reader that
+/// queues behind a mutex's holder room for its wait and the holder's grant; refused, nothing
+/// changes. Handing on what a release frees never needs room.
+#[test]
+fn a_full_table_refuses_readers_and_permits_and_a_release_hands_on_without_room() {
+    let mut t = LockTable::new();
+    for i in 1..=3 {
+        apply(
+            &mut t,
+            i,
+            Op::CreateSession {
+                ttl_ms: 5_000,
+                secret: i,
+            },
+        );
+    }
+    let take = |who, seq, name: &str, mode| Op::AcquireWith {
+        session: key(who),
+        seq,
+        name: name.into(),
+        wait_ms: 60_000,
+        mode,
+    };
+    let sem = Mode::Permits(2);
+    assert_eq!(
+        apply(&mut t, 4, take(1, 1, "s", sem)),
+        Outcome::Granted { token: 4 }
+    );
+    assert_eq!(
+        apply(&mut t, 5, take(1, 2, "m", Mode::Exclusive)),
+        Outcome::Granted { token: 5 }
+    );
+    // Exactly full: no room for a second permit's grant, nor for a reader behind "m".
+    t.set_bytes_max(t.bytes());
+    let before = t.clone();
+    for (index, op) in [
+        (6, take(2, 1, "s", sem)),
+        (7, take(2, 2, "m", Mode::Shared)),
+    ] {
+        assert!(
+            matches!(
+                apply(&mut t, index, op),
+                Outcome::Rejected(Rejection::TableFull { .. })
+            ),
+            "entry {index}"
+        );
+    }
+    assert_eq!(t.describe("s"), before.describe("s"));
+    assert_eq!(t.describe("m"), before.describe("m"));
+    // With room, the second permit is granted and a third acquire waits.
+    t.set_bytes_max(usize::MAX);
+    assert_eq!(
+        apply(&mut t, 8, take(2, 3, "s", sem)),
+        Outcome::Granted { token: 5 }
+    );
+    assert_eq!(
+        apply(&mut t, 9, take(3, 1, "s", sem)),
+        Outcome::Queued { position: 1 }
+    );
+    t.set_bytes_max(t.bytes());
+    let release = Op::Release {
+        session: key(1),
+        seq: 3,
+        name: "s".into(),
+        token: 4,
+    };
+    assert_eq!(apply(&mut t, 10, release), Outcome::Released);
+    assert_eq!(t.describe("s").unwrap().holders.len(), 2);
+    assert!(t.bytes() <= t.bytes_max());
 }

@@ -102,6 +102,17 @@ impl fmt::Display for LogCommand {
                 write!(f, "ForceRelease({name:?}, token={token:?})")
             }
             Op::RevokeSession { session, .. } => write!(f, "RevokeSession({session})"),
+            Op::AcquireWith {
+                session,
+                seq,
+                name,
+                wait_ms,
+                mode,
+            } => write!(
+                f,
+                "AcquireWith({}#{seq}, {name:?}, wait_ms={wait_ms}, {mode:?})",
+                session.id
+            ),
         }
     }
 }
