@@ -110,6 +110,9 @@ impl ApiError {
                 Rejection::LockNotHeld { .. } => "lock-not-held",
                 Rejection::TokenMismatch { .. } => "token-mismatch",
                 Rejection::TableFull { .. } => "table-full",
+                Rejection::KindConflict { .. } => "kind-conflict",
+                Rejection::PermitsConflict { .. } => "permits-conflict",
+                Rejection::PermitsOutOfRange { .. } => "permits-out-of-range",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -139,7 +142,8 @@ impl ApiError {
                 | Rejection::NameControlCharacter { .. }
                 | Rejection::TtlOutOfRange { .. }
                 | Rejection::FieldTooLong { .. }
-                | Rejection::ReasonEmpty => Code::InvalidArgument,
+                | Rejection::ReasonEmpty
+                | Rejection::PermitsOutOfRange { .. } => Code::InvalidArgument,
                 // Not NOT_FOUND: clients read that as "no such session".
                 Rejection::LockNotHeld { .. } | Rejection::TokenMismatch { .. } => {
                     Code::FailedPrecondition
@@ -154,7 +158,9 @@ impl ApiError {
                 | Rejection::AlreadyWaiting { .. }
                 | Rejection::RequestTooOld { .. }
                 | Rejection::UnknownRequest { .. }
-                | Rejection::SequenceReused { .. } => Code::FailedPrecondition,
+                | Rejection::SequenceReused { .. }
+                | Rejection::KindConflict { .. }
+                | Rejection::PermitsConflict { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::Membership(_)
