@@ -92,3 +92,67 @@ fn a_member_down_is_logged_once_each_way_and_json_lines_parse() {
         let _ = m.wait();
     }
 }
+
+/// Issue #33: a failover in a healthy cluster (the leader killed, the others elect) leaves no
+/// WARN line of openraft's own in the survivors' logs: its vote requests to the dead leader
+/// logged 600-character error chains ("while requesting vote, error: Unreachable node:
+/// tonic::status::Status ..."); the member's own "member N is unreachable" says it once.
+#[test]
+fn a_failover_logs_no_openraft_warnings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut members: Vec<Child> = (1..=3)
+        .map(|id| serve(id, &ports, tmp.path(), &[]))
+        .collect();
+    let leader = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(id) = (1..=3).find(|&id| log_of(tmp.path(), id).contains("became leader")) {
+                break id;
+            }
+            assert!(Instant::now() < deadline, "no leader elected");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let _ = members[leader - 1].kill();
+    let _ = members[leader - 1].wait();
+    let survivors: Vec<usize> = (1..=3).filter(|&id| id != leader).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !survivors
+        .iter()
+        .any(|&id| log_of(tmp.path(), id).contains("became leader"))
+    {
+        assert!(Instant::now() < deadline, "no new leader elected");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A second of the new term, in which the dead leader is still asked for votes and
+    // heartbeats.
+    std::thread::sleep(Duration::from_secs(1));
+    for &id in &survivors {
+        let log = log_of(tmp.path(), id);
+        let chatter: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("openraft"))
+            .collect();
+        assert!(chatter.is_empty(), "member {id}:\n{}", chatter.join("\n"));
+    }
+    // The new leader, which sends the dead one heartbeats, says it once instead.
+    wait_until_logged(
+        tmp.path(),
+        &survivors,
+        &format!("member {leader} is unreachable"),
+    );
+    for m in &mut members {
+        let _ = m.kill();
+        let _ = m.wait();
+    }
+}
+
+/// Waits (bounded) until one of `ids` logged `what`.
+fn wait_until_logged(dir: &std::path::Path, ids: &[usize], what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ids.iter().any(|&id| log_of(dir, id).contains(what)) {
+        assert!(Instant::now() < deadline, "none of {ids:?} logged {what:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
