@@ -1002,10 +1002,16 @@ mod tests {
     }
 
     #[test]
-    fn lock_without_command_or_with_bad_ttl_is_a_usage_error() {
+    fn lock_with_bad_ttl_or_wait_is_a_usage_error() {
+        // (`lock a` without COMMAND holds the lock until a signal: not a usage error.)
+        let cli = Cli::try_parse_from(["latchkey", "lock", "a"]).unwrap();
+        let Command::Lock(args) = cli.command else {
+            panic!("not lock")
+        };
+        assert!(args.command.is_empty());
         for argv in [
-            &["latchkey", "lock", "a"][..],
             &["latchkey", "lock", "--ttl", "100ms", "a", "--", "true"][..],
+            &["latchkey", "lock", "--wait", "-1s", "a", "--", "true"][..],
             &["latchkey", "lock", "--wait", "5", "a", "--", "true"][..],
         ] {
             let e = Cli::try_parse_from(argv).unwrap_err();

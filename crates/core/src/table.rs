@@ -1291,19 +1291,25 @@ impl LockTable {
         let lock = self.multi.get_mut(name).expect("in use");
         let g = lock.holders.remove(i);
         self.bytes -= limits::TABLE_GRANT_BYTES;
+        self.forget_hold(name, g.session, g.token, fx);
+        g
+    }
+
+    /// The holder `session`'s grant `token` of `name` ends: its session no longer records the
+    /// hold, and the change says it was released.
+    fn forget_hold(&mut self, name: &str, session: SessionId, token: u64, fx: &mut Applied) {
         let removed = self
             .sessions
-            .get_mut(&g.session)
+            .get_mut(&session)
             .expect("holder's session is live")
             .held
             .remove(name);
         assert!(removed, "{name}: holder's session does not record the hold");
         fx.changes.push(LockChange::Released {
             name: name.to_owned(),
-            session: g.session,
-            token: g.token,
+            session,
+            token,
         });
-        g
     }
 
     /// Takes request `seq` out of its queue; answers the lock's name. Of a name used with
@@ -1508,18 +1514,7 @@ impl LockTable {
     fn hand_over(&mut self, name: &str, index: u64, now_ms: u64, fx: &mut Applied) {
         let (key, lock) = self.locks.get_key_value(name).expect("held");
         let (key, old) = (key.clone(), lock.holder);
-        let removed = self
-            .sessions
-            .get_mut(&old.session)
-            .expect("holder's session is live")
-            .held
-            .remove(name);
-        assert!(removed, "{name}: holder's session does not record the hold");
-        fx.changes.push(LockChange::Released {
-            name: name.to_owned(),
-            session: old.session,
-            token: old.token,
-        });
+        self.forget_hold(name, old.session, old.token, fx);
         // The first waiter whose wait has not ended gets the lock; the ones before it leave the
         // queue not granted, as an `ExpireWaits` would have made them.
         let next = loop {
