@@ -41,28 +41,30 @@
 //! - `member_addr`: a member's recorded address, `CLIENT` or `CLIENT/PEER` (`--peer-listen`).
 //! - `error`: the one place server errors become gRPC statuses and HTTP API JSON errors.
 
-pub mod acl;
-pub mod backup;
+mod access;
+mod api;
 pub mod clock;
-pub mod cross_site;
+mod cluster;
 mod error;
-pub mod groups;
-pub mod http;
-mod leader_contact;
-pub mod leases;
-pub mod member_addr;
-mod metrics;
+mod lease;
 mod node;
-mod ops;
-mod peer;
-pub mod peer_auth;
+mod observe;
 pub mod probe;
-pub mod refusals;
 pub mod reload;
-mod service;
-pub mod tls;
-mod waiters;
-mod watch;
+
+// The public paths other crates and the tests use, kept as they were before the folders: each
+// module lives in the folder of its part, and is named here once.
+pub use access::{acl, tls};
+pub use api::{cross_site, http};
+pub use cluster::{member_addr, peer_auth};
+pub use lease::leases;
+pub use node::{backup, groups};
+pub use observe::refusals;
+
+use api::service;
+use cluster::peer;
+use node::ops;
+use observe::metrics;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -88,7 +90,7 @@ pub use peer::{snapshot_chunks, PeerConnector, SharedPeerConnector, TcpPeerConne
 /// only ever receives these from the network, through `RaftPeer`'s admission checks.
 #[doc(hidden)]
 pub mod peer_wire {
-    pub use crate::peer::{encode, snapshot_chunks, AppendFrame, Ballot};
+    pub use crate::cluster::peer::{encode, snapshot_chunks, AppendFrame, Ballot};
 }
 pub use probe::{NoProbe, Plant, Probe, ProbeEvent, SharedProbe};
 

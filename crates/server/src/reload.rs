@@ -14,8 +14,8 @@ use std::time::Duration;
 use latchkey_core::limits;
 use tokio_util::sync::CancellationToken;
 
-use crate::acl::AclPolicy;
-use crate::tls::ServerTls;
+use crate::access::acl::AclPolicy;
+use crate::access::tls::ServerTls;
 use crate::ServerConfig;
 
 /// The reloadable parts of a member's configuration.

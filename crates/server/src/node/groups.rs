@@ -18,10 +18,10 @@ use std::sync::Arc;
 
 use latchkey_core::{group_of, group_of_session, limits, IdentityUsage, SessionId, SessionKey};
 
+use crate::cluster::member_addr::MemberAddr;
 use crate::error::{ApiError, GroupError};
-use crate::member_addr::MemberAddr;
+use crate::node::ops::SessionLease;
 use crate::node::Node;
-use crate::ops::SessionLease;
 use crate::probe::ProbeEvent;
 
 /// What a keepalive carrying sessions of several groups got ([`Groups::keep_alive`]).
@@ -183,7 +183,7 @@ impl Groups {
     }
 
     /// Whether this member should get client traffic: it belongs to at least one group, and
-    /// every group it belongs to is ready ([`crate::ops::NodeStatus::readiness`]).
+    /// every group it belongs to is ready ([`crate::node::ops::NodeStatus::readiness`]).
     pub fn readiness(&self) -> Result<(), String> {
         let mut belonging = 0;
         for node in self.belonging() {
@@ -255,7 +255,7 @@ impl Groups {
             authorize(self.first(), &[])?;
         }
         // The limit holds for the whole request, not only for each group's share of it.
-        crate::ops::check_keepalive_len(keys.len()).map_err(GroupError::of_cluster)?;
+        crate::node::ops::check_keepalive_len(keys.len()).map_err(GroupError::of_cluster)?;
         let renewals = by_group.iter().map(|(g, (keys, _))| {
             let node = serving[g].clone();
             async move {

@@ -1,3 +1,14 @@
+//! The node and its groups: the domain layer between the APIs and the Raft log.
+//!
+//! - this file: [`Node`], one member of one Raft group (below).
+//! - [`ops`]: the node's operations in domain types (propose, linearizable read, acquire,
+//!   keepalive, status), which both APIs and the lease task call.
+//! - [`groups`]: with `--groups G`, one `Node` per group and which group a request goes to.
+//! - [`backup`]: the backup file of a group's table, and the restore that seeds a new data dir.
+//!
+//! Depends on the cluster (peers), leases and waiters, access control and `observe`; must not
+//! depend on the APIs (`crate::api`), which depend on it.
+//!
 //! One member of a Raft group: storage, the openraft node, the lease table, and the leader's
 //! duties (restarting leases on election, proposing expiries).
 //!
@@ -29,6 +40,10 @@
 //! [`Node::compact_log`] (only for a log shared by groups) and [`Node::rebalance_leadership`]
 //! (only with several groups).
 
+pub mod backup;
+pub mod groups;
+pub mod ops;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -38,7 +53,7 @@ use latchkey_core::{limits, GroupShape, Op, Outcome, SessionId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 use latchkey_log_store::{LogStore, LogStoreError, Migrated};
 use latchkey_raft::{LockStateMachine, Raft, StateHandle, TypeConfig};
 use openraft::async_runtime::WatchReceiver;
@@ -46,12 +61,12 @@ use openraft::{BasicNode, ReadPolicy, ServerState};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{SharedClock, SharedEntropy};
-use crate::leases::Leases;
-use crate::member_addr::MemberAddr;
-use crate::peer::AddressBook;
-use crate::peer_auth::ClusterId;
+use crate::cluster::member_addr::MemberAddr;
+use crate::cluster::peer::AddressBook;
+use crate::cluster::peer_auth::ClusterId;
+use crate::lease::leases::Leases;
+use crate::lease::waiters::{Observer, Waiters};
 use crate::probe::ProbeEvent;
-use crate::waiters::{Observer, Waiters};
 use crate::{NodeEnv, ServerConfig};
 
 /// The log storage a node runs on: openraft's log storage plus a little durable metadata. The
@@ -302,7 +317,7 @@ pub(crate) fn founder_record(
 }
 
 /// What the groups of one member share: its metrics, the token that ends its serving, and
-/// the member's [`Groups`](crate::groups::Groups).
+/// the member's [`Groups`](crate::node::groups::Groups).
 #[derive(Clone)]
 pub struct MemberShared {
     pub metrics: Arc<Metrics>,
@@ -314,7 +329,7 @@ pub struct MemberShared {
 
 /// A group's way to its member's other groups (an identity's quotas are counted over them,
 /// `Node::identity_usage`): weak, since the `Groups` holds the nodes.
-pub type MemberGroups = Arc<std::sync::OnceLock<std::sync::Weak<crate::groups::Groups>>>;
+pub type MemberGroups = Arc<std::sync::OnceLock<std::sync::Weak<crate::node::groups::Groups>>>;
 
 impl MemberShared {
     pub fn new() -> MemberShared {
@@ -344,20 +359,20 @@ pub struct Node {
     pub metrics: Arc<Metrics>,
     pub probe: crate::SharedProbe,
     /// Who may send this member peer messages, and how it signs its own.
-    pub peer_auth: Arc<crate::peer_auth::PeerAuth>,
+    pub peer_auth: Arc<crate::cluster::peer_auth::PeerAuth>,
     /// The cluster this member belongs to (its data dir's record).
     pub cluster: ClusterId,
     /// Where the peer network dials each member; `follow_membership` keeps it in step with the
     /// Raft membership.
     pub peer_book: AddressBook,
     /// This member's recent lock changes and its watch streams.
-    pub watch: Arc<crate::watch::WatchHub>,
+    pub watch: Arc<crate::observe::watch::WatchHub>,
     /// The successor this group's leader named (a leader transfer), shared by the group's
     /// peer network and peer service (`peer::Succession`).
-    pub succession: Arc<crate::peer::Succession>,
+    pub succession: Arc<crate::cluster::peer::Succession>,
     /// When this member last heard from the group's leader (stamped by the group's peer
     /// service); a quiet watch stream ends on a member without one (`Node::out_of_touch_for`).
-    pub leader_contact: Arc<crate::leader_contact::LeaderContact>,
+    pub leader_contact: Arc<crate::cluster::leader_contact::LeaderContact>,
     /// With replica subsets (`--replicas`): the members that founded this group, its
     /// founder first, with their founding client addresses (`replicas_of` over the founding
     /// list). Empty with every member in every group, and on a member that joined (it was
@@ -636,7 +651,7 @@ impl Node {
         log_store.observe_commits(Box::new(move |took| {
             fsync_seconds.observe(took.as_secs_f64())
         }));
-        let watch = Arc::new(crate::watch::WatchHub::default());
+        let watch = Arc::new(crate::observe::watch::WatchHub::default());
         let observer = Arc::new(Observer {
             waiters: waiters.clone(),
             leases: leases.clone(),
@@ -667,7 +682,7 @@ impl Node {
         }
 
         let peer_auth = Arc::new(
-            crate::peer_auth::PeerAuth::with_table_bytes_max(
+            crate::cluster::peer_auth::PeerAuth::with_table_bytes_max(
                 config.id,
                 record.cluster.clone(),
                 config.table_bytes_max,
@@ -688,12 +703,12 @@ impl Node {
                 .validate()
                 .map_err(|e| StartError::Raft(e.to_string()))?,
         );
-        let succession = Arc::new(crate::peer::Succession::default());
+        let succession = Arc::new(crate::cluster::peer::Succession::default());
         let held_back = log_store.held_back();
         let raft = Raft::new(
             config.id,
             raft_config,
-            crate::peer::PeerNetwork {
+            crate::cluster::peer::PeerNetwork {
                 succession: succession.clone(),
                 connector: env.connector.clone(),
                 auth: peer_auth.clone(),

@@ -43,13 +43,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use crate::acl::{Caller, Need, Permission};
-use crate::cross_site::{self, CrossSite};
+use crate::access::acl::{Caller, Need, Permission};
+use crate::access::tls::{self, ServerTls};
+use crate::api::cross_site::{self, CrossSite};
 use crate::error::{ApiError, ErrorBody, GroupError};
-use crate::groups::Groups;
+use crate::node::groups::Groups;
+use crate::node::ops::{Acquired, Credentials, Held, LockView, NodeStatus, Waiting};
 use crate::node::Node;
-use crate::ops::{Acquired, Credentials, Held, LockView, NodeStatus, Waiting};
-use crate::tls::{self, ServerTls};
 
 /// Every route of the HTTP API: (method, path). The router serves exactly these, and
 /// `docs/openapi.json` documents exactly these (`cli/tests/http_api.rs`).
@@ -76,7 +76,7 @@ pub(crate) fn serves(method: &axum::http::Method, path: &str) -> bool {
 }
 
 /// The API's description, served at `GET /v1/openapi.json`.
-const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
 
 /// The web page (`GET /ui`) and its script (`GET /ui/app.js`): static, no data of their own;
 /// the script reads the routes above with the viewer's credentials (see `ui/app.js`).
@@ -919,7 +919,7 @@ fn group_status_json(group: u32, s: NodeStatus) -> GroupStatusJson {
             .iter()
             .find(|(id, _)| *id == leader)
             .map(|(_, addr)| {
-                crate::member_addr::MemberAddr::split(addr)
+                crate::cluster::member_addr::MemberAddr::split(addr)
                     .client
                     .to_owned()
             })

@@ -26,13 +26,13 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::{ReadPolicy, ServerState};
 use tokio::sync::oneshot;
 
-use crate::acl::{Acl, Caller, Identity, Need, Refusal};
+use crate::access::acl::{Acl, Caller, Identity, Need, Refusal};
+use crate::cluster::member_addr::MemberAddr;
 use crate::error::ApiError;
-use crate::leases::Renew;
-use crate::member_addr::MemberAddr;
-use crate::metrics::Gauges;
+use crate::lease::leases::Renew;
+use crate::lease::waiters::{Slot, WaitEnd};
 use crate::node::{Node, RenewRequest};
-use crate::waiters::{Slot, WaitEnd};
+use crate::observe::metrics::Gauges;
 
 /// How an Acquire call ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1096,7 +1096,7 @@ impl Node {
     /// `last_quorum_acked`), or always as its group's only voter; anyone else while the
     /// leader's appends reach it (`LeaderContact`). A member removed from the group, which
     /// Raft never tells, or cut off from the rest is out of touch however sure it is of its
-    /// leader, and a watch through it ends ([`crate::watch::WatchHub::watch`]).
+    /// leader, and a watch through it ends ([`crate::observe::watch::WatchHub::watch`]).
     pub fn out_of_touch_for(&self) -> Option<Duration> {
         let silent = {
             let m = self.raft.metrics();

@@ -42,7 +42,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
-use crate::refusals::{Reason, Refusals};
+use crate::observe::refusals::{Reason, Refusals};
 
 /// What a role grants on a lock-name prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
