@@ -268,11 +268,11 @@ pub struct GroupError {
 }
 
 impl GroupError {
-    /// `error` of `node`'s group.
-    pub fn of(node: &crate::node::Node, error: ApiError) -> GroupError {
+    /// `error` of the group `shape` (a node's `Node::shape`).
+    pub fn of(shape: latchkey_core::GroupShape, error: ApiError) -> GroupError {
         GroupError {
             error,
-            group: Some((node.shape.group, node.shape.groups)),
+            group: Some((shape.group, shape.groups)),
         }
     }
 

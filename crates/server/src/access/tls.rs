@@ -276,7 +276,7 @@ impl ServerTls {
         pair.certified
             .cert
             .first()
-            .map(crate::access::acl::cert_names)
+            .map(crate::certificate::cert_names)
             .unwrap_or_default()
     }
 

@@ -291,7 +291,7 @@ fn authorize(
 
 /// An operation's error at `node`: of its group.
 fn in_group(node: &Node) -> impl FnOnce(ApiError) -> GroupError + '_ {
-    move |e| GroupError::of(node, e)
+    move |e| GroupError::of(node.shape, e)
 }
 
 /// A session as JSON: the secret is a decimal string, since a 64-bit secret is beyond the

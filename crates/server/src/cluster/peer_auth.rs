@@ -288,7 +288,7 @@ impl PeerAuth {
         let want = member_certificate_name(from);
         let names = peer_certs
             .and_then(|c| c.first())
-            .map(crate::access::acl::cert_names)
+            .map(crate::certificate::cert_names)
             .unwrap_or_default();
         if names.contains(&want) {
             Ok(())

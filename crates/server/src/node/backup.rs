@@ -355,7 +355,7 @@ pub async fn restore(
     let mut restored: Option<Restored> = None;
     for ((group, (header, table)), log) in (0..).zip(images).zip(&mut logs) {
         // Where `serve --groups` keeps group `group` (`ServerConfig::for_group`).
-        let dir = crate::group_data_dir(data_dir, group);
+        let dir = crate::config::group_data_dir(data_dir, group);
         let voters: BTreeMap<u64, String> =
             latchkey_core::groups::replicas_of(group, members.keys().copied(), replicas)
                 .into_iter()
@@ -641,7 +641,7 @@ mod tests {
         assert!(!data.join(node::RESTORE_MARKER).exists());
 
         let mut config =
-            crate::ServerConfig::single(1, "127.0.0.1:7420".parse().unwrap(), data.clone());
+            crate::config::ServerConfig::single(1, "127.0.0.1:7420".parse().unwrap(), data.clone());
         config.groups = 2;
         std::fs::write(data.join(node::RESTORE_MARKER), b"").unwrap();
         match node::Node::open_log_stores(&config) {

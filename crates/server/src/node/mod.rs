@@ -49,7 +49,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use latchkey_core::{limits, GroupShape, Op, Outcome, SessionId};
+use latchkey_core::{limits, GroupShape, IdentityUsage, Op, Outcome, SessionId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
@@ -64,10 +64,10 @@ use crate::clock::{SharedClock, SharedEntropy};
 use crate::cluster::member_addr::MemberAddr;
 use crate::cluster::peer::AddressBook;
 use crate::cluster::peer_auth::ClusterId;
+use crate::config::{NodeEnv, ServerConfig};
 use crate::lease::leases::Leases;
 use crate::lease::waiters::{Observer, Waiters};
 use crate::probe::ProbeEvent;
-use crate::{NodeEnv, ServerConfig};
 
 /// The log storage a node runs on: openraft's log storage plus a little durable metadata. The
 /// segment log store is the real one; a simulation supplies one that can lose unsynced writes.
@@ -263,7 +263,7 @@ pub(crate) fn open_member_logs(
     let mut own = BTreeMap::new();
     let mut sharing = Vec::new();
     for group in 0..groups {
-        let dir = crate::group_data_dir(data_dir, group);
+        let dir = crate::config::group_data_dir(data_dir, group);
         // An error reading the dir is not taken for "no log of its own": that could open the
         // group empty in the shared log beside the log it has.
         let has = |name: &str| {
@@ -317,7 +317,7 @@ pub(crate) fn founder_record(
 }
 
 /// What the groups of one member share: its metrics, the token that ends its serving, and
-/// the member's [`Groups`](crate::node::groups::Groups).
+/// the member's [`Groups`](groups::Groups).
 #[derive(Clone)]
 pub struct MemberShared {
     pub metrics: Arc<Metrics>,
@@ -329,7 +329,14 @@ pub struct MemberShared {
 
 /// A group's way to its member's other groups (an identity's quotas are counted over them,
 /// `Node::identity_usage`): weak, since the `Groups` holds the nodes.
-pub type MemberGroups = Arc<std::sync::OnceLock<std::sync::Weak<crate::node::groups::Groups>>>;
+pub type MemberGroups = Arc<std::sync::OnceLock<std::sync::Weak<dyn OtherGroups>>>;
+
+/// What a group's node asks of its member's other groups: implemented by
+/// [`Groups`](groups::Groups), which holds the nodes, so that the node does not depend on it.
+pub trait OtherGroups: Send + Sync {
+    /// What `identity` holds in the tables of the member's groups other than `except`.
+    fn identity_usage_besides(&self, except: u32, identity: &str) -> IdentityUsage;
+}
 
 impl MemberShared {
     pub fn new() -> MemberShared {
@@ -357,7 +364,7 @@ pub struct Node {
     /// Keepalives of marked sessions go to the lease task, which writes their renewal.
     pub renewals: mpsc::Sender<RenewRequest>,
     pub metrics: Arc<Metrics>,
-    pub probe: crate::SharedProbe,
+    pub probe: crate::probe::SharedProbe,
     /// Who may send this member peer messages, and how it signs its own.
     pub peer_auth: Arc<crate::cluster::peer_auth::PeerAuth>,
     /// The cluster this member belongs to (its data dir's record).
@@ -1460,7 +1467,7 @@ mod tests {
             assert_eq!(logs[0].read_meta("k").unwrap(), None);
         }
         for g in 1..3 {
-            assert!(!crate::group_data_dir(fresh.path(), g)
+            assert!(!crate::config::group_data_dir(fresh.path(), g)
                 .join(LOG_DIR)
                 .exists());
         }
@@ -1477,7 +1484,7 @@ mod tests {
 
         // The older layout: group 1 with `group-1/raft-log`.
         let old = tempfile::tempdir().unwrap();
-        let own = crate::group_data_dir(old.path(), 1).join(LOG_DIR);
+        let own = crate::config::group_data_dir(old.path(), 1).join(LOG_DIR);
         LogStore::<TypeConfig>::open(&own)
             .unwrap()
             .write_meta("k", b"old one")
@@ -1502,7 +1509,9 @@ mod tests {
             logs[2].read_meta("k").unwrap().as_deref(),
             Some(&b"two"[..])
         );
-        assert!(!crate::group_data_dir(old.path(), 2).join(LOG_DIR).exists());
+        assert!(!crate::config::group_data_dir(old.path(), 2)
+            .join(LOG_DIR)
+            .exists());
     }
 
     /// A data dir of a build before the segment log holds `raft-log.redb`: the first open moves

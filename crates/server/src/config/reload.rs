@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access::acl::AclPolicy;
 use crate::access::tls::ServerTls;
-use crate::ServerConfig;
+use crate::config::ServerConfig;
 
 /// The reloadable parts of a member's configuration.
 #[derive(Debug, Clone)]
