@@ -1,45 +1,38 @@
 //! The latchkey server: one member of a Raft group serving the lock API.
 //!
-//! Layout:
-//! - [`run`] serves a node on a TCP listener until a shutdown signal; tests call it directly.
-//!   [`run_with`] is the one entry point beneath it, with the connections, the environment and
-//!   the log store supplied (the simulation's). Both take a [`ValidConfig`]: a configuration is
-//!   checked once, where it is built. `run_with` returns an error when a group's Raft core
-//!   stops on its own (a storage failure), so the process exits rather than lingers.
-//! - `groups`: with `--groups G` a member runs one `Node` per Raft group, sharing one
-//!   `MemberShared` (metrics, the shutdown token); [`groups::Groups`] sends each request to
-//!   its lock's or session's group, and every error of a group carries `latchkey-group`.
-//! - `node`: storage, the openraft node, leases and the leader's duties (restart leases on
-//!   election, propose expiries).
-//! - `ops`: the node's operations in domain types (propose, linearizable read, acquire,
-//!   keepalive, status); the lease task and the service call them.
-//! - `service`: the client `Locks` gRPC service, protobuf <-> `ops`; `peer`: the `RaftPeer`
-//!   service and the network client openraft uses. Separate services, separate message limits.
-//!   Protobuf types stop at these two.
-//! - `leases`: session deadlines on the leader's monotonic clock.
-//! - `waiters`: long-polling Acquire calls, woken by the apply observer.
-//! - `leader_contact`: when this member last heard from its group's leader, for `watch`.
-//! - [`http`]: the HTTP/JSON API (`--http-listen`), a second translator over `ops` beside
-//!   `service`, with the same access check; [`http::ROUTES`] is its list of routes.
-//! - [`cross_site`]: the HTTP API's guard against cross-site requests, a layer on its whole
-//!   router: a write must be JSON and come from no web page, the node's own or a listed origin
-//!   (`--http-allow-origin`).
-//! - `acl`: client identities (bearer tokens, client certificates), their permissions on
-//!   lock-name prefixes and their quotas (`--acl`), reloaded on SIGHUP and on a file change;
-//!   `Node::authorize` checks every call of both APIs against it.
-//! - [`refusals`]: refused clients counted by reason and logged, rate-limited.
-//! - [`reload`]: the TLS files and the access-control list, reloaded on SIGHUP and on a change.
-//! - `clock`: the seam through which the server reads time; [`NodeEnv`] bundles it with the
-//!   entropy, the [`probe`] and the [`PeerConnector`] (`TcpPeerConnector`, or
-//!   [`tls::TlsPeerConnector`]).
-//! - `peer_auth`: who may send peer messages (cluster id, member certificate, MAC);
-//!   [`tls`]: the TLS accept loop and the members' mTLS dialer.
-//! - `metrics`: Prometheus metrics, `/healthz` and `/readyz`; `watch`: the member's recent
-//!   lock changes and its watch streams.
-//! - [`backup`]: the backup file (`latchkey snapshot save`, from `ops`' `backup`) and the
-//!   restore that seeds a new member's data dir from it (`latchkey snapshot restore`).
-//! - `member_addr`: a member's recorded address, `CLIENT` or `CLIENT/PEER` (`--peer-listen`).
+//! [`run`] serves a node on a TCP listener until a shutdown signal; tests call it directly.
+//! [`run_with`] is the one entry point beneath it, with the connections, the environment and
+//! the log store supplied (the simulation's). Both take a [`ValidConfig`]: a configuration is
+//! checked once, where it is built. `run_with` returns an error when a group's Raft core stops
+//! on its own (a storage failure), so the process exits rather than lingers. This file wires
+//! the parts together and names the public paths other crates use; it holds no policy.
+//!
+//! The parts, one folder each, from the top down. Each uses only the parts below it, so a
+//! change to an upper one cannot reach a lower one, and none imports another in a circle:
+//! - `api/`: the client APIs, translators only: `service` (the `Locks` gRPC service) and
+//!   [`http`] (the HTTP/JSON API, [`http::ROUTES`], the page in `ui/`; [`cross_site`], its
+//!   guard against cross-site requests). Protobuf and JSON types stop here.
+//! - `node/`: the domain layer. `Node`, one member of one Raft group (start-up, the data dir,
+//!   the lease task and the leader's other duties); `ops`, its operations in domain types,
+//!   with `Node::authorize`, the one access check of both APIs; `membership`, membership
+//!   changes and the node's status; [`groups`], with `--groups G` one `Node` per group and
+//!   which group a request goes to; [`backup`], the backup file and the restore.
+//! - `config/`: [`ServerConfig`] and [`ValidConfig`], [`NodeEnv`] (the clock, entropy, probe
+//!   and peer connector a test or the simulation replaces), [`reload`] (the TLS files and the
+//!   access-control list, reloaded on SIGHUP and on a change).
+//! - `access/`: [`acl`] (client identities, permissions on lock-name prefixes, quotas) and
+//!   [`tls`] (the certificate and client CA, the accept loop both APIs share, the members' mTLS
+//!   dialer [`tls::TlsPeerConnector`]).
 //! - `error`: the one place server errors become gRPC statuses and HTTP API JSON errors.
+//! - `cluster/`: members talking to each other: `peer` (the `RaftPeer` service, its admission
+//!   of every message, the network client openraft uses), [`peer_auth`] (cluster id, member
+//!   certificate, MAC), [`member_addr`] (`CLIENT` or `CLIENT/PEER`), `leader_contact`.
+//! - `lease/`: [`leases`] (session deadlines on the leader's monotonic clock) and `waiters`
+//!   (long-polling acquires, woken by the apply observer).
+//! - `observe/`: `metrics` (Prometheus, `/healthz`, `/readyz`), [`refusals`] (refused clients,
+//!   counted and logged), `watch` (the member's recent lock changes and its watch streams).
+//! - The seams, which depend on nothing of the crate: [`clock`] (time and entropy), [`probe`]
+//!   (events and planted bugs for the simulation), `certificate` (a certificate's names).
 
 mod access;
 mod api;
@@ -56,7 +49,8 @@ pub mod probe;
 // The public paths other crates and the tests use, kept as they were before the folders: each
 // module lives in the folder of its part, and is named here once.
 pub use access::{acl, tls};
-pub use api::{cross_site, http};
+pub use api::http;
+pub use api::http::cross_site;
 pub use cluster::{member_addr, peer_auth};
 pub use config::reload;
 pub use config::{ConfigError, NodeEnv, ServerConfig, ValidConfig, GROUP_DIR_PREFIX};
@@ -66,7 +60,6 @@ pub use observe::refusals;
 
 use api::service;
 use cluster::peer;
-use node::ops;
 use observe::metrics;
 
 use std::future::Future;
@@ -352,7 +345,11 @@ where
                             let s = n.status();
                             sessions += s.sessions;
                             locks += s.locks;
-                            (n.shape.group, s.last_log_index, s.role == ops::Role::Leader)
+                            (
+                                n.shape.group,
+                                s.last_log_index,
+                                s.role == node::membership::Role::Leader,
+                            )
                         })
                         .collect();
                     gauges.sessions = sessions;

@@ -3,13 +3,12 @@
 //!
 //! - `service`: the `Locks` gRPC service ([`service::LocksService`]).
 //! - [`http`]: the HTTP/JSON API (`--http-listen`), a second translator beside `service`, with
-//!   the same access check; [`http::ROUTES`] is its list of routes; `ui/` is the page it serves.
-//! - [`cross_site`]: the HTTP API's guard against cross-site requests.
+//!   the same access check; [`http::ROUTES`] is its list of routes; `ui/` is the page it serves;
+//!   [`http::cross_site`], its guard against cross-site requests.
 //!
 //! The errors' gRPC statuses and HTTP bodies are not made here but in `crate::error`, since
 //! the node's operations and the access check already answer in `ApiError`. Must not be
 //! depended on by anything below it: the node, the cluster, leases, access control.
 
-pub mod cross_site;
 pub mod http;
 pub mod service;

@@ -20,7 +20,8 @@ use tonic::{Request, Response, Status};
 use crate::access::acl::{Caller, Need, Permission};
 use crate::error::{ApiError, GroupError};
 use crate::node::groups::Groups;
-use crate::node::ops::{Acquired, Credentials, Held, LockView, NodeStatus};
+use crate::node::membership::NodeStatus;
+use crate::node::ops::{Acquired, Credentials, Held, LockView};
 use crate::node::Node;
 use crate::observe::watch::WatchOut;
 

@@ -4,7 +4,7 @@
 //! the server takes from the world besides its data dir; and where each group keeps its data.
 //!
 //! - [`origin`]: a web page origin that `--http-allow-origin` takes ([`origin::HttpOrigin`]),
-//!   for the HTTP API's cross-site guard (`crate::api::cross_site`).
+//!   for the HTTP API's cross-site guard (`crate::api::http::cross_site`).
 //! - [`reload`]: the parts of the configuration that reload without a restart.
 //!
 //! Below the node, which starts from a `ValidConfig`; depends on access control (the TLS

@@ -1,5 +1,5 @@
 //! A web page origin, as `--http-allow-origin` takes it and as browsers send it in `Origin`:
-//! the HTTP API's cross-site guard (`crate::api::cross_site`) compares origins in this form.
+//! the HTTP API's cross-site guard (`crate::api::http::cross_site`) compares origins in this form.
 //! Part of the configuration, so that the configuration needs nothing of the API.
 
 use std::net::Ipv6Addr;

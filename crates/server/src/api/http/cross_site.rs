@@ -190,7 +190,7 @@ pub(crate) async fn guard(
     }
     // A method this path's route does not take reaches no handler: the router answers 405
     // (404 for no route), which changes nothing, whatever the request's origin.
-    if !method.is_safe() && crate::api::http::serves(method, request.uri().path()) {
+    if !method.is_safe() && super::routes::serves(method, request.uri().path()) {
         if let Some(refusal) = listed.is_none().then(|| policy.foreign(headers)).flatten() {
             tracing::debug!(method = %method, path = %request.uri().path(), "HTTP API: {}", refusal.message());
             return error(StatusCode::FORBIDDEN, "cross-origin", refusal.message());
