@@ -53,7 +53,7 @@ pub enum ApiError {
     #[error("the table encodes to {bytes} bytes, over the backup limit of {max}")]
     BackupTooLarge { bytes: u64, max: u64 },
     #[error(transparent)]
-    TooManyWatchers(#[from] crate::watch::TooManyWatchers),
+    TooManyWatchers(#[from] crate::observe::watch::TooManyWatchers),
     /// A watch stream's end on a member out of touch with its group's leader
     /// (`Node::out_of_touch_for`): it may have stopped applying while the group goes on.
     #[error(
@@ -219,7 +219,7 @@ impl ApiError {
             leader_id: f.leader_id,
             // Clients are sent to the leader's client address, never its peer one.
             leader_addr: f.leader_node.as_ref().map(|n| {
-                crate::member_addr::MemberAddr::split(&n.addr)
+                crate::cluster::member_addr::MemberAddr::split(&n.addr)
                     .client
                     .to_owned()
             }),
@@ -274,11 +274,11 @@ pub struct GroupError {
 }
 
 impl GroupError {
-    /// `error` of `node`'s group.
-    pub fn of(node: &crate::node::Node, error: ApiError) -> GroupError {
+    /// `error` of the group `shape` (a node's `Node::shape`).
+    pub fn of(shape: latchkey_core::GroupShape, error: ApiError) -> GroupError {
         GroupError {
             error,
-            group: Some((node.shape.group, node.shape.groups)),
+            group: Some((shape.group, shape.groups)),
         }
     }
 

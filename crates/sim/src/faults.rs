@@ -25,8 +25,8 @@ use rand::rngs::StdRng;
 use rand::Rng;
 
 use crate::client::ClientControl;
+use crate::config::{client_name, node_name, RunConfig};
 use crate::history::History;
-use crate::sim::{client_name, node_name, RunConfig};
 use crate::store::SharedDisk;
 
 /// Active faults and when they heal.

@@ -3,7 +3,9 @@
 //! Layout:
 //! - [`sim`]: one run (`Run`, in phases: setup, fault, heal, restart, check): turmoil hosts
 //!   running `latchkey_server::run_with`, simulated clients, the final restart, then the
-//!   checkers.
+//!   checkers. What a run is and what it found ([`config::RunConfig`],
+//!   [`config::RunReport`], re-exported by `sim`) are in [`config`], with the command that
+//!   replays a seed; `watchdog` fails a run whose step never returns.
 //! - [`faults`]: the fault schedules (random, failover after a lease write or a logged renewal,
 //!   lag-then-lead), their injection and healing, through one context (`FaultCtx`).
 //! - [`net`]: turmoil TCP under tonic (server incoming stream, client and peer channels).
@@ -51,6 +53,7 @@
 pub mod checkers;
 pub mod client;
 pub mod clock;
+pub mod config;
 pub mod coverage;
 pub mod faults;
 pub mod history;
@@ -59,5 +62,6 @@ pub mod resource;
 pub mod sim;
 pub mod store;
 pub mod sweep;
+mod watchdog;
 
 pub use sim::{run, GroupReport, RunConfig, RunReport};

@@ -3,7 +3,8 @@
 //! A [`Run`] goes through its phases as methods: `setup` (hosts, clients and the fault
 //! schedules, all drawn from the seed), `drive` (steps the simulation, calling `fault`, `heal`
 //! and `restart` at their times), then `check` (the checkers on the history). The fault
-//! schedules themselves live in [`crate::faults`].
+//! schedules themselves live in [`crate::faults`], what a run is and reports
+//! ([`RunConfig`], [`RunReport`]) in [`crate::config`], the step watchdog in `watchdog.rs`.
 //!
 //! Timeline (true simulation time):
 //! 1. `0 .. safety_end`: the safety phase. Clients work; the seeded fault schedule partitions
@@ -32,7 +33,7 @@ use latchkey_server::{run_with, NodeEnv, ServerConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::checkers::{self, CheckConfig, Violation};
+use crate::checkers::{self, CheckConfig};
 use crate::client::{self, ClientControl, ClientSetup, IdleSetup};
 use crate::clock::{DriftClock, SeededEntropy, DRIFT_PPM_MAX};
 use crate::coverage::Coverage;
@@ -40,196 +41,11 @@ use crate::faults::{FaultCtx, Faults};
 use crate::history::{History, HistoryData, Probed, ResumedLeases};
 use crate::net::{self, SimConnector, PORT};
 use crate::resource::Resource;
-use crate::store::{Disk, DiskConfig, SharedDisk, SimLogStore};
+use crate::store::{Disk, SharedDisk, SimLogStore};
 
-/// Everything a run does, derived from its seed.
-#[derive(Debug, Clone)]
-pub struct RunConfig {
-    pub seed: u64,
-    pub nodes: u64,
-    /// Raft groups (`latchkey serve --groups`, issue #16): 1 in every seed's own shape (set by
-    /// `latchkey-sim --groups G`, and by the CI seeds of several groups). With more, every
-    /// node is a member of every group, each group has its own log (and disk) per node, and
-    /// the checkers run per group, over that group's log and its locks' operations.
-    pub groups: u32,
-    pub clients: u32,
-    pub locks: usize,
-    pub ttl: Duration,
-    pub safety: Duration,
-    pub settle: Duration,
-    pub liveness: Duration,
-    pub snapshot_every_entries: u64,
-    /// Entries a node keeps in its log behind a snapshot (openraft's
-    /// `max_in_snapshot_log_to_keep`): few, so that a follower cut off for a while catches up
-    /// by a snapshot install, the state the lease rebuild after an install exists for.
-    pub log_kept_after_snapshot: u64,
-    pub disk: DiskConfig,
-    /// Mean time between two faults in the safety phase.
-    pub fault_every_ms: (u64, u64),
-    /// Sessions of the idle host (0: no such host): they only keep alive, so that every
-    /// failover forces a storm of logged renewals. See [`IDLE_SESSIONS`] for why not thousands.
-    pub idle_sessions: usize,
-    /// The chance that the leader is isolated right after it commits a lease write
-    /// (`MarkLeases` or `RenewLeases`), checked at each such commit, at most once per 300 ms:
-    /// the new leader may then not have applied it yet when it wins.
-    pub failover_after_lease_write_p: f64,
-    /// Run the "lag, catch up by a snapshot, then lead" schedule (see [`crate::faults::LagPlan`]).
-    pub lag_then_lead: bool,
-    /// The chance that a logged renewal which lifts an old mark is followed by a failover in
-    /// which no follower learns that it committed, while the clients cannot reach the new
-    /// leader (see [`crate::faults::FaultCtx::failover_after_renewal`]), checked at each such renewal.
-    pub failover_after_renewal_p: f64,
-    /// Raft heartbeat and election timeout range (ms). Half the seeds elect fast (150-300 ms):
-    /// a TTL then spans many elections, as the default 15 s TTL does over 1-2 s elections in
-    /// production, so a lease a new leader wrongly expires is still live on its client (with
-    /// slow elections the failover itself ate most of a 2-3 s lease, and the planted lease bugs
-    /// expired only sessions whose clients had given them up already).
-    pub heartbeat_ms: u64,
-    pub election_timeout_ms: (u64, u64),
-    /// With several groups, how long a group's preferred leader must be caught up before its
-    /// leader hands the group back (`ServerConfig::rebalance_after_ms`): shorter than the
-    /// server's default so that a node restarted in the fault phase takes its groups back
-    /// within the run, and leader transfers meet the faults and the lease checkers.
-    pub rebalance_after_ms: u64,
-    /// Replicas per group (`ServerConfig::replicas`, issue #16's groups across machines): 0,
-    /// every node in every group (a seed's own shape); R places each group on R of the nodes
-    /// (`replicas_of`), so that clients meet members outside a group, which send them on to a
-    /// replica, and the fault plans that follow a leader work within its group's voters.
-    pub replicas: u32,
-    /// Fixed server bugs put back, for the checkers' own tests. Off in every seed.
-    pub plant: latchkey_server::Plant,
-}
-
-impl RunConfig {
-    /// The Raft group whose leader the fault schedules that follow a leader follow: `seed %
-    /// groups` (0 with one group), so that a sweep drives every group through them.
-    pub fn targeted_group(&self) -> u32 {
-        (self.seed % u64::from(self.groups.max(1))) as u32
-    }
-
-    /// Group `group`'s voters by id (the sim changes no membership): every node, or its
-    /// replicas with replica subsets.
-    pub fn group_voters(&self, group: u32) -> Vec<u64> {
-        let mut voters = latchkey_core::groups::replicas_of(group, 1..=self.nodes, self.replicas);
-        voters.sort_unstable();
-        voters
-    }
-
-    pub fn from_seed(seed: u64) -> RunConfig {
-        let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_c0f1);
-        let ttl = Duration::from_millis(rng.random_range(2_000..=3_000));
-        RunConfig {
-            seed,
-            nodes: if rng.random_bool(0.25) { 5 } else { 3 },
-            groups: 1,
-            clients: rng.random_range(3..=4),
-            locks: rng.random_range(1..=2),
-            ttl,
-            safety: Duration::from_secs(rng.random_range(15..=25)),
-            // Leases of clients that died in the faults run out (a pause lasts up to 3 TTLs and
-            // a new leader restarts a lease at a full TTL), and an election completes.
-            settle: ttl * 4 + Duration::from_secs(3),
-            liveness: Duration::from_secs(8),
-            snapshot_every_entries: rng.random_range(10..=60),
-            log_kept_after_snapshot: 0,
-            disk: DiskConfig {
-                fsync_ms: (1, rng.random_range(2..=10)),
-                ack_before_fsync: false,
-            },
-            fault_every_ms: (300, rng.random_range(800..=2_500)),
-            idle_sessions: 0,
-            failover_after_lease_write_p: 0.0,
-            lag_then_lead: false,
-            failover_after_renewal_p: 0.0,
-            heartbeat_ms: 100,
-            election_timeout_ms: (500, 1_000),
-            rebalance_after_ms: 2_000,
-            replicas: 0,
-            plant: latchkey_server::Plant::default(),
-        }
-        .with_lease_shape(&mut rng)
-    }
-
-    /// The lease-related shape, drawn after the rest so that adding it left the older fields
-    /// of each seed as they were.
-    fn with_lease_shape(mut self, rng: &mut StdRng) -> RunConfig {
-        self.log_kept_after_snapshot = rng.random_range(0..=20);
-        self.idle_sessions = if rng.random_bool(0.3) {
-            rng.random_range(IDLE_SESSIONS)
-        } else {
-            0
-        };
-        self.failover_after_lease_write_p = rng.random_range(0.05..0.3);
-        self.lag_then_lead = rng.random_bool(0.6);
-        if rng.random_bool(0.5) {
-            self.heartbeat_ms = 40;
-            self.election_timeout_ms = (150, 300);
-            // And a longer lease: a failover (pre-vote waits out the followers' leader lease,
-            // so about two election timeouts, plus the new leader's read-index round) must
-            // leave the clients' deadlines standing, or a lease a new leader wrongly expires
-            // was already given up by its client and nothing can tell the bug from the rule.
-            self.ttl = Duration::from_millis(rng.random_range(4_000..=6_000));
-            self.settle = self.ttl * 4 + Duration::from_secs(3);
-        }
-        // Drawn last, so that the draws above stayed as they were for every seed.
-        self.failover_after_renewal_p = rng.random_range(0.3..0.8);
-        self
-    }
-
-    pub(crate) fn stop_at(&self) -> Duration {
-        self.safety + self.settle + self.liveness + Duration::from_millis(client::WAIT_MS * 2)
-    }
-}
-
-/// How many idle sessions a run with an idle host has. Before keepalives were batched (the
-/// client's sessions share one KeepAlive, the leader's logged renewals share one entry), 200-500
-/// sessions on one client were mostly lost even without a failover (seed 19); hundreds now
-/// renew, and every failover makes them a storm of logged renewals.
-const IDLE_SESSIONS: std::ops::RangeInclusive<usize> = 100..=600;
-
-/// The outcome of one run.
-#[derive(Debug)]
-pub struct RunReport {
-    pub config: RunConfig,
-    pub violations: Vec<Violation>,
-    /// Faults injected, in order, for the failure report.
-    pub faults: Vec<String>,
-    pub operations: usize,
-    pub grants: usize,
-    pub committed_entries: usize,
-    /// Hold checks within a second before their session's expiry was proposed: evidence that
-    /// the deadline checker judged close calls.
-    pub hold_checks_near_expiry: usize,
-    /// The lease states the run reached.
-    pub coverage: Coverage,
-    /// By Raft group (one element in a cluster of one group): what each group's checkers
-    /// judged, so that a run of several groups can show that every group was exercised.
-    pub by_group: Vec<GroupReport>,
-    pub sim_error: Option<String>,
-}
-
-/// What one Raft group's share of a run held.
-#[derive(Debug, Clone, Default)]
-pub struct GroupReport {
-    /// Acquires of the group's locks that were granted.
-    pub grants: usize,
-    pub committed_entries: usize,
-    pub coverage: Coverage,
-}
-
-impl RunReport {
-    pub fn ok(&self) -> bool {
-        self.violations.is_empty() && self.sim_error.is_none()
-    }
-}
-
-pub(crate) fn node_name(id: u64) -> String {
-    format!("n{id}")
-}
-
-pub(crate) fn client_name(id: u32) -> String {
-    format!("c{id}")
-}
+use crate::config::{client_name, node_name};
+pub use crate::config::{GroupReport, RunConfig, RunReport};
+use crate::watchdog::{panic_message, Watchdog};
 
 struct NodeSetup {
     id: u64,
@@ -798,86 +614,4 @@ async fn read_final(nodes: &[String], locks: &[String]) -> BTreeMap<String, Opti
         }
     }
     out
-}
-
-/// Wall-clock time one simulation step may take before the run is declared livelocked: some
-/// host keeps itself busy without letting simulated time advance (a task that spins). In a real
-/// process that is a core burning at 100 %.
-const STEP_WALL_MAX: Duration = Duration::from_secs(60);
-
-/// Fails the run (and the process: a step cannot be interrupted) when a step never returns.
-/// Steps taken, the simulated time, the faults so far, and whether the run ended.
-type WatchState = (u64, Duration, Vec<String>, bool);
-
-struct Watchdog {
-    state: Arc<std::sync::Mutex<WatchState>>,
-}
-
-impl Watchdog {
-    fn start(seed: u64, groups: u32, replicas: u32) -> Watchdog {
-        let state: Arc<std::sync::Mutex<WatchState>> = Arc::new(std::sync::Mutex::new((
-            0,
-            Duration::ZERO,
-            Vec::new(),
-            false,
-        )));
-        let watched = state.clone();
-        std::thread::spawn(move || {
-            let mut last = (u64::MAX, std::time::Instant::now());
-            loop {
-                std::thread::sleep(Duration::from_millis(500));
-                let s = watched.lock().expect("watchdog lock");
-                if s.3 {
-                    return;
-                }
-                if s.0 != last.0 {
-                    last = (s.0, std::time::Instant::now());
-                } else if last.1.elapsed() > STEP_WALL_MAX {
-                    eprintln!(
-                        "=== latchkey-sim: seed {seed} FAILED ===\nreplay: {}\nviolation: [livelock] \
-                         a host spun for {STEP_WALL_MAX:?} of wall time without letting simulated \
-                         time pass, at simulated time {:.3}s\nfaults:",
-                        crate::sweep::replay_command(seed, groups, replicas),
-                        s.1.as_secs_f64()
-                    );
-                    for f in &s.2 {
-                        eprintln!("  {f}");
-                    }
-                    std::process::exit(3);
-                }
-            }
-        });
-        Watchdog { state }
-    }
-
-    fn stepped(&self, now: Duration, faults: &[String]) {
-        let mut s = self.state.lock().expect("watchdog lock");
-        s.0 += 1;
-        s.1 = now;
-        if s.2.len() != faults.len() {
-            s.2 = faults.to_vec();
-        }
-    }
-
-    fn stop(&self) {
-        if let Ok(mut s) = self.state.lock() {
-            s.3 = true;
-        }
-    }
-}
-
-impl Drop for Watchdog {
-    /// Also when a run unwinds: a panicking run must not look like a livelock.
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// The message of a caught panic.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(s), _) => (*s).to_owned(),
-        (_, Some(s)) => s.clone(),
-        _ => "(not a string)".to_owned(),
-    }
 }

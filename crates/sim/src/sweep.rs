@@ -2,25 +2,11 @@
 
 use std::time::Instant;
 
-use crate::sim::{run, RunConfig, RunReport};
+pub use crate::config::replay_command;
+use crate::config::{RunConfig, RunReport};
+use crate::sim::run;
 
 const VIOLATIONS_SHOWN_PER_CHECKER: usize = 5;
-
-/// The command that replays `seed` (in a cluster of `groups` Raft groups of `replicas`
-/// replicas each, 0: every node).
-pub fn replay_command(seed: u64, groups: u32, replicas: u32) -> String {
-    let groups = if groups == 1 {
-        String::new()
-    } else {
-        format!(" --groups {groups}")
-    };
-    let replicas = if replicas == 0 {
-        String::new()
-    } else {
-        format!(" --replicas {replicas}")
-    };
-    format!("cargo run --release -p latchkey-sim -- --reproduce {seed}{groups}{replicas}")
-}
 
 /// A human report of a failed run: seed, replay command, violations, the fault schedule.
 pub fn failure_text(r: &RunReport) -> String {

@@ -38,7 +38,7 @@
 //! new cluster's start (the old cluster's clock means nothing there). The new cluster's record
 //! is the one a founder's first start writes (`node::founder_record`). Restore refuses a data
 //! dir that holds anything, and until every group is seeded the dir holds
-//! `restore-unfinished` (`node::RESTORE_MARKER`), which a start refuses
+//! `restore-unfinished` (`node::data_dir::RESTORE_MARKER`), which a start refuses
 //! (`StartError::RestoreUnfinished`): it could otherwise found a missing group empty.
 
 use std::collections::BTreeMap;
@@ -347,7 +347,8 @@ pub async fn restore(
     // Until every group is seeded, a start refuses the dir (it could found a missing group
     // empty, its locks gone and its tokens restarted low).
     latchkey_log_store::create_dir_durably(data_dir).map_err(io(data_dir))?;
-    latchkey_log_store::write_durably(data_dir, node::RESTORE_MARKER, b"").map_err(io(data_dir))?;
+    latchkey_log_store::write_durably(data_dir, node::data_dir::RESTORE_MARKER, b"")
+        .map_err(io(data_dir))?;
     // Every dir belongs to the new cluster, as if this member had founded it with `members`.
     let record = node::founder_record(id, members, groups, replicas);
     // The dir was empty, so there is nothing to migrate and no group has a log of its own: the
@@ -357,7 +358,7 @@ pub async fn restore(
     let mut restored: Option<Restored> = None;
     for ((group, (header, table)), log) in (0..).zip(images).zip(&mut logs) {
         // Where `serve --groups` keeps group `group` (`ServerConfig::for_group`).
-        let dir = crate::group_data_dir(data_dir, group);
+        let dir = crate::config::group_data_dir(data_dir, group);
         let voters: BTreeMap<u64, String> =
             latchkey_core::groups::replicas_of(group, members.keys().copied(), replicas)
                 .into_iter()
@@ -389,7 +390,7 @@ pub async fn restore(
             .map_err(|e| RestoreError::LogStore(e.to_string()))?;
     }
     drop(logs);
-    let marker = data_dir.join(node::RESTORE_MARKER);
+    let marker = data_dir.join(node::data_dir::RESTORE_MARKER);
     std::fs::remove_file(&marker).map_err(io(&marker))?;
     // The removal is durable before the restore says it is done.
     std::fs::File::open(data_dir)
@@ -431,7 +432,7 @@ async fn seed_group(
         .collect();
     let membership = StoredMembership::new(Some(log_id), Membership::from(nodes));
 
-    let snapshots = dir.join(node::SNAPSHOT_DIR);
+    let snapshots = dir.join(node::data_dir::SNAPSHOT_DIR);
     latchkey_log_store::create_dir_durably(&snapshots).map_err(io(&snapshots))?;
     let snapshot = latchkey_raft::snapshot::encode(
         &Some(log_id),
@@ -447,9 +448,9 @@ async fn seed_group(
     log.purge(log_id)
         .await
         .map_err(|e| RestoreError::LogStore(e.to_string()))?;
-    log.write_meta(node::META_CLUSTER, record.as_bytes())
+    log.write_meta(node::data_dir::META_CLUSTER, record.as_bytes())
         .map_err(|e| RestoreError::LogStore(e.to_string()))?;
-    latchkey_log_store::write_durably(dir, node::CLUSTER_FILE, record.as_bytes())
+    latchkey_log_store::write_durably(dir, node::data_dir::CLUSTER_FILE, record.as_bytes())
         .map_err(io(dir))?;
     Ok((index, table.sessions().count(), table.lock_count()))
 }
@@ -642,21 +643,25 @@ mod tests {
             (2, 2, 2)
         );
         for dir in [data.clone(), data.join("group-1")] {
-            let record = std::fs::read_to_string(dir.join(node::CLUSTER_FILE)).unwrap();
+            let record = std::fs::read_to_string(dir.join(node::data_dir::CLUSTER_FILE)).unwrap();
             assert!(record.contains("groups=2"), "{}: {record}", dir.display());
-            assert!(dir.join(node::SNAPSHOT_DIR).is_dir(), "{}", dir.display());
+            assert!(
+                dir.join(node::data_dir::SNAPSHOT_DIR).is_dir(),
+                "{}",
+                dir.display()
+            );
         }
-        assert!(!data.join(node::RESTORE_MARKER).exists());
+        assert!(!data.join(node::data_dir::RESTORE_MARKER).exists());
 
         let mut config =
-            crate::ServerConfig::single(1, "127.0.0.1:7420".parse().unwrap(), data.clone());
+            crate::config::ServerConfig::single(1, "127.0.0.1:7420".parse().unwrap(), data.clone());
         config.groups = 2;
-        std::fs::write(data.join(node::RESTORE_MARKER), b"").unwrap();
+        std::fs::write(data.join(node::data_dir::RESTORE_MARKER), b"").unwrap();
         match node::Node::open_log_stores(&config) {
             Err(node::StartError::RestoreUnfinished { .. }) => {}
             other => panic!("{:?}", other.map(|_| "opened")),
         }
-        std::fs::remove_file(data.join(node::RESTORE_MARKER)).unwrap();
+        std::fs::remove_file(data.join(node::data_dir::RESTORE_MARKER)).unwrap();
         assert!(node::Node::open_log_stores(&config).is_ok());
     }
 

@@ -29,7 +29,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use crate::refusals::Refusals;
+use crate::observe::refusals::Refusals;
 
 type Count = Counter<u64, AtomicU64>;
 /// The `method` label of [`Metrics::requests`]: the gRPC method's name in snake case (an HTTP

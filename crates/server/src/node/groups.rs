@@ -18,10 +18,10 @@ use std::sync::Arc;
 
 use latchkey_core::{group_of, group_of_session, limits, IdentityUsage, SessionId, SessionKey};
 
+use crate::cluster::member_addr::MemberAddr;
 use crate::error::{ApiError, GroupError};
-use crate::member_addr::MemberAddr;
-use crate::node::Node;
-use crate::ops::SessionLease;
+use crate::node::ops::SessionLease;
+use crate::node::{Node, OtherGroups};
 use crate::probe::ProbeEvent;
 
 /// What a keepalive carrying sessions of several groups got ([`Groups::keep_alive`]).
@@ -56,25 +56,12 @@ impl Groups {
             nodes,
             hint_turn: AtomicUsize::new(0),
         });
+        let others: std::sync::Weak<dyn OtherGroups> = Arc::downgrade(&groups) as _;
         groups.nodes[0]
             .member_groups
-            .set(Arc::downgrade(&groups))
+            .set(others)
             .expect("a member's groups are made once");
         groups
-    }
-
-    /// What `identity` holds in the tables of the groups this member belongs to other than
-    /// `except` (see [`Node::identity_usage`], which adds its own): the member's copies, which
-    /// trail each group's leader by what is still being replicated. A group this member is
-    /// outside of (replica subsets) is not counted: it has no table of it.
-    pub fn identity_usage_besides(&self, except: u32, identity: &str) -> IdentityUsage {
-        let mut usage = IdentityUsage::default();
-        for node in self.belonging().filter(|n| n.shape.group != except) {
-            let u = node.state.read(|t| t.identity_usage(identity));
-            usage.sessions += u.sessions;
-            usage.waiting += u.waiting;
-        }
-        usage
     }
 
     pub fn count(&self) -> u32 {
@@ -122,7 +109,7 @@ impl Groups {
         }
         let (leader_id, leader_addr) = self.replica_hint(node).unzip();
         Err(GroupError::of(
-            node,
+            node.shape,
             ApiError::NotLeader {
                 leader_id,
                 leader_addr,
@@ -183,7 +170,7 @@ impl Groups {
     }
 
     /// Whether this member should get client traffic: it belongs to at least one group, and
-    /// every group it belongs to is ready ([`crate::ops::NodeStatus::readiness`]).
+    /// every group it belongs to is ready ([`crate::node::ops::NodeStatus::readiness`]).
     pub fn readiness(&self) -> Result<(), String> {
         let mut belonging = 0;
         for node in self.belonging() {
@@ -255,7 +242,7 @@ impl Groups {
             authorize(self.first(), &[])?;
         }
         // The limit holds for the whole request, not only for each group's share of it.
-        crate::ops::check_keepalive_len(keys.len()).map_err(GroupError::of_cluster)?;
+        crate::node::ops::check_keepalive_len(keys.len()).map_err(GroupError::of_cluster)?;
         let renewals = by_group.iter().map(|(g, (keys, _))| {
             let node = serving[g].clone();
             async move {
@@ -318,5 +305,21 @@ impl Groups {
             }));
         }
         self.serving(lock)
+    }
+}
+
+impl OtherGroups for Groups {
+    /// What `identity` holds in the tables of the groups this member belongs to other than
+    /// `except` (see [`Node::identity_usage`], which adds its own): the member's copies, which
+    /// trail each group's leader by what is still being replicated. A group this member is
+    /// outside of (replica subsets) is not counted: it has no table of it.
+    fn identity_usage_besides(&self, except: u32, identity: &str) -> IdentityUsage {
+        let mut usage = IdentityUsage::default();
+        for node in self.belonging().filter(|n| n.shape.group != except) {
+            let u = node.state.read(|t| t.identity_usage(identity));
+            usage.sessions += u.sessions;
+            usage.waiting += u.waiting;
+        }
+        usage
     }
 }

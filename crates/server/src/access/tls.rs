@@ -38,8 +38,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::peer::PeerConnector;
-use crate::refusals::{Reason, Refusals};
+use crate::cluster::peer::PeerConnector;
+use crate::observe::refusals::{Reason, Refusals};
 
 /// What a TLS client reads from a plaintext latchkey port, in place of a TLS record; a client
 /// reports it (its TLS library calls it an invalid content type) as "the server does not speak
@@ -284,7 +284,7 @@ impl ServerTls {
         pair.certified
             .cert
             .first()
-            .map(crate::acl::cert_names)
+            .map(crate::certificate::cert_names)
             .unwrap_or_default()
     }
 
@@ -432,7 +432,7 @@ impl PeerConnector for TlsPeerConnector {
                 Ok::<_, std::io::Error>(TokioIo::new(stream))
             }
         });
-        Ok(crate::peer::peer_endpoint(endpoint).connect_with_connector_lazy(dial))
+        Ok(crate::cluster::peer::peer_endpoint(endpoint).connect_with_connector_lazy(dial))
     }
 }
 

@@ -35,7 +35,7 @@ use latchkey_proto::v1 as pb;
 use tonic::{Request, Status};
 
 use super::{refuse, PeerRouter, PeerService, Vouch};
-use crate::peer_auth::{group_of_request, PeerAuth, PeerMethod};
+use crate::cluster::peer_auth::{group_of_request, PeerAuth, PeerMethod};
 
 /// A peer request that passed admission. Only this module makes one.
 pub(crate) struct Admitted<T> {

@@ -19,64 +19,49 @@
 //! Connections come through `tls::accept_loop` like gRPC's (TLS when the node has TLS, with
 //! ALPN `http/1.1`), at most `HTTP_CONNECTIONS_MAX` at once, each closed once idle for
 //! `HTTP_IDLE_TIMEOUT_MS`; a body is at most `HTTP_BODY_BYTES_MAX`.
+//!
+//! This file is the router, the handlers and their JSON bodies; beside it in `http/`:
+//! `routes.rs` ([`ROUTES`]), `cross_site.rs` (the guard), `listener.rs` (the connections),
+//! `decimal.rs` and `whole.rs` (how the JSON bodies spell numbers), and the tests.
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use axum::body::Bytes;
-use axum::extract::connect_info::Connected;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
-use axum::serve::{IncomingStream, Listener};
 use axum::Router;
 use latchkey_core::{limits, Actor, SessionId, SessionKey, SessionOwner};
-use rustls_pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Semaphore};
 
-use crate::acl::{Caller, Need, Permission};
-use crate::cross_site::{self, CrossSite};
+use crate::access::acl::{Caller, Need, Permission};
+use crate::access::tls::{self, ServerTls};
 use crate::error::{ApiError, ErrorBody, GroupError};
-use crate::groups::Groups;
+use crate::node::groups::Groups;
+use crate::node::membership::NodeStatus;
+use crate::node::ops::{Acquired, Credentials, Held, LockView, Waiting};
 use crate::node::Node;
-use crate::ops::{Acquired, Credentials, Held, LockView, NodeStatus, Waiting};
-use crate::tls::{self, ServerTls};
 
-/// Every route of the HTTP API: (method, path). The router serves exactly these, and
-/// `docs/openapi.json` documents exactly these (`cli/tests/http_api.rs`).
-pub const ROUTES: &[(&str, &str)] = &[
-    ("POST", "/v1/sessions"),
-    ("POST", "/v1/sessions/keepalive"),
-    ("POST", "/v1/sessions/close"),
-    ("POST", "/v1/locks/acquire"),
-    ("POST", "/v1/locks/release"),
-    ("GET", "/v1/lock"),
-    ("GET", "/v1/locks"),
-    ("GET", "/v1/cluster/status"),
-    ("POST", "/v1/admin/release"),
-    ("GET", "/v1/openapi.json"),
-    ("GET", "/ui"),
-    ("GET", "/ui/app.js"),
-];
+pub mod cross_site;
+mod decimal;
+mod listener;
+mod routes;
+#[cfg(test)]
+mod tests;
+mod whole;
 
-/// Whether a route of [`ROUTES`] takes `method` at `path` (the routes have no parameters).
-pub(crate) fn serves(method: &axum::http::Method, path: &str) -> bool {
-    ROUTES
-        .iter()
-        .any(|(m, p)| *m == method.as_str() && *p == path)
-}
+use cross_site::CrossSite;
+use listener::{local, HttpListener, HttpPeer};
+pub use routes::ROUTES;
 
 /// The API's description, served at `GET /v1/openapi.json`.
-const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
 
 /// The web page (`GET /ui`) and its script (`GET /ui/app.js`): static, no data of their own;
 /// the script reads the routes above with the viewer's credentials (see `ui/app.js`).
@@ -256,14 +241,6 @@ fn param(params: &[(&str, String)], name: &str) -> Option<String> {
         .map(|(_, v)| v.clone())
 }
 
-/// What a connection presented: the client certificate chain of its TLS session, if any, and
-/// its address.
-#[derive(Debug, Clone)]
-pub(crate) struct HttpPeer {
-    certs: Option<Arc<[CertificateDer<'static>]>>,
-    addr: Option<SocketAddr>,
-}
-
 fn credentials<'a>(headers: &'a HeaderMap, peer: &'a HttpPeer) -> Credentials<'a> {
     Credentials {
         authorization: headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()),
@@ -291,7 +268,7 @@ fn authorize(
 
 /// An operation's error at `node`: of its group.
 fn in_group(node: &Node) -> impl FnOnce(ApiError) -> GroupError + '_ {
-    move |e| GroupError::of(node, e)
+    move |e| GroupError::of(node.shape, e)
 }
 
 /// A session as JSON: the secret is a decimal string, since a 64-bit secret is beyond the
@@ -311,123 +288,6 @@ impl From<SessionJson> for SessionKey {
             id: SessionId(s.id),
             secret: s.secret,
         }
-    }
-}
-
-/// A secret's one spelling, the one the server gives (`docs/openapi.json`'s pattern for it):
-/// decimal digits without a sign or leading zeros. `u64::from_str` alone would also take
-/// `+7` and `007`, which the document calls invalid.
-mod decimal {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&v.to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        let text = String::deserialize(d)?;
-        match text.parse::<u64>() {
-            Ok(v) if v.to_string() == text => Ok(v),
-            _ => Err(serde::de::Error::custom(format!(
-                "{text:?} is not a secret: the decimal digits of a 64-bit number, without sign \
-                 or leading zeros, as the session was given"
-            ))),
-        }
-    }
-}
-
-/// The integers of a request body: any JSON number whose value is whole and in the field's
-/// range, however it is spelled (`2`, `2.0`, `2e0`, `-0`). JSON Schema's `integer`, which
-/// `docs/openapi.json` states, is a value, not a spelling, and a JSON encoder may write a whole
-/// float as `2.0`; serde's `u64` takes digits alone. The value is read from the number's text,
-/// exactly: `1e19` is 10^19, `1.5` and `18446744073709551616` are refused.
-mod whole {
-    use serde::de::Error;
-    use serde::{Deserialize, Deserializer};
-    use serde_json::value::RawValue;
-
-    /// The integer types of request fields, with their largest value.
-    pub trait Bounded: TryFrom<u64> {
-        const MAX: u64;
-    }
-
-    impl Bounded for u64 {
-        const MAX: u64 = u64::MAX;
-    }
-
-    impl Bounded for u32 {
-        const MAX: u64 = u32::MAX as u64;
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>, T: Bounded>(d: D) -> Result<T, D::Error> {
-        let raw = <Box<RawValue>>::deserialize(d)?;
-        of(raw.get()).map_err(D::Error::custom)
-    }
-
-    /// An optional field: absent or `null` is `None`.
-    pub fn option<'de, D: Deserializer<'de>, T: Bounded>(d: D) -> Result<Option<T>, D::Error> {
-        let raw = <Option<Box<RawValue>>>::deserialize(d)?;
-        raw.map(|raw| of(raw.get()))
-            .transpose()
-            .map_err(D::Error::custom)
-    }
-
-    fn of<T: Bounded>(text: &str) -> Result<T, String> {
-        parse(text, T::MAX)
-            .and_then(|v| T::try_from(v).ok())
-            .ok_or_else(|| format!("{text} is not a whole number from 0 to {}", T::MAX))
-    }
-
-    /// The value of the JSON number `text` when it is whole and at most `max`. JSON's grammar
-    /// is `-? int (. frac)? ([eE] [+-]? exp)?`; anything else (a string, `null`) is `None`.
-    pub(super) fn parse(text: &str, max: u64) -> Option<u64> {
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        let (negative, unsigned) = match text.strip_prefix('-') {
-            Some(rest) => (true, rest),
-            None => (false, text),
-        };
-        let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
-            Some((m, e)) => (m, Some(e)),
-            None => (unsigned, None),
-        };
-        let (int, frac) = match mantissa.split_once('.') {
-            Some((int, frac)) if digits(frac) => (int, frac),
-            Some(_) => return None,
-            None => (mantissa, ""),
-        };
-        if !digits(int) {
-            return None;
-        }
-        // An exponent past a million only says "zero" or "out of range" either way.
-        let exponent: i64 = match exponent {
-            None => 0,
-            Some(e) => {
-                let (sign, magnitude) = match e.strip_prefix('-') {
-                    Some(m) => (-1, m),
-                    None => (1, e.strip_prefix('+').unwrap_or(e)),
-                };
-                if !digits(magnitude) {
-                    return None;
-                }
-                sign * magnitude.parse::<i64>().unwrap_or(i64::MAX).min(1_000_000)
-            }
-        };
-        // The value is `significant * 10^scale`.
-        let all = format!("{int}{frac}");
-        let mut significant = all.trim_start_matches('0');
-        if significant.is_empty() {
-            return Some(0);
-        }
-        let mut scale = exponent - frac.len() as i64;
-        while scale < 0 && significant.ends_with('0') {
-            significant = &significant[..significant.len() - 1];
-            scale += 1;
-        }
-        if negative || scale < 0 || significant.len() as i64 + scale > 20 {
-            return None;
-        }
-        let value = significant.parse::<u128>().ok()? * 10u128.pow(scale as u32);
-        u64::try_from(value).ok().filter(|v| *v <= max)
     }
 }
 
@@ -919,7 +779,7 @@ fn group_status_json(group: u32, s: NodeStatus) -> GroupStatusJson {
             .iter()
             .find(|(id, _)| *id == leader)
             .map(|(_, addr)| {
-                crate::member_addr::MemberAddr::split(addr)
+                crate::cluster::member_addr::MemberAddr::split(addr)
                     .client
                     .to_owned()
             })
@@ -1059,166 +919,6 @@ fn ui_asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
-/// A connection the HTTP API serves: what it tells about its client.
-trait HttpConnection: AsyncRead + AsyncWrite + Unpin + Send + 'static {
-    fn peer(&self) -> HttpPeer;
-}
-
-impl HttpConnection for TcpStream {
-    fn peer(&self) -> HttpPeer {
-        HttpPeer {
-            certs: None,
-            addr: self.peer_addr().ok(),
-        }
-    }
-}
-
-impl HttpConnection for tokio_rustls::server::TlsStream<TcpStream> {
-    fn peer(&self) -> HttpPeer {
-        let (tcp, tls) = self.get_ref();
-        HttpPeer {
-            certs: tls.peer_certificates().map(Arc::from),
-            addr: tcp.peer_addr().ok(),
-        }
-    }
-}
-
-/// A served connection holding one of the `HTTP_CONNECTIONS_MAX` slots until it is dropped, and
-/// failing (so that hyper closes it) once it was idle, nothing read or written, for
-/// `HTTP_IDLE_TIMEOUT_MS`.
-struct Counted<IO> {
-    io: IO,
-    idle: Pin<Box<tokio::time::Sleep>>,
-    _slot: OwnedSemaphorePermit,
-}
-
-impl<IO> Counted<IO> {
-    fn new(io: IO, slot: OwnedSemaphorePermit) -> Counted<IO> {
-        Counted {
-            io,
-            idle: Box::pin(tokio::time::sleep(IDLE)),
-            _slot: slot,
-        }
-    }
-
-    /// After an I/O call: progress restarts the idle clock; no progress fails the connection
-    /// once the clock ran out (polling it also arms the wake-up for that moment).
-    fn watch<T>(
-        &mut self,
-        cx: &mut Context<'_>,
-        polled: Poll<std::io::Result<T>>,
-    ) -> Poll<std::io::Result<T>> {
-        match polled {
-            Poll::Pending => match self.idle.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "HTTP API connection idle too long",
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
-            ready => {
-                self.idle.as_mut().reset(tokio::time::Instant::now() + IDLE);
-                ready
-            }
-        }
-    }
-}
-
-const IDLE: std::time::Duration = std::time::Duration::from_millis(limits::HTTP_IDLE_TIMEOUT_MS);
-
-impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        self.watch(cx, polled)
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
-        self.watch(cx, polled)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let polled = Pin::new(&mut self.io).poll_flush(cx);
-        self.watch(cx, polled)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        self.watch(cx, polled)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-}
-
-/// The connections `tls::accept_loop` hands over (handshake done), as axum's listener.
-struct HttpListener<IO> {
-    incoming: mpsc::Receiver<std::io::Result<IO>>,
-    slots: Arc<Semaphore>,
-}
-
-impl<IO: HttpConnection> Listener for HttpListener<IO> {
-    type Io = Counted<IO>;
-    type Addr = HttpPeer;
-
-    async fn accept(&mut self) -> (Counted<IO>, HttpPeer) {
-        loop {
-            let slot = self
-                .slots
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("the semaphore is never closed");
-            match self.incoming.recv().await {
-                Some(Ok(io)) => {
-                    let peer = io.peer();
-                    return (Counted::new(io, slot), peer);
-                }
-                Some(Err(e)) => {
-                    // EMFILE and the like: back off a little rather than spin (axum's own loop
-                    // does the same).
-                    tracing::warn!(error = %e, "HTTP API: accepting a connection failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                // The accept loop ended: only graceful shutdown is left to do.
-                None => std::future::pending().await,
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<HttpPeer> {
-        Ok(HttpPeer {
-            certs: None,
-            addr: None,
-        })
-    }
-}
-
-impl<IO: HttpConnection> Connected<IncomingStream<'_, HttpListener<IO>>> for HttpPeer {
-    fn connect_info(stream: IncomingStream<'_, HttpListener<IO>>) -> HttpPeer {
-        stream.remote_addr().clone()
-    }
-}
-
 /// Serves the HTTP API on `listener` (TLS when `tls` is given) until `shutdown` completes and
 /// the requests in flight are answered (long-polls end with the node's shutdown).
 pub(crate) async fn serve(
@@ -1266,319 +966,6 @@ pub(crate) async fn serve(
                 .await;
             let _ = accept.await;
             served
-        }
-    }
-}
-
-fn local(listener: &TcpListener) -> String {
-    listener
-        .local_addr()
-        .map(|a: SocketAddr| a.to_string())
-        .unwrap_or_else(|e| format!("? ({e})"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// schemathesis: a PUT to a GET route answered 415 from the cross-site guard, not 405.
-    #[test]
-    fn the_guard_knows_which_method_each_route_takes() {
-        use axum::http::Method;
-        assert!(serves(&Method::POST, "/v1/admin/release"));
-        assert!(!serves(&Method::PUT, "/v1/admin/release"));
-        assert!(!serves(&Method::PUT, "/ui"));
-        assert!(!serves(&Method::POST, "/v1/lock"));
-        assert!(!serves(&Method::POST, "/v1/no-such-route"));
-    }
-
-    #[test]
-    fn query_parameters_are_decoded_and_checked() {
-        let q = query(Some("name=deploy%2Fprod+eu&".into()), &["name"]).unwrap();
-        assert_eq!(q, vec![("name", "deploy/prod eu".to_owned())]);
-        assert_eq!(query(None, &["name"]).unwrap(), vec![]);
-        assert!(query(Some("nam=x".into()), &["name"]).is_err());
-        assert!(query(Some("name=a&name=b".into()), &["name"]).is_err());
-        assert!(query(Some("name=%ff".into()), &["name"]).is_err());
-    }
-
-    #[test]
-    fn a_secret_is_a_decimal_string_both_ways() {
-        let s: SessionJson =
-            serde_json::from_str(r#"{"id":3,"secret":"18446744073709551615"}"#).unwrap();
-        assert_eq!(s.secret, u64::MAX);
-        assert_eq!(
-            serde_json::to_string(&s).unwrap(),
-            r#"{"id":3,"secret":"18446744073709551615"}"#
-        );
-        // A number would have lost precision in a JavaScript client: refused.
-        assert!(serde_json::from_str::<SessionJson>(r#"{"id":3,"secret":12}"#).is_err());
-        // One spelling, the server's: what docs/openapi.json's pattern refuses is refused.
-        for other in ["+7", "007", "", " 7", "7 ", "18446744073709551616", "-0"] {
-            let body = format!(r#"{{"id":3,"secret":{other:?}}}"#);
-            assert!(
-                serde_json::from_str::<SessionJson>(&body).is_err(),
-                "{body} was taken"
-            );
-        }
-    }
-
-    /// Regression: schemathesis sent `{"seq": 2352.0, ...}`, valid for docs/openapi.json (a JSON
-    /// Schema integer is a value), and the server answered 400 "invalid type: floating point".
-    #[test]
-    fn an_integer_field_takes_a_whole_number_however_it_is_spelled() {
-        let req: AcquireRequest = serde_json::from_str(
-            r#"{"session":{"id":1.0,"secret":"5"},"seq":2352.0,"name":"x","wait_timeout_ms":1e3}"#,
-        )
-        .expect("whole numbers");
-        assert_eq!(
-            (req.session.id, req.seq, req.wait_timeout_ms),
-            (1, 2352, 1000)
-        );
-        let req: AdminReleaseRequest =
-            serde_json::from_str(r#"{"name":"x","reason":"r","token":-0}"#).expect("-0 is 0");
-        assert_eq!(req.token, Some(0));
-        let req: CreateSessionRequest =
-            serde_json::from_str(r#"{"ttl_ms":15e3,"group":null,"owner":{"pid":4294967295}}"#)
-                .expect("null is no group");
-        assert_eq!((req.ttl_ms, req.group), (15_000, None));
-        for refused in [
-            r#"{"ttl_ms":1.5}"#,
-            r#"{"ttl_ms":-1}"#,
-            r#"{"ttl_ms":"15000"}"#,
-            r#"{"ttl_ms":18446744073709551616}"#,
-            r#"{"ttl_ms":1000,"group":4294967296}"#,
-            r#"{"ttl_ms":1000,"owner":{"pid":4294967296}}"#,
-            r#"{"ttl_ms":1000,"owner":{"pid":4.2949672955e9}}"#,
-        ] {
-            assert!(
-                serde_json::from_str::<CreateSessionRequest>(refused).is_err(),
-                "{refused} was taken"
-            );
-        }
-    }
-
-    #[test]
-    fn a_whole_number_is_read_exactly_from_its_text() {
-        let max = u64::MAX;
-        for (text, want) in [
-            ("0", Some(0)),
-            ("-0", Some(0)),
-            ("-0.0e7", Some(0)),
-            ("0e1000000000000000000000", Some(0)),
-            ("2.0", Some(2)),
-            ("2e0", Some(2)),
-            ("2E+3", Some(2000)),
-            ("100e-2", Some(1)),
-            ("25e-1", None),
-            ("1.5", None),
-            ("1e-1000000000000000000000", None),
-            ("1e1000000000000000000000", None),
-            ("-1", None),
-            ("1e19", Some(10_000_000_000_000_000_000)),
-            ("18446744073709551615", Some(max)),
-            ("1.8446744073709551615e19", Some(max)),
-            ("184467440737095516150e-1", Some(max)),
-            ("18446744073709551616", None),
-            ("1.8446744073709551616e19", None),
-            ("100000000000000000000", None),
-            ("\"5\"", None),
-            ("null", None),
-            ("[5]", None),
-        ] {
-            assert_eq!(whole::parse(text, max), want, "{text}");
-        }
-        assert_eq!(
-            whole::parse("4294967295", u32::MAX.into()),
-            Some(4_294_967_295)
-        );
-        assert_eq!(whole::parse("4294967296", u32::MAX.into()), None);
-    }
-
-    fn schema<'a>(doc: &'a serde_json::Value, pointer: &str) -> &'a serde_json::Value {
-        doc.pointer(pointer)
-            .unwrap_or_else(|| panic!("docs/openapi.json has no {pointer}"))
-    }
-
-    fn pattern(doc: &serde_json::Value, pointer: &str) -> regex::Regex {
-        let text = schema(doc, pointer)["pattern"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{pointer} has no pattern"));
-        regex::Regex::new(text).expect("an ECMA-262 pattern the regex crate reads alike")
-    }
-
-    /// The document states each bound the server enforces, equal to its `limits` constant, and
-    /// each pattern accepts exactly what the core's check does, so a request the document calls
-    /// valid is accepted and one it calls invalid is refused (issue #31 item 7; schemathesis
-    /// checks the same against a live node in CI, `scripts/api-fuzz.sh`). Regression: the
-    /// document had no TTL range, group range, name lengths or integer maxima, and the server
-    /// refused requests it called valid (`ttl_ms: 0`, `name: ""`, `group: 62`).
-    #[test]
-    fn the_openapi_document_states_the_servers_limits() {
-        let doc: serde_json::Value = serde_json::from_str(OPENAPI).unwrap();
-        let s = "/components/schemas";
-        let query = |path: &str, name: &str| {
-            let params = schema(
-                &doc,
-                &format!("/paths/{}/get/parameters", path.replace('/', "~1")),
-            );
-            params
-                .as_array()
-                .and_then(|ps| ps.iter().find(|p| p["name"] == name))
-                .map(|p| p["schema"].clone())
-                .unwrap_or_else(|| panic!("GET {path} has no parameter {name}"))
-        };
-        let num = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"));
-
-        let ttl = schema(&doc, &format!("{s}/CreateSessionRequest/properties/ttl_ms"));
-        assert_eq!(num(&ttl["minimum"]), limits::SESSION_TTL_MS_MIN);
-        assert_eq!(num(&ttl["maximum"]), limits::SESSION_TTL_MS_MAX);
-
-        let last_group = u64::from(limits::GROUPS_MAX - 1);
-        let group = schema(
-            &doc,
-            &format!("{s}/CreateSessionRequest/properties/group/anyOf/0"),
-        );
-        assert_eq!(num(&group["maximum"]), last_group);
-        assert_eq!(num(&query("/v1/locks", "group")["maximum"]), last_group);
-
-        let name_max = limits::LOCK_NAME_BYTES_MAX as u64;
-        let names = [
-            format!("{s}/AcquireRequest/properties/name"),
-            format!("{s}/ReleaseRequest/properties/name"),
-            format!("{s}/AdminReleaseRequest/properties/name"),
-        ];
-        for name in names
-            .iter()
-            .map(|p| schema(&doc, p).clone())
-            .chain([query("/v1/lock", "name")])
-        {
-            assert_eq!(
-                (num(&name["minLength"]), num(&name["maxLength"])),
-                (1, name_max),
-                "{name}"
-            );
-        }
-        let prefix = query("/v1/locks", "prefix");
-        assert_eq!(num(&prefix["maxLength"]), name_max);
-        assert!(
-            prefix.get("minLength").is_none(),
-            "the empty prefix lists all"
-        );
-
-        for (field, max) in [
-            ("host", limits::OWNER_HOST_BYTES_MAX),
-            ("user", limits::OWNER_USER_BYTES_MAX),
-            ("text", limits::OWNER_TEXT_BYTES_MAX),
-        ] {
-            let owner = schema(&doc, &format!("{s}/Owner/properties/{field}"));
-            assert_eq!(num(&owner["maxLength"]), max as u64, "owner {field}");
-        }
-        let admin = format!("{s}/AdminReleaseRequest/properties");
-        let reason = schema(&doc, &format!("{admin}/reason"));
-        assert_eq!(
-            num(&reason["maxLength"]),
-            limits::AUDIT_REASON_BYTES_MAX as u64
-        );
-        let operator = schema(&doc, &format!("{admin}/operator"));
-        assert_eq!(
-            num(&operator["maxLength"]),
-            limits::AUDIT_ACTOR_BYTES_MAX as u64
-        );
-        let sessions = schema(&doc, &format!("{s}/KeepAliveRequest/properties/sessions"));
-        assert_eq!(
-            num(&sessions["maxItems"]),
-            limits::KEEPALIVE_SESSIONS_MAX as u64
-        );
-
-        // Every integer has its type's range (or a narrower one): the server reads each into a
-        // u64 or a u32.
-        fn integers(v: &serde_json::Value, at: &str) {
-            match v {
-                serde_json::Value::Object(o) => {
-                    if o.get("type").and_then(|t| t.as_str()) == Some("integer") {
-                        let max = match o.get("format").and_then(|f| f.as_str()) {
-                            Some("uint64") => u64::MAX,
-                            Some("uint32") => u32::MAX.into(),
-                            other => panic!("{at}: an integer of format {other:?}"),
-                        };
-                        let (lo, hi) = (o.get("minimum"), o.get("maximum"));
-                        assert!(lo.and_then(|v| v.as_u64()).is_some(), "{at}: no minimum");
-                        let hi = hi.and_then(|v| v.as_u64());
-                        assert!(
-                            hi.is_some_and(|hi| hi <= max),
-                            "{at}: maximum {hi:?} of {max}"
-                        );
-                    }
-                    for (k, v) in o {
-                        integers(v, &format!("{at}/{k}"));
-                    }
-                }
-                serde_json::Value::Array(a) => {
-                    for (i, v) in a.iter().enumerate() {
-                        integers(v, &format!("{at}/{i}"));
-                    }
-                }
-                _ => {}
-            }
-        }
-        integers(&doc, "");
-
-        // The patterns, against the core's checks for every character. A request's name has no
-        // control character (a release of one is refused before it reaches the log, unless a
-        // lock of that name from before that rule is held, which the schema cannot say); a
-        // describe reads any stored name.
-        let new_name = pattern(&doc, &format!("{s}/AcquireRequest/properties/name"));
-        let admin_name = pattern(&doc, &format!("{admin}/name"));
-        let release_name = pattern(&doc, &format!("{s}/ReleaseRequest/properties/name"));
-        assert_eq!(new_name.as_str(), admin_name.as_str());
-        assert_eq!(new_name.as_str(), release_name.as_str());
-        assert!(query("/v1/lock", "name").get("pattern").is_none());
-        let reason = pattern(&doc, &format!("{admin}/reason"));
-        // Each character the core refuses, on its own; all those it takes, in one string (a
-        // match per character takes seconds in a debug build).
-        let (mut name_chars, mut reason_chars) = (String::new(), String::new());
-        for c in (0..=char::MAX as u32).filter_map(char::from_u32) {
-            let (name, one) = (format!("a{c}b"), c.to_string());
-            match latchkey_core::validate_name(&name) {
-                Ok(()) => name_chars.push(c),
-                Err(_) => assert!(!new_name.is_match(&name), "a name with {c:?}"),
-            }
-            match latchkey_core::validate_reason(&one) {
-                Ok(()) => reason_chars.push(c),
-                Err(_) => assert!(!reason.is_match(&one), "the reason {c:?}"),
-            }
-        }
-        assert!(
-            new_name.is_match(&name_chars),
-            "a character of a name is refused"
-        );
-        // The reason's pattern is found anywhere in it: each character must match on its own.
-        let each = regex::Regex::new(&format!("^(?:{})+$", reason.as_str())).unwrap();
-        assert!(
-            each.is_match(&reason_chars),
-            "a character of a reason is refused"
-        );
-        // The secret's one spelling: every digit changed at every place of the largest secret,
-        // every length, signs and leading zeros.
-        let secret = pattern(&doc, &format!("{s}/Session/properties/secret"));
-        let largest = u64::MAX.to_string();
-        let mut spellings: Vec<String> = vec!["".into(), "+1".into(), "-1".into(), "01".into()];
-        for at in 0..largest.len() {
-            for d in '0'..='9' {
-                let mut t = largest.clone();
-                t.replace_range(at..=at, &d.to_string());
-                spellings.push(t.clone());
-                spellings.push(t[at..].to_owned());
-                spellings.push(format!("{t}0"));
-            }
-        }
-        for text in spellings {
-            let taken = serde_json::from_value::<SessionJson>(
-                serde_json::json!({ "id": 1, "secret": text }),
-            )
-            .is_ok();
-            assert_eq!(secret.is_match(&text), taken, "the secret {text:?}");
         }
     }
 }

@@ -294,7 +294,7 @@ impl PeerAuth {
         let want = member_certificate_name(from);
         let names = peer_certs
             .and_then(|c| c.first())
-            .map(crate::acl::cert_names)
+            .map(crate::certificate::cert_names)
             .unwrap_or_default();
         if names.contains(&want) {
             Ok(())

@@ -6,7 +6,7 @@
 //! Two places refuse a client, and both report here: the TLS accept loop (`tls.rs`), for a
 //! handshake without a certificate the CA signed, below gRPC and HTTP; and `Node::authorize`
 //! (`ops.rs`), the one access check of both client APIs, for everything the access-control
-//! list refuses (and, through [`crate::acl::Caller`], a quota it exceeds).
+//! list refuses (and, through [`crate::access::acl::Caller`], a quota it exceeds).
 //!
 //! The label values are this module's fixed strings ([`Reason::as_str`]), never anything a
 //! client sent: an attacker cannot make series. The state is one bucket and one count per

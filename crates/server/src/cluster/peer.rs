@@ -59,9 +59,9 @@ use latchkey_raft::{LogId, Raft, StateHandle, TypeConfig};
 
 mod admission;
 
-use crate::leader_contact::LeaderContact;
-use crate::member_addr::MemberAddr;
-use crate::peer_auth::{PeerAuth, PeerMethod};
+use crate::cluster::leader_contact::LeaderContact;
+use crate::cluster::member_addr::MemberAddr;
+use crate::cluster::peer_auth::{PeerAuth, PeerMethod};
 use admission::{Admitted, AdmittedChunks, ChunkError, Sender, VerifiedChunk};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
@@ -1675,7 +1675,7 @@ mod hostile_input {
 #[cfg(test)]
 mod append_streams {
     use super::*;
-    use crate::peer_auth::ClusterId;
+    use crate::cluster::peer_auth::ClusterId;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     #[derive(Clone, Copy)]

@@ -17,12 +17,13 @@ use latchkey_core::{limits, Actor, AuditAction, AuditRecord, SessionId, SessionK
 use latchkey_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
-use crate::acl::{Caller, Need, Permission};
+use crate::access::acl::{Caller, Need, Permission};
 use crate::error::{ApiError, GroupError};
-use crate::groups::Groups;
+use crate::node::groups::Groups;
+use crate::node::membership::NodeStatus;
+use crate::node::ops::{Acquired, Credentials, Held, LockView};
 use crate::node::Node;
-use crate::ops::{Acquired, Credentials, Held, LockView, NodeStatus};
-use crate::watch::WatchOut;
+use crate::observe::watch::WatchOut;
 
 pub struct LocksService {
     groups: Arc<Groups>,
@@ -545,13 +546,13 @@ impl pb::locks_server::Locks for LocksService {
             members: image.members,
             fingerprint: image.fingerprint,
             table_bytes: image.table.len() as u64,
-            table_sha256: crate::backup::sha256(&image.table).to_vec(),
+            table_sha256: crate::node::backup::sha256(&image.table).to_vec(),
         };
         // The header rides with the first chunk; an empty table still sends one message. Each
         // chunk is copied out only when the stream is polled.
         let table = image.table;
         let mut header = Some(header);
-        let ranges = crate::backup::chunk_ranges(table.len(), limits::BACKUP_CHUNK_BYTES);
+        let ranges = crate::node::backup::chunk_ranges(table.len(), limits::BACKUP_CHUNK_BYTES);
         let stream = futures::stream::iter(ranges.map(move |range| {
             Ok(pb::BackupChunk {
                 header: header.take(),

@@ -14,9 +14,9 @@ use std::time::Duration;
 use latchkey_core::limits;
 use tokio_util::sync::CancellationToken;
 
-use crate::acl::AclPolicy;
-use crate::tls::ServerTls;
-use crate::ServerConfig;
+use crate::access::acl::AclPolicy;
+use crate::access::tls::ServerTls;
+use crate::config::ServerConfig;
 
 /// The reloadable parts of a member's configuration.
 #[derive(Debug, Clone)]

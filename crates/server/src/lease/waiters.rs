@@ -12,7 +12,7 @@ use latchkey_raft::ApplyObserver;
 use tokio::sync::oneshot;
 
 use crate::clock::SharedClock;
-use crate::leases::Leases;
+use crate::lease::leases::Leases;
 use crate::probe::{ProbeEvent, SharedProbe};
 
 /// How a queued request ended, as seen by the waiting call.
@@ -135,13 +135,13 @@ pub struct Observer {
     pub waiters: Arc<Waiters>,
     pub leases: Arc<Mutex<Leases>>,
     pub clock: SharedClock,
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub metrics: Arc<crate::observe::metrics::Metrics>,
     pub probe: SharedProbe,
     /// This member's id and its Raft group, for the probe.
     pub node: u64,
     pub group: u32,
     /// Where watch streams get this member's lock changes.
-    pub watch: Arc<crate::watch::WatchHub>,
+    pub watch: Arc<crate::observe::watch::WatchHub>,
 }
 
 impl ApplyObserver for Observer {
@@ -198,11 +198,11 @@ mod tests {
             waiters: Arc::new(Waiters::default()),
             leases: leases.clone(),
             clock: Arc::new(SystemNodeClock),
-            metrics: Arc::new(crate::metrics::Metrics::new()),
+            metrics: Arc::new(crate::observe::metrics::Metrics::new()),
             probe: Arc::new(NoProbe),
             node: 1,
             group: 0,
-            watch: Arc::new(crate::watch::WatchHub::default()),
+            watch: Arc::new(crate::observe::watch::WatchHub::default()),
         };
         (observer, leases)
     }
