@@ -588,7 +588,7 @@ impl Cluster {
                     // after its first (the `removed-member` cells are six of member M's).
                     .env(
                         "RUST_LOG",
-                        "info,latchkey_server::tls=debug,latchkey_server::peer=debug",
+                        "info,latchkey_server::access::tls=debug,latchkey_server::cluster::peer=debug",
                     )
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())

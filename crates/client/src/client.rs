@@ -1084,13 +1084,19 @@ impl Client {
                     reached |= !never_connected(&status);
                     self.classify(&uri, &status)?
                 }
-                Err(_) => Failure::Transport {
-                    message: format!(
-                        "{} did not answer within {:?}",
-                        bare(&uri),
-                        opts.attempt_timeout
-                    ),
-                },
+                Err(_) => {
+                    // Connected (a connection that cannot be made fails sooner, at the
+                    // connect timeout) but unanswered: a busy or paused member, which may yet
+                    // answer, not a dead address.
+                    reached = true;
+                    Failure::Transport {
+                        message: format!(
+                            "{} did not answer within {:?}",
+                            bare(&uri),
+                            opts.attempt_timeout
+                        ),
+                    }
+                }
             };
             let hinted = match &failure {
                 Failure::Fatal(e) => return Err(e.clone()),

@@ -626,3 +626,35 @@ async fn a_member_that_answers_keeps_the_whole_retry_budget() {
     };
     assert!(*elapsed >= Duration::from_millis(1_500), "{err}");
 }
+
+/// A member that accepts connections but does not answer in time (busy, paused) is not a dead
+/// address: the call keeps its whole retry budget. (With the fail-fast budget applied to it, a
+/// `cluster add` gave up after one unanswered 5 s attempt.)
+#[tokio::test]
+async fn a_member_that_accepts_but_does_not_answer_keeps_the_whole_retry_budget() {
+    // The kernel completes the handshakes; nothing ever answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let config = latchkey_client::ClientConfig {
+        rpc_timeout: Duration::from_millis(300),
+        retry: latchkey_client::RetryPolicy {
+            attempts_max: 1_000,
+            elapsed_max: Duration::from_millis(1_500),
+            unreachable_max: Duration::from_millis(200),
+            backoff_initial: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(50),
+        },
+        ..Default::default()
+    };
+    let client = Client::with_config([addr], config).unwrap();
+    let err = client.list("").await.unwrap_err();
+    let Error::Transport {
+        attempts, elapsed, ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert!(*elapsed >= Duration::from_millis(1_500), "{err}");
+    assert!(*attempts >= 2, "{err}");
+    drop(silent);
+}
