@@ -178,10 +178,19 @@ async fn supervise(
     let why = guard
         .lost_reason()
         .unwrap_or_else(|| "the session ended".into());
-    eprintln!(
-        "latchkey: lock {name:?} (token {}) may be lost: {why}; sent SIGTERM to COMMAND's process group",
-        guard.token(),
-    );
+    let force_released = guard.force_released();
+    if force_released {
+        eprintln!(
+            "latchkey: lock {name:?} (token {}) was force-released by an operator (see `latchkey \
+             audit`); sent SIGTERM to COMMAND's process group",
+            guard.token(),
+        );
+    } else {
+        eprintln!(
+            "latchkey: lock {name:?} (token {}) may be lost: {why}; sent SIGTERM to COMMAND's process group",
+            guard.token(),
+        );
+    }
     if killed {
         eprintln!(
             "latchkey: COMMAND still running after {} ms: sent SIGKILL",
@@ -194,8 +203,17 @@ async fn supervise(
     }
     // The server may still hold the lock for us: closing the session frees it for the next
     // waiter sooner than the expiry would.
+    let token = guard.token();
     drop(guard);
     close_quietly(session).await;
+    if force_released {
+        return Err(Stopped::ForceReleased {
+            name,
+            token,
+            command: true,
+        }
+        .into());
+    }
     Err(Stopped::LockLost { name, why }.into())
 }
 
@@ -221,10 +239,14 @@ async fn hold(
     );
     tokio::select! {
         _ = guard.lost() => {
+            let (token, force_released) = (guard.token(), guard.force_released());
             let why = guard.lost_reason().unwrap_or_else(|| "the session ended".into());
-            eprintln!("latchkey: lock {name:?} (token {}) may be lost: {why}", guard.token());
             drop(guard);
             close_quietly(session).await;
+            if force_released {
+                return Err(Stopped::ForceReleased { name, token, command: false }.into());
+            }
+            eprintln!("latchkey: lock {name:?} (token {token}) may be lost: {why}");
             return Err(Stopped::HeldLockLost { name, why }.into());
         }
         _ = terminate.recv() => {}

@@ -661,6 +661,14 @@ pub struct BenchArgs {
 pub enum Stopped {
     #[error("lock {name:?} may have been lost ({why}); COMMAND was stopped")]
     LockLost { name: String, why: String },
+    /// An operator force-released the lock (`admin release`): it is lost for certain, and
+    /// `latchkey audit` says who and why. COMMAND, if any, was stopped.
+    #[error("lock {name:?} was force-released by an operator (token {token}; see `latchkey audit`){}", if *.command { "; COMMAND was stopped" } else { "" })]
+    ForceReleased {
+        name: String,
+        token: u64,
+        command: bool,
+    },
     /// `lock NAME` without COMMAND: the lock it held may have been lost.
     #[error("lock {name:?} may have been lost ({why})")]
     HeldLockLost { name: String, why: String },
@@ -705,7 +713,9 @@ const LOG_DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 /// The one place an error becomes an exit status.
 fn exit_code(error: &anyhow::Error) -> u8 {
     match error.downcast_ref::<Stopped>() {
-        Some(Stopped::LockLost { .. } | Stopped::HeldLockLost { .. }) => return EXIT_LOCK_LOST,
+        Some(
+            Stopped::LockLost { .. } | Stopped::HeldLockLost { .. } | Stopped::ForceReleased { .. },
+        ) => return EXIT_LOCK_LOST,
         Some(Stopped::Usage(_)) => return EXIT_USAGE,
         Some(Stopped::Signal { signal, .. }) => return (128 + *signal as i32).min(255) as u8,
         Some(Stopped::CannotRun { io, .. }) => {

@@ -367,6 +367,12 @@ impl LockGuard {
         self.shared.may_be_lost() || self.taken()
     }
 
+    /// Whether an operator force-released this grant (`latchkey admin release`), as a
+    /// keepalive answer said: the lock is certainly lost, not only maybe.
+    pub fn force_released(&self) -> bool {
+        self.taken()
+    }
+
     /// Why the lock may be lost, once it may be.
     pub fn lost_reason(&self) -> Option<String> {
         if self.taken() {
