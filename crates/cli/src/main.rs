@@ -56,6 +56,10 @@ struct Cli {
     /// Exit status 1. Not for `serve`.
     #[arg(long, global = true, value_parser = parse_duration, value_name = "DURATION")]
     timeout: Option<Duration>,
+    /// Also print the client library's log lines (retries, failed renewals): -v its warnings,
+    /// -vv its progress. Not for `serve` (RUST_LOG sets its log).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -880,9 +884,14 @@ fn main() -> ExitCode {
             // test holds a failover to no openraft WARN line); `peer.rs` reports the member
             // going down and coming back instead. RUST_LOG=openraft=warn shows them.
             Command::Serve(_) => "info,openraft=error",
-            // Client commands speak through their own messages; the library's warnings (failed
-            // renewals) are still worth seeing.
-            _ => "warn",
+            // Client commands speak through their own messages (issue #33: the library's log
+            // lines mixed into a command's output); `-v` adds the library's warnings (failed
+            // renewals, retries), `-vv` its progress.
+            _ => match cli.verbose {
+                0 => "error",
+                1 => "warn",
+                _ => "info",
+            },
         },
         // `lock` shares stderr with COMMAND and must never block on it (see logwriter.rs).
         matches!(cli.command, Command::Lock(_)),

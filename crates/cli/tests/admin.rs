@@ -212,3 +212,38 @@ fn admin_release_stops_the_holders_command_hands_the_lock_on_and_is_audited() {
     let no_reason = server.cli(&["admin", "revoke", "7"]);
     assert_eq!(no_reason.status.code(), Some(2), "{}", no_reason.stderr);
 }
+
+/// Issue #33: the client library's own log lines stay out of a command's output unless `-v`
+/// (with the default filter, no RUST_LOG): the force-released holder's stderr has the CLI's
+/// sentence, and the library's warning ("an operator force-released a lock of this session")
+/// only with `-v`.
+#[test]
+fn the_librarys_log_lines_show_only_with_verbose() {
+    let server = Server::start();
+    let work = Work::new();
+    let library_line = "an operator force-released a lock of this session";
+    for (name, verbose) in [("quiet", false), ("verbose", true)] {
+        let mut args: Vec<String> = vec!["lock".into(), "--endpoints".into(), server.addr.clone()];
+        if verbose {
+            args.push("-v".into());
+        }
+        args.extend(["--ttl", "3s", name, "--", "sleep", "60"].map(String::from));
+        let mut p = common::Proc::spawn_with(&args, work.dir.path(), |c| {
+            c.env_remove("RUST_LOG");
+        });
+        wait_until("held", T, || server.status(name)["held"] == true);
+        let released = server.cli(&["admin", "release", name, "--reason", "test"]);
+        assert_ok(&released);
+        assert_eq!(p.wait_code(T), EXIT_LOCK_LOST, "{}", p.stderr());
+        let stderr = p.stderr();
+        assert!(
+            stderr.contains("was force-released by an operator"),
+            "{stderr}"
+        );
+        assert_eq!(
+            stderr.contains(library_line),
+            verbose,
+            "-v {verbose}: {stderr}"
+        );
+    }
+}
