@@ -1054,3 +1054,14 @@ fn the_cli_at_the_http_or_metrics_port_says_it_is_not_a_grpc_port() {
         );
     }
 }
+
+/// Issue #33: a browser pointed at the HTTP port finds the page: `GET /` redirects to `/ui`
+/// (it answered 404).
+#[test]
+fn the_root_redirects_to_the_page() {
+    let (_server, http) = http_server();
+    let reply = call(&http, "GET", "/", None);
+    assert_eq!(reply.status, 303, "{reply:?}");
+    assert_eq!(reply.header("location"), Some("/ui"), "{reply:?}");
+    assert_eq!(call(&http, "GET", "/ui", None).status, 200);
+}

@@ -95,6 +95,8 @@ fn handler(method: &str, path: &str) -> MethodRouter<Api> {
         ("GET", "/ui/app.js") => {
             get(|| async { ui_asset("text/javascript; charset=utf-8", UI_JS) })
         }
+        // A browser pointed at the port finds the page (issue #33).
+        ("GET", "/") => get(|| async { axum::response::Redirect::to("/ui") }),
         _ => unreachable!("ROUTES lists {method} {path}, which has no handler"),
     }
 }

@@ -18,6 +18,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/openapi.json"),
     ("GET", "/ui"),
     ("GET", "/ui/app.js"),
+    ("GET", "/"),
 ];
 
 /// Whether a route of [`ROUTES`] takes `method` at `path` (the routes have no parameters).
