@@ -368,6 +368,7 @@ pub fn progress(plan: &Plan, stats: Arc<Stats>) -> Progress {
         return Progress(None);
     }
     let workload = plan.workload.name();
+    let rounds = plan.rounds;
     Progress(Some(tokio::spawn(async move {
         let started = Instant::now();
         let mut last = 0;
@@ -381,14 +382,62 @@ pub fn progress(plan: &Plan, stats: Arc<Stats>) -> Progress {
                 Phase::Measuring => "measuring",
                 Phase::Stopped => "stopping",
             };
+            let round = stats.round.load(Ordering::Relaxed);
             eprint!(
-                "\r\x1b[K{workload}: {phase}, {:.0} s, {done} ops, {} ops/s",
-                started.elapsed().as_secs_f64(),
-                done - last
+                "\r\x1b[K{}",
+                progress_line(
+                    workload,
+                    phase,
+                    (round > 0).then_some((round, rounds)),
+                    started.elapsed(),
+                    done,
+                    done - last
+                )
             );
             last = done;
         }
     })))
+}
+
+/// The progress line: the workload, its phase (and the failover round under way, of how
+/// many), the time, the operations so far and in the last second.
+fn progress_line(
+    workload: &str,
+    phase: &str,
+    round: Option<(u64, u32)>,
+    elapsed: Duration,
+    done: u64,
+    per_s: u64,
+) -> String {
+    let round = round.map_or_else(String::new, |(r, of)| format!(" (round {r} of {of})"));
+    format!(
+        "{workload}: {phase}{round}, {:.0} s, {done} ops, {per_s} ops/s",
+        elapsed.as_secs_f64()
+    )
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+
+    /// Issue #33: the failover bench's progress line says which round it is in.
+    #[test]
+    fn the_progress_line_names_the_failover_round() {
+        let line = progress_line(
+            "failover",
+            "measuring",
+            Some((2, 3)),
+            Duration::from_secs(7),
+            900,
+            120,
+        );
+        assert_eq!(
+            line,
+            "failover: measuring (round 2 of 3), 7 s, 900 ops, 120 ops/s"
+        );
+        let line = progress_line("uncontended", "warm-up", None, Duration::from_secs(1), 5, 5);
+        assert_eq!(line, "uncontended: warm-up, 1 s, 5 ops, 5 ops/s");
+    }
 }
 
 /// One connection per client: raise the open-files limit to its hard cap (no privilege

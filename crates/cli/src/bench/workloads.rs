@@ -64,6 +64,8 @@ pub struct Stats {
     ops: AtomicU64,
     /// Operations completed since the loops started (the progress line).
     pub progress: AtomicU64,
+    /// The failover round under way, from 1 (0: none; the progress line).
+    pub round: AtomicU64,
     other_client: AtomicU64,
     violations: AtomicU64,
     errors: Mutex<BTreeMap<String, u64>>,
@@ -88,6 +90,7 @@ impl Stats {
             release: Mutex::new(histogram()),
             ops: AtomicU64::new(0),
             progress: AtomicU64::new(0),
+            round: AtomicU64::new(0),
             other_client: AtomicU64::new(0),
             violations: AtomicU64::new(0),
             group_ops: Mutex::new(BTreeMap::new()),
@@ -646,6 +649,7 @@ pub async fn failover(
     let mut kill_to_grant_ms = Vec::new();
     let mut kills = Vec::new();
     for round in 0..plan.rounds {
+        stats.round.store(u64::from(round) + 1, Ordering::Relaxed);
         tokio::time::sleep(load_per_round).await;
         let leader = cluster
             .wait_healthy(FAILOVER_HEAL_TIMEOUT)
