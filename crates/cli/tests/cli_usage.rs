@@ -88,7 +88,15 @@ fn a_port_that_answers_http_is_named_as_not_a_grpc_port() {
     // preface), then closes its side and reads what is left, so that the client sees the
     // answer rather than a reset. Until the test is done.
     listener.set_nonblocking(true).unwrap();
+    // Set when the test ends, also by a failed assertion (the guard's drop): the thread stops.
+    struct Done(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for Done {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Done(done.clone());
     let server = {
         let done = done.clone();
         std::thread::spawn(move || {
@@ -120,7 +128,7 @@ fn a_port_that_answers_http_is_named_as_not_a_grpc_port() {
         "{}",
         out.stderr
     );
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(stop);
     server.join().unwrap();
 }
 

@@ -1108,9 +1108,6 @@ impl Client {
                     false
                 }
             };
-            if matches!(failure, Failure::Unavailable { .. }) {
-                reached = true;
-            }
             let elapsed = clock.now() - start;
             let budget = if reached {
                 policy.elapsed_max
