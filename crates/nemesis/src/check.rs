@@ -1,0 +1,280 @@
+//! The checks of a real run's history.
+//!
+//! A run has no record of what the servers appended and committed (the simulation's probes
+//! see inside the members; here they are real processes), so it is judged from what the
+//! clients and the resource recorded, all on one machine-wide clock:
+//! - [`hold_overlap`]: no two holders of one lock at one real time, each holder's time being
+//!   from the moment it learned of its grant to its last hold check (the last moment it acted
+//!   as the holder);
+//! - [`token_order`]: a grant that began after another ended has the higher token;
+//! - the simulation's `fencing_order`, `no_overlap` and `unique_token` (the resource never
+//!   accepted a lower token after a higher one, its accepted sections never overlapped and no
+//!   update was lost, no token acknowledged to two sessions);
+//! - the simulation's `liveness`: after the last fault healed and the cluster settled, every
+//!   acquire is granted within its wait.
+//!
+//! What this cannot judge without the servers' records: the linearizability of each lock's
+//! history against the lock model (it needs the times session ends were committed) and the
+//! lease checks (server-side expiries against client deadlines). The simulation checks those
+//! on every seed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use latchkey_sim::checkers::{CheckConfig, Violation};
+use latchkey_sim::history::{Actor, Event, HistoryData, OpKind, Ret};
+
+fn ms(d: Duration) -> String {
+    format!("{:.3}s", d.as_secs_f64())
+}
+
+/// Every check of a run.
+pub fn check(h: &HistoryData, config: &CheckConfig) -> Vec<Violation> {
+    let mut out = hold_overlap(h);
+    out.extend(token_order(h));
+    out.extend(latchkey_sim::checkers::check_clients_and_resource(h));
+    out.extend(latchkey_sim::checkers::check_liveness(h, config));
+    out
+}
+
+/// One holder's time with a lock.
+#[derive(Debug)]
+struct Holding {
+    actor: Actor,
+    token: u64,
+    from: Duration,
+    to: Duration,
+}
+
+/// No two holders of one lock at one real time.
+pub fn hold_overlap(h: &HistoryData) -> Vec<Violation> {
+    // (lock, actor, token) -> (granted at, last hold check)
+    let mut granted: BTreeMap<u64, (Actor, String)> = BTreeMap::new();
+    let mut spans: BTreeMap<(String, Actor, u64), (Duration, Option<Duration>)> = BTreeMap::new();
+    for e in &h.events {
+        match e {
+            Event::Invoke {
+                id,
+                actor,
+                lock,
+                op: OpKind::Acquire,
+                ..
+            } => {
+                granted.insert(*id, (*actor, lock.clone()));
+            }
+            Event::Return {
+                id,
+                ret: Ret::Granted { token },
+                at,
+            } => {
+                if let Some((actor, lock)) = granted.remove(id) {
+                    spans.insert((lock, actor, *token), (*at, None));
+                }
+            }
+            Event::HoldCheck {
+                actor,
+                lock,
+                token,
+                at,
+                ..
+            } => {
+                if let Some((_, last)) = spans.get_mut(&(lock.clone(), *actor, *token)) {
+                    *last = Some((*last).unwrap_or(*at).max(*at));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut by_lock: BTreeMap<&str, Vec<Holding>> = BTreeMap::new();
+    for ((lock, actor, token), (from, to)) in &spans {
+        if let Some(to) = to {
+            by_lock.entry(lock.as_str()).or_default().push(Holding {
+                actor: *actor,
+                token: *token,
+                from: *from,
+                to: *to,
+            });
+        }
+    }
+    let mut out = Vec::new();
+    for (lock, mut list) in by_lock {
+        list.sort_by_key(|s| s.from);
+        // The holding that reaches furthest so far: each holding must start after it ends.
+        let mut reach: Option<&Holding> = None;
+        for s in &list {
+            if let Some(r) = reach {
+                if s.from <= r.to {
+                    out.push(Violation {
+                        checker: "hold_overlap",
+                        message: format!(
+                            "lock {lock:?}: {:?} held it with token {} from {} to {}, and {:?} \
+                             with token {} from {}",
+                            r.actor,
+                            r.token,
+                            ms(r.from),
+                            ms(r.to),
+                            s.actor,
+                            s.token,
+                            ms(s.from)
+                        ),
+                    });
+                }
+            }
+            if reach.is_none_or(|r| s.to > r.to) {
+                reach = Some(s);
+            }
+        }
+    }
+    out
+}
+
+/// A grant invoked after another grant of the same lock was answered has a higher token.
+pub fn token_order(h: &HistoryData) -> Vec<Violation> {
+    struct Grant {
+        actor: Actor,
+        invoked: Duration,
+        answered: Duration,
+        token: u64,
+    }
+    let mut by_lock: BTreeMap<String, Vec<Grant>> = BTreeMap::new();
+    for op in h.operations() {
+        if let (OpKind::Acquire, Some((Ret::Granted { token }, answered))) = (&op.op, op.ret) {
+            by_lock.entry(op.lock).or_default().push(Grant {
+                actor: op.actor,
+                invoked: op.invoked,
+                answered,
+                token,
+            });
+        }
+    }
+    let mut out = Vec::new();
+    for (lock, grants) in by_lock {
+        let mut answered: Vec<&Grant> = grants.iter().collect();
+        answered.sort_by_key(|g| g.answered);
+        let mut invoked: Vec<&Grant> = grants.iter().collect();
+        invoked.sort_by_key(|g| g.invoked);
+        // Sweep: `top` is the grant with the highest token among those answered before the
+        // current grant was invoked.
+        let mut top: Option<&Grant> = None;
+        let mut next = answered.iter().peekable();
+        for g in invoked {
+            while let Some(a) = next.next_if(|a| a.answered < g.invoked) {
+                if top.is_none_or(|t| a.token > t.token) {
+                    top = Some(a);
+                }
+            }
+            if let Some(t) = top {
+                if g.token <= t.token {
+                    out.push(Violation {
+                        checker: "token_order",
+                        message: format!(
+                            "lock {lock:?}: {:?} was granted token {} at {}, after {:?} had \
+                             been granted token {} at {}",
+                            g.actor,
+                            g.token,
+                            ms(g.answered),
+                            t.actor,
+                            t.token,
+                            ms(t.answered)
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    fn actor(client: u32) -> Actor {
+        Actor {
+            client,
+            generation: 1,
+        }
+    }
+
+    /// Client `c` asks at `ask`, is granted `token` at `got`, and checks its hold at `checks`.
+    fn holding(
+        h: &mut HistoryData,
+        c: u32,
+        id: u64,
+        ask: u64,
+        got: u64,
+        token: u64,
+        checks: &[u64],
+    ) {
+        h.events.push(Event::Invoke {
+            id,
+            actor: actor(c),
+            session: u64::from(c),
+            lock: "a".into(),
+            op: OpKind::Acquire,
+            at: t(ask),
+        });
+        h.events.push(Event::Return {
+            id,
+            ret: Ret::Granted { token },
+            at: t(got),
+        });
+        for &at in checks {
+            h.events.push(Event::HoldCheck {
+                actor: actor(c),
+                session: u64::from(c),
+                lock: "a".into(),
+                token,
+                at: t(at),
+            });
+        }
+    }
+
+    fn sorted(mut h: HistoryData) -> HistoryData {
+        crate::record::sort_events(&mut h);
+        h
+    }
+
+    #[test]
+    fn holders_one_after_another_pass() {
+        let mut h = HistoryData::default();
+        holding(&mut h, 1, 1, 0, 10, 5, &[11, 300]);
+        holding(&mut h, 2, 2, 20, 400, 9, &[401, 700]);
+        let h = sorted(h);
+        assert!(hold_overlap(&h).is_empty());
+        assert!(token_order(&h).is_empty());
+    }
+
+    #[test]
+    fn a_holder_that_acts_after_the_next_was_granted_is_caught() {
+        let mut h = HistoryData::default();
+        // Client 1 paused from 300 ms to 5 s and then still acted as the holder.
+        holding(&mut h, 1, 1, 0, 10, 5, &[11, 5_000]);
+        holding(&mut h, 2, 2, 20, 4_000, 9, &[4_001, 4_200]);
+        let v = hold_overlap(&sorted(h));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].message.contains("token 5 from 0.010s to 5.000s"),
+            "{}",
+            v[0]
+        );
+    }
+
+    #[test]
+    fn a_lower_token_granted_after_a_higher_was_answered_is_caught() {
+        let mut h = HistoryData::default();
+        holding(&mut h, 1, 1, 0, 10, 9, &[11]);
+        holding(&mut h, 2, 2, 20, 400, 7, &[401]);
+        let v = token_order(&sorted(h));
+        assert_eq!(v.len(), 1, "{v:?}");
+        // Concurrent grants (the second asked before the first was answered) are not ordered.
+        let mut h = HistoryData::default();
+        holding(&mut h, 1, 1, 0, 10, 9, &[]);
+        holding(&mut h, 2, 2, 5, 400, 7, &[]);
+        assert!(token_order(&sorted(h)).is_empty());
+    }
+}

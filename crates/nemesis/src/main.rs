@@ -1,0 +1,122 @@
+//! `latchkey-nemesis run`: a Jepsen-style run on real processes (see the library's docs);
+//! `latchkey-nemesis worker`: one client worker, started by `run` inside its namespace.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use latchkey_nemesis::run::{run, RunConfig};
+use latchkey_nemesis::schedule::{self, FaultKind};
+use latchkey_nemesis::worker::{self, Plant, WorkerArgs};
+
+#[derive(Parser)]
+#[command(
+    name = "latchkey-nemesis",
+    about = "Faults on real latchkey processes, every history checked (needs root)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// A run: members and workers in network namespaces, faults, then the checks. Exit status
+    /// 0 with no violation, 1 with one, 2 if the run could not be made.
+    Run(RunArgs),
+    /// One client worker (started by `run`).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The latchkey binary (e.g. target/release/latchkey).
+    #[arg(long)]
+    latchkey: PathBuf,
+    /// Run every fault kind once, in a fixed order (the CI mode, about two minutes), instead
+    /// of a random schedule.
+    #[arg(long, conflicts_with = "minutes")]
+    ci: bool,
+    /// Length of a random schedule.
+    #[arg(long, default_value_t = 10)]
+    minutes: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Only these fault kinds (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    faults: Vec<FaultKind>,
+    #[arg(long, default_value_t = 3)]
+    members: u32,
+    #[arg(long, default_value_t = 4)]
+    workers: u32,
+    #[arg(long, default_value_t = 2)]
+    locks: u32,
+    /// The workers' session lease, in seconds.
+    #[arg(long, default_value_t = 3)]
+    ttl_secs: u64,
+    /// A bug planted in the workers, which the checks must catch.
+    #[arg(long, value_enum)]
+    plant: Option<Plant>,
+    /// Keep the logs and histories here (default: a temporary directory, kept if the run fails).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Worker(args) => match worker::main(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("worker: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Run(args) => {
+            let ttl = Duration::from_secs(args.ttl_secs);
+            let kinds = if args.faults.is_empty() {
+                FaultKind::ALL.to_vec()
+            } else {
+                args.faults.clone()
+            };
+            let faults = if args.ci {
+                schedule::fixed(&kinds, Duration::from_secs(6), Duration::from_secs(4), ttl)
+            } else {
+                schedule::random(
+                    args.seed,
+                    &kinds,
+                    Duration::from_secs(args.minutes * 60),
+                    ttl,
+                )
+            };
+            let config = RunConfig {
+                latchkey: args.latchkey,
+                members: args.members,
+                workers: args.workers,
+                locks: args.locks,
+                faults,
+                seed: args.seed,
+                ttl,
+                plant: args.plant,
+                settle: ttl * 2 + Duration::from_secs(3),
+                liveness: Duration::from_secs(15),
+                dir: args.dir,
+            };
+            match run(&config) {
+                Ok(report) => {
+                    print!("{}", report.summary());
+                    if report.violations.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("nemesis: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}

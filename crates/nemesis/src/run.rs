@@ -1,0 +1,516 @@
+//! One run: the network, the members, the resource and the workers; the schedule of faults;
+//! then the histories, checked, and a summary.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use latchkey_sim::checkers::{CheckConfig, Violation};
+use latchkey_sim::history::{Event, HistoryData, Ret};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::limits;
+use crate::members::Members;
+use crate::net::{Net, ROOT_ADDR};
+use crate::record::{self, now};
+use crate::resource::Resource;
+use crate::schedule::{Fault, FaultKind};
+use crate::worker::Plant;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The `latchkey` binary the members run.
+    pub latchkey: PathBuf,
+    pub members: u32,
+    pub workers: u32,
+    pub locks: u32,
+    pub faults: Vec<Fault>,
+    pub seed: u64,
+    /// The workers' session lease.
+    pub ttl: Duration,
+    pub plant: Option<Plant>,
+    /// After the last fault heals: the cluster's time to settle (dead sessions' leases run
+    /// out), then the time in which every acquire must be granted.
+    pub settle: Duration,
+    pub liveness: Duration,
+    /// Where to keep the logs and histories; a temporary directory (kept if the run fails)
+    /// if not given.
+    pub dir: Option<PathBuf>,
+}
+
+/// What a run saw.
+#[derive(Debug)]
+pub struct Report {
+    pub dir: PathBuf,
+    pub faults: BTreeMap<FaultKind, u32>,
+    /// Per fault kind, the longest time without any grant, from the fault's start to 10 s
+    /// after its heal or the next fault's start, whichever is first (how long the clients
+    /// waited through it).
+    pub longest_gap: BTreeMap<FaultKind, Duration>,
+    pub operations: usize,
+    pub grants: usize,
+    pub releases: usize,
+    pub not_granted: usize,
+    pub lost: usize,
+    pub resource_accepted: usize,
+    pub resource_refused: usize,
+    pub violations: Vec<Violation>,
+    /// Faults that could not be made as scheduled (e.g. no leader to isolate), with why.
+    pub skipped: Vec<String>,
+    pub log: String,
+}
+
+impl Report {
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "fault                   count  longest time without a grant"
+        );
+        for (kind, n) in &self.faults {
+            let gap = self.longest_gap.get(kind).copied().unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "{:<24}{n:>5}  {:.1}s",
+                format!("{kind:?}"),
+                gap.as_secs_f64()
+            );
+        }
+        let _ = writeln!(
+            s,
+            "operations {}, grants {}, releases {}, waits not granted {}, sessions lost {}",
+            self.operations, self.grants, self.releases, self.not_granted, self.lost
+        );
+        let _ = writeln!(
+            s,
+            "resource: {} accepted, {} refused (stale tokens)",
+            self.resource_accepted, self.resource_refused
+        );
+        for skip in &self.skipped {
+            let _ = writeln!(s, "skipped: {skip}");
+        }
+        let _ = writeln!(s, "violations: {}", self.violations.len());
+        for v in self.violations.iter().take(20) {
+            let _ = writeln!(s, "  {v}");
+        }
+        let _ = writeln!(s, "logs and histories: {}", self.dir.display());
+        s
+    }
+}
+
+struct Worker {
+    pid: Option<Child>,
+    history: PathBuf,
+    paused: bool,
+}
+
+struct Run<'a> {
+    config: &'a RunConfig,
+    net: Net,
+    members: Members,
+    workers: Vec<Worker>,
+    killed: Vec<u64>,
+    rng: StdRng,
+    start: Duration,
+    log: String,
+    skipped: Vec<String>,
+}
+
+impl Run<'_> {
+    fn note(&mut self, what: &str) {
+        let line = format!(
+            "{:>9.3}s {what}",
+            now().saturating_sub(self.start).as_secs_f64()
+        );
+        println!("{line}");
+        self.log.push_str(&line);
+        self.log.push('\n');
+    }
+
+    async fn leader(&mut self) -> Option<u64> {
+        let found = self.members.leader().await;
+        if found.is_none() {
+            self.skipped.push(format!(
+                "at {:.1}s no member said it led",
+                now().saturating_sub(self.start).as_secs_f64()
+            ));
+        }
+        found
+    }
+
+    async fn apply(&mut self, kind: FaultKind) -> anyhow::Result<()> {
+        if kind == FaultKind::PauseWorker {
+            return self.pause_worker().await;
+        }
+        let Some(leader) = self.leader().await else {
+            return Ok(());
+        };
+        let li = (leader - 1) as usize;
+        let lhost = self.net.members[li].clone();
+        let others: Vec<_> = (0..self.net.members.len()).filter(|&i| i != li).collect();
+        match kind {
+            FaultKind::IsolateLeader => self.net.link_down(&lhost)?,
+            FaultKind::SplitLeaderMinority => {
+                let minority = self.net.members.len().saturating_sub(1) / 2;
+                let (with_leader, rest) = others.split_at(minority.saturating_sub(1));
+                let mut side: Vec<usize> = vec![li];
+                side.extend(with_leader);
+                for &a in &side {
+                    for &b in rest {
+                        self.net
+                            .cut_both(&self.net.members[a].clone(), &self.net.members[b].clone())?;
+                    }
+                }
+            }
+            FaultKind::Bridge => {
+                let f = others[self.rng.random_range(0..others.len())];
+                self.net.cut_both(&lhost, &self.net.members[f].clone())?;
+            }
+            FaultKind::AsymmetricLeader => {
+                for &f in &others {
+                    self.net.cut(&lhost, &self.net.members[f].clone())?;
+                }
+            }
+            FaultKind::ClientCutFromLeader => {
+                for c in self.net.clients.clone() {
+                    self.net.cut_both(&c, &lhost)?;
+                }
+            }
+            FaultKind::KillLeader => {
+                self.members.kill9(leader)?;
+                self.killed.push(leader);
+            }
+            FaultKind::PauseLeader => self.members.pause(leader)?,
+            FaultKind::PauseWorker => unreachable!("handled above"),
+        }
+        self.note(&format!("  (leader was member {leader})"));
+        Ok(())
+    }
+
+    /// Stops a worker while it is inside its critical section (its last event a hold check),
+    /// or after [`limits::PAUSE_AIM_TIMEOUT`] wherever it is.
+    async fn pause_worker(&mut self) -> anyhow::Result<()> {
+        let w = self.rng.random_range(0..self.workers.len());
+        let aim = Instant::now();
+        while aim.elapsed() < limits::PAUSE_AIM_TIMEOUT {
+            let text = std::fs::read_to_string(&self.workers[w].history).unwrap_or_default();
+            if text
+                .lines()
+                .last()
+                .is_some_and(|l| l.contains("\"hold_check\""))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some(child) = &self.workers[w].pid {
+            kill(Pid::from_raw(child.id() as i32), Signal::SIGSTOP)?;
+            self.workers[w].paused = true;
+        }
+        self.note(&format!("  (worker {} stopped)", w + 1));
+        Ok(())
+    }
+
+    fn heal(&mut self) -> anyhow::Result<()> {
+        self.net.heal()?;
+        self.members.resume_all()?;
+        for id in std::mem::take(&mut self.killed) {
+            self.members.restart(&self.net, id)?;
+        }
+        for w in &mut self.workers {
+            if let (true, Some(child)) = (w.paused, &w.pid) {
+                kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT)?;
+            }
+            w.paused = false;
+        }
+        Ok(())
+    }
+
+    fn spawn_workers(&mut self, resource: SocketAddr, dir: &Path) -> anyhow::Result<()> {
+        let exe = std::env::current_exe().context("finding the nemesis binary")?;
+        let locks: Vec<String> = (1..=self.config.locks)
+            .map(|i| format!("nemesis/{i}"))
+            .collect();
+        let endpoints = self.members.endpoints().join(",");
+        for (i, host) in self.net.clients.clone().iter().enumerate() {
+            let client = i as u32 + 1;
+            let history = dir.join(format!("w{client}.jsonl"));
+            let log = std::fs::File::create(dir.join(format!("w{client}.log")))?;
+            let mut cmd = self.net.command(host, &exe);
+            cmd.args(["worker", "--client", &client.to_string()])
+                .args([
+                    "--endpoints",
+                    &endpoints,
+                    "--resource",
+                    &resource.to_string(),
+                ])
+                .args(["--locks", &locks.join(",")])
+                .arg("--history")
+                .arg(&history)
+                .args([
+                    "--seed",
+                    &(self.config.seed ^ u64::from(client)).to_string(),
+                ])
+                .args(["--ttl", &format!("{}ms", self.config.ttl.as_millis())])
+                .args(["--hold", "300ms", "--wait", "10000ms"]);
+            if let Some(Plant::IgnoreDeadline) = self.config.plant {
+                cmd.args(["--plant", "ignore-deadline"]);
+            }
+            let child = cmd
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .context("starting a worker")?;
+            self.workers.push(Worker {
+                pid: Some(child),
+                history,
+                paused: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// SIGTERM to every worker, then SIGKILL to those still running after
+    /// [`limits::EXIT_TIMEOUT`].
+    async fn stop_workers(&mut self) {
+        for w in &self.workers {
+            if let Some(child) = &w.pid {
+                let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + limits::EXIT_TIMEOUT;
+        for w in &mut self.workers {
+            if let Some(mut child) = w.pid.take() {
+                while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+impl Drop for Run<'_> {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            if let Some(mut child) = w.pid.take() {
+                let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// Runs `config` and checks its history.
+pub fn run(config: &RunConfig) -> anyhow::Result<Report> {
+    if config.members == 0 || config.members > limits::MEMBERS_MAX {
+        bail!("--members must be 1..={}", limits::MEMBERS_MAX);
+    }
+    if config.workers == 0 || config.workers > limits::WORKERS_MAX {
+        bail!("--workers must be 1..={}", limits::WORKERS_MAX);
+    }
+    if config.locks == 0 || config.locks > limits::LOCKS_MAX {
+        bail!("--locks must be 1..={}", limits::LOCKS_MAX);
+    }
+    let temp = match &config.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            None
+        }
+        None => Some(
+            tempfile::Builder::new()
+                .prefix("latchkey-nemesis-")
+                .tempdir()?,
+        ),
+    };
+    let dir = match (&temp, &config.dir) {
+        (Some(t), _) => t.path().to_owned(),
+        (None, Some(d)) => d.clone(),
+        (None, None) => unreachable!("one of the two is set above"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let result = rt.block_on(run_in(config, &dir));
+    let keep = match &result {
+        Ok(r) => !r.violations.is_empty(),
+        Err(_) => true,
+    };
+    if let (Some(temp), true) = (temp, keep) {
+        // A failed run keeps its logs.
+        let kept = temp.keep();
+        eprintln!(
+            "nemesis: kept the logs of the failed run in {}",
+            kept.display()
+        );
+    }
+    result
+}
+
+async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
+    let start = now();
+    let net = Net::create(config.members, config.workers)?;
+    let members = Members::start(&net, &config.latchkey, dir)?;
+    let mut run = Run {
+        config,
+        net,
+        members,
+        workers: Vec::new(),
+        killed: Vec::new(),
+        rng: StdRng::seed_from_u64(config.seed),
+        start,
+        log: String::new(),
+        skipped: Vec::new(),
+    };
+    let leader = run
+        .members
+        .wait_leader(limits::READY_TIMEOUT)
+        .await
+        .with_context(|| format!("the cluster did not start\n{}", run.members.logs_tail(20)))?;
+    run.note(&format!("cluster up, member {leader} leads"));
+    let resource = Resource::start(SocketAddr::new(ROOT_ADDR.into(), 7500), start)?;
+    run.spawn_workers(resource.addr, dir)?;
+    let workload = Instant::now();
+    run.note(&format!("{} workers started", config.workers));
+
+    let mut healed = Duration::ZERO;
+    let mut windows: Vec<(FaultKind, Duration, Duration)> = Vec::new();
+    let mut counts: BTreeMap<FaultKind, u32> = BTreeMap::new();
+    for (i, fault) in config.faults.iter().enumerate() {
+        tokio::time::sleep((workload + fault.at).saturating_duration_since(Instant::now())).await;
+        if let Some((id, status)) = run.members.exited() {
+            bail!(
+                "member {id} exited by itself ({status})\n{}",
+                run.members.logs_tail(30)
+            );
+        }
+        run.note(&format!(
+            "fault {:?} for {:.1}s",
+            fault.kind,
+            fault.lasts.as_secs_f64()
+        ));
+        let from = now().saturating_sub(start);
+        run.apply(fault.kind).await?;
+        *counts.entry(fault.kind).or_default() += 1;
+        tokio::time::sleep(fault.lasts).await;
+        run.heal()?;
+        healed = now().saturating_sub(start);
+        let next = config.faults.get(i + 1).map_or(Duration::MAX, |n| {
+            (workload + n.at)
+                .saturating_duration_since(Instant::now())
+                .saturating_add(healed)
+        });
+        windows.push((
+            fault.kind,
+            from,
+            (healed + Duration::from_secs(10)).min(next),
+        ));
+        run.note("healed");
+    }
+    if healed == Duration::ZERO {
+        healed = now().saturating_sub(start);
+    }
+    tokio::time::sleep(config.settle + config.liveness).await;
+    let end = now().saturating_sub(start);
+    run.note("stopping the workers");
+    run.stop_workers().await;
+
+    let mut h = HistoryData::default();
+    h.resource = resource.stop();
+    h.healed_at = Some(healed);
+    for (i, w) in run.workers.iter().enumerate() {
+        record::read_worker(&w.history, i as u32 + 1, start, &mut h)?;
+    }
+    record::sort_events(&mut h);
+    let check = CheckConfig {
+        settle: config.settle,
+        // Acquires invoked in the last wait of the run may not have been answered.
+        liveness_until: end.saturating_sub(Duration::from_secs(11)),
+    };
+    let violations = crate::check::check(&h, &check);
+    let grants: Vec<Duration> = h
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Return {
+                ret: Ret::Granted { .. },
+                at,
+                ..
+            } => Some(*at),
+            _ => None,
+        })
+        .collect();
+    let mut longest_gap = BTreeMap::new();
+    for (kind, from, to) in windows {
+        let gap = longest_gap_in(&grants, from, to);
+        let g = longest_gap.entry(kind).or_insert(Duration::ZERO);
+        *g = (*g).max(gap);
+    }
+    let count = |f: &dyn Fn(&Event) -> bool| h.events.iter().filter(|e| f(e)).count();
+    Ok(Report {
+        dir: dir.to_owned(),
+        faults: counts,
+        longest_gap,
+        operations: count(&|e| matches!(e, Event::Invoke { .. })),
+        grants: grants.len(),
+        releases: count(&|e| {
+            matches!(
+                e,
+                Event::Return {
+                    ret: Ret::Released,
+                    ..
+                }
+            )
+        }),
+        not_granted: count(&|e| {
+            matches!(
+                e,
+                Event::Return {
+                    ret: Ret::NotGranted,
+                    ..
+                }
+            )
+        }),
+        lost: count(&|e| matches!(e, Event::Lost { .. })),
+        resource_accepted: h.resource.iter().filter(|o| o.accepted).count(),
+        resource_refused: h.resource.iter().filter(|o| !o.accepted).count(),
+        violations,
+        skipped: std::mem::take(&mut run.skipped),
+        log: std::mem::take(&mut run.log),
+    })
+}
+
+/// The longest time within `from..to` with no grant in `grants` (sorted).
+fn longest_gap_in(grants: &[Duration], from: Duration, to: Duration) -> Duration {
+    let mut last = from;
+    let mut gap = Duration::ZERO;
+    for &g in grants.iter().filter(|&&g| g > from && g < to) {
+        gap = gap.max(g - last);
+        last = g;
+    }
+    gap.max(to.saturating_sub(last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_gap_counts_from_the_fault_to_the_window_end() {
+        let s = Duration::from_secs;
+        let grants = [s(1), s(12), s(13), s(19)];
+        assert_eq!(longest_gap_in(&grants, s(10), s(20)), s(6));
+        assert_eq!(longest_gap_in(&grants, s(2), s(11)), s(9));
+    }
+}

@@ -1,0 +1,79 @@
+//! The nemesis's CI mode on real processes (issue #34): every fault family once with no
+//! violation, and a planted client bug caught. Needs root (network namespaces) and the
+//! `latchkey` binary built beside this crate's (`cargo build -p latchkey`), so these tests are
+//! `#[ignore]`d in a plain `cargo test`; `.ci/run` runs them with `--ignored`. The two share
+//! the machine's `lkn-` namespaces and take turns (the run holds a file lock).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn nemesis() -> &'static str {
+    env!("CARGO_BIN_EXE_latchkey-nemesis")
+}
+
+/// The `latchkey` binary of the same build.
+fn latchkey() -> PathBuf {
+    let path = PathBuf::from(nemesis()).with_file_name("latchkey");
+    assert!(
+        path.exists(),
+        "{} is missing: build it first (cargo build -p latchkey)",
+        path.display()
+    );
+    path
+}
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(nemesis())
+        .arg("run")
+        .arg("--latchkey")
+        .arg(latchkey())
+        .args(args)
+        .output()
+        .expect("running latchkey-nemesis");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}\n{stderr}");
+    (out.status.code().unwrap_or(-1), stdout)
+}
+
+#[test]
+#[ignore = "needs root and the latchkey binary; .ci/run runs it"]
+fn every_fault_family_once_leaves_no_violation() {
+    let (code, out) = run(&["--ci"]);
+    assert_eq!(code, 0, "the run failed or found violations:\n{out}");
+    for kind in [
+        "IsolateLeader",
+        "SplitLeaderMinority",
+        "Bridge",
+        "AsymmetricLeader",
+        "ClientCutFromLeader",
+        "KillLeader",
+        "PauseLeader",
+        "PauseWorker",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(kind) && l.split_whitespace().nth(1) == Some("1")),
+            "{kind} was not made once:\n{out}"
+        );
+    }
+    assert!(
+        !out.contains("skipped:"),
+        "a fault could not be made:\n{out}"
+    );
+    assert!(out.contains("violations: 0"), "{out}");
+}
+
+#[test]
+#[ignore = "needs root and the latchkey binary; .ci/run runs it"]
+fn a_client_that_ignores_its_deadline_is_caught() {
+    let (code, out) = run(&[
+        "--ci",
+        "--faults",
+        "pause-worker",
+        "--plant",
+        "ignore-deadline",
+    ]);
+    assert_eq!(code, 1, "the planted bug was not caught:\n{out}");
+    assert!(out.contains("[hold_overlap]"), "{out}");
+}
