@@ -753,6 +753,9 @@ export class Client {
         "grpc.max_send_message_length": limits.CLIENT_MESSAGE_BYTES_MAX,
         "grpc.initial_reconnect_backoff_ms": limits.CLIENT_RECONNECT_BACKOFF_MS_INITIAL,
         "grpc.max_reconnect_backoff_ms": limits.CLIENT_RECONNECT_BACKOFF_MS_MAX,
+        "grpc.keepalive_time_ms": limits.CLIENT_PING_INTERVAL_MS,
+        "grpc.keepalive_timeout_ms": limits.CLIENT_PING_TIMEOUT_MS,
+        "grpc.keepalive_permit_without_calls": 0,
         // This client's connections are its own: close() closes them.
         "grpc.use_local_subchannel_pool": 1,
       });

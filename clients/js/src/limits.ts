@@ -83,6 +83,13 @@ export const CLIENT_RPC_TIMEOUT_MS_DEFAULT = 5_000;
 /** Opening a TCP connection to one endpoint (a dead member is skipped early). */
 export const CLIENT_CONNECT_TIMEOUT_MS_DEFAULT = 2_000;
 /**
+ * HTTP/2 PING of a connection with calls open after this long without a frame, and the time its
+ * answer may take: a stopped member, or one cut off by a partition that drops packets, is left
+ * within about 2 s rather than at the attempt's deadline (docs/protocol.md 2.1).
+ */
+export const CLIENT_PING_INTERVAL_MS = 1_000;
+export const CLIENT_PING_TIMEOUT_MS = 1_000;
+/**
  * Reconnect backoff of one gRPC channel (grpc-js defaults to 1 s doubling to 120 s, during which
  * every call to that member fails at once: a restarted leader would stay unused for minutes).
  * This client has its own retry loop and backoff, so the channel's is kept short.

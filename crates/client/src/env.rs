@@ -147,6 +147,15 @@ impl TcpConnector {
             .http2_max_concurrent_reset_streams(
                 latchkey_core::limits::CLIENT_RESET_STREAMS_REMEMBERED,
             )
+            // A stopped member, or one a partition cut off silently, is left within about 2 s
+            // rather than at the attempt's deadline (see the limits).
+            .http2_keep_alive_interval(Duration::from_millis(
+                latchkey_core::limits::CLIENT_PING_INTERVAL_MS,
+            ))
+            .keep_alive_timeout(Duration::from_millis(
+                latchkey_core::limits::CLIENT_PING_TIMEOUT_MS,
+            ))
+            .keep_alive_while_idle(false)
     }
 }
 

@@ -39,6 +39,10 @@ struct RunArgs {
     /// of a random schedule.
     #[arg(long, conflicts_with = "minutes")]
     ci: bool,
+    /// How long each fault of the `--ci` schedule lasts, in seconds (a worker pause always
+    /// lasts twice the lease and a second).
+    #[arg(long, default_value_t = 6, requires = "ci")]
+    fault_secs: u64,
     /// Length of a random schedule.
     #[arg(long, default_value_t = 10)]
     minutes: u64,
@@ -81,7 +85,12 @@ fn main() -> ExitCode {
                 args.faults.clone()
             };
             let faults = if args.ci {
-                schedule::fixed(&kinds, Duration::from_secs(6), Duration::from_secs(4), ttl)
+                schedule::fixed(
+                    &kinds,
+                    Duration::from_secs(args.fault_secs),
+                    Duration::from_secs(4),
+                    ttl,
+                )
             } else {
                 schedule::random(
                     args.seed,

@@ -217,6 +217,52 @@ impl Members {
             .map(|(id, _)| id)
     }
 
+    /// Writes every member's own view (role, term, the leader it follows) to `path` every
+    /// `every`, one line per round, until the returned task is aborted: the timeline a failed
+    /// or slow failover is read from.
+    pub fn record_views(
+        &self,
+        path: &Path,
+        start: Duration,
+        every: Duration,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+        use std::io::Write as _;
+        let mut file =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let probe = self.probe.clone();
+        let endpoints = self.endpoints();
+        Ok(tokio::spawn(async move {
+            loop {
+                let asks = endpoints.iter().map(|e| {
+                    let probe = probe.clone();
+                    async move { probe.node_status(e).await.ok() }
+                });
+                let views = futures::future::join_all(asks).await;
+                let mut line = format!(
+                    "{:>9.3}s",
+                    crate::record::now().saturating_sub(start).as_secs_f64()
+                );
+                for (i, v) in views.iter().enumerate() {
+                    match v {
+                        Some(s) => line.push_str(&format!(
+                            "  m{}: {} T{} L{}",
+                            i + 1,
+                            s.role,
+                            s.term,
+                            s.leader_id.map_or("-".to_owned(), |l| l.to_string())
+                        )),
+                        None => line.push_str(&format!("  m{}: no answer", i + 1)),
+                    }
+                }
+                line.push('\n');
+                if file.write_all(line.as_bytes()).is_err() {
+                    return;
+                }
+                tokio::time::sleep(every).await;
+            }
+        }))
+    }
+
     /// Waits until a leader is elected.
     pub async fn wait_leader(&self, within: Duration) -> anyhow::Result<u64> {
         let start = Instant::now();

@@ -379,6 +379,9 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
         .await
         .with_context(|| format!("the cluster did not start\n{}", run.members.logs_tail(20)))?;
     run.note(&format!("cluster up, member {leader} leads"));
+    let views =
+        run.members
+            .record_views(&dir.join("views.log"), start, Duration::from_millis(250))?;
     let resource = Resource::start(SocketAddr::new(ROOT_ADDR.into(), 7500), start)?;
     run.spawn_workers(resource.addr, dir)?;
     let workload = Instant::now();
@@ -423,6 +426,7 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
     }
     tokio::time::sleep(config.settle + config.liveness).await;
     let end = now().saturating_sub(start);
+    views.abort();
     run.note("stopping the workers");
     run.stop_workers().await;
 

@@ -49,6 +49,9 @@ CLIENT_ACQUIRE_BACKOFF_MS_MAX = 250
 CLIENT_PENDING_AFTER_DEADLINE_MS_MAX = 2 * ACQUIRE_POLL_MS_MAX
 CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX = 1_000
 CLIENT_RPC_TIMEOUT_MS_DEFAULT = 5_000
+# HTTP/2 PING of a connection with calls open, and the time its answer may take (docs/protocol.md 2.1).
+CLIENT_PING_INTERVAL_MS = 1_000
+CLIENT_PING_TIMEOUT_MS = 1_000
 KEEPALIVE_SESSIONS_MAX = 1_024  # sessions renewed by one KeepAlive request
 # Locks returned by one List request; a list merged from several Raft groups is cut to it too,
 # so that it is no longer than one group's could be.
@@ -921,6 +924,15 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # A member that is stopped, or cut off by a partition that drops packets, is left within
+    # about 2 s rather than at the attempt's deadline (docs/protocol.md 2.1): a ping after a
+    # second without a frame while calls are open, the connection dropped if it is not
+    # answered in a second. C-core stops pinging a connection with no data (a long-poll)
+    # after max_pings_without_data pings unless it is 0.
+    ("grpc.keepalive_time_ms", CLIENT_PING_INTERVAL_MS),
+    ("grpc.keepalive_timeout_ms", CLIENT_PING_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.http2.max_pings_without_data", 0),
 ]
 
 

@@ -271,21 +271,65 @@ impl Node {
         if self.shutdown.is_cancelled() {
             return Err(ApiError::ShuttingDown);
         }
+        if self.quorum_lost() {
+            return Err(ApiError::NoQuorum);
+        }
         let cmd = Command {
             now_ms: self.clock.wall_ms(),
             op,
         };
         let proposed = self.clock.now();
-        let resp = tokio::time::timeout(
-            Duration::from_millis(limits::PROPOSE_TIMEOUT_MS),
-            self.raft.client_write(cmd.into()),
-        )
-        .await
-        .map_err(|_| ApiError::NoQuorum)??;
+        let write = self.raft.client_write(cmd.into());
+        tokio::pin!(write);
+        let resp = tokio::select! {
+            resp = &mut write => resp?,
+            () = tokio::time::sleep(Duration::from_millis(limits::PROPOSE_TIMEOUT_MS)) => {
+                return Err(ApiError::NoQuorum)
+            }
+            () = self.quorum_lost_later() => return Err(ApiError::NoQuorum),
+        };
         self.metrics
             .commit_seconds
             .observe(self.clock.now().duration_since(proposed).as_secs_f64());
         Ok(resp.data)
+    }
+
+    /// Whether this node leads a group of several voters but no majority has acknowledged it
+    /// for longer than its leader lease (`election_timeout_max_ms`): the others may already
+    /// be electing another leader, and nothing it proposes commits until the partition heals.
+    /// It then answers "no quorum" at once, and a waiting proposal does as soon as it sees it,
+    /// so the client retries on another member instead of waiting out `PROPOSE_TIMEOUT_MS`
+    /// (the nemesis, issue #34, measured 5-10 s without a grant with the leader cut from the
+    /// majority but reachable by clients). The answer is the one the timeout gave: the client
+    /// retries under the same sequence number, so a proposal that does commit later is
+    /// answered once.
+    fn quorum_lost(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        if m.state != ServerState::Leader
+            || m.membership_config
+                .membership()
+                .voter_ids()
+                .nth(1)
+                .is_none()
+        {
+            return false;
+        }
+        let lease = Duration::from_millis(self.config.election_timeout_max_ms);
+        m.last_quorum_acked
+            .as_ref()
+            .is_some_and(|acked| openraft::Instant::elapsed(&**acked) > lease)
+    }
+
+    /// Completes once [`Node::quorum_lost`], checked every heartbeat.
+    async fn quorum_lost_later(&self) {
+        let every = Duration::from_millis(self.config.heartbeat_ms.max(1));
+        loop {
+            tokio::time::sleep(every).await;
+            if self.quorum_lost() {
+                return;
+            }
+        }
     }
 
     /// Return once this node confirmed with a majority that it leads and has applied
@@ -446,6 +490,9 @@ impl Node {
             },
             _ = crate::clock::sleep_until(&*self.clock, poll_end) => {}
             _ = self.shutdown.cancelled() => return Err(ApiError::ShuttingDown),
+            // Cut off from its majority, this leader will see no grant the others commit: the
+            // client re-sends (same sequence number) to a member that can.
+            () = self.quorum_lost_later() => return Err(ApiError::NoQuorum),
         }
         if !cancel_at_end {
             return Ok(Acquired::Pending { position });
