@@ -67,7 +67,10 @@ mod admission;
 use crate::cluster::leader_contact::LeaderContact;
 use crate::cluster::member_addr::MemberAddr;
 use crate::cluster::peer_auth::{PeerAuth, PeerMethod};
-use admission::{Admitted, AdmittedChunks, ChunkError, Sender, VerifiedChunk};
+use crate::observe::refusals::{PeerReason, Refusals};
+use admission::{
+    Admitted, AdmittedChunks, ChunkError, PeerError, PeerRefusal, Sender, VerifiedChunk,
+};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use openraft::base::{BoxFuture, BoxStream as RaftBoxStream};
@@ -257,10 +260,6 @@ pub struct PeerService {
     receiving: Arc<tokio::sync::Semaphore>,
     /// Streams of appends open (`limits::PEER_APPEND_STREAMS_MAX`).
     append_streams: Arc<tokio::sync::Semaphore>,
-    /// Senders already reported as non-members: a removed member left running campaigns every
-    /// election timeout, and is reported once at warn, then at debug (at most
-    /// `PEER_NON_MEMBERS_REPORTED_MAX` remembered; beyond, every refusal is a warning).
-    reported: Arc<std::sync::Mutex<std::collections::BTreeSet<u64>>>,
     /// The node is shutting down: streams of appends end (a leader's stream never ends on its
     /// own, and the server's graceful shutdown waits for every open stream).
     stop: CancellationToken,
@@ -289,7 +288,6 @@ impl PeerService {
             snapshot_bytes_max: (table_bytes_max + limits::SNAPSHOT_OVERHEAD_BYTES_MAX) as u64,
             receiving: Arc::new(tokio::sync::Semaphore::new(limits::SNAPSHOTS_RECEIVING_MAX)),
             append_streams: Arc::new(tokio::sync::Semaphore::new(limits::PEER_APPEND_STREAMS_MAX)),
-            reported: Default::default(),
             stop,
         }
     }
@@ -304,11 +302,12 @@ impl PeerService {
         seq: u64,
         stream: Option<u64>,
         item: VerifiedChunk,
-    ) -> Result<(u64, AppendEntriesRequest<TypeConfig>), Status> {
-        let header: AppendFrame = decode(&item.header).map_err(bad)?;
+    ) -> Result<(u64, AppendEntriesRequest<TypeConfig>), PeerRefusal> {
+        let header: AppendFrame = decode(&item.header).map_err(PeerRefusal::malformed)?;
         check_place(&header, seq, stream)
-            .map_err(|e| refuse(PeerMethod::AppendItem, Some(sender.claimed()), &e))?;
-        let req: AppendEntriesRequest<TypeConfig> = decode(&item.data).map_err(bad)?;
+            .map_err(|e| PeerRefusal::new(PeerReason::OutOfPlace, e))?;
+        let req: AppendEntriesRequest<TypeConfig> =
+            decode(&item.data).map_err(PeerRefusal::malformed)?;
         self.check_append(sender, &req)?;
         Ok((header.stream, req))
     }
@@ -320,11 +319,11 @@ impl PeerService {
         &self,
         sender: Sender,
         req: &AppendEntriesRequest<TypeConfig>,
-    ) -> Result<(), Status> {
+    ) -> Result<(), PeerRefusal> {
         use openraft::async_runtime::WatchReceiver;
-        let from = self.vouch(sender, PeerMethod::Append, Vouch::Leader(&req.vote))?;
+        let from = self.vouch(sender, Vouch::Leader(&req.vote))?;
         check_vote_sender(from, &req.vote, "append")
-            .map_err(|e| refuse(PeerMethod::Append, Some(from), &e))?;
+            .map_err(|e| PeerRefusal::new(PeerReason::NotItsVote, e))?;
         // The committed index and the log ids of one metrics report belong together: what was
         // committed then is never rewritten, so a report that lags only checks less.
         let checked = {
@@ -334,7 +333,7 @@ impl PeerService {
                 m.log_id_list.get(index)
             })
         };
-        checked.map_err(|e| refuse(PeerMethod::Append, Some(from), &e))
+        checked.map_err(|e| PeerRefusal::new(PeerReason::RewritesCommitted, e))
     }
 
     /// Reads a snapshot stream from `sender` into memory (each chunk's MAC checked by
@@ -349,13 +348,13 @@ impl PeerService {
         &self,
         sender: Sender,
         stream: &mut AdmittedChunks,
-    ) -> Result<(u64, Vote, Meta, Vec<u8>, tokio::sync::OwnedSemaphorePermit), Status> {
-        let open = |chunk: VerifiedChunk| -> Result<(SnapshotFrame, Vec<u8>), Status> {
-            let frame = decode(&chunk.header).map_err(bad)?;
+    ) -> Result<(u64, Vote, Meta, Vec<u8>, tokio::sync::OwnedSemaphorePermit), PeerError> {
+        let open = |chunk: VerifiedChunk| -> Result<(SnapshotFrame, Vec<u8>), PeerRefusal> {
+            let frame = decode(&chunk.header).map_err(PeerRefusal::malformed)?;
             Ok((frame, chunk.data))
         };
         let Some(first) = next_chunk(stream).await? else {
-            return Err(bad("an empty snapshot stream".into()));
+            return Err(PeerRefusal::malformed("an empty snapshot stream").into());
         };
         let (
             SnapshotFrame::Begin {
@@ -367,19 +366,24 @@ impl PeerService {
             _,
         ) = open(first)?
         else {
-            return Err(bad(
-                "a snapshot stream that does not begin with its header".into()
-            ));
+            return Err(PeerRefusal::malformed(
+                "a snapshot stream that does not begin with its header",
+            )
+            .into());
         };
-        let from = self.vouch(sender, PeerMethod::Snapshot, Vouch::Leader(&vote))?;
-        let refuse_ = |why: String| refuse(PeerMethod::Snapshot, Some(from), &why);
-        check_snapshot_header(from, &vote, &meta).map_err(refuse_)?;
+        let from = self.vouch(sender, Vouch::Leader(&vote))?;
+        let bad_snapshot = |why: String| PeerRefusal::new(PeerReason::BadSnapshot, why);
+        check_snapshot_header(from, &vote, &meta).map_err(bad_snapshot)?;
         if total_bytes > self.snapshot_bytes_max {
-            return Err(refuse_(format!(
+            return Err(PeerRefusal::new(
+                PeerReason::SnapshotTooLarge,
+                format!(
                 "a snapshot of {total_bytes} bytes, above this member's limit of {} (its table \
                  budget and the snapshot's header)",
                 self.snapshot_bytes_max
-            )));
+            ),
+            )
+            .into());
         }
         let receiving = self.receiving.clone().try_acquire_owned().map_err(|_| {
             Status::unavailable("this member is already receiving a snapshot; retry later")
@@ -388,10 +392,11 @@ impl PeerService {
         let mut data: Vec<u8> = Vec::new();
         while (data.len() as u64) < total_bytes {
             let Some(chunk) = next_chunk(stream).await? else {
-                return Err(refuse_(format!(
+                return Err(bad_snapshot(format!(
                     "the snapshot stream ended after {} of its {total_bytes} bytes",
                     data.len()
-                )));
+                ))
+                .into());
             };
             let (frame, bytes) = open(chunk)?;
             match frame {
@@ -400,26 +405,32 @@ impl PeerService {
                     offset,
                 } if t == transfer && offset == data.len() as u64 => {}
                 _ => {
-                    return Err(refuse_(format!(
-                        "a snapshot chunk out of place (expected transfer {transfer} at offset \
-                         {})",
-                        data.len()
-                    )))
+                    return Err(PeerRefusal::new(
+                        PeerReason::OutOfPlace,
+                        format!(
+                            "a snapshot chunk out of place (expected transfer {transfer} at \
+                             offset {})",
+                            data.len()
+                        ),
+                    )
+                    .into())
                 }
             }
             if bytes.is_empty() || (data.len() + bytes.len()) as u64 > total_bytes {
-                return Err(refuse_(format!(
+                return Err(bad_snapshot(format!(
                     "a snapshot chunk of {} bytes at offset {} of {total_bytes}",
                     bytes.len(),
                     data.len()
-                )));
+                ))
+                .into());
             }
             data.extend_from_slice(&bytes);
         }
         if next_chunk(stream).await?.is_some() {
-            return Err(refuse_(format!(
+            return Err(bad_snapshot(format!(
                 "chunks after the {total_bytes} bytes the snapshot announced"
-            )));
+            ))
+            .into());
         }
         Ok((from, vote, meta, data, receiving))
     }
@@ -431,22 +442,22 @@ impl PeerService {
         &self,
         sender: Sender,
         req: TransferLeaderRequest<TypeConfig>,
-    ) -> Result<Response<pb::PeerMessage>, Status> {
-        let from = self.vouch(sender, PeerMethod::Vote, Vouch::Leader(req.from_leader()))?;
+    ) -> Result<Response<pb::PeerMessage>, PeerError> {
+        let from = self.vouch(sender, Vouch::Leader(req.from_leader()))?;
         check_vote_sender(from, req.from_leader(), "leader transfer")
-            .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
+            .map_err(|e| PeerRefusal::new(PeerReason::NotItsVote, e))?;
         let mine = self.vote_here();
         // Only the leader of this member's term names a successor here (openraft ignores the
         // request otherwise, too).
         if req.from_leader().leader_id != mine.leader_id {
-            return Err(refuse(
-                PeerMethod::Vote,
-                Some(from),
-                &format!(
+            return Err(PeerRefusal::new(
+                PeerReason::Succession,
+                format!(
                     "member {from} named a successor for term {}, which it does not lead here",
                     req.from_leader().leader_id.term
                 ),
-            ));
+            )
+            .into());
         }
         self.succession.name(req.from_leader(), *req.to_node_id());
         tracing::info!(
@@ -459,7 +470,7 @@ impl PeerService {
             .handle_transfer_leader(req)
             .await
             .map_err(RaftError::Fatal);
-        reply(&res)
+        Ok(reply(&res)?)
     }
 
     /// This member's vote now.
@@ -484,7 +495,7 @@ impl PeerService {
     /// is still a member that the group trusts as any other, and the window gives it nothing
     /// it did not have as one. Only the applied (committed) record is final, and it is kept:
     /// also after a restart (it is in the snapshot) and a snapshot install.
-    fn check_member(&self, method: PeerMethod, from: u64, vouch: Vouch<'_>) -> Result<(), Status> {
+    fn check_member(&self, from: u64, vouch: Vouch<'_>) -> Result<(), PeerRefusal> {
         use openraft::async_runtime::WatchReceiver;
         let (known, vouched) = {
             let m = self.raft.metrics();
@@ -507,19 +518,7 @@ impl PeerService {
             true => None,
             false => self.state.removed_at(from),
         };
-        let checked = self.auth.check_member(from, &known, removed_at, vouched);
-        checked.map_err(|e| {
-            let first = {
-                let mut reported = self.reported.lock().expect("reported lock");
-                reported.len() >= limits::PEER_NON_MEMBERS_REPORTED_MAX || reported.insert(from)
-            };
-            if first {
-                refuse(method, Some(from), &e.to_string())
-            } else {
-                tracing::debug!(?method, from, "refused a peer message: {e}");
-                Status::permission_denied(format!("refused by this member: {e}"))
-            }
-        })
+        Ok(self.auth.check_member(from, &known, removed_at, vouched)?)
     }
 }
 
@@ -546,12 +545,6 @@ enum Vouch<'a> {
     /// A candidate's vote request: its log must reach further than this member's, or it could
     /// not hold entries this member missed. openraft then applies Raft's own vote rules.
     Candidate { last_log_index: Option<u64> },
-}
-
-/// A refused peer message: logged here, `PERMISSION_DENIED` to the sender, nothing changed.
-fn refuse(method: PeerMethod, from: Option<u64>, why: &str) -> Status {
-    tracing::warn!(?method, ?from, "refused a peer message: {why}");
-    Status::permission_denied(format!("refused by this member: {why}"))
 }
 
 /// What openraft would assert on, or what would stop the node, checked before it sees the
@@ -631,7 +624,7 @@ fn check_leadership_transfer(
 }
 
 /// The next chunk of a snapshot stream, which must come within `SNAPSHOT_CHUNK_TIMEOUT_MS`.
-async fn next_chunk(stream: &mut AdmittedChunks) -> Result<Option<VerifiedChunk>, Status> {
+async fn next_chunk(stream: &mut AdmittedChunks) -> Result<Option<VerifiedChunk>, PeerError> {
     stream
         .next_within(
             Duration::from_millis(limits::SNAPSHOT_CHUNK_TIMEOUT_MS),
@@ -684,10 +677,6 @@ fn reply<T: Serialize>(v: &T) -> Result<Response<pb::PeerMessage>, Status> {
     Ok(Response::new(pb::PeerMessage { payload: encode(v) }))
 }
 
-fn bad(e: String) -> Status {
-    Status::invalid_argument(e)
-}
-
 /// The peer service of a member: the only `RaftPeer` the server runs. One [`PeerService`] per
 /// Raft group (issue #16), each request handed to the one its `GROUP_HEADER` names (group 0
 /// without one, as every request of a one-group cluster), and only once admitted (see
@@ -695,13 +684,21 @@ fn bad(e: String) -> Status {
 #[derive(Clone)]
 pub struct PeerRouter {
     groups: Arc<[PeerService]>,
+    /// Refused peer RPCs, counted and logged at each request's door (`admission.rs`).
+    refusals: Arc<Refusals<PeerReason>>,
+    /// The (group, member) pairs of senders outside a membership already logged at warn: a
+    /// removed member left running campaigns every election timeout, and is logged once at
+    /// warn, then at debug (at most `PEER_NON_MEMBERS_REPORTED_MAX` remembered).
+    reported: Arc<std::sync::Mutex<std::collections::BTreeSet<(u32, u64)>>>,
 }
 
 impl PeerRouter {
-    pub fn new(groups: Vec<PeerService>) -> PeerRouter {
+    pub fn new(groups: Vec<PeerService>, refusals: Arc<Refusals<PeerReason>>) -> PeerRouter {
         assert!(!groups.is_empty(), "a member runs at least one group");
         PeerRouter {
             groups: groups.into(),
+            refusals,
+            reported: Default::default(),
         }
     }
 }
@@ -713,7 +710,8 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (group, request) = self.admit(request, PeerMethod::Vote)?;
-        group.vote(request).await
+        let door = request.door().clone();
+        group.vote(request).await.map_err(|e| door.answer(e))
     }
 
     async fn append(
@@ -721,7 +719,8 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (group, request) = self.admit(request, PeerMethod::Append)?;
-        group.append(request).await
+        let door = request.door().clone();
+        group.append(request).await.map_err(|e| door.answer(e))
     }
 
     type AppendStreamStream = BoxStream<'static, Result<pb::PeerMessage, Status>>;
@@ -741,50 +740,54 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (group, request) =
             self.admit_stream(request, PeerMethod::Snapshot, PeerMethod::SnapshotChunk)?;
-        group.snapshot(request).await
+        let door = request.door().clone();
+        group.snapshot(request).await.map_err(|e| door.answer(e))
     }
 }
 
 /// A group's handlers, each taking a request [`PeerRouter`] admitted.
 impl PeerService {
-    async fn vote(&self, request: Admitted<Vec<u8>>) -> Result<Response<pb::PeerMessage>, Status> {
+    async fn vote(
+        &self,
+        request: Admitted<Vec<u8>>,
+    ) -> Result<Response<pb::PeerMessage>, PeerError> {
         let (sender, payload) = request.into_parts();
-        let (req, pre_vote) = match decode(&payload).map_err(bad)? {
+        let (req, pre_vote) = match decode(&payload).map_err(PeerRefusal::malformed)? {
             Ballot::Vote(req) => (req, false),
             Ballot::PreVote(req) => (req, true),
             Ballot::TransferLeader(req) => return self.transfer_leader(sender, req).await,
         };
         let from = self.vouch(
             sender,
-            PeerMethod::Vote,
             Vouch::Candidate {
                 last_log_index: req.last_log_id.as_ref().map(|l| l.index),
             },
         )?;
         check_vote_sender(from, &req.vote, "vote request")
-            .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
+            .map_err(|e| PeerRefusal::new(PeerReason::NotItsVote, e))?;
         check_leadership_transfer(from, &req, &self.succession, &self.vote_here())
-            .map_err(|e| refuse(PeerMethod::Vote, Some(from), &e))?;
+            .map_err(|e| PeerRefusal::new(PeerReason::Succession, e))?;
         let res: Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>> = if pre_vote {
             self.raft.pre_vote(req).await
         } else {
             self.raft.vote(req).await
         };
-        reply(&res)
+        Ok(reply(&res)?)
     }
 
     async fn append(
         &self,
         request: Admitted<Vec<u8>>,
-    ) -> Result<Response<pb::PeerMessage>, Status> {
+    ) -> Result<Response<pb::PeerMessage>, PeerError> {
         let (sender, payload) = request.into_parts();
-        let req: AppendEntriesRequest<TypeConfig> = decode(&payload).map_err(bad)?;
+        let req: AppendEntriesRequest<TypeConfig> =
+            decode(&payload).map_err(PeerRefusal::malformed)?;
         self.check_append(sender, &req)?;
         let res = self.raft.append_entries(req).await;
         if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
             self.leader_contact.heard();
         }
-        reply(&res)
+        Ok(reply(&res)?)
     }
 
     /// A leader's appends, pipelined: each is checked as a unary `Append` is and handed to
@@ -795,6 +798,7 @@ impl PeerService {
         &self,
         request: Admitted<AdmittedChunks>,
     ) -> Result<Response<BoxStream<'static, Result<pb::PeerMessage, Status>>>, Status> {
+        let door = request.door().clone();
         let (sender, inbound) = request.into_parts();
         let from = sender.claimed();
         // Held while the stream is open.
@@ -823,6 +827,7 @@ impl PeerService {
                 let checker = checker.clone();
                 let refusal = refusal.clone();
                 let done = done.clone();
+                let door = door.clone();
                 async move {
                     // The leader takes its first append before it opens the stream, so the
                     // first comes at once; later ones come when there is something to append.
@@ -852,14 +857,15 @@ impl PeerService {
                             tracing::debug!(from, "a stream of appends ended: {status}");
                             None
                         }
-                        Err(ChunkError::Refused(status)) => {
-                            *refusal.lock().expect("refusal lock") = Some(status);
+                        // Answered at the door at once: the sender may never read its answer.
+                        Err(ChunkError::Refused(refused)) => {
+                            *refusal.lock().expect("refusal lock") = Some(door.refuse(refused));
                             None
                         }
                         Ok(Some(item)) => match checker.open_append(sender, seq, stream, item) {
                             Ok((id, req)) => Some((req, (inbound, seq + 1, Some(id)))),
-                            Err(status) => {
-                                *refusal.lock().expect("refusal lock") = Some(status);
+                            Err(refused) => {
+                                *refusal.lock().expect("refusal lock") = Some(door.refuse(refused));
                                 None
                             }
                         },
@@ -895,7 +901,7 @@ impl PeerService {
     async fn snapshot(
         &self,
         request: Admitted<AdmittedChunks>,
-    ) -> Result<Response<pb::PeerMessage>, Status> {
+    ) -> Result<Response<pb::PeerMessage>, PeerError> {
         let (sender, mut stream) = request.into_parts();
         let started = std::time::Instant::now();
         // The slot is held until the install is done: one snapshot in memory at a time.
@@ -908,7 +914,7 @@ impl PeerService {
             (data, checked)
         })
         .await;
-        let (vote, meta) = checked.map_err(|e| refuse(PeerMethod::Snapshot, Some(from), &e))?;
+        let (vote, meta) = checked.map_err(|e| PeerRefusal::new(PeerReason::BadSnapshot, e))?;
         let checked_ms = started.elapsed().as_millis() as u64;
         let snapshot = Snapshot {
             meta,
@@ -931,7 +937,7 @@ impl PeerService {
             ok = res.is_ok(),
             "received a snapshot"
         );
-        reply(&res)
+        Ok(reply(&res)?)
     }
 }
 
@@ -1749,7 +1755,8 @@ mod append_streams {
                     let mut seq = 0;
                     Box::pin(inbound.map(move |item| {
                         let item = item?;
-                        let header: AppendFrame = decode(&item.payload).map_err(bad)?;
+                        let header: AppendFrame =
+                            decode(&item.payload).map_err(Status::invalid_argument)?;
                         assert_eq!(header.seq, seq, "appends in order, numbered per stream");
                         seq += 1;
                         seen.streamed.fetch_add(1, Ordering::SeqCst);

@@ -24,6 +24,8 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 
 use latchkey_core::limits;
 
+use crate::observe::refusals::PeerReason;
+
 /// The sender's member id.
 pub const FROM_HEADER: &str = "latchkey-peer-from";
 /// The cluster's id, hex.
@@ -100,6 +102,22 @@ pub enum PeerAuthError {
         want: String,
         names: Vec<String>,
     },
+}
+
+impl PeerAuthError {
+    /// The reason a refusal for this is counted under (`latchkey_peer_refused_total`).
+    pub fn reason(&self) -> PeerReason {
+        match self {
+            PeerAuthError::NoSender => PeerReason::NoSender,
+            PeerAuthError::NotAMember(_) => PeerReason::NotAMember,
+            PeerAuthError::Removed { .. } => PeerReason::RemovedMember,
+            PeerAuthError::FromSelf => PeerReason::FromSelf,
+            PeerAuthError::OtherCluster { .. } => PeerReason::OtherCluster,
+            PeerAuthError::NoMac => PeerReason::NoMac,
+            PeerAuthError::BadMac => PeerReason::BadMac,
+            PeerAuthError::NotMemberCertificate { .. } => PeerReason::NotMemberCertificate,
+        }
+    }
 }
 
 /// The cluster secret's bytes; never printed.
