@@ -105,7 +105,7 @@ impl Reason {
 
 /// Why a peer RPC was refused (`peer/admission.rs`): the `reason` label of
 /// `latchkey_peer_refused_total`, a fixed set. The first nine are the sender's credentials
-/// (`PeerAuthError`, `peer_auth.rs`), the rest what its message says (`peer.rs`'s checks).
+/// (`PeerAuthError`, `peer_auth.rs`), the rest what its message says (`peer/service.rs`'s checks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerReason {
     /// A `latchkey-peer-group` that is not a number, or names a group this member does not run.

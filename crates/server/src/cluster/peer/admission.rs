@@ -24,7 +24,7 @@
 //!
 //! A stream is admitted from its headers, before its first item is read. What a message then
 //! *says* (the vote it speaks for, its place in its stream, a snapshot's data) is the
-//! handlers' to check, in `peer.rs`; nothing refused reaches openraft.
+//! handlers' to check, in `service.rs`; nothing refused reaches openraft.
 //!
 //! Every refusal, admission's or a handler's (a [`PeerRefusal`]: its reason and why), is
 //! answered through the request's [`Door`], made here before any check: `PERMISSION_DENIED`
@@ -44,7 +44,7 @@ use latchkey_core::limits;
 use latchkey_proto::v1 as pb;
 use tonic::{Request, Status};
 
-use super::{PeerRouter, PeerService, Vouch};
+use super::service::{PeerRouter, PeerService, Vouch};
 use crate::cluster::peer_auth::{
     group_of_request, PeerAuth, PeerAuthError, PeerMethod, FROM_HEADER,
 };
