@@ -327,12 +327,18 @@ impl<R: RefusalReason> Refusals<R> {
             .get()
     }
 
-    /// Counts a refusal of `reason`: `Some(the refusals left out since the last line)` when
-    /// its log line may be written now, `None` when the log leaves it out.
-    pub fn count(&self, reason: R) -> Option<Suppressed<R>> {
+    /// Counts a refusal of `reason` that gets no line of this log (its caller logged it
+    /// already, and says so at debug).
+    pub fn count_unlogged(&self, reason: R) {
         self.counts
             .get_or_create(&[("reason", reason.as_str())])
             .inc();
+    }
+
+    /// Counts a refusal of `reason`: `Some(the refusals left out since the last line)` when
+    /// its log line may be written now, `None` when the log leaves it out.
+    pub fn count(&self, reason: R) -> Option<Suppressed<R>> {
+        self.count_unlogged(reason);
         self.log
             .lock()
             .expect("refusal log lock poisoned")

@@ -154,9 +154,16 @@ impl Door {
     pub(crate) fn refuse(&self, refusal: PeerRefusal) -> Status {
         let status = refusal.status();
         let reason = refusal.reason;
-        let admitted = self.refusals.count(reason);
         let outsider = matches!(reason, PeerReason::NotAMember | PeerReason::RemovedMember);
         let again = outsider && !self.first_report();
+        // An outsider's repeats take nothing from the log's bucket: they are debug lines.
+        let admitted = match again {
+            true => {
+                self.refusals.count_unlogged(reason);
+                None
+            }
+            false => self.refusals.count(reason),
+        };
         let from = self
             .addr
             .map_or_else(|| "an unknown address".to_owned(), |a| a.to_string());
@@ -167,8 +174,8 @@ impl Door {
         let why = cut(refusal.why, limits::REFUSAL_LOG_DETAIL_BYTES_MAX);
         let (method, reason) = (self.method, reason.as_str());
         match admitted {
-            // Logged already: the debug line, outside the bucket (off by default).
-            _ if again => tracing::debug!(
+            // Logged at warn already: a debug line (off by default).
+            None if again => tracing::debug!(
                 %from, ?method, reason, "refused a peer message ({reason}) from {from}, \
                  claiming {member}, group {group}: {why}"
             ),
@@ -480,5 +487,18 @@ mod tests {
             );
         }
         assert!(shared.reported.lock().unwrap().len() <= limits::PEER_NON_MEMBERS_REPORTED_MAX);
+    }
+
+    /// A removed member left running is refused every election timeout, and logged once: its
+    /// repeats (debug lines) must not take the log's burst from every other refusal.
+    #[test]
+    fn an_outsiders_repeats_leave_the_log_to_other_refusals() {
+        let removed = door(Some(4), Some(0));
+        for _ in 0..1_000 {
+            removed.answer(PeerRefusal::new(PeerReason::RemovedMember, "removed").into());
+        }
+        assert_eq!(removed.refusals.counted(PeerReason::RemovedMember), 1_000);
+        let said = removed.refusals.count(PeerReason::BadMac);
+        assert_eq!(said.map(|left_out| left_out.total()), Some(0));
     }
 }
