@@ -1539,7 +1539,7 @@ fn run_cell(
         ));
     }
     // What T's log must say, on one line, about this refusal.
-    let log_line: Option<[&str; 2]> = match (&plan.refusal, &answer) {
+    let log_line: Option<[String; 2]> = match (&plan.refusal, &answer) {
         (_, Ok(())) => {
             wrong.push("the RPC was taken (no refusal)".to_owned());
             None
@@ -1552,7 +1552,12 @@ fn run_cell(
                     s.message()
                 ));
             }
-            Some(["refused a peer message", says])
+            // The line names the reason it was counted under and the sender's address.
+            let reason = sender.counted_as().unwrap_or("?");
+            Some([
+                format!("refused a peer message ({reason}) from 127.0.0.1:"),
+                says.clone(),
+            ])
         }
         (Refusal::Handshake, Err(s)) => {
             // What the client reads: the server's alert (TLS 1.3 sends it after the client's
@@ -1587,8 +1592,8 @@ fn run_cell(
                 std::thread::sleep(common::POLL);
             }
             Some([
-                "refused a client (no-certificate)",
-                "TLS handshake: peer sent no certificates",
+                "refused a client (no-certificate)".to_owned(),
+                "TLS handshake: peer sent no certificates".to_owned(),
             ])
         }
     };
@@ -1597,7 +1602,10 @@ fn run_cell(
         loop {
             let log = c.member(t).log();
             let new = log.get(log_before..).unwrap_or_default();
-            if new.lines().any(|l| says.iter().all(|s| l.contains(s))) {
+            if new
+                .lines()
+                .any(|l| says.iter().all(|s| l.contains(s.as_str())))
+            {
                 break;
             }
             if Instant::now() > deadline {
