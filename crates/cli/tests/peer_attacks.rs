@@ -90,7 +90,9 @@
 //! and a snapshot claiming L's vote at a high index, in which the attacker's session holds the
 //! held lock (the `removed-member` row's speak for M instead, a term above). Each cell
 //! asserts: the RPC is refused `PERMISSION_DENIED` naming the check (or
-//! at the handshake, for `no-cert`); T logs the refusal; T's state is unchanged (its own
+//! at the handshake, for `no-cert`); T logs the refusal and counts it, once, under the row's
+//! reason (`latchkey_peer_refused_total{reason}` on its `/metrics`; the refusal log is
+//! rate-limited, so cells are paced at its refill); T's state is unchanged (its own
 //! `NodeStatus` of every group: role, term, leader, last log index, applied index, sessions,
 //! locks; its `/metrics` gauges, `latchkey_snapshots_installed` included; and the held lock and
 //! the lock list as the leader serves them, what `latchkey status` and `latchkey list` show).
@@ -293,6 +295,30 @@ impl Sender {
             Sender::RewriteCommitted => "rewrite-committed",
             Sender::Removed => "removed-member",
         }
+    }
+
+    /// The `reason` label of `latchkey_peer_refused_total` that this row's refusal counts
+    /// under on T (`None`: refused at the TLS handshake, a client refusal, not a peer RPC's).
+    fn counted_as(self) -> Option<&'static str> {
+        Some(match self {
+            Sender::NoCert => return None,
+            Sender::ClientCert | Sender::MemberCert => "not-member-certificate",
+            Sender::OtherCluster | Sender::ReplayGroup | Sender::ClusterOversized => {
+                "other-cluster"
+            }
+            Sender::WrongMac
+            | Sender::ReplayMember
+            | Sender::ItemForOther
+            | Sender::ItemWrongMac
+            | Sender::ItemOtherKind
+            | Sender::MacMalformed => "bad-mac",
+            Sender::NoMac | Sender::ItemNoMac => "no-mac",
+            Sender::ItemOtherTransfer | Sender::ItemOutOfPlace => "out-of-place",
+            Sender::GroupNotANumber | Sender::GroupNotHere => "unknown-group",
+            Sender::FromOversized => "no-sender",
+            Sender::RewriteCommitted => "rewrites-committed",
+            Sender::Removed => "removed-member",
+        })
     }
 
     /// Whether this row is about the items of a stream (its headers are L's own, valid).
@@ -861,6 +887,22 @@ impl Cluster {
         });
         // No line: nothing counted yet.
         counted.map_or(Ok(0), str::parse).ok()
+    }
+
+    /// The peer RPCs member `id` refused, by reason, by its `/metrics`
+    /// (`latchkey_peer_refused_total{reason}`); `None` if it could not be read.
+    fn peer_refusals(&self, id: u64) -> Option<BTreeMap<String, u64>> {
+        let addr = format!("127.0.0.1:{}", self.member(id).metrics_port);
+        let (200, body) = http_get(&addr, "/metrics")? else {
+            return None;
+        };
+        body.lines()
+            .filter_map(|l| l.strip_prefix(r#"latchkey_peer_refused_total{reason=""#))
+            .map(|l| {
+                let (reason, n) = l.split_once(r#""} "#)?;
+                Some((reason.to_owned(), n.parse().ok()?))
+            })
+            .collect()
     }
 
     /// The sender's plan for `rpc` against target `t` of leader `l` (`m`: the third member).
@@ -1480,10 +1522,24 @@ fn run_cell(
     let plan = c.plan(sender, rpc, l, t, m);
     let log_before = c.member(t).log().len();
     let no_cert_before = c.no_certificate_refusals(t);
+    let peer_refused_before = c.peer_refusals(t);
     let answer = c.send(rpc, &plan, t, &craft);
     let mut wrong = Vec::new();
+    // What T counts: a refused peer RPC is one more of its reason, and nothing else (counted
+    // before the refusal is answered, so read at once); a refused handshake is no peer RPC.
+    let peer_refused_after = c.peer_refusals(t);
+    let mut expected = peer_refused_before.clone().unwrap_or_default();
+    if let (Some(reason), Err(_)) = (sender.counted_as(), &answer) {
+        *expected.entry(reason.to_owned()).or_default() += 1;
+    }
+    if peer_refused_before.is_none() || peer_refused_after.as_ref() != Some(&expected) {
+        wrong.push(format!(
+            "member {t}'s latchkey_peer_refused_total went from {peer_refused_before:?} to \
+             {peer_refused_after:?}, expected {expected:?}"
+        ));
+    }
     // What T's log must say, on one line, about this refusal.
-    let log_line: Option<[&str; 2]> = match (&plan.refusal, &answer) {
+    let log_line: Option<[String; 2]> = match (&plan.refusal, &answer) {
         (_, Ok(())) => {
             wrong.push("the RPC was taken (no refusal)".to_owned());
             None
@@ -1496,7 +1552,12 @@ fn run_cell(
                     s.message()
                 ));
             }
-            Some(["refused a peer message", says])
+            // The line names the reason it was counted under and the sender's address.
+            let reason = sender.counted_as().unwrap_or("?");
+            Some([
+                format!("refused a peer message ({reason}) from 127.0.0.1:"),
+                says.clone(),
+            ])
         }
         (Refusal::Handshake, Err(s)) => {
             // What the client reads: the server's alert (TLS 1.3 sends it after the client's
@@ -1531,8 +1592,8 @@ fn run_cell(
                 std::thread::sleep(common::POLL);
             }
             Some([
-                "refused a client (no-certificate)",
-                "TLS handshake: peer sent no certificates",
+                "refused a client (no-certificate)".to_owned(),
+                "TLS handshake: peer sent no certificates".to_owned(),
             ])
         }
     };
@@ -1541,7 +1602,10 @@ fn run_cell(
         loop {
             let log = c.member(t).log();
             let new = log.get(log_before..).unwrap_or_default();
-            if new.lines().any(|l| says.iter().all(|s| l.contains(s))) {
+            if new
+                .lines()
+                .any(|l| says.iter().all(|s| l.contains(s.as_str())))
+            {
                 break;
             }
             if Instant::now() > deadline {
@@ -1700,6 +1764,22 @@ fn control(
     Ok(seen_by_t.join("; "))
 }
 
+/// One cell at most every `REFUSAL_LOG_REFILL_MS`: each cell's refusal must leave its log
+/// line, and the refusal log is rate-limited (a burst of `REFUSAL_LOG_BURST`, then one line per
+/// refill). Each cell is refused once, so at this pace the bucket never runs dry.
+#[derive(Default)]
+struct Pace(Option<Instant>);
+
+impl Pace {
+    fn wait(&mut self) {
+        let refill = Duration::from_millis(latchkey_core::limits::REFUSAL_LOG_REFILL_MS);
+        if let Some(last) = self.0 {
+            std::thread::sleep(refill.saturating_sub(last.elapsed()));
+        }
+        self.0 = Some(Instant::now());
+    }
+}
+
 /// Every cell of `setup` against one cluster; panics listing the failed cells.
 fn matrix(setup: Setup) {
     let mut c = Cluster::start(setup);
@@ -1742,11 +1822,13 @@ fn matrix(setup: Setup) {
         results.push((rpc, sender, result));
     };
     let mut snapshot_index = 1_000;
+    let mut pace = Pace::default();
     for rpc in RPCS {
         for sender in SENDERS.into_iter().filter(|s| s.applies_to(rpc)) {
             let result = match sender.skipped_in(setup, rpc) {
                 Some(why) => Err(why),
                 None => {
+                    pace.wait();
                     snapshot_index += 1_000;
                     Ok(run_cell(
                         &c,
@@ -1766,6 +1848,7 @@ fn matrix(setup: Setup) {
     // own credentials, which it keeps, claiming a committed vote above L's.
     c.remove(m, (l, t));
     for rpc in RPCS {
+        pace.wait();
         snapshot_index += 1_000;
         let result = run_cell(
             &c,

@@ -29,8 +29,9 @@
 //!   certificate, MAC), [`member_addr`] (`CLIENT` or `CLIENT/PEER`), `leader_contact`.
 //! - `lease/`: [`leases`] (session deadlines on the leader's monotonic clock) and `waiters`
 //!   (long-polling acquires, woken by the apply observer).
-//! - `observe/`: `metrics` (Prometheus, `/healthz`, `/readyz`), [`refusals`] (refused clients,
-//!   counted and logged), `watch` (the member's recent lock changes and its watch streams).
+//! - `observe/`: `metrics` (Prometheus, `/healthz`, `/readyz`), [`refusals`] (refused clients
+//!   and peer RPCs, counted and logged), `watch` (the member's recent lock changes and its watch
+//!   streams).
 //! - The seams, which depend on nothing of the crate: [`clock`] (time and entropy), [`probe`]
 //!   (events and planted bugs for the simulation), `certificate` (a certificate's names).
 
@@ -390,6 +391,7 @@ where
                 )
             })
             .collect(),
+        groups.first().metrics.peer_refusals.clone(),
     ))
     .max_decoding_message_size(limits::PEER_MESSAGE_BYTES_MAX)
     .max_encoding_message_size(limits::PEER_MESSAGE_BYTES_MAX);

@@ -4,15 +4,16 @@
 //! the hash of the member list the cluster was founded with, recorded in every member's data
 //! dir and handed to a new member with `--join`; it stays when the membership changes), so two
 //! clusters that reuse ids and ports cannot cross-talk by accident. Whether the sender is a
-//! member is decided by the receiver against its Raft membership (`peer.rs`), which changes. With a cluster secret (`--cluster-secret-file`), it also
-//! carries an HMAC-SHA256 over the method, sender, receiver, fingerprint and payload: a stranger
-//! without the secret can neither forge nor alter a message, and a message for one member is not
-//! valid at another. Replaying a recorded message is possible to an on-path attacker (Raft
+//! member is decided by the receiver against its Raft membership (`peer/service.rs`), which
+//! changes. With a cluster secret (`--cluster-secret-file`), it also carries an HMAC-SHA256
+//! over the method, sender, receiver, fingerprint and payload: a stranger without the secret
+//! can neither forge nor alter a message, and a message for one member is not valid at
+//! another. Replaying a recorded message is possible to an on-path attacker (Raft
 //! treats it as a stale or duplicate message from that member); TLS between members is the
 //! answer to an on-path attacker.
 //!
 //! Messages from an authenticated member are then checked for what openraft asserts on or what
-//! would stop the node (see `peer.rs`), before openraft sees them.
+//! would stop the node (see `peer/service.rs`), before openraft sees them.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -23,6 +24,8 @@ use sha2::{Digest, Sha256};
 use tonic::metadata::{MetadataMap, MetadataValue};
 
 use latchkey_core::limits;
+
+use crate::observe::refusals::PeerReason;
 
 /// The sender's member id.
 pub const FROM_HEADER: &str = "latchkey-peer-from";
@@ -100,6 +103,22 @@ pub enum PeerAuthError {
         want: String,
         names: Vec<String>,
     },
+}
+
+impl PeerAuthError {
+    /// The reason a refusal for this is counted under (`latchkey_peer_refused_total`).
+    pub fn reason(&self) -> PeerReason {
+        match self {
+            PeerAuthError::NoSender => PeerReason::NoSender,
+            PeerAuthError::NotAMember(_) => PeerReason::NotAMember,
+            PeerAuthError::Removed { .. } => PeerReason::RemovedMember,
+            PeerAuthError::FromSelf => PeerReason::FromSelf,
+            PeerAuthError::OtherCluster { .. } => PeerReason::OtherCluster,
+            PeerAuthError::NoMac => PeerReason::NoMac,
+            PeerAuthError::BadMac => PeerReason::BadMac,
+            PeerAuthError::NotMemberCertificate { .. } => PeerReason::NotMemberCertificate,
+        }
+    }
 }
 
 /// The cluster secret's bytes; never printed.
@@ -305,7 +324,7 @@ impl PeerAuth {
 
     /// Whether `from` may speak to this member, given the members of its Raft membership
     /// (voters and learners) and whether the message vouches for a sender it does not know
-    /// (`peer.rs`: a leader's committed vote at least this member's own, or a candidate whose
+    /// (`peer/service.rs`: a leader's committed vote at least this member's own, or a candidate whose
     /// log reaches further than this member's). A member that knows no membership yet (started
     /// with `--join`, not added yet) takes any sender of its cluster: the leader that adds it
     /// is not in a membership it could know. A member that missed the change adding a member

@@ -303,7 +303,7 @@ impl ServerConfig {
             election_timeout_max: self.election_timeout_max_ms,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every_entries),
             max_in_snapshot_log_to_keep: self.log_kept_after_snapshot,
-            // openraft gives `full_snapshot` this as its RPC timeout; `peer.rs` applies it to
+            // openraft gives `full_snapshot` this as its RPC timeout; `peer/network.rs` applies it to
             // each chunk of the streamed snapshot (openraft's default, 200 ms, was the limit of
             // the whole snapshot when it went as one message).
             install_snapshot_timeout: limits::SNAPSHOT_CHUNK_TIMEOUT_MS,
@@ -330,7 +330,7 @@ impl ServerConfig {
             // nothing persisted) and raises the term only once a quorum would. A member that
             // cannot win keeps its term, so its return disturbs nobody; a dead leader is
             // replaced one round trip later than before. It needs the real `pre_vote` RPC of
-            // `peer.rs`: openraft's default one answers "granted" unasked, a no-op. (openraft
+            // `peer/network.rs`: openraft's default one answers "granted" unasked, a no-op. (openraft
             // 0.10.0-alpha.37, `src/engine/engine_impl.rs`, `src/core/raft_core.rs`.)
             enable_pre_vote: Some(true),
             ..Default::default()

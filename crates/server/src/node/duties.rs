@@ -111,7 +111,7 @@ impl Node {
     /// A transfer is an election like any other for the leases: the successor resumes them at
     /// a full TTL after a quorum elected it, and that quorum overlaps the one that confirmed
     /// each renewal the old leader acknowledged, after the renewal arrived (see
-    /// `peer::check_leadership_transfer`). While transferring, openraft refuses this leader's
+    /// `peer/service.rs` `check_leadership_transfer`). While transferring, openraft refuses this leader's
     /// reads and writes (`ForwardToLeader`), so it acknowledges nothing more.
     pub async fn rebalance_leadership(self: Arc<Node>) {
         if self.config.groups == 1 || self.config.rebalance_after_ms == 0 {

@@ -29,7 +29,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use crate::observe::refusals::Refusals;
+use crate::observe::refusals::{PeerReason, Refusals};
 
 type Count = Counter<u64, AtomicU64>;
 /// The `method` label of [`Metrics::requests`]: the gRPC method's name in snake case (an HTTP
@@ -71,6 +71,9 @@ pub struct Metrics {
     /// Refused clients by reason, and the rate-limited log of them (`refusals.rs`); shared
     /// with the TLS accept loops, which refuse below the APIs.
     pub refusals: Arc<Refusals>,
+    /// Refused peer RPCs by reason, and the rate-limited log of them (the peer service's
+    /// admission, `cluster/peer/admission.rs`).
+    pub peer_refusals: Arc<Refusals<PeerReason>>,
     /// Client calls received, gRPC and HTTP API alike, by method (`latchkey bench` divides them
     /// by operations).
     requests: Family<MethodLabel, Count>,
@@ -115,6 +118,7 @@ impl Metrics {
             waits_expired: Count::default(),
             leader_transfers: Count::default(),
             refusals: Arc::new(Refusals::new()),
+            peer_refusals: Arc::new(Refusals::new()),
             requests: Family::default(),
             commit_seconds: Histogram::new(latency_buckets()),
             fsync_seconds: Histogram::new(latency_buckets()),
@@ -217,6 +221,12 @@ impl Metrics {
             "Clients refused, by reason: a TLS handshake without an accepted certificate, \
              credentials or a call the access-control list refuses, a quota",
             m.refusals.counts(),
+        );
+        r.register(
+            "latchkey_peer_refused",
+            "Peer (Raft) RPCs refused, by reason: the sender's credentials (certificate, \
+             cluster, MAC, membership) or what its message says",
+            m.peer_refusals.counts(),
         );
         r.register(
             "latchkey_requests",
