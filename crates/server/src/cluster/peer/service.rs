@@ -113,7 +113,7 @@ impl PeerService {
         let checked = {
             let m = self.raft.metrics();
             let m = m.borrow_watched();
-            check_committed(from, req, m.local_committed.as_ref(), |index| {
+            check_committed(from, req, &m.vote, m.local_committed.as_ref(), |index| {
                 m.log_id_list.get(index)
             })
         };
@@ -350,13 +350,22 @@ fn check_vote_sender(from: u64, vote: &Vote, what: &str) -> Result<(), String> {
 /// log holds every committed entry (Raft's leader completeness), so only a lie differs:
 /// openraft asserts that such an entry is at most the committed one, stopping the member's
 /// Raft core (in a debug build; a release build takes a committed entry as matching whatever
-/// it is).
+/// it is). An append from a vote below this member's (`mine`) is left to openraft, which
+/// refuses it by the vote.
 fn check_committed(
     from: u64,
     req: &AppendEntriesRequest<TypeConfig>,
+    mine: &Vote,
     committed: Option<&LogId>,
     mine_at: impl Fn(u64) -> Option<LogId>,
 ) -> Result<(), String> {
+    // openraft accepts an append only from a vote at least this member's; a lower (or
+    // incomparable) one is refused by the vote alone, before any entry is looked at, with an
+    // answer naming the higher vote that deposes the stale leader.
+    #[allow(clippy::nonminimal_bool)] // not `<`: votes are partially ordered
+    if !(req.vote >= *mine) {
+        return Ok(());
+    }
     let Some(committed) = committed else {
         return Ok(());
     };
@@ -859,7 +868,13 @@ mod append_checks {
             leader_commit: None,
         };
         let check = |req: &AppendEntriesRequest<TypeConfig>| {
-            check_committed(1, req, Some(&committed), mine_at)
+            check_committed(
+                1,
+                req,
+                &Vote::new_committed(3, 1),
+                Some(&committed),
+                mine_at,
+            )
         };
         // Follows the committed log (a heartbeat; entries overlapping it; past it).
         assert_eq!(check(&append(Some(id(2, 12)), &[])), Ok(()));
@@ -873,7 +888,13 @@ mod append_checks {
             "below the snapshot"
         );
         assert_eq!(
-            check_committed(1, &append(Some(id(9, 9)), &[]), None, mine_at),
+            check_committed(
+                1,
+                &append(Some(id(9, 9)), &[]),
+                &Vote::new_committed(3, 1),
+                None,
+                mine_at
+            ),
             Ok(()),
             "nothing committed"
         );
@@ -888,6 +909,25 @@ mod append_checks {
         }
         let refused = check(&append(Some(id(2, 9)), &[id(3, 10)])).unwrap_err();
         assert!(refused.contains("where this member committed"), "{refused}");
+        // A deposed leader's append (its vote below this member's) that still carries its
+        // uncommitted entries: openraft refuses it by the vote alone and answers with the
+        // higher one, which makes that leader step down. Refusing it here instead logged a
+        // "refused a peer message" warning on every healthy failover (seen by the nemesis,
+        // issue #34) and withheld the answer that deposes the old leader.
+        let stale = AppendEntriesRequest::<TypeConfig> {
+            vote: Vote::new_committed(2, 2),
+            ..append(Some(id(2, 9)), &[id(2, 10)])
+        };
+        assert_eq!(
+            check_committed(
+                2,
+                &stale,
+                &Vote::new_committed(3, 1),
+                Some(&id(3, 10)),
+                |i| { (5..=12).contains(&i).then(|| id(3, i)) }
+            ),
+            Ok(())
+        );
     }
 
     #[test]
