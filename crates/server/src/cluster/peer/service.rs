@@ -362,8 +362,10 @@ fn check_committed(
     // openraft accepts an append only from a vote at least this member's; a lower (or
     // incomparable) one is refused by the vote alone, before any entry is looked at, with an
     // answer naming the higher vote that deposes the stale leader.
-    #[allow(clippy::nonminimal_bool)] // not `<`: votes are partially ordered
-    if !(req.vote >= *mine) {
+    if !matches!(
+        req.vote.partial_cmp(mine),
+        Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal)
+    ) {
         return Ok(());
     }
     let Some(committed) = committed else {
