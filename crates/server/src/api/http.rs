@@ -13,6 +13,9 @@
 //! reads the routes above and offers force-release to a viewer who may be an admin (see
 //! `ui/app.js`).
 //!
+//! A follower forwards a request answered `not-leader` to its group's leader, once, when the
+//! caller's identity can be carried (`forward.rs`): any member serves every route.
+//!
 //! Before any route's handler, `cross_site::guard` refuses a write that is not JSON or comes from a web
 //! page of another origin than the node's own (unless `--http-allow-origin` lists it).
 //!
@@ -21,7 +24,8 @@
 //! `HTTP_IDLE_TIMEOUT_MS`; a body is at most `HTTP_BODY_BYTES_MAX`.
 //!
 //! This file is the router, the handlers and their JSON bodies; beside it in `http/`:
-//! `routes.rs` ([`ROUTES`]), `cross_site.rs` (the guard), `listener.rs` (the connections),
+//! `routes.rs` ([`ROUTES`]), `cross_site.rs` (the guard), `forward.rs` (to the leader),
+//! `listener.rs` (the connections),
 //! `decimal.rs` and `whole.rs` (how the JSON bodies spell numbers), and the tests.
 
 use std::future::Future;
@@ -50,6 +54,7 @@ use crate::node::Node;
 
 pub mod cross_site;
 mod decimal;
+mod forward;
 mod listener;
 mod routes;
 #[cfg(test)]
@@ -130,6 +135,11 @@ pub(crate) fn router(groups: Arc<Groups>, policy: CrossSite) -> Router {
             .into_response_with(StatusCode::METHOD_NOT_ALLOWED)
         })
         .layer(DefaultBodyLimit::max(limits::HTTP_BODY_BYTES_MAX))
+        // After the guard: a follower sends a request answered `not-leader` on to its leader.
+        .route_layer(middleware::from_fn_with_state(
+            groups.clone(),
+            forward::forward,
+        ))
         // On every route, before its handler: a request that matches no route, or none of its
         // methods, changes nothing and gets its 404 or 405 as it is.
         .route_layer(middleware::from_fn_with_state(

@@ -720,8 +720,9 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
         &self,
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
+        let http = crate::cluster::peer_auth::PeerAuth::http_addr_of(request.metadata());
         let (group, request) = self.admit(request, PeerMethod::Append)?;
-        group.append(request).await
+        group.append(request, http).await
     }
 
     type AppendStreamStream = BoxStream<'static, Result<pb::PeerMessage, Status>>;
@@ -730,9 +731,10 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
         &self,
         request: Request<tonic::Streaming<pb::PeerChunk>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
+        let http = crate::cluster::peer_auth::PeerAuth::http_addr_of(request.metadata());
         let (group, request) =
             self.admit_stream(request, PeerMethod::AppendStream, PeerMethod::AppendItem)?;
-        group.append_stream(request)
+        group.append_stream(request, http)
     }
 
     async fn snapshot(
@@ -773,16 +775,20 @@ impl PeerService {
         reply(&res)
     }
 
+    /// `http`: where the sender says it serves HTTP, kept once the append is accepted.
     async fn append(
         &self,
         request: Admitted<Vec<u8>>,
+        http: Option<String>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (sender, payload) = request.into_parts();
         let req: AppendEntriesRequest<TypeConfig> = decode(&payload).map_err(bad)?;
         self.check_append(sender, &req)?;
+        let leader = req.vote.leader_id.node_id;
         let res = self.raft.append_entries(req).await;
         if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
             self.leader_contact.heard();
+            self.leader_contact.heard_http(leader, http);
         }
         reply(&res)
     }
@@ -791,9 +797,13 @@ impl PeerService {
     /// openraft's `Raft::stream_append`, which answers each, in order, once its entries are
     /// durable here. An append that fails its checks ends the stream: the answers to the
     /// appends before it, then the refusal.
+    ///
+    /// `http`: where the sender says it serves HTTP, kept once one of its appends is accepted
+    /// (each was checked to be from the leader of its vote, the sender).
     fn append_stream(
         &self,
         request: Admitted<AdmittedChunks>,
+        http: Option<String>,
     ) -> Result<Response<BoxStream<'static, Result<pb::PeerMessage, Status>>>, Status> {
         let (sender, inbound) = request.into_parts();
         let from = sender.claimed();
@@ -874,6 +884,7 @@ impl PeerService {
             .map(move |reply: StreamAppendReply| {
                 if matches!(&reply, Ok(Ok(_) | Err(StreamAppendError::Conflict(_)))) {
                     contact.heard();
+                    contact.heard_http(from, http.clone());
                 }
                 Ok(pb::PeerMessage {
                     payload: encode(&reply),

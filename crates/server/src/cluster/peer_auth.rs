@@ -34,6 +34,10 @@ pub const MAC_HEADER: &str = "latchkey-peer-mac";
 /// group 0. Routing only: the group is also in the fingerprint (`PeerAuth::with_group`), so a
 /// message given another group's header is refused by that group as another cluster's.
 pub const GROUP_HEADER: &str = "latchkey-peer-group";
+/// Where the sending member serves the HTTP API (`HOST:PORT`, issue #33), so that a follower
+/// can forward HTTP requests to its leader. Only read from an admitted append that the Raft
+/// core accepted, and only used for the member that Raft says leads (see `LeaderContact`).
+pub const HTTP_ADDR_HEADER: &str = "latchkey-peer-http";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -204,6 +208,8 @@ pub struct PeerAuth {
     member_certificates: bool,
     /// The group this member's messages are for, in a cluster of more than one group.
     group: Option<u32>,
+    /// Where this member serves the HTTP API, sent with every message (`HTTP_ADDR_HEADER`).
+    http_addr: Option<String>,
 }
 
 impl std::fmt::Debug for PeerAuth {
@@ -246,6 +252,7 @@ impl PeerAuth {
             secret: secret.map(|s| s.0),
             member_certificates: false,
             group: None,
+            http_addr: None,
         }
     }
 
@@ -276,6 +283,12 @@ impl PeerAuth {
 
     /// Requires every peer message to come with a client certificate that names its sender
     /// (see [`member_certificate_name`]); on when members dial each other over mTLS.
+    /// This member serves the HTTP API at `addr` (`HOST:PORT`): its messages say so.
+    pub fn with_http_addr(mut self, addr: Option<String>) -> PeerAuth {
+        self.http_addr = addr.filter(|a| a.len() <= limits::HOST_PORT_BYTES_MAX);
+        self
+    }
+
     pub fn with_member_certificates(mut self, on: bool) -> PeerAuth {
         self.member_certificates = on;
         self
@@ -362,6 +375,9 @@ impl PeerAuth {
         if let Some(group) = self.group {
             meta.insert(GROUP_HEADER, MetadataValue::from(group));
         }
+        if let Some(value) = self.http_addr.as_deref().and_then(|a| a.parse().ok()) {
+            meta.insert(HTTP_ADDR_HEADER, value);
+        }
         meta.insert(
             CLUSTER_HEADER,
             self.fingerprint.parse().expect("hex is ASCII"),
@@ -373,6 +389,14 @@ impl PeerAuth {
                 hex(&tag.into_bytes()).parse().expect("hex is ASCII"),
             );
         }
+    }
+
+    /// The sender's HTTP address (`HTTP_ADDR_HEADER`) if it sent one that is `HOST:PORT`.
+    pub fn http_addr_of(meta: &MetadataMap) -> Option<String> {
+        let addr = meta.get(HTTP_ADDR_HEADER)?.to_str().ok()?;
+        let well_formed = addr.len() <= limits::HOST_PORT_BYTES_MAX
+            && crate::cluster::member_addr::MemberAddr::check(addr).is_ok_and(|a| a.peer.is_none());
+        well_formed.then(|| addr.to_owned())
     }
 
     /// The MAC of one chunk of a snapshot stream this member sends to member `to`: over its
