@@ -246,3 +246,55 @@ roles = ["admin"]
         assert_eq!(forced.status, 200, "{forced:?}");
     }
 }
+
+/// The status names each member's HTTP address: the leader every member's (their answers to
+/// its appends say), a follower its own and its leader's.
+#[test]
+fn the_status_lists_the_members_http_addresses() {
+    let cluster = Cluster::start_with_http(3);
+    let (leader, _) = cluster.wait_leader(&[], READY_TIMEOUT);
+    let http = |id: u64| {
+        let m = cluster.members.iter().find(|m| m.id == id).unwrap();
+        m.http_addr.clone().unwrap()
+    };
+    let listed = |at: u64| -> Vec<(u64, Value)> {
+        let reply = http_call(
+            &http(at),
+            "GET",
+            "/v1/cluster/status",
+            &[],
+            None,
+            CALL_TIMEOUT,
+        )
+        .unwrap();
+        assert_eq!(reply.status, 200, "{reply:?}");
+        reply.json()["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["id"].as_u64().unwrap(), m["http_addr"].clone()))
+            .collect()
+    };
+    let all: Vec<(u64, Value)> = cluster
+        .ids()
+        .into_iter()
+        .map(|id| (id, json!(http(id))))
+        .collect();
+    common::wait_until(
+        "the leader lists every member's HTTP address",
+        READY_TIMEOUT,
+        || listed(leader) == all,
+    );
+    for id in cluster.ids().into_iter().filter(|id| *id != leader) {
+        common::wait_until(
+            "a follower lists its own and its leader's",
+            READY_TIMEOUT,
+            || {
+                let known = listed(id);
+                [id, leader]
+                    .iter()
+                    .all(|k| known.iter().any(|(i, a)| i == k && *a == json!(http(*k))))
+            },
+        );
+    }
+}

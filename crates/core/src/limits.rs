@@ -573,6 +573,9 @@ const _: () = assert!(HTTP_FORWARD_TIMEOUT_MS < HTTP_IDLE_TIMEOUT_MS);
 /// list of up to `LIST_RESULTS_MAX` locks with their first waiters; one larger than this
 /// is not relayed (the caller gets the follower's own `not-leader`: ask the leader).
 pub const HTTP_FORWARD_RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Members whose HTTP address one member remembers for its cluster status (issue #33): more
+/// than any cluster runs; beyond, a new member's is not shown until a restart.
+pub const HTTP_ADDRS_KNOWN_MAX: usize = 1_024;
 /// Origins an operator may list with `--http-allow-origin` (issue #31 item 3): web pages of
 /// other origins allowed to write to the HTTP API and read its answers (CORS). Each request
 /// with an `Origin` header is compared with every one. A page or two of the operator's own

@@ -742,7 +742,13 @@ async fn list(
 struct MemberJson {
     id: u64,
     addr: String,
+    /// Where it serves the HTTP API, as this member heard (members say so in their Raft
+    /// messages and answers); null when it serves none or has not said yet.
+    http_addr: Option<String>,
 }
+
+/// Where member `id` serves HTTP, as this member knows.
+type HttpOf<'a> = &'a dyn Fn(u64) -> Option<String>;
 
 #[derive(Serialize)]
 struct StatusResponse {
@@ -784,7 +790,7 @@ struct GroupStatusJson {
     voters: Vec<MemberJson>,
 }
 
-fn group_status_json(group: u32, s: NodeStatus) -> GroupStatusJson {
+fn group_status_json(group: u32, s: NodeStatus, http_of: HttpOf<'_>) -> GroupStatusJson {
     // The client part of the membership's `CLIENT/PEER` (`member_addr.rs`), as a hint names.
     let leader_addr = s.leader_id.and_then(|leader| {
         s.members
@@ -806,14 +812,18 @@ fn group_status_json(group: u32, s: NodeStatus) -> GroupStatusJson {
         leader_addr,
         sessions: s.sessions,
         locks: s.locks,
-        voters: members_json(s.members),
+        voters: members_json(s.members, http_of),
     }
 }
 
-fn members_json(members: Vec<(u64, String)>) -> Vec<MemberJson> {
+fn members_json(members: Vec<(u64, String)>, http_of: HttpOf<'_>) -> Vec<MemberJson> {
     members
         .into_iter()
-        .map(|(id, addr)| MemberJson { id, addr })
+        .map(|(id, addr)| MemberJson {
+            id,
+            addr,
+            http_addr: http_of(id),
+        })
         .collect()
 }
 
@@ -821,6 +831,7 @@ fn status_response(
     s: NodeStatus,
     access_control: bool,
     group_status: Vec<GroupStatusJson>,
+    http_of: HttpOf<'_>,
 ) -> StatusResponse {
     StatusResponse {
         id: s.id,
@@ -830,8 +841,8 @@ fn status_response(
         committed_index: s.committed_index,
         applied_index: s.applied_index,
         leader_id: s.leader_id,
-        members: members_json(s.members),
-        learners: members_json(s.learners),
+        members: members_json(s.members, http_of),
+        learners: members_json(s.learners, http_of),
         cluster_id: s.cluster_id,
         sessions: s.sessions,
         locks: s.locks,
@@ -856,15 +867,17 @@ async fn status(
         &[],
     )?;
     let access_control = node.config.acl.is_some();
+    let http_of = |id: u64| groups.all().iter().find_map(|n| n.peer_auth.http_of(id));
     let group_status = groups
         .all()
         .iter()
-        .map(|n| group_status_json(n.shape.group, n.status()))
+        .map(|n| group_status_json(n.shape.group, n.status(), &http_of))
         .collect();
     Ok(json(&status_response(
         node.status(),
         access_control,
         group_status,
+        &http_of,
     )))
 }
 

@@ -713,7 +713,10 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (group, request) = self.admit(request, PeerMethod::Vote)?;
-        group.vote(request).await
+        group
+            .vote(request)
+            .await
+            .map(|answer| group.stamped(answer))
     }
 
     async fn append(
@@ -722,7 +725,10 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let http = crate::cluster::peer_auth::PeerAuth::http_addr_of(request.metadata());
         let (group, request) = self.admit(request, PeerMethod::Append)?;
-        group.append(request, http).await
+        group
+            .append(request, http)
+            .await
+            .map(|answer| group.stamped(answer))
     }
 
     type AppendStreamStream = BoxStream<'static, Result<pb::PeerMessage, Status>>;
@@ -734,7 +740,9 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
         let http = crate::cluster::peer_auth::PeerAuth::http_addr_of(request.metadata());
         let (group, request) =
             self.admit_stream(request, PeerMethod::AppendStream, PeerMethod::AppendItem)?;
-        group.append_stream(request, http)
+        group
+            .append_stream(request, http)
+            .map(|answer| group.stamped(answer))
     }
 
     async fn snapshot(
@@ -749,6 +757,12 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
 
 /// A group's handlers, each taking a request [`PeerRouter`] admitted.
 impl PeerService {
+    /// An answer saying where this member serves HTTP, for the other's cluster status.
+    fn stamped<T>(&self, mut answer: Response<T>) -> Response<T> {
+        self.auth.stamp_http(answer.metadata_mut());
+        answer
+    }
+
     async fn vote(&self, request: Admitted<Vec<u8>>) -> Result<Response<pb::PeerMessage>, Status> {
         let (sender, payload) = request.into_parts();
         let (req, pre_vote) = match decode(&payload).map_err(bad)? {
@@ -788,6 +802,7 @@ impl PeerService {
         let res = self.raft.append_entries(req).await;
         if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
             self.leader_contact.heard();
+            self.auth.heard_http(leader, http.clone());
             self.leader_contact.heard_http(leader, http);
         }
         reply(&res)
@@ -1158,6 +1173,8 @@ impl PeerClient {
         let resp = f(client, self.request(method, payload, option)).await;
         self.note_reachable(resp.as_ref().err());
         let resp = resp.map_err(|s| rpc_error(&s))?;
+        self.auth
+            .heard_http(self.target, PeerAuth::http_addr_of(resp.metadata()));
         let res: Result<T, RaftError<TypeConfig>> = decode(&resp.into_inner().payload)
             .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
         res.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
@@ -1386,7 +1403,11 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 ))),
             };
             let inbound = match opened {
-                Ok(response) => response.into_inner(),
+                Ok(response) => {
+                    self.auth
+                        .heard_http(target, PeerAuth::http_addr_of(response.metadata()));
+                    response.into_inner()
+                }
                 Err(status) if status.code() == tonic::Code::Unimplemented => {
                     tracing::warn!(
                         member = target,

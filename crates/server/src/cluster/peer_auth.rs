@@ -208,8 +208,12 @@ pub struct PeerAuth {
     member_certificates: bool,
     /// The group this member's messages are for, in a cluster of more than one group.
     group: Option<u32>,
-    /// Where this member serves the HTTP API, sent with every message (`HTTP_ADDR_HEADER`).
+    /// Where this member serves the HTTP API, sent with every message and answer
+    /// (`HTTP_ADDR_HEADER`).
     http_addr: Option<String>,
+    /// Where the members this one exchanged messages with said they serve HTTP, for the
+    /// cluster status only (never for forwarding: that trusts only `LeaderContact`'s).
+    heard_http: std::sync::Arc<std::sync::Mutex<BTreeMap<u64, String>>>,
 }
 
 impl std::fmt::Debug for PeerAuth {
@@ -253,6 +257,7 @@ impl PeerAuth {
             member_certificates: false,
             group: None,
             http_addr: None,
+            heard_http: Default::default(),
         }
     }
 
@@ -375,9 +380,7 @@ impl PeerAuth {
         if let Some(group) = self.group {
             meta.insert(GROUP_HEADER, MetadataValue::from(group));
         }
-        if let Some(value) = self.http_addr.as_deref().and_then(|a| a.parse().ok()) {
-            meta.insert(HTTP_ADDR_HEADER, value);
-        }
+        self.stamp_http(meta);
         meta.insert(
             CLUSTER_HEADER,
             self.fingerprint.parse().expect("hex is ASCII"),
@@ -389,6 +392,37 @@ impl PeerAuth {
                 hex(&tag.into_bytes()).parse().expect("hex is ASCII"),
             );
         }
+    }
+
+    /// Puts this member's HTTP address on an answer (`HTTP_ADDR_HEADER`).
+    pub fn stamp_http(&self, meta: &mut MetadataMap) {
+        if let Some(value) = self.http_addr.as_deref().and_then(|a| a.parse().ok()) {
+            meta.insert(HTTP_ADDR_HEADER, value);
+        }
+    }
+
+    /// Member `id` said it serves HTTP at `addr` (or nothing, then it serves none). At most
+    /// `HTTP_ADDRS_KNOWN_MAX` members are remembered.
+    pub fn heard_http(&self, id: u64, addr: Option<String>) {
+        let mut heard = self.heard_http.lock().expect("heard http lock");
+        match addr {
+            Some(addr) if heard.len() < limits::HTTP_ADDRS_KNOWN_MAX || heard.contains_key(&id) => {
+                heard.insert(id, addr);
+            }
+            Some(_) => {}
+            None => {
+                heard.remove(&id);
+            }
+        }
+    }
+
+    /// Where member `id` serves HTTP, as far as this member knows: its own, or what `id` said.
+    pub fn http_of(&self, id: u64) -> Option<String> {
+        if id == self.me {
+            return self.http_addr.clone();
+        }
+        let heard = self.heard_http.lock().expect("heard http lock");
+        heard.get(&id).cloned()
     }
 
     /// The sender's HTTP address (`HTTP_ADDR_HEADER`) if it sent one that is `HOST:PORT`.
