@@ -32,6 +32,15 @@ fn call(addr: &str, method: &str, path: &str, body: Option<Value>) -> HttpReply 
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
 }
 
+/// [`call`] marked as forwarded already (`latchkey-forwarded-by`, issue #33): a follower
+/// answers it itself, as a request forwarded once is never forwarded again.
+fn call_here(addr: &str, method: &str, path: &str, body: Option<Value>) -> HttpReply {
+    let body = body.map(|b| b.to_string());
+    let marked = [("latchkey-forwarded-by", "0")];
+    http_call(addr, method, path, &marked, body.as_deref(), CALL_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
 /// POST `body` to `path`, expecting 200; the answer's JSON.
 fn post_ok(addr: &str, path: &str, body: Value) -> Value {
     let reply = call(addr, "POST", path, Some(body.clone()));
@@ -294,7 +303,7 @@ fn errors_are_json_with_a_stable_code() {
 }
 
 #[test]
-fn a_follower_answers_not_leader_with_the_leaders_address() {
+fn a_follower_forwards_to_its_leader_once_and_else_names_the_leaders_address() {
     let cluster = Cluster::start_with_http(3);
     let (leader, _) = cluster.wait_leader(&[], READY_TIMEOUT);
     let leader_addr = cluster.addr(leader);
@@ -304,7 +313,8 @@ fn a_follower_answers_not_leader_with_the_leaders_address() {
         .find(|m| m.id != leader)
         .expect("a follower");
     let follower_http = follower.http_addr.clone().expect("HTTP on every member");
-    let reply = call(
+    // Forwarded once already: the follower answers not-leader itself, naming the leader.
+    let reply = call_here(
         &follower_http,
         "POST",
         "/v1/sessions",
@@ -319,11 +329,27 @@ fn a_follower_answers_not_leader_with_the_leaders_address() {
     assert_eq!(body["leader_id"], leader, "{body}");
     assert_eq!(body["leader_addr"], leader_addr.as_str(), "{body}");
     // Reads are the leader's too; the follower's own status is not.
-    let read = call(&follower_http, "GET", "/v1/lock?name=x", None);
+    let read = call_here(&follower_http, "GET", "/v1/lock?name=x", None);
     assert_eq!(error_of(&read), (503, "not-leader".to_owned()), "{read:?}");
     let status = get_ok(&follower_http, "/v1/cluster/status");
     assert_eq!(status["role"], "follower", "{status}");
     assert_eq!(status["leader_id"], leader, "{status}");
+    // Unmarked, the follower forwards the call to its leader (once it heard the leader's HTTP
+    // address, which the leader's appends carry), reads too.
+    wait_until("the follower forwards", READY_TIMEOUT, || {
+        let body = json!({"ttl_ms": 15_000}).to_string();
+        http_call(
+            &follower_http,
+            "POST",
+            "/v1/sessions",
+            &[],
+            Some(&body),
+            CALL_TIMEOUT,
+        )
+        .is_ok_and(|r| r.status == 200)
+    });
+    let read = get_ok(&follower_http, "/v1/lock?name=x");
+    assert_eq!(read["lock"]["holder"], Value::Null, "{read}");
     // The leader's HTTP API takes the call.
     let leader_http = cluster
         .members
@@ -401,8 +427,9 @@ fn the_http_api_serves_a_cluster_of_several_raft_groups() {
         "{reply:?}"
     );
 
-    // Group 1 is member 2's: member 1 sends the client there, naming the group.
-    let reply = call(
+    // Group 1 is member 2's: member 1 forwards a call there (`http_forwarding.rs`); one
+    // marked as forwarded already it answers itself, sending the client there, naming the group.
+    let reply = call_here(
         &http(1),
         "POST",
         "/v1/sessions",
@@ -417,7 +444,7 @@ fn the_http_api_serves_a_cluster_of_several_raft_groups() {
     assert_eq!(body["group"], 1, "{body}");
     assert_eq!(body["leader_id"], 2, "{body}");
     assert_eq!(body["leader_addr"], cluster.addr(2).as_str(), "{body}");
-    let read = call(
+    let read = call_here(
         &http(1),
         "GET",
         &format!("/v1/lock?name={}", names[1]),
@@ -501,7 +528,7 @@ fn the_http_api_serves_a_cluster_of_several_raft_groups() {
         .filter_map(|l| l["name"].as_str())
         .collect();
     assert_eq!(listed, [names[0].as_str()]);
-    let reply = call(&http(1), "GET", "/v1/locks?group=1", None);
+    let reply = call_here(&http(1), "GET", "/v1/locks?group=1", None);
     assert_eq!(
         error_of(&reply),
         (503, "not-leader".to_owned()),
@@ -534,7 +561,7 @@ fn the_http_api_serves_a_cluster_of_several_raft_groups() {
     );
 
     // Release, close and force-release go to their group's leader too.
-    let reply = call(
+    let reply = call_here(
         &http(1),
         "POST",
         "/v1/sessions/close",
@@ -553,7 +580,7 @@ fn the_http_api_serves_a_cluster_of_several_raft_groups() {
         json!({"session": s0, "seq": 3, "name": names[0], "token": token}),
     );
     assert_eq!(released["released"], true, "{released}");
-    let reply = call(
+    let reply = call_here(
         &http(1),
         "POST",
         "/v1/admin/release",

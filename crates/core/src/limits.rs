@@ -576,6 +576,20 @@ const _: () = assert!(HTTP_CONNECTIONS_MAX <= CLIENT_CONCURRENT_REQUESTS_MAX);
 /// while it waits.
 pub const HTTP_IDLE_TIMEOUT_MS: u64 = ACQUIRE_POLL_MS_MAX + 20_000;
 const _: () = assert!(HTTP_IDLE_TIMEOUT_MS > ACQUIRE_POLL_MS_MAX + 5_000);
+/// How long a follower waits for its leader to answer an HTTP request it forwarded (issue #33,
+/// `api/http/forward.rs`): connecting, sending, and the whole answer. The longest answer is a
+/// long-poll's (`ACQUIRE_POLL_MS_MAX`); a few seconds more for the round trips. Within the
+/// caller's own connection's idle bound, so the caller gets the follower's answer (the
+/// follower's own `not-leader` when the leader does not answer in time).
+pub const HTTP_FORWARD_TIMEOUT_MS: u64 = ACQUIRE_POLL_MS_MAX + 5_000;
+const _: () = assert!(HTTP_FORWARD_TIMEOUT_MS < HTTP_IDLE_TIMEOUT_MS);
+/// Bytes of a leader's answer to a forwarded HTTP request, head and body: the largest is a
+/// list of up to `LIST_RESULTS_MAX` locks with their first waiters; one larger than this
+/// is not relayed (the caller gets the follower's own `not-leader`: ask the leader).
+pub const HTTP_FORWARD_RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Members whose HTTP address one member remembers for its cluster status (issue #33): more
+/// than any cluster runs; beyond, a new member's is not shown until a restart.
+pub const HTTP_ADDRS_KNOWN_MAX: usize = 1_024;
 /// Origins an operator may list with `--http-allow-origin` (issue #31 item 3): web pages of
 /// other origins allowed to write to the HTTP API and read its answers (CORS). Each request
 /// with an `Origin` header is compared with every one. A page or two of the operator's own

@@ -13,6 +13,9 @@
 //! reads the routes above and offers force-release to a viewer who may be an admin (see
 //! `ui/app.js`).
 //!
+//! A follower forwards a request answered `not-leader` to its group's leader, once, when the
+//! caller's identity can be carried (`forward.rs`): any member serves every route.
+//!
 //! Before any route's handler, `cross_site::guard` refuses a write that is not JSON or comes from a web
 //! page of another origin than the node's own (unless `--http-allow-origin` lists it).
 //!
@@ -21,7 +24,8 @@
 //! `HTTP_IDLE_TIMEOUT_MS`; a body is at most `HTTP_BODY_BYTES_MAX`.
 //!
 //! This file is the router, the handlers and their JSON bodies; beside it in `http/`:
-//! `routes.rs` ([`ROUTES`]), `cross_site.rs` (the guard), `listener.rs` (the connections),
+//! `routes.rs` ([`ROUTES`]), `cross_site.rs` (the guard), `forward.rs` (to the leader),
+//! `listener.rs` (the connections),
 //! `decimal.rs` and `whole.rs` (how the JSON bodies spell numbers), and the tests.
 
 use std::future::Future;
@@ -50,6 +54,7 @@ use crate::node::Node;
 
 pub mod cross_site;
 mod decimal;
+mod forward;
 mod listener;
 mod routes;
 #[cfg(test)]
@@ -130,6 +135,11 @@ pub(crate) fn router(groups: Arc<Groups>, policy: CrossSite) -> Router {
             .into_response_with(StatusCode::METHOD_NOT_ALLOWED)
         })
         .layer(DefaultBodyLimit::max(limits::HTTP_BODY_BYTES_MAX))
+        // After the guard: a follower sends a request answered `not-leader` on to its leader.
+        .route_layer(middleware::from_fn_with_state(
+            groups.clone(),
+            forward::forward,
+        ))
         // On every route, before its handler: a request that matches no route, or none of its
         // methods, changes nothing and gets its 404 or 405 as it is.
         .route_layer(middleware::from_fn_with_state(
@@ -732,7 +742,13 @@ async fn list(
 struct MemberJson {
     id: u64,
     addr: String,
+    /// Where it serves the HTTP API, as this member heard (members say so in their Raft
+    /// messages and answers); null when it serves none or has not said yet.
+    http_addr: Option<String>,
 }
+
+/// Where member `id` serves HTTP, as this member knows.
+type HttpOf<'a> = &'a dyn Fn(u64) -> Option<String>;
 
 #[derive(Serialize)]
 struct StatusResponse {
@@ -774,7 +790,7 @@ struct GroupStatusJson {
     voters: Vec<MemberJson>,
 }
 
-fn group_status_json(group: u32, s: NodeStatus) -> GroupStatusJson {
+fn group_status_json(group: u32, s: NodeStatus, http_of: HttpOf<'_>) -> GroupStatusJson {
     // The client part of the membership's `CLIENT/PEER` (`member_addr.rs`), as a hint names.
     let leader_addr = s.leader_id.and_then(|leader| {
         s.members
@@ -796,14 +812,18 @@ fn group_status_json(group: u32, s: NodeStatus) -> GroupStatusJson {
         leader_addr,
         sessions: s.sessions,
         locks: s.locks,
-        voters: members_json(s.members),
+        voters: members_json(s.members, http_of),
     }
 }
 
-fn members_json(members: Vec<(u64, String)>) -> Vec<MemberJson> {
+fn members_json(members: Vec<(u64, String)>, http_of: HttpOf<'_>) -> Vec<MemberJson> {
     members
         .into_iter()
-        .map(|(id, addr)| MemberJson { id, addr })
+        .map(|(id, addr)| MemberJson {
+            id,
+            addr,
+            http_addr: http_of(id),
+        })
         .collect()
 }
 
@@ -811,6 +831,7 @@ fn status_response(
     s: NodeStatus,
     access_control: bool,
     group_status: Vec<GroupStatusJson>,
+    http_of: HttpOf<'_>,
 ) -> StatusResponse {
     StatusResponse {
         id: s.id,
@@ -820,8 +841,8 @@ fn status_response(
         committed_index: s.committed_index,
         applied_index: s.applied_index,
         leader_id: s.leader_id,
-        members: members_json(s.members),
-        learners: members_json(s.learners),
+        members: members_json(s.members, http_of),
+        learners: members_json(s.learners, http_of),
         cluster_id: s.cluster_id,
         sessions: s.sessions,
         locks: s.locks,
@@ -846,15 +867,17 @@ async fn status(
         &[],
     )?;
     let access_control = node.config.acl.is_some();
+    let http_of = |id: u64| groups.all().iter().find_map(|n| n.peer_auth.http_of(id));
     let group_status = groups
         .all()
         .iter()
-        .map(|n| group_status_json(n.shape.group, n.status()))
+        .map(|n| group_status_json(n.shape.group, n.status(), &http_of))
         .collect();
     Ok(json(&status_response(
         node.status(),
         access_control,
         group_status,
+        &http_of,
     )))
 }
 

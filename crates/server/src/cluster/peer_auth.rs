@@ -37,6 +37,10 @@ pub const MAC_HEADER: &str = "latchkey-peer-mac";
 /// group 0. Routing only: the group is also in the fingerprint (`PeerAuth::with_group`), so a
 /// message given another group's header is refused by that group as another cluster's.
 pub const GROUP_HEADER: &str = "latchkey-peer-group";
+/// Where the sending member serves the HTTP API (`HOST:PORT`, issue #33), so that a follower
+/// can forward HTTP requests to its leader. Only read from an admitted append that the Raft
+/// core accepted, and only used for the member that Raft says leads (see `LeaderContact`).
+pub const HTTP_ADDR_HEADER: &str = "latchkey-peer-http";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -223,6 +227,12 @@ pub struct PeerAuth {
     member_certificates: bool,
     /// The group this member's messages are for, in a cluster of more than one group.
     group: Option<u32>,
+    /// Where this member serves the HTTP API, sent with every message and answer
+    /// (`HTTP_ADDR_HEADER`).
+    http_addr: Option<String>,
+    /// Where the members this one exchanged messages with said they serve HTTP, for the
+    /// cluster status only (never for forwarding: that trusts only `LeaderContact`'s).
+    heard_http: std::sync::Arc<std::sync::Mutex<BTreeMap<u64, String>>>,
 }
 
 impl std::fmt::Debug for PeerAuth {
@@ -265,6 +275,8 @@ impl PeerAuth {
             secret: secret.map(|s| s.0),
             member_certificates: false,
             group: None,
+            http_addr: None,
+            heard_http: Default::default(),
         }
     }
 
@@ -295,6 +307,12 @@ impl PeerAuth {
 
     /// Requires every peer message to come with a client certificate that names its sender
     /// (see [`member_certificate_name`]); on when members dial each other over mTLS.
+    /// This member serves the HTTP API at `addr` (`HOST:PORT`): its messages say so.
+    pub fn with_http_addr(mut self, addr: Option<String>) -> PeerAuth {
+        self.http_addr = addr.filter(|a| a.len() <= limits::HOST_PORT_BYTES_MAX);
+        self
+    }
+
     pub fn with_member_certificates(mut self, on: bool) -> PeerAuth {
         self.member_certificates = on;
         self
@@ -381,6 +399,7 @@ impl PeerAuth {
         if let Some(group) = self.group {
             meta.insert(GROUP_HEADER, MetadataValue::from(group));
         }
+        self.stamp_http(meta);
         meta.insert(
             CLUSTER_HEADER,
             self.fingerprint.parse().expect("hex is ASCII"),
@@ -392,6 +411,45 @@ impl PeerAuth {
                 hex(&tag.into_bytes()).parse().expect("hex is ASCII"),
             );
         }
+    }
+
+    /// Puts this member's HTTP address on an answer (`HTTP_ADDR_HEADER`).
+    pub fn stamp_http(&self, meta: &mut MetadataMap) {
+        if let Some(value) = self.http_addr.as_deref().and_then(|a| a.parse().ok()) {
+            meta.insert(HTTP_ADDR_HEADER, value);
+        }
+    }
+
+    /// Member `id` said it serves HTTP at `addr` (or nothing, then it serves none). At most
+    /// `HTTP_ADDRS_KNOWN_MAX` members are remembered.
+    pub fn heard_http(&self, id: u64, addr: Option<String>) {
+        let mut heard = self.heard_http.lock().expect("heard http lock");
+        match addr {
+            Some(addr) if heard.len() < limits::HTTP_ADDRS_KNOWN_MAX || heard.contains_key(&id) => {
+                heard.insert(id, addr);
+            }
+            Some(_) => {}
+            None => {
+                heard.remove(&id);
+            }
+        }
+    }
+
+    /// Where member `id` serves HTTP, as far as this member knows: its own, or what `id` said.
+    pub fn http_of(&self, id: u64) -> Option<String> {
+        if id == self.me {
+            return self.http_addr.clone();
+        }
+        let heard = self.heard_http.lock().expect("heard http lock");
+        heard.get(&id).cloned()
+    }
+
+    /// The sender's HTTP address (`HTTP_ADDR_HEADER`) if it sent one that is `HOST:PORT`.
+    pub fn http_addr_of(meta: &MetadataMap) -> Option<String> {
+        let addr = meta.get(HTTP_ADDR_HEADER)?.to_str().ok()?;
+        let well_formed = addr.len() <= limits::HOST_PORT_BYTES_MAX
+            && crate::cluster::member_addr::MemberAddr::check(addr).is_ok_and(|a| a.peer.is_none());
+        well_formed.then(|| addr.to_owned())
     }
 
     /// The MAC of one chunk of a snapshot stream this member sends to member `to`: over its

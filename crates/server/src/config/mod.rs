@@ -185,6 +185,21 @@ impl ServerConfig {
         )
     }
 
+    /// Where other members and forwarded requests reach this member's HTTP API (issue #33):
+    /// `http_listen`, or, when that is a wildcard (0.0.0.0), which names no host, its port on
+    /// the host of this member's `--peers` entry. `None` without `--http-listen`, or when no
+    /// host is known.
+    pub fn http_advertise(&self) -> Option<String> {
+        let http = self.http_listen?;
+        if !http.ip().is_unspecified() {
+            return Some(http.to_string());
+        }
+        let recorded = self.members().remove(&self.id)?;
+        let client = member_addr::MemberAddr::split(&recorded).client;
+        let (host, _) = client.rsplit_once(':')?;
+        Some(format!("{host}:{}", http.port()))
+    }
+
     /// Check the configuration once, where it is built; [`run`] and [`run_with`] take only a
     /// checked one. Nothing here looks at `listen`, so [`ValidConfig::listening_on`] keeps a
     /// checked configuration checked.

@@ -345,7 +345,8 @@ impl Node {
                     .as_ref()
                     .is_some_and(|tls| tls.requires_client_certs()),
             )
-            .with_group(shape, config.replicas),
+            .with_group(shape, config.replicas)
+            .with_http_addr(config.http_advertise()),
         );
         let peer_book = AddressBook::default();
         let raft_config = Arc::new(

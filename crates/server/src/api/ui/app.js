@@ -15,9 +15,9 @@
 // entered, or the node has no access control (`access_control` in the status). The page
 // probes nothing: a token without the permission gets the API's refusal, shown as is.
 //
-// Raft groups (`groups` in the status above 1): the page lists the locks of each group this
-// node leads (`GET /v1/locks?group=G`; a list is its group leader's) and shows every group,
-// with its leader, in the "Raft groups" table.
+// Raft groups (`groups` in the status above 1): the page lists the locks of each group
+// (`GET /v1/locks?group=G`; a list is its group leader's, to which a follower forwards it) and
+// shows every group, with its leader, in the "Raft groups" table.
 "use strict";
 
 const REFRESH_MS = 1000;
@@ -241,7 +241,7 @@ function renderLocks(locks, truncated, elsewhere) {
     `${locks.length} lock${locks.length === 1 ? "" : "s"}` +
     (truncated ? " (the list was cut short: narrow the prefix)" : "") +
     (elsewhere.length ? `; not listed here, the locks of group${elsewhere.length === 1 ? "" : "s"} ` +
-      `${elsewhere.join(", ")}, which other members lead (see Raft groups)` : "");
+      `${elsewhere.join(", ")}, which this node cannot reach (see Raft groups)` : "");
 }
 
 function renderSessions(locks) {
@@ -284,13 +284,22 @@ async function refresh() {
   let truncated = false;
   const elsewhere = [];
   if (groupCount(status) > 1) {
-    // Each group's list is its leader's: this node lists the groups it leads.
+    // Each group's list is its leader's: a follower forwards the request there (issue #33);
+    // a group this node is outside of, or whose leader it cannot forward to (TLS, a
+    // certificate's identity), is named instead.
     for (const g of groupStatus(status)) {
-      if (g.role !== "leader") {
+      if (g.role === "outside") {
         elsewhere.push(g.group);
         continue;
       }
-      const listed = await get(`${query}&group=${g.group}`);
+      let listed;
+      try {
+        listed = await get(`${query}&group=${g.group}`);
+      } catch (e) {
+        if (g.role === "leader") throw e;
+        elsewhere.push(g.group);
+        continue;
+      }
       locks = locks.concat(listed.locks);
       truncated = truncated || listed.truncated;
     }

@@ -232,6 +232,8 @@ impl PeerClient {
         let resp = f(client, self.request(method, payload, option)).await;
         self.note_reachable(resp.as_ref().err());
         let resp = resp.map_err(|s| rpc_error(&s))?;
+        self.auth
+            .heard_http(self.target, PeerAuth::http_addr_of(resp.metadata()));
         let res: Result<T, RaftError<TypeConfig>> = decode(&resp.into_inner().payload)
             .map_err(|e| RPCError::Network(NetworkError::from_string(e)))?;
         res.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
@@ -477,7 +479,11 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 ))),
             };
             let inbound = match opened {
-                Ok(response) => response.into_inner(),
+                Ok(response) => {
+                    self.auth
+                        .heard_http(target, PeerAuth::http_addr_of(response.metadata()));
+                    response.into_inner()
+                }
                 Err(status) if status.code() == tonic::Code::Unimplemented => {
                     tracing::warn!(
                         member = target,

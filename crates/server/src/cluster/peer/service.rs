@@ -502,16 +502,25 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
     ) -> Result<Response<pb::PeerMessage>, Status> {
         let (group, request) = self.admit(request, PeerMethod::Vote)?;
         let door = request.door().clone();
-        group.vote(request).await.map_err(|e| door.answer(e))
+        group
+            .vote(request)
+            .await
+            .map(|answer| group.stamped(answer))
+            .map_err(|e| door.answer(e))
     }
 
     async fn append(
         &self,
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
+        let http = crate::cluster::peer_auth::PeerAuth::http_addr_of(request.metadata());
         let (group, request) = self.admit(request, PeerMethod::Append)?;
         let door = request.door().clone();
-        group.append(request).await.map_err(|e| door.answer(e))
+        group
+            .append(request, http)
+            .await
+            .map(|answer| group.stamped(answer))
+            .map_err(|e| door.answer(e))
     }
 
     type AppendStreamStream = BoxStream<'static, Result<pb::PeerMessage, Status>>;
@@ -520,9 +529,12 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
         &self,
         request: Request<tonic::Streaming<pb::PeerChunk>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
+        let http = crate::cluster::peer_auth::PeerAuth::http_addr_of(request.metadata());
         let (group, request) =
             self.admit_stream(request, PeerMethod::AppendStream, PeerMethod::AppendItem)?;
-        group.append_stream(request)
+        group
+            .append_stream(request, http)
+            .map(|answer| group.stamped(answer))
     }
 
     async fn snapshot(
@@ -538,6 +550,12 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
 
 /// A group's handlers, each taking a request [`PeerRouter`] admitted.
 impl PeerService {
+    /// An answer saying where this member serves HTTP, for the other's cluster status.
+    fn stamped<T>(&self, mut answer: Response<T>) -> Response<T> {
+        self.auth.stamp_http(answer.metadata_mut());
+        answer
+    }
+
     async fn vote(
         &self,
         request: Admitted<Vec<u8>>,
@@ -566,17 +584,22 @@ impl PeerService {
         Ok(reply(&res)?)
     }
 
+    /// `http`: where the sender says it serves HTTP, kept once the append is accepted.
     async fn append(
         &self,
         request: Admitted<Vec<u8>>,
+        http: Option<String>,
     ) -> Result<Response<pb::PeerMessage>, PeerError> {
         let (sender, payload) = request.into_parts();
         let req: AppendEntriesRequest<TypeConfig> =
             decode(&payload).map_err(PeerRefusal::malformed)?;
         self.check_append(sender, &req)?;
+        let leader = req.vote.leader_id.node_id;
         let res = self.raft.append_entries(req).await;
         if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
             self.leader_contact.heard();
+            self.auth.heard_http(leader, http.clone());
+            self.leader_contact.heard_http(leader, http);
         }
         Ok(reply(&res)?)
     }
@@ -585,9 +608,13 @@ impl PeerService {
     /// openraft's `Raft::stream_append`, which answers each, in order, once its entries are
     /// durable here. An append that fails its checks ends the stream: the answers to the
     /// appends before it, then the refusal.
+    ///
+    /// `http`: where the sender says it serves HTTP, kept once one of its appends is accepted
+    /// (each was checked to be from the leader of its vote, the sender).
     fn append_stream(
         &self,
         request: Admitted<AdmittedChunks>,
+        http: Option<String>,
     ) -> Result<Response<BoxStream<'static, Result<pb::PeerMessage, Status>>>, Status> {
         let door = request.door().clone();
         let (sender, inbound) = request.into_parts();
@@ -665,12 +692,15 @@ impl PeerService {
             },
         );
         let contact = self.leader_contact.clone();
+        let auth = self.auth.clone();
         let answers = self
             .raft
             .stream_append(input)
             .map(move |reply: StreamAppendReply| {
                 if matches!(&reply, Ok(Ok(_) | Err(StreamAppendError::Conflict(_)))) {
                     contact.heard();
+                    auth.heard_http(from, http.clone());
+                    contact.heard_http(from, http.clone());
                 }
                 Ok(pb::PeerMessage {
                     payload: encode(&reply),

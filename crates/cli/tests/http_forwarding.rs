@@ -1,0 +1,300 @@
+//! Any member serves every HTTP route (issue #33 item 2): a follower forwards a request its
+//! leader must answer, carrying the caller's bearer token for the leader to check. Three real
+//! members, requests sent round-robin over their HTTP ports as a load balancer would.
+
+mod common;
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use common::cluster::{Cluster, Timing};
+use common::{http_call, HttpReply, READY_TIMEOUT};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// Longer than one long-poll (`ACQUIRE_POLL_MS_MAX`), so that a waiting acquire answers.
+const CALL_TIMEOUT: Duration =
+    Duration::from_millis(latchkey_core::limits::ACQUIRE_POLL_MS_MAX + 20_000);
+
+const ADMIN: &str = "admin-token-0123456789";
+const APP: &str = "app-token-0123456789";
+
+fn sha256_hex(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Sends each request to the next member's HTTP port, round-robin.
+struct RoundRobin {
+    addrs: Vec<String>,
+    next: Cell<usize>,
+    token: Option<String>,
+}
+
+impl RoundRobin {
+    fn over(cluster: &Cluster, token: Option<&str>) -> RoundRobin {
+        RoundRobin {
+            addrs: cluster
+                .members
+                .iter()
+                .map(|m| m.http_addr.clone().expect("HTTP on every member"))
+                .collect(),
+            next: Cell::new(0),
+            token: token.map(|t| format!("Bearer {t}")),
+        }
+    }
+
+    /// The reply, and the member's HTTP address that answered.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (HttpReply, String) {
+        let addr = self.addrs[self.next.get() % self.addrs.len()].clone();
+        self.next.set(self.next.get() + 1);
+        let body = body.map(|b| b.to_string());
+        let auth: Vec<(&str, &str)> = self
+            .token
+            .iter()
+            .map(|t| ("authorization", t.as_str()))
+            .collect();
+        let reply = http_call(&addr, method, path, &auth, body.as_deref(), CALL_TIMEOUT)
+            .unwrap_or_else(|e| panic!("{method} {path} at {addr}: {e}"));
+        (reply, addr)
+    }
+
+    fn ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let (reply, addr) = self.call(method, path, body.clone());
+        assert_eq!(
+            reply.status, 200,
+            "{method} {path} {body:?} at {addr}: {reply:?}"
+        );
+        reply.json()
+    }
+}
+
+/// Until every follower has heard its leader's HTTP address (the first append after the
+/// election carries it), a follower answers `not-leader`: wait for one create to pass on each.
+fn wait_forwarding(rr: &RoundRobin) {
+    for addr in &rr.addrs {
+        common::wait_until("the member forwards", READY_TIMEOUT, || {
+            let auth: Vec<(&str, &str)> = rr
+                .token
+                .iter()
+                .map(|t| ("authorization", t.as_str()))
+                .collect();
+            http_call(
+                addr,
+                "GET",
+                "/v1/locks?prefix=app%2F",
+                &auth,
+                None,
+                CALL_TIMEOUT,
+            )
+            .is_ok_and(|r| r.status == 200)
+        });
+    }
+}
+
+#[test]
+fn every_route_succeeds_through_a_round_robin_over_three_members() {
+    let cluster = Cluster::start_with_http(3);
+    let rr = RoundRobin::over(&cluster, None);
+    wait_forwarding(&rr);
+    // Each step goes to the next member: two in three land on a follower.
+    let session = rr.ok("POST", "/v1/sessions", Some(json!({"ttl_ms": 15_000})))["session"].clone();
+    let other = rr.ok("POST", "/v1/sessions", Some(json!({"ttl_ms": 15_000})))["session"].clone();
+    let granted = rr.ok(
+        "POST",
+        "/v1/locks/acquire",
+        Some(json!({"session": session, "seq": 1, "name": "rr/a", "wait_timeout_ms": 0})),
+    );
+    assert_eq!(granted["result"], "granted", "{granted}");
+    let token = granted["token"].clone();
+    // A retry with the same (session, seq), through another member, gets the same grant.
+    let again = rr.ok(
+        "POST",
+        "/v1/locks/acquire",
+        Some(json!({"session": session, "seq": 1, "name": "rr/a", "wait_timeout_ms": 0})),
+    );
+    assert_eq!(again["token"], token, "{again}");
+    for _ in 0..3 {
+        let described = rr.ok("GET", "/v1/lock?name=rr%2Fa", None);
+        assert_eq!(described["lock"]["holder"]["token"], token, "{described}");
+        let listed = rr.ok("GET", "/v1/locks?prefix=rr%2F", None);
+        assert_eq!(listed["locks"][0]["name"], "rr/a", "{listed}");
+        let renewed = rr.ok(
+            "POST",
+            "/v1/sessions/keepalive",
+            Some(json!({"sessions": [session, other]})),
+        );
+        assert_eq!(renewed["leases"][0]["alive"], true, "{renewed}");
+        assert_eq!(renewed["leases"][1]["alive"], true, "{renewed}");
+    }
+    let released = rr.ok(
+        "POST",
+        "/v1/locks/release",
+        Some(json!({"session": session, "seq": 2, "name": "rr/a", "token": token})),
+    );
+    assert_eq!(released["released"], true, "{released}");
+    let taken = rr.ok(
+        "POST",
+        "/v1/locks/acquire",
+        Some(json!({"session": other, "seq": 1, "name": "rr/b", "wait_timeout_ms": 0})),
+    );
+    assert_eq!(taken["result"], "granted", "{taken}");
+    let forced = rr.ok(
+        "POST",
+        "/v1/admin/release",
+        Some(json!({"name": "rr/b", "reason": "test"})),
+    );
+    assert_eq!(forced["token"], taken["token"], "{forced}");
+    for s in [&session, &other] {
+        rr.ok("POST", "/v1/sessions/close", Some(json!({"session": s})));
+    }
+    // Every member answers its own status, naming the same leader.
+    let leaders: Vec<Value> = (0..3)
+        .map(|_| rr.ok("GET", "/v1/cluster/status", None)["leader_id"].clone())
+        .collect();
+    assert!(
+        leaders.iter().all(|l| *l == leaders[0] && l.is_u64()),
+        "{leaders:?}"
+    );
+}
+
+#[test]
+fn a_forwarded_request_is_checked_against_the_callers_own_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("acl.toml");
+    std::fs::write(
+        &acl,
+        format!(
+            r#"
+[roles.app]
+lock = ["app/"]
+read = ["app/"]
+
+[roles.admin]
+admin = [""]
+lock = [""]
+read = [""]
+
+[identities.app]
+token_sha256 = "{}"
+roles = ["app"]
+
+[identities.admin]
+token_sha256 = "{}"
+roles = ["admin"]
+"#,
+            sha256_hex(APP),
+            sha256_hex(ADMIN)
+        ),
+    )
+    .unwrap();
+    // The harness's own `latchkey cluster status` calls need a token of their own.
+    std::env::set_var("LATCHKEY_AUTH_TOKEN", ADMIN);
+    let acl = acl.display().to_string();
+    let cluster = Cluster::start_configured(
+        3,
+        Timing::default(),
+        &["--http-listen", "--acl", acl.as_str()],
+    );
+    let app = RoundRobin::over(&cluster, Some(APP));
+    wait_forwarding(&app);
+    let (leader, _) = cluster.wait_leader(&[], READY_TIMEOUT);
+    for m in cluster.members.iter().filter(|m| m.id != leader) {
+        let follower = m.http_addr.clone().unwrap();
+        let send = |token: Option<&str>, path: &str, body: Value| {
+            let auth = token.map(|t| format!("Bearer {t}"));
+            let headers: Vec<(&str, &str)> =
+                auth.iter().map(|a| ("authorization", a.as_str())).collect();
+            let body = body.to_string();
+            http_call(&follower, "POST", path, &headers, Some(&body), CALL_TIMEOUT).unwrap()
+        };
+        // The app's token passes through the follower and is the session's owner at the leader.
+        let created = send(Some(APP), "/v1/sessions", json!({"ttl_ms": 15_000}));
+        assert_eq!(created.status, 200, "via member {}: {created:?}", m.id);
+        let session = created.json()["session"].clone();
+        let take = |token: Option<&str>, seq: u64, name: &str| {
+            send(
+                token,
+                "/v1/locks/acquire",
+                json!({"session": session, "seq": seq, "name": name, "wait_timeout_ms": 0}),
+            )
+        };
+        let granted = take(Some(APP), 1, "app/x");
+        assert_eq!(granted.status, 200, "{granted:?}");
+        // Outside its role: refused, as the leader refuses it.
+        let denied = take(Some(APP), 2, "other/x");
+        assert_eq!(denied.status, 403, "{denied:?}");
+        // No token: the follower forwards no identity of its own.
+        let anonymous = take(None, 3, "app/y");
+        assert_eq!(anonymous.status, 401, "{anonymous:?}");
+        let admin_release = send(
+            Some(APP),
+            "/v1/admin/release",
+            json!({"name": "app/x", "reason": "test"}),
+        );
+        assert_eq!(admin_release.status, 403, "{admin_release:?}");
+        // Another identity may not use the app's session, through a follower either.
+        let not_owner = take(Some(ADMIN), 4, "app/z");
+        assert_eq!(not_owner.status, 403, "{not_owner:?}");
+        let forced = send(
+            Some(ADMIN),
+            "/v1/admin/release",
+            json!({"name": "app/x", "reason": "test"}),
+        );
+        assert_eq!(forced.status, 200, "{forced:?}");
+    }
+}
+
+/// The status names each member's HTTP address: the leader every member's (their answers to
+/// its appends say), a follower its own and its leader's.
+#[test]
+fn the_status_lists_the_members_http_addresses() {
+    let cluster = Cluster::start_with_http(3);
+    let (leader, _) = cluster.wait_leader(&[], READY_TIMEOUT);
+    let http = |id: u64| {
+        let m = cluster.members.iter().find(|m| m.id == id).unwrap();
+        m.http_addr.clone().unwrap()
+    };
+    let listed = |at: u64| -> Vec<(u64, Value)> {
+        let reply = http_call(
+            &http(at),
+            "GET",
+            "/v1/cluster/status",
+            &[],
+            None,
+            CALL_TIMEOUT,
+        )
+        .unwrap();
+        assert_eq!(reply.status, 200, "{reply:?}");
+        reply.json()["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["id"].as_u64().unwrap(), m["http_addr"].clone()))
+            .collect()
+    };
+    let all: Vec<(u64, Value)> = cluster
+        .ids()
+        .into_iter()
+        .map(|id| (id, json!(http(id))))
+        .collect();
+    common::wait_until(
+        "the leader lists every member's HTTP address",
+        READY_TIMEOUT,
+        || listed(leader) == all,
+    );
+    for id in cluster.ids().into_iter().filter(|id| *id != leader) {
+        common::wait_until(
+            "a follower lists its own and its leader's",
+            READY_TIMEOUT,
+            || {
+                let known = listed(id);
+                [id, leader]
+                    .iter()
+                    .all(|k| known.iter().any(|(i, a)| i == k && *a == json!(http(*k))))
+            },
+        );
+    }
+}
