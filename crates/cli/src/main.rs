@@ -433,6 +433,28 @@ pub fn parse_wait(text: &str) -> Result<Duration, String> {
     parse_duration(text)
 }
 
+/// A semaphore's permits, 1 to `limits::HOLDERS_PER_LOCK_MAX`.
+pub fn parse_permits(text: &str) -> Result<u32, String> {
+    let max = latchkey_core::limits::HOLDERS_PER_LOCK_MAX;
+    match text.trim().parse::<u64>() {
+        Ok(n) if n >= 1 && n <= max as u64 => Ok(n as u32),
+        _ => Err(format!(
+            "a semaphore has 1 to {max} permits (how many holders may run at once), not {text:?}"
+        )),
+    }
+}
+
+impl LockArgs {
+    /// How `--shared` and `--permits` ask to take the lock (exclusive without either).
+    pub fn mode(&self) -> latchkey_core::Mode {
+        match (self.shared, self.permits) {
+            (_, Some(n)) => latchkey_core::Mode::Permits(n),
+            (true, None) => latchkey_core::Mode::Shared,
+            (false, None) => latchkey_core::Mode::Exclusive,
+        }
+    }
+}
+
 /// A lock name as the server takes it (`latchkey_core::validate_name`): refused as a usage
 /// error before anything is sent, without echoing more than the start of a long one.
 pub fn parse_lock_name() -> LockNameParser {
@@ -553,6 +575,15 @@ pub struct LockArgs {
     /// process's host name, pid and user.
     #[arg(long, value_name = "TEXT")]
     pub owner: Option<String>,
+    /// Take the lock as a reader: any number of `--shared` holders run at once, never beside
+    /// a holder without it (a writer). FIFO with writers: a reader behind a waiting writer
+    /// waits.
+    #[arg(long, conflicts_with = "permits")]
+    pub shared: bool,
+    /// Take one of N permits of a counting semaphore: at most N holders run at once (1 to
+    /// 1024; every holder of NAME must give the same N).
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    pub permits: Option<u32>,
     /// The lock's name.
     #[arg(value_parser = parse_lock_name())]
     pub name: String,

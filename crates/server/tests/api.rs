@@ -50,6 +50,7 @@ async fn acquire(
         seq,
         name: name.into(),
         wait_timeout_ms: wait_ms,
+        ..Default::default()
     })
     .await
     .map(|r| r.into_inner())
@@ -521,6 +522,7 @@ async fn a_wait_ends_on_the_server_when_its_client_vanished() {
         seq: 1,
         name: "x".into(),
         wait_timeout_ms: 3_000,
+        ..Default::default()
     });
     request.set_timeout(Duration::from_millis(500));
     let gone = vanishing.acquire(request).await;
