@@ -83,12 +83,13 @@ enum Command {
     // LATCHKEY_ENDPOINTS, which reads as if `--endpoints` were required: a fixed usage line.
     #[command(override_usage = "latchkey lock [OPTIONS] <NAME> -- <COMMAND>...")]
     Lock(LockArgs),
-    /// Show one lock: holder (session, owner, token, held for) and each waiter (session, owner,
-    /// waited for).
+    /// Show one lock: holder (session, owner, token, held for; every reader or permit holder of
+    /// a read-write lock or semaphore, with the mode) and each waiter (session, owner, waited
+    /// for).
     #[command(override_usage = "latchkey status [OPTIONS] <NAME>")]
     Status(StatusArgs),
-    /// List held locks, optionally only those whose names start with PREFIX: holder, owner,
-    /// held for, the number of waiters and the longest wait.
+    /// List held locks, optionally only those whose names start with PREFIX: holder (or every
+    /// reader or permit holder), owner, held for, the number of waiters and the longest wait.
     List(ListArgs),
     /// Print lock changes (grants, releases, expiries, queue changes) of the locks whose names
     /// start with PREFIX, one line each, as the cluster applies them, until interrupted (exit
@@ -133,7 +134,9 @@ enum AdminCommand {
 pub struct AdminReleaseArgs {
     #[command(flatten)]
     pub endpoints: Endpoints,
-    /// Release only if the holder's grant has this fencing token.
+    /// Release only if the holder's grant has this fencing token. Of a lock with several
+    /// holders (readers, permits: `status` shows each token), it chooses the grant taken;
+    /// without it, the first granted holder's.
     #[arg(long)]
     pub token: Option<u64>,
     /// Why (recorded in the audit log).
