@@ -135,10 +135,39 @@ fn a_semaphore_of_three_never_runs_four_across_a_leader_kill() {
     wait_until("three jobs run", T, || {
         tags.iter().filter(|t| started(&work, t)).count() >= 3
     });
+    // `status` shows the semaphore: its permits, each holder with a token of its own, and the
+    // queue of the others.
+    let endpoints = cluster.endpoints();
+    let out = cluster.cli(&["status", "--json", "jobs", "--endpoints", &endpoints]);
+    assert!(out.status.success(), "status: {}", out.stderr);
+    let status: serde_json::Value = serde_json::from_str(&out.stdout).expect("status --json");
+    assert_eq!(
+        (&status["mode"], &status["permits"]),
+        (&"permits".into(), &3.into()),
+        "{status}"
+    );
+    let holders = status["holders"].as_array().expect("holders");
+    assert!((1..=3).contains(&holders.len()), "{status}");
+    assert!(
+        status["queue"]
+            .as_array()
+            .expect("queue")
+            .iter()
+            .all(|w| w["mode"] == "permits"),
+        "{status}"
+    );
+    let killed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos();
     cluster.kill9(leader);
     all_succeed(&mut procs, &cluster);
 
     let runs: Vec<Run> = tags.iter().map(|t| run_of(&work, t)).collect();
+    assert!(
+        runs.iter().filter(|r| r.start > killed_at).count() >= 3,
+        "the run did not go on across the leader's kill: {runs:#?}"
+    );
     let (most, at_once) = most_at_once(&runs);
     assert!(
         most <= 3,
