@@ -72,7 +72,7 @@ pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u
     };
 
     let waited = tokio::select! {
-        r = session.lock(args.name.clone()).wait(args.wait) => r,
+        r = request(&session, &args).wait(args.wait) => r,
         () = until_deadline() => return abandon(session, timed_out()).await,
         _ = terminate.recv() => {
             return abandon(session, signalled("SIGTERM while waiting for the lock", Signal::SIGTERM)).await
@@ -121,6 +121,16 @@ pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u
     };
     let grace = kill_grace(session.safety_margin());
     supervise(child, guard, session, grace, &mut terminate, &mut interrupt).await
+}
+
+/// The lock request `args` ask for: exclusive, `--shared` or `--permits N`.
+fn request<'a>(session: &'a Session, args: &LockArgs) -> latchkey_client::LockRequest<'a> {
+    let request = session.lock(args.name.clone());
+    match args.mode() {
+        latchkey_core::Mode::Exclusive => request,
+        latchkey_core::Mode::Shared => request.shared(),
+        latchkey_core::Mode::Permits(n) => request.permits(n),
+    }
 }
 
 /// Waits for COMMAND to end or for the lock to be lost, whichever comes first.

@@ -83,12 +83,13 @@ enum Command {
     // LATCHKEY_ENDPOINTS, which reads as if `--endpoints` were required: a fixed usage line.
     #[command(override_usage = "latchkey lock [OPTIONS] <NAME> -- <COMMAND>...")]
     Lock(LockArgs),
-    /// Show one lock: holder (session, owner, token, held for) and each waiter (session, owner,
-    /// waited for).
+    /// Show one lock: holder (session, owner, token, held for; every reader or permit holder of
+    /// a read-write lock or semaphore, with the mode) and each waiter (session, owner, waited
+    /// for).
     #[command(override_usage = "latchkey status [OPTIONS] <NAME>")]
     Status(StatusArgs),
-    /// List held locks, optionally only those whose names start with PREFIX: holder, owner,
-    /// held for, the number of waiters and the longest wait.
+    /// List held locks, optionally only those whose names start with PREFIX: holder (or every
+    /// reader or permit holder), owner, held for, the number of waiters and the longest wait.
     List(ListArgs),
     /// Print lock changes (grants, releases, expiries, queue changes) of the locks whose names
     /// start with PREFIX, one line each, as the cluster applies them, until interrupted (exit
@@ -133,7 +134,9 @@ enum AdminCommand {
 pub struct AdminReleaseArgs {
     #[command(flatten)]
     pub endpoints: Endpoints,
-    /// Release only if the holder's grant has this fencing token.
+    /// Release only if the holder's grant has this fencing token. Of a lock with several
+    /// holders (readers, permits: `status` shows each token), it chooses the grant taken;
+    /// without it, the first granted holder's.
     #[arg(long)]
     pub token: Option<u64>,
     /// Why (recorded in the audit log).
@@ -433,6 +436,28 @@ pub fn parse_wait(text: &str) -> Result<Duration, String> {
     parse_duration(text)
 }
 
+/// A semaphore's permits, 1 to `limits::HOLDERS_PER_LOCK_MAX`.
+pub fn parse_permits(text: &str) -> Result<u32, String> {
+    let max = latchkey_core::limits::HOLDERS_PER_LOCK_MAX;
+    match text.trim().parse::<u64>() {
+        Ok(n) if n >= 1 && n <= max as u64 => Ok(n as u32),
+        _ => Err(format!(
+            "a semaphore has 1 to {max} permits (how many holders may run at once), not {text:?}"
+        )),
+    }
+}
+
+impl LockArgs {
+    /// How `--shared` and `--permits` ask to take the lock (exclusive without either).
+    pub fn mode(&self) -> latchkey_core::Mode {
+        match (self.shared, self.permits) {
+            (_, Some(n)) => latchkey_core::Mode::Permits(n),
+            (true, None) => latchkey_core::Mode::Shared,
+            (false, None) => latchkey_core::Mode::Exclusive,
+        }
+    }
+}
+
 /// A lock name as the server takes it (`latchkey_core::validate_name`): refused as a usage
 /// error before anything is sent, without echoing more than the start of a long one.
 pub fn parse_lock_name() -> LockNameParser {
@@ -553,6 +578,15 @@ pub struct LockArgs {
     /// process's host name, pid and user.
     #[arg(long, value_name = "TEXT")]
     pub owner: Option<String>,
+    /// Take the lock as a reader: any number of `--shared` holders run at once, never beside
+    /// a holder without it (a writer). FIFO with writers: a reader behind a waiting writer
+    /// waits.
+    #[arg(long, conflicts_with = "permits")]
+    pub shared: bool,
+    /// Take one of N permits of a counting semaphore: at most N holders run at once (1 to
+    /// 1024; every holder of NAME must give the same N).
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    pub permits: Option<u32>,
     /// The lock's name.
     #[arg(value_parser = parse_lock_name())]
     pub name: String,

@@ -3,13 +3,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use latchkey_client::{describe_session, human_duration, LockInfo, NodeStatus, SessionOwner};
+use latchkey_client::{
+    describe_session, human_duration, Holder, LockInfo, Mode, NodeStatus, SessionOwner,
+};
 use serde::Serialize;
 
 use crate::{ClusterStatusArgs, ListArgs, MemberAddArgs, MemberAddrArgs, MemberIdArgs, StatusArgs};
 
 /// One lock, as printed with `--json`. `token`, `session`, `held_for_ms` and `owner` are null
-/// when the lock is free; `owner` is also null when the holder's client gave none.
+/// when the lock is free; `owner` is also null when the holder's client gave none. Of a lock
+/// with several holders (readers, permits) they are the first granted's; `holders` lists
+/// every one. `mode` is how it is held: `exclusive`, `shared`, or `permits` (a semaphore of
+/// `permits`, null for a lock).
 #[derive(Serialize, Debug, PartialEq)]
 pub struct LockJson {
     pub name: String,
@@ -18,6 +23,9 @@ pub struct LockJson {
     pub session: Option<u64>,
     pub held_for_ms: Option<u64>,
     pub owner: Option<OwnerJson>,
+    pub mode: &'static str,
+    pub permits: Option<u32>,
+    pub holders: Vec<HolderJson>,
     pub waiters: u32,
     /// Waiters in queue order: all of them from `status`, the first few from `list`.
     pub queue: Vec<WaiterJson>,
@@ -33,10 +41,29 @@ pub struct OwnerJson {
 }
 
 #[derive(Serialize, Debug, PartialEq)]
+pub struct HolderJson {
+    pub session: u64,
+    pub token: u64,
+    pub held_for_ms: u64,
+    pub owner: Option<OwnerJson>,
+}
+
+#[derive(Serialize, Debug, PartialEq)]
 pub struct WaiterJson {
     pub session: u64,
     pub waited_ms: u64,
     pub owner: Option<OwnerJson>,
+    /// How it asked: `exclusive`, `shared` or `permits`.
+    pub mode: &'static str,
+}
+
+/// A mode's name in `--json`, and a semaphore's permits.
+fn mode_json(mode: Mode) -> (&'static str, Option<u32>) {
+    match mode {
+        Mode::Exclusive => ("exclusive", None),
+        Mode::Shared => ("shared", None),
+        Mode::Permits(n) => ("permits", Some(n)),
+    }
 }
 
 fn owner_json(o: &SessionOwner) -> OwnerJson {
@@ -54,7 +81,20 @@ fn ms(d: Duration) -> u64 {
 
 impl From<&LockInfo> for LockJson {
     fn from(lock: &LockInfo) -> LockJson {
+        let (mode, permits) = mode_json(lock.mode);
         LockJson {
+            mode,
+            permits,
+            holders: lock
+                .holders
+                .iter()
+                .map(|h| HolderJson {
+                    session: h.session,
+                    token: h.token,
+                    held_for_ms: ms(h.held_for),
+                    owner: h.owner.as_ref().map(owner_json),
+                })
+                .collect(),
             name: lock.name.clone(),
             held: lock.holder.is_some(),
             token: lock.holder.as_ref().map(|h| h.token),
@@ -73,6 +113,7 @@ impl From<&LockInfo> for LockJson {
                     session: w.session,
                     waited_ms: ms(w.waited),
                     owner: w.owner.as_ref().map(owner_json),
+                    mode: mode_json(w.mode).0,
                 })
                 .collect(),
         }
@@ -90,15 +131,43 @@ fn human(lock: &LockInfo) -> String {
         ),
         None => format!("{} waiting", lock.waiters),
     };
-    match &lock.holder {
-        Some(h) => format!(
-            "{}: held by {} with token {} for {}; {waiting}",
-            lock.name,
+    let holder = |h: &Holder| {
+        format!(
+            "{} with token {} for {}",
             describe_session(h.session, h.owner.as_ref()),
             h.token,
             human_duration(h.held_for),
+        )
+    };
+    let holders = || {
+        lock.holders
+            .iter()
+            .map(holder)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (&lock.holder, lock.mode) {
+        (None, _) => format!("{}: free; {waiting}", lock.name),
+        (Some(_), Mode::Shared) => format!(
+            "{}: read by {} (shared): {}; {waiting}",
+            lock.name,
+            plural(lock.holders.len(), "holder"),
+            holders()
         ),
-        None => format!("{}: free; {waiting}", lock.name),
+        (Some(_), Mode::Permits(n)) => format!(
+            "{}: {} of {n} permits held: {}; {waiting}",
+            lock.name,
+            lock.holders.len(),
+            holders()
+        ),
+        (Some(h), Mode::Exclusive) => format!("{}: held by {}; {waiting}", lock.name, holder(h)),
+    }
+}
+
+fn plural(n: usize, what: &str) -> String {
+    match n {
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
     }
 }
 
@@ -106,8 +175,13 @@ fn human(lock: &LockInfo) -> String {
 fn human_with_queue(lock: &LockInfo) -> String {
     let mut out = human(lock);
     for (i, w) in lock.queue.iter().enumerate() {
+        let how = match w.mode {
+            Mode::Exclusive => "",
+            Mode::Shared => " (shared)",
+            Mode::Permits(_) => " (a permit)",
+        };
         out.push_str(&format!(
-            "\n  {}. {} waiting for {}",
+            "\n  {}. {}{how} waiting for {}",
             i + 1,
             describe_session(w.session, w.owner.as_ref()),
             human_duration(w.waited)
@@ -477,13 +551,16 @@ mod tests {
         let free = LockInfo {
             name: "a".into(),
             holder: None,
+            mode: Mode::Exclusive,
+            holders: vec![],
             waiters: 0,
             queue: vec![],
         };
         let json = serde_json::to_value(LockJson::from(&free)).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"name":"a","held":false,"token":null,"session":null,"held_for_ms":null,"owner":null,"waiters":0,"queue":[]})
+            serde_json::json!({"name":"a","held":false,"token":null,"session":null,"held_for_ms":null,"owner":null,
+                "mode":"exclusive","permits":null,"holders":[],"waiters":0,"queue":[]})
         );
         let web3 = SessionOwner {
             host: "web-3".into(),
@@ -491,25 +568,30 @@ mod tests {
             user: "deploy".into(),
             text: String::new(),
         };
+        let holder = Holder {
+            session: 3,
+            token: 17,
+            held_for: Duration::from_millis(1500),
+            owner: Some(web3.clone()),
+        };
         let held = LockInfo {
             name: "b".into(),
-            holder: Some(Holder {
-                session: 3,
-                token: 17,
-                held_for: Duration::from_millis(1500),
-                owner: Some(web3.clone()),
-            }),
+            holder: Some(holder.clone()),
+            mode: Mode::Exclusive,
+            holders: vec![holder],
             waiters: 2,
             queue: vec![
                 Waiter {
                     session: 5,
                     waited: Duration::from_millis(125_000),
                     owner: None,
+                    mode: Mode::Exclusive,
                 },
                 Waiter {
                     session: 6,
                     waited: Duration::from_millis(900),
                     owner: Some(web3),
+                    mode: Mode::Exclusive,
                 },
             ],
         };
@@ -517,9 +599,13 @@ mod tests {
         assert_eq!(
             json,
             serde_json::json!({"name":"b","held":true,"token":17,"session":3,"held_for_ms":1500,
-                "owner":{"host":"web-3","pid":4411,"user":"deploy","text":""},"waiters":2,
-                "queue":[{"session":5,"waited_ms":125000,"owner":null},
-                         {"session":6,"waited_ms":900,"owner":{"host":"web-3","pid":4411,"user":"deploy","text":""}}]})
+                "owner":{"host":"web-3","pid":4411,"user":"deploy","text":""},
+                "mode":"exclusive","permits":null,
+                "holders":[{"session":3,"token":17,"held_for_ms":1500,
+                            "owner":{"host":"web-3","pid":4411,"user":"deploy","text":""}}],
+                "waiters":2,
+                "queue":[{"session":5,"waited_ms":125000,"owner":null,"mode":"exclusive"},
+                         {"session":6,"waited_ms":900,"owner":{"host":"web-3","pid":4411,"user":"deploy","text":""},"mode":"exclusive"}]})
         );
         assert_eq!(
             human_with_queue(&held),
@@ -528,6 +614,57 @@ mod tests {
              1. session 5 waiting for 2m05s\n  \
              2. session 6 (host web-3, pid 4411, user deploy) waiting for 0.9s"
         );
+    }
+
+    /// Readers and permits: every holder with its token, the mode, a semaphore's permits, and
+    /// how each waiter asked (issue #32).
+    #[test]
+    fn several_holders_are_each_shown_with_their_token() {
+        let h = |session, token| Holder {
+            session,
+            token,
+            held_for: Duration::from_millis(2000),
+            owner: None,
+        };
+        let waiter = |session, mode| Waiter {
+            session,
+            waited: Duration::from_millis(1000),
+            owner: None,
+            mode,
+        };
+        let readers = LockInfo {
+            name: "cfg".into(),
+            holder: Some(h(3, 10)),
+            mode: Mode::Shared,
+            holders: vec![h(3, 10), h(4, 10)],
+            waiters: 2,
+            queue: vec![waiter(5, Mode::Exclusive), waiter(6, Mode::Shared)],
+        };
+        assert_eq!(
+            human_with_queue(&readers),
+            "cfg: read by 2 holders (shared): session 3 with token 10 for 2.0s, session 4 with \
+             token 10 for 2.0s; 2 waiting, longest 1.0s\n  \
+             1. session 5 waiting for 1.0s\n  \
+             2. session 6 (shared) waiting for 1.0s"
+        );
+        let jobs = LockInfo {
+            name: "jobs".into(),
+            holder: Some(h(3, 20)),
+            mode: Mode::Permits(3),
+            holders: vec![h(3, 20), h(4, 21)],
+            waiters: 0,
+            queue: vec![],
+        };
+        assert_eq!(
+            human(&jobs),
+            "jobs: 2 of 3 permits held: session 3 with token 20 for 2.0s, session 4 with token \
+             21 for 2.0s; 0 waiting"
+        );
+        let json = serde_json::to_value(LockJson::from(&jobs)).unwrap();
+        assert_eq!(json["mode"], "permits");
+        assert_eq!(json["permits"], 3);
+        assert_eq!(json["holders"][1]["token"], 21);
+        assert_eq!(json["token"], 20, "the first holder's, as for a mutex");
     }
 
     #[test]

@@ -301,6 +301,7 @@ fn a_session_is_refused_to_another_identity() {
                 seq,
                 name: "app/shared".into(),
                 wait_timeout_ms: 0,
+                ..Default::default()
             },
         )))
     };
@@ -401,6 +402,7 @@ fn wait_quotas_are_enforced_and_freed_when_a_session_ends() {
                     seq: if name == "app/a" { 1 } else { 2 },
                     name: name.into(),
                     wait_timeout_ms: 0,
+                    ..Default::default()
                 },
             )))
             .unwrap()
@@ -421,6 +423,7 @@ fn wait_quotas_are_enforced_and_freed_when_a_session_ends() {
                         seq,
                         name,
                         wait_timeout_ms: 60_000,
+                        ..Default::default()
                     },
                 ))
                 .await
@@ -472,6 +475,7 @@ fn wait_quotas_are_enforced_and_freed_when_a_session_ends() {
                 seq: 1,
                 name: "app/b".into(),
                 wait_timeout_ms: 60_000,
+                ..Default::default()
             },
         ))
         .await
@@ -552,6 +556,7 @@ fn wait_quotas_count_the_waits_of_every_group() {
                     seq: 1,
                     name: name.clone(),
                     wait_timeout_ms: 0,
+                    ..Default::default()
                 },
             )))
             .unwrap()
@@ -574,6 +579,7 @@ fn wait_quotas_count_the_waits_of_every_group() {
                         seq: 1,
                         name,
                         wait_timeout_ms: 60_000,
+                        ..Default::default()
                     },
                 ))
                 .await

@@ -227,6 +227,18 @@ fn usage_errors_exit_2() {
         (&["lock", &name_300, "--", "true"][..], "the limit is 512"),
         (&["lock", "--wait", "5", "jobs/a", "--", "true"][..], "5"),
         (&["lock", "--ttl", "1.5", "jobs/a", "--", "true"][..], "1.5"),
+        (
+            &["lock", "--permits", "0", "jobs/a", "--", "true"][..],
+            "a semaphore has 1 to 1024 permits",
+        ),
+        (
+            &["lock", "--permits", "1025", "jobs/a", "--", "true"][..],
+            "a semaphore has 1 to 1024 permits",
+        ),
+        (
+            &["lock", "--shared", "--permits", "3", "jobs/a", "--", "true"][..],
+            "cannot be used with",
+        ),
         (&["bench", "--clients", "0"][..], "--clients must be"),
         (&["bench", "--concurrency", "0"][..], "--concurrency"),
         (

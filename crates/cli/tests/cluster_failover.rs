@@ -216,6 +216,7 @@ fn a_paused_leader_comes_back_deposed_and_acknowledges_nothing() {
                 seq: 1,
                 name: "x".into(),
                 wait_timeout_ms: 0,
+                ..Default::default()
             }))
             .await
         })

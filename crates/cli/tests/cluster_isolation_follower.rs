@@ -113,6 +113,7 @@ fn an_isolated_follower_acknowledges_nothing_and_the_majority_carries_on() {
                     seq,
                     name: "iso/probe".into(),
                     wait_timeout_ms: 0,
+                    ..Default::default()
                 },
                 REFUSE_WITHIN,
             ));

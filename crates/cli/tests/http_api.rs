@@ -1092,3 +1092,89 @@ fn the_root_redirects_to_the_page() {
     assert_eq!(reply.header("location"), Some("/ui"), "{reply:?}");
     assert_eq!(call(&http, "GET", "/ui", None).status, 200);
 }
+
+/// Issue #32 over HTTP: `mode` takes `"shared"` or `{"permits": N}`; a lock's answer has
+/// `mode`, `permits` and every holder; bad modes are 400 and a kind clash 409, each with its
+/// code.
+#[test]
+fn readers_and_permits_over_http() {
+    let (_server, http) = http_server();
+    let s: Vec<Value> = (0..3).map(|_| new_session(&http)).collect();
+    let take = |session: &Value, seq: u64, name: &str, mode: Value| {
+        call(
+            &http,
+            "POST",
+            "/v1/locks/acquire",
+            Some(json!({"session": session, "seq": seq, "name": name, "mode": mode})),
+        )
+    };
+    let t0 = take(&s[0], 1, "jobs", json!({"permits": 2})).json();
+    let t1 = take(&s[1], 1, "jobs", json!({"permits": 2.0})).json();
+    assert_eq!(
+        (&t0["result"], &t1["result"]),
+        (&json!("granted"), &json!("granted"))
+    );
+    let full = take(&s[2], 1, "jobs", json!({"permits": 2})).json();
+    assert_eq!(full["result"], "not-granted", "{full}");
+    let lock = get_ok(&http, "/v1/lock?name=jobs")["lock"].clone();
+    assert_eq!(
+        (&lock["mode"], &lock["permits"]),
+        (&json!("permits"), &json!(2)),
+        "{lock}"
+    );
+    let tokens: Vec<&Value> = lock["holders"]
+        .as_array()
+        .expect("holders")
+        .iter()
+        .map(|h| &h["token"])
+        .collect();
+    assert_eq!(tokens, vec![&t0["token"], &t1["token"]], "{lock}");
+    assert_eq!(
+        lock["holder"]["token"], t0["token"],
+        "the first holder: {lock}"
+    );
+
+    for ((mode, status, code), seq) in [
+        (json!({"permits": 0}), 400, "permits-out-of-range"),
+        (json!({"permits": 1025}), 400, "permits-out-of-range"),
+        (json!({"permits": 2, "extra": 1}), 400, "invalid-request"),
+        (json!("reader"), 400, "invalid-request"),
+        (json!({"permits": 3}), 409, "permits-conflict"),
+        (json!("shared"), 409, "kind-conflict"),
+    ]
+    .into_iter()
+    .zip(10..)
+    {
+        // A seq each: a rejection is a remembered outcome, answered again to the same seq.
+        let reply = take(&s[2], seq, "jobs", mode.clone());
+        assert_eq!(
+            error_of(&reply),
+            (status, code.to_owned()),
+            "{mode}: {reply:?}"
+        );
+    }
+
+    let r0 = take(&s[0], 3, "cfg", json!("shared")).json();
+    let r1 = take(&s[1], 3, "cfg", json!("shared")).json();
+    assert_eq!(
+        (&r0["result"], &r1["result"]),
+        (&json!("granted"), &json!("granted"))
+    );
+    let writer = take(&s[2], 4, "cfg", json!("exclusive")).json();
+    assert_eq!(writer["result"], "not-granted", "{writer}");
+    let listed = get_ok(&http, "/v1/locks?prefix=cfg");
+    let cfg = &listed["locks"][0];
+    assert_eq!(
+        (&cfg["mode"], &cfg["permits"]),
+        (&json!("shared"), &Value::Null),
+        "{cfg}"
+    );
+    assert_eq!(cfg["holders"].as_array().map(Vec::len), Some(2), "{cfg}");
+
+    // A mutex, without `mode`, reads as before (and says it is exclusive).
+    let m = acquire(&http, &s[2], 5, "mutex", 0);
+    assert_eq!(m["result"], "granted", "{m}");
+    let lock = get_ok(&http, "/v1/lock?name=mutex")["lock"].clone();
+    assert_eq!(lock["mode"], "exclusive", "{lock}");
+    assert_eq!(lock["holders"][0]["token"], m["token"], "{lock}");
+}

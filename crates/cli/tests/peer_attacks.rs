@@ -795,6 +795,7 @@ impl Cluster {
                     seq: 1,
                     name: name.to_owned(),
                     wait_timeout_ms: 0,
+                    ..Default::default()
                 })
                 .await
                 .expect("the lock")

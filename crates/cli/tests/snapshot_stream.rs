@@ -73,6 +73,7 @@ fn fill(addrs: &[String]) -> u64 {
                             seq: i + 1,
                             name: name(s, i),
                             wait_timeout_ms: 0,
+                            ..Default::default()
                         };
                         let granted = loop {
                             match clients[at].clone().acquire(req.clone()).await {
@@ -213,6 +214,7 @@ fn an_acquire_past_the_table_budget_is_refused_until_a_release_makes_room() {
             seq,
             name: name(0, lock),
             wait_timeout_ms: 0,
+            ..Default::default()
         }))
     };
     // A session is charged about 12.5 KB up front; each lock about 650 bytes: the budget

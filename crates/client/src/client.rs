@@ -345,7 +345,9 @@ impl Client {
     /// Without `token`, the current holder's token is read first and the release made
     /// conditional on it, so that a retry after a lost answer can never take the *next*
     /// holder's grant: such a retry fails with a `token-mismatch` or `lock-not-held`
-    /// [`Error::Conflict`] instead.
+    /// [`Error::Conflict`] instead. Of a name with several holders (readers, permits), the
+    /// token chooses the grant taken (one permit, or the readers granted together); without
+    /// one, the first granted holder's is read.
     pub async fn admin_release(
         &self,
         name: &str,

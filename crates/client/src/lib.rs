@@ -79,7 +79,7 @@ pub mod watch;
 pub use client::{AuthToken, Client, ClientConfig};
 pub use env::{BootClock, ClientClock, ClientConnector, ClientEnv, SystemClock, TcpConnector};
 pub use error::Error;
-pub use latchkey_core::SessionOwner;
+pub use latchkey_core::{Mode, SessionOwner};
 pub use latchkey_core::{WatchEvent, WatchKind};
 pub use lock::{
     fencing_header, fencing_headers, LockGuard, LockRequest, LOCK_HEADER, TOKEN_HEADER,

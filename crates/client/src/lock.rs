@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use latchkey_core::limits::{self, ACQUIRE_POLL_MS_MAX, WAIT_TIMEOUT_MS_MAX};
+use latchkey_core::Mode;
 use latchkey_proto::v1 as pb;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -32,15 +33,42 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A request for one lock in a session; made by [`Session::lock`](crate::Session::lock).
+/// A request for one lock in a session; made by [`Session::lock`](crate::Session::lock)
+/// (exclusive unless [`LockRequest::shared`] or [`LockRequest::permits`] says otherwise).
 pub struct LockRequest<'a> {
     session: &'a crate::Session,
     name: String,
+    mode: Mode,
 }
 
 impl<'a> LockRequest<'a> {
     pub(crate) fn new(session: &'a crate::Session, name: String) -> LockRequest<'a> {
-        LockRequest { session, name }
+        LockRequest {
+            session,
+            name,
+            mode: Mode::Exclusive,
+        }
+    }
+
+    /// Take the lock as a reader of a read-write lock: any number of readers hold it
+    /// together, never beside an exclusive holder (a writer). Readers queue FIFO with writers,
+    /// so a reader behind a waiting writer waits (docs/primitives.md).
+    pub fn shared(mut self) -> LockRequest<'a> {
+        self.mode = Mode::Shared;
+        self
+    }
+
+    /// Take one of the `permits` permits of a counting semaphore (1 to
+    /// `limits::HOLDERS_PER_LOCK_MAX`; every acquire of the name must say the same count while
+    /// it is in use, else [`Error::Conflict`]). Each permit's grant has its own token.
+    pub fn permits(mut self, permits: u32) -> LockRequest<'a> {
+        self.mode = Mode::Permits(permits);
+        self
+    }
+
+    /// The mode this request takes the lock in.
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// Takes the lock, waiting in its FIFO queue for at most `timeout` (`None`: until granted;
@@ -71,6 +99,18 @@ impl<'a> LockRequest<'a> {
         latchkey_core::validate_name(&self.name).map_err(|e| Error::InvalidArgument {
             message: e.to_string(),
         })?;
+        if let Mode::Permits(permits) = self.mode {
+            if permits == 0 || permits as usize > limits::HOLDERS_PER_LOCK_MAX {
+                return Err(Error::InvalidArgument {
+                    message: latchkey_core::Rejection::PermitsOutOfRange {
+                        permits,
+                        max: limits::HOLDERS_PER_LOCK_MAX as u32,
+                    }
+                    .to_string(),
+                });
+            }
+        }
+        let mode = self.mode;
         // The session of the lock's group (made now if it is the group's first lock).
         let shared = &self.session.for_lock(&self.name).await?;
         if let Some(e) = shared.lost_error() {
@@ -89,6 +129,7 @@ impl<'a> LockRequest<'a> {
             let mut pending = PendingAcquire {
                 shared: shared.clone(),
                 name: self.name.clone(),
+                mode,
                 seq: ticket.seq,
                 ticket: Some(ticket),
                 deadline,
@@ -98,7 +139,7 @@ impl<'a> LockRequest<'a> {
                 let now = clock.now();
                 let give_up_at = deadline.map(|d| d + UNANSWERED_AFTER_DEADLINE_MAX);
                 let answer = tokio::select! {
-                    r = acquire_once(shared, &self.name, pending.seq, deadline) => r,
+                    r = acquire_once(shared, &self.name, mode, pending.seq, deadline) => r,
                     _ = wait_lost(shared.watch_lost()) => {
                         pending.armed = false;
                         return Err(shared.lost_error().expect("lost"));
@@ -191,6 +232,7 @@ async fn sleep_until_some(clock: &dyn ClientClock, at: Option<Instant>) {
 async fn acquire_once(
     shared: &SessionShared,
     name: &str,
+    mode: Mode,
     seq: u64,
     deadline: Option<Instant>,
 ) -> Result<pb::AcquireResponse, Error> {
@@ -210,11 +252,14 @@ async fn acquire_once(
         backoff_max: Some(ACQUIRE_BACKOFF_MAX),
         group: shared.group,
     };
+    let (mode, permits) = crate::types::mode_to_pb(mode);
     let request = pb::AcquireRequest {
         session: pb_session(shared.key),
         seq,
         name: name.to_owned(),
         wait_timeout_ms,
+        mode,
+        permits,
     };
     shared
         .client
@@ -229,6 +274,7 @@ async fn acquire_once(
 struct PendingAcquire {
     shared: Arc<SessionShared>,
     name: String,
+    mode: Mode,
     seq: u64,
     /// Keeps `seq` in the session's window until the request is settled.
     ticket: Option<SeqTicket>,
@@ -242,7 +288,7 @@ impl Drop for PendingAcquire {
             return;
         }
         let shared = self.shared.clone();
-        let (name, seq, deadline) = (self.name.clone(), self.seq, self.deadline);
+        let (name, mode, seq, deadline) = (self.name.clone(), self.mode, self.seq, self.deadline);
         let ticket = self.ticket.take();
         self.shared.spawn_background(async move {
             let _ticket = ticket;
@@ -250,7 +296,7 @@ impl Drop for PendingAcquire {
                 if shared.lost_error().is_some() {
                     return;
                 }
-                let response = match acquire_once(&shared, &name, seq, deadline).await {
+                let response = match acquire_once(&shared, &name, mode, seq, deadline).await {
                     Ok(r) => r,
                     Err(e) if is_too_old(&e) => {
                         release_orphan(&shared, &name).await;
@@ -426,14 +472,15 @@ fn is_too_old(e: &Error) -> bool {
 /// that a lock nobody knows about does not stay held until the session ends. (A session holds
 /// a lock at most once, so the guard set tells ours apart from an orphan.)
 async fn release_orphan(shared: &Arc<SessionShared>, name: &str) {
-    let holder = match shared.client.describe(name).await {
-        Ok(info) => info.holder,
+    let holders = match shared.client.describe(name).await {
+        Ok(info) => info.holders,
         Err(e) => {
             tracing::debug!(lock = %name, error = %e, "cannot look for an orphan grant");
             return;
         }
     };
-    let Some(holder) = holder.filter(|h| h.session == shared.key.id.0) else {
+    // Of a name with several holders (readers, permits), this session's grant.
+    let Some(holder) = holders.into_iter().find(|h| h.session == shared.key.id.0) else {
         return;
     };
     if shared

@@ -674,9 +674,21 @@ impl Session {
         wait_lost(self.shared.watch_lost())
     }
 
-    /// Starts a request for the lock `name`; see [`LockRequest::wait`].
+    /// Starts a request for the lock `name` (exclusive); see [`LockRequest::wait`].
     pub fn lock(&self, name: impl Into<String>) -> LockRequest<'_> {
         LockRequest::new(self, name.into())
+    }
+
+    /// Starts a request to read-lock `name` (shared with other readers, never with a writer);
+    /// see [`LockRequest::shared`].
+    pub fn lock_shared(&self, name: impl Into<String>) -> LockRequest<'_> {
+        self.lock(name).shared()
+    }
+
+    /// Starts a request for one of the `permits` permits of the semaphore `name`; see
+    /// [`LockRequest::permits`].
+    pub fn acquire_permit(&self, name: impl Into<String>, permits: u32) -> LockRequest<'_> {
+        self.lock(name).permits(permits)
     }
 
     /// Ends the session: stops the renewal, then asks the server to release its locks and

@@ -2,15 +2,20 @@
 
 use std::time::Duration;
 
-use latchkey_core::SessionOwner;
+use latchkey_core::{Mode, SessionOwner};
 use latchkey_proto::v1 as pb;
 
 /// One lock as the leader sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
     pub name: String,
-    /// `None` when the lock is free.
+    /// `None` when the lock is free; of several holders (readers, permits), the first granted.
     pub holder: Option<Holder>,
+    /// How it is held: `Exclusive` (a mutex or a writer; also a free lock), `Shared` (readers)
+    /// or `Permits(n)` (a semaphore of n permits).
+    pub mode: Mode,
+    /// Every holder, in the order granted.
+    pub holders: Vec<Holder>,
     /// Sessions queued for the lock.
     pub waiters: u32,
     /// The first waiters in queue order (all of them from `describe`, a few from `list`).
@@ -24,6 +29,8 @@ pub struct Waiter {
     /// How long it has waited, by the leader's clock.
     pub waited: Duration,
     pub owner: Option<SessionOwner>,
+    /// How it asked for the lock.
+    pub mode: Mode,
 }
 
 /// The current holder of a lock.
@@ -111,13 +118,30 @@ pub(crate) fn owner_to_pb(o: &SessionOwner) -> pb::Owner {
 
 impl LockInfo {
     pub(crate) fn from_pb(lock: pb::LockInfo) -> LockInfo {
+        let holder = lock.held.then(|| Holder {
+            session: lock.session,
+            token: lock.token,
+            held_for: Duration::from_millis(lock.held_for_ms),
+            owner: lock.owner.map(owner_from_pb),
+        });
+        let mut holders: Vec<Holder> = lock
+            .holders
+            .into_iter()
+            .map(|h| Holder {
+                session: h.session,
+                token: h.token,
+                held_for: Duration::from_millis(h.held_for_ms),
+                owner: h.owner.map(owner_from_pb),
+            })
+            .collect();
+        if holders.is_empty() {
+            // A server from before issue #32 names its one holder only.
+            holders.extend(holder.clone());
+        }
         LockInfo {
-            holder: lock.held.then(|| Holder {
-                session: lock.session,
-                token: lock.token,
-                held_for: Duration::from_millis(lock.held_for_ms),
-                owner: lock.owner.map(owner_from_pb),
-            }),
+            holder,
+            mode: mode_from_pb(lock.mode, lock.permits),
+            holders,
             name: lock.name,
             waiters: lock.waiters,
             queue: lock
@@ -127,9 +151,28 @@ impl LockInfo {
                     session: w.session,
                     waited: Duration::from_millis(w.waited_ms),
                     owner: w.owner.map(owner_from_pb),
+                    mode: mode_from_pb(w.mode, lock.permits),
                 })
                 .collect(),
         }
+    }
+}
+
+/// A mode from the wire (an unknown one, from a newer server, read as exclusive).
+fn mode_from_pb(mode: i32, permits: u32) -> Mode {
+    match pb::LockMode::try_from(mode) {
+        Ok(pb::LockMode::Shared) => Mode::Shared,
+        Ok(pb::LockMode::Permits) => Mode::Permits(permits),
+        Ok(pb::LockMode::Exclusive) | Err(_) => Mode::Exclusive,
+    }
+}
+
+/// The mode as the wire says it: the enum and a semaphore's permits (0 for a lock).
+pub(crate) fn mode_to_pb(mode: Mode) -> (i32, u32) {
+    match mode {
+        Mode::Exclusive => (pb::LockMode::Exclusive as i32, 0),
+        Mode::Shared => (pb::LockMode::Shared as i32, 0),
+        Mode::Permits(n) => (pb::LockMode::Permits as i32, n),
     }
 }
 

@@ -34,6 +34,8 @@ struct Script {
 #[derive(Default)]
 struct Seen {
     acquires: Vec<(u64, u64)>, // (seq, wait_timeout_ms)
+    /// Each Acquire's (mode, permits), as sent.
+    modes: Vec<(i32, u32)>,
     releases: Vec<u64>,
     keepalives: u32,
     closes: u32,
@@ -135,6 +137,7 @@ impl Locks for Fake {
             .unwrap()
             .acquires
             .push((r.seq, r.wait_timeout_ms));
+        self.seen.lock().unwrap().modes.push((r.mode, r.permits));
         self.acquire_calls.send_modify(|n| *n += 1);
         if self.script.lock().unwrap().acquire_hangs {
             std::future::pending::<()>().await;
@@ -357,6 +360,56 @@ async fn wait_follows_the_leader_hint_and_keeps_one_seq_across_polls_and_retries
     assert_ne!(releases[0], acquires[0].0, "a new request gets a new seq");
     session.close().await.unwrap();
     assert_eq!(leader.seen.lock().unwrap().closes, 1);
+}
+
+/// Issue #32: a permit's or a reader's request carries its mode on every re-send of its one
+/// seq (a long-poll answered pending, a dropped attempt, a leader hint); a mutex's leaves it
+/// unset, as before; a permit count out of range is refused before anything is sent.
+#[tokio::test]
+async fn the_mode_goes_with_every_resend_of_one_request() {
+    let (leader, client) = cluster(Script {
+        pending: 2,
+        grant: true,
+        drop_first_acquire: true,
+        ..Script::default()
+    })
+    .await;
+    let session = client.session(Duration::from_secs(10)).await.unwrap();
+    let guard = session
+        .acquire_permit("jobs", 3)
+        .wait(Some(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(guard.token(), 7);
+    let seen = std::mem::take(&mut *leader.seen.lock().unwrap());
+    assert_eq!(seen.acquires.len(), 4, "{:?}", seen.acquires);
+    assert!(seen
+        .acquires
+        .iter()
+        .all(|(seq, _)| *seq == seen.acquires[0].0));
+    assert_eq!(seen.modes, vec![(LockMode::Permits as i32, 3); 4]);
+
+    let reader = session.lock_shared("cfg").wait(None).await.unwrap();
+    let mutex = session.lock("m").wait(None).await.unwrap();
+    let modes = leader.seen.lock().unwrap().modes.clone();
+    assert_eq!(
+        modes,
+        vec![
+            (LockMode::Shared as i32, 0),
+            (LockMode::Exclusive as i32, 0)
+        ]
+    );
+    for bad in [0, 1_025] {
+        assert!(
+            matches!(
+                session.acquire_permit("jobs", bad).wait(None).await,
+                Err(Error::InvalidArgument { .. })
+            ),
+            "{bad} permits"
+        );
+    }
+    assert_eq!(leader.seen.lock().unwrap().modes.len(), 2, "nothing sent");
+    drop((guard, reader, mutex));
 }
 
 #[tokio::test]

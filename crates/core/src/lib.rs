@@ -3,7 +3,7 @@
 //! Layout:
 //! - [`types`]: commands the leader proposes, outcomes the table returns, read-only views.
 //! - [`table`]: [`LockTable`], whose `apply` is the whole state machine, plus queries: mutexes,
-//!   read-write locks and counting semaphores (issue #32, core only; `docs/primitives.md`).
+//!   read-write locks and counting semaphores (issue #32; `docs/primitives.md`).
 //! - [`codec`]: the versioned byte encoding of snapshots.
 //! - [`versioned`]: the framing every versioned encoding shares (format byte + postcard).
 //! - [`limits`]: every bound in the system, with the reason for its value.

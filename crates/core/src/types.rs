@@ -114,7 +114,7 @@ pub enum Op {
     /// [`Op::Acquire`] in a [`Mode`] (issue #32): exclusive (what `Acquire` does), shared (a
     /// reader of a read-write lock) or one of a semaphore's permits. A variant of its own, added
     /// at the end, so that every entry written before it still decodes to the same command.
-    /// Core only: no leader proposes it yet.
+    /// Leaders propose it for `Shared` and `Permits` only; an exclusive acquire stays `Acquire`.
     AcquireWith {
         session: SessionKey,
         seq: u64,

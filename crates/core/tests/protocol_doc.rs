@@ -38,6 +38,7 @@ fn limit_value(name: &str) -> Option<u128> {
         SESSIONS_MAX,
         LOCKS_PER_SESSION_MAX,
         WAITERS_PER_LOCK_MAX,
+        HOLDERS_PER_LOCK_MAX,
         LOCKS_MAX,
         SESSION_OUTCOMES_MAX,
         SESSION_WAITS_IN_FLIGHT_MAX,

@@ -50,6 +50,7 @@ async fn acquire(
         seq,
         name: name.into(),
         wait_timeout_ms: wait_ms,
+        ..Default::default()
     })
     .await
     .map(|r| r.into_inner())
@@ -521,6 +522,7 @@ async fn a_wait_ends_on_the_server_when_its_client_vanished() {
         seq: 1,
         name: "x".into(),
         wait_timeout_ms: 3_000,
+        ..Default::default()
     });
     request.set_timeout(Duration::from_millis(500));
     let gone = vanishing.acquire(request).await;
@@ -706,4 +708,182 @@ async fn a_quiet_group_does_not_keep_the_shared_log_on_disk() {
     }
     stop.cancel();
     server.await.unwrap().unwrap();
+}
+
+async fn acquire_as(
+    c: &mut LocksClient<Channel>,
+    s: &pb::Session,
+    seq: u64,
+    name: &str,
+    wait_ms: u64,
+    mode: pb::LockMode,
+    permits: u32,
+) -> Result<pb::AcquireResponse, tonic::Status> {
+    c.acquire(pb::AcquireRequest {
+        session: Some(*s),
+        seq,
+        name: name.into(),
+        wait_timeout_ms: wait_ms,
+        mode: mode as i32,
+        permits,
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+/// Issue #32 through gRPC: a semaphore's permits each get a token and every holder is listed;
+/// a long-polling waiter is woken when a permit frees; bad modes are refused before anything is
+/// proposed; a name in use as a semaphore cannot be read-locked; readers share the lock and
+/// Describe lists each; an operator's force-release with a token takes one permit only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_permits_through_grpc() {
+    use pb::LockMode::{Exclusive, Permits, Shared};
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = start(dir.path(), None).await;
+    let mut c = client(&mut node).await;
+    let s: Vec<pb::Session> = futures::future::join_all((0..4).map(|_| {
+        let mut c = c.clone();
+        async move { session(&mut c, 10_000).await }
+    }))
+    .await;
+
+    // Bad input: refused with its reason, nothing proposed.
+    for (mode, permits, want) in [
+        (Permits, 0, "permits-out-of-range"),
+        (Permits, 1_025, "permits-out-of-range"),
+        (Exclusive, 2, "invalid-request"),
+        (Shared, 2, "invalid-request"),
+    ] {
+        let e = acquire_as(&mut c, &s[0], 1, "jobs", 0, mode, permits)
+            .await
+            .unwrap_err();
+        assert_eq!(reason(&e), want, "{mode:?} {permits}: {e:?}");
+        assert_eq!(e.code(), Code::InvalidArgument);
+    }
+    let unknown = c
+        .acquire(pb::AcquireRequest {
+            session: Some(s[0]),
+            seq: 1,
+            name: "jobs".into(),
+            mode: 7,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&unknown), "invalid-request", "{unknown:?}");
+
+    // Two permits of 2, each with its own token; the third waits.
+    let t0 = granted(
+        &acquire_as(&mut c, &s[0], 2, "jobs", 0, Permits, 2)
+            .await
+            .unwrap(),
+    );
+    let t1 = granted(
+        &acquire_as(&mut c, &s[1], 1, "jobs", 0, Permits, 2)
+            .await
+            .unwrap(),
+    );
+    assert!(t1 > t0);
+    let busy = acquire_as(&mut c, &s[2], 1, "jobs", 0, Permits, 2)
+        .await
+        .unwrap();
+    assert_eq!(busy.result, pb::AcquireResult::NotGranted as i32);
+    let held_by = busy
+        .held_by
+        .expect("a try-lock that found it held names the holder");
+    assert_eq!((held_by.mode, held_by.permits), (Permits as i32, 2));
+    // Another count, or the other kind, is refused and changes nothing.
+    let e = acquire_as(&mut c, &s[2], 2, "jobs", 0, Permits, 3)
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&e), "permits-conflict", "{e:?}");
+    let e = acquire_as(&mut c, &s[2], 3, "jobs", 0, Shared, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&e), "kind-conflict", "{e:?}");
+
+    let d = describe(&mut c, "jobs").await;
+    assert_eq!((d.mode, d.permits), (Permits as i32, 2));
+    let holders: Vec<(u64, u64)> = d.holders.iter().map(|h| (h.session, h.token)).collect();
+    assert_eq!(holders, vec![(s[0].id, t0), (s[1].id, t1)]);
+    assert_eq!(
+        (d.session, d.token),
+        (s[0].id, t0),
+        "the old fields: the first holder"
+    );
+
+    // A waiter long-polls; the operator takes one permit (by its token): the waiter gets it.
+    let mut cw = c.clone();
+    let waiter = s[2];
+    let waiting =
+        tokio::spawn(
+            async move { acquire_as(&mut cw, &waiter, 4, "jobs", 8_000, Permits, 2).await },
+        );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = describe(&mut c, "jobs").await;
+        if d.waiters == 1 {
+            assert_eq!(d.queue[0].mode, Permits as i32);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let taken = c
+        .admin_release(pb::AdminReleaseRequest {
+            name: "jobs".into(),
+            token: Some(t1),
+            reason: "test: one permit".into(),
+            operator: "api test".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((taken.session, taken.token), (s[1].id, t1));
+    let t2 = granted(&waiting.await.unwrap().unwrap());
+    assert!(t2 > t1);
+    let d = describe(&mut c, "jobs").await;
+    let holders: Vec<(u64, u64)> = d.holders.iter().map(|h| (h.session, h.token)).collect();
+    assert_eq!(
+        holders,
+        vec![(s[0].id, t0), (s[2].id, t2)],
+        "one permit taken"
+    );
+
+    // Readers hold together; a writer does not get in; List shows every reader.
+    let r0 = granted(
+        &acquire_as(&mut c, &s[0], 5, "cfg", 0, Shared, 0)
+            .await
+            .unwrap(),
+    );
+    let r1 = granted(
+        &acquire_as(&mut c, &s[1], 6, "cfg", 0, Shared, 0)
+            .await
+            .unwrap(),
+    );
+    let w = acquire_as(&mut c, &s[3], 1, "cfg", 0, Exclusive, 0)
+        .await
+        .unwrap();
+    assert_eq!(w.result, pb::AcquireResult::NotGranted as i32);
+    let listed = c
+        .list(pb::ListRequest {
+            prefix: "cfg".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let cfg = &listed.locks[0];
+    assert_eq!((cfg.mode, cfg.permits), (Shared as i32, 0));
+    let tokens: Vec<u64> = cfg.holders.iter().map(|h| h.token).collect();
+    assert_eq!(tokens, vec![r0, r1]);
+
+    // A mutex reads as before: exclusive, one holder, the old fields.
+    let m = granted(&acquire(&mut c, &s[3], 2, "mutex", 0).await.unwrap());
+    let d = describe(&mut c, "mutex").await;
+    assert_eq!((d.mode, d.permits, d.token), (Exclusive as i32, 0, m));
+    assert_eq!(d.holders.len(), 1);
 }

@@ -47,6 +47,7 @@ async fn a_started_member_that_granted_a_lock_holds_a_few_megabytes() {
             seq: 1,
             name: "a".into(),
             wait_timeout_ms: 0,
+            ..Default::default()
         })
         .await
         .expect("acquire")

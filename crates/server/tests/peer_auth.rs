@@ -280,6 +280,7 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
             seq: 1,
             name: "x".into(),
             wait_timeout_ms: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -601,6 +602,7 @@ async fn strangers_and_nonsense_from_members_are_refused_and_change_nothing() {
             seq: 2,
             name: "y".into(),
             wait_timeout_ms: 0,
+            ..Default::default()
         })
         .await
         .expect("the cluster still grants")

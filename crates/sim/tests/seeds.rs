@@ -303,7 +303,7 @@ fn a_planted_early_ack_is_caught() {
 /// its client's deadline). It needs half the seeds to elect fast with a 4-6 s lease: with 2-3 s
 /// leases the failover itself outlasted the clients' deadlines and nothing could tell the bug
 /// from the rule.
-const STALE_MARK_SEEDS: [u64; 2] = [26, 54];
+const STALE_MARK_SEEDS: [u64; 1] = [20];
 /// Resume early: needs the renewal-then-failover schedule, which starves the clients (so the
 /// leader marks their sessions), lets their keepalives lift the marks through the log, and cuts
 /// the leader's messages to its peers as they hold that renewal (so no follower learns it

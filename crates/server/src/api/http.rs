@@ -511,6 +511,39 @@ struct AcquireRequest {
     name: String,
     #[serde(default, deserialize_with = "whole::deserialize")]
     wait_timeout_ms: u64,
+    /// `"exclusive"` (the default), `"shared"`, or `{"permits": N}` (docs/primitives.md).
+    #[serde(default)]
+    mode: ModeJson,
+}
+
+/// How an acquire takes a name, as the JSON says it: a string, or an object for a
+/// semaphore's permits, so that no field depends on another.
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+enum ModeJson {
+    #[default]
+    Exclusive,
+    Shared,
+    Permits(#[serde(deserialize_with = "whole::deserialize")] u32),
+}
+
+impl From<ModeJson> for latchkey_core::Mode {
+    fn from(m: ModeJson) -> latchkey_core::Mode {
+        match m {
+            ModeJson::Exclusive => latchkey_core::Mode::Exclusive,
+            ModeJson::Shared => latchkey_core::Mode::Shared,
+            ModeJson::Permits(n) => latchkey_core::Mode::Permits(n),
+        }
+    }
+}
+
+/// A mode in an answer: its name, and a semaphore's permits (null for a lock).
+fn mode_name(mode: latchkey_core::Mode) -> (&'static str, Option<u32>) {
+    match mode {
+        latchkey_core::Mode::Exclusive => ("exclusive", None),
+        latchkey_core::Mode::Shared => ("shared", None),
+        latchkey_core::Mode::Permits(n) => ("permits", Some(n)),
+    }
 }
 
 #[derive(Serialize)]
@@ -563,7 +596,7 @@ fn acquire_response(a: Acquired) -> AcquireResponse {
         },
         Acquired::NotGranted { held_by } => AcquireResponse {
             result: "not-granted",
-            held_by: held_by.map(holder),
+            held_by: held_by.map(|(h, _)| holder(h)),
             ..none
         },
     }
@@ -592,6 +625,7 @@ async fn acquire(
             req.seq,
             req.name,
             req.wait_timeout_ms,
+            req.mode.into(),
             who.as_ref(),
         )
         .await
@@ -639,22 +673,32 @@ struct WaiterJson {
     session: u64,
     waited_ms: u64,
     owner: Option<OwnerJson>,
+    mode: &'static str,
 }
 
-/// One lock: `holder` is null when it is free; `queue` lists its waiters in order (all from
-/// describe, the first few from list), `waiters` counts them all.
+/// One lock: `holder` is null when it is free (of several holders, the first granted);
+/// `holders` lists every holder; `mode` is how it is held (`permits`: a semaphore of `permits`);
+/// `queue` lists its waiters in order (all from describe, the first few from list), `waiters`
+/// counts them all.
 #[derive(Serialize)]
 struct LockJson {
     name: String,
     holder: Option<HolderJson>,
+    mode: &'static str,
+    permits: Option<u32>,
+    holders: Vec<HolderJson>,
     waiters: u32,
     queue: Vec<WaiterJson>,
 }
 
 fn lock_json(lock: LockView) -> LockJson {
+    let (mode, permits) = mode_name(lock.mode);
     LockJson {
         name: lock.name,
         holder: lock.held.map(holder),
+        mode,
+        permits,
+        holders: lock.holders.into_iter().map(holder).collect(),
         waiters: lock.waiters,
         queue: lock
             .queue
@@ -663,6 +707,7 @@ fn lock_json(lock: LockView) -> LockJson {
                 session: w.session.0,
                 waited_ms: w.waited_ms,
                 owner: w.owner.map(Into::into),
+                mode: mode_name(w.mode).0,
             })
             .collect(),
     }

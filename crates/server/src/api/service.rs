@@ -13,7 +13,9 @@
 
 use std::sync::Arc;
 
-use latchkey_core::{limits, Actor, AuditAction, AuditRecord, SessionId, SessionKey, SessionOwner};
+use latchkey_core::{
+    limits, Actor, AuditAction, AuditRecord, Mode, SessionId, SessionKey, SessionOwner,
+};
 use latchkey_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
@@ -130,6 +132,30 @@ fn owner_domain(o: pb::Owner) -> SessionOwner {
     }
 }
 
+/// The mode an acquire asks for: `permits` only with `LOCK_MODE_PERMITS` (absent mode:
+/// exclusive, as before issue #32).
+pub(crate) fn mode_domain(mode: i32, permits: u32) -> Result<Mode, ApiError> {
+    match pb::LockMode::try_from(mode) {
+        Ok(pb::LockMode::Permits) => Ok(Mode::Permits(permits)),
+        Ok(m) if permits != 0 => Err(ApiError::Invalid(format!(
+            "permits is {permits} with mode {}: permits go with LOCK_MODE_PERMITS only",
+            m.as_str_name()
+        ))),
+        Ok(pb::LockMode::Exclusive) => Ok(Mode::Exclusive),
+        Ok(pb::LockMode::Shared) => Ok(Mode::Shared),
+        Err(_) => Err(ApiError::Invalid(format!("unknown lock mode {mode}"))),
+    }
+}
+
+/// A mode as the wire says it: the enum and the semaphore's permits (0 for a lock).
+fn mode_pb(mode: Mode) -> (pb::LockMode, u32) {
+    match mode {
+        Mode::Exclusive => (pb::LockMode::Exclusive, 0),
+        Mode::Shared => (pb::LockMode::Shared, 0),
+        Mode::Permits(n) => (pb::LockMode::Permits, n),
+    }
+}
+
 fn held_info(name: String, h: Held, waiters: u32) -> pb::LockInfo {
     pb::LockInfo {
         name,
@@ -138,8 +164,20 @@ fn held_info(name: String, h: Held, waiters: u32) -> pb::LockInfo {
         token: h.token,
         held_for_ms: h.held_for_ms,
         waiters,
-        owner: h.owner.map(owner_pb),
+        owner: h.owner.clone().map(owner_pb),
         queue: Vec::new(),
+        mode: pb::LockMode::Exclusive as i32,
+        permits: 0,
+        holders: vec![holder_pb(h)],
+    }
+}
+
+fn holder_pb(h: Held) -> pb::Holder {
+    pb::Holder {
+        session: h.session.0,
+        token: h.token,
+        held_for_ms: h.held_for_ms,
+        owner: h.owner.map(owner_pb),
     }
 }
 
@@ -151,19 +189,25 @@ fn lock_info(lock: LockView) -> pb::LockInfo {
             session: w.session.0,
             waited_ms: w.waited_ms,
             owner: w.owner.map(owner_pb),
+            mode: mode_pb(w.mode).0 as i32,
         })
         .collect();
-    match lock.held {
+    let (mode, permits) = mode_pb(lock.mode);
+    let holders = lock.holders.into_iter().map(holder_pb).collect();
+    let info = match lock.held {
         None => pb::LockInfo {
             name: lock.name,
             waiters: lock.waiters,
-            queue,
             ..Default::default()
         },
-        Some(h) => pb::LockInfo {
-            queue,
-            ..held_info(lock.name, h, lock.waiters)
-        },
+        Some(h) => held_info(lock.name, h, lock.waiters),
+    };
+    pb::LockInfo {
+        queue,
+        mode: mode as i32,
+        permits,
+        holders,
+        ..info
     }
 }
 
@@ -174,7 +218,14 @@ fn acquire_response(a: Acquired, name: &str) -> pb::AcquireResponse {
             pb::AcquireResult::NotGranted,
             0,
             0,
-            held_by.map(|h| held_info(name.to_owned(), h, 0)),
+            held_by.map(|(h, mode)| {
+                let (mode, permits) = mode_pb(mode);
+                pb::LockInfo {
+                    mode: mode as i32,
+                    permits,
+                    ..held_info(name.to_owned(), h, 0)
+                }
+            }),
         ),
         Acquired::Pending { position } => (pb::AcquireResult::Pending, 0, position, None),
     };
@@ -389,6 +440,7 @@ impl pb::locks_server::Locks for LocksService {
         )?;
         let req = request.into_inner();
         let session = session_key(req.session)?;
+        let mode = mode_domain(req.mode, req.permits)?;
         let node = self.groups.of_lock_in(&req.name, session.id)?;
         let acquired = node
             .acquire(
@@ -396,6 +448,7 @@ impl pb::locks_server::Locks for LocksService {
                 req.seq,
                 req.name.clone(),
                 req.wait_timeout_ms,
+                mode,
                 who.as_ref(),
             )
             .await

@@ -17,7 +17,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use latchkey_core::{
-    limits, Actor, Applied, AuditRecord, Command, HolderState, IdentityUsage, LockState, Op,
+    limits, Actor, Applied, AuditRecord, Command, HolderState, IdentityUsage, LockState, Mode, Op,
     Outcome, Rejection, SessionId, SessionKey, SessionOwner,
 };
 use openraft::async_runtime::WatchReceiver;
@@ -37,10 +37,11 @@ pub enum Acquired {
     Granted {
         token: u64,
     },
-    /// `held_by`: the holder as of the entry that refused a request that asked not to wait
-    /// (`None` for a wait that ended, or a retry answered from the remembered outcome).
+    /// `held_by`: the holder (the first, of several) and how it holds the name, as of the
+    /// entry that refused a request that asked not to wait (`None` for a wait that ended, or a
+    /// retry answered from the remembered outcome).
     NotGranted {
-        held_by: Option<Held>,
+        held_by: Option<(Held, Mode)>,
     },
     /// Still queued at `position`: the client calls again with the same sequence number.
     Pending {
@@ -84,7 +85,12 @@ pub struct SessionLease {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockView {
     pub name: String,
+    /// The holder; of a name with several (readers, permits), the first granted.
     pub held: Option<Held>,
+    /// Every holder, in the order granted (issue #32): one for a mutex or a writer.
+    pub holders: Vec<Held>,
+    /// How it is held (`Exclusive` for a free name): a semaphore's is `Permits(n)`.
+    pub mode: Mode,
     pub waiters: u32,
     /// The first waiters, in queue order (all from describe, a few from list).
     pub queue: Vec<Waiting>,
@@ -117,6 +123,8 @@ pub struct Waiting {
     /// Measured on this node's wall clock from the leader's time of the wait's entry.
     pub waited_ms: u64,
     pub owner: Option<SessionOwner>,
+    /// How it asked for the lock.
+    pub mode: Mode,
 }
 
 impl LockView {
@@ -125,14 +133,30 @@ impl LockView {
             None => LockView {
                 name: name.to_owned(),
                 held: None,
+                holders: Vec::new(),
+                mode: Mode::Exclusive,
                 waiters: 0,
                 queue: Vec::new(),
             },
             Some(i) => {
-                let h = i.holder.expect("listed locks are held");
+                // A name is in the table while held (a waiter that fits is granted in the
+                // same entry): its first holder's mode is the name's.
+                let mode = i
+                    .holders
+                    .first()
+                    .map(|h| h.mode)
+                    .or_else(|| i.queue.first().map(|w| w.mode))
+                    .unwrap_or(Mode::Exclusive);
+                let holders: Vec<Held> = i
+                    .holders
+                    .into_iter()
+                    .map(|h| Held::new(h, now_ms))
+                    .collect();
                 LockView {
                     name: i.name,
-                    held: Some(Held::new(h, now_ms)),
+                    held: holders.first().cloned(),
+                    holders,
+                    mode,
                     waiters: i.waiters,
                     queue: i
                         .queue
@@ -141,6 +165,7 @@ impl LockView {
                             session: w.session,
                             waited_ms: now_ms.saturating_sub(w.since_ms),
                             owner: w.owner,
+                            mode: w.mode,
                         })
                         .collect(),
                 }
@@ -157,6 +182,11 @@ impl LockView {
         self.name.len()
             + 64
             + self.held.as_ref().map_or(0, |h| owner(&h.owner))
+            + self
+                .holders
+                .iter()
+                .map(|h| 40 + owner(&h.owner))
+                .sum::<usize>()
             + self
                 .queue
                 .iter()
@@ -175,6 +205,22 @@ pub fn check_keepalive_len(sessions: usize) -> Result<(), ApiError> {
         )));
     }
     Ok(())
+}
+
+/// A semaphore's permits are 1..=`HOLDERS_PER_LOCK_MAX`: refused before proposing, as the
+/// table would refuse it (`PermitsOutOfRange`), so bad input costs no log entry.
+pub fn validate_mode(mode: Mode) -> Result<(), Rejection> {
+    match mode {
+        Mode::Permits(permits)
+            if permits == 0 || permits as usize > limits::HOLDERS_PER_LOCK_MAX =>
+        {
+            Err(Rejection::PermitsOutOfRange {
+                permits,
+                max: limits::HOLDERS_PER_LOCK_MAX as u32,
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 fn rejected(o: Outcome) -> ApiError {
@@ -409,18 +455,21 @@ impl Node {
         }
     }
 
-    /// Acquire `name` for request `seq` of `session`, long-polling a queued request for up to
-    /// `ACQUIRE_POLL_MS_MAX` of its wait. Under access control, a new request that may queue
-    /// counts toward `owner`'s quota of queued acquires.
+    /// Acquire `name` in `mode` for request `seq` of `session`, long-polling a queued request
+    /// for up to `ACQUIRE_POLL_MS_MAX` of its wait. Under access control, a new request that
+    /// may queue counts toward `owner`'s quota of queued acquires (the `lock` permission
+    /// covers every mode).
     pub async fn acquire(
         self: &Arc<Node>,
         session: SessionKey,
         seq: u64,
         name: String,
         wait_timeout_ms: u64,
+        mode: Mode,
         owner: Option<&Caller>,
     ) -> Result<Acquired, ApiError> {
         latchkey_core::validate_name(&name)?;
+        validate_mode(mode)?;
         let wait_ms = wait_timeout_ms.min(limits::WAIT_TIMEOUT_MS_MAX);
         if let (Some(owner), true) = (owner, wait_ms > 0) {
             // A retry of a request the table knows (queued or done) adds no wait. Counted like
@@ -456,20 +505,33 @@ impl Node {
             node: self.clone(),
             slot,
         };
-        let applied = self
-            .propose_applied(Op::Acquire {
+        // A mutex's acquire stays `Op::Acquire`, so its entries are what older members and
+        // logs know; only readers and permits need `AcquireWith`.
+        let op = match mode {
+            Mode::Exclusive => Op::Acquire {
                 session,
                 seq,
                 name,
                 wait_ms,
-            })
-            .await?;
+            },
+            Mode::Shared | Mode::Permits(_) => Op::AcquireWith {
+                session,
+                seq,
+                name,
+                wait_ms,
+                mode,
+            },
+        };
+        let applied = self.propose_applied(op).await?;
         let position = match applied.outcome {
             Outcome::Granted { token } => return Ok(granted(token)),
             Outcome::NotGranted => {
                 let now_ms = self.clock.wall_ms();
                 return Ok(Acquired::NotGranted {
-                    held_by: applied.busy.map(|h| Held::new(h, now_ms)),
+                    held_by: applied.busy.map(|h| {
+                        let mode = h.mode;
+                        (Held::new(h, now_ms), mode)
+                    }),
                 });
             }
             Outcome::Queued { position } => position,

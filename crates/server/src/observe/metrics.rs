@@ -272,7 +272,8 @@ impl Metrics {
     /// Count one applied entry.
     pub fn applied(&self, cmd: &Op, applied: &Applied) {
         match (&cmd, &applied.outcome) {
-            (Op::Acquire { .. }, Outcome::Granted { .. }) => {
+            // A reader or a permit is a grant too (issue #32).
+            (Op::Acquire { .. } | Op::AcquireWith { .. }, Outcome::Granted { .. }) => {
                 self.grants.inc();
             }
             (_, Outcome::Released) => {
@@ -400,4 +401,52 @@ pub async fn serve(
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latchkey_core::{Command, LockTable, Mode, SessionKey};
+
+    /// Regression (issue #32): a reader's or a permit's grant at once (an `AcquireWith`) was
+    /// not counted in `latchkey_grants`, which matched `Acquire` alone.
+    #[test]
+    fn every_mode_of_grant_is_counted() {
+        let metrics = Metrics::new();
+        let mut table = LockTable::new();
+        let mut apply = |index: u64, op: Op| {
+            let cmd = Command { now_ms: 0, op };
+            let applied = table.apply(index, &cmd);
+            metrics.applied(&cmd.op, &applied);
+            applied.outcome
+        };
+        let Outcome::SessionCreated { id, .. } = apply(
+            1,
+            Op::CreateSession {
+                ttl_ms: 10_000,
+                secret: 7,
+            },
+        ) else {
+            panic!("the session is created");
+        };
+        let session = SessionKey { id, secret: 7 };
+        let modes = [Mode::Exclusive, Mode::Shared, Mode::Permits(2)];
+        for (i, mode) in modes.into_iter().enumerate() {
+            let outcome = apply(
+                2 + i as u64,
+                Op::AcquireWith {
+                    session,
+                    seq: 1 + i as u64,
+                    name: format!("lock-{i}"),
+                    wait_ms: 0,
+                    mode,
+                },
+            );
+            assert!(
+                matches!(outcome, Outcome::Granted { .. }),
+                "{mode:?}: {outcome:?}"
+            );
+        }
+        assert_eq!(metrics.grants.get(), 3);
+    }
 }

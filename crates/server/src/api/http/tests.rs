@@ -205,6 +205,18 @@ fn the_openapi_document_states_the_servers_limits() {
         num(&operator["maxLength"]),
         limits::AUDIT_ACTOR_BYTES_MAX as u64
     );
+    // A semaphore's permits (issue #32), in the request and in a lock's answer.
+    let permits = schema(
+        &doc,
+        &format!("{s}/AcquireRequest/properties/mode/oneOf/1/properties/permits"),
+    );
+    let holders_max = limits::HOLDERS_PER_LOCK_MAX as u64;
+    assert_eq!(
+        (num(&permits["minimum"]), num(&permits["maximum"])),
+        (1, holders_max)
+    );
+    let shown = schema(&doc, &format!("{s}/Lock/properties/permits/anyOf/0"));
+    assert_eq!(num(&shown["maximum"]), holders_max);
     let sessions = schema(&doc, &format!("{s}/KeepAliveRequest/properties/sessions"));
     assert_eq!(
         num(&sessions["maxItems"]),
