@@ -51,21 +51,10 @@ pub struct Net {
 
 /// Runs `ip ARGS`, failing with its stderr.
 fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .context("running `ip` (iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    ip_output(args).map(drop)
 }
 
+/// Runs `ip ARGS` and returns what it printed, failing with its stderr.
 fn ip_output(args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new("ip")
         .args(args)
