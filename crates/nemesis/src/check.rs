@@ -7,9 +7,10 @@
 //!   from the moment it learned of its grant to its last hold check (the last moment it acted
 //!   as the holder);
 //! - [`token_order`]: a grant that began after another ended has the higher token;
-//! - the simulation's `fencing_order`, `no_overlap` and `unique_token` (the resource never
-//!   accepted a lower token after a higher one, its accepted sections never overlapped and no
-//!   update was lost, no token acknowledged to two sessions);
+//! - the simulation's `unique_token` (no token acknowledged to two sessions), `fencing_order`
+//!   and `no_overlap` (the resource's accepted sections never overlapped, no update was lost;
+//!   since this resource refuses any token below the highest it saw, those two guard the
+//!   harness more than latchkey, whose bugs show in the checks above first);
 //! - the simulation's `liveness`: after the last fault healed and the cluster settled, every
 //!   acquire is granted within its wait.
 //!

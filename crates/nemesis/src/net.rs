@@ -8,12 +8,13 @@
 //!     ...
 //! ```
 //!
-//! Faults are made two ways, both real kernel paths that drop packets silently (the kernel
-//! here has no `netem`):
+//! Faults are made two ways, both real kernel paths (the kernel here has no `netem` and no
+//! packet filter):
 //! - a **blackhole route** in one host's namespace for another host's address: that host's
 //!   packets to the other are dropped as they leave, the other direction still flows. One
-//!   route is an asymmetric cut; a pair is a symmetric one. A TCP connection across it stays
-//!   open and retransmits into the void, as across a failed switch.
+//!   route is an asymmetric cut; a pair is a symmetric one. A TCP connection already open
+//!   across it retransmits into the void, as across a failed switch; a new one from that host
+//!   fails at once (`EINVAL`), so new connections see a refusal rather than silence.
 //! - a **link set down** on the bridge side of a host's veth: the host is cut from everyone,
 //!   clients and the nemesis included.
 //!
@@ -97,6 +98,17 @@ fn remove_stale() -> anyhow::Result<()> {
     for line in ip_output(&["netns", "list"])?.lines() {
         let name = line.split_whitespace().next().unwrap_or("");
         if name.starts_with(PREFIX) {
+            // What a killed run left running inside (its processes die with their parent,
+            // `Net::command`, unless something kept them).
+            for pid in ip_output(&["netns", "pids", name])
+                .unwrap_or_default()
+                .lines()
+            {
+                if let Ok(pid) = pid.trim().parse::<i32>() {
+                    let pid = nix::unistd::Pid::from_raw(pid);
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+            }
             keep(ip(&["netns", "delete", name]));
         }
     }
@@ -158,10 +170,22 @@ impl Net {
         Ok(net)
     }
 
-    /// `program ARGS` to run inside `host`'s namespace.
+    /// `program ARGS` to run inside `host`'s namespace. It is killed when the thread that
+    /// started it ends (`PR_SET_PDEATHSIG`, kept across `ip`'s exec), so a nemesis killed
+    /// mid-run leaves no member or worker behind; a run starts every process from its one
+    /// thread.
     pub fn command(&self, host: &Host, program: &std::path::Path) -> Command {
+        use std::os::unix::process::CommandExt;
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &host.name]).arg(program);
+        // SAFETY: the closure runs in the child between fork and exec and makes one
+        // async-signal-safe system call (prctl).
+        unsafe {
+            c.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
         c
     }
 

@@ -112,9 +112,10 @@ struct Worker {
     paused: bool,
 }
 
+/// Dropped in field order after `Drop::drop` (which kills the workers): the members, then the
+/// network, whose namespaces and lock go last.
 struct Run<'a> {
     config: &'a RunConfig,
-    net: Net,
     members: Members,
     workers: Vec<Worker>,
     killed: Vec<u64>,
@@ -122,6 +123,7 @@ struct Run<'a> {
     start: Duration,
     log: String,
     skipped: Vec<String>,
+    net: Net,
 }
 
 impl Run<'_> {
@@ -279,6 +281,24 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// A worker that exited before the run stopped it, with its log's tail: a run whose
+    /// workers died would judge an empty history and find nothing wrong.
+    fn worker_exited(&mut self, dir: &Path) -> Option<String> {
+        for (i, w) in self.workers.iter_mut().enumerate() {
+            if let Some(Ok(Some(status))) = w.pid.as_mut().map(Child::try_wait) {
+                let log = std::fs::read_to_string(dir.join(format!("w{}.log", i + 1)))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(10).collect();
+                return Some(format!(
+                    "worker {} exited by itself ({status}):\n{}",
+                    i + 1,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                ));
+            }
+        }
+        None
+    }
+
     /// SIGTERM to every worker, then SIGKILL to those still running after
     /// [`limits::EXIT_TIMEOUT`].
     async fn stop_workers(&mut self) {
@@ -398,6 +418,9 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
                 run.members.logs_tail(30)
             );
         }
+        if let Some(why) = run.worker_exited(dir) {
+            bail!("{why}");
+        }
         run.note(&format!(
             "fault {:?} for {:.1}s",
             fault.kind,
@@ -427,6 +450,9 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
     tokio::time::sleep(config.settle + config.liveness).await;
     let end = now().saturating_sub(start);
     views.abort();
+    if let Some(why) = run.worker_exited(dir) {
+        bail!("{why}");
+    }
     run.note("stopping the workers");
     run.stop_workers().await;
 
@@ -442,7 +468,7 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
         // Acquires invoked in the last wait of the run may not have been answered.
         liveness_until: end.saturating_sub(Duration::from_secs(11)),
     };
-    let violations = crate::check::check(&h, &check);
+    let mut violations = crate::check::check(&h, &check);
     let grants: Vec<Duration> = h
         .events
         .iter()
@@ -455,6 +481,12 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
             _ => None,
         })
         .collect();
+    if grants.is_empty() {
+        violations.push(Violation {
+            checker: "progress",
+            message: "no acquire was granted in the whole run".into(),
+        });
+    }
     let mut longest_gap = BTreeMap::new();
     for (kind, from, to) in windows {
         let gap = longest_gap_in(&grants, from, to);
