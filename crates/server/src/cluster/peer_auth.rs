@@ -41,6 +41,19 @@ pub const GROUP_HEADER: &str = "latchkey-peer-group";
 /// can forward HTTP requests to its leader. Only read from an admitted append that the Raft
 /// core accepted, and only used for the member that Raft says leads (see `LeaderContact`).
 pub const HTTP_ADDR_HEADER: &str = "latchkey-peer-http";
+/// With a cluster secret, the MAC of `HTTP_ADDR_HEADER` on a request: over the sender, the
+/// receiver, the cluster and the address, so that nobody on the path can point a follower's
+/// forwarding (which carries the callers' bearer tokens) at another address. A header of its
+/// own, not part of `MAC_HEADER`'s input, so that members of an older release (which neither
+/// send nor read the address) still verify every message of this one.
+pub const HTTP_MAC_HEADER: &str = "latchkey-peer-http-mac";
+
+/// An HTTP address a request carried, not yet verified ([`PeerAuth::verified_http`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpClaim {
+    addr: String,
+    mac: Option<String>,
+}
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -400,6 +413,13 @@ impl PeerAuth {
             meta.insert(GROUP_HEADER, MetadataValue::from(group));
         }
         self.stamp_http(meta);
+        if let (Some(secret), Some(addr)) = (&self.secret, &self.http_addr) {
+            let tag = self.http_mac(secret, self.me, to, addr).finalize();
+            meta.insert(
+                HTTP_MAC_HEADER,
+                hex(&tag.into_bytes()).parse().expect("hex is ASCII"),
+            );
+        }
         meta.insert(
             CLUSTER_HEADER,
             self.fingerprint.parse().expect("hex is ASCII"),
@@ -442,6 +462,44 @@ impl PeerAuth {
         }
         let heard = self.heard_http.lock().expect("heard http lock");
         heard.get(&id).cloned()
+    }
+
+    fn http_mac(&self, secret: &[u8], from: u64, to: u64, addr: &str) -> HmacSha256 {
+        let mut m = HmacSha256::new_from_slice(secret).expect("HMAC takes a key of any length");
+        m.update(b"latchkey-peer-http-v1\0");
+        m.update(&from.to_le_bytes());
+        m.update(&to.to_le_bytes());
+        m.update(self.fingerprint.as_bytes());
+        m.update(addr.as_bytes());
+        m
+    }
+
+    /// The HTTP address a request claims (`HTTP_ADDR_HEADER`, with its MAC if any), to be
+    /// verified once the request's sender is known.
+    pub fn http_claim_of(meta: &MetadataMap) -> Option<HttpClaim> {
+        Some(HttpClaim {
+            addr: PeerAuth::http_addr_of(meta)?,
+            mac: meta
+                .get(HTTP_MAC_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        })
+    }
+
+    /// The address `claim` names, if member `from` sent it to this member: with a cluster
+    /// secret only when its MAC verifies (`HTTP_MAC_HEADER`), else as claimed (without a secret
+    /// a member is known only by what it says, as for every other field).
+    pub fn verified_http(&self, from: u64, claim: Option<HttpClaim>) -> Option<String> {
+        let claim = claim?;
+        let Some(secret) = &self.secret else {
+            return Some(claim.addr);
+        };
+        let tag = unhex(claim.mac.as_deref()?)?;
+        // `verify_slice` compares in constant time.
+        self.http_mac(secret, from, self.me, &claim.addr)
+            .verify_slice(&tag)
+            .ok()
+            .map(|()| claim.addr)
     }
 
     /// The sender's HTTP address (`HTTP_ADDR_HEADER`) if it sent one that is `HOST:PORT`.
@@ -648,6 +706,63 @@ mod tests {
         let mut m = MetadataMap::new();
         from.sign(&mut m, PeerMethod::Append, to, payload);
         m
+    }
+
+    /// With a cluster secret, an HTTP address is believed only as its sender signed it for
+    /// this member: one changed on the path, moved to another receiver or sender, or sent
+    /// without its MAC is not (a follower forwards callers' bearer tokens to it; review of
+    /// issue #33's forwarding). Without a secret it is taken as claimed.
+    #[test]
+    fn an_http_address_is_believed_only_as_signed() {
+        let secret = || {
+            Some(ClusterSecret::new(
+                b"0123456789abcdef0123456789abcdef".to_vec(),
+            ))
+        };
+        let leader =
+            PeerAuth::new(1, members(), secret()).with_http_addr(Some("10.0.0.1:7480".into()));
+        let follower = PeerAuth::new(2, members(), secret());
+        let m = signed(&leader, 2, b"append");
+        let claim = PeerAuth::http_claim_of(&m);
+        assert_eq!(
+            follower.verified_http(1, claim.clone()).as_deref(),
+            Some("10.0.0.1:7480")
+        );
+        assert_eq!(
+            follower.verified_http(3, claim.clone()),
+            None,
+            "another sender"
+        );
+        let third = PeerAuth::new(3, members(), secret());
+        assert_eq!(
+            third.verified_http(1, claim),
+            None,
+            "signed for another receiver"
+        );
+        let mut changed = m.clone();
+        changed.insert(HTTP_ADDR_HEADER, "10.6.6.6:80".parse().unwrap());
+        assert_eq!(
+            follower.verified_http(1, PeerAuth::http_claim_of(&changed)),
+            None
+        );
+        let mut stripped = m.clone();
+        stripped.remove(HTTP_MAC_HEADER);
+        assert_eq!(
+            follower.verified_http(1, PeerAuth::http_claim_of(&stripped)),
+            None
+        );
+        // The message's own MAC still verifies with the address changed: it is not its input.
+        assert!(follower
+            .verify(&changed, PeerMethod::Append, b"append")
+            .is_ok());
+        let open = PeerAuth::new(2, members(), None);
+        let plain = PeerAuth::new(1, members(), None).with_http_addr(Some("10.0.0.1:7480".into()));
+        let m = signed(&plain, 2, b"append");
+        assert_eq!(
+            open.verified_http(1, PeerAuth::http_claim_of(&m))
+                .as_deref(),
+            Some("10.0.0.1:7480")
+        );
     }
 
     /// A cluster without replica subsets keeps the fingerprints it had before they existed (its

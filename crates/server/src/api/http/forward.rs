@@ -4,9 +4,11 @@
 //! How: the request runs here first, as on any member. When it is answered `not-leader`
 //! naming a leader whose HTTP address this member heard (a leader's appends carry it,
 //! `LeaderContact::http_of`), the request is sent once more to that address and the leader's
-//! answer is relayed; otherwise, or when the leader cannot be reached in
-//! `HTTP_FORWARD_TIMEOUT_MS`, or answers more than `HTTP_FORWARD_RESPONSE_BYTES_MAX` bytes, the
-//! caller gets this member's `not-leader` as before. Only an answer that changed nothing is
+//! answer is relayed; otherwise, or when no connection to the leader opens, the caller gets
+//! this member's `not-leader` as before. A request sent whose answer does not come back in full
+//! (not within `HTTP_FORWARD_TIMEOUT_MS`, more than `HTTP_FORWARD_RESPONSE_BYTES_MAX` bytes, the
+//! connection lost) gets 503 `raft`: it may have taken effect, and the caller retries it with
+//! the same session and sequence number. Only an answer that changed nothing is
 //! forwarded: `not-leader` comes before anything is proposed, or from a proposal openraft
 //! refused, which a retry with the same (session, seq) answers exactly once.
 //!
@@ -78,7 +80,11 @@ pub(super) async fn forward(State(groups): State<Api>, request: Request, next: N
         .all()
         .iter()
         .find(|n| n.shape.group == group)
-        .and_then(|n| n.leader_contact.http_of(leader))
+        .and_then(|n| {
+            n.leader_contact
+                .http_of(leader)
+                .filter(|a| on_member_host(n, leader, a))
+        })
     else {
         return here();
     };
@@ -86,22 +92,75 @@ pub(super) async fn forward(State(groups): State<Api>, request: Request, next: N
         .uri
         .path_and_query()
         .map_or(parts.uri.path(), |p| p.as_str());
-    let sent = tokio::time::timeout(
-        Duration::from_millis(limits::HTTP_FORWARD_TIMEOUT_MS),
-        send(&addr, &parts.method, target, &parts.headers, &body, node.id),
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(limits::HTTP_FORWARD_TIMEOUT_MS);
+    // Not connected: nothing reached the leader, and this member's `not-leader` is still true.
+    let stream =
+        match tokio::time::timeout_at(deadline, tokio::net::TcpStream::connect(&addr)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                tracing::debug!(leader, %addr, "forwarding an HTTP request: cannot connect: {e}");
+                return here();
+            }
+            Err(_) => return here(),
+        };
+    let sent = tokio::time::timeout_at(
+        deadline,
+        send(
+            stream,
+            &addr,
+            &parts.method,
+            target,
+            &parts.headers,
+            &body,
+            node.id,
+        ),
     )
     .await;
-    match sent {
-        Ok(Ok(relayed)) => relayed,
-        Ok(Err(e)) => {
-            tracing::debug!(leader, %addr, "forwarding an HTTP request failed: {e}");
-            here()
-        }
-        Err(_) => {
-            tracing::debug!(leader, %addr, "the leader did not answer a forwarded HTTP request in time");
-            here()
-        }
-    }
+    let failed = match sent {
+        Ok(Ok(relayed)) => return relayed,
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {} ms", limits::HTTP_FORWARD_TIMEOUT_MS),
+    };
+    // Sent but not answered in full: the leader may have done it. Not `not-leader` (which
+    // says nothing was done) but `raft`, an outcome unknown: the caller retries with the same
+    // session and sequence number, which a done request answers as it did (exactly once).
+    tracing::debug!(leader, %addr, "forwarding an HTTP request: {failed}");
+    HttpError::from(crate::error::ApiError::Raft(format!(
+        "this request was forwarded to the leader (member {leader}) but its answer did not come \
+         back ({failed}); it may have taken effect: retry it with the same session and seq"
+    )))
+    .into_response()
+}
+
+/// Whether `http` (`HOST:PORT`) is on a host the membership records for member `id` (its
+/// client or peer address). A follower sends callers' bearer tokens only there: an address
+/// header that lies (without a cluster secret anyone who reaches the peer port can send one)
+/// cannot point them at another host, and a leader that advertises a loopback `--http-listen`
+/// in a cluster of several hosts is not forwarded to (its followers would reach themselves).
+fn on_member_host(node: &crate::node::Node, id: u64, http: &str) -> bool {
+    use openraft::async_runtime::WatchReceiver;
+    let host = |a: &str| {
+        a.rsplit_once(':').map(|(h, _)| {
+            h.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_ascii_lowercase()
+        })
+    };
+    let Some(want) = host(http) else {
+        return false;
+    };
+    let metrics = node.raft.metrics();
+    let m = metrics.borrow_watched();
+    let Some(member) = m.membership_config.membership().get_node(&id) else {
+        return false;
+    };
+    let recorded = crate::cluster::member_addr::MemberAddr::split(&member.addr);
+    let on_it = [Some(recorded.client), recorded.peer]
+        .into_iter()
+        .flatten()
+        .any(|a| host(a).as_deref() == Some(want.as_str()));
+    on_it
 }
 
 /// The group and leader of a `not-leader` error body.
@@ -114,9 +173,10 @@ fn not_leader(body: &[u8]) -> Option<(u32, u64)> {
     Some((u32::try_from(group).ok()?, body["leader_id"].as_u64()?))
 }
 
-/// One HTTP/1.1 request to `addr`, on a connection of its own closed after the answer; the
-/// answer's status, type and body.
+/// One HTTP/1.1 request to `addr` on `stream` (a connection of its own, closed after the
+/// answer); the answer's status, type and body.
 async fn send(
+    mut stream: tokio::net::TcpStream,
     addr: &str,
     method: &Method,
     target: &str,
@@ -139,7 +199,6 @@ async fn send(
         }
     }
     head.extend_from_slice(b"\r\n");
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream.write_all(&head).await?;
     stream.write_all(body).await?;
     let mut answer = Vec::new();

@@ -14,7 +14,7 @@ use super::admission::{
     Admitted, AdmittedChunks, ChunkError, PeerError, PeerRefusal, Sender, VerifiedChunk,
 };
 use crate::cluster::leader_contact::LeaderContact;
-use crate::cluster::peer_auth::{PeerAuth, PeerMethod};
+use crate::cluster::peer_auth::{HttpClaim, PeerAuth, PeerMethod};
 use crate::observe::refusals::{PeerReason, Refusals};
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -513,7 +513,7 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
         &self,
         request: Request<pb::PeerMessage>,
     ) -> Result<Response<pb::PeerMessage>, Status> {
-        let http = crate::cluster::peer_auth::PeerAuth::http_addr_of(request.metadata());
+        let http = crate::cluster::peer_auth::PeerAuth::http_claim_of(request.metadata());
         let (group, request) = self.admit(request, PeerMethod::Append)?;
         let door = request.door().clone();
         group
@@ -529,7 +529,7 @@ impl pb::raft_peer_server::RaftPeer for PeerRouter {
         &self,
         request: Request<tonic::Streaming<pb::PeerChunk>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
-        let http = crate::cluster::peer_auth::PeerAuth::http_addr_of(request.metadata());
+        let http = crate::cluster::peer_auth::PeerAuth::http_claim_of(request.metadata());
         let (group, request) =
             self.admit_stream(request, PeerMethod::AppendStream, PeerMethod::AppendItem)?;
         group
@@ -588,13 +588,14 @@ impl PeerService {
     async fn append(
         &self,
         request: Admitted<Vec<u8>>,
-        http: Option<String>,
+        http: Option<HttpClaim>,
     ) -> Result<Response<pb::PeerMessage>, PeerError> {
         let (sender, payload) = request.into_parts();
         let req: AppendEntriesRequest<TypeConfig> =
             decode(&payload).map_err(PeerRefusal::malformed)?;
         self.check_append(sender, &req)?;
         let leader = req.vote.leader_id.node_id;
+        let http = self.auth.verified_http(leader, http);
         let res = self.raft.append_entries(req).await;
         if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
             self.leader_contact.heard();
@@ -614,11 +615,12 @@ impl PeerService {
     fn append_stream(
         &self,
         request: Admitted<AdmittedChunks>,
-        http: Option<String>,
+        http: Option<HttpClaim>,
     ) -> Result<Response<BoxStream<'static, Result<pb::PeerMessage, Status>>>, Status> {
         let door = request.door().clone();
         let (sender, inbound) = request.into_parts();
         let from = sender.claimed();
+        let http = self.auth.verified_http(from, http);
         // Held while the stream is open.
         let open = self
             .append_streams
