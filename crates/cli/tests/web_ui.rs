@@ -373,9 +373,9 @@ fn the_page_shows_a_held_lock_and_drops_it_once_released_in_chromium() {
 
 /// A member of a cluster of five Raft groups on three members (issue #16), leading two of them
 /// (group g is founded and led by member g mod 3 + 1): its page shows the five groups, lists
-/// the locks of both groups it leads, in name order (the held lock with its token, owner and
-/// waiter, as with one group, and a held lock of its other group), and says that the other
-/// groups' locks are at their leaders' pages.
+/// the locks of every group, in group order and each group's in name order (the held lock with
+/// its token, owner and waiter, as with one group, and a held lock of its other group), the
+/// groups it follows through forwarding (issue #33), naming none as listed elsewhere.
 #[test]
 fn the_page_of_a_member_of_several_groups_lists_the_groups_it_leads_in_chromium() {
     const GROUPS: u32 = 5;

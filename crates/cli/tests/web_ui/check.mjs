@@ -14,8 +14,9 @@
 //
 // With LATCHKEY_UI_GROUPS=N (a member of a cluster of N Raft groups, which leads LOCK's group
 // but not every group), it waits for the page's "Raft groups" table to show the N groups, this
-// node leading some and not all, and for the locks note to say which groups' locks are listed
-// elsewhere, instead of waiting for this node to lead group 0. With LATCHKEY_UI_ALSO=NAME too
+// node leading some and not all, and for the locks note to name no group as not listed (a
+// follower's page lists every group's locks through forwarding, issue #33), instead of
+// waiting for this node to lead group 0. With LATCHKEY_UI_ALSO=NAME too
 // (a held lock of another group this node leads), it waits for NAME's row, held, before LOCK's
 // (the page lists the groups it leads in name order).
 //
@@ -95,7 +96,7 @@ await step("loading the page", async () => {
       const rows = [...document.querySelectorAll("#groups tbody tr")];
       const led = rows.filter((r) => r.classList.contains("leader")).length;
       return !document.getElementById("groups-section").hidden && rows.length === n &&
-        led > 0 && led < n && document.getElementById("locks-note").textContent.includes("not listed here");
+        led > 0 && led < n && !document.getElementById("locks-note").textContent.includes("not listed here");
     }, groups, { timeout: WAIT_MS });
     if (also) {
       await page.waitForFunction(([name, other]) => {
