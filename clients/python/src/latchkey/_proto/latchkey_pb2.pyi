@@ -7,12 +7,21 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class LockMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOCK_MODE_EXCLUSIVE: _ClassVar[LockMode]
+    LOCK_MODE_SHARED: _ClassVar[LockMode]
+    LOCK_MODE_PERMITS: _ClassVar[LockMode]
+
 class AcquireResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ACQUIRE_RESULT_UNSPECIFIED: _ClassVar[AcquireResult]
     ACQUIRE_RESULT_GRANTED: _ClassVar[AcquireResult]
     ACQUIRE_RESULT_NOT_GRANTED: _ClassVar[AcquireResult]
     ACQUIRE_RESULT_PENDING: _ClassVar[AcquireResult]
+LOCK_MODE_EXCLUSIVE: LockMode
+LOCK_MODE_SHARED: LockMode
+LOCK_MODE_PERMITS: LockMode
 ACQUIRE_RESULT_UNSPECIFIED: AcquireResult
 ACQUIRE_RESULT_GRANTED: AcquireResult
 ACQUIRE_RESULT_NOT_GRANTED: AcquireResult
@@ -161,16 +170,20 @@ class CloseSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("session", "seq", "name", "wait_timeout_ms")
+    __slots__ = ("session", "seq", "name", "wait_timeout_ms", "mode", "permits")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     WAIT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
     session: Session
     seq: int
     name: str
     wait_timeout_ms: int
-    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., seq: _Optional[int] = ..., name: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ...) -> None: ...
+    mode: LockMode
+    permits: int
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., seq: _Optional[int] = ..., name: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("result", "token", "position", "held_by")
@@ -209,7 +222,7 @@ class DescribeRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class LockInfo(_message.Message):
-    __slots__ = ("name", "held", "session", "token", "held_for_ms", "waiters", "owner", "queue")
+    __slots__ = ("name", "held", "session", "token", "held_for_ms", "waiters", "owner", "queue", "mode", "permits", "holders")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
@@ -218,6 +231,9 @@ class LockInfo(_message.Message):
     WAITERS_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_FIELD_NUMBER: _ClassVar[int]
     name: str
     held: bool
     session: int
@@ -226,17 +242,34 @@ class LockInfo(_message.Message):
     waiters: int
     owner: Owner
     queue: _containers.RepeatedCompositeFieldContainer[Waiter]
-    def __init__(self, name: _Optional[str] = ..., held: _Optional[bool] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., queue: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ...) -> None: ...
+    mode: LockMode
+    permits: int
+    holders: _containers.RepeatedCompositeFieldContainer[Holder]
+    def __init__(self, name: _Optional[str] = ..., held: _Optional[bool] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., queue: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ...) -> None: ...
+
+class Holder(_message.Message):
+    __slots__ = ("session", "token", "held_for_ms", "owner")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HELD_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    session: int
+    token: int
+    held_for_ms: int
+    owner: Owner
+    def __init__(self, session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ...) -> None: ...
 
 class Waiter(_message.Message):
-    __slots__ = ("session", "waited_ms", "owner")
+    __slots__ = ("session", "waited_ms", "owner", "mode")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     WAITED_MS_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     session: int
     waited_ms: int
     owner: Owner
-    def __init__(self, session: _Optional[int] = ..., waited_ms: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ...) -> None: ...
+    mode: LockMode
+    def __init__(self, session: _Optional[int] = ..., waited_ms: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., mode: _Optional[_Union[LockMode, str]] = ...) -> None: ...
 
 class AdminReleaseRequest(_message.Message):
     __slots__ = ("name", "token", "reason", "operator")
