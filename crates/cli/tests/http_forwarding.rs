@@ -18,12 +18,40 @@ const CALL_TIMEOUT: Duration =
 
 const ADMIN: &str = "admin-token-0123456789";
 const APP: &str = "app-token-0123456789";
+/// The mark a follower puts on a request it forwards (`api::http::forward::FORWARDED_HEADER`).
+const FORWARDED_BY: &str = "latchkey-forwarded-by";
 
 fn sha256_hex(token: &str) -> String {
     Sha256::digest(token.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// An access-control list: `app` may take and read names under `app_prefix`, `admin` anything.
+fn acl_text(app_prefix: &str) -> String {
+    format!(
+        r#"
+[roles.app]
+lock = ["{app_prefix}"]
+read = ["{app_prefix}"]
+
+[roles.admin]
+admin = [""]
+lock = [""]
+read = [""]
+
+[identities.app]
+token_sha256 = "{}"
+roles = ["app"]
+
+[identities.admin]
+token_sha256 = "{}"
+roles = ["admin"]
+"#,
+        sha256_hex(APP),
+        sha256_hex(ADMIN)
+    )
 }
 
 /// Sends each request to the next member's HTTP port, round-robin.
@@ -164,32 +192,7 @@ fn every_route_succeeds_through_a_round_robin_over_three_members() {
 fn a_forwarded_request_is_checked_against_the_callers_own_identity() {
     let dir = tempfile::tempdir().unwrap();
     let acl = dir.path().join("acl.toml");
-    std::fs::write(
-        &acl,
-        format!(
-            r#"
-[roles.app]
-lock = ["app/"]
-read = ["app/"]
-
-[roles.admin]
-admin = [""]
-lock = [""]
-read = [""]
-
-[identities.app]
-token_sha256 = "{}"
-roles = ["app"]
-
-[identities.admin]
-token_sha256 = "{}"
-roles = ["admin"]
-"#,
-            sha256_hex(APP),
-            sha256_hex(ADMIN)
-        ),
-    )
-    .unwrap();
+    std::fs::write(&acl, acl_text("app/")).unwrap();
     // The harness's own `latchkey cluster status` calls need a token of their own.
     std::env::set_var("LATCHKEY_AUTH_TOKEN", ADMIN);
     let acl = acl.display().to_string();
@@ -245,6 +248,129 @@ roles = ["admin"]
         );
         assert_eq!(forced.status, 200, "{forced:?}");
     }
+}
+
+/// The follower is the attacker's way in, not a judge: followers whose access-control lists
+/// (by mistake, or by an attacker who changed their files) let `app` take any name still
+/// cannot get the leader to grant one outside `app/`. The request passes the follower's own
+/// check, is forwarded, and the leader refuses it on its own list. The mark of a forwarded
+/// request gives nobody an identity: sent straight to the leader without a token it is 401,
+/// and sent to a follower it only turns forwarding off.
+#[test]
+fn a_follower_with_a_laxer_acl_cannot_widen_what_the_leader_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl_of = |id: u64| dir.path().join(format!("acl-{id}.toml"));
+    for id in 1..=3 {
+        std::fs::write(acl_of(id), acl_text("app/")).unwrap();
+    }
+    std::env::set_var("LATCHKEY_AUTH_TOKEN", ADMIN);
+    let acl = dir.path().join("acl-{id}.toml").display().to_string();
+    let cluster = Cluster::start_configured(
+        3,
+        Timing::default(),
+        &["--http-listen", "--acl", acl.as_str()],
+    );
+    let app = RoundRobin::over(&cluster, Some(APP));
+    wait_forwarding(&app);
+    let (leader, _) = cluster.wait_leader(&[], READY_TIMEOUT);
+    let followers: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|&id| id != leader)
+        .collect();
+    for &id in &followers {
+        std::fs::write(acl_of(id), acl_text("")).unwrap();
+    }
+    for &id in &followers {
+        common::wait_until("the follower reloads its laxer list", READY_TIMEOUT, || {
+            !cluster
+                .log_lines(id, "reloaded the access-control list")
+                .is_empty()
+        });
+    }
+    let http = |id: u64| {
+        let m = cluster.members.iter().find(|m| m.id == id).unwrap();
+        m.http_addr.clone().unwrap()
+    };
+    let post = |at: u64, headers: &[(&str, &str)], path: &str, body: Value| {
+        let body = body.to_string();
+        http_call(&http(at), "POST", path, headers, Some(&body), CALL_TIMEOUT).unwrap()
+    };
+    let bearer = format!("Bearer {APP}");
+    let as_app = [("authorization", bearer.as_str())];
+    let created = post(leader, &as_app, "/v1/sessions", json!({"ttl_ms": 15_000}));
+    assert_eq!(created.status, 200, "{created:?}");
+    let session = created.json()["session"].clone();
+    let acquire = |seq: u64, name: &str| json!({"session": session, "seq": seq, "name": name, "wait_timeout_ms": 0});
+    for (seq, &id) in (1..).zip(&followers) {
+        // Inside `app/`: the follower forwards it and the leader grants it (forwarding works).
+        let inside = post(
+            id,
+            &as_app,
+            "/v1/locks/acquire",
+            acquire(seq * 10, "app/in"),
+        );
+        assert_eq!(inside.status, 200, "via member {id}: {inside:?}");
+        assert_eq!(inside.json()["result"], "granted", "{inside:?}");
+        let token = inside.json()["token"].clone();
+        let released = post(
+            id,
+            &as_app,
+            "/v1/locks/release",
+            json!({"session": session, "seq": seq * 10 + 1, "name": "app/in", "token": token}),
+        );
+        assert_eq!(released.status, 200, "{released:?}");
+        // Outside: the follower's list allows it, the leader's does not.
+        let outside = post(
+            id,
+            &as_app,
+            "/v1/locks/acquire",
+            acquire(seq * 10 + 2, "other/x"),
+        );
+        assert_eq!(
+            outside.status, 403,
+            "a request the follower allows must be refused by the leader (via member {id}): {outside:?}"
+        );
+        // The mark set by the caller: not forwarded, so this member's own `not-leader`.
+        let marked = [("authorization", bearer.as_str()), (FORWARDED_BY, "9")];
+        let not_forwarded = post(
+            id,
+            &marked,
+            "/v1/locks/acquire",
+            acquire(seq * 10 + 3, "app/y"),
+        );
+        assert_eq!(not_forwarded.status, 503, "{not_forwarded:?}");
+        assert_eq!(
+            not_forwarded.json()["code"],
+            "not-leader",
+            "{not_forwarded:?}"
+        );
+    }
+    // The mark gives no identity at the leader: no token, 401; the app's token, its own rights.
+    let forged = [(FORWARDED_BY, followers[0].to_string())];
+    let forged: Vec<(&str, &str)> = forged.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let anonymous = post(leader, &forged, "/v1/locks/acquire", acquire(100, "app/z"));
+    assert_eq!(anonymous.status, 401, "{anonymous:?}");
+    let marked_app = [("authorization", bearer.as_str()), (FORWARDED_BY, "2")];
+    let still_app = post(
+        leader,
+        &marked_app,
+        "/v1/locks/acquire",
+        acquire(101, "other/z"),
+    );
+    assert_eq!(still_app.status, 403, "{still_app:?}");
+    // Nothing outside `app/` was granted anywhere.
+    let listed = http_call(
+        &http(leader),
+        "GET",
+        "/v1/locks?prefix=other%2F",
+        &[("authorization", &format!("Bearer {ADMIN}"))],
+        None,
+        CALL_TIMEOUT,
+    )
+    .unwrap();
+    assert_eq!(listed.status, 200, "{listed:?}");
+    assert_eq!(listed.json()["locks"], json!([]), "{listed:?}");
 }
 
 /// The status names each member's HTTP address: the leader every member's (their answers to

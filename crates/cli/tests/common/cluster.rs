@@ -78,7 +78,7 @@ pub struct Cluster {
     /// `(from, to)` -> the proxy `from` dials `to` through.
     proxies: BTreeMap<(u64, u64), Proxy>,
     timing: Timing,
-    /// More `serve` flags every member gets.
+    /// More `serve` flags every member gets (`{id}` in one stands for the member's id).
     extra_args: Vec<String>,
     /// `--peers` of the founders (the cluster's id is derived from it).
     founding: String,
@@ -328,7 +328,13 @@ impl Cluster {
         if let Some(peer) = &self.member(id).peer_addr {
             args.extend(["--peer-listen".into(), peer.into()]);
         }
-        args.extend(self.extra_args.iter().map(OsString::from));
+        // `{id}` in a flag stands for the member's id: a file of each member's own (a test
+        // that gives members different access-control lists, say).
+        args.extend(
+            self.extra_args
+                .iter()
+                .map(|a| OsString::from(a.replace("{id}", &id.to_string()))),
+        );
         if let Some(http) = &self.member(id).http_addr {
             args.extend(["--http-listen".into(), http.into()]);
         }
