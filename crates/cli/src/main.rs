@@ -53,11 +53,11 @@ pub const EXIT_USAGE: u8 = 2;
 struct Cli {
     /// Give up after this long (e.g. 10s, 1m30s, 250ms): the whole command, but for `lock`
     /// only the time until COMMAND starts (opening the session and waiting for the lock).
-    /// Exit status 1. Not for `serve`.
+    /// Exit status 1.
     #[arg(long, global = true, value_parser = parse_duration, value_name = "DURATION")]
     timeout: Option<Duration>,
     /// Also print the client library's log lines (retries, failed renewals): -v its warnings,
-    /// -vv its progress. Not for `serve` (RUST_LOG sets its log).
+    /// -vv its progress.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     #[command(subcommand)]
@@ -851,7 +851,7 @@ fn cli_reference() -> String {
             render(sub, &format!("{path} {}", sub.get_name()), out);
         }
     }
-    let mut command = Cli::command();
+    let mut command = cli_command();
     command.build();
     let mut out = String::from(
         "# CLI reference\n\n\
@@ -867,12 +867,36 @@ fn cli_reference() -> String {
     out
 }
 
+/// The clap definition, with the client commands' global flags (`--timeout`, `-v`) left out
+/// of `serve --help` (issue #33 item 6): a member runs until it is stopped and logs through
+/// RUST_LOG. `serve` gets hidden flags of the same ids, which clap's propagation of global
+/// flags then leaves alone, so `serve --timeout` still parses (to be refused with a sentence).
+fn cli_command() -> clap::Command {
+    use clap::{Arg, CommandFactory};
+    Cli::command().mut_subcommand("serve", |serve| {
+        serve
+            .arg(
+                Arg::new("timeout")
+                    .long("timeout")
+                    .value_parser(parse_duration)
+                    .hide(true),
+            )
+            .arg(
+                Arg::new("verbose")
+                    .short('v')
+                    .long("verbose")
+                    .action(clap::ArgAction::Count)
+                    .hide(true),
+            )
+    })
+}
+
 /// The command line, with `serve --config FILE`'s values as the serve flags' defaults (see
 /// `config.rs`). A clap error exits here (2, or 0 for --help); a config file error is returned.
 fn parse_cli() -> Result<Cli, config::ConfigFileError> {
-    use clap::{CommandFactory, FromArgMatches};
+    use clap::FromArgMatches;
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let mut command = Cli::command();
+    let mut command = cli_command();
     let mut inline_acl = None;
     if let Some(path) = config::path_in(&command, &argv) {
         let serve = command
@@ -890,7 +914,7 @@ fn parse_cli() -> Result<Cli, config::ConfigFileError> {
         args.inline_acl = inline_acl;
     }
     if cli.timeout.is_some() && matches!(cli.command, Command::Serve(_)) {
-        Cli::command()
+        cli_command()
             .error(
                 clap::error::ErrorKind::ArgumentConflict,
                 "--timeout bounds client commands; `serve` runs until it is stopped",
@@ -1037,6 +1061,48 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+        cli_command().debug_assert();
+    }
+
+    /// `serve --help` has no paragraph on the client commands' `--timeout` and `-v` (issue #33
+    /// item 6); the client commands keep them, and `serve --timeout` still parses, to be refused
+    /// with a sentence.
+    #[test]
+    fn serve_help_leaves_out_the_client_flags() {
+        use clap::FromArgMatches;
+        let help = |sub: &str| {
+            let mut command = cli_command();
+            command.build();
+            command
+                .find_subcommand_mut(sub)
+                .unwrap()
+                .render_long_help()
+                .to_string()
+        };
+        let serve = help("serve");
+        assert!(!serve.contains("--timeout"), "{serve}");
+        assert!(!serve.contains("--verbose"), "{serve}");
+        for sub in ["lock", "status", "bench"] {
+            let client = help(sub);
+            assert!(client.contains("--timeout <DURATION>"), "{sub}: {client}");
+            assert!(client.contains("--verbose"), "{sub}: {client}");
+        }
+        for argv in [
+            &["latchkey", "serve", "--timeout", "1s"][..],
+            &["latchkey", "--timeout", "1s", "serve"][..],
+        ] {
+            let matches = cli_command().try_get_matches_from(argv).unwrap();
+            let cli = Cli::from_arg_matches(&matches).unwrap();
+            assert_eq!(cli.timeout, Some(Duration::from_secs(1)), "{argv:?}");
+        }
+        let matches = cli_command()
+            .try_get_matches_from(["latchkey", "status", "-vv", "--timeout", "2s", "x"])
+            .unwrap();
+        let cli = Cli::from_arg_matches(&matches).unwrap();
+        assert_eq!(
+            (cli.timeout, cli.verbose),
+            (Some(Duration::from_secs(2)), 2)
+        );
     }
 
     #[test]
