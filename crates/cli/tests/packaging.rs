@@ -101,7 +101,7 @@ fn the_systemd_unit_verifies_and_its_exec_start_serves() {
     assert_eq!(unit_value(&unit, "RestartPreventExitStatus"), "2");
 
     let exec = unit_value(&unit, "ExecStart");
-    let installed = "/usr/local/bin/latchkey";
+    let installed = "/usr/bin/latchkey";
     assert!(exec.starts_with(installed), "{exec}");
     let local = unit.replace(installed, bin());
     if Path::new("/usr/bin/systemd-analyze").exists() {
