@@ -23,8 +23,8 @@ import {
 import { checkGroups, groupOf, groupOfSession } from "./groups";
 import * as limits from "./limits";
 import { Aborted, now, sleep } from "./util";
-import { validateName } from "./lock";
-import type { LockGuard, LockOptions } from "./lock";
+import { checkMode, modeFromWire, validateName } from "./lock";
+import type { LockGuard, LockMode, LockOptions } from "./lock";
 import { Session, SessionOptions } from "./session";
 
 /** Settings of a Client; every field is optional. */
@@ -96,12 +96,21 @@ export interface Answered<T> {
 /** One lock as the leader sees it. */
 export interface LockInfo {
   name: string;
-  /** Undefined when the lock is free. */
+  /** Undefined when the lock is free; of several holders (readers, permits), the first granted. */
   holder?: Holder;
+  /**
+   * How it is held: "exclusive" (a mutex or a writer; also a free lock), "shared" (readers) or
+   * "permits" (a semaphore of `permits` permits).
+   */
+  mode: LockMode;
+  /** A semaphore's number of permits; 0 with the other modes. */
+  permits: number;
+  /** Every holder, in the order granted: one for a mutex or a writer. */
+  holders: Holder[];
   /** Sessions queued for the lock. */
   waiters: number;
-  /** Waiters in queue order. */
-  queue: Array<{ sessionId: bigint; waitedMs: number; owner?: Owner }>;
+  /** Waiters in queue order, each with how it asked. */
+  queue: Array<{ sessionId: bigint; waitedMs: number; owner?: Owner; mode: LockMode }>;
 }
 
 /** The answer of `list`: held locks in name order, and whether more matched than came back. */
@@ -251,15 +260,32 @@ export function holderFromWire(info: Wire): Holder | undefined {
   };
 }
 
+function grantFromWire(h: Wire): Holder {
+  return {
+    sessionId: BigInt(h.session),
+    token: BigInt(h.token),
+    heldForMs: Number(h.held_for_ms),
+    owner: ownerFromWire(h.owner),
+  };
+}
+
 function lockInfoFromWire(info: Wire): LockInfo {
+  const holder = holderFromWire(info);
+  const holders: Holder[] = (info.holders ?? []).map(grantFromWire);
+  // A server from before issue #32 names its one holder only.
+  if (holder && holders.length === 0) holders.push(holder);
   return {
     name: info.name,
-    holder: holderFromWire(info),
+    holder,
+    mode: modeFromWire(info.mode, info.name),
+    permits: Number(info.permits ?? 0),
+    holders,
     waiters: Number(info.waiters),
     queue: (info.queue ?? []).map((w: Wire) => ({
       sessionId: BigInt(w.session),
       waitedMs: Number(w.waited_ms),
       owner: ownerFromWire(w.owner),
+      mode: modeFromWire(w.mode, info.name),
     })),
   };
 }
@@ -441,9 +467,10 @@ export class Client {
    * `guard.release()` releases the lock and closes that session.
    */
   async lock(name: string, options: LockOptions & SessionOptions = {}): Promise<LockGuard> {
+    checkMode(options); // bad input fails before a session is made
     const session = await this.session({ ttl: options.ttl, owner: options.owner });
     try {
-      const guard = await session.lock(name, { wait: options.wait, signal: options.signal });
+      const guard = await session.lock(name, { wait: options.wait, signal: options.signal, shared: options.shared, permits: options.permits });
       guard.ownsSession = true;
       return guard;
     } catch (e) {
@@ -518,6 +545,7 @@ export class Client {
     const operator = checkOperator(options.operator);
     let token = options.token === undefined ? undefined : checkU64("the token", options.token, 1n);
     if (token === undefined) {
+      // Of several holders (readers, permits), the first granted's.
       const holder = (await this.describe(name)).holder;
       if (holder === undefined) throw new Conflict("lock-not-held", `lock ${JSON.stringify(name)} is not held`);
       token = holder.token;

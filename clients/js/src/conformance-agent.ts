@@ -15,7 +15,20 @@
 // answer would.
 import * as readline from "node:readline";
 
-import { Client, LatchkeyError, LockGuard, NotHeld, PermissionDenied, Session, SessionLost, WaitTimeout, testing } from "./index";
+import {
+  Client,
+  InvalidArgument,
+  KindConflict,
+  LatchkeyError,
+  LockGuard,
+  NotHeld,
+  PermissionDenied,
+  PermitsConflict,
+  Session,
+  SessionLost,
+  WaitTimeout,
+  testing,
+} from "./index";
 
 type Json = null | boolean | number | string | bigint | Json[] | { [k: string]: Json };
 type Command = { id?: unknown; op?: unknown; [k: string]: unknown };
@@ -37,6 +50,9 @@ function errorCode(e: unknown): string {
   if (e instanceof WaitTimeout) return "wait-timeout";
   if (e instanceof PermissionDenied) return "permission-denied";
   if (e instanceof SessionLost || e instanceof NotHeld) return "lost";
+  if (e instanceof InvalidArgument) return "invalid-argument";
+  if (e instanceof KindConflict) return "kind-conflict";
+  if (e instanceof PermitsConflict) return "permits-conflict";
   return "other";
 }
 
@@ -126,7 +142,11 @@ class Agent {
         const session = this.session(cmd);
         const name = this.str(cmd, "name");
         const wait = cmd.wait_ms === undefined || cmd.wait_ms === null ? undefined : Number(cmd.wait_ms) / 1000;
-        const guard = await session.lock(name, { wait });
+        // `"mode": "shared"` a reader, `"permits": N` one of a semaphore's N permits.
+        const mode = cmd.mode ?? "exclusive";
+        if (mode !== "exclusive" && mode !== "shared" && mode !== "permits") throw new BadCommand(`no mode ${String(mode)}`);
+        const permits = cmd.permits === undefined || cmd.permits === null ? undefined : Number(cmd.permits);
+        const guard = await session.lock(name, { wait, shared: mode === "shared", permits });
         const handle = `g-${this.nextGuard++}`;
         this.guards.set(handle, guard);
         return { token: guard.token, guard: handle };
@@ -157,6 +177,9 @@ class Agent {
           token: info.holder?.token ?? null,
           session_id: info.holder?.sessionId ?? null,
           waiters: info.waiters,
+          mode: info.mode,
+          permits: info.permits,
+          holders: info.holders.map((h) => ({ session_id: h.sessionId, token: h.token })),
         };
       }
       case "close": {

@@ -24,6 +24,18 @@ export class InvalidArgument extends LatchkeyError {
   }
 }
 
+/** A semaphore has 1 to `max` (HOLDERS_PER_LOCK_MAX) permits; refused before any call. An InvalidArgument. */
+export class PermitsOutOfRange extends InvalidArgument {
+  /** Undefined when only the server's message said it. */
+  readonly permits?: number;
+  readonly max?: number;
+  constructor(permits: number | undefined, max: number | undefined, message?: string) {
+    super(message ?? `a semaphore has 1 to ${max} permits, not ${permits}`);
+    this.permits = permits;
+    this.max = max;
+  }
+}
+
 /** The server does not know the session (expired, closed, or wrong secret). */
 export class SessionNotFound extends LatchkeyError {
   constructor(message: string) {
@@ -66,12 +78,32 @@ export class LimitReached extends LatchkeyError {
   }
 }
 
-/** The request conflicts with the session's state (already held, already waiting, request too old). */
+/** The request conflicts with the state (already held, already waiting, request too old, ...). */
 export class Conflict extends LatchkeyError {
   readonly reason: string;
   constructor(reason: string, message: string) {
     super("conflict", `conflict (${reason}): ${message}`);
     this.reason = reason;
+  }
+}
+
+/**
+ * A name in use as a semaphore was asked for as a lock (exclusive or shared), or the reverse:
+ * nothing changed; it can be taken so once it is free. A Conflict (`kind-conflict`).
+ */
+export class KindConflict extends Conflict {
+  constructor(message: string) {
+    super("kind-conflict", message);
+  }
+}
+
+/**
+ * A semaphore's permit was asked with another count than the one its holders and waiters use
+ * (fixed by the acquire that found the name free): nothing changed. A Conflict (`permits-conflict`).
+ */
+export class PermitsConflict extends Conflict {
+  constructor(message: string) {
+    super("permits-conflict", message);
   }
 }
 
@@ -248,6 +280,7 @@ export function classify(err: ServiceError): Failure {
       if (reason === undefined) return { kind: "transport", message: `${Code[err.code]}: ${message}` };
       return { kind: "fatal", error: new ServerError(Code[err.code], `${message} (${reason})`) };
     case Code.INVALID_ARGUMENT:
+      if (reason === "permits-out-of-range") return { kind: "fatal", error: new PermitsOutOfRange(undefined, undefined, message) };
       return { kind: "fatal", error: new InvalidArgument(message) };
     case Code.NOT_FOUND:
       return { kind: "fatal", error: new SessionNotFound(message) };
@@ -257,6 +290,8 @@ export function classify(err: ServiceError): Failure {
     case Code.UNAUTHENTICATED:
       return { kind: "fatal", error: new PermissionDenied(reason ?? Code[err.code].toLowerCase(), message) };
     case Code.FAILED_PRECONDITION:
+      if (reason === "kind-conflict") return { kind: "fatal", error: new KindConflict(message) };
+      if (reason === "permits-conflict") return { kind: "fatal", error: new PermitsConflict(message) };
       return { kind: "fatal", error: new Conflict(reason ?? "failed-precondition", message) };
     default:
       return {

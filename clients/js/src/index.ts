@@ -32,7 +32,7 @@ export { now } from "./util";
 export { groupOf, groupOfSession } from "./groups";
 export type { SessionOptions } from "./session";
 export { LockGuard, LOCK_HEADER, TOKEN_HEADER } from "./lock";
-export type { LockOptions } from "./lock";
+export type { LockOptions, LockMode } from "./lock";
 export {
   LatchkeyError,
   InvalidArgument,
@@ -41,6 +41,9 @@ export {
   NotHeld,
   LimitReached,
   Conflict,
+  KindConflict,
+  PermitsConflict,
+  PermitsOutOfRange,
   WaitTimeout,
   Held,
   Unavailable,

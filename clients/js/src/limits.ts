@@ -5,6 +5,11 @@
 
 /** A lock name is at most this many bytes of UTF-8 (`LOCK_NAME_BYTES_MAX`). */
 export const LOCK_NAME_BYTES_MAX = 512;
+/**
+ * Holders of one name at once (readers, permits), and so the most permits a semaphore has
+ * (`HOLDERS_PER_LOCK_MAX`): a `describe` lists every holder with its owner in one message.
+ */
+export const HOLDERS_PER_LOCK_MAX = 1_024;
 /** Shortest session lease: below 1 s a renewal every third leaves no room for a blip. */
 export const SESSION_TTL_MS_MIN = 1_000;
 /** Longest session lease: a crashed holder blocks its locks that long. */

@@ -2,7 +2,7 @@
 // reference.
 import type { Wire } from "./client";
 import { isRetryable, isTooOld } from "./client";
-import { Held, InvalidArgument, LatchkeyError, NotHeld, ProtocolError, SessionLost, WaitTimeout } from "./errors";
+import { Held, InvalidArgument, LatchkeyError, NotHeld, PermitsOutOfRange, ProtocolError, SessionLost, WaitTimeout } from "./errors";
 import { holderFromWire } from "./client";
 import * as limits from "./limits";
 import type { GroupSession, Session } from "./session";
@@ -16,6 +16,17 @@ export const LOCK_HEADER = "latchkey-lock";
 export interface LockOptions {
   /** Seconds to wait in the queue: undefined waits until granted, 0 tries once. */
   wait?: number;
+  /**
+   * Take it as a reader of a read-write lock: any number of readers hold together, never beside
+   * an exclusive holder (a writer); a reader behind a waiting writer waits (docs/primitives.md).
+   */
+  shared?: boolean;
+  /**
+   * Take one of the `permits` permits of a counting semaphore (1..=HOLDERS_PER_LOCK_MAX; every
+   * acquire of the name must say the same count while it is in use, else PermitsConflict).
+   * Each permit's grant has its own token.
+   */
+  permits?: number;
   /**
    * Abandons the wait (the promise rejects with the signal's reason). The server may still
    * have the waiter: a background task of the session settles it and releases a late grant.
@@ -35,10 +46,54 @@ export function validateName(name: string): void {
   if (at >= 0) throw new InvalidArgument(`the lock name has a control character at ${at}`);
 }
 
+/** How a name is taken, or held (`LockInfo.mode`): see docs/primitives.md. */
+export type LockMode = "exclusive" | "shared" | "permits";
+
+/** An Acquire's `mode` and `permits` fields. */
+interface WireMode {
+  mode: "LOCK_MODE_EXCLUSIVE" | "LOCK_MODE_SHARED" | "LOCK_MODE_PERMITS";
+  permits: number;
+}
+
+/**
+ * The mode `options` ask for, checked before any call as the Rust client's `LockRequest::wait`
+ * does: PermitsOutOfRange for 0 or more than HOLDERS_PER_LOCK_MAX permits.
+ */
+export function checkMode(options: Pick<LockOptions, "shared" | "permits">): WireMode {
+  const { shared, permits } = options;
+  if (shared !== undefined && typeof shared !== "boolean") throw new InvalidArgument("shared must be a boolean");
+  if (permits === undefined) return { mode: shared ? "LOCK_MODE_SHARED" : "LOCK_MODE_EXCLUSIVE", permits: 0 };
+  if (shared) throw new InvalidArgument("a lock is taken shared (a reader) or as one of a semaphore's permits, not both");
+  if (!Number.isInteger(permits) || permits < 1 || permits > limits.HOLDERS_PER_LOCK_MAX) {
+    throw new PermitsOutOfRange(permits, limits.HOLDERS_PER_LOCK_MAX);
+  }
+  return { mode: "LOCK_MODE_PERMITS", permits };
+}
+
+/** @internal A wire LockMode (a string, or its number from an older proto-loader) as a LockMode. */
+export function modeFromWire(mode: unknown, name: string): LockMode {
+  switch (mode) {
+    case undefined:
+    case null:
+    case 0:
+    case "LOCK_MODE_EXCLUSIVE":
+      return "exclusive";
+    case 1:
+    case "LOCK_MODE_SHARED":
+      return "shared";
+    case 2:
+    case "LOCK_MODE_PERMITS":
+      return "permits";
+    default:
+      throw new ProtocolError(`lock ${JSON.stringify(name)} is held in an unknown mode ${String(mode)}`);
+  }
+}
+
 /** One Acquire call (with its retries) for request `seq`, waiting until `deadline`. */
 async function acquireOnce(
   session: GroupSession,
   name: string,
+  mode: WireMode,
   seq: number,
   deadline: number | undefined,
   signal: AbortSignal,
@@ -50,7 +105,7 @@ async function acquireOnce(
   try {
     const { response } = await session.client.call<Wire>(
       "Acquire",
-      { session: session.wire, seq: String(seq), name, wait_timeout_ms: String(waitMs) },
+      { session: session.wire, seq: String(seq), name, wait_timeout_ms: String(waitMs), mode: mode.mode, permits: mode.permits },
       {
         // The server long-polls at most ACQUIRE_POLL_MS_MAX whatever we ask, so every attempt
         // allows a full poll.
@@ -76,6 +131,7 @@ type Race =
 /** @internal See `Session.lock`. */
 export async function acquire(logical: Session, name: string, options: LockOptions): Promise<LockGuard> {
   validateName(name);
+  const mode = checkMode(options);
   const wait = options.wait;
   if (wait !== undefined && (!Number.isFinite(wait) || wait < 0)) {
     throw new InvalidArgument(`wait ${wait} s must be a number of seconds >= 0 (undefined: forever)`);
@@ -115,7 +171,7 @@ export async function acquire(logical: Session, name: string, options: LockOptio
           const giveUpAt = deadline === undefined ? undefined : deadline + limits.CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX;
           const stop = new AbortController();
           const races: Array<Promise<Race>> = [
-            acquireOnce(session, name, seq, deadline, stop.signal).then(
+            acquireOnce(session, name, mode, seq, deadline, stop.signal).then(
               (response): Race => ({ kind: "answer", response }),
               (error): Race => ({ kind: "error", error }),
             ),
@@ -188,7 +244,7 @@ export async function acquire(logical: Session, name: string, options: LockOptio
           break; // NOT_GRANTED of an endless wait: a new logical request
         }
       } finally {
-        if (armed) settleInBackground(session, name, seq, deadline);
+        if (armed) settleInBackground(session, name, mode, seq, deadline);
         else session.window.end(seq);
       }
     }
@@ -216,7 +272,7 @@ function onAbort(signal: AbortSignal, stop: AbortSignal): Promise<void> {
  * decided, and release a late grant, so that a lock nobody holds a guard for does not stay held
  * until the session ends. Ends when the session stops (closing it releases everything anyway).
  */
-function settleInBackground(session: GroupSession, name: string, seq: number, deadline: number | undefined): void {
+function settleInBackground(session: GroupSession, name: string, mode: WireMode, seq: number, deadline: number | undefined): void {
   if (session.lostError()) {
     session.window.end(seq);
     return;
@@ -226,7 +282,7 @@ function settleInBackground(session: GroupSession, name: string, seq: number, de
       for (;;) {
         let response: Wire;
         try {
-          response = await acquireOnce(session, name, seq, deadline, signal);
+          response = await acquireOnce(session, name, mode, seq, deadline, signal);
         } catch (e) {
           if (isTooOld(e)) return void (await releaseOrphan(session, name));
           if (isRetryable(e)) continue;
@@ -250,8 +306,9 @@ function settleInBackground(session: GroupSession, name: string, seq: number, de
  */
 async function releaseOrphan(session: GroupSession, name: string): Promise<void> {
   const info = await session.client.describe(name).catch(() => undefined);
-  const holder = info?.holder;
-  if (!holder || holder.sessionId !== session.id || session.guarded.has(name)) return;
+  // Of a name with several holders (readers, permits), this session's grant.
+  const holder = info?.holders.find((h) => h.sessionId === session.id);
+  if (!holder || session.guarded.has(name)) return;
   await releaseOnServer(session, name, holder.token).catch(() => undefined);
 }
 

@@ -556,9 +556,24 @@ export class Session {
    * Takes the lock `name`, waiting in its FIFO queue at most `wait` seconds (undefined: until
    * granted; 0: try once, never queue). Throws WaitTimeout (Held, a WaitTimeout, when a
    * try-lock found it held), SessionLost if the session is lost meanwhile.
+   *
+   * Exclusive by default (a mutex, or a read-write lock's writer); `shared: true` takes it as a
+   * reader, `permits: N` as one of a semaphore's N permits. A name in use as the other kind
+   * throws KindConflict, a semaphore with another N PermitsConflict, N outside 1..=1024
+   * PermitsOutOfRange (docs/primitives.md).
    */
   lock(name: string, options: LockOptions = {}): Promise<LockGuard> {
     return acquire(this, name, options);
+  }
+
+  /** Takes `name` as a reader of a read-write lock: `lock(name, { ...options, shared: true })`. */
+  lockShared(name: string, options: Omit<LockOptions, "shared" | "permits"> = {}): Promise<LockGuard> {
+    return acquire(this, name, { ...options, shared: true });
+  }
+
+  /** Takes one of the `permits` permits of the semaphore `name`: `lock(name, { ...options, permits })`. */
+  acquirePermit(name: string, permits: number, options: Omit<LockOptions, "shared" | "permits"> = {}): Promise<LockGuard> {
+    return acquire(this, name, { ...options, permits });
   }
 
   /** Takes the lock if it is free now; null if it is held. */

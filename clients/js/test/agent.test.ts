@@ -80,7 +80,17 @@ describe("conformance agent", () => {
       // A blocked lock does not stop later commands; its answer comes when it is granted.
       agent.send({ id: "4", op: "lock", session: "s2", name: "x", wait_ms: 10000 });
       const d = await agent.call({ id: "5", op: "describe", name: "x" });
-      assert.deepEqual(d, { id: "5", ok: true, held: true, token: lock.token, session_id: s1.session_id, waiters: d.waiters });
+      assert.deepEqual(d, {
+        id: "5",
+        ok: true,
+        held: true,
+        token: lock.token,
+        session_id: s1.session_id,
+        waiters: d.waiters,
+        mode: "exclusive",
+        permits: 0,
+        holders: [{ session_id: s1.session_id, token: lock.token }],
+      });
       assert.deepEqual(await agent.call({ id: "6", op: "fencing_headers", guard: lock.guard }), {
         id: "6",
         ok: true,

@@ -80,7 +80,9 @@ def test_agent_speaks_the_protocol(agent):
         if d["waiters"] == 1:
             break
     assert d == {"id": "5", "ok": True, "held": True, "token": held["token"],
-                 "session_id": s1["session_id"], "waiters": 1}
+                 "session_id": s1["session_id"], "waiters": 1, "mode": "exclusive",
+                 "permits": 0,
+                 "holders": [{"session_id": s1["session_id"], "token": held["token"]}]}
     assert a.call("5b", op="session", session="s3", ttl_ms=4000)["ok"]
     busy = a.call("6", op="lock", session="s3", name="x", wait_ms=0)
     assert busy["ok"] is False and busy["error"] == "wait-timeout"

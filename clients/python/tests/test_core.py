@@ -188,3 +188,36 @@ def test_admin_input_is_checked_as_the_server_checks_it():
     r = core.pb.AuditRecord(index=3, at_ms=9, action="revoke", session=4, locks=2,
                             operator="o", reason="r")
     assert core.audit_entry(r) == core.AuditEntry(3, 9, "revoke", "", 4, 0, 0, 2, None, "o", "r")
+
+
+def test_lock_info_reads_every_holder_and_the_mode():
+    pb = core.pb
+    lock = pb.LockInfo(name="jobs", held=True, session=3, token=10, mode=pb.LOCK_MODE_PERMITS,
+                       permits=3, holders=[pb.Holder(session=3, token=10),
+                                           pb.Holder(session=5, token=11)])
+    info = core.lock_info(lock)
+    assert info.mode == "permits" and info.permits == 3
+    assert [(h.session_id, h.token) for h in info.holders] == [(3, 10), (5, 11)]
+    assert info.holder == info.holders[0]
+    assert core.own_holder(info, 5).token == 11 and core.own_holder(info, 7) is None
+    # A server from before read-write locks names its one holder only.
+    old = core.lock_info(pb.LockInfo(name="m", held=True, session=4, token=9))
+    assert old.mode == "exclusive" and [h.token for h in old.holders] == [9]
+    assert core.lock_info(pb.LockInfo(name="free")).holders == ()
+
+
+def test_acquire_mode_checks_its_input():
+    pb = core.pb
+    assert core.acquire_mode() == (pb.LOCK_MODE_EXCLUSIVE, 0)
+    assert core.acquire_mode(shared=True) == (pb.LOCK_MODE_SHARED, 0)
+    assert core.acquire_mode(permits=1024) == (pb.LOCK_MODE_PERMITS, 1024)
+    import pytest
+    from latchkey import errors
+    for bad in (0, 1025, -1):
+        with pytest.raises(errors.PermitsOutOfRange):
+            core.acquire_mode(permits=bad)
+    for bad in (2.0, "3", True):
+        with pytest.raises(errors.InvalidArgument):
+            core.acquire_mode(permits=bad)
+    with pytest.raises(errors.InvalidArgument):
+        core.acquire_mode(shared=True, permits=2)

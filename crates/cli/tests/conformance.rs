@@ -15,7 +15,9 @@
 //! The scenarios: FIFO order with increasing tokens, a wait that times out, try-lock, exactly
 //! once under injected retries (a proxy loses the answers to a granted acquire; the client's
 //! retry must get the same grant, not a second one), the lost signal when the server is paused
-//! past the client's deadline and the release of that lost lock, and failover to a new leader.
+//! past the client's deadline and the release of that lost lock, failover to a new leader, a
+//! read-write lock (readers together, a writer alone, a reader behind a waiting writer waits)
+//! and a counting semaphore (N hold, the next waits, another kind or count is refused).
 
 mod common;
 
@@ -423,6 +425,164 @@ fn failover_to_a_new_leader(kind: Kind) {
     agent.ok(json!({"op": "release", "guard": next["guard"]}));
 }
 
+fn session_ids(answer: &Value) -> Vec<u64> {
+    answer["holders"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no holders in {answer}"))
+        .iter()
+        .map(|h| h["session_id"].as_u64().expect("a holder's session_id"))
+        .collect()
+}
+
+/// Readers hold a read-write lock together and a writer alone; a reader that comes behind a
+/// waiting writer waits (a stream of readers never starves a writer); every grant's token is
+/// above the one before it; describe shows the mode and every holder.
+fn readers_and_a_writer(kind: Kind) {
+    let server = Server::start();
+    let work = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start(kind, &server.addr, work.path());
+    let mut ids = HashMap::new();
+    for s in ["r1", "r2", "w", "r3"] {
+        let made = agent.ok(json!({"op": "session", "session": s, "ttl_ms": 15_000}));
+        ids.insert(s, made["session_id"].as_u64().expect("session_id"));
+    }
+    let reader = |s: &str, wait_ms: u64| json!({"op": "lock", "session": s, "name": "rw", "mode": "shared", "wait_ms": wait_ms});
+    let r1 = agent.ok(reader("r1", 0));
+    let r2 = agent.ok(reader("r2", 0));
+    assert!(token(&r2) > token(&r1), "{r1} then {r2}");
+    let described = agent.ok(json!({"op": "describe", "name": "rw"}));
+    assert_eq!(described["mode"], "shared", "{kind:?}: {described}");
+    assert_eq!(
+        session_ids(&described),
+        [ids["r1"], ids["r2"]],
+        "{described}"
+    );
+
+    let writer = agent.send(json!({"op": "lock", "session": "w", "name": "rw", "wait_ms": 20_000}));
+    wait_until("the writer queued", ANSWER, || {
+        server.status("rw")["waiters"] == 1
+    });
+    // Readers hold, but a writer waits: a new reader waits behind it.
+    let tried = agent.call(reader("r3", 0));
+    assert_eq!(
+        tried["error"], "wait-timeout",
+        "{kind:?}: a reader was granted past a waiting writer: {tried}"
+    );
+    let late_reader = agent.send(reader("r3", 20_000));
+    wait_until("the late reader queued", ANSWER, || {
+        server.status("rw")["waiters"] == 2
+    });
+    agent.ok(json!({"op": "release", "guard": r1["guard"]}));
+    assert_eq!(server.status("rw")["waiters"], 2, "one reader still holds");
+    agent.ok(json!({"op": "release", "guard": r2["guard"]}));
+    let writer = agent.answer(&writer, ANSWER);
+    assert_eq!(
+        writer["ok"], true,
+        "{kind:?}: the writer was granted: {writer}"
+    );
+    assert!(token(&writer) > token(&r2), "{r2} then {writer}");
+    let described = agent.ok(json!({"op": "describe", "name": "rw"}));
+    assert_eq!(described["mode"], "exclusive", "{described}");
+    assert_eq!(
+        session_ids(&described),
+        [ids["w"]],
+        "the writer alone: {described}"
+    );
+    assert_eq!(
+        described["waiters"], 1,
+        "the late reader waits: {described}"
+    );
+
+    agent.ok(json!({"op": "release", "guard": writer["guard"]}));
+    let late_reader = agent.answer(&late_reader, ANSWER);
+    assert_eq!(late_reader["ok"], true, "{kind:?}: {late_reader}");
+    assert!(
+        token(&late_reader) > token(&writer),
+        "{writer} then {late_reader}"
+    );
+    agent.ok(json!({"op": "release", "guard": late_reader["guard"]}));
+    assert_eq!(server.status("rw")["held"], false);
+}
+
+/// A semaphore of 3 permits: three hold at once, each with a token of its own, the fourth
+/// waits and is granted when one releases; an acquire of the name as a lock, or with another
+/// count, is refused with its typed error and changes nothing; 0 permits is bad input.
+fn a_semaphore_of_three(kind: Kind) {
+    let server = Server::start();
+    let work = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start(kind, &server.addr, work.path());
+    let mut ids = HashMap::new();
+    for s in ["s1", "s2", "s3", "s4", "other"] {
+        let made = agent.ok(json!({"op": "session", "session": s, "ttl_ms": 15_000}));
+        ids.insert(s, made["session_id"].as_u64().expect("session_id"));
+    }
+    let permit = |s: &str, permits: u64, wait_ms: u64| json!({"op": "lock", "session": s, "name": "jobs", "permits": permits, "wait_ms": wait_ms});
+    let held: Vec<Value> = ["s1", "s2", "s3"]
+        .iter()
+        .map(|s| agent.ok(permit(s, 3, 0)))
+        .collect();
+    let tokens: Vec<u64> = held.iter().map(token).collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "{kind:?}: each permit has a token of its own, in order: {tokens:?}"
+    );
+    let described = agent.ok(json!({"op": "describe", "name": "jobs"}));
+    assert_eq!(described["mode"], "permits", "{kind:?}: {described}");
+    assert_eq!(described["permits"], 3, "{described}");
+    assert_eq!(
+        session_ids(&described),
+        [ids["s1"], ids["s2"], ids["s3"]],
+        "{described}"
+    );
+    let tried = agent.call(permit("s4", 3, 0));
+    assert_eq!(
+        tried["error"], "wait-timeout",
+        "{kind:?}: a fourth permit: {tried}"
+    );
+    let fourth = agent.send(permit("s4", 3, 20_000));
+    wait_until("the fourth queued", ANSWER, || {
+        server.status("jobs")["waiters"] == 1
+    });
+
+    let kind_conflict =
+        agent.call(json!({"op": "lock", "session": "other", "name": "jobs", "wait_ms": 0}));
+    assert_eq!(
+        kind_conflict["error"], "kind-conflict",
+        "{kind:?}: {kind_conflict}"
+    );
+    let count_conflict = agent.call(permit("other", 5, 5_000));
+    assert_eq!(
+        count_conflict["error"], "permits-conflict",
+        "{kind:?}: {count_conflict}"
+    );
+    let zero = agent.call(permit("other", 0, 0));
+    assert_eq!(zero["error"], "invalid-argument", "{kind:?}: {zero}");
+    let unchanged = agent.ok(json!({"op": "describe", "name": "jobs"}));
+    assert_eq!(unchanged["permits"], 3, "{unchanged}");
+    assert_eq!(
+        unchanged["waiters"], 1,
+        "only the fourth waits: {unchanged}"
+    );
+
+    agent.ok(json!({"op": "release", "guard": held[1]["guard"]}));
+    let fourth = agent.answer(&fourth, ANSWER);
+    assert_eq!(
+        fourth["ok"], true,
+        "{kind:?}: the fourth was granted: {fourth}"
+    );
+    assert!(token(&fourth) > tokens[2], "{tokens:?} then {fourth}");
+    let described = agent.ok(json!({"op": "describe", "name": "jobs"}));
+    assert_eq!(
+        session_ids(&described),
+        [ids["s1"], ids["s3"], ids["s4"]],
+        "{described}"
+    );
+    for s in ["s1", "s2", "s3", "s4", "other"] {
+        agent.ok(json!({"op": "close", "session": s}));
+    }
+    assert_eq!(server.status("jobs")["held"], false);
+}
+
 /// Runs every scenario against `kind`'s client, or explains why it cannot.
 fn conforms(kind: Kind) {
     if let Err(why) = agent_command(kind) {
@@ -439,6 +599,8 @@ fn conforms(kind: Kind) {
     exactly_once_under_retries(kind);
     lost_signal_and_release_of_a_lost_lock(kind);
     failover_to_a_new_leader(kind);
+    readers_and_a_writer(kind);
+    a_semaphore_of_three(kind);
 }
 
 #[test]

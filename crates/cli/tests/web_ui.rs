@@ -2,7 +2,8 @@
 //! `latchkey serve`: served with its content policy, and driven in a real headless chromium
 //! (Debian's, through `playwright-core` from `tests/web_ui/`, see `check.mjs` there): it loads,
 //! shows a lock that `latchkey lock` took (token, owner as literal text, its waiter) and drops
-//! it once released; its force-release button takes the lock from the holder (no access
+//! it once released; shows readers and a semaphore's permits with every holder
+//! (`web_ui/primitives.mjs`); its force-release button takes the lock from the holder (no access
 //! control) or shows the API's refusal (a token without the admin permission). Screenshots go
 //! to `target/ui-screenshots/`. A page of another origin (`web_ui/cross_site.mjs`) tries forms
 //! and fetches against the node's writes, with no access control and under `--acl` over mTLS
@@ -369,6 +370,128 @@ fn the_page_shows_a_held_lock_and_drops_it_once_released_in_chromium() {
         also: None,
     };
     page_shows_a_held_lock_and_drops_it(kit, node, "open", Ending::HolderReleases);
+}
+
+/// Read-write locks and semaphores (docs/primitives.md) on the page: two readers of
+/// `config/app.toml` with a writer waiting, and two of the 3 permits of `batch/nightly`. The
+/// page says how each is held ("shared by 2 readers", "2 of 3 permits"), lists every holder
+/// with its session and token in the order granted (as `GET /v1/lock` does), marks the
+/// waiting writer, shows a force-release button per grant, and drops the rows once released.
+#[test]
+fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
+    let Some((dir, chromium)) = browser_kit_or_skip() else {
+        return;
+    };
+    let (server, http) = http_server();
+    let node = Browsed {
+        addr: &server.addr,
+        http: &http,
+        bearer: None,
+        groups: None,
+        also: None,
+    };
+    let work = Work::new();
+    let hold = |name: &str, options: &[&str], out: &str| {
+        node.lock(
+            name,
+            options,
+            &format!(
+                "echo $LATCHKEY_TOKEN >> '{out}'; while [ ! -e '{release}' ]; do sleep 0.02; done",
+                out = work.path(out).display(),
+                release = work.path("release").display(),
+            ),
+            work.dir.path(),
+        )
+    };
+    let mut holders = Vec::new();
+    for (name, options, out) in [
+        ("config/app.toml", &["--shared"][..], "readers"),
+        ("config/app.toml", &["--shared"][..], "readers"),
+        ("batch/nightly", &["--permits", "3"][..], "permits"),
+        ("batch/nightly", &["--permits", "3"][..], "permits"),
+    ] {
+        let count = work.lines(out).len();
+        holders.push(hold(name, options, out));
+        wait_until(&format!("{name} granted to one more"), T, || {
+            work.lines(out).len() == count + 1
+        });
+    }
+    let mut writer = node.lock("config/app.toml", &[], "true", work.dir.path());
+    wait_until("the writer is queued", T, || {
+        node.describe("config/app.toml")["waiters"] == 1
+    });
+
+    let shown = |name: &str, mode: &str, waiters: &[&str]| {
+        let lock = node.describe(name);
+        let holders: Vec<Value> = lock["holders"]
+            .as_array()
+            .expect("holders")
+            .iter()
+            .map(|h| serde_json::json!([h["session"], h["token"]]))
+            .collect();
+        assert_eq!(holders.len(), 2, "{lock}");
+        serde_json::json!({"lock": name, "mode": mode, "holders": holders, "waiters": waiters})
+    };
+    let expected = serde_json::json!([
+        shown("batch/nightly", "2 of 3 permits", &[]),
+        shown("config/app.toml", "shared by 2 readers", &["writer"]),
+    ]);
+    let shots = screenshot_dir().join("primitives");
+    let _ = std::fs::remove_dir_all(&shots);
+    std::fs::create_dir_all(&shots).expect("creating the screenshot directory");
+    let mut browser = Command::new("node")
+        .arg(dir.join("primitives.mjs"))
+        .arg(format!("http://{http}/ui"))
+        .arg(expected.to_string())
+        .arg(&shots)
+        .env("LATCHKEY_CHROMIUM", &chromium)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawning node");
+    // Killed on every way out of this test, also a failed assertion.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut stdin = browser.stdin.take().expect("piped stdin");
+    let stdout = browser.stdout.take().expect("piped stdout");
+    let mut browser = Kill(browser);
+    let (lines_tx, lines) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = |what: &str| {
+        lines.recv_timeout(BROWSER_STEP).unwrap_or_else(|e| {
+            panic!(
+                "the browser script did not say {what:?} ({e}); see its stderr above and {}",
+                shots.display()
+            )
+        })
+    };
+    assert_eq!(next_line("shown"), "shown");
+    assert!(shots.join("held.png").is_file(), "no held.png");
+
+    work.touch("release");
+    for mut holder in holders {
+        assert_eq!(holder.wait_code(T), 0, "holder: {}", holder.stderr());
+    }
+    assert_eq!(writer.wait_code(T), 0, "writer: {}", writer.stderr());
+    writeln!(stdin, "released").expect("telling the browser script");
+    assert_eq!(next_line("gone"), "gone");
+    let status = browser.0.wait().expect("waiting for node");
+    assert!(status.success(), "the browser script: {status:?}");
+    assert!(shots.join("released.png").is_file(), "no released.png");
+    drop(stdin);
+    reader.join().expect("the stdout reader");
 }
 
 /// A member of a cluster of five Raft groups on three members (issue #16), leading two of them

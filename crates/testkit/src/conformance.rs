@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use latchkey_client::{Client, Error, LockGuard, Session};
+use latchkey_client::{Client, Error, LockGuard, Mode, Session};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -79,6 +79,9 @@ fn failed(e: &Error) -> Value {
         Error::WaitTimedOut { .. } | Error::Held { .. } => "wait-timeout",
         Error::PermissionDenied { .. } => "permission-denied",
         Error::SessionLost { .. } => "lost",
+        Error::InvalidArgument { .. } => "invalid-argument",
+        Error::Conflict { reason, .. } if reason == "kind-conflict" => "kind-conflict",
+        Error::Conflict { reason, .. } if reason == "permits-conflict" => "permits-conflict",
         _ => "other",
     };
     json!({"ok": false, "error": code, "message": e.to_string()})
@@ -128,11 +131,24 @@ impl Agent {
             "lock" => {
                 let session = self.session(field(command, "session")?)?;
                 let wait = command["wait_ms"].as_u64().map(Duration::from_millis);
-                let guard = session
-                    .lock(field(command, "name")?)
-                    .wait(wait)
-                    .await
-                    .map_err(|e| failed(&e))?;
+                let request = session.lock(field(command, "name")?);
+                // `"mode": "shared"` a reader, `"permits": N` one of a semaphore's N permits.
+                let request = match (command["mode"].as_str(), &command["permits"]) {
+                    (Some("shared"), Value::Null) => request.shared(),
+                    (None | Some("exclusive"), Value::Null) => request,
+                    (None | Some("permits"), permits) => match permits.as_u64() {
+                        Some(n) => request.permits(u32::try_from(n).unwrap_or(u32::MAX)),
+                        None => {
+                            return Err(json!({"ok": false, "error": "bad-command",
+                            "message": "permits is a number"}))
+                        }
+                    },
+                    (Some(mode), _) => {
+                        return Err(json!({"ok": false, "error": "bad-command",
+                        "message": format!("no mode {mode} with permits")}))
+                    }
+                };
+                let guard = request.wait(wait).await.map_err(|e| failed(&e))?;
                 let token = guard.token();
                 let name = {
                     let mut next = self.next_guard.lock().unwrap();
@@ -191,12 +207,25 @@ impl Agent {
                     .await
                     .map_err(|e| failed(&e))?;
                 let holder = info.holder.as_ref();
+                let (mode, permits) = match info.mode {
+                    Mode::Exclusive => ("exclusive", 0),
+                    Mode::Shared => ("shared", 0),
+                    Mode::Permits(n) => ("permits", n),
+                };
+                let holders: Vec<Value> = info
+                    .holders
+                    .iter()
+                    .map(|h| json!({"session_id": h.session, "token": h.token}))
+                    .collect();
                 Ok(json!({
                     "ok": true,
                     "held": holder.is_some(),
                     "token": holder.map(|h| h.token),
                     "session_id": holder.map(|h| h.session),
                     "waiters": info.waiters,
+                    "mode": mode,
+                    "permits": permits,
+                    "holders": holders,
                 }))
             }
             "close" => {

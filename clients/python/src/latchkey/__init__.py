@@ -4,6 +4,8 @@
     client = latchkey.Client(["127.0.0.1:7420"])
     with client.lock("reports/nightly", ttl=15, wait=30) as guard:
         requests.post(url, headers=guard.fencing_headers(), ...)   # stop when guard.lost is set
+    with client.lock("config/app.toml", shared=True) as guard: ...   # a reader
+    with client.lock("batch/nightly", permits=3) as guard: ...       # one of 3 permits
 
 The blocking API is here; `latchkey.aio` is the asyncio one. Errors: `latchkey.errors`.
 """
@@ -16,12 +18,15 @@ from .client import Client, LockGuard, LostSignal, Session
 from .errors import (
     Conflict,
     InvalidArgument,
+    KindConflict,
     LatchkeyError,
     LimitReached,
     LockHeld,
     LockLost,
     NotHeld,
     PermissionDenied,
+    PermitsConflict,
+    PermitsOutOfRange,
     ProtocolError,
     ServerError,
     SessionLost,
@@ -41,4 +46,5 @@ __all__ = [
     "LatchkeyError", "InvalidArgument", "WaitTimeout", "LockHeld", "LockLost", "SessionLost",
     "NotHeld", "SessionNotFound", "PermissionDenied", "LimitReached", "Conflict", "Unavailable",
     "TransportError", "TlsError", "ProtocolError", "ServerError",
+    "KindConflict", "PermitsConflict", "PermitsOutOfRange",
 ]

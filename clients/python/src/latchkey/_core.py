@@ -66,6 +66,8 @@ AUDIT_RECORDS_MAX = 1_000
 AUDIT_REASON_BYTES_MAX = 1_024
 # Bytes of each actor string of an audit record (the identity, the operator's claimed name).
 AUDIT_ACTOR_BYTES_MAX = 256
+# Holders of one name at once, and so a semaphore's most permits (limits::HOLDERS_PER_LOCK_MAX).
+HOLDERS_PER_LOCK_MAX = 1_024
 # Session ids and fencing tokens are protobuf uint64.
 U64_MAX = 2**64 - 1
 # Same relations as the Rust const assertions, checked at import.
@@ -177,6 +179,37 @@ def validate_operator(operator: str) -> None:
         raise errors.InvalidArgument(
             f"the operator has {n} bytes, more than {AUDIT_ACTOR_BYTES_MAX}",
             reason="field-too-long")
+
+
+# How an acquire takes a name (docs/primitives.md): the LockInfo.mode strings, the HTTP API's.
+EXCLUSIVE = "exclusive"
+SHARED = "shared"
+PERMITS = "permits"
+_MODE_NAMES = {pb.LOCK_MODE_EXCLUSIVE: EXCLUSIVE, pb.LOCK_MODE_SHARED: SHARED,
+               pb.LOCK_MODE_PERMITS: PERMITS}
+
+
+class AcquireMode(NamedTuple):
+    """An Acquire's `mode` and `permits` fields (0 but with LOCK_MODE_PERMITS)."""
+
+    mode: int
+    permits: int
+
+
+def acquire_mode(shared: bool = False, permits: Optional[int] = None) -> AcquireMode:
+    """The mode of `lock(name, shared=..., permits=...)`, checked before any call as the Rust
+    client's LockRequest::wait does: PermitsOutOfRange for 0 or more than
+    HOLDERS_PER_LOCK_MAX permits, InvalidArgument for both a reader and permits."""
+    if permits is None:
+        return AcquireMode(pb.LOCK_MODE_SHARED if shared else pb.LOCK_MODE_EXCLUSIVE, 0)
+    if shared:
+        raise errors.InvalidArgument(
+            "a lock is taken shared (a reader) or as one of a semaphore's permits, not both")
+    if isinstance(permits, bool) or not isinstance(permits, int):
+        raise errors.InvalidArgument(f"permits is an int, not {type(permits).__name__}")
+    if not 1 <= permits <= HOLDERS_PER_LOCK_MAX:
+        raise errors.PermitsOutOfRange(permits, HOLDERS_PER_LOCK_MAX)
+    return AcquireMode(pb.LOCK_MODE_PERMITS, permits)
 
 
 def u64_of(what: str, value: object) -> int:
@@ -669,14 +702,20 @@ def _classify(code: grpc.StatusCode, details: Optional[str], meta: dict) -> Fail
     ):
         connected = not never_connected(message)
         return Failure("transport", transport_cause(code, message), connected=connected)
-    if code == C.INVALID_ARGUMENT:
-        err: errors.LatchkeyError = errors.InvalidArgument(message, reason=reason)
+    if code == C.INVALID_ARGUMENT and reason == "permits-out-of-range":
+        err: errors.LatchkeyError = errors.PermitsOutOfRange.from_server(message)
+    elif code == C.INVALID_ARGUMENT:
+        err = errors.InvalidArgument(message, reason=reason)
     elif code == C.NOT_FOUND:
         err = errors.SessionNotFound(message, reason=reason)
     elif code == C.RESOURCE_EXHAUSTED:
         err = errors.LimitReached(message, reason=reason or "resource-exhausted")
     elif code in (C.PERMISSION_DENIED, C.UNAUTHENTICATED):
         err = errors.PermissionDenied(message, reason=reason or code.name.lower())
+    elif code == C.FAILED_PRECONDITION and reason == "kind-conflict":
+        err = errors.KindConflict(message)
+    elif code == C.FAILED_PRECONDITION and reason == "permits-conflict":
+        err = errors.PermitsConflict(message)
     elif code == C.FAILED_PRECONDITION:
         err = errors.Conflict(message, reason=reason or "failed-precondition")
     else:
@@ -724,12 +763,18 @@ class Holder:
 
 @dataclass(frozen=True)
 class LockInfo:
-    """One lock as the leader sees it (Describe)."""
+    """One lock as the leader sees it (Describe). `holder` is the first granted of `holders`
+    (every holder: one for a mutex or a writer, several readers or permits); `mode` is how it
+    is held: "exclusive" (a mutex or a writer; also a free lock), "shared" (readers) or
+    "permits" (a semaphore of `permits` permits; 0 with the other modes)."""
 
     name: str
     holder: Optional[Holder]
     waiters: int
     queue: Tuple[int, ...]
+    mode: str = EXCLUSIVE
+    permits: int = 0
+    holders: Tuple[Holder, ...] = ()
 
     @property
     def held(self) -> bool:
@@ -742,12 +787,25 @@ def _owner(o: "pb.Owner") -> Optional[dict]:
     return {"host": o.host, "pid": o.pid, "user": o.user, "text": o.text}
 
 
+def _holder(h: "pb.Holder") -> Holder:
+    return Holder(h.session, h.token, h.held_for_ms / 1000,
+                  _owner(h.owner) if h.HasField("owner") else None)
+
+
 def lock_info(lock: "pb.LockInfo") -> LockInfo:
+    holders = tuple(_holder(h) for h in lock.holders)
     holder = None
     if lock.held:
         holder = Holder(lock.session, lock.token, lock.held_for_ms / 1000,
                         _owner(lock.owner) if lock.HasField("owner") else None)
-    return LockInfo(lock.name, holder, lock.waiters, tuple(w.session for w in lock.queue))
+        if not holders:
+            # A server from before issue #32 names its one holder only.
+            holders = (holder,)
+    mode = _MODE_NAMES.get(lock.mode)
+    if mode is None:
+        raise errors.ProtocolError(f"lock {lock.name!r} is held in an unknown mode {lock.mode}")
+    return LockInfo(lock.name, holder, lock.waiters, tuple(w.session for w in lock.queue),
+                    mode, lock.permits, holders)
 
 
 @dataclass(frozen=True)
@@ -875,6 +933,11 @@ def holder_token(info: LockInfo) -> int:
     if info.holder is None:
         raise errors.Conflict(f"lock {info.name!r} is not held", reason="lock-not-held")
     return info.holder.token
+
+
+def own_holder(info: LockInfo, session_id: int) -> Optional[Holder]:
+    """Of a name's holders (several for readers and permits), the grant of this session."""
+    return next((h for h in info.holders if h.session_id == session_id), None)
 
 
 def owner_of_this_process(text: str = "") -> "pb.Owner":

@@ -298,9 +298,10 @@ class Client:
         return session
 
     def lock(self, name: str, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000,
-             wait: Optional[float] = None, *, owner: Optional[str] = None) -> "_SessionLock":
+             wait: Optional[float] = None, *, owner: Optional[str] = None, shared: bool = False,
+             permits: Optional[int] = None) -> "_SessionLock":
         """`async with client.lock("name", ttl=15, wait=30) as guard:`; see latchkey.Client.lock."""
-        return _SessionLock(self, name, ttl, wait, owner)
+        return _SessionLock(self, name, ttl, wait, owner, shared, permits)
 
     async def describe(self, name: str) -> core.LockInfo:
         core.validate_name(name)
@@ -630,19 +631,30 @@ class Session:
             raise self._lost_error()
         return (await self._for_lock(name)).id
 
-    async def lock(self, name: str, wait: Optional[float] = None) -> "LockGuard":
+    async def lock(self, name: str, wait: Optional[float] = None, *, shared: bool = False,
+                   permits: Optional[int] = None) -> "LockGuard":
         """See latchkey.Session.lock. Cancelling it settles the request in the background."""
         core.validate_name(name)
         wait = core.wait_of(wait)
+        mode = core.acquire_mode(shared, permits)
         if self.is_lost():
             raise self._lost_error()
         session = await self._for_lock(name)
         async with session._waits:
             deadline = None if wait is None else core.now() + wait
             while True:
-                guard = await session._lock_once(name, deadline)
+                guard = await session._lock_once(name, mode, deadline)
                 if guard is not None:
                     return guard
+
+    async def lock_shared(self, name: str, wait: Optional[float] = None) -> "LockGuard":
+        """See latchkey.Session.lock_shared: `name` as a reader of a read-write lock."""
+        return await self.lock(name, wait, shared=True)
+
+    async def acquire_permit(self, name: str, permits: int,
+                             wait: Optional[float] = None) -> "LockGuard":
+        """See latchkey.Session.acquire_permit: one of the semaphore `name`'s `permits`."""
+        return await self.lock(name, wait, permits=permits)
 
     async def close(self) -> None:
         if self._closed:
@@ -837,13 +849,14 @@ class Session:
             if not w.done():
                 w.set_result(None)
 
-    async def _acquire_once(self, name: str, seq: int, deadline: Optional[float],
-                            not_after: Optional[float]):
+    async def _acquire_once(self, name: str, mode: core.AcquireMode, seq: int,
+                            deadline: Optional[float], not_after: Optional[float]):
         if deadline is None:
             wait_ms = core.WAIT_TIMEOUT_MS_MAX
         else:
             wait_ms = min(max(int((deadline - core.now()) * 1000), 0), core.WAIT_TIMEOUT_MS_MAX)
-        request = pb.AcquireRequest(session=self._key, seq=seq, name=name, wait_timeout_ms=wait_ms)
+        request = pb.AcquireRequest(session=self._key, seq=seq, name=name, wait_timeout_ms=wait_ms,
+                                    mode=mode.mode, permits=mode.permits)
         try:
             response, _, _ = await self._client._call(
                 "Acquire", request,
@@ -854,7 +867,8 @@ class Session:
             raise self._checked(e) from None
         return response
 
-    async def _lock_once(self, name: str, deadline: Optional[float]) -> Optional["LockGuard"]:
+    async def _lock_once(self, name: str, mode: core.AcquireMode,
+                         deadline: Optional[float]) -> Optional["LockGuard"]:
         seq = await self._begin()
         armed = True
         try:
@@ -863,7 +877,7 @@ class Session:
             while True:
                 polled_at = core.now()
                 try:
-                    response = await self._acquire_once(name, seq, deadline, give_up_at)
+                    response = await self._acquire_once(name, mode, seq, deadline, give_up_at)
                 except (errors.Unavailable, errors.TransportError):
                     if give_up_at is None or core.now() < give_up_at:
                         continue
@@ -895,7 +909,7 @@ class Session:
                 raise errors.ProtocolError(f"Acquire answered an unknown result {response.result}")
         finally:
             if armed and self._lost_why is None:
-                self._spawn(self._settle(name, seq, deadline))
+                self._spawn(self._settle(name, mode, seq, deadline))
             else:
                 self._end(seq)
 
@@ -914,11 +928,12 @@ class Session:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _settle(self, name: str, seq: int, deadline: Optional[float]) -> None:
+    async def _settle(self, name: str, mode: core.AcquireMode, seq: int,
+                      deadline: Optional[float]) -> None:
         try:
             while self._lost_why is None:
                 try:
-                    response = await self._acquire_once(name, seq, deadline, None)
+                    response = await self._acquire_once(name, mode, seq, deadline, None)
                 except (errors.Unavailable, errors.TransportError):
                     continue
                 except errors.Conflict as e:
@@ -935,12 +950,13 @@ class Session:
             self._end(seq)
 
     async def _release_orphan(self, name: str) -> None:
-        info = await self._client.describe(name)
-        if info.holder is None or info.holder.session_id != self.id:
+        # Of a name with several holders (readers, permits), this session's grant.
+        mine = core.own_holder(await self._client.describe(name), self.id)
+        if mine is None:
             return
         if any(g.name == name for g in self._guards):
             return
-        await self._release_on_server(name, info.holder.token)
+        await self._release_on_server(name, mine.token)
 
     async def _release_on_server(self, name: str, token: int) -> None:
         async with self._short:
@@ -1026,9 +1042,11 @@ class LockGuard:
 
 class _SessionLock:
     def __init__(self, client: Client, name: str, ttl: float, wait: Optional[float],
-                 owner: Optional[str]) -> None:
+                 owner: Optional[str], shared: bool, permits: Optional[int]) -> None:
+        core.acquire_mode(shared, permits)  # bad input fails here, before any call
         self._client = client
         self._args = (name, ttl, wait, owner)
+        self._mode = (shared, permits)
         self._session: Optional[Session] = None
         self._guard: Optional[LockGuard] = None
 
@@ -1037,7 +1055,8 @@ class _SessionLock:
         core.validate_name(name)
         session = await self._client.session(ttl, owner=owner)
         try:
-            self._guard = await session.lock(name, wait)
+            self._guard = await session.lock(
+                name, wait, shared=self._mode[0], permits=self._mode[1])
         except BaseException:
             await session.close()
             raise

@@ -335,12 +335,14 @@ class Client:
         return session
 
     def lock(self, name: str, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000,
-             wait: Optional[float] = None, *, owner: Optional[str] = None) -> "_SessionLock":
+             wait: Optional[float] = None, *, owner: Optional[str] = None, shared: bool = False,
+             permits: Optional[int] = None) -> "_SessionLock":
         """`with client.lock("name", ttl=15, wait=30) as guard:` opens a session of its own,
         takes the lock (waiting up to `wait` seconds; None: until granted; 0: try once), and on
         exit releases it and closes the session. Raises WaitTimeout (LockHeld for a try-lock
-        that found it held) when not granted."""
-        return _SessionLock(self, name, ttl, wait, owner)
+        that found it held) when not granted. `shared=True`: as a reader; `permits=N`: one of
+        a semaphore's N permits (see Session.lock)."""
+        return _SessionLock(self, name, ttl, wait, owner, shared, permits)
 
     def describe(self, name: str) -> core.LockInfo:
         """One lock's holder, token and queue, read on the leader (of the lock's group)."""
@@ -392,10 +394,10 @@ class Client:
         recorded in the audit log with `operator` (default `user@host` of this process; the
         server adds the authenticated identity).
 
-        Without `token`, the holder's token is read first (Describe) and the release made
-        conditional on it, so that a retry after a lost answer can never take the *next*
-        holder's grant: it fails with Conflict `token-mismatch` or `lock-not-held` instead
-        (also raised when nobody holds the lock)."""
+        Without `token`, the holder's token (of several holders, the first granted's) is read
+        first (Describe) and the release made conditional on it, so that a retry after a lost
+        answer can never take the *next* holder's grant: it fails with Conflict
+        `token-mismatch` or `lock-not-held` instead (also raised when nobody holds the lock)."""
         token, operator = core.check_admin_release(name, token, reason, operator)
         if token is None:
             token = core.holder_token(self.describe(name))
@@ -753,25 +755,43 @@ class Session:
             raise self._lost_error()
         return self._for_lock(name).id
 
-    def lock(self, name: str, wait: Optional[float] = None) -> "LockGuard":
+    def lock(self, name: str, wait: Optional[float] = None, *, shared: bool = False,
+             permits: Optional[int] = None) -> "LockGuard":
         """Takes lock `name`, waiting in its FIFO queue up to `wait` seconds (None: until
         granted; 0: try once, never queue). Raises WaitTimeout (LockHeld for a try-lock that
-        found it held), SessionLost if the session is lost meanwhile. The request keeps one
+        found it held), SessionLost if the session is lost meanwhile.
+
+        Exclusive by default (a mutex, or a read-write lock's writer). `shared=True` takes it
+        as a reader: any number of readers hold together, never beside a writer, and a reader
+        behind a waiting writer waits. `permits=N` takes one of the N permits of a counting
+        semaphore (each grant has its own token). A name in use as the other kind raises
+        KindConflict, a semaphore with another N PermitsConflict, N outside 1..1024
+        PermitsOutOfRange (docs/primitives.md). The request keeps one
         sequence number across its long-polls and retries, so it keeps its place in the
         queue through reconnects and leader changes. A wait abandoned before its outcome is
         known (a client-side give-up, an exception such as KeyboardInterrupt) is settled by a
         background thread: a late grant is released."""
         core.validate_name(name)
         wait = core.wait_of(wait)
+        mode = core.acquire_mode(shared, permits)
         if self.is_lost():
             raise self._lost_error()
         session = self._for_lock(name)
         with session._waits:
             deadline = None if wait is None else core.now() + wait
             while True:
-                guard = session._lock_once(name, deadline)
+                guard = session._lock_once(name, mode, deadline)
                 if guard is not None:
                     return guard
+
+    def lock_shared(self, name: str, wait: Optional[float] = None) -> "LockGuard":
+        """Takes `name` as a reader of a read-write lock: `lock(name, wait, shared=True)`."""
+        return self.lock(name, wait, shared=True)
+
+    def acquire_permit(self, name: str, permits: int, wait: Optional[float] = None) -> "LockGuard":
+        """Takes one of the `permits` permits of the semaphore `name`:
+        `lock(name, wait, permits=permits)`."""
+        return self.lock(name, wait, permits=permits)
 
     def close(self) -> None:
         """Ends the session: stops the renewal and asks the server to release its locks and
@@ -1003,13 +1023,14 @@ class Session:
             self._cond.notify_all()
 
     # --- acquire ---------------------------------------------------------------------------
-    def _acquire_once(self, name: str, seq: int, deadline: Optional[float],
-                      not_after: Optional[float]):
+    def _acquire_once(self, name: str, mode: core.AcquireMode, seq: int,
+                      deadline: Optional[float], not_after: Optional[float]):
         if deadline is None:
             wait_ms = core.WAIT_TIMEOUT_MS_MAX
         else:
             wait_ms = min(max(int((deadline - core.now()) * 1000), 0), core.WAIT_TIMEOUT_MS_MAX)
-        request = pb.AcquireRequest(session=self._key, seq=seq, name=name, wait_timeout_ms=wait_ms)
+        request = pb.AcquireRequest(session=self._key, seq=seq, name=name, wait_timeout_ms=wait_ms,
+                                    mode=mode.mode, permits=mode.permits)
         try:
             response, _, _ = self._client._call(
                 "Acquire", request,
@@ -1021,7 +1042,8 @@ class Session:
             raise self._checked(e) from None
         return response
 
-    def _lock_once(self, name: str, deadline: Optional[float]) -> Optional["LockGuard"]:
+    def _lock_once(self, name: str, mode: core.AcquireMode,
+                   deadline: Optional[float]) -> Optional["LockGuard"]:
         """One logical Acquire (one seq, re-sent until decided). None: start again with a new
         seq (only after the server's own day-long cap on a wait forever)."""
         seq = self._begin()
@@ -1032,7 +1054,7 @@ class Session:
             while True:
                 polled_at = core.now()
                 try:
-                    response = self._acquire_once(name, seq, deadline, give_up_at)
+                    response = self._acquire_once(name, mode, seq, deadline, give_up_at)
                 except (errors.Unavailable, errors.TransportError):
                     # The retry budget of one call ran out (a long election, a partition):
                     # keep trying under the same seq while the session and the wait last.
@@ -1067,7 +1089,7 @@ class Session:
                 raise errors.ProtocolError(f"Acquire answered an unknown result {response.result}")
         finally:
             if armed and self._lost_why is None:
-                self._spawn(self._settle, name, seq, deadline)
+                self._spawn(self._settle, name, mode, seq, deadline)
             else:
                 self._end(seq)
 
@@ -1090,14 +1112,15 @@ class Session:
             self._background.add(t)
         t.start()
 
-    def _settle(self, name: str, seq: int, deadline: Optional[float]) -> None:
+    def _settle(self, name: str, mode: core.AcquireMode, seq: int,
+                deadline: Optional[float]) -> None:
         """Re-sends an abandoned Acquire until it is decided and releases a late grant, so that
         a lock nobody holds a guard for does not stay held until the session ends. Ends with
         the session at the latest (closing it aborts the call)."""
         try:
             while self._lost_why is None:
                 try:
-                    response = self._acquire_once(name, seq, deadline, None)
+                    response = self._acquire_once(name, mode, seq, deadline, None)
                 except (errors.Unavailable, errors.TransportError):
                     continue
                 except errors.Conflict as e:
@@ -1114,13 +1137,14 @@ class Session:
             self._end(seq)
 
     def _release_orphan(self, name: str) -> None:
-        info = self._client.describe(name)
-        if info.holder is None or info.holder.session_id != self.id:
+        # Of a name with several holders (readers, permits), this session's grant.
+        mine = core.own_holder(self._client.describe(name), self.id)
+        if mine is None:
             return
         with self._cond:
             if any(g.name == name for g in self._guards):
                 return
-        self._release_on_server(name, info.holder.token)
+        self._release_on_server(name, mine.token)
 
     def _release_on_server(self, name: str, token: int) -> None:
         with self._short:
@@ -1219,9 +1243,11 @@ class _SessionLock:
     """The context manager of Client.lock: a session of its own, one lock."""
 
     def __init__(self, client: Client, name: str, ttl: float, wait: Optional[float],
-                 owner: Optional[str]) -> None:
+                 owner: Optional[str], shared: bool, permits: Optional[int]) -> None:
+        core.acquire_mode(shared, permits)  # bad input fails here, before any call
         self._client = client
         self._args = (name, ttl, wait, owner)
+        self._mode = (shared, permits)
         self._session: Optional[Session] = None
         self._guard: Optional[LockGuard] = None
 
@@ -1230,7 +1256,8 @@ class _SessionLock:
         core.validate_name(name)
         session = self._client.session(ttl, owner=owner)
         try:
-            self._guard = session.lock(name, wait)
+            self._guard = session.lock(
+                name, wait, shared=self._mode[0], permits=self._mode[1])
         except BaseException:
             session.close()
             raise

@@ -35,6 +35,12 @@ def _error_code(e: BaseException) -> str:
         return "permission-denied"
     if isinstance(e, latchkey.LockLost):
         return "lost"
+    if isinstance(e, latchkey.InvalidArgument):
+        return "invalid-argument"
+    if isinstance(e, latchkey.KindConflict):
+        return "kind-conflict"
+    if isinstance(e, latchkey.PermitsConflict):
+        return "permits-conflict"
     return "other"
 
 
@@ -108,10 +114,11 @@ class Agent:
             return {"id": cid, "ok": False, "error": "unknown-op"}
         try:
             out = handler(cmd)
+        except latchkey.LatchkeyError as e:
+            # First: InvalidArgument is a ValueError too.
+            return {"id": cid, "ok": False, "error": _error_code(e), "message": str(e)}
         except (KeyError, TypeError, ValueError) as e:
             return {"id": cid, "ok": False, "error": "other", "message": f"bad command: {e}"}
-        except latchkey.LatchkeyError as e:
-            return {"id": cid, "ok": False, "error": _error_code(e), "message": str(e)}
         except Exception as e:  # noqa: BLE001 - reported to the driver, never fatal
             print(f"agent: {op} failed: {e!r}", file=sys.stderr)
             return {"id": cid, "ok": False, "error": "other", "message": repr(e)}
@@ -129,7 +136,12 @@ class Agent:
     def op_lock(self, cmd):
         wait_ms: Optional[int] = cmd.get("wait_ms")
         wait = None if wait_ms is None else int(wait_ms) / 1000
-        g = self.session(cmd["session"]).lock(str(cmd["name"]), wait=wait)
+        # `"mode": "shared"` a reader, `"permits": N` one of a semaphore's N permits.
+        mode, permits = cmd.get("mode"), cmd.get("permits")
+        if mode not in (None, "exclusive", "shared", "permits"):
+            raise ValueError(f"no mode {mode!r}")
+        g = self.session(cmd["session"]).lock(str(cmd["name"]), wait=wait,
+                                              shared=mode == "shared", permits=permits)
         return {"token": g.token, "guard": self.keep_guard(g)}
 
     def op_release(self, cmd):
@@ -147,7 +159,9 @@ class Agent:
         info = self.client.describe(str(cmd["name"]))
         h = info.holder
         return {"held": h is not None, "token": h.token if h else None,
-                "session_id": h.session_id if h else None, "waiters": info.waiters}
+                "session_id": h.session_id if h else None, "waiters": info.waiters,
+                "mode": info.mode, "permits": info.permits,
+                "holders": [{"session_id": x.session_id, "token": x.token} for x in info.holders]}
 
     def op_close(self, cmd):
         with self.state_lock:

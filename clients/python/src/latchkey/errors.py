@@ -2,6 +2,7 @@
 
     LatchkeyError
     ├── InvalidArgument      bad input; retrying the same input gets the same answer
+    │   └── PermitsOutOfRange  a semaphore of 0 or more than 1,024 permits
     ├── WaitTimeout          the wait for a lock ended without a grant
     │   └── LockHeld         a try-lock (wait=0) found it held; .holder says by whom
     ├── LockLost             the lock may be someone else's now
@@ -11,7 +12,9 @@
     │                        from a session's own calls)
     ├── PermissionDenied     access control refused (reason: permission-denied, unauthenticated)
     ├── LimitReached         a server limit (queue full, sessions, locks per session)
-    ├── Conflict             the request conflicts with the session's state (reason says which)
+    ├── Conflict             the request conflicts with the state (reason says which)
+    │   ├── KindConflict     a name in use as a semaphore taken as a lock, or the reverse
+    │   └── PermitsConflict  a semaphore's permit asked with another count than its holders'
     ├── Unavailable          nodes answered but none could serve within the retry budget
     ├── TransportError       no node could be reached within the retry budget
     ├── TlsError             TLS mismatch or untrusted certificate: only configuration fixes it
@@ -36,6 +39,22 @@ class LatchkeyError(Exception):
 
 class InvalidArgument(LatchkeyError, ValueError):
     pass
+
+
+class PermitsOutOfRange(InvalidArgument):
+    """A semaphore has 1 to `max` (limits::HOLDERS_PER_LOCK_MAX) permits. Raised before any
+    call for the count given; `permits`/`max` are None when only the server's message said it."""
+
+    def __init__(self, permits: Optional[int], max: Optional[int],
+                 message: Optional[str] = None) -> None:
+        super().__init__(message or f"a semaphore has 1 to {max} permits, not {permits}",
+                         reason="permits-out-of-range")
+        self.permits = permits
+        self.max = max
+
+    @classmethod
+    def from_server(cls, message: str) -> "PermitsOutOfRange":
+        return cls(None, None, message)
 
 
 class WaitTimeout(LatchkeyError, TimeoutError):
@@ -85,6 +104,22 @@ class LimitReached(LatchkeyError):
 
 class Conflict(LatchkeyError):
     pass
+
+
+class KindConflict(Conflict):
+    """An acquire of a name as a lock (exclusive or shared) while it is held or waited for as
+    a semaphore, or the reverse: nothing changed; it can be taken so once it is free."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="kind-conflict")
+
+
+class PermitsConflict(Conflict):
+    """A permit of a semaphore asked with another count than the one its holders and waiters
+    use (fixed by the acquire that found the name free): nothing changed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="permits-conflict")
 
 
 class Unavailable(LatchkeyError):

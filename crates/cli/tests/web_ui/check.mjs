@@ -59,8 +59,10 @@ page.on("console", (m) => {
 function lockRow([name]) {
   const row = [...document.querySelectorAll("#locks tbody tr")].find((r) => r.dataset.lock === name);
   if (!row) return null;
+  // The first holder's token (each holder has a line of its own); "" when free.
+  const token = row.querySelector("[data-token]");
   return {
-    token: row.querySelector("[data-token]").textContent,
+    token: token ? token.textContent : "",
     text: row.textContent,
     waiters: row.querySelectorAll("[data-waiter]").length,
     elements: row.querySelectorAll("b, img, script").length,
@@ -102,7 +104,7 @@ await step("loading the page", async () => {
       await page.waitForFunction(([name, other]) => {
         const names = [...document.querySelectorAll("#locks tbody tr")].map((r) => r.dataset.lock);
         const row = [...document.querySelectorAll("#locks tbody tr")].find((r) => r.dataset.lock === other);
-        return row && row.querySelector("[data-token]").textContent !== "" &&
+        return row && row.querySelector("[data-token]") !== null &&
           names.indexOf(other) >= 0 && names.indexOf(name) > names.indexOf(other);
       }, [lock, also], { timeout: WAIT_MS });
     }

@@ -15,6 +15,10 @@
 // entered, or the node has no access control (`access_control` in the status). The page
 // probes nothing: a token without the permission gets the API's refusal, shown as is.
 //
+// Read-write locks and semaphores (docs/primitives.md): each lock's row says how it is held
+// (exclusive, shared by N readers, or "k of N permits") and lists every holder, one line each,
+// with a force-release button per grant (readers granted together share a token: one button).
+//
 // Raft groups (`groups` in the status above 1): the page lists the locks of each group
 // (`GET /v1/locks?group=G`; a list is its group leader's, to which a follower forwards it) and
 // shows every group, with its leader, in the "Raft groups" table.
@@ -194,15 +198,44 @@ function renderGroups(s) {
   fill($("groups").tBodies[0], rows);
 }
 
+// Every holder (a server from before read-write locks lists `holder` alone).
+function holdersOf(lock) {
+  if (lock.holders) return lock.holders;
+  return lock.holder ? [lock.holder] : [];
+}
+
+// How the name is held: "exclusive", "shared by 2 readers", "2 of 3 permits"; "" when free.
+function modeText(lock) {
+  const n = holdersOf(lock).length;
+  if (lock.mode === "permits") return `${n} of ${lock.permits} permit${lock.permits === 1 ? "" : "s"}`;
+  if (n === 0) return "";
+  if (lock.mode === "shared") return `shared by ${n} reader${n === 1 ? "" : "s"}`;
+  return "exclusive";
+}
+
+// One line per holder in a cell: `line(holder)` is its text, `attrs(holder)` its attributes.
+function holderLines(holders, line, attrs, empty, cellAttrs) {
+  const td = el("td", null, cellAttrs);
+  if (holders.length === 0) {
+    td.textContent = empty;
+    return td;
+  }
+  for (const h of holders) td.appendChild(el("div", line(h), attrs ? attrs(h) : {}));
+  return td;
+}
+
 function queueCell(lock) {
   const td = el("td");
   if (lock.waiters === 0) {
     td.textContent = "none";
     return td;
   }
+  // Of a read-write lock (a reader holds or waits), each waiter says which it is.
+  const rw = lock.mode === "shared" || lock.queue.some((w) => w.mode === "shared");
   const ol = el("ol");
   for (const w of lock.queue) {
-    const text = `session ${w.session}${w.owner ? ` (${owner(w.owner)})` : ""}, waiting ${duration(w.waited_ms)}`;
+    const as = w.mode === "shared" ? ", reader" : rw && w.mode === "exclusive" ? ", writer" : "";
+    const text = `session ${w.session}${w.owner ? ` (${owner(w.owner)})` : ""}${as}, waiting ${duration(w.waited_ms)}`;
     ol.appendChild(el("li", text, { "data-waiter": w.session }));
   }
   td.appendChild(ol);
@@ -212,26 +245,31 @@ function queueCell(lock) {
   return td;
 }
 
+// A force-release button per grant: per permit, per writer, per batch of readers granted
+// together (one token; the API takes all of them).
 function adminCell(lock) {
   const td = el("td");
-  const h = lock.holder;
-  if (h && mayForceRelease()) {
-    const button = el("button", "force-release", { type: "button", class: "force-release" });
-    button.addEventListener("click", () => askForceRelease(lock.name, h.token));
-    td.appendChild(button);
+  if (!mayForceRelease()) return td;
+  const tokens = [...new Set(holdersOf(lock).map((h) => h.token))];
+  for (const token of tokens) {
+    const label = tokens.length > 1 ? `force-release token ${token}` : "force-release";
+    const button = el("button", label, { type: "button", class: "force-release", "data-release-token": token });
+    button.addEventListener("click", () => askForceRelease(lock.name, token));
+    td.appendChild(el("div")).appendChild(button);
   }
   return td;
 }
 
 function renderLocks(locks, truncated, elsewhere) {
   const rows = locks.map((lock) => {
-    const h = lock.holder;
+    const holders = holdersOf(lock);
     return row([
       el("td", lock.name, { class: "mono" }),
-      h ? String(h.session) : "free",
-      el("td", h ? h.token : "", { class: "mono", "data-token": "" }),
-      h ? owner(h.owner) : "",
-      h ? duration(h.held_for_ms) : "",
+      el("td", modeText(lock), { "data-mode": lock.mode ?? "exclusive" }),
+      holderLines(holders, (h) => String(h.session), (h) => ({ "data-holder": h.session }), "free"),
+      holderLines(holders, (h) => String(h.token), (h) => ({ "data-token": h.token }), "", { class: "mono" }),
+      holderLines(holders, (h) => owner(h.owner), null, ""),
+      holderLines(holders, (h) => duration(h.held_for_ms), null, ""),
       queueCell(lock),
       adminCell(lock),
     ], { "data-lock": lock.name });
@@ -251,7 +289,7 @@ function renderSessions(locks) {
     return sessions.get(id);
   };
   for (const lock of locks) {
-    if (lock.holder) entry(lock.holder.session, lock.holder.owner).holds.push(lock.name);
+    for (const h of holdersOf(lock)) entry(h.session, h.owner).holds.push(lock.name);
     lock.queue.forEach((w, i) => entry(w.session, w.owner).waits.push(`${lock.name} (#${i + 1})`));
   }
   const rows = [...sessions.entries()]
