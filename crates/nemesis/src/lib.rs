@@ -13,6 +13,7 @@
 //! - [`members`]: the cluster's processes.
 //! - [`worker`]: a client process (the Rust client) writing its history.
 //! - [`resource`]: the fenced counter the workers write through their locks.
+//! - [`postgres`]: a real PostgreSQL, written through `docs/fencing.md`'s SQL recipe.
 //! - [`record`]: the history's format and its reading into the simulation's history type.
 //! - [`schedule`]: the faults and when.
 //! - [`check`]: the checks of a run.
@@ -24,6 +25,7 @@ pub mod check;
 pub mod limits;
 pub mod members;
 pub mod net;
+pub mod postgres;
 pub mod record;
 pub mod resource;
 pub mod run;

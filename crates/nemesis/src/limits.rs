@@ -20,6 +20,10 @@ pub const LINE_BYTES_MAX: usize = 4096;
 /// Connections the fenced resource serves at once: one per worker, with room for
 /// reconnections while old ones close.
 pub const RESOURCE_CONNECTIONS_MAX: usize = 4 * WORKERS_MAX as usize;
+/// Rounds of `docs/fencing.md`'s PostgreSQL recipe for one write: a round that finds a
+/// concurrent write in between retries; more than a few means the harness is wrong, and the
+/// write is reported failed rather than looping.
+pub const POSTGRES_WRITE_ATTEMPTS_MAX: u32 = 5;
 /// How long a member gets to start and the cluster to elect a leader.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Faults one run may schedule: a fault lasts at least a second, so even a day's run is under

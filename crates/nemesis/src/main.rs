@@ -66,6 +66,9 @@ struct RunArgs {
     /// Keep the logs and histories here (default: a temporary directory, kept if the run fails).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Run without the PostgreSQL resource (for a machine without Debian's postgresql).
+    #[arg(long)]
+    no_postgres: bool,
 }
 
 fn main() -> ExitCode {
@@ -111,6 +114,7 @@ fn main() -> ExitCode {
                 settle: ttl * 2 + Duration::from_secs(3),
                 liveness: Duration::from_secs(15),
                 dir: args.dir,
+                postgres: !args.no_postgres,
             };
             match run(&config) {
                 Ok(report) => {

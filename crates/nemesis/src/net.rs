@@ -1,7 +1,7 @@
 //! The network: one namespace per host, all on one bridge, and the faults made on it.
 //!
 //! ```text
-//!   root namespace: bridge lkn-br 10.88.0.254 (the fenced resource, the nemesis itself)
+//!   root namespace: bridge lkn-br 10.88.0.254 (the fenced resources, the nemesis itself)
 //!     |-- veth lkn-m1 -- namespace lkn-m1: eth0 10.88.0.1     (member 1)
 //!     |-- veth lkn-m2 -- namespace lkn-m2: eth0 10.88.0.2     (member 2)
 //!     |-- veth lkn-c1 -- namespace lkn-c1: eth0 10.88.0.101   (worker 1)
@@ -32,6 +32,8 @@ const BRIDGE: &str = "lkn-br";
 const PREFIX: &str = "lkn-";
 /// The address of the root namespace on the bridge: the fenced resource listens there.
 pub const ROOT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 254);
+/// The bridge's subnet: every member and worker, and nothing else.
+pub const SUBNET: &str = "10.88.0.0/24";
 /// Held exclusively for a run's lifetime (the namespace names are fixed).
 pub const LOCK_FILE: &str = "/run/latchkey-nemesis.lock";
 

@@ -5,6 +5,7 @@
 //! changes. So events of different processes are ordered by real time, as Jepsen's are by its
 //! single control node, and the checkers can ask "were two holders at one real time?".
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use latchkey_sim::history::{Actor, Event, HistoryData, OpKind, Ret};
 use serde::{Deserialize, Serialize};
 
 use crate::limits;
+use crate::postgres::Written;
 
 /// Now on `CLOCK_BOOTTIME`, since boot.
 pub fn now() -> Duration {
@@ -52,6 +54,14 @@ pub enum WorkerEvent {
         session: u64,
         at: u64,
     },
+    /// The worker wrote to the PostgreSQL resource through the book's recipe, under `token`,
+    /// finishing at `at`. Not part of the lock history: the database's own log is checked.
+    Postgres {
+        lock: String,
+        token: u64,
+        written: crate::postgres::Written,
+        at: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,13 +74,15 @@ pub enum WorkerRet {
 }
 
 /// Reads worker `client`'s history file into `h`, times made relative to `start`. Operation
-/// ids are made unique across workers (`client` in the high bits). A last line cut short (the
+/// ids are made unique across workers (`client` in the high bits). Its PostgreSQL writes are
+/// counted into `postgres` by outcome. A last line cut short (the
 /// worker was killed mid-write) is dropped; any other bad line is an error.
 pub fn read_worker(
     path: &Path,
     client: u32,
     start: Duration,
     h: &mut HistoryData,
+    postgres: &mut BTreeMap<Written, usize>,
 ) -> anyhow::Result<usize> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let lines: Vec<String> = BufReader::new(file)
@@ -146,6 +158,10 @@ pub fn read_worker(
                 session,
                 at: rel(at),
             },
+            WorkerEvent::Postgres { written, .. } => {
+                *postgres.entry(written).or_default() += 1;
+                continue;
+            }
         });
     }
     Ok(lines.len())
@@ -188,13 +204,22 @@ mod tests {
                 at: 5_100_000_000,
             })
             .unwrap(),
+            serde_json::to_string(&WorkerEvent::Postgres {
+                lock: "a".into(),
+                token: 12,
+                written: Written::Stale,
+                at: 5_200_000_000,
+            })
+            .unwrap(),
             "{\"ev\":\"hold_ch".to_owned(),
         ];
         std::fs::write(&path, lines.join("\n")).unwrap();
         let mut h = HistoryData::default();
-        let n = read_worker(&path, 3, Duration::from_secs(4), &mut h).unwrap();
-        assert_eq!(n, 3);
+        let mut postgres = BTreeMap::new();
+        let n = read_worker(&path, 3, Duration::from_secs(4), &mut h, &mut postgres).unwrap();
+        assert_eq!(n, 4);
         assert_eq!(h.events.len(), 2);
+        assert_eq!(postgres, BTreeMap::from([(Written::Stale, 1)]));
         match &h.events[0] {
             Event::Invoke { id, actor, at, .. } => {
                 assert_eq!(*id, (3 << 40) | 1);
@@ -214,7 +239,14 @@ mod tests {
             "not json\n{\"ev\":\"lost\",\"generation\":1,\"session\":1,\"at\":1}\n",
         )
         .unwrap();
-        let err = read_worker(&path, 1, Duration::ZERO, &mut HistoryData::default()).unwrap_err();
+        let err = read_worker(
+            &path,
+            1,
+            Duration::ZERO,
+            &mut HistoryData::default(),
+            &mut BTreeMap::new(),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("w.jsonl:1"), "{err}");
     }
 }

@@ -19,6 +19,7 @@ use rand::{Rng, SeedableRng};
 use crate::limits;
 use crate::members::Members;
 use crate::net::{Net, ROOT_ADDR};
+use crate::postgres::{Postgres, Written};
 use crate::record::{self, now};
 use crate::resource::Resource;
 use crate::schedule::{Fault, FaultKind};
@@ -44,6 +45,9 @@ pub struct RunConfig {
     /// Where to keep the logs and histories; a temporary directory (kept if the run fails)
     /// if not given.
     pub dir: Option<PathBuf>,
+    /// Also run a PostgreSQL that every critical section writes through `docs/fencing.md`'s
+    /// recipe ([`crate::postgres`]).
+    pub postgres: bool,
 }
 
 /// What a run saw.
@@ -62,6 +66,9 @@ pub struct Report {
     pub lost: usize,
     pub resource_accepted: usize,
     pub resource_refused: usize,
+    /// The workers' PostgreSQL writes by outcome, and the writes its log shows (`None`: no
+    /// PostgreSQL in this run).
+    pub postgres: Option<(BTreeMap<Written, usize>, usize)>,
     pub violations: Vec<Violation>,
     /// Faults that could not be made as scheduled (e.g. no leader to isolate), with why.
     pub skipped: Vec<String>,
@@ -94,6 +101,16 @@ impl Report {
             "resource: {} accepted, {} refused (stale tokens)",
             self.resource_accepted, self.resource_refused
         );
+        if let Some((outcomes, logged)) = &self.postgres {
+            let n = |w| outcomes.get(&w).copied().unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "postgres: {} written, {} refused as stale, {} failed (unknown); {logged} in its log",
+                n(Written::Written),
+                n(Written::Stale),
+                n(Written::Failed)
+            );
+        }
         for skip in &self.skipped {
             let _ = writeln!(s, "skipped: {skip}");
         }
@@ -197,18 +214,15 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Stops a worker while it is inside its critical section (its last event a hold check),
-    /// or after [`limits::PAUSE_AIM_TIMEOUT`] wherever it is.
+    /// Stops a worker while it is inside its critical section, between its two hold checks
+    /// (see [`in_first_half_of_critical_section`]), or after [`limits::PAUSE_AIM_TIMEOUT`]
+    /// wherever it is.
     async fn pause_worker(&mut self) -> anyhow::Result<()> {
         let w = self.rng.random_range(0..self.workers.len());
         let aim = Instant::now();
         while aim.elapsed() < limits::PAUSE_AIM_TIMEOUT {
             let text = std::fs::read_to_string(&self.workers[w].history).unwrap_or_default();
-            if text
-                .lines()
-                .last()
-                .is_some_and(|l| l.contains("\"hold_check\""))
-            {
+            if in_first_half_of_critical_section(&text) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -236,7 +250,12 @@ impl Run<'_> {
         Ok(())
     }
 
-    fn spawn_workers(&mut self, resource: SocketAddr, dir: &Path) -> anyhow::Result<()> {
+    fn spawn_workers(
+        &mut self,
+        resource: SocketAddr,
+        postgres: Option<&str>,
+        dir: &Path,
+    ) -> anyhow::Result<()> {
         let exe = std::env::current_exe().context("finding the nemesis binary")?;
         let locks: Vec<String> = (1..=self.config.locks)
             .map(|i| format!("nemesis/{i}"))
@@ -265,6 +284,9 @@ impl Run<'_> {
                 .args(["--hold", "300ms", "--wait", "10000ms"]);
             if let Some(Plant::IgnoreDeadline) = self.config.plant {
                 cmd.args(["--plant", "ignore-deadline"]);
+            }
+            if let Some(postgres) = postgres {
+                cmd.args(["--postgres", postgres]);
             }
             let child = cmd
                 .stdin(Stdio::null())
@@ -403,7 +425,18 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
         run.members
             .record_views(&dir.join("views.log"), start, Duration::from_millis(250))?;
     let resource = Resource::start(SocketAddr::new(ROOT_ADDR.into(), 7500), start)?;
-    run.spawn_workers(resource.addr, dir)?;
+    let postgres = match config.postgres {
+        true => Some(
+            Postgres::start(dir, &ROOT_ADDR.to_string(), 7501, crate::net::SUBNET)
+                .context("starting PostgreSQL (--no-postgres runs without it)")?,
+        ),
+        false => None,
+    };
+    run.spawn_workers(
+        resource.addr,
+        postgres.as_ref().map(Postgres::addr).as_deref(),
+        dir,
+    )?;
     let workload = Instant::now();
     run.note(&format!("{} workers started", config.workers));
 
@@ -459,9 +492,19 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
     let mut h = HistoryData::default();
     h.resource = resource.stop();
     h.healed_at = Some(healed);
+    let mut outcomes = BTreeMap::new();
     for (i, w) in run.workers.iter().enumerate() {
-        record::read_worker(&w.history, i as u32 + 1, start, &mut h)?;
+        record::read_worker(&w.history, i as u32 + 1, start, &mut h, &mut outcomes)?;
     }
+    let postgres = match postgres {
+        Some(pg) => {
+            let accepted = pg
+                .accepted()
+                .context("reading PostgreSQL's log of writes")?;
+            Some((outcomes, accepted))
+        }
+        None => None,
+    };
     record::sort_events(&mut h);
     let check = CheckConfig {
         settle: config.settle,
@@ -469,6 +512,16 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
         liveness_until: end.saturating_sub(Duration::from_secs(11)),
     };
     let mut violations = crate::check::check(&h, &check);
+    if let Some((_, accepted)) = &postgres {
+        violations.extend(
+            crate::postgres::fence_went_down(accepted)
+                .into_iter()
+                .map(|message| Violation {
+                    checker: "postgres_fence",
+                    message,
+                }),
+        );
+    }
     let grants: Vec<Duration> = h
         .events
         .iter()
@@ -521,10 +574,25 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
         lost: count(&|e| matches!(e, Event::Lost { .. })),
         resource_accepted: h.resource.iter().filter(|o| o.accepted).count(),
         resource_refused: h.resource.iter().filter(|o| !o.accepted).count(),
+        postgres: postgres.map(|(outcomes, accepted)| (outcomes, accepted.len())),
         violations,
         skipped: std::mem::take(&mut run.skipped),
         log: std::mem::take(&mut run.log),
     })
+}
+
+/// Whether a worker whose history is `text` is between the two hold checks of a critical
+/// section: its last event the first hold check, right after the grant. Stopped there, it
+/// resumes to act as the holder once more (its second hold check, its writes), which is what
+/// a pause must test; stopped after the second, it only writes (the book's PostgreSQL recipe
+/// takes a few `psql` runs there) and releases, and a client that ignores its deadline goes
+/// unseen by `hold_overlap`.
+fn in_first_half_of_critical_section(text: &str) -> bool {
+    let mut last = text.lines().rev();
+    let (Some(hold), Some(before)) = (last.next(), last.next()) else {
+        return false;
+    };
+    hold.contains("\"ev\":\"hold_check\"") && before.contains("\"granted\"")
 }
 
 /// The longest time within `from..to` with no grant in `grants` (sorted).
@@ -541,6 +609,20 @@ fn longest_gap_in(grants: &[Duration], from: Duration, to: Duration) -> Duration
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pause_aims_between_the_two_hold_checks() {
+        let granted = r#"{"ev":"return","id":7,"ret":{"granted":{"token":40}},"at":1}"#;
+        let hold = r#"{"ev":"hold_check","generation":1,"session":3,"lock":"a","token":40,"at":2}"#;
+        assert!(in_first_half_of_critical_section(&format!(
+            "{granted}\n{hold}\n"
+        )));
+        assert!(!in_first_half_of_critical_section(&format!(
+            "{granted}\n{hold}\n{hold}\n"
+        )));
+        assert!(!in_first_half_of_critical_section(&format!("{granted}\n")));
+        assert!(!in_first_half_of_critical_section(""));
+    }
 
     #[test]
     fn the_longest_gap_counts_from_the_fault_to_the_window_end() {

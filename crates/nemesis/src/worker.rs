@@ -6,7 +6,8 @@
 //! whether it took effect) or a lost session ends the generation; the next opens a new session.
 //!
 //! The critical section: a hold check, `BEGIN` (read the counter), a pause of `hold`, a hold
-//! check, `COMMIT` (write it plus one), then the release. A hold check reads the time first
+//! check, `COMMIT` (write it plus one), the PostgreSQL row written through the book's recipe (with
+//! `--postgres`), then the release. A hold check reads the time first
 //! and then asks the guard whether the lock may be lost (exact after a pause: the client
 //! compares its own deadline with its boot clock); only if not does it record that it held
 //! the lock at that time. The planted bug [`Plant::IgnoreDeadline`] records it without asking.
@@ -65,6 +66,10 @@ pub struct WorkerArgs {
     pub wait: Duration,
     #[arg(long, value_enum)]
     pub plant: Option<Plant>,
+    /// The PostgreSQL resource, HOST:PORT: each critical section also writes its lock's row
+    /// through `docs/fencing.md`'s recipe under its token.
+    #[arg(long)]
+    pub postgres: Option<String>,
 }
 
 fn humantime_ms(s: &str) -> Result<Duration, String> {
@@ -256,6 +261,20 @@ impl Worker<'_> {
         }
         if let Some(read) = read {
             self.resource(format!("COMMIT {who} {}", read + 1));
+        }
+        if let Some(addr) = self.args.postgres.clone() {
+            let (row, value) = (lock.to_owned(), who.clone());
+            // psql runs off the runtime's thread, which the client's keepalives share.
+            let written = tokio::task::spawn_blocking(move || {
+                crate::postgres::write(&addr, &row, &value, token)
+            })
+            .await?;
+            self.history.write(WorkerEvent::Postgres {
+                lock: lock.to_owned(),
+                token,
+                written,
+                at: ns(now()),
+            })?;
         }
         let id = self.invoke(sid, lock, Some(token))?;
         match guard.release().await {

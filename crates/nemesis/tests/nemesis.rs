@@ -1,5 +1,6 @@
 //! The nemesis's CI mode on real processes (issue #34): every fault family once with no
-//! violation, and a planted client bug caught. Needs root (network namespaces) and the
+//! violation, and a planted client bug caught (by the checks, and by PostgreSQL's fence under
+//! `docs/fencing.md`'s recipe). Needs root (network namespaces) and the
 //! `latchkey` binary built beside this crate's (`cargo build -p latchkey`), so these tests are
 //! `#[ignore]`d in a plain `cargo test`; `.ci/run` runs them with `--ignored`. The two share
 //! the machine's `lkn-` namespaces and take turns (the run holds a file lock).
@@ -62,6 +63,22 @@ fn every_fault_family_once_leaves_no_violation() {
         "a fault could not be made:\n{out}"
     );
     assert!(out.contains("violations: 0"), "{out}");
+    // The PostgreSQL resource was written through the book's recipe all along.
+    assert!(postgres(&out, "written") > 0, "{out}");
+}
+
+/// A count from the summary's `postgres:` line: `N written`, `N refused`, ...
+fn postgres(out: &str, what: &str) -> u64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("postgres: "))
+        .unwrap_or_else(|| panic!("no postgres line:\n{out}"));
+    let words: Vec<&str> = line.split([' ', ',']).collect();
+    let at = words
+        .iter()
+        .position(|w| *w == what)
+        .unwrap_or_else(|| panic!("no {what:?} in {line:?}"));
+    words[at - 1].parse().unwrap()
 }
 
 #[test]
@@ -76,4 +93,9 @@ fn a_client_that_ignores_its_deadline_is_caught() {
     ]);
     assert_eq!(code, 1, "the planted bug was not caught:\n{out}");
     assert!(out.contains("[hold_overlap]"), "{out}");
+    // The paused holder's late write, under its old token, was refused by `docs/fencing.md`'s
+    // PostgreSQL recipe (the others wrote the row with higher tokens while it was stopped), and
+    // PostgreSQL's log shows no fence going down.
+    assert!(postgres(&out, "refused") >= 1, "{out}");
+    assert!(!out.contains("[postgres_fence]"), "{out}");
 }
