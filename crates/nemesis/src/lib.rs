@@ -1,7 +1,8 @@
 //! A Jepsen-style nemesis on real processes (issue #34): `latchkey serve` members and client
 //! workers, each in its own network namespace on one bridge, under real partitions (blackhole
-//! routes, links set down), kill -9 and restart, SIGSTOP of members and of clients; every
-//! operation recorded with the machine's one boot clock, and the history checked.
+//! routes, links set down), kill -9 and restart, SIGSTOP of members and of clients, wall-clock
+//! steps (libfaketime); every operation recorded with the machine's one boot clock, and the
+//! history checked.
 //!
 //! What it sees that the simulation (`crates/sim`) cannot: real TCP (a partition drops packets
 //! silently, connections stay half-open, HTTP/2 keepalives time out), real timers and

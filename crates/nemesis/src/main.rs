@@ -57,6 +57,9 @@ struct RunArgs {
     workers: u32,
     #[arg(long, default_value_t = 2)]
     locks: u32,
+    /// Raft groups the members split the lock names over (`serve --groups`).
+    #[arg(long, default_value_t = 1)]
+    groups: u32,
     /// The workers' session lease, in seconds.
     #[arg(long, default_value_t = 3)]
     ttl_secs: u64,
@@ -107,6 +110,7 @@ fn main() -> ExitCode {
                 members: args.members,
                 workers: args.workers,
                 locks: args.locks,
+                groups: args.groups,
                 faults,
                 seed: args.seed,
                 ttl,

@@ -44,13 +44,16 @@ pub struct Members {
     pub list: Vec<Member>,
     latchkey: PathBuf,
     peers: String,
+    /// Raft groups the lock namespace is split over (`serve --groups`).
+    groups: u32,
     /// Asks members for their status, from the root namespace.
     probe: Client,
 }
 
 impl Members {
     /// Starts one member per host of `net.members`, founding one cluster.
-    pub fn start(net: &Net, latchkey: &Path, dir: &Path) -> anyhow::Result<Members> {
+    /// Starts one member per member host, the lock namespace split over `groups` Raft groups.
+    pub fn start(net: &Net, latchkey: &Path, dir: &Path, groups: u32) -> anyhow::Result<Members> {
         let peers = net
             .members
             .iter()
@@ -89,6 +92,7 @@ impl Members {
                 .collect(),
             latchkey: latchkey.to_owned(),
             peers,
+            groups,
             probe,
         };
         for i in 0..members.list.len() {
@@ -115,6 +119,7 @@ impl Members {
             ])
             .args(["--peers", &self.peers, "--data-dir"])
             .arg(&m.data_dir)
+            .args(["--groups", &self.groups.to_string()])
             .env("RUST_LOG", "info,openraft=error")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

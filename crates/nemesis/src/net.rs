@@ -24,6 +24,7 @@
 
 use std::fs::File;
 use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
@@ -45,10 +46,16 @@ pub struct Host {
     pub addr: Ipv4Addr,
 }
 
-/// The namespaces, veths and bridge of one run. Removed on drop.
+/// Debian's libfaketime (package `libfaketime`): preloaded into every member and worker, it
+/// offsets their wall clock by what their clock file says ([`Net::step_clock`]).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The namespaces, veths and bridge of one run, and each host's clock. Removed on drop.
 pub struct Net {
     pub members: Vec<Host>,
     pub clients: Vec<Host>,
+    /// Where the hosts' clock files are, when libfaketime is installed.
+    clocks: Option<PathBuf>,
     _lock: nix::fcntl::Flock<File>,
 }
 
@@ -121,8 +128,9 @@ fn remove_stale() -> anyhow::Result<()> {
 }
 
 impl Net {
-    /// Creates `members` member hosts and `clients` client hosts on a fresh bridge.
-    pub fn create(members: u32, clients: u32) -> anyhow::Result<Net> {
+    /// Creates `members` member hosts and `clients` client hosts on a fresh bridge, their
+    /// clock files (if libfaketime is installed) in `dir`.
+    pub fn create(members: u32, clients: u32, dir: &Path) -> anyhow::Result<Net> {
         if !nix::unistd::geteuid().is_root() {
             bail!("the nemesis needs root: it creates network namespaces (run it as root)");
         }
@@ -144,8 +152,12 @@ impl Net {
                     addr: Ipv4Addr::new(10, 88, 0, 100 + i as u8),
                 })
                 .collect(),
+            clocks: Path::new(LIBFAKETIME).exists().then(|| dir.to_owned()),
             _lock: lock,
         };
+        for host in net.members.iter().chain(&net.clients) {
+            net.step_clock(host, 0)?;
+        }
         ip(&["link", "add", BRIDGE, "type", "bridge"])?;
         ip(&["addr", "add", &format!("{ROOT_ADDR}/24"), "dev", BRIDGE])?;
         ip(&["link", "set", BRIDGE, "up"])?;
@@ -180,6 +192,15 @@ impl Net {
         use std::os::unix::process::CommandExt;
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &host.name]).arg(program);
+        // The wall clock (CLOCK_REALTIME) only: monotonic and boot clocks, which timers,
+        // leases and the histories use, are left alone, as a real clock step leaves them.
+        // The file is read again at most a second after it changes.
+        if let Some(dir) = &self.clocks {
+            c.env("LD_PRELOAD", LIBFAKETIME)
+                .env("FAKETIME_TIMESTAMP_FILE", clock_file(dir, host))
+                .env("FAKETIME_CACHE_DURATION", "1")
+                .env("DONT_FAKE_MONOTONIC", "1");
+        }
         // SAFETY: the closure runs in the child between fork and exec and makes one
         // async-signal-safe system call (prctl).
         unsafe {
@@ -214,14 +235,38 @@ impl Net {
         ip(&["link", "set", &host.name, "down"])
     }
 
-    /// Every cut removed and every link up.
+    /// Whether clock faults can be made (libfaketime is installed).
+    pub fn has_clocks(&self) -> bool {
+        self.clocks.is_some()
+    }
+
+    /// `host`'s wall clock runs `secs` ahead of the machine's (behind if negative), seen by
+    /// its processes within a second. A step, as an NTP correction or an operator's `date -s`
+    /// makes one.
+    pub fn step_clock(&self, host: &Host, secs: i64) -> anyhow::Result<()> {
+        let Some(dir) = &self.clocks else {
+            return Ok(());
+        };
+        let file = clock_file(dir, host);
+        let tmp = file.with_extension("new");
+        std::fs::write(&tmp, format!("{secs:+}\n"))?;
+        std::fs::rename(&tmp, &file)?;
+        Ok(())
+    }
+
+    /// Every cut removed, every link up, every clock back to the machine's.
     pub fn heal(&self) -> anyhow::Result<()> {
         for host in self.members.iter().chain(&self.clients) {
             ip(&["-n", &host.name, "route", "flush", "type", "blackhole"])?;
             ip(&["link", "set", &host.name, "up"])?;
+            self.step_clock(host, 0)?;
         }
         Ok(())
     }
+}
+
+fn clock_file(dir: &Path, host: &Host) -> PathBuf {
+    dir.join(format!("clock-{}", host.name))
 }
 
 impl Drop for Net {

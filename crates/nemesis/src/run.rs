@@ -33,6 +33,9 @@ pub struct RunConfig {
     pub members: u32,
     pub workers: u32,
     pub locks: u32,
+    /// Raft groups: with several, "the leader" a fault hits is the one member status names
+    /// (group 0's), while the other groups' leaders fail over, or not, on their own.
+    pub groups: u32,
     pub faults: Vec<Fault>,
     pub seed: u64,
     /// The workers' session lease.
@@ -169,6 +172,33 @@ impl Run<'_> {
         if kind == FaultKind::PauseWorker {
             return self.pause_worker().await;
         }
+        let step = |rng: &mut StdRng| {
+            let secs: i64 = rng.random_range(60..=600);
+            if rng.random_bool(0.5) {
+                secs
+            } else {
+                -secs
+            }
+        };
+        if matches!(
+            kind,
+            FaultKind::ClockJumpLeader | FaultKind::ClockJumpWorkers
+        ) && !self.net.has_clocks()
+        {
+            self.skipped.push(format!(
+                "{kind:?}: no libfaketime ({})",
+                crate::net::LIBFAKETIME
+            ));
+            return Ok(());
+        }
+        if kind == FaultKind::ClockJumpWorkers {
+            let secs = step(&mut self.rng);
+            for c in self.net.clients.clone() {
+                self.net.step_clock(&c, secs)?;
+            }
+            self.note(&format!("  (workers' clocks {secs:+}s)"));
+            return Ok(());
+        }
         let Some(leader) = self.leader().await else {
             return Ok(());
         };
@@ -208,7 +238,14 @@ impl Run<'_> {
                 self.killed.push(leader);
             }
             FaultKind::PauseLeader => self.members.pause(leader)?,
-            FaultKind::PauseWorker => unreachable!("handled above"),
+            FaultKind::ClockJumpLeader => {
+                let secs = step(&mut self.rng);
+                self.net.step_clock(&lhost, secs)?;
+                self.note(&format!("  (clock {secs:+}s)"));
+            }
+            FaultKind::PauseWorker | FaultKind::ClockJumpWorkers => {
+                unreachable!("handled above")
+            }
         }
         self.note(&format!("  (leader was member {leader})"));
         Ok(())
@@ -402,8 +439,8 @@ pub fn run(config: &RunConfig) -> anyhow::Result<Report> {
 
 async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
     let start = now();
-    let net = Net::create(config.members, config.workers)?;
-    let members = Members::start(&net, &config.latchkey, dir)?;
+    let net = Net::create(config.members, config.workers, dir)?;
+    let members = Members::start(&net, &config.latchkey, dir, config.groups)?;
     let mut run = Run {
         config,
         net,

@@ -28,10 +28,16 @@ pub enum FaultKind {
     PauseLeader,
     /// SIGSTOP of a worker inside its critical section, for longer than its lease.
     PauseWorker,
+    /// The leader's wall clock steps 1 to 10 minutes ahead or behind (libfaketime); back when
+    /// the fault ends. Its monotonic clock, which leases use, does not move.
+    ClockJumpLeader,
+    /// Every worker's wall clock steps 1 to 10 minutes ahead or behind: a client's deadline
+    /// is on its boot clock and must not move with it.
+    ClockJumpWorkers,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::IsolateLeader,
         FaultKind::SplitLeaderMinority,
         FaultKind::Bridge,
@@ -40,6 +46,8 @@ impl FaultKind {
         FaultKind::KillLeader,
         FaultKind::PauseLeader,
         FaultKind::PauseWorker,
+        FaultKind::ClockJumpLeader,
+        FaultKind::ClockJumpWorkers,
     ];
 }
 

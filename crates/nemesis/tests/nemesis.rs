@@ -51,6 +51,8 @@ fn every_fault_family_once_leaves_no_violation() {
         "KillLeader",
         "PauseLeader",
         "PauseWorker",
+        "ClockJumpLeader",
+        "ClockJumpWorkers",
     ] {
         assert!(
             out.lines()
