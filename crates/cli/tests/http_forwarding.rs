@@ -232,6 +232,14 @@ fn a_forwarded_request_is_checked_against_the_callers_own_identity() {
         // No token: the follower forwards no identity of its own.
         let anonymous = take(None, 3, "app/y");
         assert_eq!(anonymous.status, 401, "{anonymous:?}");
+        // HTTP requires a 401 to name its scheme.
+        assert!(
+            anonymous
+                .headers
+                .iter()
+                .any(|(k, v)| k == "www-authenticate" && v.starts_with("Bearer")),
+            "{anonymous:?}"
+        );
         let admin_release = send(
             Some(APP),
             "/v1/admin/release",

@@ -333,11 +333,25 @@ pub struct ErrorBody<'a> {
 
 impl ErrorBody<'_> {
     /// The response carrying this body under `status`.
+    /// The body as JSON under `status`. A 401 names the scheme to authenticate with
+    /// (`WWW-Authenticate: Bearer`), which HTTP requires of every 401 (RFC 9110, 11.6.1);
+    /// browsers show no password dialog for it.
     pub fn into_response_with(self, status: StatusCode) -> Response {
         let body = serde_json::to_vec(&self).expect("an error body always encodes");
-        (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+        let mut response =
+            (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static(WWW_AUTHENTICATE_BEARER),
+            );
+        }
+        response
     }
 }
+
+/// What a 401 answers in `WWW-Authenticate`.
+pub const WWW_AUTHENTICATE_BEARER: &str = "Bearer realm=\"latchkey\"";
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {

@@ -217,7 +217,8 @@ fn bad(what: &str) -> std::io::Error {
 }
 
 /// An HTTP/1.1 answer read to its end: a status line, headers, and a body of `content-length`
-/// bytes (the API's answers all have one).
+/// bytes (the API's answers all have one). Relayed: the status, the body, its type, and a
+/// 401's `WWW-Authenticate`; no other header (a cookie, say) passes.
 fn parse_answer(answer: &[u8]) -> std::io::Result<Response> {
     let end = answer
         .windows(4)
@@ -233,6 +234,7 @@ fn parse_answer(answer: &[u8]) -> std::io::Result<Response> {
         .and_then(|s| StatusCode::from_u16(s).ok())
         .ok_or_else(|| bad("no status"))?;
     let mut content_type = None;
+    let mut authenticate = None;
     let mut length = None;
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {
@@ -241,6 +243,8 @@ fn parse_answer(answer: &[u8]) -> std::io::Result<Response> {
         let value = value.trim();
         if name.eq_ignore_ascii_case("content-type") {
             content_type = HeaderValue::from_str(value).ok();
+        } else if name.eq_ignore_ascii_case("www-authenticate") {
+            authenticate = HeaderValue::from_str(value).ok();
         } else if name.eq_ignore_ascii_case("content-length") {
             length = value.parse::<usize>().ok();
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
@@ -256,6 +260,11 @@ fn parse_answer(answer: &[u8]) -> std::io::Result<Response> {
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, content_type);
+    }
+    if let Some(authenticate) = authenticate {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, authenticate);
     }
     Ok(response)
 }
@@ -283,6 +292,13 @@ mod tests {
         let r = parse_answer(answer).unwrap();
         assert_eq!(r.status(), StatusCode::FORBIDDEN);
         assert_eq!(r.headers().len(), 1, "{:?}", r.headers());
+        let answer = b"HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\nwww-authenticate: Bearer realm=\"latchkey\"\r\ncontent-length: 2\r\n\r\n{}";
+        let r = parse_answer(answer).unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            r.headers().get(header::WWW_AUTHENTICATE).unwrap(),
+            "Bearer realm=\"latchkey\""
+        );
         assert!(parse_answer(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n{}").is_err());
         assert!(parse_answer(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n").is_err());
         assert!(parse_answer(b"HTTP/1.1 200 OK\r\n").is_err());
