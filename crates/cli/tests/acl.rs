@@ -11,7 +11,6 @@ use common::serve::ServeProcess;
 use common::{free_port, run, Output, CLI_TIMEOUT, READY_TIMEOUT};
 use latchkey_proto::v1 as pb;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-use sha2::{Digest, Sha256};
 use tonic::Code;
 
 const ADMIN: &str = "admin-token-0123456789";
@@ -19,13 +18,6 @@ const APP: &str = "app-token-0123456789";
 const APP2: &str = "app2-token-0123456789";
 const READER: &str = "reader-token-0123456789";
 const EXIT_PERMISSION_DENIED: i32 = 5;
-
-fn sha256_hex(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// The access-control file every test serves: `app` and `app2` may lock and read under `app/`
 /// (with small quotas), `reader` may only read, `admin` may do anything, and the certificate
@@ -74,10 +66,10 @@ roles = ["reader"]
 [identities.worker]
 roles = ["worker"]
 "#,
-        sha256_hex(ADMIN),
-        sha256_hex(APP),
-        sha256_hex(APP2),
-        sha256_hex(READER),
+        common::sha256_hex(ADMIN),
+        common::sha256_hex(APP),
+        common::sha256_hex(APP2),
+        common::sha256_hex(READER),
     )
 }
 
@@ -1081,7 +1073,7 @@ fn a_refused_call_is_counted_and_logged_and_a_flood_logs_a_bounded_number_of_lin
 fn reader_identity(name: &str, token: &str) -> String {
     format!(
         "\n[identities.{name}]\ntoken_sha256 = \"{}\"\nroles = [\"reader\"]\n",
-        sha256_hex(token)
+        common::sha256_hex(token)
     )
 }
 

@@ -13,7 +13,6 @@ use common::cluster::Cluster;
 use common::serve::ServeProcess;
 use common::{free_port, http_call, run, wait_until, HttpReply, Server, POLL, READY_TIMEOUT};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 /// Longer than one long-poll (`ACQUIRE_POLL_MS_MAX`), so that a waiting acquire answers.
 const CALL_TIMEOUT: Duration =
@@ -604,13 +603,6 @@ fn the_http_api_serves_a_cluster_of_several_raft_groups() {
 const APP: &str = "app-token-0123456789";
 const OTHER: &str = "other-token-0123456789";
 
-fn sha256_hex(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// Kills the server when dropped, printing its log if the test failed.
 struct Running(ServeProcess);
 
@@ -654,8 +646,8 @@ roles = ["app"]
 token_sha256 = "{}"
 roles = ["app"]
 "#,
-            sha256_hex(APP),
-            sha256_hex(OTHER)
+            common::sha256_hex(APP),
+            common::sha256_hex(OTHER)
         ),
     )
     .unwrap();
@@ -805,8 +797,8 @@ roles = ["app"]
 token_sha256 = "{}"
 roles = ["admin"]
 "#,
-            sha256_hex(APP),
-            sha256_hex(ADMIN)
+            common::sha256_hex(APP),
+            common::sha256_hex(ADMIN)
         ),
     )
     .unwrap();

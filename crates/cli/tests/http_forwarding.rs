@@ -10,7 +10,6 @@ use std::time::Duration;
 use common::cluster::{Cluster, Timing};
 use common::{http_call, HttpReply, READY_TIMEOUT};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 /// Longer than one long-poll (`ACQUIRE_POLL_MS_MAX`), so that a waiting acquire answers.
 const CALL_TIMEOUT: Duration =
@@ -20,13 +19,6 @@ const ADMIN: &str = "admin-token-0123456789";
 const APP: &str = "app-token-0123456789";
 /// The mark a follower puts on a request it forwards (`api::http::forward::FORWARDED_HEADER`).
 const FORWARDED_BY: &str = "latchkey-forwarded-by";
-
-fn sha256_hex(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// An access-control list: `app` may take and read names under `app_prefix`, `admin` anything.
 fn acl_text(app_prefix: &str) -> String {
@@ -49,8 +41,8 @@ roles = ["app"]
 token_sha256 = "{}"
 roles = ["admin"]
 "#,
-        sha256_hex(APP),
-        sha256_hex(ADMIN)
+        common::sha256_hex(APP),
+        common::sha256_hex(ADMIN)
     )
 }
 

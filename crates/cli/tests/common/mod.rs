@@ -562,3 +562,12 @@ pub fn names_by_group(groups: u32) -> Vec<String> {
         })
         .collect()
 }
+
+/// The hex SHA-256 of a bearer token, as an access-control list's `token_sha256` holds it.
+pub fn sha256_hex(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
