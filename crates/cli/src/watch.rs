@@ -115,6 +115,8 @@ mod tests {
             lock: "jobs/a".into(),
             session: SessionId(5),
             token: Some(12),
+            mode: Some(latchkey_core::Mode::Exclusive),
+            value: None,
         });
         assert_eq!(
             human(None, &granted),

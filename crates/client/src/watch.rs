@@ -378,6 +378,8 @@ impl GroupWatch {
                     lock: e.lock,
                     session: SessionId(e.session),
                     token,
+                    mode: None,
+                    value: None,
                 };
                 (event.position(), Some(WatchItem::Event(event)))
             }
