@@ -573,6 +573,7 @@ mod tests {
             token: 17,
             held_for: Duration::from_millis(1500),
             owner: Some(web3.clone()),
+            value: None,
         };
         let held = LockInfo {
             name: "b".into(),
@@ -625,6 +626,7 @@ mod tests {
             token,
             held_for: Duration::from_millis(2000),
             owner: None,
+            value: None,
         };
         let waiter = |session, mode| Waiter {
             session,

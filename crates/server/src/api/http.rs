@@ -626,6 +626,7 @@ async fn acquire(
             req.name,
             req.wait_timeout_ms,
             req.mode.into(),
+            None,
             who.as_ref(),
         )
         .await
