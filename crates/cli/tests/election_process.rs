@@ -96,8 +96,8 @@ fn observed(observer: &Proc) -> Vec<(u64, u64, String)> {
         .collect()
 }
 
-/// Two candidates and an observer; the Raft leader's member is killed while the first
-/// candidate's COMMAND runs. The first COMMAND stops before the second starts, the second
+/// Two candidates and an observer (whose watch starts on the member to be killed); the Raft
+/// leader's member is killed while the first candidate's COMMAND runs. The first COMMAND stops before the second starts, the second
 /// leads with a higher token, and the observer prints each leader exactly once, in order,
 /// with its value.
 #[test]
@@ -106,12 +106,23 @@ fn an_election_hands_over_across_a_leader_kill_and_the_observer_sees_each_leader
     let (leader, _) = cluster.wait_leader(&[], T);
     let work = Work::new();
     let endpoints = cluster.endpoints();
+    // The observer asks the member that will be killed first, so that its watch has to
+    // resume on another one.
+    let mut first_the_leader = vec![cluster.addr(leader)];
+    first_the_leader.extend(
+        cluster
+            .ids()
+            .into_iter()
+            .filter(|id| *id != leader)
+            .map(|id| cluster.addr(id)),
+    );
+    let observer_endpoints = first_the_leader.join(",");
     let observer_args: Vec<String> = [
         "elect",
         "--observe",
         "--json",
         "--endpoints",
-        &endpoints,
+        &observer_endpoints,
         "svc",
     ]
     .iter()
