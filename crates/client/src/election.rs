@@ -110,9 +110,7 @@ impl Client {
             client: self.clone(),
             name: name.to_owned(),
             watch,
-            current: None,
-            delivered: None,
-            last_token: 0,
+            state: Observed::default(),
         };
         observe.resync().await?;
         Ok(observe)
@@ -130,26 +128,18 @@ pub struct Observe {
     client: Client,
     name: String,
     watch: Watch,
-    /// The leader as the events tell it now (`None`: nobody leads).
-    current: Option<Leader>,
-    /// The leader last delivered.
-    delivered: Option<Leader>,
-    /// The highest token seen for the name: a grant at or below it is old news.
-    last_token: u64,
+    state: Observed,
 }
 
 impl Observe {
     /// The next leader, or the leader's next value.
     pub async fn next(&mut self) -> Result<Leader, Error> {
         loop {
-            if let Some(l) = &self.current {
-                if !same(&self.delivered, &self.current) {
-                    self.delivered = Some(l.clone());
-                    return Ok(l.clone());
-                }
+            if let Some(news) = self.state.news() {
+                return Ok(news);
             }
             match self.watch.next().await? {
-                WatchItem::Event(e) if e.lock == self.name => self.apply(e),
+                WatchItem::Event(e) if e.lock == self.name => self.state.apply(e),
                 WatchItem::Event(_) => {}
                 WatchItem::Missed { .. } => self.resync().await?,
             }
@@ -159,15 +149,32 @@ impl Observe {
     /// Reads the leader now (a linearizable read).
     async fn resync(&mut self) -> Result<(), Error> {
         let leader = self.client.leader(&self.name).await?;
-        if let Some(l) = &leader {
-            if l.token < self.last_token {
-                // Older than what the events already said: keep theirs.
-                return Ok(());
-            }
-            self.last_token = l.token;
+        self.state.read(leader);
+        Ok(())
+    }
+}
+
+/// What an [`Observe`] knows: pure, fed the leader reads and the name's watch events.
+#[derive(Debug, Default)]
+struct Observed {
+    /// The leader as the reads and events tell it now (`None`: nobody leads).
+    current: Option<Leader>,
+    /// The leader last delivered.
+    delivered: Option<Leader>,
+    /// The highest token seen for the name: a grant at or below it is old news.
+    last_token: u64,
+}
+
+impl Observed {
+    /// A read of the leader. One older than what the events already said (a read that raced
+    /// them) is ignored.
+    fn read(&mut self, leader: Option<Leader>) {
+        match &leader {
+            Some(l) if l.token < self.last_token => return,
+            Some(l) => self.last_token = l.token,
+            None => {}
         }
         self.current = leader;
-        Ok(())
     }
 
     fn apply(&mut self, e: WatchEvent) {
@@ -190,21 +197,87 @@ impl Observe {
             WatchKind::Released
             | WatchKind::Expired
             | WatchKind::Revoked
-            | WatchKind::ForceReleased => {
-                if self.current.as_ref().is_some_and(|l| l.token == token) {
-                    self.current = None;
-                }
+            | WatchKind::ForceReleased
+                if self.current.as_ref().is_some_and(|l| l.token == token) =>
+            {
+                self.current = None;
             }
             _ => {}
         }
     }
+
+    /// The leader to deliver, if it is news: another leader or value than the last delivered.
+    fn news(&mut self) -> Option<Leader> {
+        let now = self.current.as_ref()?;
+        let same = self.delivered.as_ref().is_some_and(|d| {
+            (d.session, d.token, &d.value) == (now.session, now.token, &now.value)
+        });
+        if same {
+            return None;
+        }
+        self.delivered = Some(now.clone());
+        Some(now.clone())
+    }
 }
 
-/// Whether two states are the same leader with the same value (the time aside).
-fn same(a: &Option<Leader>, b: &Option<Leader>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => (a.session, a.token, &a.value) == (b.session, b.token, &b.value),
-        _ => false,
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latchkey_core::SessionId;
+
+    fn event(kind: WatchKind, session: u64, token: u64, value: Option<&str>) -> WatchEvent {
+        WatchEvent {
+            index: token,
+            ordinal: 0,
+            kind,
+            lock: "svc".into(),
+            session: SessionId(session),
+            token: Some(token),
+            mode: (kind == WatchKind::Granted).then_some(Mode::Exclusive),
+            value: value.map(|v| v.as_bytes().to_vec()),
+        }
+    }
+
+    fn leader(session: u64, token: u64, value: &str) -> Leader {
+        Leader {
+            session,
+            token,
+            value: value.as_bytes().to_vec(),
+            held_for: None,
+        }
+    }
+
+    /// Each leader and value once, in term order; a handover reads as the next leader; a read
+    /// that raced the events, or a replayed older grant, never brings an older leader back.
+    #[test]
+    fn each_leader_and_value_is_news_once_and_never_an_older_leader() {
+        use WatchKind::*;
+        let mut o = Observed::default();
+        o.read(Some(leader(1, 10, "a")));
+        assert_eq!(o.news(), Some(leader(1, 10, "a")));
+        assert_eq!(o.news(), None, "the same leader twice");
+        // The events from before the read (the watch opened first) change nothing.
+        o.apply(event(Granted, 1, 10, Some("a")));
+        o.apply(event(Granted, 9, 7, Some("old")));
+        assert_eq!(o.news(), None);
+        o.apply(event(Proclaimed, 1, 10, Some("a2")));
+        assert_eq!(o.news(), Some(leader(1, 10, "a2")));
+        // A proclaim of an ended term is not news.
+        o.apply(event(Proclaimed, 9, 7, Some("stale")));
+        assert_eq!(o.news(), None);
+        // A handover: released then granted in one entry; only the new leader is news.
+        o.apply(event(Released, 1, 10, None));
+        assert_eq!(o.news(), None, "no leader is not an item");
+        o.apply(event(Granted, 2, 12, Some("b")));
+        assert_eq!(o.news(), Some(leader(2, 12, "b")));
+        // A read older than the events (it raced them) is ignored.
+        o.read(Some(leader(1, 10, "a2")));
+        assert_eq!(o.news(), None);
+        // Readers and permits are not leaders.
+        let mut shared = event(Granted, 3, 14, None);
+        shared.mode = Some(Mode::Shared);
+        o.apply(event(Expired, 2, 12, None));
+        o.apply(shared);
+        assert_eq!(o.news(), None);
     }
 }
