@@ -127,9 +127,10 @@ const _: () = assert!(TABLE_GRANT_BYTES <= TABLE_WAITER_BYTES);
 const _: () = assert!(TABLE_WAITER_BYTES >= 2 * TABLE_OUTCOME_BYTES);
 const _: () = assert!(TABLE_LOCK_BYTES >= TABLE_OUTCOME_BYTES);
 /// An election's published value (issue #32), held by the leader's grant or by a campaign's
-/// wait until it is granted: the map entry, the name's or request's key and the value's heap
-/// header (the value's bytes on top). The same charge either way, so a handover from the queue
-/// moves it and needs no room.
+/// wait until it is granted: the map entry, its key, the token and the value's heap header
+/// (the value's bytes and the election's name's, which a snapshot writes again beside a
+/// published value, on top). The same charge either way, so a handover from the queue moves
+/// it and needs no room.
 pub const TABLE_VALUE_BYTES: usize = 64;
 
 /// The byte budget of the whole lock table (`--table-bytes-max` lowers it): sessions with their

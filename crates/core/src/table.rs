@@ -33,7 +33,8 @@
 //! published value always belongs to its name's exclusive holder (`check_values`).
 //! `Op::Proclaim` replaces it for that holder only (`Rejection::NotElectionLeader` otherwise). Values
 //! are charged (`limits::TABLE_VALUE_BYTES` plus their bytes) the same while waiting and
-//! published, so a handover needs no room. A table with a value, or a session that remembers
+//! published (with the name's bytes: a snapshot writes the name again beside a published
+//! value), so a handover needs no room. A table with a value, or a session that remembers
 //! a proclaim's answer, is written in snapshot format 9; any other as before.
 //!
 //! Time: the one decision that depends on it is whether a wait has ended (a waiter records
@@ -158,9 +159,11 @@ fn waiter_bytes(name: &str) -> usize {
     limits::TABLE_WAITER_BYTES + name.len()
 }
 
-/// What an election value is charged, published or waiting for its campaign's grant.
-fn value_bytes(value: &[u8]) -> usize {
-    limits::TABLE_VALUE_BYTES + value.len()
+/// What an election value for `name` is charged, published or waiting for its campaign's
+/// grant: the same either way, with the name's bytes, which a snapshot writes again beside a
+/// published value.
+fn value_bytes(name: &str, value: &[u8]) -> usize {
+    limits::TABLE_VALUE_BYTES + name.len() + value.len()
 }
 
 /// An election value and the grant that published it.
@@ -671,8 +674,21 @@ impl LockTable {
             .iter()
             .map(|(n, l)| lock_bytes(n) + l.holders.len() * limits::TABLE_GRANT_BYTES)
             .sum();
-        let values: usize = self.values.values().map(|p| value_bytes(&p.value)).sum();
-        let campaigns: usize = self.campaigns.values().map(|v| value_bytes(v)).sum();
+        let values: usize = self
+            .values
+            .iter()
+            .map(|(n, p)| value_bytes(n, &p.value))
+            .sum();
+        // A campaign's name is its waiting request's (one that waits for nothing breaks an
+        // invariant, which `check_values` reports).
+        let campaigns: usize = self
+            .campaigns
+            .iter()
+            .map(|((sid, seq), v)| {
+                let name = self.sessions.get(sid).and_then(|s| s.waiting.get(seq));
+                value_bytes(name.map_or("", String::as_str), v)
+            })
+            .sum();
         sessions + locks + multi + values + campaigns
     }
 
@@ -964,7 +980,7 @@ impl LockTable {
                 let o = match r.value.map(|v| validate_value(v)) {
                     Some(Err(e)) => Outcome::Rejected(e),
                     _ => {
-                        let extra = r.value.map_or(0, |v| value_bytes(v));
+                        let extra = r.value.map_or(0, |v| value_bytes(name, v));
                         let a = (session.id, seq, name.as_str(), r.wait_ms, r.mode);
                         self.acquire(a, extra, index, now_ms)
                     }
@@ -973,13 +989,13 @@ impl LockTable {
                 if let Some(v) = r.value {
                     match o {
                         Outcome::Granted { token } => {
-                            self.bytes += value_bytes(v);
+                            self.bytes += value_bytes(name, v);
                             let key = self.key_of(name);
                             let value = v.clone();
                             self.values.insert(key, Published { token, value });
                         }
                         Outcome::Queued { .. } => {
-                            self.bytes += value_bytes(v);
+                            self.bytes += value_bytes(name, v);
                             self.campaigns.insert((session.id, seq), v.clone());
                         }
                         _ => {}
@@ -1392,7 +1408,7 @@ impl LockTable {
             if w.until_ms > now_ms {
                 s.held.insert(key.clone());
             } else {
-                self.drop_campaign(w.session, w.seq);
+                self.drop_campaign(name, w.session, w.seq);
                 self.record(w.session, w.seq, Outcome::NotGranted);
                 fx.ended_waits.push((w.session, w.seq));
                 fx.changes.push(LockChange::WaitEnded {
@@ -1450,7 +1466,7 @@ impl LockTable {
     fn forget_hold(&mut self, name: &str, session: SessionId, token: u64, fx: &mut Applied) {
         if self.values.get(name).is_some_and(|p| p.token == token) {
             let p = self.values.remove(name).expect("found");
-            self.bytes -= value_bytes(&p.value);
+            self.bytes -= value_bytes(name, &p.value);
         }
         let removed = self
             .sessions
@@ -1495,14 +1511,14 @@ impl LockTable {
             "waiter indexed by its end"
         );
         self.bytes -= waiter_bytes(&name);
-        self.drop_campaign(sid, seq);
+        self.drop_campaign(&name, sid, seq);
         name
     }
 
-    /// A wait that ends without a grant drops its campaign's value, if it had one.
-    fn drop_campaign(&mut self, sid: SessionId, seq: u64) {
+    /// A wait for `name` that ends without a grant drops its campaign's value, if it had one.
+    fn drop_campaign(&mut self, name: &str, sid: SessionId, seq: u64) {
         if let Some(v) = self.campaigns.remove(&(sid, seq)) {
-            self.bytes -= value_bytes(&v);
+            self.bytes -= value_bytes(name, &v);
         }
     }
 
@@ -1564,8 +1580,11 @@ impl LockTable {
             self.record(sid, seq, o.clone());
             return o;
         }
-        let old = self.values.get(name).map_or(0, |p| value_bytes(&p.value));
-        let new = value_bytes(value);
+        let old = self
+            .values
+            .get(name)
+            .map_or(0, |p| value_bytes(name, &p.value));
+        let new = value_bytes(name, value);
         if new > old {
             if let Err(r) = self.room_for(new - old) {
                 return Outcome::Rejected(r);
@@ -1775,7 +1794,7 @@ impl LockTable {
             }
             let s = self.sessions.get_mut(&w.session).expect("live waiter");
             s.waiting.remove(&w.seq).expect("recorded wait");
-            self.drop_campaign(w.session, w.seq);
+            self.drop_campaign(name, w.session, w.seq);
             self.record(w.session, w.seq, Outcome::NotGranted);
             fx.ended_waits.push((w.session, w.seq));
             fx.changes.push(LockChange::WaitEnded {

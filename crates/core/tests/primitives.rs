@@ -791,3 +791,32 @@ fn a_table_with_an_election_is_written_in_format_9_and_round_trips() {
     assert!(matches!(a.outcome, Outcome::Granted { .. }));
     assert_eq!(encode_table(&t.table)[0], codec::SNAPSHOT_FORMAT_VERSION_V7);
 }
+
+/// Regression: a published value was charged `TABLE_VALUE_BYTES` plus its bytes, but a
+/// snapshot writes the election's name again beside it: a campaign under a long name added
+/// more to a snapshot than to the accounted bytes, against the rule that each charge is at
+/// least what the thing takes in a snapshot (`table.rs`, "Byte budget").
+#[test]
+fn a_published_value_is_charged_at_least_what_it_takes_in_a_snapshot() {
+    let long = "n".repeat(limits::LOCK_NAME_BYTES_MAX);
+    for value in [
+        &b""[..],
+        b"v",
+        &[b'v'; limits::ELECTION_VALUE_BYTES_MAX][..],
+    ] {
+        let mut plain = T::new(2);
+        let mut elected = T::new(2);
+        plain.take(1, &long, Mode::Exclusive);
+        elected.campaign(1, &long, value);
+        // And a campaign queued behind the leader, with its value.
+        plain.take(2, &long, Mode::Exclusive);
+        elected.campaign(2, &long, value);
+        let charged = elected.table.bytes() - plain.table.bytes();
+        let written = encode_table(&elected.table).len() - encode_table(&plain.table).len();
+        assert!(
+            written <= charged,
+            "{} value bytes: {written} bytes more in a snapshot, {charged} more accounted",
+            value.len()
+        );
+    }
+}
