@@ -1,4 +1,6 @@
-//! `latchkey lock NAME -- COMMAND`: run COMMAND while holding NAME.
+//! `latchkey lock NAME -- COMMAND`: run COMMAND while holding NAME. `latchkey elect NAME --
+//! COMMAND` runs here too: its acquire is a campaign (`LockArgs::campaign`), and everything
+//! after the grant is the same.
 //!
 //! COMMAND runs in a process group of its own, and every signal goes to that group: a shell
 //! script, `make` or a worker pool stops as a whole, not just its first process.
@@ -123,9 +125,13 @@ pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u
     supervise(child, guard, session, grace, &mut terminate, &mut interrupt).await
 }
 
-/// The lock request `args` ask for: exclusive, `--shared` or `--permits N`.
+/// The lock request `args` ask for: exclusive, `--shared` or `--permits N`, or a campaign
+/// (`latchkey elect`).
 fn request<'a>(session: &'a Session, args: &LockArgs) -> latchkey_client::LockRequest<'a> {
     let request = session.lock(args.name.clone());
+    if let Some(value) = &args.campaign {
+        return request.campaign(value.clone());
+    }
     match args.mode() {
         latchkey_core::Mode::Exclusive => request,
         latchkey_core::Mode::Shared => request.shared(),

@@ -16,6 +16,7 @@ mod admin;
 mod bench;
 mod config;
 mod duration;
+mod elect;
 mod lock;
 mod logwriter;
 mod query;
@@ -83,6 +84,14 @@ enum Command {
     // LATCHKEY_ENDPOINTS, which reads as if `--endpoints` were required: a fixed usage line.
     #[command(override_usage = "latchkey lock [OPTIONS] <NAME> -- <COMMAND>...")]
     Lock(LockArgs),
+    /// Run COMMAND while this process leads the election NAME (a lock whose holder publishes
+    /// --value), exactly as `latchkey lock` runs it: with LATCHKEY_TOKEN, stopped (its process
+    /// group) the moment leadership may be lost. Candidates wait FIFO; `--observe` prints each
+    /// leader instead.
+    #[command(
+        override_usage = "latchkey elect [OPTIONS] <NAME> [-- <COMMAND>...]\n       latchkey elect --observe [--json] <NAME>"
+    )]
+    Elect(ElectArgs),
     /// Show one lock: holder (session, owner, token, held for; every reader or permit holder of
     /// a read-write lock or semaphore, with the mode) and each waiter (session, owner, waited
     /// for).
@@ -594,6 +603,60 @@ pub struct LockArgs {
     /// Ctrl-C or SIGTERM, its token printed on stdout (as `etcdctl lock NAME` does).
     #[arg(last = true, num_args = 1.., value_name = "COMMAND")]
     pub command: Vec<String>,
+    /// Set by `latchkey elect`: the acquire is a campaign publishing this value.
+    #[arg(skip)]
+    pub campaign: Option<Vec<u8>>,
+}
+
+#[derive(Args, Debug)]
+pub struct ElectArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Session lease: how long leadership outlives this process if it stops renewing.
+    #[arg(long, default_value = "15s", value_parser = parse_ttl)]
+    pub ttl: Duration,
+    /// Give up waiting to lead after this long (default: wait forever).
+    #[arg(long, value_parser = parse_wait, allow_hyphen_values = true, value_name = "DURATION")]
+    pub wait: Option<Duration>,
+    /// Free text about this candidate, shown by `status` and `list`.
+    #[arg(long, value_name = "TEXT")]
+    pub owner: Option<String>,
+    /// The value this candidate publishes while it leads (an address, a name; at most 1024
+    /// bytes), read by `latchkey status NAME` and `--observe`.
+    #[arg(long, value_name = "V", conflicts_with = "observe")]
+    pub value: Option<String>,
+    /// Print the election's leader (if one leads), then each new leader and each new value,
+    /// one line each, until interrupted (exit 130); moves to another endpoint when its member
+    /// fails, without repeating or skipping a change.
+    #[arg(long)]
+    pub observe: bool,
+    /// With --observe: one JSON object per line (`{"session", "token", "value"}`).
+    #[arg(long, requires = "observe")]
+    pub json: bool,
+    /// The election's name.
+    #[arg(value_parser = parse_lock_name())]
+    pub name: String,
+    /// The command to run while leading, after `--`. Without one, leadership is held until
+    /// Ctrl-C or SIGTERM, its token printed on stdout.
+    #[arg(last = true, num_args = 1.., value_name = "COMMAND", conflicts_with = "observe")]
+    pub command: Vec<String>,
+}
+
+impl ElectArgs {
+    /// The `latchkey lock` these arguments run: an exclusive acquire that campaigns.
+    pub fn into_lock_args(self) -> LockArgs {
+        LockArgs {
+            endpoints: self.endpoints,
+            ttl: self.ttl,
+            wait: self.wait,
+            owner: self.owner,
+            shared: false,
+            permits: None,
+            name: self.name,
+            command: self.command,
+            campaign: Some(self.value.unwrap_or_default().into_bytes()),
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -950,8 +1013,9 @@ fn main() -> ExitCode {
                 _ => "info",
             },
         },
-        // `lock` shares stderr with COMMAND and must never block on it (see logwriter.rs).
-        matches!(cli.command, Command::Lock(_)),
+        // `lock` and `elect` share stderr with COMMAND and must never block on it (see
+        // logwriter.rs).
+        matches!(cli.command, Command::Lock(_) | Command::Elect(_)),
         match &cli.command {
             Command::Serve(args) => args.log_format,
             _ => LogFormat::Text,
@@ -973,6 +1037,10 @@ fn main() -> ExitCode {
             // Both handle SIGINT and SIGTERM themselves (a clean shutdown; COMMAND's group).
             Command::Serve(args) => serve::serve(args).await.map(|()| 0),
             Command::Lock(args) => lock::lock(args, timeout).await,
+            Command::Elect(args) if args.observe => {
+                bounded(timeout, elect::observe(args)).await.map(|()| 0)
+            }
+            Command::Elect(args) => lock::lock(args.into_lock_args(), timeout).await,
             Command::Status(args) => bounded(timeout, query::status(args)).await.map(|()| 0),
             Command::List(args) => bounded(timeout, query::list(args)).await.map(|()| 0),
             Command::Watch(args) => bounded(timeout, watch::watch(args)).await.map(|()| 0),

@@ -14,7 +14,8 @@ use crate::{ClusterStatusArgs, ListArgs, MemberAddArgs, MemberAddrArgs, MemberId
 /// when the lock is free; `owner` is also null when the holder's client gave none. Of a lock
 /// with several holders (readers, permits) they are the first granted's; `holders` lists
 /// every one. `mode` is how it is held: `exclusive`, `shared`, or `permits` (a semaphore of
-/// `permits`, null for a lock).
+/// `permits`, null for a lock). `value`, only present then, is the election value its
+/// exclusive holder (the election's leader) published, as UTF-8.
 #[derive(Serialize, Debug, PartialEq)]
 pub struct LockJson {
     pub name: String,
@@ -26,6 +27,8 @@ pub struct LockJson {
     pub mode: &'static str,
     pub permits: Option<u32>,
     pub holders: Vec<HolderJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
     pub waiters: u32,
     /// Waiters in queue order: all of them from `status`, the first few from `list`.
     pub queue: Vec<WaiterJson>,
@@ -95,6 +98,11 @@ impl From<&LockInfo> for LockJson {
                     owner: h.owner.as_ref().map(owner_json),
                 })
                 .collect(),
+            value: lock
+                .holder
+                .as_ref()
+                .and_then(|h| h.value.as_deref())
+                .map(|v| String::from_utf8_lossy(v).into_owned()),
             name: lock.name.clone(),
             held: lock.holder.is_some(),
             token: lock.holder.as_ref().map(|h| h.token),
@@ -160,7 +168,15 @@ fn human(lock: &LockInfo) -> String {
             lock.holders.len(),
             holders()
         ),
-        (Some(h), Mode::Exclusive) => format!("{}: held by {}; {waiting}", lock.name, holder(h)),
+        (Some(h), Mode::Exclusive) => match &h.value {
+            Some(v) => format!(
+                "{}: led by {}, value {:?}; {waiting}",
+                lock.name,
+                holder(h),
+                String::from_utf8_lossy(v)
+            ),
+            None => format!("{}: held by {}; {waiting}", lock.name, holder(h)),
+        },
     }
 }
 
@@ -573,6 +589,7 @@ mod tests {
             token: 17,
             held_for: Duration::from_millis(1500),
             owner: Some(web3.clone()),
+            value: None,
         };
         let held = LockInfo {
             name: "b".into(),
@@ -614,6 +631,23 @@ mod tests {
              1. session 5 waiting for 2m05s\n  \
              2. session 6 (host web-3, pid 4411, user deploy) waiting for 0.9s"
         );
+        // An election's leader (issue #32): its value in both forms.
+        let mut led = held.clone();
+        for h in led.holder.iter_mut().chain(led.holders.iter_mut()) {
+            h.value = Some(b"10.0.0.1:80".to_vec());
+        }
+        assert_eq!(
+            serde_json::to_value(LockJson::from(&led)).unwrap()["value"],
+            "10.0.0.1:80"
+        );
+        assert!(
+            human(&led).starts_with(
+                "b: led by session 3 (host web-3, pid 4411, user deploy) with token 17 for \
+                 1.5s, value \"10.0.0.1:80\"; 2 waiting"
+            ),
+            "{}",
+            human(&led)
+        );
     }
 
     /// Readers and permits: every holder with its token, the mode, a semaphore's permits, and
@@ -625,6 +659,7 @@ mod tests {
             token,
             held_for: Duration::from_millis(2000),
             owner: None,
+            value: None,
         };
         let waiter = |session, mode| Waiter {
             session,

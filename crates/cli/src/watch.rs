@@ -1,6 +1,7 @@
 //! `latchkey watch [PREFIX]`: lock changes, one line each, as the cluster applies them.
 //! `--json` lines carry the event's `ordinal` within its entry too: `(index, ordinal)` is its
-//! position, the same on every member.
+//! position, the same on every member. A grant says its mode (a reader's, a permit's), and an
+//! election's grant or proclaim its value (issue #32).
 
 use latchkey_client::{WatchEvent, WatchItem};
 use serde::Serialize;
@@ -22,6 +23,15 @@ enum LineJson<'a> {
         lock: &'a str,
         session: u64,
         token: Option<u64>,
+        /// A grant's mode (`exclusive`, `shared`, `permits`); only on `granted` lines.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mode: Option<&'static str>,
+        /// A semaphore's permits; only on a permit's `granted` line.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        permits: Option<u32>,
+        /// An election's value (UTF-8): a campaign's `granted`, a `proclaimed`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        value: Option<String>,
     },
     Missed {
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -43,6 +53,15 @@ fn json(group: Option<u32>, item: &WatchItem) -> LineJson<'_> {
             lock: &e.lock,
             session: e.session.0,
             token: e.token,
+            mode: e.mode.map(mode_name),
+            permits: match e.mode {
+                Some(latchkey_core::Mode::Permits(n)) => Some(n),
+                _ => None,
+            },
+            value: e
+                .value
+                .as_deref()
+                .map(|v| String::from_utf8_lossy(v).into_owned()),
         },
         WatchItem::Missed {
             after_index,
@@ -56,6 +75,14 @@ fn json(group: Option<u32>, item: &WatchItem) -> LineJson<'_> {
     }
 }
 
+fn mode_name(mode: latchkey_core::Mode) -> &'static str {
+    match mode {
+        latchkey_core::Mode::Exclusive => "exclusive",
+        latchkey_core::Mode::Shared => "shared",
+        latchkey_core::Mode::Permits(_) => "permits",
+    }
+}
+
 fn human(group: Option<u32>, item: &WatchItem) -> String {
     let line = match item {
         WatchItem::Event(WatchEvent {
@@ -64,10 +91,25 @@ fn human(group: Option<u32>, item: &WatchItem) -> String {
             lock,
             session,
             token,
+            mode,
+            value,
             ..
         }) => {
             let token = token.map(|t| format!(" token {t}")).unwrap_or_default();
-            format!("{index} {} {lock} session {session}{token}", kind.as_str())
+            // A mutex's grant reads as before; a reader's or a permit's says so.
+            let how = match mode {
+                Some(latchkey_core::Mode::Shared) => " (shared)".to_owned(),
+                Some(latchkey_core::Mode::Permits(n)) => format!(" (a permit of {n})"),
+                _ => String::new(),
+            };
+            let value = value
+                .as_deref()
+                .map(|v| format!(" value {:?}", String::from_utf8_lossy(v)))
+                .unwrap_or_default();
+            format!(
+                "{index} {} {lock} session {session}{token}{how}{value}",
+                kind.as_str()
+            )
         }
         WatchItem::Missed {
             after_index,
@@ -115,6 +157,8 @@ mod tests {
             lock: "jobs/a".into(),
             session: SessionId(5),
             token: Some(12),
+            mode: Some(latchkey_core::Mode::Exclusive),
+            value: None,
         });
         assert_eq!(
             human(None, &granted),
@@ -130,7 +174,48 @@ mod tests {
         );
         assert_eq!(
             serde_json::to_value(json(None, &granted)).unwrap(),
-            serde_json::json!({"index":12,"ordinal":1,"kind":"granted","lock":"jobs/a","session":5,"token":12})
+            serde_json::json!({"index":12,"ordinal":1,"kind":"granted","lock":"jobs/a","session":5,"token":12,"mode":"exclusive"})
+        );
+        // An election's grant and proclaim, a permit's grant (issue #32).
+        let event = |kind, mode, value: Option<&str>| {
+            WatchItem::Event(WatchEvent {
+                index: 20,
+                ordinal: 0,
+                kind,
+                lock: "svc".into(),
+                session: SessionId(7),
+                token: Some(20),
+                mode,
+                value: value.map(|v| v.as_bytes().to_vec()),
+            })
+        };
+        let campaign = event(
+            WatchKind::Granted,
+            Some(latchkey_core::Mode::Exclusive),
+            Some("a:80"),
+        );
+        assert_eq!(
+            human(None, &campaign),
+            "20 granted svc session 7 token 20 value \"a:80\""
+        );
+        let proclaimed = event(WatchKind::Proclaimed, None, Some("a:81"));
+        assert_eq!(
+            serde_json::to_value(json(None, &proclaimed)).unwrap(),
+            serde_json::json!({"index":20,"ordinal":0,"kind":"proclaimed","lock":"svc","session":7,"token":20,"value":"a:81"})
+        );
+        let permit = event(
+            WatchKind::Granted,
+            Some(latchkey_core::Mode::Permits(3)),
+            None,
+        );
+        assert_eq!(
+            human(None, &permit),
+            "20 granted svc session 7 token 20 (a permit of 3)"
+        );
+        let json_permit = serde_json::to_value(json(None, &permit)).unwrap();
+        assert_eq!(
+            (&json_permit["mode"], &json_permit["permits"]),
+            (&"permits".into(), &3.into())
         );
         let missed = WatchItem::Missed {
             after_index: 3,

@@ -328,6 +328,55 @@ fn a_session_is_refused_to_another_identity() {
     assert_eq!(granted.result, pb::AcquireResult::Granted as i32);
 }
 
+/// Elections (issue #32): a campaign is an acquire and `Proclaim` needs what it needs, the
+/// `lock` permission on the name: `reader` (read everywhere) is refused, `app` (lock under
+/// `app/`) proclaims; `latchkey elect` under another prefix is refused like `lock`.
+#[test]
+fn campaign_and_proclaim_need_the_lock_permission() {
+    let server = AclServer::start(&[], "", &[]);
+    assert_ok(&server.as_token(APP, &["elect", "--value", "a", "app/svc", "--", "true"]));
+    assert_denied(
+        &server.as_token(APP, &["elect", "--value", "a", "other/svc", "--", "true"]),
+        &["\"lock\" permission on lock \"other/svc\""],
+    );
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    let session = create(&rt, &mut client, APP).unwrap();
+    let granted = rt
+        .block_on(client.clone().acquire(as_identity(
+            APP,
+            pb::AcquireRequest {
+                session: Some(session),
+                seq: 1,
+                name: "app/svc".into(),
+                value: Some(b"a".to_vec()),
+                ..Default::default()
+            },
+        )))
+        .unwrap()
+        .into_inner();
+    assert_eq!(granted.result, pb::AcquireResult::Granted as i32);
+    let proclaim = |token: &str, seq: u64| {
+        rt.block_on(client.clone().proclaim(as_identity(
+            token,
+            pb::ProclaimRequest {
+                session: Some(session),
+                seq,
+                name: "app/svc".into(),
+                token: granted.token,
+                value: b"b".to_vec(),
+            },
+        )))
+    };
+    let refused = proclaim(READER, 2).unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused.message().contains("\"lock\" permission"),
+        "{refused:?}"
+    );
+    proclaim(APP, 3).expect("the leader proclaims with the lock permission");
+}
+
 /// [`create`] in Raft group `group` (a server with `--groups`).
 fn create_in(
     rt: &tokio::runtime::Runtime,

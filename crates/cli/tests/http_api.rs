@@ -1170,3 +1170,59 @@ fn readers_and_permits_over_http() {
     assert_eq!(lock["mode"], "exclusive", "{lock}");
     assert_eq!(lock["holders"][0]["token"], m["token"], "{lock}");
 }
+
+/// Issue #32's elections over HTTP: an acquire with `value` is a campaign whose holder shows
+/// the value; `POST /v1/locks/proclaim` replaces it for the leader under its token only (409
+/// not-election-leader otherwise); a value with a shared mode is 400 invalid-request.
+#[test]
+fn elections_over_http() {
+    let (_server, http) = http_server();
+    let a = new_session(&http);
+    let b = new_session(&http);
+    let campaign = |session: &Value, seq: u64, mode: &str, value: &str| {
+        call(
+            &http,
+            "POST",
+            "/v1/locks/acquire",
+            Some(
+                json!({"session": session, "seq": seq, "name": "svc", "mode": mode, "value": value}),
+            ),
+        )
+    };
+    let proclaim = |session: &Value, seq: u64, token: &Value, value: &str| {
+        call(
+            &http,
+            "POST",
+            "/v1/locks/proclaim",
+            Some(
+                json!({"session": session, "seq": seq, "name": "svc", "token": token, "value": value}),
+            ),
+        )
+    };
+    let shared = campaign(&a, 1, "shared", "x");
+    assert_eq!(
+        error_of(&shared),
+        (400, "invalid-request".into()),
+        "{shared:?}"
+    );
+    let led = campaign(&a, 2, "exclusive", "a:80").json();
+    assert_eq!(led["result"], "granted", "{led}");
+    let lock = get_ok(&http, "/v1/lock?name=svc")["lock"].clone();
+    assert_eq!(lock["holder"]["value"], "a:80", "{lock}");
+    assert_eq!(lock["holders"][0]["value"], "a:80", "{lock}");
+
+    assert_eq!(proclaim(&a, 3, &led["token"], "a:81").status, 200);
+    let lock = get_ok(&http, "/v1/lock?name=svc")["lock"].clone();
+    assert_eq!(lock["holder"]["value"], "a:81", "{lock}");
+    let other = proclaim(&b, 1, &led["token"], "b");
+    assert_eq!(
+        error_of(&other),
+        (409, "not-election-leader".into()),
+        "{other:?}"
+    );
+    // A plain lock's holder has no value.
+    let m = acquire(&http, &b, 2, "mutex", 0);
+    let lock = get_ok(&http, "/v1/lock?name=mutex")["lock"].clone();
+    assert_eq!(lock["holder"]["token"], m["token"], "{lock}");
+    assert!(lock["holder"].get("value").is_none(), "{lock}");
+}

@@ -48,6 +48,8 @@
 //! - [`session`]: [`Session`]: a lease renewed by one background task, and the client-side
 //!   deadline (`last acknowledged renewal's send instant + TTL - safety margin`).
 //! - [`lock`]: [`LockRequest`] and [`LockGuard`], with the fencing-header helpers.
+//! - [`election`]: [`Leadership`] ([`Session::campaign`]), [`Client::leader`] and
+//!   [`Client::observe`]: leader election on an exclusive lock with a published value.
 //! - [`types`]: plain answers of the read-only calls (no protobuf types in this API).
 //! - [`error`]: [`Error`], and the one mapping from gRPC statuses.
 //! - [`retry`]: [`RetryPolicy`] and the jittered exponential backoff.
@@ -66,6 +68,7 @@
 //! followers name a dead leader until the next election.
 
 pub mod client;
+pub mod election;
 pub mod env;
 pub mod error;
 mod keepalive;
@@ -77,6 +80,7 @@ pub mod types;
 pub mod watch;
 
 pub use client::{AuthToken, Client, ClientConfig};
+pub use election::{Leader, Leadership, Observe};
 pub use env::{BootClock, ClientClock, ClientConnector, ClientEnv, SystemClock, TcpConnector};
 pub use error::Error;
 pub use latchkey_core::{Mode, SessionOwner};

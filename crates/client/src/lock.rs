@@ -39,6 +39,8 @@ pub struct LockRequest<'a> {
     session: &'a crate::Session,
     name: String,
     mode: Mode,
+    /// A campaign's election value ([`Session::campaign`](crate::Session::campaign)).
+    value: Option<Vec<u8>>,
 }
 
 impl<'a> LockRequest<'a> {
@@ -47,7 +49,18 @@ impl<'a> LockRequest<'a> {
             session,
             name,
             mode: Mode::Exclusive,
+            value: None,
         }
+    }
+
+    /// Makes this request a campaign in the election `name` (issue #32): an exclusive acquire
+    /// whose grant publishes `value` as the leader's (at most
+    /// `limits::ELECTION_VALUE_BYTES_MAX` bytes). [`Session::campaign`](crate::Session::campaign)
+    /// waits for it and wraps the guard in a [`Leadership`](crate::Leadership).
+    pub fn campaign(mut self, value: Vec<u8>) -> LockRequest<'a> {
+        self.mode = Mode::Exclusive;
+        self.value = Some(value);
+        self
     }
 
     /// Take the lock as a reader of a read-write lock: any number of readers hold it
@@ -110,7 +123,12 @@ impl<'a> LockRequest<'a> {
                 });
             }
         }
-        let mode = self.mode;
+        if let Some(value) = &self.value {
+            latchkey_core::validate_value(value).map_err(|e| Error::InvalidArgument {
+                message: e.to_string(),
+            })?;
+        }
+        let (mode, value) = (self.mode, self.value.as_deref());
         // The session of the lock's group (made now if it is the group's first lock).
         let shared = &self.session.for_lock(&self.name).await?;
         if let Some(e) = shared.lost_error() {
@@ -130,6 +148,7 @@ impl<'a> LockRequest<'a> {
                 shared: shared.clone(),
                 name: self.name.clone(),
                 mode,
+                value: self.value.clone(),
                 seq: ticket.seq,
                 ticket: Some(ticket),
                 deadline,
@@ -139,7 +158,7 @@ impl<'a> LockRequest<'a> {
                 let now = clock.now();
                 let give_up_at = deadline.map(|d| d + UNANSWERED_AFTER_DEADLINE_MAX);
                 let answer = tokio::select! {
-                    r = acquire_once(shared, &self.name, mode, pending.seq, deadline) => r,
+                    r = acquire_once(shared, &self.name, (mode, value), pending.seq, deadline) => r,
                     _ = wait_lost(shared.watch_lost()) => {
                         pending.armed = false;
                         return Err(shared.lost_error().expect("lost"));
@@ -228,11 +247,12 @@ async fn sleep_until_some(clock: &dyn ClientClock, at: Option<Instant>) {
     }
 }
 
-/// One Acquire call (with its retries) for request `seq`, waiting until `deadline`.
+/// One Acquire call (with its retries) for request `seq` in `how` (its mode, and a campaign's
+/// value), waiting until `deadline`.
 async fn acquire_once(
     shared: &SessionShared,
     name: &str,
-    mode: Mode,
+    how: (Mode, Option<&[u8]>),
     seq: u64,
     deadline: Option<Instant>,
 ) -> Result<pb::AcquireResponse, Error> {
@@ -252,7 +272,7 @@ async fn acquire_once(
         backoff_max: Some(ACQUIRE_BACKOFF_MAX),
         group: shared.group,
     };
-    let (mode, permits) = crate::types::mode_to_pb(mode);
+    let (mode, permits) = crate::types::mode_to_pb(how.0);
     let request = pb::AcquireRequest {
         session: pb_session(shared.key),
         seq,
@@ -260,6 +280,7 @@ async fn acquire_once(
         wait_timeout_ms,
         mode,
         permits,
+        value: how.1.map(<[u8]>::to_vec),
     };
     shared
         .client
@@ -275,6 +296,7 @@ struct PendingAcquire {
     shared: Arc<SessionShared>,
     name: String,
     mode: Mode,
+    value: Option<Vec<u8>>,
     seq: u64,
     /// Keeps `seq` in the session's window until the request is settled.
     ticket: Option<SeqTicket>,
@@ -289,6 +311,7 @@ impl Drop for PendingAcquire {
         }
         let shared = self.shared.clone();
         let (name, mode, seq, deadline) = (self.name.clone(), self.mode, self.seq, self.deadline);
+        let value = self.value.take();
         let ticket = self.ticket.take();
         self.shared.spawn_background(async move {
             let _ticket = ticket;
@@ -296,7 +319,8 @@ impl Drop for PendingAcquire {
                 if shared.lost_error().is_some() {
                     return;
                 }
-                let response = match acquire_once(&shared, &name, mode, seq, deadline).await {
+                let how = (mode, value.as_deref());
+                let response = match acquire_once(&shared, &name, how, seq, deadline).await {
                     Ok(r) => r,
                     Err(e) if is_too_old(&e) => {
                         release_orphan(&shared, &name).await;
@@ -435,6 +459,39 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), Error> {
         self.released = true;
         release_on_server(&self.shared, &self.name, self.token).await
+    }
+
+    /// Publishes `value` as this grant's election value (`Proclaim`, issue #32). Fails with
+    /// [`Error::Conflict`] `not-election-leader` if the grant is no longer current.
+    pub(crate) async fn proclaim(&self, value: Vec<u8>) -> Result<(), Error> {
+        latchkey_core::validate_value(&value).map_err(|e| Error::InvalidArgument {
+            message: e.to_string(),
+        })?;
+        let shared = &self.shared;
+        let _permit = shared
+            .short_requests
+            .acquire()
+            .await
+            .expect("the short-requests semaphore is never closed");
+        let ticket = shared.begin_request().await;
+        let request = pb::ProclaimRequest {
+            session: pb_session(shared.key),
+            seq: ticket.seq,
+            name: self.name.clone(),
+            token: self.token,
+            value,
+        };
+        let opts = CallOpts {
+            attempt_timeout: shared.client.config().rpc_timeout,
+            backoff_max: None,
+            group: shared.group,
+        };
+        shared
+            .client
+            .call(opts, request, |mut c, r| async move { c.proclaim(r).await })
+            .await
+            .map_err(|e| shared.check(e))?;
+        Ok(())
     }
 }
 

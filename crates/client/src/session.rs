@@ -685,6 +685,19 @@ impl Session {
         self.lock(name).shared()
     }
 
+    /// Campaigns in the election `name`: waits in its FIFO queue (no herd) until this session
+    /// leads, then publishes `value` (at most `limits::ELECTION_VALUE_BYTES_MAX` bytes) and
+    /// returns the [`Leadership`](crate::Leadership), whose token is the term's fencing
+    /// token. Fails as [`LockRequest::wait`] does (the session lost, bad input).
+    pub async fn campaign(
+        &self,
+        name: impl Into<String>,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<crate::Leadership, Error> {
+        let guard = self.lock(name).campaign(value.into()).wait(None).await?;
+        Ok(crate::Leadership::new(guard))
+    }
+
     /// Starts a request for one of the `permits` permits of the semaphore `name`; see
     /// [`LockRequest::permits`].
     pub fn acquire_permit(&self, name: impl Into<String>, permits: u32) -> LockRequest<'_> {

@@ -43,6 +43,9 @@ pub struct Holder {
     pub held_for: Duration,
     /// What the holder's client said about itself, if anything.
     pub owner: Option<SessionOwner>,
+    /// The election value this holder published (a campaign's or a proclaim's), if any: it
+    /// is then the election's leader (issue #32).
+    pub value: Option<Vec<u8>>,
 }
 
 impl Holder {
@@ -123,6 +126,7 @@ impl LockInfo {
             token: lock.token,
             held_for: Duration::from_millis(lock.held_for_ms),
             owner: lock.owner.map(owner_from_pb),
+            value: lock.value,
         });
         let mut holders: Vec<Holder> = lock
             .holders
@@ -132,6 +136,7 @@ impl LockInfo {
                 token: h.token,
                 held_for: Duration::from_millis(h.held_for_ms),
                 owner: h.owner.map(owner_from_pb),
+                value: h.value,
             })
             .collect();
         if holders.is_empty() {
@@ -159,7 +164,7 @@ impl LockInfo {
 }
 
 /// A mode from the wire (an unknown one, from a newer server, read as exclusive).
-fn mode_from_pb(mode: i32, permits: u32) -> Mode {
+pub(crate) fn mode_from_pb(mode: i32, permits: u32) -> Mode {
     match pb::LockMode::try_from(mode) {
         Ok(pb::LockMode::Shared) => Mode::Shared,
         Ok(pb::LockMode::Permits) => Mode::Permits(permits),

@@ -378,6 +378,8 @@ impl GroupWatch {
                     lock: e.lock,
                     session: SessionId(e.session),
                     token,
+                    mode: e.mode.map(|m| crate::types::mode_from_pb(m, e.permits)),
+                    value: e.value,
                 };
                 (event.position(), Some(WatchItem::Event(event)))
             }
@@ -430,6 +432,7 @@ mod tests {
                 lock: "x".into(),
                 session: 1,
                 token: index,
+                ..Default::default()
             })),
         }
     }

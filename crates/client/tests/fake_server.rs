@@ -170,6 +170,13 @@ impl Locks for Fake {
         }))
     }
 
+    async fn proclaim(
+        &self,
+        _: Request<latchkey_proto::v1::ProclaimRequest>,
+    ) -> Result<Response<latchkey_proto::v1::ProclaimResponse>, Status> {
+        Err(Status::unimplemented("not in this fake"))
+    }
+
     async fn release(
         &self,
         request: Request<ReleaseRequest>,

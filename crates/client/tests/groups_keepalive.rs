@@ -150,6 +150,13 @@ impl Locks for Member {
         Ok(Response::new(ReleaseResponse { released: true }))
     }
 
+    async fn proclaim(
+        &self,
+        _: Request<latchkey_proto::v1::ProclaimRequest>,
+    ) -> Result<Response<latchkey_proto::v1::ProclaimResponse>, Status> {
+        Err(Status::unimplemented("not in this fake"))
+    }
+
     async fn describe(
         &self,
         _: Request<DescribeRequest>,

@@ -3,7 +3,7 @@
 //! Layout:
 //! - [`types`]: commands the leader proposes, outcomes the table returns, read-only views.
 //! - [`table`]: [`LockTable`], whose `apply` is the whole state machine, plus queries: mutexes,
-//!   read-write locks and counting semaphores (issue #32; `docs/primitives.md`).
+//!   read-write locks, counting semaphores and elections (issue #32; `docs/primitives.md`).
 //! - [`codec`]: the versioned byte encoding of snapshots.
 //! - [`versioned`]: the framing every versioned encoding shares (format byte + postcard).
 //! - [`limits`]: every bound in the system, with the reason for its value.
@@ -23,7 +23,7 @@ pub mod versioned;
 pub mod watch;
 
 pub use groups::{group_of, group_of_session, GroupShape};
-pub use table::{validate_name, validate_stored_name, validate_ttl_ms, LockTable};
+pub use table::{validate_name, validate_stored_name, validate_ttl_ms, validate_value, LockTable};
 pub use types::*;
 pub use watch::{watch_events, WatchEvent, WatchKind};
 

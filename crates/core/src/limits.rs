@@ -126,6 +126,12 @@ const _: () = assert!(TABLE_GRANT_BYTES <= TABLE_WAITER_BYTES);
 // lock: both shrink the table even when outcomes are counted one by one.
 const _: () = assert!(TABLE_WAITER_BYTES >= 2 * TABLE_OUTCOME_BYTES);
 const _: () = assert!(TABLE_LOCK_BYTES >= TABLE_OUTCOME_BYTES);
+/// An election's published value (issue #32), held by the leader's grant or by a campaign's
+/// wait until it is granted: the map entry, its key, the token and the value's heap header
+/// (the value's bytes and the election's name's, which a snapshot writes again beside a
+/// published value, on top). The same charge either way, so a handover from the queue moves
+/// it and needs no room.
+pub const TABLE_VALUE_BYTES: usize = 64;
 
 /// The byte budget of the whole lock table (`--table-bytes-max` lowers it): sessions with their
 /// outcomes, held locks with their names, queued waits with theirs, owners' names. A command
@@ -704,6 +710,17 @@ const _: () =
 /// A `describe` answer lists every waiter with its owner: the full queue must fit a message.
 const _: () =
     assert!(WAITERS_PER_LOCK_MAX * (OWNER_BYTES_MAX + 64) <= CLIENT_MESSAGE_BYTES_MAX / 2);
+/// Bytes of an election's value (issue #32: `campaign`, `proclaim`): a leader's address or a
+/// short description (etcd's election values are addresses in practice), not a configuration
+/// store. Every grant's and proclaim's watch event carries it, and the watch buffer keeps
+/// `WATCH_EVENTS_KEPT` events: at this size the buffer stays a few megabytes at worst.
+pub const ELECTION_VALUE_BYTES_MAX: usize = 1024;
+const _: () = assert!(WATCH_EVENTS_KEPT * ELECTION_VALUE_BYTES_MAX <= 16 * 1024 * 1024);
+/// A `describe` answer carries one value (the exclusive holder's) beside its holders.
+const _: () = assert!(
+    ELECTION_VALUE_BYTES_MAX + HOLDERS_PER_LOCK_MAX * (OWNER_BYTES_MAX + 64)
+        <= CLIENT_MESSAGE_BYTES_MAX / 2
+);
 /// Waiters shown per lock in a `list` answer (the queue's head, the longest waiting); the count
 /// says how many there are. A list of `LIST_RESULTS_MAX` locks with whole queues would be
 /// gigabytes.

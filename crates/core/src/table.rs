@@ -25,6 +25,18 @@
 //! changes. A table with a `MultiLock`, or a session that remembers one of issue #32's
 //! rejections, is written in snapshot format 8; any other in format 7, as before.
 //!
+//! Elections (issue #32): an `Op::Campaign` is an exclusive acquire that carries a value. Its
+//! grant, at once or handed over from the queue (`publish_campaign`, in `hand_over` and
+//! `admit`), publishes the value in `values` under the grant's token; while it waits, the value
+//! is kept in `campaigns` by request and dropped with the wait (`drop_campaign`). A value leaves
+//! `values` with its grant, in the one `forget_hold` every ending grant goes through, so a
+//! published value always belongs to its name's exclusive holder (`check_values`).
+//! `Op::Proclaim` replaces it for that holder only (`Rejection::NotElectionLeader` otherwise). Values
+//! are charged (`limits::TABLE_VALUE_BYTES` plus their bytes) the same while waiting and
+//! published (with the name's bytes: a snapshot writes the name again beside a published
+//! value), so a handover needs no room. A table with a value, or a session that remembers
+//! a proclaim's answer, is written in snapshot format 9; any other as before.
+//!
 //! Time: the one decision that depends on it is whether a wait has ended (a waiter records
 //! `now_ms + wait_ms` of its Acquire, the leader's time in the entry; a release passes over
 //! ended waiters, `ExpireWaits` removes them). Skew between leaders' wall clocks only
@@ -87,6 +99,12 @@ pub struct LockTable {
     /// here or in `locks`, never both. A mutex moves here when a reader queues behind its
     /// holder, and never back (it leaves when free). Written only in snapshot format 8.
     multi: BTreeMap<Name, MultiLock>,
+    /// Elections' published values (issue #32), by name: the value of the exclusive grant
+    /// under `token`, which holds the name. Written only in snapshot format 9.
+    values: BTreeMap<Name, Published>,
+    /// The values of queued campaigns, by request (session, seq): published when the request
+    /// is granted, dropped when its wait ends. Written only in snapshot format 9.
+    campaigns: BTreeMap<(SessionId, u64), Vec<u8>>,
     /// The accounted bytes of the sessions, locks and waits (see `limits::TABLE_LOCK_BYTES` and
     /// the rest), kept by every change; not written, recounted on decode. `check_invariants`
     /// recounts it.
@@ -113,6 +131,8 @@ impl Default for LockTable {
             wait_ends: BTreeSet::new(),
             audit: VecDeque::new(),
             multi: BTreeMap::new(),
+            values: BTreeMap::new(),
+            campaigns: BTreeMap::new(),
             bytes: 0,
             bytes_max: limits::TABLE_BYTES_MAX,
             shape: GroupShape::SINGLE,
@@ -139,8 +159,22 @@ fn waiter_bytes(name: &str) -> usize {
     limits::TABLE_WAITER_BYTES + name.len()
 }
 
+/// What an election value for `name` is charged, published or waiting for its campaign's
+/// grant: the same either way, with the name's bytes, which a snapshot writes again beside a
+/// published value.
+fn value_bytes(name: &str, value: &[u8]) -> usize {
+    limits::TABLE_VALUE_BYTES + name.len() + value.len()
+}
+
+/// An election value and the grant that published it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+struct Published {
+    token: u64,
+    value: Vec<u8>,
+}
+
 /// A snapshot's table before the sessions' holds are rebuilt: the fields of [`LockTable`] in
-/// the same order, as written in snapshot format 8.
+/// the same order, as written in snapshot format 9.
 #[derive(Deserialize)]
 struct DecodedTable {
     last_index: u64,
@@ -149,6 +183,46 @@ struct DecodedTable {
     wait_ends: BTreeSet<(u64, SessionId, u64)>,
     audit: VecDeque<AuditRecord>,
     multi: BTreeMap<Name, MultiLock>,
+    values: BTreeMap<Name, Published>,
+    campaigns: BTreeMap<(SessionId, u64), Vec<u8>>,
+}
+
+/// A table as snapshot format 8 wrote it: format 9 without the elections' values (issue #32).
+#[derive(Deserialize)]
+pub(crate) struct DecodedTableV8 {
+    last_index: u64,
+    sessions: BTreeMap<SessionId, Session>,
+    locks: BTreeMap<Name, Lock>,
+    wait_ends: BTreeSet<(u64, SessionId, u64)>,
+    audit: VecDeque<AuditRecord>,
+    multi: BTreeMap<Name, MultiLock>,
+}
+
+impl From<DecodedTableV8> for LockTable {
+    fn from(d: DecodedTableV8) -> LockTable {
+        LockTable::from(DecodedTable {
+            last_index: d.last_index,
+            sessions: d.sessions,
+            locks: d.locks,
+            wait_ends: d.wait_ends,
+            audit: d.audit,
+            multi: d.multi,
+            values: BTreeMap::new(),
+            campaigns: BTreeMap::new(),
+        })
+    }
+}
+
+/// A table written in snapshot format 8: [`LockTable`]'s fields but the elections' values, in
+/// order, so the bytes are those a build before elections wrote for the same table.
+#[derive(Serialize)]
+pub(crate) struct TableV8<'a> {
+    last_index: &'a u64,
+    sessions: &'a BTreeMap<SessionId, Session>,
+    locks: &'a BTreeMap<Name, Lock>,
+    wait_ends: &'a BTreeSet<(u64, SessionId, u64)>,
+    audit: &'a VecDeque<AuditRecord>,
+    multi: &'a BTreeMap<Name, MultiLock>,
 }
 
 /// A table as snapshot format 7 wrote it: format 8 without `multi` (issue #32). Decoding one
@@ -171,6 +245,8 @@ impl From<DecodedTableV7> for LockTable {
             wait_ends: d.wait_ends,
             audit: d.audit,
             multi: BTreeMap::new(),
+            values: BTreeMap::new(),
+            campaigns: BTreeMap::new(),
         })
     }
 }
@@ -211,6 +287,8 @@ impl From<DecodedTable> for LockTable {
             wait_ends: d.wait_ends,
             audit: d.audit,
             multi: d.multi,
+            values: d.values,
+            campaigns: d.campaigns,
             ..LockTable::default()
         };
         table.bytes = table.count_bytes();
@@ -457,6 +535,24 @@ struct AcquireRequest<'a> {
     name: &'a String,
     wait_ms: u64,
     mode: Mode,
+    /// A campaign's election value (`Op::Campaign`): published by the grant.
+    value: Option<&'a Vec<u8>>,
+}
+
+/// What `LockTable::acquire` acts on: session, seq, name, wait, mode.
+type Acquiring<'a> = (SessionId, u64, &'a str, u64, Mode);
+
+/// Validate an election value (`Op::Campaign`, `Op::Proclaim`): at most
+/// `limits::ELECTION_VALUE_BYTES_MAX` bytes.
+pub fn validate_value(value: &[u8]) -> Result<(), Rejection> {
+    if value.len() > limits::ELECTION_VALUE_BYTES_MAX {
+        return Err(Rejection::FieldTooLong {
+            field: "election value".into(),
+            len: value.len(),
+            max: limits::ELECTION_VALUE_BYTES_MAX,
+        });
+    }
+    Ok(())
 }
 
 /// What a session-bearing request found when it looked its sequence number up.
@@ -578,7 +674,22 @@ impl LockTable {
             .iter()
             .map(|(n, l)| lock_bytes(n) + l.holders.len() * limits::TABLE_GRANT_BYTES)
             .sum();
-        sessions + locks + multi
+        let values: usize = self
+            .values
+            .iter()
+            .map(|(n, p)| value_bytes(n, &p.value))
+            .sum();
+        // A campaign's name is its waiting request's (one that waits for nothing breaks an
+        // invariant, which `check_values` reports).
+        let campaigns: usize = self
+            .campaigns
+            .iter()
+            .map(|((sid, seq), v)| {
+                let name = self.sessions.get(sid).and_then(|s| s.waiting.get(seq));
+                value_bytes(name.map_or("", String::as_str), v)
+            })
+            .sum();
+        sessions + locks + multi + values + campaigns
     }
 
     /// Apply the entry at log `index`. Indexes must strictly increase; the fencing token of any
@@ -720,9 +831,44 @@ impl LockTable {
                     name,
                     wait_ms: *wait_ms,
                     mode: Mode::Exclusive,
+                    value: None,
                 };
                 self.acquire_request(request, index, cmd.now_ms, &mut fx)
             }
+            Op::Campaign {
+                session,
+                seq,
+                name,
+                wait_ms,
+                value,
+            } => {
+                let request = AcquireRequest {
+                    key: session,
+                    seq: *seq,
+                    name,
+                    wait_ms: *wait_ms,
+                    mode: Mode::Exclusive,
+                    value: Some(value),
+                };
+                self.acquire_request(request, index, cmd.now_ms, &mut fx)
+            }
+            Op::Proclaim {
+                session,
+                seq,
+                name,
+                token,
+                value,
+            } => match self.authenticate(session) {
+                Err(r) => Outcome::Rejected(r),
+                Ok(()) => match self.seen(session.id, *seq) {
+                    Seen::Done(o) if is_proclaim_outcome(&o) => o,
+                    Seen::Done(_) | Seen::Waiting => {
+                        Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
+                    }
+                    Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
+                    Seen::New => self.proclaim(session.id, *seq, name, *token, value, &mut fx),
+                },
+            },
             Op::AcquireWith {
                 session,
                 seq,
@@ -736,13 +882,14 @@ impl LockTable {
                     name,
                     wait_ms: *wait_ms,
                     mode: *mode,
+                    value: None,
                 };
                 self.acquire_request(request, index, cmd.now_ms, &mut fx)
             }
             Op::CancelWait { session, seq } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => match self.seen(session.id, *seq) {
-                    Seen::Done(o) if is_release_outcome(&o) => {
+                    Seen::Done(o) if !is_acquire_outcome(&o) => {
                         Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
                     }
                     Seen::Done(o) => o,
@@ -821,7 +968,7 @@ impl LockTable {
             return Outcome::Rejected(e);
         }
         match self.seen(session.id, seq) {
-            Seen::Done(o) if is_release_outcome(&o) => {
+            Seen::Done(o) if !is_acquire_outcome(&o) => {
                 Outcome::Rejected(Rejection::SequenceReused { seq })
             }
             Seen::Done(o) => o,
@@ -830,12 +977,37 @@ impl LockTable {
             },
             Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq }),
             Seen::New => {
-                let o = self.acquire(session.id, seq, name, r.wait_ms, r.mode, index, now_ms);
+                let o = match r.value.map(|v| validate_value(v)) {
+                    Some(Err(e)) => Outcome::Rejected(e),
+                    _ => {
+                        let extra = r.value.map_or(0, |v| value_bytes(name, v));
+                        let a = (session.id, seq, name.as_str(), r.wait_ms, r.mode);
+                        self.acquire(a, extra, index, now_ms)
+                    }
+                };
+                // A campaign's value is published by its grant or kept for its handover.
+                if let Some(v) = r.value {
+                    match o {
+                        Outcome::Granted { token } => {
+                            self.bytes += value_bytes(name, v);
+                            let key = self.key_of(name);
+                            let value = v.clone();
+                            self.values.insert(key, Published { token, value });
+                        }
+                        Outcome::Queued { .. } => {
+                            self.bytes += value_bytes(name, v);
+                            self.campaigns.insert((session.id, seq), v.clone());
+                        }
+                        _ => {}
+                    }
+                }
                 match o {
                     Outcome::Granted { token } => fx.changes.push(LockChange::Granted {
                         name: name.clone(),
                         session: session.id,
                         token,
+                        mode: r.mode,
+                        value: r.value.cloned(),
                     }),
                     Outcome::Queued { .. } => fx.changes.push(LockChange::Queued {
                         name: name.clone(),
@@ -972,17 +1144,10 @@ impl LockTable {
         self.locks.len() + self.multi.len()
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn acquire(
-        &mut self,
-        sid: SessionId,
-        seq: u64,
-        name: &str,
-        wait_ms: u64,
-        mode: Mode,
-        index: u64,
-        now_ms: u64,
-    ) -> Outcome {
+    /// An acquire, checked before it changes anything. `extra` bytes (a campaign's value) must
+    /// fit the budget beside what the acquire adds; the caller charges them.
+    fn acquire(&mut self, a: Acquiring<'_>, extra: usize, index: u64, now_ms: u64) -> Outcome {
+        let (sid, seq, name, wait_ms, mode) = a;
         if let Err(r) = validate_stored_name(name) {
             return Outcome::Rejected(r);
         }
@@ -1008,10 +1173,10 @@ impl LockTable {
             });
         }
         if mode != Mode::Exclusive || self.multi.contains_key(name) {
-            return self.acquire_multi(sid, seq, name, wait_ms, mode, index, now_ms);
+            return self.acquire_multi(a, extra, index, now_ms);
         }
         // A mutex: exactly as before issue #32.
-        let waiter_cost = waiter_bytes(name);
+        let waiter_cost = waiter_bytes(name) + extra;
         let room_for_waiter = self.room_for(waiter_cost);
         match self.locks.get_mut(name) {
             None => {
@@ -1020,7 +1185,7 @@ impl LockTable {
                         max: limits::LOCKS_MAX,
                     });
                 }
-                if let Err(r) = self.room_for(lock_bytes(name)) {
+                if let Err(r) = self.room_for(lock_bytes(name) + extra) {
                     return Outcome::Rejected(r);
                 }
                 self.bytes += lock_bytes(name);
@@ -1050,7 +1215,7 @@ impl LockTable {
                 if let Err(r) = room_for_waiter {
                     return Outcome::Rejected(r);
                 }
-                self.bytes += waiter_cost;
+                self.bytes += waiter_bytes(name);
                 let until_ms = now_ms.saturating_add(wait_ms.min(limits::WAIT_TIMEOUT_MS_MAX));
                 lock.waiters.push_back(Waiter {
                     session: sid,
@@ -1069,17 +1234,14 @@ impl LockTable {
 
     /// An acquire in a mode other than a mutex's, or of a name used with several holders
     /// (issue #32). Checks before it changes anything, so a refusal loses nothing.
-    #[allow(clippy::too_many_arguments)]
     fn acquire_multi(
         &mut self,
-        sid: SessionId,
-        seq: u64,
-        name: &str,
-        wait_ms: u64,
-        mode: Mode,
+        a: Acquiring<'_>,
+        extra: usize,
         index: u64,
         now_ms: u64,
     ) -> Outcome {
+        let (sid, seq, name, wait_ms, mode) = a;
         let waiter_cost = waiter_bytes(name);
         if let Some(lock) = self.locks.get(name) {
             // A mutex's holder is a writer: a reader waits behind it, and the name becomes a
@@ -1134,7 +1296,7 @@ impl LockTable {
                 });
             }
             let cost = lock_bytes(name) + limits::TABLE_GRANT_BYTES;
-            if let Err(r) = self.room_for(cost) {
+            if let Err(r) = self.room_for(cost + extra) {
                 return Outcome::Rejected(r);
             }
             self.bytes += cost;
@@ -1175,7 +1337,7 @@ impl LockTable {
         }
         // FIFO: an acquire that finds anyone waiting waits behind them (no writer starves).
         if lock.waiters.is_empty() && lock.fits(mode) {
-            if let Err(r) = self.room_for(limits::TABLE_GRANT_BYTES) {
+            if let Err(r) = self.room_for(limits::TABLE_GRANT_BYTES + extra) {
                 return Outcome::Rejected(r);
             }
             self.bytes += limits::TABLE_GRANT_BYTES;
@@ -1199,7 +1361,7 @@ impl LockTable {
                 max: limits::WAITERS_PER_LOCK_MAX,
             });
         }
-        if let Err(r) = self.room_for(waiter_cost) {
+        if let Err(r) = self.room_for(waiter_cost + extra) {
             return Outcome::Rejected(r);
         }
         self.bytes += waiter_cost;
@@ -1246,6 +1408,7 @@ impl LockTable {
             if w.until_ms > now_ms {
                 s.held.insert(key.clone());
             } else {
+                self.drop_campaign(name, w.session, w.seq);
                 self.record(w.session, w.seq, Outcome::NotGranted);
                 fx.ended_waits.push((w.session, w.seq));
                 fx.changes.push(LockChange::WaitEnded {
@@ -1266,10 +1429,13 @@ impl LockTable {
             lock.last_token = token;
             self.bytes += limits::TABLE_GRANT_BYTES;
             self.record(w.session, w.seq, Outcome::Granted { token });
+            let value = self.publish_campaign(&key, w.session, w.seq, token);
             fx.changes.push(LockChange::Granted {
                 name: name.to_owned(),
                 session: w.session,
                 token,
+                mode: next.mode,
+                value,
             });
             fx.handoffs.push(Handoff {
                 name: name.to_owned(),
@@ -1298,6 +1464,10 @@ impl LockTable {
     /// The holder `session`'s grant `token` of `name` ends: its session no longer records the
     /// hold, and the change says it was released.
     fn forget_hold(&mut self, name: &str, session: SessionId, token: u64, fx: &mut Applied) {
+        if self.values.get(name).is_some_and(|p| p.token == token) {
+            let p = self.values.remove(name).expect("found");
+            self.bytes -= value_bytes(name, &p.value);
+        }
         let removed = self
             .sessions
             .get_mut(&session)
@@ -1341,7 +1511,100 @@ impl LockTable {
             "waiter indexed by its end"
         );
         self.bytes -= waiter_bytes(&name);
+        self.drop_campaign(&name, sid, seq);
         name
+    }
+
+    /// A wait for `name` that ends without a grant drops its campaign's value, if it had one.
+    fn drop_campaign(&mut self, name: &str, sid: SessionId, seq: u64) {
+        if let Some(v) = self.campaigns.remove(&(sid, seq)) {
+            self.bytes -= value_bytes(name, &v);
+        }
+    }
+
+    /// A wait granted `name` under `token` publishes its campaign's value, if it had one (the
+    /// charge moves with it); answers the value.
+    fn publish_campaign(
+        &mut self,
+        name: &Name,
+        sid: SessionId,
+        seq: u64,
+        token: u64,
+    ) -> Option<Vec<u8>> {
+        let value = self.campaigns.remove(&(sid, seq))?;
+        let published = Published {
+            token,
+            value: value.clone(),
+        };
+        let prev = self.values.insert(name.clone(), published);
+        assert!(prev.is_none(), "{name}: a value published beside another");
+        Some(value)
+    }
+
+    /// The table's shared copy of `name`, which is in use.
+    fn key_of(&self, name: &str) -> Name {
+        match self.locks.get_key_value(name) {
+            Some((key, _)) => key.clone(),
+            None => self.multi.get_key_value(name).expect("in use").0.clone(),
+        }
+    }
+
+    /// A new `Op::Proclaim`: the leader of `name` under `token` (its exclusive holder) replaces
+    /// its value. A refusal for the value's size or the table's budget changes nothing and is
+    /// not remembered (a retry is checked again); a proclaim's answer is.
+    fn proclaim(
+        &mut self,
+        sid: SessionId,
+        seq: u64,
+        name: &str,
+        token: u64,
+        value: &[u8],
+        fx: &mut Applied,
+    ) -> Outcome {
+        if let Err(r) = validate_value(value).and_then(|()| validate_stored_name(name)) {
+            return Outcome::Rejected(r);
+        }
+        let leads = match self.locks.get(name) {
+            Some(l) => l.holder.session == sid && l.holder.token == token,
+            None => self.multi.get(name).is_some_and(|l| {
+                l.holders
+                    .iter()
+                    .any(|h| h.session == sid && h.token == token && h.mode == Mode::Exclusive)
+            }),
+        };
+        if !leads {
+            let o = Outcome::Rejected(Rejection::NotElectionLeader {
+                name: name.into(),
+                token,
+            });
+            self.record(sid, seq, o.clone());
+            return o;
+        }
+        let old = self
+            .values
+            .get(name)
+            .map_or(0, |p| value_bytes(name, &p.value));
+        let new = value_bytes(name, value);
+        if new > old {
+            if let Err(r) = self.room_for(new - old) {
+                return Outcome::Rejected(r);
+            }
+        }
+        self.bytes = self.bytes + new - old;
+        let key = self.key_of(name);
+        let published = Published {
+            token,
+            value: value.to_vec(),
+        };
+        self.values.insert(key, published);
+        fx.changes.push(LockChange::Proclaimed {
+            name: name.into(),
+            session: sid,
+            token,
+            value: value.to_vec(),
+        });
+        self.record(sid, seq, Outcome::Proclaimed);
+        Outcome::Proclaimed
     }
 
     fn release(
@@ -1531,6 +1794,7 @@ impl LockTable {
             }
             let s = self.sessions.get_mut(&w.session).expect("live waiter");
             s.waiting.remove(&w.seq).expect("recorded wait");
+            self.drop_campaign(name, w.session, w.seq);
             self.record(w.session, w.seq, Outcome::NotGranted);
             fx.ended_waits.push((w.session, w.seq));
             fx.changes.push(LockChange::WaitEnded {
@@ -1554,12 +1818,15 @@ impl LockTable {
             .expect("every waiter belongs to a live session");
         let waited_for = s.waiting.remove(&next.seq);
         assert_eq!(waited_for.as_deref(), Some(name));
-        s.held.insert(key);
+        s.held.insert(key.clone());
         self.record(next.session, next.seq, Outcome::Granted { token: index });
+        let value = self.publish_campaign(&key, next.session, next.seq, index);
         fx.changes.push(LockChange::Granted {
             name: name.to_owned(),
             session: next.session,
             token: index,
+            mode: Mode::Exclusive,
+            value,
         });
         fx.handoffs.push(Handoff {
             name: name.to_owned(),
@@ -1699,6 +1966,14 @@ impl LockTable {
             .and_then(|s| s.owner.as_deref().cloned())
     }
 
+    /// The election value published by `name`'s grant `token`, if any.
+    fn value_of(&self, name: &str, token: u64) -> Option<Vec<u8>> {
+        self.values
+            .get(name)
+            .filter(|p| p.token == token)
+            .map(|p| p.value.clone())
+    }
+
     fn lock_info(&self, name: &str, l: &Lock, waiters_shown: usize) -> LockState {
         let holder = HolderState {
             session: l.holder.session,
@@ -1706,6 +1981,7 @@ impl LockTable {
             mode: Mode::Exclusive,
             granted_at_ms: l.holder.granted_at_ms,
             owner: self.owner_of(l.holder.session),
+            value: self.value_of(name, l.holder.token),
         };
         LockState {
             name: name.to_owned(),
@@ -1736,6 +2012,7 @@ impl LockTable {
                 mode: h.mode,
                 granted_at_ms: h.granted_at_ms,
                 owner: self.owner_of(h.session),
+                value: self.value_of(name, h.token),
             })
             .collect();
         LockState {
@@ -1831,11 +2108,37 @@ impl LockTable {
     /// only format 8 has. Such a table's snapshot is byte for byte what those builds wrote.
     pub(crate) fn fits_format_7(&self) -> bool {
         self.multi.is_empty()
+            && self.fits_format_8()
             && self.sessions.values().all(|s| {
                 s.outcomes
                     .values()
                     .all(|o| !matches!(o, Outcome::Rejected(r) if r.since_format_8()))
             })
+    }
+
+    /// Whether this table can be written in snapshot format 8, which builds before elections
+    /// read: no election value is published or waiting, and no session remembers a proclaim's
+    /// answer. Such a table's snapshot is byte for byte what those builds wrote.
+    pub(crate) fn fits_format_8(&self) -> bool {
+        self.values.is_empty()
+            && self.campaigns.is_empty()
+            && self
+                .sessions
+                .values()
+                .all(|s| s.outcomes.values().all(|o| !o.since_format_9()))
+    }
+
+    /// The table as snapshot format 8 writes it (see `fits_format_8`).
+    pub(crate) fn as_format_8(&self) -> TableV8<'_> {
+        debug_assert!(self.fits_format_8());
+        TableV8 {
+            last_index: &self.last_index,
+            sessions: &self.sessions,
+            locks: &self.locks,
+            wait_ends: &self.wait_ends,
+            audit: &self.audit,
+            multi: &self.multi,
+        }
     }
 
     /// The table as snapshot format 7 writes it (see `fits_format_7`).
@@ -1988,6 +2291,7 @@ impl LockTable {
         if self.sessions.len() > limits::SESSIONS_MAX || self.names_in_use() > limits::LOCKS_MAX {
             return Err("over a table limit".into());
         }
+        self.check_values()?;
         let counted = self.count_bytes();
         if self.bytes != counted {
             return Err(format!("{} bytes accounted, {counted} counted", self.bytes));
@@ -1997,6 +2301,49 @@ impl LockTable {
 }
 
 impl LockTable {
+    /// The invariants of elections (issue #32): each published value belongs to its name's
+    /// exclusive holder under the value's token, each waiting campaign's value to a queued
+    /// exclusive request, and every value is within its limit.
+    fn check_values(&self) -> Result<(), String> {
+        for (name, p) in &self.values {
+            let leads = match self.locks.get(name) {
+                Some(l) => l.holder.token == p.token,
+                None => self.multi.get(name).is_some_and(|l| {
+                    l.holders
+                        .iter()
+                        .any(|h| h.token == p.token && h.mode == Mode::Exclusive)
+                }),
+            };
+            if !leads {
+                return Err(format!(
+                    "{name}: value published under token {} by no exclusive holder",
+                    p.token
+                ));
+            }
+            validate_value(&p.value).map_err(|e| format!("{name}: {e}"))?;
+        }
+        for ((sid, seq), v) in &self.campaigns {
+            let name = self
+                .sessions
+                .get(sid)
+                .and_then(|s| s.waiting.get(seq))
+                .ok_or_else(|| format!("campaign {sid}/{seq}: not waiting"))?;
+            let exclusive = match self.multi.get(name.as_str()) {
+                Some(l) => l.waiters.iter().any(|w| {
+                    (w.waiter.session, w.waiter.seq) == (*sid, *seq) && w.mode == Mode::Exclusive
+                }),
+                None => true,
+            };
+            if !exclusive {
+                return Err(format!(
+                    "campaign {sid}/{seq}: waits for {name} not exclusive"
+                ));
+            }
+            validate_value(v).map_err(|e| format!("campaign {sid}/{seq}: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// The invariants of one name used with several holders (issue #32): its kind's rule
     /// (never a reader beside a writer, never more holders than permits), tokens that never
     /// decrease along the holders (strictly for permits and writers: only readers granted in
@@ -2125,6 +2472,20 @@ impl LockTable {
 /// Whether `o` is what a release answers (so not an acquire's or a cancel's).
 fn is_release_outcome(o: &Outcome) -> bool {
     matches!(o, Outcome::Released | Outcome::NotHolder)
+}
+
+/// Whether `o` is what a proclaim answers (and remembers).
+fn is_proclaim_outcome(o: &Outcome) -> bool {
+    matches!(
+        o,
+        Outcome::Proclaimed | Outcome::Rejected(Rejection::NotElectionLeader { .. })
+    )
+}
+
+/// Whether `o` is what an acquire, a campaign or a cancel answers: a retry of one of them
+/// with the sequence number of a release or a proclaim reused it.
+fn is_acquire_outcome(o: &Outcome) -> bool {
+    !is_release_outcome(o) && !is_proclaim_outcome(o)
 }
 
 #[cfg(test)]

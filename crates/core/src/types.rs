@@ -122,6 +122,27 @@ pub enum Op {
         wait_ms: u64,
         mode: Mode,
     },
+    /// Campaign in the election `name` (issue #32): an exclusive acquire, as [`Op::Acquire`],
+    /// whose grant publishes `value` (at most `limits::ELECTION_VALUE_BYTES_MAX` bytes) as the
+    /// leader's. A queued campaign keeps its value until it is granted (handed over) or its
+    /// wait ends. Added at the end, so that every entry written before it decodes the same.
+    Campaign {
+        session: SessionKey,
+        seq: u64,
+        name: String,
+        wait_ms: u64,
+        value: Vec<u8>,
+    },
+    /// The leader of `name` under `token` replaces its published value (issue #32). Anyone
+    /// else (another session, a stale token, a reader or permit holder) is refused
+    /// `Rejection::NotElectionLeader` and nothing changes.
+    Proclaim {
+        session: SessionKey,
+        seq: u64,
+        name: String,
+        token: u64,
+        value: Vec<u8>,
+    },
 }
 
 /// How an acquire takes its lock (issue #32). A name is used one way at a time while anyone
@@ -277,6 +298,8 @@ impl Op {
         match self {
             Op::Acquire { session, seq, .. }
             | Op::AcquireWith { session, seq, .. }
+            | Op::Campaign { session, seq, .. }
+            | Op::Proclaim { session, seq, .. }
             | Op::Release { session, seq, .. } => Some((session.id, *seq)),
             Op::CancelWait { session, seq } => Some((session.id, *seq)),
             Op::CreateSession { .. }
@@ -341,6 +364,8 @@ pub enum Outcome {
     SessionRevoked {
         locks: u32,
     },
+    /// A `Proclaim` replaced the leader's published value (issue #32; since snapshot format 9).
+    Proclaimed,
 }
 
 /// Why a command changed nothing. Each is a client error: a retry with the same input gets the
@@ -420,6 +445,11 @@ pub enum Rejection {
     },
     #[error("a semaphore has 1 to {max} permits, not {permits}")]
     PermitsOutOfRange { permits: u32, max: u32 },
+    /// A proclaim from a session that does not lead `name` under `token` (issue #32): it never
+    /// led, or lost the lead (released, expired, force-released), or holds it shared or as a
+    /// permit. Nothing changed.
+    #[error("this session does not lead {name:?} under token {token}: nothing proclaimed")]
+    NotElectionLeader { name: String, token: u64 },
 }
 
 impl Rejection {
@@ -431,6 +461,17 @@ impl Rejection {
             Rejection::KindConflict { .. }
                 | Rejection::PermitsConflict { .. }
                 | Rejection::PermitsOutOfRange { .. }
+        )
+    }
+}
+
+impl Outcome {
+    /// Whether this outcome exists only since snapshot format 9 (issue #32's elections): a
+    /// table that remembers one cannot be written in format 8 or 7.
+    pub(crate) fn since_format_9(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Proclaimed | Outcome::Rejected(Rejection::NotElectionLeader { .. })
         )
     }
 }
@@ -467,11 +508,14 @@ pub struct Applied {
 /// happened (a release, an expiry, a revoke) is the entry's command.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum LockChange {
-    /// `session` got `name` with `token` (straight away, or handed over from the queue).
+    /// `session` got `name` with `token` (straight away, or handed over from the queue), in
+    /// `mode`; `value` is the election value the grant published (a campaign's), if any.
     Granted {
         name: String,
         session: SessionId,
         token: u64,
+        mode: Mode,
+        value: Option<Vec<u8>>,
     },
     /// `session` lost its grant `token` of `name`.
     Released {
@@ -491,6 +535,13 @@ pub enum LockChange {
         name: String,
         session: SessionId,
         seq: u64,
+    },
+    /// The leader `session` of `name` under `token` published `value` (an `Op::Proclaim`).
+    Proclaimed {
+        name: String,
+        session: SessionId,
+        token: u64,
+        value: Vec<u8>,
     },
 }
 
@@ -531,6 +582,9 @@ pub struct HolderState {
     pub granted_at_ms: u64,
     /// The holder session's owner description, if its client gave one.
     pub owner: Option<SessionOwner>,
+    /// The election value this grant published (`Op::Campaign`, `Op::Proclaim`), if any: an
+    /// exclusive holder with a value is an election's leader.
+    pub value: Option<Vec<u8>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

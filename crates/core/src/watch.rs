@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{Applied, Command, LockChange, Op, SessionId};
+use crate::types::{Applied, Command, LockChange, Mode, Op, SessionId};
 
 /// What happened to a lock.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,6 +28,8 @@ pub enum WatchKind {
     /// A queued request left the queue without the lock (its wait timed out or was cancelled,
     /// or its session went away).
     WaitEnded,
+    /// The leader of an election published a new value (`proclaim`; issue #32).
+    Proclaimed,
 }
 
 impl WatchKind {
@@ -41,6 +43,7 @@ impl WatchKind {
             WatchKind::ForceReleased => "force_released",
             WatchKind::Queued => "queued",
             WatchKind::WaitEnded => "wait_ended",
+            WatchKind::Proclaimed => "proclaimed",
         }
     }
 
@@ -53,6 +56,7 @@ impl WatchKind {
             WatchKind::ForceReleased,
             WatchKind::Queued,
             WatchKind::WaitEnded,
+            WatchKind::Proclaimed,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -72,6 +76,10 @@ pub struct WatchEvent {
     /// The grant's fencing token: the one granted, or the one that ended. `None` for queue
     /// changes.
     pub token: Option<u64>,
+    /// How a grant holds the lock (exclusive, shared, a permit of N): `Some` for `Granted`.
+    pub mode: Option<Mode>,
+    /// The election value a grant published (a campaign's) or a proclaim replaced it with.
+    pub value: Option<Vec<u8>>,
 }
 
 impl WatchEvent {
@@ -94,12 +102,18 @@ pub fn watch_events(index: u64, cmd: &Command, applied: &Applied) -> Vec<WatchEv
         .iter()
         .enumerate()
         .map(|(i, change)| {
+            let (mut mode, mut value) = (None, None);
             let (kind, lock, session, token) = match change {
                 LockChange::Granted {
                     name,
                     session,
                     token,
-                } => (WatchKind::Granted, name, *session, Some(*token)),
+                    mode: m,
+                    value: v,
+                } => {
+                    (mode, value) = (Some(*m), v.clone());
+                    (WatchKind::Granted, name, *session, Some(*token))
+                }
                 LockChange::Released {
                     name,
                     session,
@@ -111,6 +125,15 @@ pub fn watch_events(index: u64, cmd: &Command, applied: &Applied) -> Vec<WatchEv
                 LockChange::WaitEnded { name, session, .. } => {
                     (WatchKind::WaitEnded, name, *session, None)
                 }
+                LockChange::Proclaimed {
+                    name,
+                    session,
+                    token,
+                    value: v,
+                } => {
+                    value = Some(v.clone());
+                    (WatchKind::Proclaimed, name, *session, Some(*token))
+                }
             };
             WatchEvent {
                 index,
@@ -119,6 +142,8 @@ pub fn watch_events(index: u64, cmd: &Command, applied: &Applied) -> Vec<WatchEv
                 lock: lock.clone(),
                 session,
                 token,
+                mode,
+                value,
             }
         })
         .collect()
@@ -319,6 +344,7 @@ mod tests {
             ForceReleased,
             Queued,
             WaitEnded,
+            Proclaimed,
         ] {
             assert_eq!(WatchKind::parse(k.as_str()), Some(k));
         }

@@ -5,6 +5,7 @@ mod support;
 
 use latchkey_core::codec::{
     decode_table, encode_table, DecodeError, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_FORMAT_VERSION_V7,
+    SNAPSHOT_FORMAT_VERSION_V8,
 };
 use latchkey_core::*;
 use support::*;
@@ -144,6 +145,52 @@ mod hostile_input {
         }
         t.apply(9, &more);
         let bytes = encode_table(&t);
+        assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION_V8);
+        bytes
+    }
+
+    /// A table in format 9 (issue #32's elections): a leader with a value, a campaign queued
+    /// with its own, and a remembered proclaim.
+    fn format_9_table() -> Vec<u8> {
+        let mut t = LockTable::new();
+        let key = |i| SessionKey {
+            id: SessionId(i),
+            secret: i,
+        };
+        let campaign = |i, value: &[u8]| Command {
+            now_ms: 1_000,
+            op: Op::Campaign {
+                session: key(i),
+                seq: 1,
+                name: "leader".into(),
+                wait_ms: 60_000,
+                value: value.to_vec(),
+            },
+        };
+        for i in 1..=2 {
+            let op = Op::CreateSession {
+                ttl_ms: 5_000,
+                secret: i,
+            };
+            t.apply(i, &Command { now_ms: 0, op });
+        }
+        t.apply(3, &campaign(1, b"10.0.0.1:80"));
+        t.apply(4, &campaign(2, b"10.0.0.2:80"));
+        let proclaim = Op::Proclaim {
+            session: key(1),
+            seq: 2,
+            name: "leader".into(),
+            token: 3,
+            value: b"10.0.0.1:81".to_vec(),
+        };
+        t.apply(
+            5,
+            &Command {
+                now_ms: 0,
+                op: proclaim,
+            },
+        );
+        let bytes = encode_table(&t);
         assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION);
         bytes
     }
@@ -185,6 +232,17 @@ mod hostile_input {
             edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..8)
         ) {
             let bytes = mutate(format_8_table(), &edits);
+            if let Ok(table) = decode_table(&bytes) {
+                prop_assert!(table.check_invariants().is_ok());
+            }
+        }
+
+        /// The same for a snapshot in format 9 (issue #32's elections).
+        #[test]
+        fn a_mutated_format_9_snapshot_decodes_to_a_valid_table_or_an_error(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..8)
+        ) {
+            let bytes = mutate(format_9_table(), &edits);
             if let Ok(table) = decode_table(&bytes) {
                 prop_assert!(table.check_invariants().is_ok());
             }

@@ -27,8 +27,38 @@ fn applied_line(index: u64, a: &Applied) -> String {
         a.busy
             .as_ref()
             .map(|h| (h.session, h.token, h.granted_at_ms)),
-        a.changes
+        a.changes.iter().map(V7Change).collect::<Vec<_>>()
     )
+}
+
+/// A change as the build before issue #32 printed it: grants said nothing of their mode and
+/// value (which every grant of these entries, a mutex's, would print as `Exclusive`, `None`).
+struct V7Change<'a>(&'a LockChange);
+
+impl std::fmt::Debug for V7Change<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            LockChange::Granted {
+                name,
+                session,
+                token,
+                mode,
+                value,
+            } => {
+                assert_eq!(
+                    (*mode, value),
+                    (Mode::Exclusive, &None),
+                    "a v7 entry's grant"
+                );
+                f.debug_struct("Granted")
+                    .field("name", name)
+                    .field("session", session)
+                    .field("token", token)
+                    .finish()
+            }
+            other => other.fmt(f),
+        }
+    }
 }
 
 /// Every command of the build before encodes to the same bytes, and those bytes decode to it.

@@ -59,6 +59,9 @@ struct Profile {
     /// force-release and revoke among today's commands. Off, the generator draws exactly the
     /// commands it drew before issue #32.
     primitives: bool,
+    /// Whether to generate issue #32's elections (campaigns and proclaims) among the
+    /// primitives. Off, the generator draws what it drew before elections.
+    elections: bool,
 }
 
 /// Many short histories with sessions coming and going.
@@ -67,6 +70,7 @@ const SHORT: Profile = Profile {
     sessions_max: 5,
     ending_pct: 10,
     primitives: false,
+    elections: false,
 };
 /// `SHORT` with read-write locks, semaphores, force-releases and revokes, and more sessions,
 /// so that readers and permits crowd.
@@ -75,6 +79,13 @@ const MIXED: Profile = Profile {
     sessions_max: 9,
     ending_pct: 10,
     primitives: true,
+    elections: false,
+};
+/// `MIXED` with elections: campaigns (some queued behind plain acquires and readers) and
+/// proclaims by leaders, stale leaders and others.
+const ELECTIONS: Profile = Profile {
+    elections: true,
+    ..MIXED
 };
 /// Few long-lived sessions that finish far more requests than they remember.
 const LONG: Profile = Profile {
@@ -82,6 +93,7 @@ const LONG: Profile = Profile {
     sessions_max: 3,
     ending_pct: 0,
     primitives: false,
+    elections: false,
 };
 
 // ---- the reference model ----
@@ -133,11 +145,45 @@ struct Model {
     outcomes: BTreeMap<(SessionId, u64), Outcome>,
     /// When each queued wait ends (the `now_ms` of its Acquire plus its capped `wait_ms`).
     until: BTreeMap<(SessionId, u64), u64>,
+    /// Elections (issue #32): the value each name's leader published, with the leader's token.
+    values: BTreeMap<String, (u64, Vec<u8>)>,
+    /// The value each queued campaign publishes when it is granted.
+    campaigns: BTreeMap<(SessionId, u64), Vec<u8>>,
 }
 
 /// What a release answers, as opposed to an acquire or a cancel.
 fn release_outcome(o: &Outcome) -> bool {
     matches!(o, Outcome::Released | Outcome::NotHolder)
+}
+
+/// What a proclaim answers and is remembered for.
+fn proclaim_outcome(o: &Outcome) -> bool {
+    matches!(
+        o,
+        Outcome::Proclaimed | Outcome::Rejected(Rejection::NotElectionLeader { .. })
+    )
+}
+
+/// The rejection of an invalid lock name or election value, if either is (the table checks
+/// the value first).
+fn invalid(name: &str, value: Option<&Vec<u8>>) -> Option<Outcome> {
+    if let Some(v) = value.filter(|v| v.len() > ELECTION_VALUE_BYTES_MAX) {
+        return Some(Outcome::Rejected(Rejection::FieldTooLong {
+            field: "election value".into(),
+            len: v.len(),
+            max: ELECTION_VALUE_BYTES_MAX,
+        }));
+    }
+    if name.is_empty() {
+        return Some(Outcome::Rejected(Rejection::NameEmpty));
+    }
+    if name.len() > LOCK_NAME_BYTES_MAX {
+        return Some(Outcome::Rejected(Rejection::NameTooLong {
+            len: name.len(),
+            max: LOCK_NAME_BYTES_MAX,
+        }));
+    }
+    None
 }
 
 enum MSeen {
@@ -248,8 +294,7 @@ impl Model {
                 session,
                 *seq,
                 name,
-                *wait_ms,
-                Mode::Exclusive,
+                (*wait_ms, Mode::Exclusive, None),
                 index,
                 now,
                 &mut fx,
@@ -260,7 +305,69 @@ impl Model {
                 name,
                 wait_ms,
                 mode,
-            } => self.acquire_request(session, *seq, name, *wait_ms, *mode, index, now, &mut fx),
+            } => self.acquire_request(
+                session,
+                *seq,
+                name,
+                (*wait_ms, *mode, None),
+                index,
+                now,
+                &mut fx,
+            ),
+            Op::Campaign {
+                session,
+                seq,
+                name,
+                wait_ms,
+                value,
+            } => self.acquire_request(
+                session,
+                *seq,
+                name,
+                (*wait_ms, Mode::Exclusive, Some(value)),
+                index,
+                now,
+                &mut fx,
+            ),
+            Op::Proclaim {
+                session,
+                seq,
+                name,
+                token,
+                value,
+            } => match self.auth(session) {
+                Some(r) => r,
+                None => match self.seen(session.id, *seq) {
+                    MSeen::Done(o) if proclaim_outcome(&o) => o,
+                    MSeen::Waiting(_, _) | MSeen::Done(_) => {
+                        Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
+                    }
+                    MSeen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
+                    MSeen::New => {
+                        if let Some(r) = invalid(name, Some(value)) {
+                            // Refused for its input: not remembered.
+                            r
+                        } else {
+                            let leads = self.holders.get(name.as_str()).is_some_and(|hs| {
+                                hs.iter().any(|h| {
+                                    (h.0, h.1, h.3) == (session.id, *token, Mode::Exclusive)
+                                })
+                            });
+                            let o = if leads {
+                                self.values.insert(name.clone(), (*token, value.clone()));
+                                Outcome::Proclaimed
+                            } else {
+                                Outcome::Rejected(Rejection::NotElectionLeader {
+                                    name: name.clone(),
+                                    token: *token,
+                                })
+                            };
+                            self.record(session.id, *seq, o.clone());
+                            o
+                        }
+                    }
+                },
+            },
             Op::CancelWait { session, seq } => match self.auth(session) {
                 Some(r) => r,
                 None => match self.seen(session.id, *seq) {
@@ -270,7 +377,7 @@ impl Model {
                         self.admit_shared(&name, index, now, &mut fx);
                         Outcome::NotGranted
                     }
-                    MSeen::Done(o) if release_outcome(&o) => {
+                    MSeen::Done(o) if release_outcome(&o) || proclaim_outcome(&o) => {
                         Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
                     }
                     MSeen::Done(o) => o,
@@ -357,30 +464,44 @@ impl Model {
         fx
     }
 
+    /// An acquire; `how` is its wait, its mode and a campaign's value.
     #[allow(clippy::too_many_arguments)]
     fn acquire_request(
         &mut self,
         session: &SessionKey,
         seq: u64,
         name: &str,
-        wait_ms: u64,
-        mode: Mode,
+        how: (u64, Mode, Option<&Vec<u8>>),
         index: u64,
         now: u64,
         fx: &mut Applied,
     ) -> Outcome {
+        let (wait_ms, mode, value) = how;
         if let Some(r) = self.auth(session) {
             return r;
         }
         match self.seen(session.id, seq) {
             MSeen::Waiting(_, position) => Outcome::Queued { position },
-            MSeen::Done(o) if release_outcome(&o) => {
+            MSeen::Done(o) if release_outcome(&o) || proclaim_outcome(&o) => {
                 Outcome::Rejected(Rejection::SequenceReused { seq })
             }
             MSeen::Done(o) => o,
             MSeen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq }),
             MSeen::New => {
-                let o = self.acquire(session.id, seq, name, wait_ms, mode, index, now);
+                // A campaign's value is checked first; then the acquire's own checks.
+                let o = match invalid("x", value) {
+                    Some(r) => r,
+                    None => self.acquire(session.id, seq, name, wait_ms, mode, index, now),
+                };
+                match (&o, value) {
+                    (Outcome::Granted { token }, Some(v)) => {
+                        self.values.insert(name.to_owned(), (*token, v.clone()));
+                    }
+                    (Outcome::Queued { .. }, Some(v)) => {
+                        self.campaigns.insert((session.id, seq), v.clone());
+                    }
+                    _ => {}
+                }
                 if o == Outcome::NotGranted {
                     // The model's sessions have no owner descriptions.
                     fx.busy = self.holders.get(name).map(|hs| HolderState {
@@ -389,6 +510,7 @@ impl Model {
                         mode: hs[0].3,
                         granted_at_ms: hs[0].2,
                         owner: None,
+                        value: self.value_of(name, hs[0].1),
                     });
                 }
                 if !matches!(o, Outcome::Queued { .. }) {
@@ -410,7 +532,16 @@ impl Model {
         }
         self.until.remove(&(sid, seq));
         self.wait_modes.remove(&(sid, seq));
+        self.campaigns.remove(&(sid, seq));
         name.expect("queued")
+    }
+
+    /// The value `name`'s grant `token` published, if any.
+    fn value_of(&self, name: &str, token: u64) -> Option<Vec<u8>> {
+        self.values
+            .get(name)
+            .filter(|(t, _)| *t == token)
+            .map(|(_, v)| v.clone())
     }
 
     fn auth(&self, key: &SessionKey) -> Option<Outcome> {
@@ -582,6 +713,10 @@ impl Model {
     /// `sid`'s grant of `name` ends.
     fn take(&mut self, name: &str, sid: SessionId) {
         let hs = self.holders.get_mut(name).unwrap();
+        let token = hs.iter().find(|h| h.0 == sid).map(|h| h.1);
+        if token.is_some() && self.values.get(name).map(|v| v.0) == token {
+            self.values.remove(name);
+        }
         let before = hs.len();
         hs.retain(|h| h.0 != sid);
         assert_eq!(hs.len() + 1, before, "model: {sid} did not hold {name}");
@@ -609,12 +744,16 @@ impl Model {
                 .until
                 .remove(&(sid, seq))
                 .expect("queued wait has an end");
+            let value = self.campaigns.remove(&(sid, seq));
             if until <= now {
                 self.record(sid, seq, Outcome::NotGranted);
                 fx.ended_waits.push((sid, seq));
                 continue;
             }
             let token = self.grant(name, sid, mode, index, now);
+            if let Some(v) = value {
+                self.values.insert(name.to_owned(), (token, v));
+            }
             self.record(sid, seq, Outcome::Granted { token });
             fx.handoffs.push(Handoff {
                 name: name.to_owned(),
@@ -819,7 +958,9 @@ impl History {
         }
         if let Some((sid, seq)) = op.request_id() {
             let asked = match op {
-                Op::Acquire { name, .. } => Some((name, Mode::Exclusive)),
+                Op::Acquire { name, .. } | Op::Campaign { name, .. } => {
+                    Some((name, Mode::Exclusive))
+                }
                 Op::AcquireWith { name, mode, .. } => Some((name, *mode)),
                 _ => None,
             };
@@ -956,6 +1097,9 @@ struct Run {
     /// The holders as the entries' watch events tell them (`LockChange`s replayed alone): must
     /// match the model's after every entry.
     watched: BTreeMap<String, BTreeSet<(SessionId, u64)>>,
+    /// The elections' values as the watch events tell them (granted with a value, proclaimed,
+    /// gone with their grant): must match the model's after every entry.
+    watched_values: BTreeMap<String, (u64, Vec<u8>)>,
     /// How often each of issue #32's rules was exercised.
     reached: BTreeMap<&'static str, usize>,
 }
@@ -980,6 +1124,7 @@ impl Run {
                 .collect(),
             log: vec![],
             watched: BTreeMap::new(),
+            watched_values: BTreeMap::new(),
             reached: BTreeMap::new(),
         }
     }
@@ -1007,6 +1152,9 @@ impl Run {
         let c = &self.clients[&sid];
         let (key, seq) = (c.key, c.next_seq);
         let roll = self.rng.below(100);
+        if self.profile.elections && (45..60).contains(&roll) {
+            return Some(self.generate_election(key, seq));
+        }
         if roll < 35 {
             let wait_ms = match self.rng.below(8) {
                 0 => 0,
@@ -1105,6 +1253,61 @@ impl Run {
             return Some((op, false));
         }
         None
+    }
+
+    /// A campaign (mostly for "a" and "jobs/1", which plain acquires and readers also take)
+    /// or a proclaim (mostly by a holder of its grant, sometimes a stale token or another's),
+    /// with values of every size, now and then one over the limit.
+    fn generate_election(&mut self, key: SessionKey, seq: u64) -> (Op, bool) {
+        let len = match self.rng.below(20) {
+            0 => ELECTION_VALUE_BYTES_MAX + 1,
+            1 => ELECTION_VALUE_BYTES_MAX,
+            _ => self.rng.below(8) as usize,
+        };
+        let value = vec![b'v' + (seq % 8) as u8; len];
+        if self.rng.percent(55) {
+            let wait_ms = match self.rng.below(6) {
+                0 => 0,
+                1 => 1_000 * self.rng.below(6),
+                _ => WAIT_TIMEOUT_MS_MAX,
+            };
+            let name = if self.rng.percent(85) {
+                self.rng.pick(&["a", "jobs/1", "sem"]).to_string()
+            } else {
+                self.name()
+            };
+            let op = Op::Campaign {
+                session: key,
+                seq,
+                name,
+                wait_ms,
+                value,
+            };
+            return (op, true);
+        }
+        let held: Vec<(String, u64)> = self
+            .model
+            .holders
+            .iter()
+            .flat_map(|(n, hs)| hs.iter().map(move |h| (n, h)))
+            .filter(|(_, h)| h.0 == key.id || self.rng.0 % 5 == 0)
+            .map(|(n, h)| (n.clone(), h.1))
+            .collect();
+        let (name, token) = if !held.is_empty() && self.rng.percent(85) {
+            self.rng.pick(&held).clone()
+        } else if !self.tokens.is_empty() {
+            (self.name(), *self.rng.pick(&self.tokens))
+        } else {
+            (self.name(), self.index)
+        };
+        let op = Op::Proclaim {
+            session: key,
+            seq,
+            name,
+            token,
+            value,
+        };
+        (op, true)
     }
 
     /// Choose the next command; the bool says whether it carries a new seq of a live session.
@@ -1285,6 +1488,15 @@ impl Run {
             _ => false,
         };
         let got = self.table.apply(index, &cmd);
+        // A proclaim refused for its input is not remembered: its seq stays unused.
+        let remembered = match (&op, &got.outcome) {
+            (Op::Proclaim { .. }, o) => matches!(
+                o,
+                Outcome::Proclaimed | Outcome::Rejected(Rejection::NotElectionLeader { .. })
+            ),
+            _ => true,
+        };
+        let fresh = fresh && remembered;
         if let Err(e) = self.table.check_invariants() {
             panic!("{ctx}: invariant broken: {e}");
         }
@@ -1297,11 +1509,28 @@ impl Run {
         assert_eq!(unchanged, want, "{ctx}: the table and the model disagree");
         for event in latchkey_core::watch_events(index, &cmd, &got) {
             let key = (event.session, event.token.unwrap_or(0));
+            let token = event.token.unwrap_or(0);
             match event.kind {
                 WatchKind::Granted => {
                     let holders = self.watched.entry(event.lock.clone()).or_default();
                     let new = holders.insert(key);
                     assert!(new, "{ctx}: {event:?} granted a grant already held");
+                    let asked = match &op {
+                        Op::Campaign { .. } | Op::Acquire { .. } => Some(Mode::Exclusive),
+                        Op::AcquireWith { mode, .. } => Some(*mode),
+                        _ => None,
+                    };
+                    let mode = event.mode.expect("a grant says its mode");
+                    if let (Some(asked), Some(_)) = (asked, op.request_id()) {
+                        if got.handoffs.iter().all(|h| h.token != token) {
+                            assert_eq!(mode, asked, "{ctx}: {event:?} in another mode");
+                        }
+                    }
+                    if let Some(v) = &event.value {
+                        assert_eq!(mode, Mode::Exclusive, "{ctx}: {event:?}: a shared leader");
+                        self.watched_values
+                            .insert(event.lock.clone(), (token, v.clone()));
+                    }
                 }
                 WatchKind::Released
                 | WatchKind::Expired
@@ -1313,6 +1542,18 @@ impl Run {
                     if holders.is_empty() {
                         self.watched.remove(&event.lock);
                     }
+                    if self.watched_values.get(&event.lock).map(|v| v.0) == Some(token) {
+                        self.watched_values.remove(&event.lock);
+                    }
+                }
+                WatchKind::Proclaimed => {
+                    let held = self
+                        .watched
+                        .get(&event.lock)
+                        .is_some_and(|h| h.contains(&key));
+                    assert!(held, "{ctx}: {event:?} proclaimed by no holder");
+                    let v = event.value.clone().expect("a proclaim says its value");
+                    self.watched_values.insert(event.lock.clone(), (token, v));
                 }
                 WatchKind::Queued | WatchKind::WaitEnded => {}
             }
@@ -1327,6 +1568,10 @@ impl Run {
             self.watched, by_model,
             "{ctx}: watch events disagree with the model"
         );
+        assert_eq!(
+            self.watched_values, self.model.values,
+            "{ctx}: the values watch events tell disagree with the model"
+        );
         self.history.observe(&ctx, index, &op, fresh, &got);
         self.history.compare(&ctx, &self.table, &self.names);
         for name in &self.names {
@@ -1337,6 +1582,18 @@ impl Run {
                 .map(|i| i.holders.iter().map(at).collect::<Vec<_>>());
             let want = self.model.holders.get(name).cloned();
             assert_eq!(got, want, "{ctx}: holders of {name} per the model");
+            let values = self.table.describe(name).map(|i| {
+                i.holders
+                    .iter()
+                    .map(|h| h.value.clone())
+                    .collect::<Vec<_>>()
+            });
+            let want = self.model.holders.get(name).map(|hs| {
+                hs.iter()
+                    .map(|h| self.model.value_of(name, h.1))
+                    .collect::<Vec<_>>()
+            });
+            assert_eq!(values, want, "{ctx}: values of {name} per the model");
         }
         self.track(&op, fresh, &got);
         self.compare_requests(&ctx);
@@ -1367,6 +1624,11 @@ impl Run {
                 seen("permits out of range")
             }
             (Op::ForceRelease { .. }, Outcome::ForceReleased { .. }) => seen("force-released"),
+            (Op::Campaign { .. }, Outcome::Granted { .. }) => seen("campaign granted at once"),
+            (Op::Campaign { .. }, Outcome::Queued { .. }) => seen("campaign queued"),
+            (Op::Proclaim { .. }, Outcome::Proclaimed) => seen("proclaimed"),
+            (_, Outcome::Rejected(Rejection::NotElectionLeader { .. })) => seen("not leader"),
+            (_, Outcome::Rejected(Rejection::FieldTooLong { .. })) => seen("value too long"),
             (_, Outcome::SessionRevoked { .. }) => seen("revoked"),
             _ => {}
         }
@@ -1392,6 +1654,25 @@ impl Run {
         }
         if got.handoffs.iter().any(|h| h.token < self.index) {
             seen("permit token below its entry");
+        }
+        for c in &got.changes {
+            match c {
+                LockChange::Granted {
+                    value: Some(_),
+                    token,
+                    ..
+                } if got.handoffs.iter().any(|h| h.token == *token) => {
+                    seen("campaign handed over with its value")
+                }
+                LockChange::WaitEnded { session, seq, .. }
+                    if self.log.iter().any(|(_, c, _)| {
+                        matches!(&c.op, Op::Campaign { session: k, seq: q, .. } if k.id == *session && q == seq)
+                    }) =>
+                {
+                    seen("campaign's wait ended")
+                }
+                _ => {}
+            }
         }
     }
 
@@ -1543,6 +1824,38 @@ fn mixed_histories_of_locks_readers_and_permits_match_the_model() {
         "permit token below its entry",
     ] {
         // The seeds are fixed: the counts are the same on every run (printed below).
+        assert!(
+            reached.get(what).copied().unwrap_or(0) >= 5,
+            "{what:?} reached too rarely: {reached:?}"
+        );
+    }
+    println!("reached: {reached:?}");
+}
+
+/// Issue #32's elections among everything above: campaigns granted at once and handed over
+/// with their values, proclaims by leaders and refused ones by others, checked against the
+/// model (outcomes, values in `describe` and in the watch events, remembered answers).
+#[test]
+fn histories_with_elections_match_the_model() {
+    let mut reached = BTreeMap::<&str, usize>::new();
+    for seed in 0..200 {
+        let r = run(20_000 + seed, ELECTIONS);
+        for (what, n) in r.reached {
+            *reached.entry(what).or_default() += n;
+        }
+    }
+    for what in [
+        "campaign granted at once",
+        "campaign queued",
+        "campaign handed over with its value",
+        "campaign's wait ended",
+        "proclaimed",
+        "not leader",
+        "value too long",
+        "kind conflict",
+        "revoked",
+        "force-released",
+    ] {
         assert!(
             reached.get(what).copied().unwrap_or(0) >= 5,
             "{what:?} reached too rarely: {reached:?}"

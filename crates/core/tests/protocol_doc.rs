@@ -39,6 +39,7 @@ fn limit_value(name: &str) -> Option<u128> {
         LOCKS_PER_SESSION_MAX,
         WAITERS_PER_LOCK_MAX,
         HOLDERS_PER_LOCK_MAX,
+        ELECTION_VALUE_BYTES_MAX,
         LOCKS_MAX,
         SESSION_OUTCOMES_MAX,
         SESSION_WAITS_IN_FLIGHT_MAX,

@@ -522,6 +522,7 @@ fn describe_reports_holder_token_grant_time_and_waiters() {
         mode: Mode::Exclusive,
         granted_at_ms: now_ms_at(3),
         owner: None,
+        value: None,
     };
     assert_eq!(
         sim.table.describe("L"),
@@ -550,6 +551,7 @@ fn describe_reports_holder_token_grant_time_and_waiters() {
             mode: Mode::Exclusive,
             granted_at_ms: now_ms_at(9),
             owner: None,
+            value: None,
         })
     );
 }

@@ -54,6 +54,19 @@ enum Step {
     ForceRelease {
         name: u8,
     },
+    /// Issue #32's elections: a campaign with a value of `len` × 40 bytes, and a proclaim by
+    /// the session's grant of the name, if it has one.
+    Campaign {
+        session: u8,
+        name: u8,
+        wait: bool,
+        len: u8,
+    },
+    Proclaim {
+        session: u8,
+        name: u8,
+        len: u8,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -69,6 +82,10 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (0u8..6, 0u8..6, any::<bool>(), 0u8..3)
             .prop_map(|(session, name, wait, permits)| Step::AcquireWith { session, name, wait, permits }),
         1 => (0u8..6).prop_map(|name| Step::ForceRelease { name }),
+        3 => (0u8..6, 0u8..6, any::<bool>(), 0u8..26)
+            .prop_map(|(session, name, wait, len)| Step::Campaign { session, name, wait, len }),
+        2 => (0u8..6, 0u8..6, 0u8..26)
+            .prop_map(|(session, name, len)| Step::Proclaim { session, name, len }),
     ]
 }
 
@@ -166,6 +183,20 @@ proptest! {
                     by: Actor::default(),
                     reason: "room".into(),
                 },
+                Step::Campaign { session, name: n, wait, len } => Op::Campaign {
+                    session: key(sid(session)),
+                    seq,
+                    name: name(n),
+                    wait_ms: if wait { 1_000 } else { 0 },
+                    value: vec![b'v'; len as usize * 40],
+                },
+                Step::Proclaim { session, name: n, len } => Op::Proclaim {
+                    session: key(sid(session)),
+                    seq,
+                    name: name(n),
+                    token: tokens.get(&(sid(session), n)).copied().unwrap_or(0),
+                    value: vec![b'p'; len as usize * 40],
+                },
             };
             let before = t.bytes();
             let shrinking = matches!(
@@ -190,7 +221,9 @@ proptest! {
                 created.push(id.0);
             }
             if let (
-                Op::Acquire { session, name: n, .. } | Op::AcquireWith { session, name: n, .. },
+                Op::Acquire { session, name: n, .. }
+                | Op::AcquireWith { session, name: n, .. }
+                | Op::Campaign { session, name: n, .. },
                 Outcome::Granted { token },
             ) = (&op, &applied.outcome) {
                 let n = (0..6u8).find(|i| name(*i) == *n).expect("generated");

@@ -113,6 +113,31 @@ impl fmt::Display for LogCommand {
                 "AcquireWith({}#{seq}, {name:?}, wait_ms={wait_ms}, {mode:?})",
                 session.id
             ),
+            // An election's value is the client's to show, not the log's.
+            Op::Campaign {
+                session,
+                seq,
+                name,
+                wait_ms,
+                value,
+            } => write!(
+                f,
+                "Campaign({}#{seq}, {name:?}, wait_ms={wait_ms}, {} value bytes)",
+                session.id,
+                value.len()
+            ),
+            Op::Proclaim {
+                session,
+                seq,
+                name,
+                token,
+                value,
+            } => write!(
+                f,
+                "Proclaim({}#{seq}, {name:?}, token={token}, {} value bytes)",
+                session.id,
+                value.len()
+            ),
         }
     }
 }

@@ -113,6 +113,7 @@ impl ApiError {
                 Rejection::KindConflict { .. } => "kind-conflict",
                 Rejection::PermitsConflict { .. } => "permits-conflict",
                 Rejection::PermitsOutOfRange { .. } => "permits-out-of-range",
+                Rejection::NotElectionLeader { .. } => "not-election-leader",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -160,7 +161,8 @@ impl ApiError {
                 | Rejection::UnknownRequest { .. }
                 | Rejection::SequenceReused { .. }
                 | Rejection::KindConflict { .. }
-                | Rejection::PermitsConflict { .. } => Code::FailedPrecondition,
+                | Rejection::PermitsConflict { .. }
+                | Rejection::NotElectionLeader { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::Membership(_)

@@ -726,6 +726,7 @@ async fn acquire_as(
         wait_timeout_ms: wait_ms,
         mode: mode as i32,
         permits,
+        value: None,
     })
     .await
     .map(|r| r.into_inner())
@@ -886,4 +887,165 @@ async fn readers_and_permits_through_grpc() {
     let d = describe(&mut c, "mutex").await;
     assert_eq!((d.mode, d.permits, d.token), (Exclusive as i32, 0, m));
     assert_eq!(d.holders.len(), 1);
+}
+
+/// A watch event as (kind, session, token, mode, value).
+type Event = (String, u64, u64, Option<i32>, Option<Vec<u8>>);
+
+async fn next_event(watch: &mut tonic::Streaming<pb::WatchMessage>) -> Event {
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), watch.message())
+            .await
+            .expect("watch events in time")
+            .expect("watch open")
+            .expect("watch not ended");
+        if let Some(pb::watch_message::Item::Event(e)) = m.item {
+            return (e.kind, e.session, e.token, e.mode, e.value);
+        }
+    }
+}
+
+async fn campaign(
+    c: &mut LocksClient<Channel>,
+    s: &pb::Session,
+    seq: u64,
+    name: &str,
+    wait_ms: u64,
+    value: &[u8],
+) -> Result<pb::AcquireResponse, tonic::Status> {
+    c.acquire(pb::AcquireRequest {
+        session: Some(*s),
+        seq,
+        name: name.into(),
+        wait_timeout_ms: wait_ms,
+        value: Some(value.to_vec()),
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+/// Issue #32's elections through gRPC: a campaign's grant publishes its value (Describe's
+/// `value`, the watch's `granted` event with its mode), a queued campaign gets the lead with
+/// its own value when the leader resigns, only the leader under its token proclaims
+/// (`not-election-leader` otherwise), a value with a shared mode or over the limit is refused
+/// before anything is proposed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_through_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = start(dir.path(), None).await;
+    let mut c = client(&mut node).await;
+    let a = session(&mut c, 10_000).await;
+    let b = session(&mut c, 10_000).await;
+    let mut watch = c
+        .watch(pb::WatchRequest {
+            prefix: "svc".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+
+    // Bad input: refused with its reason.
+    let e = c
+        .acquire(pb::AcquireRequest {
+            session: Some(a),
+            seq: 1,
+            name: "svc".into(),
+            mode: pb::LockMode::Shared as i32,
+            value: Some(b"x".to_vec()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&e), "invalid-request", "{e:?}");
+    let long = vec![b'x'; latchkey_core::limits::ELECTION_VALUE_BYTES_MAX + 1];
+    let e = campaign(&mut c, &a, 1, "svc", 0, &long).await.unwrap_err();
+    assert_eq!(reason(&e), "field-too-long", "{e:?}");
+
+    let t1 = granted(&campaign(&mut c, &a, 2, "svc", 0, b"a:80").await.unwrap());
+    let info = describe(&mut c, "svc").await;
+    assert_eq!((info.session, info.token), (a.id, t1));
+    assert_eq!(info.value.as_deref(), Some(&b"a:80"[..]));
+    assert_eq!(info.holders[0].value.as_deref(), Some(&b"a:80"[..]));
+
+    // The leader proclaims; another session, or a stale token, is refused.
+    c.proclaim(pb::ProclaimRequest {
+        session: Some(a),
+        seq: 3,
+        name: "svc".into(),
+        token: t1,
+        value: b"a:81".to_vec(),
+    })
+    .await
+    .expect("the leader proclaims");
+    assert_eq!(
+        describe(&mut c, "svc").await.value.as_deref(),
+        Some(&b"a:81"[..])
+    );
+    let e = c
+        .proclaim(pb::ProclaimRequest {
+            session: Some(b),
+            seq: 1,
+            name: "svc".into(),
+            token: t1,
+            value: b"b".to_vec(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&e), "not-election-leader", "{e:?}");
+    assert_eq!(e.code(), Code::FailedPrecondition);
+
+    // b queues with its value; a resigns; b leads with its own.
+    let mut seen = Vec::new();
+    let mut cb = c.clone();
+    let pending =
+        tokio::spawn(async move { campaign(&mut cb, &b, 2, "svc", 60_000, b"b:80").await });
+    while seen.len() < 5 && seen.last().is_none_or(|e: &Event| e.0 != "queued") {
+        seen.push(next_event(&mut watch).await);
+    }
+    c.release(pb::ReleaseRequest {
+        session: Some(a),
+        seq: 4,
+        name: "svc".into(),
+        token: t1,
+    })
+    .await
+    .expect("release");
+    let t2 = granted(&pending.await.unwrap().unwrap());
+    assert!(t2 > t1);
+    let info = describe(&mut c, "svc").await;
+    assert_eq!(
+        (info.session, info.value.as_deref()),
+        (b.id, Some(&b"b:80"[..]))
+    );
+
+    // The watch told it all, with modes and values.
+    while seen.len() < 5 {
+        seen.push(next_event(&mut watch).await);
+    }
+    let exclusive = Some(pb::LockMode::Exclusive as i32);
+    assert_eq!(
+        seen,
+        vec![
+            (
+                "granted".into(),
+                a.id,
+                t1,
+                exclusive,
+                Some(b"a:80".to_vec())
+            ),
+            ("proclaimed".into(), a.id, t1, None, Some(b"a:81".to_vec())),
+            ("queued".into(), b.id, 0, None, None),
+            ("released".into(), a.id, t1, None, None),
+            (
+                "granted".into(),
+                b.id,
+                t2,
+                exclusive,
+                Some(b"b:80".to_vec())
+            ),
+        ]
+    );
+    node.stop().await.expect("the node stops");
 }

@@ -91,6 +91,7 @@ fn handler(method: &str, path: &str) -> MethodRouter<Api> {
         ("POST", "/v1/sessions/close") => post(close_session),
         ("POST", "/v1/locks/acquire") => post(acquire),
         ("POST", "/v1/locks/release") => post(release),
+        ("POST", "/v1/locks/proclaim") => post(proclaim),
         ("GET", "/v1/lock") => get(describe),
         ("GET", "/v1/locks") => get(list),
         ("GET", "/v1/cluster/status") => get(status),
@@ -514,6 +515,9 @@ struct AcquireRequest {
     /// `"exclusive"` (the default), `"shared"`, or `{"permits": N}` (docs/primitives.md).
     #[serde(default)]
     mode: ModeJson,
+    /// A campaign's election value (UTF-8; exclusive mode only).
+    #[serde(default)]
+    value: Option<String>,
 }
 
 /// How an acquire takes a name, as the JSON says it: a string, or an object for a
@@ -552,6 +556,9 @@ struct HolderJson {
     token: u64,
     held_for_ms: u64,
     owner: Option<OwnerJson>,
+    /// The election value this holder published (UTF-8, lossy), only when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<String>,
 }
 
 fn holder(h: Held) -> HolderJson {
@@ -560,6 +567,10 @@ fn holder(h: Held) -> HolderJson {
         token: h.token,
         held_for_ms: h.held_for_ms,
         owner: h.owner.map(Into::into),
+        value: h
+            .value
+            .as_deref()
+            .map(|v| String::from_utf8_lossy(v).into_owned()),
     }
 }
 
@@ -626,6 +637,7 @@ async fn acquire(
             req.name,
             req.wait_timeout_ms,
             req.mode.into(),
+            req.value.map(String::into_bytes),
             who.as_ref(),
         )
         .await
@@ -666,6 +678,47 @@ async fn release(
         .await
         .map_err(in_group(node))?;
     Ok(json(&serde_json::json!({ "released": released })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProclaimRequest {
+    session: SessionJson,
+    #[serde(deserialize_with = "whole::deserialize")]
+    seq: u64,
+    name: String,
+    #[serde(deserialize_with = "whole::deserialize")]
+    token: u64,
+    value: String,
+}
+
+async fn proclaim(
+    State(groups): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    groups.first().metrics.request("proclaim");
+    let req: ProclaimRequest = parse(body)?;
+    let id = SessionId(req.session.id);
+    authorize(
+        &groups,
+        &headers,
+        &peer,
+        Need::Lock(&req.name, Permission::Lock),
+        &[id],
+    )?;
+    let node = groups.of_lock_in(&req.name, id)?;
+    node.proclaim(
+        req.session.into(),
+        req.seq,
+        req.name,
+        req.token,
+        req.value.into_bytes(),
+    )
+    .await
+    .map_err(in_group(node))?;
+    Ok(json(&serde_json::json!({})))
 }
 
 #[derive(Serialize)]

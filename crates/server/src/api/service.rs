@@ -168,6 +168,7 @@ fn held_info(name: String, h: Held, waiters: u32) -> pb::LockInfo {
         queue: Vec::new(),
         mode: pb::LockMode::Exclusive as i32,
         permits: 0,
+        value: h.value.clone(),
         holders: vec![holder_pb(h)],
     }
 }
@@ -178,6 +179,7 @@ fn holder_pb(h: Held) -> pb::Holder {
         token: h.token,
         held_for_ms: h.held_for_ms,
         owner: h.owner.map(owner_pb),
+        value: h.value,
     }
 }
 
@@ -273,14 +275,23 @@ fn audit_record(r: AuditRecord) -> pb::AuditRecord {
 fn watch_message(out: WatchOut) -> Result<pb::WatchMessage, ApiError> {
     use pb::watch_message::Item;
     let item = match out {
-        WatchOut::Event(e) => Item::Event(pb::WatchEvent {
-            index: e.index,
-            ordinal: e.ordinal,
-            kind: e.kind.as_str().to_owned(),
-            lock: e.lock,
-            session: e.session.0,
-            token: e.token.unwrap_or(0),
-        }),
+        WatchOut::Event(e) => {
+            let (mode, permits) = e.mode.map_or((None, 0), |m| {
+                let (mode, permits) = mode_pb(m);
+                (Some(mode as i32), permits)
+            });
+            Item::Event(pb::WatchEvent {
+                index: e.index,
+                ordinal: e.ordinal,
+                kind: e.kind.as_str().to_owned(),
+                lock: e.lock,
+                session: e.session.0,
+                token: e.token.unwrap_or(0),
+                mode,
+                permits,
+                value: e.value,
+            })
+        }
         WatchOut::Missed { after, through } => Item::Missed(pb::WatchMissed {
             after_index: after,
             through_index: through,
@@ -449,6 +460,7 @@ impl pb::locks_server::Locks for LocksService {
                 req.name.clone(),
                 req.wait_timeout_ms,
                 mode,
+                req.value,
                 who.as_ref(),
             )
             .await
@@ -475,6 +487,26 @@ impl pb::locks_server::Locks for LocksService {
             .await
             .map_err(in_group(node))?;
         Ok(Response::new(pb::ReleaseResponse { released }))
+    }
+
+    async fn proclaim(
+        &self,
+        request: Request<pb::ProclaimRequest>,
+    ) -> Result<Response<pb::ProclaimResponse>, Status> {
+        self.node().metrics.request("proclaim");
+        let ids = session_ids(&request.get_ref().session);
+        self.authorize(
+            &request,
+            Need::Lock(&request.get_ref().name, Permission::Lock),
+            &ids,
+        )?;
+        let req = request.into_inner();
+        let session = session_key(req.session)?;
+        let node = self.groups.of_lock_in(&req.name, session.id)?;
+        node.proclaim(session, req.seq, req.name, req.token, req.value)
+            .await
+            .map_err(in_group(node))?;
+        Ok(Response::new(pb::ProclaimResponse {}))
     }
 
     async fn describe(

@@ -103,6 +103,8 @@ pub struct Held {
     /// Measured on this node's wall clock from the leader's grant time.
     pub held_for_ms: u64,
     pub owner: Option<SessionOwner>,
+    /// The election value this grant published (issue #32), if any.
+    pub value: Option<Vec<u8>>,
 }
 
 impl Held {
@@ -112,6 +114,7 @@ impl Held {
             token: h.token,
             held_for_ms: now_ms.saturating_sub(h.granted_at_ms),
             owner: h.owner,
+            value: h.value,
         }
     }
 }
@@ -455,9 +458,11 @@ impl Node {
     }
 
     /// Acquire `name` in `mode` for request `seq` of `session`, long-polling a queued request
-    /// for up to `ACQUIRE_POLL_MS_MAX` of its wait. Under access control, a new request that
+    /// for up to `ACQUIRE_POLL_MS_MAX` of its wait. With a `value`, a campaign: an exclusive
+    /// acquire whose grant publishes it (issue #32). Under access control, a new request that
     /// may queue counts toward `owner`'s quota of queued acquires (the `lock` permission
     /// covers every mode).
+    #[allow(clippy::too_many_arguments)]
     pub async fn acquire(
         self: &Arc<Node>,
         session: SessionKey,
@@ -465,10 +470,19 @@ impl Node {
         name: String,
         wait_timeout_ms: u64,
         mode: Mode,
+        value: Option<Vec<u8>>,
         owner: Option<&Caller>,
     ) -> Result<Acquired, ApiError> {
         latchkey_core::validate_name(&name)?;
         validate_mode(mode)?;
+        if let Some(value) = &value {
+            if mode != Mode::Exclusive {
+                return Err(ApiError::Invalid(format!(
+                    "an election value goes with an exclusive acquire (a campaign), not {mode:?}"
+                )));
+            }
+            latchkey_core::validate_value(value)?;
+        }
         let wait_ms = wait_timeout_ms.min(limits::WAIT_TIMEOUT_MS_MAX);
         if let (Some(owner), true) = (owner, wait_ms > 0) {
             // A retry of a request the table knows (queued or done) adds no wait. Counted like
@@ -506,14 +520,21 @@ impl Node {
         };
         // A mutex's acquire stays `Op::Acquire`, so its entries are what older members and
         // logs know; only readers and permits need `AcquireWith`.
-        let op = match mode {
-            Mode::Exclusive => Op::Acquire {
+        let op = match (mode, value) {
+            (_, Some(value)) => Op::Campaign {
+                session,
+                seq,
+                name,
+                wait_ms,
+                value,
+            },
+            (Mode::Exclusive, None) => Op::Acquire {
                 session,
                 seq,
                 name,
                 wait_ms,
             },
-            Mode::Shared | Mode::Permits(_) => Op::AcquireWith {
+            (Mode::Shared | Mode::Permits(_), None) => Op::AcquireWith {
                 session,
                 seq,
                 name,
@@ -599,6 +620,31 @@ impl Node {
         {
             Outcome::Released => Ok(true),
             Outcome::NotHolder => Ok(false),
+            other => Err(rejected(other)),
+        }
+    }
+
+    /// The leader of `name` under `token` (`session`'s exclusive grant) publishes `value`
+    /// (issue #32); anyone else is refused `Rejection::NotElectionLeader`.
+    pub async fn proclaim(
+        &self,
+        session: SessionKey,
+        seq: u64,
+        name: String,
+        token: u64,
+        value: Vec<u8>,
+    ) -> Result<(), ApiError> {
+        latchkey_core::validate_value(&value)?;
+        latchkey_core::validate_stored_name(&name)?;
+        let op = Op::Proclaim {
+            session,
+            seq,
+            name,
+            token,
+            value,
+        };
+        match self.propose(op).await? {
+            Outcome::Proclaimed => Ok(()),
             other => Err(rejected(other)),
         }
     }

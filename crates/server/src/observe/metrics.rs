@@ -272,8 +272,11 @@ impl Metrics {
     /// Count one applied entry.
     pub fn applied(&self, cmd: &Op, applied: &Applied) {
         match (&cmd, &applied.outcome) {
-            // A reader or a permit is a grant too (issue #32).
-            (Op::Acquire { .. } | Op::AcquireWith { .. }, Outcome::Granted { .. }) => {
+            // A reader, a permit or a campaign is a grant too (issue #32).
+            (
+                Op::Acquire { .. } | Op::AcquireWith { .. } | Op::Campaign { .. },
+                Outcome::Granted { .. },
+            ) => {
                 self.grants.inc();
             }
             (_, Outcome::Released) => {

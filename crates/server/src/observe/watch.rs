@@ -295,6 +295,8 @@ mod tests {
             lock: lock.into(),
             session: SessionId(1),
             token: Some(index),
+            mode: Some(latchkey_core::Mode::Exclusive),
+            value: None,
         }
     }
 

@@ -38,20 +38,26 @@ class WatchRequest(_message.Message):
     def __init__(self, prefix: _Optional[str] = ..., after_index: _Optional[int] = ..., group: _Optional[int] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
-    __slots__ = ("index", "ordinal", "kind", "lock", "session", "token")
+    __slots__ = ("index", "ordinal", "kind", "lock", "session", "token", "mode", "permits", "value")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ORDINAL_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     LOCK_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     index: int
     ordinal: int
     kind: str
     lock: str
     session: int
     token: int
-    def __init__(self, index: _Optional[int] = ..., ordinal: _Optional[int] = ..., kind: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ...) -> None: ...
+    mode: LockMode
+    permits: int
+    value: bytes
+    def __init__(self, index: _Optional[int] = ..., ordinal: _Optional[int] = ..., kind: _Optional[str] = ..., lock: _Optional[str] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class WatchMissed(_message.Message):
     __slots__ = ("after_index", "through_index")
@@ -170,20 +176,40 @@ class CloseSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("session", "seq", "name", "wait_timeout_ms", "mode", "permits")
+    __slots__ = ("session", "seq", "name", "wait_timeout_ms", "mode", "permits", "value")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     WAIT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     PERMITS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     session: Session
     seq: int
     name: str
     wait_timeout_ms: int
     mode: LockMode
     permits: int
-    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., seq: _Optional[int] = ..., name: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ...) -> None: ...
+    value: bytes
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., seq: _Optional[int] = ..., name: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class ProclaimRequest(_message.Message):
+    __slots__ = ("session", "seq", "name", "token", "value")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    seq: int
+    name: str
+    token: int
+    value: bytes
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., seq: _Optional[int] = ..., name: _Optional[str] = ..., token: _Optional[int] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class ProclaimResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("result", "token", "position", "held_by")
@@ -222,7 +248,7 @@ class DescribeRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class LockInfo(_message.Message):
-    __slots__ = ("name", "held", "session", "token", "held_for_ms", "waiters", "owner", "queue", "mode", "permits", "holders")
+    __slots__ = ("name", "held", "session", "token", "held_for_ms", "waiters", "owner", "queue", "mode", "permits", "holders", "value")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +260,7 @@ class LockInfo(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     PERMITS_FIELD_NUMBER: _ClassVar[int]
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     name: str
     held: bool
     session: int
@@ -245,19 +272,22 @@ class LockInfo(_message.Message):
     mode: LockMode
     permits: int
     holders: _containers.RepeatedCompositeFieldContainer[Holder]
-    def __init__(self, name: _Optional[str] = ..., held: _Optional[bool] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., queue: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ...) -> None: ...
+    value: bytes
+    def __init__(self, name: _Optional[str] = ..., held: _Optional[bool] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., queue: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class Holder(_message.Message):
-    __slots__ = ("session", "token", "held_for_ms", "owner")
+    __slots__ = ("session", "token", "held_for_ms", "owner", "value")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     HELD_FOR_MS_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     session: int
     token: int
     held_for_ms: int
     owner: Owner
-    def __init__(self, session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ...) -> None: ...
+    value: bytes
+    def __init__(self, session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class Waiter(_message.Message):
     __slots__ = ("session", "waited_ms", "owner", "mode")

@@ -11,6 +11,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sessions/close"),
     ("POST", "/v1/locks/acquire"),
     ("POST", "/v1/locks/release"),
+    ("POST", "/v1/locks/proclaim"),
     ("GET", "/v1/lock"),
     ("GET", "/v1/locks"),
     ("GET", "/v1/cluster/status"),

@@ -1,0 +1,283 @@
+//! Leader election (issue #32): [`Session::campaign`](crate::Session::campaign) waits in the
+//! name's FIFO queue and returns a [`Leadership`] once this session leads; [`Client::leader`]
+//! reads the current [`Leader`]; [`Client::observe`] streams every change of leader or value.
+//!
+//! An election is an exclusive lock whose grant publishes a value: the leader is the holder,
+//! its term's fencing token is the grant's, and it ends like any grant (resign, session lost,
+//! force-release). `observe` is built on [`Watch`], which resumes on another member without
+//! repeating or skipping an event; on top of it, fencing tokens strictly increase per name, so
+//! an observer that applies only grants above the last token it knows never goes back to an
+//! older leader, and reports a change only when (leader, token, value) changes.
+
+use std::future::Future;
+use std::time::Duration;
+
+use latchkey_core::{Mode, WatchEvent, WatchKind};
+
+use crate::client::Client;
+use crate::error::Error;
+use crate::lock::LockGuard;
+use crate::watch::{Watch, WatchItem};
+
+/// This session leads an election: the grant of its campaign. Dropping it resigns in the
+/// background, as dropping a [`LockGuard`] releases.
+#[derive(Debug)]
+#[must_use = "dropping a leadership resigns in the background"]
+pub struct Leadership {
+    guard: LockGuard,
+}
+
+impl Leadership {
+    pub(crate) fn new(guard: LockGuard) -> Leadership {
+        Leadership { guard }
+    }
+
+    /// The term's fencing token: above every earlier leader's.
+    pub fn token(&self) -> u64 {
+        self.guard.token()
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        self.guard.name()
+    }
+
+    /// The grant under it (its fencing headers, `is_lost`, `lost_reason`).
+    pub fn guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
+    /// Completes when the leadership may be lost ([`LockGuard::lost`]): stop acting as leader.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.guard.lost()
+    }
+
+    /// Whether the leadership may be lost ([`LockGuard::is_lost`]).
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// Replaces the published value without giving up leadership. Fails with
+    /// [`Error::Conflict`] (`not-election-leader`) if this term has ended.
+    pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<(), Error> {
+        self.guard.proclaim(value.into()).await
+    }
+
+    /// Gives up leadership: the next candidate in the queue leads with a higher token.
+    pub async fn resign(self) -> Result<(), Error> {
+        self.guard.release().await
+    }
+}
+
+/// An election's leader as a read tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    pub session: u64,
+    /// The leader's term: its grant's fencing token.
+    pub token: u64,
+    /// What it published (empty when it took the name as a plain lock, without a value).
+    pub value: Vec<u8>,
+    /// How long it has led, by the Raft leader's clock (`None` from a watch event, which
+    /// carries no time).
+    pub held_for: Option<Duration>,
+}
+
+impl Client {
+    /// The current leader of the election `name` (its exclusive holder; linearizable, read on
+    /// the Raft leader), or `None` when nobody leads. Needs `read` on the name.
+    pub async fn leader(&self, name: &str) -> Result<Option<Leader>, Error> {
+        let info = self.describe(name).await?;
+        Ok(info
+            .holders
+            .into_iter()
+            .next()
+            .filter(|_| info.mode == Mode::Exclusive)
+            .map(|h| Leader {
+                session: h.session,
+                token: h.token,
+                value: h.value.unwrap_or_default(),
+                held_for: Some(h.held_for),
+            }))
+    }
+
+    /// Every change of leader or value of the election `name`, from its current leader on;
+    /// see [`Observe`]. Needs `read` on the name.
+    pub async fn observe(&self, name: &str) -> Result<Observe, Error> {
+        // The watch first, then the read: whatever changes in between comes as events,
+        // which the tokens put in their place (see the module doc).
+        let watch = self.watch(name, None).await?;
+        let mut observe = Observe {
+            client: self.clone(),
+            name: name.to_owned(),
+            watch,
+            state: Observed::default(),
+        };
+        observe.resync().await?;
+        Ok(observe)
+    }
+}
+
+/// A stream of an election's leaders ([`Client::observe`]), as etcd's `Observe`: the leader
+/// when it started (if one leads), then each new leader and each new value of a leader, never
+/// the same twice in a row, never an older leader after a newer one (tokens increase). A time
+/// with no leader is not an item: a handover (one log entry ends a term and starts the next)
+/// reads as the next leader, and [`Client::leader`] says whether anyone leads now. It resumes
+/// across member failures with its watch; if the member can no longer replay what was missed,
+/// it re-reads the leader.
+pub struct Observe {
+    client: Client,
+    name: String,
+    watch: Watch,
+    state: Observed,
+}
+
+impl Observe {
+    /// The next leader, or the leader's next value.
+    pub async fn next(&mut self) -> Result<Leader, Error> {
+        loop {
+            if let Some(news) = self.state.news() {
+                return Ok(news);
+            }
+            match self.watch.next().await? {
+                WatchItem::Event(e) if e.lock == self.name => self.state.apply(e),
+                WatchItem::Event(_) => {}
+                WatchItem::Missed { .. } => self.resync().await?,
+            }
+        }
+    }
+
+    /// Reads the leader now (a linearizable read).
+    async fn resync(&mut self) -> Result<(), Error> {
+        let leader = self.client.leader(&self.name).await?;
+        self.state.read(leader);
+        Ok(())
+    }
+}
+
+/// What an [`Observe`] knows: pure, fed the leader reads and the name's watch events.
+#[derive(Debug, Default)]
+struct Observed {
+    /// The leader as the reads and events tell it now (`None`: nobody leads).
+    current: Option<Leader>,
+    /// The leader last delivered.
+    delivered: Option<Leader>,
+    /// The highest token seen for the name: a grant at or below it is old news.
+    last_token: u64,
+}
+
+impl Observed {
+    /// A read of the leader. One older than what the events already said (a read that raced
+    /// them) is ignored.
+    fn read(&mut self, leader: Option<Leader>) {
+        match &leader {
+            Some(l) if l.token < self.last_token => return,
+            Some(l) => self.last_token = l.token,
+            None => {}
+        }
+        self.current = leader;
+    }
+
+    fn apply(&mut self, e: WatchEvent) {
+        let token = e.token.unwrap_or(0);
+        match e.kind {
+            WatchKind::Granted if e.mode == Some(Mode::Exclusive) && token > self.last_token => {
+                self.last_token = token;
+                self.current = Some(Leader {
+                    session: e.session.0,
+                    token,
+                    value: e.value.unwrap_or_default(),
+                    held_for: None,
+                });
+            }
+            WatchKind::Proclaimed => {
+                if let Some(l) = self.current.as_mut().filter(|l| l.token == token) {
+                    l.value = e.value.unwrap_or_default();
+                }
+            }
+            WatchKind::Released
+            | WatchKind::Expired
+            | WatchKind::Revoked
+            | WatchKind::ForceReleased
+                if self.current.as_ref().is_some_and(|l| l.token == token) =>
+            {
+                self.current = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// The leader to deliver, if it is news: another leader or value than the last delivered.
+    fn news(&mut self) -> Option<Leader> {
+        let now = self.current.as_ref()?;
+        let same = self.delivered.as_ref().is_some_and(|d| {
+            (d.session, d.token, &d.value) == (now.session, now.token, &now.value)
+        });
+        if same {
+            return None;
+        }
+        self.delivered = Some(now.clone());
+        Some(now.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latchkey_core::SessionId;
+
+    fn event(kind: WatchKind, session: u64, token: u64, value: Option<&str>) -> WatchEvent {
+        WatchEvent {
+            index: token,
+            ordinal: 0,
+            kind,
+            lock: "svc".into(),
+            session: SessionId(session),
+            token: Some(token),
+            mode: (kind == WatchKind::Granted).then_some(Mode::Exclusive),
+            value: value.map(|v| v.as_bytes().to_vec()),
+        }
+    }
+
+    fn leader(session: u64, token: u64, value: &str) -> Leader {
+        Leader {
+            session,
+            token,
+            value: value.as_bytes().to_vec(),
+            held_for: None,
+        }
+    }
+
+    /// Each leader and value once, in term order; a handover reads as the next leader; a read
+    /// that raced the events, or a replayed older grant, never brings an older leader back.
+    #[test]
+    fn each_leader_and_value_is_news_once_and_never_an_older_leader() {
+        use WatchKind::*;
+        let mut o = Observed::default();
+        o.read(Some(leader(1, 10, "a")));
+        assert_eq!(o.news(), Some(leader(1, 10, "a")));
+        assert_eq!(o.news(), None, "the same leader twice");
+        // The events from before the read (the watch opened first) change nothing.
+        o.apply(event(Granted, 1, 10, Some("a")));
+        o.apply(event(Granted, 9, 7, Some("old")));
+        assert_eq!(o.news(), None);
+        o.apply(event(Proclaimed, 1, 10, Some("a2")));
+        assert_eq!(o.news(), Some(leader(1, 10, "a2")));
+        // A proclaim of an ended term is not news.
+        o.apply(event(Proclaimed, 9, 7, Some("stale")));
+        assert_eq!(o.news(), None);
+        // A handover: released then granted in one entry; only the new leader is news.
+        o.apply(event(Released, 1, 10, None));
+        assert_eq!(o.news(), None, "no leader is not an item");
+        o.apply(event(Granted, 2, 12, Some("b")));
+        assert_eq!(o.news(), Some(leader(2, 12, "b")));
+        // A read older than the events (it raced them) is ignored.
+        o.read(Some(leader(1, 10, "a2")));
+        assert_eq!(o.news(), None);
+        // Readers and permits are not leaders.
+        let mut shared = event(Granted, 3, 14, None);
+        shared.mode = Some(Mode::Shared);
+        o.apply(event(Expired, 2, 12, None));
+        o.apply(shared);
+        assert_eq!(o.news(), None);
+    }
+}
