@@ -106,6 +106,14 @@ fn ns(d: Duration) -> u64 {
 
 /// Runs the worker until SIGTERM (it then ends its current operation and closes its session).
 pub fn main(args: WorkerArgs) -> anyhow::Result<()> {
+    // The client's log (renewals failing, routes moving) in the worker's log, on demand:
+    // `RUST_LOG=latchkey_client=debug` in the nemesis' environment reaches every worker.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
