@@ -2523,6 +2523,121 @@ mod tests {
         t
     }
 
+    /// Each planted bug of issue #32 (`TablePlant`) does its harm, and only with its switch
+    /// on, and leaves the table's invariants standing (its snapshot decodes): the simulation's
+    /// checkers, not the table's assertions, must catch it.
+    #[test]
+    fn each_planted_bug_does_its_harm_only_when_planted() {
+        let key = |i: u64| SessionKey {
+            id: SessionId(i),
+            secret: i,
+        };
+        let acquire = |i: u64, seq, name: &str, mode| Command {
+            now_ms: 0,
+            op: Op::AcquireWith {
+                session: key(i),
+                seq,
+                name: name.into(),
+                wait_ms: limits::WAIT_TIMEOUT_MS_MAX,
+                mode,
+            },
+        };
+        let release = |i: u64, seq, name: &str, token| Command {
+            now_ms: 0,
+            op: Op::Release {
+                session: key(i),
+                seq,
+                name: name.into(),
+                token,
+            },
+        };
+        // Sessions 1-3; what each scenario's last entry answered, and the name's holders.
+        let run = |plant: TablePlant, steps: &[Command]| {
+            let mut t = LockTable::new();
+            t.set_plant(plant);
+            for i in 1..=3 {
+                t.apply(i, &create(1_000, i));
+            }
+            let mut last = None;
+            for (i, cmd) in steps.iter().enumerate() {
+                last = Some(t.apply(4 + i as u64, cmd).outcome);
+            }
+            t.check_invariants().expect("a plant keeps the invariants");
+            let holders: Vec<(u64, u64)> = t
+                .multi
+                .values()
+                .flat_map(|l| l.holders.iter().map(|h| (h.session.0, h.token)))
+                .collect();
+            (last.expect("a step"), holders)
+        };
+        let (r, w, sem) = (Mode::Shared, Mode::Exclusive, Mode::Permits(2));
+        let cases: [(&str, TablePlant, Vec<Command>); 4] = [
+            (
+                "permit freed twice",
+                TablePlant {
+                    permit_freed_twice: true,
+                    ..TablePlant::default()
+                },
+                // 1 and 2 hold permits 4 and 5, 3 waits; 1 releases at entry 7.
+                vec![
+                    acquire(1, 1, "S", sem),
+                    acquire(2, 1, "S", sem),
+                    acquire(3, 1, "S", sem),
+                    release(1, 2, "S", 4),
+                ],
+            ),
+            (
+                "reader past writer",
+                TablePlant {
+                    reader_past_writer: true,
+                    ..TablePlant::default()
+                },
+                vec![acquire(1, 1, "L", r), acquire(2, 1, "L", w), acquire(3, 1, "L", r)],
+            ),
+            (
+                "writer beside readers",
+                TablePlant {
+                    writer_beside_readers: true,
+                    ..TablePlant::default()
+                },
+                vec![acquire(1, 1, "L", r), acquire(2, 1, "L", w)],
+            ),
+            (
+                "writer token reused",
+                TablePlant {
+                    writer_token_reused: true,
+                    ..TablePlant::default()
+                },
+                // Reader 1 holds token 4, writer 2 waits; 1 releases at entry 6.
+                vec![acquire(1, 1, "L", r), acquire(2, 1, "L", w), release(1, 2, "L", 4)],
+            ),
+        ];
+        let expected: [((Outcome, Vec<(u64, u64)>), (Outcome, Vec<(u64, u64)>)); 4] = [
+            (
+                (Outcome::Released, vec![(2, 5), (3, 6)]),
+                // Session 2 still believes it holds permit 5.
+                (Outcome::Released, vec![(3, 6)]),
+            ),
+            (
+                (Outcome::Queued { position: 2 }, vec![(1, 4)]),
+                (Outcome::Granted { token: 6 }, vec![(1, 4), (3, 6)]),
+            ),
+            (
+                (Outcome::Queued { position: 1 }, vec![(1, 4)]),
+                // Session 1 still believes it reads.
+                (Outcome::Granted { token: 5 }, vec![(2, 5)]),
+            ),
+            (
+                (Outcome::Released, vec![(2, 6)]),
+                (Outcome::Released, vec![(2, 4)]),
+            ),
+        ];
+        for ((name, plant, steps), (fixed, planted)) in cases.iter().zip(expected) {
+            assert_eq!(run(TablePlant::default(), steps), fixed, "{name}, fixed");
+            assert_eq!(run(*plant, steps), planted, "{name}, planted");
+        }
+    }
+
     /// Each invariant of a name with several holders (issue #32), broken on its own.
     #[test]
     fn invariants_catch_broken_read_write_locks_and_semaphores() {
