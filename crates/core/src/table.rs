@@ -2592,7 +2592,11 @@ mod tests {
                     reader_past_writer: true,
                     ..TablePlant::default()
                 },
-                vec![acquire(1, 1, "L", r), acquire(2, 1, "L", w), acquire(3, 1, "L", r)],
+                vec![
+                    acquire(1, 1, "L", r),
+                    acquire(2, 1, "L", w),
+                    acquire(3, 1, "L", r),
+                ],
             ),
             (
                 "writer beside readers",
@@ -2609,7 +2613,11 @@ mod tests {
                     ..TablePlant::default()
                 },
                 // Reader 1 holds token 4, writer 2 waits; 1 releases at entry 6.
-                vec![acquire(1, 1, "L", r), acquire(2, 1, "L", w), release(1, 2, "L", 4)],
+                vec![
+                    acquire(1, 1, "L", r),
+                    acquire(2, 1, "L", w),
+                    release(1, 2, "L", 4),
+                ],
             ),
         ];
         let expected: [((Outcome, Vec<(u64, u64)>), (Outcome, Vec<(u64, u64)>)); 4] = [

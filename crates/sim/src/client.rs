@@ -17,6 +17,10 @@
 //!   section, the client asks its guard whether the lock may be lost: a `HoldCheck` event if
 //!   not (judged by the deadline checker), a `Lost` event if so, and the section ends.
 //!
+//! Each lock name is taken one way ([`LockUse`]): as a mutex, as a read-write lock (each acquire
+//! a reader or a writer, drawn), or as a semaphore of N permits; the critical section does on
+//! the resource what its mode allows (see `resource.rs`).
+//!
 //! Faults the harness arms through [`ClientControl`], each at the client's next grant or
 //! critical section, so that they hit a holder:
 //! - *kill*: right after a grant the client asks the harness to crash its host (every task,
@@ -73,9 +77,13 @@ pub struct ClientSetup {
 pub enum LockUse {
     Mutex,
     /// A read-write lock: each acquire a reader, with this chance, or a writer.
-    ReadWrite { reader_p: f64 },
+    ReadWrite {
+        reader_p: f64,
+    },
     /// A semaphore of this many permits.
-    Semaphore { permits: u32 },
+    Semaphore {
+        permits: u32,
+    },
 }
 
 impl LockUse {
@@ -247,10 +255,7 @@ async fn work(w: &Worker<'_>, rng: &mut StdRng, actor: Actor, session: &Session)
             Mode::Shared => session.lock(lock.as_str()).shared(),
             Mode::Permits(n) => session.lock(lock.as_str()).permits(n),
         };
-        let guard = match request
-            .wait(Some(Duration::from_millis(WAIT_MS)))
-            .await
-        {
+        let guard = match request.wait(Some(Duration::from_millis(WAIT_MS))).await {
             Ok(guard) => guard,
             Err(Error::InvalidArgument { message }) | Err(Error::Protocol(message)) => {
                 panic!("client {}: Acquire refused: {message}", setup.id)

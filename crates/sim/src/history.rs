@@ -484,7 +484,9 @@ impl HistoryData {
                 ..
             } = e
             {
-                let t = last_check.entry((*session, lock.as_str(), *token)).or_default();
+                let t = last_check
+                    .entry((*session, lock.as_str(), *token))
+                    .or_default();
                 *t = (*t).max(*at);
             }
         }

@@ -47,7 +47,13 @@ impl Resource {
     pub fn begin(&self, actor: Actor, lock: &str, token: u64, mode: Mode) -> Option<u64> {
         if let Mode::Permits(n) = mode {
             let admitted = self.admit_permit(lock, token, n).then_some(0);
-            self.record(actor, lock, token, Step::Begin { read: 0 }, admitted.is_some());
+            self.record(
+                actor,
+                lock,
+                token,
+                Step::Begin { read: 0 },
+                admitted.is_some(),
+            );
             return admitted;
         }
         let read = self.read(lock, token);
@@ -91,8 +97,7 @@ impl Resource {
     }
 
     fn read(&self, lock: &str, token: u64) -> Option<u64> {
-        self
-            .gate
+        self.gate
             .admit_then(lock, token, || {
                 *self
                     .values

@@ -587,9 +587,7 @@ fn lock_uses(config: &RunConfig) -> (Vec<String>, Vec<LockUse>) {
             reader_p: p.reader_p,
         });
         locks.push("sem-0".to_owned());
-        uses.push(LockUse::Semaphore {
-            permits: p.permits,
-        });
+        uses.push(LockUse::Semaphore { permits: p.permits });
     }
     (locks, uses)
 }

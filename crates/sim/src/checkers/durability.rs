@@ -78,7 +78,11 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
             _ => {}
         }
     }
-    for (lock, holder) in h.final_holders.iter().filter(|(l, _)| !with_modes.contains(*l)) {
+    for (lock, holder) in h
+        .final_holders
+        .iter()
+        .filter(|(l, _)| !with_modes.contains(*l))
+    {
         let newest = newest.get(lock.as_str()).copied();
         match (holder, newest) {
             (Some((_, token)), _) if released.contains(&(lock.as_str(), *token)) => out.push(v(

@@ -62,8 +62,7 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
 /// but neither was asked for after the other was answered.)
 pub fn check_grants(h: &HistoryData) -> Vec<Violation> {
     let ops = h.operations();
-    let mut by_lock: BTreeMap<&str, Vec<(&Operation, u64, std::time::Duration)>> =
-        BTreeMap::new();
+    let mut by_lock: BTreeMap<&str, Vec<(&Operation, u64, std::time::Duration)>> = BTreeMap::new();
     for op in &ops {
         if let (OpKind::Acquire, Some((Ret::Granted { token }, at))) = (&op.op, &op.ret) {
             by_lock
@@ -153,7 +152,10 @@ mod tests {
         h.granted_in(3, "rw", Mode::Exclusive, 120, 10, 200);
         let m = messages(&check_grants(&h.h), "fencing_order");
         assert_eq!(m.len(), 1, "{m:?}");
-        assert!(m[0].contains("Exclusive") && m[0].contains("not above token 10"), "{m:?}");
+        assert!(
+            m[0].contains("Exclusive") && m[0].contains("not above token 10"),
+            "{m:?}"
+        );
     }
 
     #[test]

@@ -47,8 +47,7 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
         };
         let lock = op.lock.as_str();
         let k = nth.entry((op.session, lock)).or_default();
-        let Some(&(seq, place)) = requests.get(&(op.session, lock)).and_then(|l| l.get(*k))
-        else {
+        let Some(&(seq, place)) = requests.get(&(op.session, lock)).and_then(|l| l.get(*k)) else {
             continue;
         };
         *k += 1;
@@ -125,7 +124,10 @@ mod tests {
         h.granted_in(3, "rw", Mode::Exclusive, 4, 16, 30);
         let m = messages(&check(&h.h), "fifo");
         assert_eq!(m.len(), 1, "{m:?}");
-        assert!(m[0].contains("session 4") && m[0].contains("before"), "{m:?}");
+        assert!(
+            m[0].contains("session 4") && m[0].contains("before"),
+            "{m:?}"
+        );
         assert!(m[0].contains("session 3"), "{m:?}");
     }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use super::no_overlap::{conflicts, Span};
 use super::{ms, Violation};
-use crate::history::{Hold, HistoryData};
+use crate::history::{HistoryData, Hold};
 
 pub fn check(h: &HistoryData) -> Vec<Violation> {
     let holds = h.holds();
@@ -95,7 +95,10 @@ mod tests {
         h.hold_check(2, "rw", 11, 250);
         let m = messages(&check(&h.h), "holders");
         assert_eq!(m.len(), 1, "{m:?}");
-        assert!(m[0].contains("Exclusive") && m[0].contains("Shared"), "{m:?}");
+        assert!(
+            m[0].contains("Exclusive") && m[0].contains("Shared"),
+            "{m:?}"
+        );
     }
 
     #[test]

@@ -16,8 +16,8 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
             continue;
         };
         match granted.get(&(op.lock.as_str(), *token)) {
-            Some((_, latchkey_core::Mode::Shared, _))
-                if op.mode == latchkey_core::Mode::Shared => {}
+            Some((_, latchkey_core::Mode::Shared, _)) if op.mode == latchkey_core::Mode::Shared => {
+            }
             Some((session, _, first)) if *session != op.session => out.push(Violation {
                 checker: "unique_token",
                 message: format!(
