@@ -15,7 +15,8 @@
 //! find seeds that catch it; `--plant permit-freed-twice|reader-past-writer|
 //! writer-beside-readers|writer-token-reused` one of the lock table's read-write lock and
 //! semaphore bugs (issue #32, `latchkey_core::TablePlant`). `--primitives` gives every seed a
-//! read-write lock and a semaphore (half the seeds have them in their own shape).
+//! read-write lock and a semaphore (half the seeds have them in their own shape);
+//! `--no-primitives` takes them from every seed (the lease plants' seeds were found without).
 
 use std::process::ExitCode;
 
@@ -23,7 +24,7 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) [--groups G] [--replicas R] \
          [--plant stale-mark|resume-early|renew-without-quorum|permit-freed-twice|\
-         reader-past-writer|writer-beside-readers|writer-token-reused] [--primitives] \
+         reader-past-writer|writer-beside-readers|writer-token-reused] [--primitives|--no-primitives] \
          [--show-config]"
     );
     ExitCode::from(2)
@@ -86,6 +87,10 @@ fn main() -> ExitCode {
         let mut config = latchkey_sim::RunConfig::from_seed(seed);
         config.plant = plant;
         config.groups = groups;
+        if args.iter().any(|a| a == "--no-primitives") {
+            // Mutexes only, as every seed ran before issue #32 (the lease plants' seeds).
+            config.primitives = None;
+        }
         if args.iter().any(|a| a == "--primitives") && config.primitives.is_none() {
             // Every seed with a read-write lock and a semaphore (the plant hunts of issue #32).
             config.primitives = Some(latchkey_sim::config::Primitives::GIVEN);
