@@ -2620,7 +2620,9 @@ mod tests {
                 ],
             ),
         ];
-        let expected: [((Outcome, Vec<(u64, u64)>), (Outcome, Vec<(u64, u64)>)); 4] = [
+        // What the last step answered, and the name's holders: (session, token).
+        type Seen = (Outcome, Vec<(u64, u64)>);
+        let expected: [(Seen, Seen); 4] = [
             (
                 (Outcome::Released, vec![(2, 5), (3, 6)]),
                 // Session 2 still believes it holds permit 5.

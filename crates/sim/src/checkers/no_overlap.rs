@@ -48,9 +48,11 @@ pub(super) fn conflicts(spans: &[Span]) -> Vec<(usize, usize)> {
     for i in order {
         let s = spans[i];
         open.retain(|&j| spans[j].end > s.begin);
-        let clash = |j: &usize| match (s.mode, spans[*j].mode) {
-            (Mode::Shared, Mode::Shared) | (Mode::Permits(_), Mode::Permits(_)) => false,
-            _ => true,
+        let clash = |j: &usize| {
+            !matches!(
+                (s.mode, spans[*j].mode),
+                (Mode::Shared, Mode::Shared) | (Mode::Permits(_), Mode::Permits(_))
+            )
         };
         let with = match s.mode {
             Mode::Permits(n) if open.len() >= n as usize => open.first().copied(),
