@@ -114,13 +114,13 @@ fn all_succeed(procs: &mut [(String, Proc)], cluster: &Cluster) {
     }
 }
 
-/// A semaphore of 3 over 9 `latchkey lock --permits 3` processes, with the leader killed
+/// A semaphore of 3 over 10 `latchkey lock --permits 3` processes, with the leader killed
 /// (kill -9) while the first three run: never more than 3 COMMANDs at once, exactly 3 at
 /// some point (the permits are used), every one runs to its end, and each grant has a token
 /// of its own.
 #[test]
 fn a_semaphore_of_three_never_runs_four_across_a_leader_kill() {
-    const CONTENDERS: usize = 9;
+    const CONTENDERS: usize = 10;
     let mut cluster = Cluster::start(3);
     let (leader, _) = cluster.wait_leader(&[], T);
     let work = Work::new();

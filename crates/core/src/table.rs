@@ -120,6 +120,31 @@ pub struct LockTable {
     /// fingerprint).
     #[serde(skip)]
     shape: GroupShape,
+    /// Bugs put back on purpose, for the simulation's checkers to catch (all off but there).
+    /// Not replicated, like the budget: the server sets the same on every member.
+    #[serde(skip)]
+    plant: TablePlant,
+}
+
+/// Bugs of the read-write locks and semaphores (issue #32) put back on purpose, so that the
+/// simulation shows its checkers catch each (`latchkey-sim --plant NAME`). Every field is false
+/// unless a simulation sets it (through the server's `Plant::table`). Each leaves the table's
+/// own invariants standing (a snapshot of it decodes): the harm is to holders the table no
+/// longer records, or to the order and tokens of grants.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[doc(hidden)]
+pub struct TablePlant {
+    /// A permit's release frees a second permit too: another holder's grant is dropped without
+    /// telling its session, which goes on holding, so a semaphore gets more than N holders.
+    pub permit_freed_twice: bool,
+    /// A reader that finds only readers holding is granted at once, past a waiting writer.
+    pub reader_past_writer: bool,
+    /// A writer that finds only readers holding is granted at once, their grants dropped
+    /// without telling their sessions: readers go on reading beside a writer.
+    pub writer_beside_readers: bool,
+    /// A writer granted after readers takes their token (the last one) instead of its entry's
+    /// index: a new writer's token not above an earlier grant's.
+    pub writer_token_reused: bool,
 }
 
 impl Default for LockTable {
@@ -136,6 +161,7 @@ impl Default for LockTable {
             bytes: 0,
             bytes_max: limits::TABLE_BYTES_MAX,
             shape: GroupShape::SINGLE,
+            plant: TablePlant::default(),
         }
     }
 }
@@ -512,8 +538,17 @@ impl MultiLock {
     /// takes the entry's index. That stays at most the entry's index: every later grant is to
     /// an acquire with an entry of its own after that first one (`check_multi` checks the
     /// bound this rests on: the last token plus the waiters is at most the last index).
-    fn grant_token(&self, mode: Mode, index: u64) -> u64 {
+    fn grant_token(&self, mode: Mode, index: u64, plant: TablePlant) -> u64 {
         let token = match self.kind {
+            LockKind::Lock
+                if plant.writer_token_reused
+                    && mode == Mode::Exclusive
+                    && self.last_token > 0
+                    && self.last_token < index =>
+            {
+                // Planted: the writer takes the last grant's token, asserting nothing.
+                return self.last_token;
+            }
             LockKind::Lock => index,
             LockKind::Semaphore { .. } => self.last_token + 1,
         };
@@ -645,6 +680,18 @@ impl LockTable {
     /// sessions it creates from now on name this group.
     pub fn set_shape(&mut self, shape: GroupShape) {
         self.shape = shape;
+    }
+
+    /// The planted bugs (none unless set).
+    pub fn plant(&self) -> TablePlant {
+        self.plant
+    }
+
+    /// Puts the bugs of `plant` back (the simulation's checkers' own tests; never a real
+    /// server's). Like the budget, every member must be given the same.
+    #[doc(hidden)]
+    pub fn set_plant(&mut self, plant: TablePlant) {
+        self.plant = plant;
     }
 
     /// Room for `more` bytes, or the rejection that says the table is full.
@@ -1335,14 +1382,32 @@ impl LockTable {
                 })
             }
         }
+        let plant = self.plant;
+        let only_readers = !lock.holders.is_empty()
+            && lock.holders.iter().all(|h| h.mode == Mode::Shared)
+            && lock.kind == LockKind::Lock;
+        if plant.writer_beside_readers
+            && mode == Mode::Exclusive
+            && only_readers
+            && lock.waiters.is_empty()
+        {
+            // Planted: the readers' grants are dropped without a word to their sessions.
+            let mut fx = Applied::just(Outcome::NotGranted);
+            while !self.multi[name].holders.is_empty() {
+                self.drop_grant(name, 0, &mut fx);
+            }
+        }
+        let lock = &self.multi[name];
+        // Planted: a reader joins the readers past a waiting writer.
+        let past_waiters = plant.reader_past_writer && mode == Mode::Shared && only_readers;
         // FIFO: an acquire that finds anyone waiting waits behind them (no writer starves).
-        if lock.waiters.is_empty() && lock.fits(mode) {
+        if (lock.waiters.is_empty() || past_waiters) && lock.fits(mode) {
             if let Err(r) = self.room_for(limits::TABLE_GRANT_BYTES + extra) {
                 return Outcome::Rejected(r);
             }
             self.bytes += limits::TABLE_GRANT_BYTES;
             let lock = self.multi.get_mut(name).expect("in use");
-            let token = lock.grant_token(mode, index);
+            let token = lock.grant_token(mode, index, plant);
             lock.holders.push(Grant {
                 session: sid,
                 token,
@@ -1390,6 +1455,7 @@ impl LockTable {
     fn admit(&mut self, name: &str, index: u64, now_ms: u64, fx: &mut Applied) {
         let (key, _) = self.multi.get_key_value(name).expect("in use");
         let key = key.clone();
+        let plant = self.plant;
         loop {
             let lock = self.multi.get_mut(name).expect("in use");
             let Some(&next) = lock.waiters.front() else {
@@ -1419,7 +1485,7 @@ impl LockTable {
                 continue;
             }
             let lock = self.multi.get_mut(name).expect("in use");
-            let token = lock.grant_token(next.mode, index);
+            let token = lock.grant_token(next.mode, index, plant);
             lock.holders.push(Grant {
                 session: w.session,
                 token,
@@ -1625,6 +1691,15 @@ impl LockTable {
                 return Outcome::NotHolder;
             };
             self.drop_grant(name, i, fx);
+            let lock = &self.multi[name];
+            if self.plant.permit_freed_twice
+                && matches!(lock.kind, LockKind::Semaphore { .. })
+                && !lock.holders.is_empty()
+            {
+                // Planted: the oldest other permit is freed too, its session not told.
+                let mut silent = Applied::just(Outcome::NotGranted);
+                self.drop_grant(name, 0, &mut silent);
+            }
             self.admit(name, index, now_ms, fx);
             return Outcome::Released;
         }
@@ -2807,6 +2882,131 @@ mod tests {
         t.apply(12, &acquire(5, 2, "S", sem));
         t.check_invariants().expect("valid");
         t
+    }
+
+    /// Each planted bug of issue #32 (`TablePlant`) does its harm, and only with its switch
+    /// on, and leaves the table's invariants standing (its snapshot decodes): the simulation's
+    /// checkers, not the table's assertions, must catch it.
+    #[test]
+    fn each_planted_bug_does_its_harm_only_when_planted() {
+        let key = |i: u64| SessionKey {
+            id: SessionId(i),
+            secret: i,
+        };
+        let acquire = |i: u64, seq, name: &str, mode| Command {
+            now_ms: 0,
+            op: Op::AcquireWith {
+                session: key(i),
+                seq,
+                name: name.into(),
+                wait_ms: limits::WAIT_TIMEOUT_MS_MAX,
+                mode,
+            },
+        };
+        let release = |i: u64, seq, name: &str, token| Command {
+            now_ms: 0,
+            op: Op::Release {
+                session: key(i),
+                seq,
+                name: name.into(),
+                token,
+            },
+        };
+        // Sessions 1-3; what each scenario's last entry answered, and the name's holders.
+        let run = |plant: TablePlant, steps: &[Command]| {
+            let mut t = LockTable::new();
+            t.set_plant(plant);
+            for i in 1..=3 {
+                t.apply(i, &create(1_000, i));
+            }
+            let mut last = None;
+            for (i, cmd) in steps.iter().enumerate() {
+                last = Some(t.apply(4 + i as u64, cmd).outcome);
+            }
+            t.check_invariants().expect("a plant keeps the invariants");
+            let holders: Vec<(u64, u64)> = t
+                .multi
+                .values()
+                .flat_map(|l| l.holders.iter().map(|h| (h.session.0, h.token)))
+                .collect();
+            (last.expect("a step"), holders)
+        };
+        let (r, w, sem) = (Mode::Shared, Mode::Exclusive, Mode::Permits(2));
+        let cases: [(&str, TablePlant, Vec<Command>); 4] = [
+            (
+                "permit freed twice",
+                TablePlant {
+                    permit_freed_twice: true,
+                    ..TablePlant::default()
+                },
+                // 1 and 2 hold permits 4 and 5, 3 waits; 1 releases at entry 7.
+                vec![
+                    acquire(1, 1, "S", sem),
+                    acquire(2, 1, "S", sem),
+                    acquire(3, 1, "S", sem),
+                    release(1, 2, "S", 4),
+                ],
+            ),
+            (
+                "reader past writer",
+                TablePlant {
+                    reader_past_writer: true,
+                    ..TablePlant::default()
+                },
+                vec![
+                    acquire(1, 1, "L", r),
+                    acquire(2, 1, "L", w),
+                    acquire(3, 1, "L", r),
+                ],
+            ),
+            (
+                "writer beside readers",
+                TablePlant {
+                    writer_beside_readers: true,
+                    ..TablePlant::default()
+                },
+                vec![acquire(1, 1, "L", r), acquire(2, 1, "L", w)],
+            ),
+            (
+                "writer token reused",
+                TablePlant {
+                    writer_token_reused: true,
+                    ..TablePlant::default()
+                },
+                // Reader 1 holds token 4, writer 2 waits; 1 releases at entry 6.
+                vec![
+                    acquire(1, 1, "L", r),
+                    acquire(2, 1, "L", w),
+                    release(1, 2, "L", 4),
+                ],
+            ),
+        ];
+        // What the last step answered, and the name's holders: (session, token).
+        type Seen = (Outcome, Vec<(u64, u64)>);
+        let expected: [(Seen, Seen); 4] = [
+            (
+                (Outcome::Released, vec![(2, 5), (3, 6)]),
+                // Session 2 still believes it holds permit 5.
+                (Outcome::Released, vec![(3, 6)]),
+            ),
+            (
+                (Outcome::Queued { position: 2 }, vec![(1, 4)]),
+                (Outcome::Granted { token: 6 }, vec![(1, 4), (3, 6)]),
+            ),
+            (
+                (Outcome::Queued { position: 1 }, vec![(1, 4)]),
+                // Session 1 still believes it reads.
+                (Outcome::Granted { token: 5 }, vec![(2, 5)]),
+            ),
+            (
+                (Outcome::Released, vec![(2, 6)]),
+                (Outcome::Released, vec![(2, 4)]),
+            ),
+        ];
+        for ((name, plant, steps), (fixed, planted)) in cases.iter().zip(expected) {
+            assert_eq!(run(TablePlant::default(), steps), fixed, "{name}, fixed");
+            assert_eq!(run(*plant, steps), planted, "{name}, planted");
+        }
     }
 
     /// Each invariant of a name with several holders (issue #32), broken on its own.

@@ -205,6 +205,13 @@ impl LockStateMachine {
         write(&self.inner.state).table.set_bytes_max(bytes_max);
     }
 
+    /// Puts planted bugs back in the table (the simulation's checkers' tests only); an
+    /// installed snapshot's table gets the same.
+    #[doc(hidden)]
+    pub fn set_table_plant(&self, plant: latchkey_core::TablePlant) {
+        write(&self.inner.state).table.set_plant(plant);
+    }
+
     /// Sets which Raft group the table is (issue #16); an installed snapshot's table gets the
     /// same one. Call it before the first entry is applied: session ids are made from it.
     pub fn set_group_shape(&self, shape: latchkey_core::GroupShape) {
@@ -425,6 +432,7 @@ impl RaftStateMachine<TypeConfig> for LockStateMachine {
             let mut table = contents.table;
             table.set_bytes_max(state.table.bytes_max());
             table.set_shape(state.table.shape());
+            table.set_plant(state.table.plant());
             *state = State {
                 table,
                 last_applied: contents.last_applied,

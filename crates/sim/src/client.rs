@@ -17,6 +17,10 @@
 //!   section, the client asks its guard whether the lock may be lost: a `HoldCheck` event if
 //!   not (judged by the deadline checker), a `Lost` event if so, and the section ends.
 //!
+//! Each lock name is taken one way ([`LockUse`]): as a mutex, as a read-write lock (each acquire
+//! a reader or a writer, drawn), or as a semaphore of N permits; the critical section does on
+//! the resource what its mode allows (see `resource.rs`).
+//!
 //! Faults the harness arms through [`ClientControl`], each at the client's next grant or
 //! critical section, so that they hit a holder:
 //! - *kill*: right after a grant the client asks the harness to crash its host (every task,
@@ -35,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use latchkey_client::{Client, ClientConfig, ClientEnv, Error, LockGuard, RetryPolicy, Session};
+use latchkey_core::Mode;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -53,6 +58,8 @@ pub struct ClientSetup {
     pub id: u32,
     pub nodes: Vec<String>,
     pub locks: Vec<String>,
+    /// How each of `locks` is taken (a mutex, a read-write lock, a semaphore), in order.
+    pub uses: Vec<LockUse>,
     pub ttl: Duration,
     pub drift_ppm: i64,
     pub seed: u64,
@@ -62,6 +69,34 @@ pub struct ClientSetup {
     /// renewals running, the guard asked every 50–100 ms. After it they would starve waiters.
     pub long_holds_until: Duration,
     pub work_ms: (u64, u64),
+}
+
+/// How the clients take a lock name (issue #32). A name is always taken the same way, so no
+/// acquire is refused for its kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LockUse {
+    Mutex,
+    /// A read-write lock: each acquire a reader, with this chance, or a writer.
+    ReadWrite {
+        reader_p: f64,
+    },
+    /// A semaphore of this many permits.
+    Semaphore {
+        permits: u32,
+    },
+}
+
+impl LockUse {
+    /// The mode of the next acquire (a read-write lock draws one; the others draw nothing, so
+    /// a run of mutexes makes the draws it made before issue #32).
+    fn mode(self, rng: &mut StdRng) -> Mode {
+        match self {
+            LockUse::Mutex => Mode::Exclusive,
+            LockUse::ReadWrite { reader_p } if rng.random_bool(reader_p) => Mode::Shared,
+            LockUse::ReadWrite { .. } => Mode::Exclusive,
+            LockUse::Semaphore { permits } => Mode::Permits(permits),
+        }
+    }
 }
 
 /// Faults the harness arms for a client, and the client's requests to the harness. Shared by
@@ -202,7 +237,9 @@ async fn work(w: &Worker<'_>, rng: &mut StdRng, actor: Actor, session: &Session)
             });
             return Next::NewSession;
         }
-        let lock = setup.locks[rng.random_range(0..setup.locks.len())].clone();
+        let which = rng.random_range(0..setup.locks.len());
+        let lock = setup.locks[which].clone();
+        let mode = setup.uses[which].mode(rng);
         // With several Raft groups a lock is held by the session of its group (registered
         // there on the group's first lock, here), and the operation is that session's.
         let holder = match session.session_id_for(&lock).await {
@@ -212,12 +249,13 @@ async fn work(w: &Worker<'_>, rng: &mut StdRng, actor: Actor, session: &Session)
             }
             Err(_) => return Next::NewSession,
         };
-        let op = history.invoke(actor, holder, &lock, OpKind::Acquire, true_now());
-        let guard = match session
-            .lock(lock.as_str())
-            .wait(Some(Duration::from_millis(WAIT_MS)))
-            .await
-        {
+        let op = history.invoke_acquire(actor, holder, &lock, mode, true_now());
+        let request = match mode {
+            Mode::Exclusive => session.lock(lock.as_str()),
+            Mode::Shared => session.lock(lock.as_str()).shared(),
+            Mode::Permits(n) => session.lock(lock.as_str()).permits(n),
+        };
+        let guard = match request.wait(Some(Duration::from_millis(WAIT_MS))).await {
             Ok(guard) => guard,
             Err(Error::InvalidArgument { message }) | Err(Error::Protocol(message)) => {
                 panic!("client {}: Acquire refused: {message}", setup.id)
@@ -227,7 +265,7 @@ async fn work(w: &Worker<'_>, rng: &mut StdRng, actor: Actor, session: &Session)
         };
         let token = guard.token();
         history.ret(op, Ret::Granted { token }, true_now());
-        match critical_section(w, rng, actor, guard).await {
+        match critical_section(w, rng, actor, guard, mode).await {
             Next::Continue => {}
             other => return other,
         }
@@ -243,6 +281,7 @@ async fn critical_section(
     rng: &mut StdRng,
     actor: Actor,
     guard: LockGuard,
+    mode: Mode,
 ) -> Next {
     let Worker {
         setup,
@@ -260,7 +299,7 @@ async fn critical_section(
     if !hold_check(history, actor, &guard) {
         return Next::NewSession;
     }
-    let Some(read) = resource.begin(actor, &lock, token) else {
+    let Some(read) = resource.begin(actor, &lock, token, mode) else {
         // A newer holder wrote already: the lock is lost, whatever the guard says.
         return Next::NewSession;
     };
@@ -285,7 +324,7 @@ async fn critical_section(
         control.pause_now_ms.store(pause_ms, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(pause_ms)).await;
         // Resumed mid-write, without looking at the guard: only the fence can stop it.
-        resource.commit(actor, &lock, token, read);
+        resource.end(actor, &lock, token, read, mode);
         return Next::NewSession;
     }
     let work = rng.random_range(setup.work_ms.0..=setup.work_ms.1);
@@ -293,7 +332,7 @@ async fn critical_section(
     if !hold_check(history, actor, &guard) {
         return Next::NewSession;
     }
-    if !resource.commit(actor, &lock, token, read) {
+    if !resource.end(actor, &lock, token, read, mode) {
         return Next::NewSession;
     }
     if true_now() >= setup.stop_at {

@@ -66,8 +66,29 @@ pub struct RunConfig {
     /// (`replicas_of`), so that clients meet members outside a group, which send them on to a
     /// replica, and the fault plans that follow a leader work within its group's voters.
     pub replicas: u32,
+    /// Read-write locks and semaphores (issue #32): besides its mutexes, the run's clients
+    /// take one name as a read-write lock and one as a semaphore of this many permits. In half
+    /// the seeds' own shapes (drawn last, so the other half run as they did before).
+    pub primitives: Option<Primitives>,
     /// Fixed server bugs put back, for the checkers' own tests. Off in every seed.
     pub plant: latchkey_server::Plant,
+}
+
+/// The read-write lock and semaphore of a run (see [`RunConfig::primitives`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Primitives {
+    /// The chance that an acquire of the read-write lock is a reader's.
+    pub reader_p: f64,
+    /// The semaphore's permits: few, so that its holders meet its bound under 3-4 clients.
+    pub permits: u32,
+}
+
+impl Primitives {
+    /// What `latchkey-sim --primitives` gives a seed whose own shape has none.
+    pub const GIVEN: Primitives = Primitives {
+        reader_p: 0.6,
+        permits: 2,
+    };
 }
 
 impl RunConfig {
@@ -115,9 +136,22 @@ impl RunConfig {
             election_timeout_ms: (500, 1_000),
             rebalance_after_ms: 2_000,
             replicas: 0,
+            primitives: None,
             plant: latchkey_server::Plant::default(),
         }
         .with_lease_shape(&mut rng)
+        .with_primitives(&mut rng)
+    }
+
+    /// Drawn after everything else, so that a seed without them is the run it was before.
+    fn with_primitives(mut self, rng: &mut StdRng) -> RunConfig {
+        if rng.random_bool(0.5) {
+            self.primitives = Some(Primitives {
+                reader_p: rng.random_range(0.5..0.8),
+                permits: rng.random_range(2..=3),
+            });
+        }
+        self
     }
 
     /// The lease-related shape, drawn after the rest so that adding it left the older fields

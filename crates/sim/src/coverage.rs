@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use latchkey_core::Op;
+use latchkey_core::{Mode, Op};
 use latchkey_server::ProbeEvent;
 
 use crate::history::HistoryData;
@@ -59,6 +59,14 @@ pub struct Coverage {
     /// successor's clock already runs. The fixed code refuses them (it confirms leadership
     /// with a quorum after the keepalive arrived).
     pub keepalives_at_deposed_leader: usize,
+    /// Grants of issue #32's primitives held across a failover (a new leader resumed the
+    /// leases while its client believed it held it: between the answer and its last hold
+    /// check): a reader's, a writer's of a read-write lock that also had readers, a permit's.
+    /// What the checkers of those primitives need, to judge them across a change of leader
+    /// (a new leader rebuilding the holders and queue from the log).
+    pub readers_across_failover: usize,
+    pub writers_across_failover: usize,
+    pub permits_across_failover: usize,
 }
 
 impl Coverage {
@@ -124,7 +132,40 @@ impl Coverage {
             }
         }
         c.failovers = resumed_terms.saturating_sub(1);
+        c.count_primitives_across_failover(h);
         c
+    }
+
+    fn count_primitives_across_failover(&mut self, h: &HistoryData) {
+        // Every resume of the leases but the first one's: a new leader.
+        let mut first_term = None;
+        let mut failovers_at = Vec::new();
+        for p in &h.probed {
+            if let ProbeEvent::LeasesResumed { term, .. } = p.event {
+                match first_term {
+                    None => first_term = Some(term),
+                    Some(t) if term > t => failovers_at.push(p.at),
+                    Some(_) => {}
+                }
+            }
+        }
+        let with_modes = h.names_with_modes();
+        for hold in h.holds() {
+            if !failovers_at
+                .iter()
+                .any(|&t| hold.from < t && t <= hold.until)
+            {
+                continue;
+            }
+            match hold.mode {
+                Mode::Shared => self.readers_across_failover += 1,
+                Mode::Exclusive if with_modes.contains(&hold.lock) => {
+                    self.writers_across_failover += 1
+                }
+                Mode::Exclusive => {}
+                Mode::Permits(_) => self.permits_across_failover += 1,
+            }
+        }
     }
 
     /// Every count of `self` and `other` added.
@@ -143,6 +184,9 @@ impl Coverage {
         self.transfers_completed += other.transfers_completed;
         self.sent_to_replica += other.sent_to_replica;
         self.keepalives_at_deposed_leader += other.keepalives_at_deposed_leader;
+        self.readers_across_failover += other.readers_across_failover;
+        self.writers_across_failover += other.writers_across_failover;
+        self.permits_across_failover += other.permits_across_failover;
     }
 }
 
@@ -191,7 +235,8 @@ impl fmt::Display for Coverage {
              resumed before a committed lease write was applied ({} before a renewal; {} with \
              it unapplied), {} failovers ({} by a leader transfer, of {} started), {} logged \
              renewals, {} sessions expired, {} wait expiries, {} clients sent to a replica, {} \
-             keepalives at a deposed leader",
+             keepalives at a deposed leader, held across a failover: {} readers, {} writers of \
+             a read-write lock, {} permits",
             self.snapshot_installs,
             self.resumed_after_install,
             self.stale_marks_at_resume,
@@ -205,7 +250,10 @@ impl fmt::Display for Coverage {
             self.sessions_expired,
             self.wait_expiries,
             self.sent_to_replica,
-            self.keepalives_at_deposed_leader
+            self.keepalives_at_deposed_leader,
+            self.readers_across_failover,
+            self.writers_across_failover,
+            self.permits_across_failover
         )
     }
 }

@@ -9,7 +9,7 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use latchkey_core::Op;
+use latchkey_core::{Mode, Op};
 use latchkey_server::ProbeEvent;
 
 /// Who issued an operation: a client and the generation of its session (a client that lost
@@ -179,6 +179,11 @@ pub struct HistoryData {
     /// node)` of that entry's log id. One element per member; the renewal-then-failover
     /// schedule reads it to see that followers hold a leader's entry.
     pub last_appended: BTreeMap<u64, (u64, (u64, u64))>,
+    /// By invocation id: the mode of every acquire that was not exclusive (a reader or a
+    /// permit, issue #32); an acquire not here took its lock exclusively (a mutex or a writer).
+    /// Kept beside the events so that histories recorded without modes (the nemesis) read as
+    /// all exclusive.
+    pub modes: BTreeMap<u64, Mode>,
     next_id: u64,
 }
 
@@ -239,6 +244,22 @@ impl History {
         })
     }
 
+    /// Like [`Self::invoke`] of an acquire, in `mode`.
+    pub fn invoke_acquire(
+        &self,
+        actor: Actor,
+        session: u64,
+        lock: &str,
+        mode: Mode,
+        at: Duration,
+    ) -> u64 {
+        let id = self.invoke(actor, session, lock, OpKind::Acquire, at);
+        if mode != Mode::Exclusive {
+            self.with(|h| h.modes.insert(id, mode));
+        }
+        id
+    }
+
     pub fn ret(&self, id: u64, ret: Ret, at: Duration) {
         self.with(|h| h.events.push(Event::Return { id, ret, at }));
     }
@@ -274,6 +295,7 @@ impl History {
             resumed_leases: h.resumed_leases.clone(),
             term_starts: h.term_starts.clone(),
             last_appended: h.last_appended.clone(),
+            modes: h.modes.clone(),
             next_id: h.next_id,
         })
     }
@@ -395,6 +417,7 @@ impl HistoryData {
             resumed_leases: log.resumed_leases.clone(),
             term_starts: log.term_starts.clone(),
             last_appended: log.last_appended.clone(),
+            modes: self.modes.clone(),
             next_id: self.next_id,
         }
     }
@@ -419,6 +442,7 @@ impl HistoryData {
                         session: *session,
                         lock: lock.clone(),
                         op: op.clone(),
+                        mode: self.modes.get(id).copied().unwrap_or(Mode::Exclusive),
                         invoked: *at,
                         ret: None,
                     });
@@ -432,6 +456,62 @@ impl HistoryData {
             }
         }
         ops
+    }
+
+    /// The names some acquire took in a mode other than exclusive (read-write locks with a
+    /// reader, semaphores): the checkers that model a mutex leave them out.
+    pub fn names_with_modes(&self) -> std::collections::BTreeSet<String> {
+        let ids: std::collections::BTreeSet<u64> = self.modes.keys().copied().collect();
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Invoke { id, lock, .. } if ids.contains(id) => Some(lock.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every grant its client checked it still held at least once after the answer, with
+    /// the span it believed it held it (see [`Hold`]), in the order the grants were answered.
+    pub fn holds(&self) -> Vec<Hold> {
+        let mut last_check: BTreeMap<(u64, &str, u64), Duration> = BTreeMap::new();
+        for e in &self.events {
+            if let Event::HoldCheck {
+                session,
+                lock,
+                token,
+                at,
+                ..
+            } = e
+            {
+                let t = last_check
+                    .entry((*session, lock.as_str(), *token))
+                    .or_default();
+                *t = (*t).max(*at);
+            }
+        }
+        let mut out: Vec<Hold> = self
+            .operations()
+            .into_iter()
+            .filter_map(|op| {
+                let (OpKind::Acquire, Some((Ret::Granted { token }, from))) = (&op.op, &op.ret)
+                else {
+                    return None;
+                };
+                let until = *last_check.get(&(op.session, op.lock.as_str(), *token))?;
+                (until >= *from).then(|| Hold {
+                    actor: op.actor,
+                    session: op.session,
+                    lock: op.lock.clone(),
+                    token: *token,
+                    mode: op.mode,
+                    from: *from,
+                    until,
+                })
+            })
+            .collect();
+        out.sort_by_key(|h| h.from);
+        out
     }
 
     /// Sessions each committed expiry or close removed, with the entry's index and when it was
@@ -473,8 +553,23 @@ pub struct Operation {
     pub session: u64,
     pub lock: String,
     pub op: OpKind,
+    /// An acquire's mode (exclusive for a release).
+    pub mode: Mode,
     pub invoked: Duration,
     pub ret: Option<(Ret, Duration)>,
+}
+
+/// One grant a client believed it held: from the moment its grant was answered to its last
+/// hold check that found it held (the client acted as its holder only in between).
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub actor: Actor,
+    pub session: u64,
+    pub lock: String,
+    pub token: u64,
+    pub mode: Mode,
+    pub from: Duration,
+    pub until: Duration,
 }
 
 #[derive(Debug, Clone)]

@@ -36,6 +36,11 @@
 //! the checkers, not an openraft panic, judge it), and the lease bugs of issue #9 (`Plant`,
 //! `--plant stale-mark|resume-early|renew-without-quorum`). Reaching a plant's state is not
 //! always harm, so the tests count the state and run their seeds until one is caught in it.
+//! Issue #32's read-write locks and semaphores (`RunConfig::primitives`, half the seeds) are
+//! judged by the `holders`, `fifo`, `fencing_order` and `no_overlap` checkers; their CI seeds
+//! must hold a reader, a writer and a permit across a failover ([`coverage`]), and each
+//! planted bug of the lock table (`latchkey_core::TablePlant`, `--plant permit-freed-twice|
+//! reader-past-writer|writer-beside-readers|writer-token-reused`) must be caught.
 //!
 //! Several Raft groups (`--groups G`, `RunConfig::groups`, 1 in every seed's own shape, so
 //! older seeds replay as they did): every node runs every group, each with its own log and

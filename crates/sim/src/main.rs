@@ -12,14 +12,20 @@
 //! `--show-config` prints each seed's configuration without running it.
 //! `--plant stale-mark|resume-early|renew-without-quorum` puts a fixed lease bug back (issue
 //! #9, bugs 1 and 2; a keepalive answered without a quorum's confirmation) in every run, to
-//! find seeds that catch it.
+//! find seeds that catch it; `--plant permit-freed-twice|reader-past-writer|
+//! writer-beside-readers|writer-token-reused` one of the lock table's read-write lock and
+//! semaphore bugs (issue #32, `latchkey_core::TablePlant`). `--primitives` gives every seed a
+//! read-write lock and a semaphore (half the seeds have them in their own shape);
+//! `--no-primitives` takes them from every seed (the lease plants' seeds were found without).
 
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
         "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) [--groups G] [--replicas R] \
-         [--plant stale-mark|resume-early|renew-without-quorum] [--show-config]"
+         [--plant stale-mark|resume-early|renew-without-quorum|permit-freed-twice|\
+         reader-past-writer|writer-beside-readers|writer-token-reused] [--primitives|--no-primitives] \
+         [--show-config]"
     );
     ExitCode::from(2)
 }
@@ -42,6 +48,10 @@ fn main() -> ExitCode {
             Some("stale-mark") => plant.stale_mark_after_install = true,
             Some("resume-early") => plant.resume_before_applied = true,
             Some("renew-without-quorum") => plant.renew_without_quorum = true,
+            Some("permit-freed-twice") => plant.table.permit_freed_twice = true,
+            Some("reader-past-writer") => plant.table.reader_past_writer = true,
+            Some("writer-beside-readers") => plant.table.writer_beside_readers = true,
+            Some("writer-token-reused") => plant.table.writer_token_reused = true,
             _ => return usage(),
         }
     }
@@ -77,6 +87,14 @@ fn main() -> ExitCode {
         let mut config = latchkey_sim::RunConfig::from_seed(seed);
         config.plant = plant;
         config.groups = groups;
+        if args.iter().any(|a| a == "--no-primitives") {
+            // Mutexes only, as every seed ran before issue #32 (the lease plants' seeds).
+            config.primitives = None;
+        }
+        if args.iter().any(|a| a == "--primitives") && config.primitives.is_none() {
+            // Every seed with a read-write lock and a semaphore (the plant hunts of issue #32).
+            config.primitives = Some(latchkey_sim::config::Primitives::GIVEN);
+        }
         if replicas != 0 {
             config.nodes = 5;
             config.replicas = replicas;

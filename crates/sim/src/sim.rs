@@ -34,7 +34,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::checkers::{self, CheckConfig};
-use crate::client::{self, ClientControl, ClientSetup, IdleSetup};
+use crate::client::{self, ClientControl, ClientSetup, IdleSetup, LockUse};
 use crate::clock::{DriftClock, SeededEntropy, DRIFT_PPM_MAX};
 use crate::coverage::Coverage;
 use crate::faults::{FaultCtx, Faults};
@@ -267,7 +267,7 @@ impl<'c> Run<'c> {
             );
         }
 
-        let locks = lock_names(config.locks, config.groups);
+        let (locks, uses) = lock_uses(config);
         let stop_at = config.stop_at();
         let mut controls = Vec::new();
         for id in 1..=config.clients {
@@ -277,6 +277,7 @@ impl<'c> Run<'c> {
                 id,
                 nodes: peers.values().cloned().collect(),
                 locks: locks.clone(),
+                uses: uses.clone(),
                 ttl: config.ttl,
                 drift_ppm: rng.random_range(-DRIFT_PPM_MAX..=DRIFT_PPM_MAX),
                 seed: rng.random(),
@@ -573,6 +574,22 @@ fn lock_names(count: usize, groups: u32) -> Vec<String> {
         }
     }
     panic!("{LOCK_NAMES_TRIED_MAX} lock names did not cover {groups} groups");
+}
+
+/// The run's lock names ([`lock_names`]), then with [`RunConfig::primitives`] a read-write
+/// lock `rw-0` and a semaphore `sem-0`, and how the clients take each.
+fn lock_uses(config: &RunConfig) -> (Vec<String>, Vec<LockUse>) {
+    let mut locks = lock_names(config.locks, config.groups);
+    let mut uses = vec![LockUse::Mutex; locks.len()];
+    if let Some(p) = config.primitives {
+        locks.push("rw-0".to_owned());
+        uses.push(LockUse::ReadWrite {
+            reader_p: p.reader_p,
+        });
+        locks.push("sem-0".to_owned());
+        uses.push(LockUse::Semaphore { permits: p.permits });
+    }
+    (locks, uses)
 }
 
 /// Of `locks`, the first of each group but group 0 (where a session starts), in group order.

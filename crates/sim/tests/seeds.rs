@@ -325,6 +325,10 @@ fn caught_by_the_lease_oracle(
         let mut config = RunConfig::from_seed(seed);
         config.groups = groups;
         config.plant = plant;
+        // The lease bugs' seeds were found with mutexes only: without the read-write lock and
+        // semaphore half the seeds' shapes gained later (issue #32), each runs as it did when
+        // it was chosen (seed 100 gained them, and missed the early resume it catches).
+        config.primitives = None;
         let report = run(&config);
         let lease = report
             .violations
@@ -410,5 +414,146 @@ fn a_seed_replays_exactly() {
             b.hold_checks_near_expiry
         ),
         "two runs of one seed differ"
+    );
+}
+
+/// Issue #32's read-write locks and semaphores, in the seeds whose own shape has them
+/// (`RunConfig::primitives`: half the seeds; the other CI seeds above have none but seed 4):
+/// every checker passes, and each primitive was held across a failover (a new leader resumed
+/// the leases while its client believed it held it): a reader, a writer of a read-write lock
+/// that also had readers, and a permit. Chosen from a release sweep of seeds 0-39 (see
+/// docs/testing.md) for the most of each.
+const CI_SEEDS_WITH_PRIMITIVES: [u64; 2] = [19, 33];
+
+#[test]
+fn ci_seeds_with_primitives_pass_and_reach_each_under_failover() {
+    let mut failures = Vec::new();
+    let mut reached = Coverage::default();
+    for seed in CI_SEEDS_WITH_PRIMITIVES {
+        let config = RunConfig::from_seed(seed);
+        assert!(
+            config.primitives.is_some(),
+            "seed {seed} has no read-write lock or semaphore in its shape"
+        );
+        let report = latchkey_sim::sweep::run_config(&config);
+        if !report.ok() {
+            failures.push(failure_text(&report));
+        }
+        reached.add(&report.coverage);
+    }
+    println!("the CI seeds with primitives reached: {reached}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for (count, what) in [
+        (reached.readers_across_failover, "a reader"),
+        (
+            reached.writers_across_failover,
+            "a writer of a read-write lock with readers",
+        ),
+        (reached.permits_across_failover, "a semaphore's permit"),
+    ] {
+        assert!(
+            count > 0,
+            "the CI seeds never held {what} across a failover: {reached}"
+        );
+    }
+}
+
+/// The seeds that catch issue #32's planted bugs (`latchkey_core::TablePlant`), found by
+/// release runs with each (`latchkey-sim --reproduce S --primitives --plant NAME`; seed 0 has no
+/// primitives of its own and is given `Primitives::GIVEN`). The second seed of each runs only if
+/// the first misses (a debug build may interleave differently).
+/// Permit freed twice: release, seeds 0-12: seeds 0 (4 holders violations) and 6 (3) caught,
+/// the others never had a release beside another holder with a waiter to take both permits.
+const PERMIT_FREED_TWICE_SEEDS: [u64; 2] = [0, 6];
+/// Reader past a waiting writer: release, seeds 0-5: caught on 0, 1, 3 and 4 (fifo).
+const READER_PAST_WRITER_SEEDS: [u64; 2] = [0, 1];
+/// Writer beside readers: release, seeds 0-3: caught on each (holders).
+const WRITER_BESIDE_READERS_SEEDS: [u64; 2] = [0, 1];
+/// Writer token reused: release, seeds 0-3: caught on each (fencing_order: 28, 22, 17 and 10
+/// violations; unique_token too, and on seeds 0 and 1 no_overlap: a stale reader's second read
+/// admitted under the token the writer reused, after the writer's write).
+const WRITER_TOKEN_REUSED_SEEDS: [u64; 2] = [0, 3];
+
+/// Runs `seeds` in turn, each with a read-write lock and a semaphore (its own, or
+/// `Primitives::GIVEN`, as `latchkey-sim --primitives` gives them) and `plant`, until one of
+/// whose violations `checker` reported; whether any did.
+fn caught_by(seeds: &[u64], plant: latchkey_core::TablePlant, checker: &str) -> bool {
+    seeds.iter().any(|&seed| {
+        let mut config = RunConfig::from_seed(seed);
+        config.primitives = config
+            .primitives
+            .or(Some(latchkey_sim::config::Primitives::GIVEN));
+        config.plant.table = plant;
+        let report = run(&config);
+        let caught: Vec<String> = report
+            .violations
+            .iter()
+            .filter(|v| v.checker == checker)
+            .map(|v| v.to_string())
+            .collect();
+        println!(
+            "seed {seed} with {plant:?}: {} {checker} violations, first {:?}; run error {:?}",
+            caught.len(),
+            caught.first(),
+            report.sim_error
+        );
+        !caught.is_empty()
+    })
+}
+
+/// A permit's release that frees a second permit (another holder's grant dropped without a
+/// word to its session): the semaphore has more than N holders, which the holders checker
+/// sees from the clients' own beliefs (the resource's gate refuses the stale holder's write).
+#[test]
+fn a_planted_permit_freed_twice_is_caught() {
+    let plant = latchkey_core::TablePlant {
+        permit_freed_twice: true,
+        ..Default::default()
+    };
+    assert!(
+        caught_by(&PERMIT_FREED_TWICE_SEEDS, plant, "holders"),
+        "the planted double free of a permit went unnoticed on seeds {PERMIT_FREED_TWICE_SEEDS:?}"
+    );
+}
+
+/// A reader granted at once beside readers though a writer waits: the fifo checker sees a
+/// later request granted before the waiting writer's.
+#[test]
+fn a_planted_reader_past_a_waiting_writer_is_caught() {
+    let plant = latchkey_core::TablePlant {
+        reader_past_writer: true,
+        ..Default::default()
+    };
+    assert!(
+        caught_by(&READER_PAST_WRITER_SEEDS, plant, "fifo"),
+        "the planted reader past a waiting writer went unnoticed on seeds {READER_PAST_WRITER_SEEDS:?}"
+    );
+}
+
+/// A writer granted while readers hold (their grants dropped without a word to their
+/// sessions): the holders checker sees a reader beside a writer.
+#[test]
+fn a_planted_writer_beside_readers_is_caught() {
+    let plant = latchkey_core::TablePlant {
+        writer_beside_readers: true,
+        ..Default::default()
+    };
+    assert!(
+        caught_by(&WRITER_BESIDE_READERS_SEEDS, plant, "holders"),
+        "the planted writer beside readers went unnoticed on seeds {WRITER_BESIDE_READERS_SEEDS:?}"
+    );
+}
+
+/// A writer after readers granted their token instead of its entry's index: fencing_order sees
+/// a writer asked for after a reader's grant was answered whose token is not above it.
+#[test]
+fn a_planted_writer_token_reused_is_caught() {
+    let plant = latchkey_core::TablePlant {
+        writer_token_reused: true,
+        ..Default::default()
+    };
+    assert!(
+        caught_by(&WRITER_TOKEN_REUSED_SEEDS, plant, "fencing_order"),
+        "the planted reused writer token went unnoticed on seeds {WRITER_TOKEN_REUSED_SEEDS:?}"
     );
 }

@@ -320,6 +320,7 @@ impl Node {
             .map_err(|e| StartError::StateMachine(e.to_string()))?;
         sm.set_table_bytes_max(config.table_bytes_max);
         sm.set_group_shape(shape);
+        sm.set_table_plant(config.plant.table);
         let state = sm.handle();
         // Events before the table this member starts from (its snapshot) were never seen here.
         watch.started_at(state.applied_index());

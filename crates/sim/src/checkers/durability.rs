@@ -37,7 +37,10 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
     let mut newest: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     let mut released: BTreeSet<(&str, u64)> = BTreeSet::new();
     let mut release_tried: BTreeSet<(&str, u64)> = BTreeSet::new();
-    for op in &ops {
+    // A semaphore's tokens are not entry indexes, and a name with several holders has no one
+    // final holder: these checks judge mutexes (and read-write locks never taken by a reader).
+    let with_modes = h.names_with_modes();
+    for op in ops.iter().filter(|op| !with_modes.contains(&op.lock)) {
         match (&op.op, &op.ret) {
             (OpKind::Acquire, Some((Ret::Granted { token }, at))) => {
                 let e = newest.entry(op.lock.as_str()).or_insert((0, 0));
@@ -75,7 +78,11 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
             _ => {}
         }
     }
-    for (lock, holder) in &h.final_holders {
+    for (lock, holder) in h
+        .final_holders
+        .iter()
+        .filter(|(l, _)| !with_modes.contains(*l))
+    {
         let newest = newest.get(lock.as_str()).copied();
         match (holder, newest) {
             (Some((_, token)), _) if released.contains(&(lock.as_str(), *token)) => out.push(v(

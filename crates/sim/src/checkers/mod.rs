@@ -3,6 +3,8 @@
 mod deadline;
 mod durability;
 mod fencing_order;
+mod fifo;
+mod holders;
 mod lease;
 mod linearizable;
 mod liveness;
@@ -68,6 +70,9 @@ pub fn check_clients_and_resource(h: &HistoryData) -> Vec<Violation> {
 /// Every checker but liveness: what can be judged of a run that ended early.
 pub fn check_safety(h: &HistoryData) -> Vec<Violation> {
     let mut out = check_clients_and_resource(h);
+    out.extend(holders::check(h));
+    out.extend(fencing_order::check_grants(h));
+    out.extend(fifo::check(h));
     out.extend(durability::check(h));
     out.extend(deadline::check(h));
     out.extend(lease::check(h));
@@ -118,6 +123,17 @@ mod testkit {
             seq: 1,
             name: lock.to_owned(),
             wait_ms: latchkey_core::limits::WAIT_TIMEOUT_MS_MAX,
+        }
+    }
+
+    /// An acquire of `lock` in `mode` by session `session` with sequence number `seq`.
+    pub fn acquire_with(session: u64, seq: u64, lock: &str, mode: latchkey_core::Mode) -> Op {
+        Op::AcquireWith {
+            session: key(session),
+            seq,
+            name: lock.to_owned(),
+            wait_ms: latchkey_core::limits::WAIT_TIMEOUT_MS_MAX,
+            mode,
         }
     }
 
@@ -188,6 +204,23 @@ mod testkit {
                 invoked,
                 Some((Ret::Granted { token }, at)),
             );
+        }
+
+        /// Client `c` (session `c`) asked for `lock` in `mode` at `invoked` and was granted
+        /// `token` at `at`.
+        pub fn granted_in(
+            &mut self,
+            c: u32,
+            lock: &str,
+            mode: latchkey_core::Mode,
+            invoked: u64,
+            token: u64,
+            at: u64,
+        ) {
+            self.granted(c, lock, invoked, token, at);
+            if mode != latchkey_core::Mode::Exclusive {
+                self.h.modes.insert(self.next_id, mode);
+            }
         }
 
         pub fn released(&mut self, c: u32, lock: &str, token: u64, invoked: u64, at: u64) {

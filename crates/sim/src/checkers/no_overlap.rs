@@ -1,9 +1,17 @@
-//! No two critical sections the resource accepted overlap, and none lost an update: per lock,
-//! the accepted sections (an accepted read, then an accepted write with the same token) are
-//! disjoint in time, and their writes count up by one.
+//! No two critical sections the resource accepted conflict, and none lost an update: per lock,
+//! the accepted sections (an accepted read, then an accepted write with the same token) fit
+//! the lock's mode at every true time (a writer's or a mutex holder's alone, readers' only
+//! beside readers, at most N permit holders' of a semaphore of N), and the writes count up by
+//! one: a writer read what the previous accepted write wrote, and a reader read the same value
+//! at its end as at its start.
+//!
+//! The same rule judges the clients' own beliefs (`holders.rs`): [`conflicts`] is the one
+//! sweep over spans of time, each with its holder's mode.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+use latchkey_core::Mode;
 
 use super::{ms, Violation};
 use crate::history::{Actor, HistoryData, Step};
@@ -12,13 +20,54 @@ use crate::history::{Actor, HistoryData, Step};
 struct Section {
     actor: Actor,
     token: u64,
+    mode: Mode,
     begin: Duration,
     end: Duration,
     read: u64,
     wrote: u64,
 }
 
+/// A span of true time during which a holder in `mode` acted on a lock.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Span {
+    pub mode: Mode,
+    pub begin: Duration,
+    pub end: Duration,
+}
+
+/// Each span that began while spans it cannot hold beside were open, with the one it conflicts
+/// with (the first such, in `spans`' order): `(later, earlier)`, as indexes into `spans`.
+/// Spans that only touch (one ends as the other begins) do not conflict. A writer conflicts
+/// with any other holder, a reader with a writer, a permit of N with N others open, and modes
+/// of two kinds (a lock's and a semaphore's) with each other.
+pub(super) fn conflicts(spans: &[Span]) -> Vec<(usize, usize)> {
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by_key(|&i| (spans[i].begin, i));
+    let mut open: Vec<usize> = Vec::new();
+    let mut out = Vec::new();
+    for i in order {
+        let s = spans[i];
+        open.retain(|&j| spans[j].end > s.begin);
+        let clash = |j: &usize| {
+            !matches!(
+                (s.mode, spans[*j].mode),
+                (Mode::Shared, Mode::Shared) | (Mode::Permits(_), Mode::Permits(_))
+            )
+        };
+        let with = match s.mode {
+            Mode::Permits(n) if open.len() >= n as usize => open.first().copied(),
+            _ => open.iter().find(|j| clash(j)).copied(),
+        };
+        if let Some(j) = with.or_else(|| open.iter().find(|j| clash(j)).copied()) {
+            out.push((i, j));
+        }
+        open.push(i);
+    }
+    out
+}
+
 pub fn check(h: &HistoryData) -> Vec<Violation> {
+    let modes = grant_modes(h);
     let mut open: BTreeMap<(Actor, &str, u64), (Duration, u64)> = BTreeMap::new();
     let mut sections: BTreeMap<&str, Vec<Section>> = BTreeMap::new();
     for op in h.resource.iter().filter(|op| op.accepted) {
@@ -29,9 +78,12 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
             }
             Step::Commit { wrote } => {
                 if let Some((begin, read)) = open.remove(&key) {
+                    let mode = (modes.get(&(op.actor, op.lock.as_str(), op.token)).copied())
+                        .unwrap_or(Mode::Exclusive);
                     sections.entry(op.lock.as_str()).or_default().push(Section {
                         actor: op.actor,
                         token: op.token,
+                        mode,
                         begin,
                         end: op.at,
                         read,
@@ -43,35 +95,95 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
     }
     let mut out = Vec::new();
     for (lock, list) in &sections {
-        // In commit order (the resource log is in execution order).
-        for pair in list.windows(2) {
-            let (a, b) = (&pair[0], &pair[1]);
-            if b.begin < a.end {
-                out.push(Violation {
+        let spans: Vec<Span> = list
+            .iter()
+            .map(|s| Span {
+                mode: s.mode,
+                begin: s.begin,
+                end: s.end,
+            })
+            .collect();
+        for (i, j) in conflicts(&spans) {
+            let (a, b) = (&list[j], &list[i]);
+            out.push(Violation {
+                checker: "no_overlap",
+                message: format!(
+                    "lock {lock:?}: section of {:?} ({:?}, token {}, {}..{}) overlaps the section \
+                     of {:?} ({:?}, token {}, {}..{})",
+                    a.actor,
+                    a.mode,
+                    a.token,
+                    ms(a.begin),
+                    ms(a.end),
+                    b.actor,
+                    b.mode,
+                    b.token,
+                    ms(b.begin),
+                    ms(b.end)
+                ),
+            });
+        }
+        // The values: writers in commit order count up by one; a reader saw no write.
+        let mut last_write: Option<&Section> = None;
+        for s in list {
+            match s.mode {
+                Mode::Exclusive => {
+                    if let Some(a) = last_write.filter(|a| s.read != a.wrote) {
+                        out.push(Violation {
+                            checker: "no_overlap",
+                            message: format!(
+                                "lock {lock:?}: lost update: {:?} (token {}) read {} but the \
+                                 previous accepted write (token {}) was {}",
+                                s.actor, s.token, s.read, a.token, a.wrote
+                            ),
+                        });
+                    }
+                    last_write = Some(s);
+                }
+                Mode::Shared if s.read != s.wrote => out.push(Violation {
                     checker: "no_overlap",
                     message: format!(
-                        "lock {lock:?}: section of {:?} (token {}, {}..{}) overlaps the section of \
-                         {:?} (token {}, {}..{})",
-                        a.actor,
-                        a.token,
-                        ms(a.begin),
-                        ms(a.end),
-                        b.actor,
-                        b.token,
-                        ms(b.begin),
-                        ms(b.end)
+                        "lock {lock:?}: reader {:?} (token {}) read {} at {} and {} at {}: a \
+                         write landed during its read",
+                        s.actor,
+                        s.token,
+                        s.read,
+                        ms(s.begin),
+                        s.wrote,
+                        ms(s.end)
                     ),
-                });
+                }),
+                Mode::Shared | Mode::Permits(_) => {}
             }
-            if b.read != a.wrote {
-                out.push(Violation {
-                    checker: "no_overlap",
-                    message: format!(
-                        "lock {lock:?}: lost update: {:?} (token {}) read {} but the previous \
-                         accepted write (token {}) was {}",
-                        b.actor, b.token, b.read, a.token, a.wrote
-                    ),
-                });
+        }
+    }
+    out
+}
+
+/// The mode of every acknowledged grant, by `(actor, lock, token)`: what a resource operation
+/// under that token was allowed to do. Grants not here (a history without modes) are
+/// exclusive.
+pub(super) fn grant_modes(h: &HistoryData) -> BTreeMap<(Actor, &str, u64), Mode> {
+    let mut out = BTreeMap::new();
+    let names: BTreeMap<u64, (&str, Actor)> = h
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            crate::history::Event::Invoke {
+                id, lock, actor, ..
+            } if h.modes.contains_key(id) => Some((*id, (lock.as_str(), *actor))),
+            _ => None,
+        })
+        .collect();
+    for e in &h.events {
+        if let crate::history::Event::Return {
+            id,
+            ret: crate::history::Ret::Granted { token },
+            ..
+        } = e
+        {
+            if let Some(&(lock, actor)) = names.get(id) {
+                out.insert((actor, lock, *token), h.modes[id]);
             }
         }
     }

@@ -1,4 +1,5 @@
-//! A token acknowledged to one client is never acknowledged to another for the same lock.
+//! A token acknowledged to one client is never acknowledged to another for the same lock, but
+//! to readers granted together (who share one, issue #32).
 
 use std::collections::BTreeMap;
 
@@ -6,7 +7,8 @@ use super::{ms, Violation};
 use crate::history::{HistoryData, OpKind, Ret};
 
 pub fn check(h: &HistoryData) -> Vec<Violation> {
-    let mut granted: BTreeMap<(&str, u64), (u64, std::time::Duration)> = BTreeMap::new();
+    let mut granted: BTreeMap<(&str, u64), (u64, latchkey_core::Mode, std::time::Duration)> =
+        BTreeMap::new();
     let mut out = Vec::new();
     let ops = h.operations();
     for op in &ops {
@@ -14,7 +16,9 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
             continue;
         };
         match granted.get(&(op.lock.as_str(), *token)) {
-            Some((session, first)) if *session != op.session => out.push(Violation {
+            Some((_, latchkey_core::Mode::Shared, _)) if op.mode == latchkey_core::Mode::Shared => {
+            }
+            Some((session, _, first)) if *session != op.session => out.push(Violation {
                 checker: "unique_token",
                 message: format!(
                     "lock {:?} token {token} acknowledged to session {session} at {} and to \
@@ -27,7 +31,7 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
             }),
             Some(_) => {}
             None => {
-                granted.insert((op.lock.as_str(), *token), (op.session, *at));
+                granted.insert((op.lock.as_str(), *token), (op.session, op.mode, *at));
             }
         }
     }
