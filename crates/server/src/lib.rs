@@ -307,7 +307,6 @@ where
         tasks.push(tokio::spawn(n.clone().follow_membership()));
         tasks.push(tokio::spawn(n.clone().found_later()));
         tasks.push(tokio::spawn(n.clone().rebalance_leadership()));
-        tasks.push(tokio::spawn(n.clone().watch_quorum()));
         // Only for a log shared by groups (the simulation's store has none: its schedule stays
         // as it was).
         if n.shares_log() {

@@ -2,8 +2,7 @@
 //! [`Node::lease_duties`] (the lease task: every lease log write comes from it, so their log
 //! order is the order they were decided in), [`Node::follow_membership`] (the peer address book
 //! in step with the membership), [`Node::compact_log`] (only for a log shared by groups),
-//! [`Node::found_later`] and [`Node::rebalance_leadership`] (only with several groups),
-//! [`Node::watch_quorum`] (what waiters on a lost quorum wait on). The
+//! [`Node::found_later`] and [`Node::rebalance_leadership`] (only with several groups). The
 //! node starts them (`Node::start`); what they propose goes through `ops.rs`.
 
 use super::data_dir::founder_of;
@@ -99,24 +98,6 @@ impl Node {
         );
         if let Err(e) = self.raft.initialize(nodes).await {
             tracing::info!("initialize: {e} (another member may have initialized first)");
-        }
-    }
-
-    /// Publishes [`Node::quorum_lost`] every heartbeat to what waits on it
-    /// (`Node::quorum_lost_later`: proposals in flight, acquires long-polling), until shutdown.
-    pub async fn watch_quorum(self: Arc<Node>) {
-        let every = Duration::from_millis(self.config.heartbeat_ms.max(1));
-        loop {
-            tokio::select! {
-                () = self.shutdown.cancelled() => return,
-                () = tokio::time::sleep(every) => {}
-            }
-            let now = self.quorum_lost();
-            self.quorum_lost.send_if_modified(|lost| {
-                let changed = *lost != now;
-                *lost = now;
-                changed
-            });
         }
     }
 

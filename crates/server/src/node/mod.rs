@@ -196,9 +196,6 @@ pub struct Node {
     found_later: Mutex<Option<BTreeMap<u64, BasicNode>>>,
     /// Whether this group holds back the member's shared log ([`Node::compact_log`]).
     held_back: Option<HeldBack>,
-    /// [`Node::quorum_lost`], as last seen by [`Node::watch_quorum`] (once a heartbeat): what
-    /// waiting proposals and long-polls wait on, so that a thousand waiters cost no timer.
-    pub(crate) quorum_lost: tokio::sync::watch::Sender<bool>,
     /// The member's groups ([`MemberShared::groups`]).
     pub(crate) member_groups: MemberGroups,
 }
@@ -451,7 +448,6 @@ impl Node {
             found_later: Mutex::new(found_later),
             held_back,
             member_groups: member.groups.clone(),
-            quorum_lost: tokio::sync::watch::Sender::new(false),
         });
         Ok((node, renew_rx))
     }

@@ -352,7 +352,7 @@ impl Node {
     /// majority but reachable by clients). The answer is the one the timeout gave: the client
     /// retries under the same sequence number, so a proposal that does commit later is
     /// answered once.
-    pub(crate) fn quorum_lost(&self) -> bool {
+    fn quorum_lost(&self) -> bool {
         let metrics = self.raft.metrics();
         let m = metrics.borrow_watched();
         if m.state != ServerState::Leader
@@ -370,13 +370,14 @@ impl Node {
             .is_some_and(|acked| openraft::Instant::elapsed(&**acked) > lease)
     }
 
-    /// Completes once [`Node::quorum_lost`], as [`Node::watch_quorum`] publishes it every
-    /// heartbeat (one task for the node, not a timer per waiter). Never while that task is
-    /// not running.
+    /// Completes once [`Node::quorum_lost`], checked every heartbeat.
     async fn quorum_lost_later(&self) {
-        let mut lost = self.quorum_lost.subscribe();
-        if lost.wait_for(|lost| *lost).await.is_err() {
-            std::future::pending::<()>().await;
+        let every = Duration::from_millis(self.config.heartbeat_ms.max(1));
+        loop {
+            tokio::time::sleep(every).await;
+            if self.quorum_lost() {
+                return;
+            }
         }
     }
 
