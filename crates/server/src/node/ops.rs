@@ -182,13 +182,17 @@ impl LockView {
             o.as_ref()
                 .map_or(0, |o| o.host.len() + o.user.len() + o.text.len() + 16)
         };
+        // An election value goes out twice (the holder and `holders`), and in JSON a byte may
+        // take six (`\u00XX`): counted at that, so that values cannot carry a List answer past
+        // the message limits (a page is cut short instead).
+        let value = |h: &Held| h.value.as_ref().map_or(0, |v| 6 * v.len());
         self.name.len()
             + 64
-            + self.held.as_ref().map_or(0, |h| owner(&h.owner))
+            + self.held.as_ref().map_or(0, |h| owner(&h.owner) + value(h))
             + self
                 .holders
                 .iter()
-                .map(|h| 40 + owner(&h.owner))
+                .map(|h| 40 + owner(&h.owner) + value(h))
                 .sum::<usize>()
             + self
                 .queue
@@ -916,5 +920,35 @@ impl Node {
             leader_id: m.current_leader,
             leader_addr,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A List answer's size counts election values at their worst (two copies, six JSON bytes
+    /// a byte): 4,000 leaders with 1-KiB values once counted under half a megabyte and went
+    /// out as 8 MB, over the message limit, failing every List of their prefix.
+    #[test]
+    fn a_list_answer_counts_election_values() {
+        let held = |value: Option<Vec<u8>>| Held {
+            session: SessionId(1),
+            token: 1,
+            held_for_ms: 0,
+            owner: None,
+            value,
+        };
+        let view = |value: Option<Vec<u8>>| LockView {
+            name: "e".into(),
+            held: Some(held(value.clone())),
+            holders: vec![held(value)],
+            mode: Mode::Exclusive,
+            waiters: 0,
+            queue: Vec::new(),
+        };
+        let without = view(None).wire_bytes();
+        let with = view(Some(vec![0; limits::ELECTION_VALUE_BYTES_MAX])).wire_bytes();
+        assert_eq!(with - without, 12 * limits::ELECTION_VALUE_BYTES_MAX);
     }
 }
