@@ -20,16 +20,22 @@ cp target/debug/latchkey "$stage/release/latchkey"
 CARGO_TARGET_DIR="$stage" cargo deb -p latchkey --no-build --no-strip -o "$stage/" >/dev/null
 deb=$(ls "$stage"/latchkey_*.deb)
 fail() { echo "check-deb: $*" >&2; exit 1; }
+# It installs, runs and purges a package as root, and removes the user it made: only on a
+# machine with no latchkey of its own (no package, user, group, binary, config or data dir).
 if dpkg -s latchkey >/dev/null 2>&1; then
     fail "a latchkey package is installed already; this check installs and purges its own"
 fi
-state_existed=false
-[[ -e /var/lib/latchkey ]] && state_existed=true
+for there in "getent passwd latchkey" "getent group latchkey" "test -e /usr/bin/latchkey" \
+    "test -e /etc/latchkey" "test -e /var/lib/latchkey"; do
+    if $there >/dev/null 2>&1; then
+        fail "this machine has a latchkey of its own ($there): the check would change it; run it on a throwaway machine (CI)"
+    fi
+done
 pid=
 cleanup() {
     [[ -n "$pid" ]] && kill -9 "$pid" 2>/dev/null || true
     dpkg -P latchkey >/dev/null 2>&1 || true
-    $state_existed || rm -rf /var/lib/latchkey
+    rm -rf /var/lib/latchkey /etc/latchkey
     getent passwd latchkey >/dev/null && userdel latchkey 2>/dev/null || true
     getent group latchkey >/dev/null && groupdel latchkey 2>/dev/null || true
 }
