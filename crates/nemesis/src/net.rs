@@ -33,8 +33,6 @@ const BRIDGE: &str = "lkn-br";
 const PREFIX: &str = "lkn-";
 /// The address of the root namespace on the bridge: the fenced resource listens there.
 pub const ROOT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 254);
-/// The bridge's subnet: every member and worker, and nothing else.
-pub const SUBNET: &str = "10.88.0.0/24";
 /// Held exclusively for a run's lifetime (the namespace names are fixed).
 pub const LOCK_FILE: &str = "/run/latchkey-nemesis.lock";
 

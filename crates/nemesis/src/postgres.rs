@@ -4,7 +4,8 @@
 //!
 //! The server: Debian's PostgreSQL, `initdb` and `pg_ctl` in the run's directory as the
 //! unprivileged user `nobody` (PostgreSQL refuses to run as root), listening on the bridge's
-//! root address, trust authentication for the run's subnet only, fsync on; stopped when the
+//! root address, trust authentication for the workers' addresses only (the harness itself on
+//! the Unix socket in the data dir, which only root and `nobody` can reach), fsync on; stopped when the
 //! [`Postgres`] is dropped. Its one addition to the recipe's table is the harness's audit
 //! trigger: every row the recipe writes is also appended to `fenced_log` under a sequence
 //! number taken while the row is locked, so the log orders the writes of each row as they
@@ -133,7 +134,12 @@ pub struct Postgres {
 impl Postgres {
     /// `initdb` a new cluster under `dir`, start it on `host:port` (an address of the root
     /// namespace on the bridge), and create the recipe's table and the audit log.
-    pub fn start(dir: &Path, host: &str, port: u16, subnet: &str) -> anyhow::Result<Postgres> {
+    pub fn start(
+        dir: &Path,
+        host: &str,
+        port: u16,
+        workers: &[std::net::Ipv4Addr],
+    ) -> anyhow::Result<Postgres> {
         let user = nix::unistd::User::from_name("nobody")?
             .context("no user nobody to run PostgreSQL as")?;
         let (uid, gid) = (user.uid.as_raw(), user.gid.as_raw());
@@ -155,7 +161,11 @@ impl Postgres {
         )?;
         let hba = data.join("db/pg_hba.conf");
         let mut rules = std::fs::read_to_string(&hba)?;
-        rules.push_str(&format!("host all all {subnet} trust\n"));
+        // Each worker's address alone: not the bridge's subnet, which holds the root
+        // namespace's own address, where any local user could then connect as superuser.
+        for addr in workers {
+            rules.push_str(&format!("host all all {addr}/32 trust\n"));
+        }
         std::fs::write(&hba, rules)?;
         let options = format!(
             "-c listen_addresses={host} -p {port} -k {} -c fsync=on -c max_connections=64",
@@ -204,8 +214,10 @@ impl Postgres {
         tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     }
 
+    /// The harness's own statements, on the Unix socket (`psql -h DIR`).
     fn psql(&self, statements: &[&str]) -> anyhow::Result<String> {
-        let out = run(&mut psql(&self.addr(), statements)?, "psql")?;
+        let socket = format!("{}:{}", self.data.display(), self.port);
+        let out = run(&mut psql(&socket, statements)?, "psql")?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 

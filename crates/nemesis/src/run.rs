@@ -464,8 +464,13 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
     let resource = Resource::start(SocketAddr::new(ROOT_ADDR.into(), 7500), start)?;
     let postgres = match config.postgres {
         true => Some(
-            Postgres::start(dir, &ROOT_ADDR.to_string(), 7501, crate::net::SUBNET)
-                .context("starting PostgreSQL (--no-postgres runs without it)")?,
+            Postgres::start(
+                dir,
+                &ROOT_ADDR.to_string(),
+                7501,
+                &run.net.clients.iter().map(|c| c.addr).collect::<Vec<_>>(),
+            )
+            .context("starting PostgreSQL (--no-postgres runs without it)")?,
         ),
         false => None,
     };
