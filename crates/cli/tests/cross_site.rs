@@ -104,6 +104,10 @@ fn forged_body(path: &str, session: &Value, token: u64) -> String {
         "/v1/sessions/close" => json!({"session": session}),
         "/v1/sessions/keepalive" => json!({"sessions": [session]}),
         "/v1/locks/acquire" => json!({"session": session, "seq": 3, "name": "deploy/other"}),
+        // An election's published value rewritten by another site's page.
+        "/v1/locks/proclaim" => json!({
+            "session": session, "seq": 4, "name": "deploy/web", "token": token, "value": "csrf"
+        }),
         "/v1/sessions" => json!({"ttl_ms": 10_000}),
         other => panic!("no forged body for POST {other}: add one"),
     }
