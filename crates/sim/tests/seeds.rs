@@ -110,6 +110,10 @@ fn ci_seeds_of_two_groups_pass_every_checker() {
     for seed in CI_SEEDS_OF_TWO_GROUPS {
         let mut config = RunConfig::from_seed(seed);
         config.groups = 2;
+        // Mutexes only, as when these seeds were chosen for the coverage asserted below (issue
+        // #9's states in every group); with seed 0's read-write lock and semaphore, group 1
+        // reached no leader resumed before a committed lease write was applied (CI).
+        config.primitives = None;
         let report = latchkey_sim::sweep::run_config(&config);
         if !report.ok() {
             failures.push(failure_text(&report));
