@@ -294,9 +294,10 @@ fn literal(s: &str) -> String {
 /// row, its `SELECT` decides: no row, the fenced upsert; a higher fence, stale; else retry
 /// (a concurrent write came in between; bounded).
 pub fn write(addr: &str, id: &str, value: &str, fence: u64) -> Written {
-    let recipe = match recipe() {
-        Ok(r) => r,
-        Err(_) => return Written::Failed,
+    // Parsed from the page once per worker, not on every critical section.
+    static RECIPE: std::sync::OnceLock<Option<Recipe>> = std::sync::OnceLock::new();
+    let Some(recipe) = RECIPE.get_or_init(|| recipe().ok()) else {
+        return Written::Failed;
     };
     let args = format!("{}, {}, {fence}", literal(id), literal(value));
     let tag = |out: &str, tag: &str| -> Option<u64> {
