@@ -408,6 +408,11 @@ fn the_http_api_serves_a_cluster_of_several_raft_groups() {
     assert_eq!(granted["result"], "granted", "{granted}");
     let described = get_ok(&http(1), &format!("/v1/lock?name={}", names[0]));
     assert_eq!(described["group"], 0, "{described}");
+    // The read reflects the log up to the grant's entry at least (its token is that index).
+    assert!(
+        described["read_index"].as_u64() >= granted["token"].as_u64(),
+        "{described} after {granted}"
+    );
     assert_eq!(
         described["lock"]["holder"]["session"], s0["id"],
         "{described}"

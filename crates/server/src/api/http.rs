@@ -785,10 +785,12 @@ async fn describe(
     )?;
     let group = latchkey_core::group_of(&name, groups.count());
     let node = groups.serving(group)?;
-    let lock = node.describe(&name).await.map_err(in_group(node))?;
-    Ok(json(
-        &serde_json::json!({ "lock": lock_json(lock), "group": group }),
-    ))
+    let (lock, read_index) = node.describe(&name).await.map_err(in_group(node))?;
+    Ok(json(&serde_json::json!({
+        "lock": lock_json(lock),
+        "group": group,
+        "read_index": read_index,
+    })))
 }
 
 #[derive(Serialize)]

@@ -521,9 +521,10 @@ impl pb::locks_server::Locks for LocksService {
         )?;
         let name = request.into_inner().name;
         let node = self.groups.of_lock(&name)?;
-        let lock = node.describe(&name).await.map_err(in_group(node))?;
+        let (lock, read_index) = node.describe(&name).await.map_err(in_group(node))?;
         Ok(Response::new(pb::DescribeResponse {
             lock: Some(lock_info(lock)),
+            read_index,
         }))
     }
 

@@ -780,13 +780,16 @@ impl Node {
             .collect())
     }
 
-    /// The lock `name` as of a linearizable read.
-    pub async fn describe(&self, name: &str) -> Result<LockView, ApiError> {
+    /// The lock `name` as of a linearizable read, and the index of the last entry applied
+    /// when it was read (every watch event at or below it is reflected in the view).
+    pub async fn describe(&self, name: &str) -> Result<(LockView, u64), ApiError> {
         latchkey_core::validate_stored_name(name)?;
         self.linearizable_read().await?;
         let now_ms = self.clock.wall_ms();
-        let info = self.state.read(|t| t.describe(name));
-        Ok(LockView::new(name, info, now_ms))
+        let (info, index) = self
+            .state
+            .read_applied(|t, index| (t.describe(name), index));
+        Ok((LockView::new(name, info, now_ms), index))
     }
 
     /// Up to `limit` locks whose names start with `prefix` (0: as many as allowed), as of a

@@ -406,10 +406,12 @@ class BackupChunk(_message.Message):
     def __init__(self, header: _Optional[_Union[BackupHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("lock",)
+    __slots__ = ("lock", "read_index")
     LOCK_FIELD_NUMBER: _ClassVar[int]
+    READ_INDEX_FIELD_NUMBER: _ClassVar[int]
     lock: LockInfo
-    def __init__(self, lock: _Optional[_Union[LockInfo, _Mapping]] = ...) -> None: ...
+    read_index: int
+    def __init__(self, lock: _Optional[_Union[LockInfo, _Mapping]] = ..., read_index: _Optional[int] = ...) -> None: ...
 
 class ListRequest(_message.Message):
     __slots__ = ("prefix", "limit", "group")
