@@ -908,7 +908,7 @@ impl LockTable {
             } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => match self.seen(session.id, *seq) {
-                    Seen::Done(o) if is_proclaim_outcome(&o) => o,
+                    Seen::Done(o) if is_proclaim_outcome(&o) => o.answered_for(name),
                     Seen::Done(_) | Seen::Waiting => {
                         Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
                     }
@@ -967,7 +967,7 @@ impl LockTable {
             } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => match self.seen(session.id, *seq) {
-                    Seen::Done(o) if is_release_outcome(&o) => o,
+                    Seen::Done(o) if is_release_outcome(&o) => o.answered_for(name),
                     // A release never waits and never grants: a Waiting seq, or one whose outcome
                     // is an acquire's, means the client reused an acquire's sequence number.
                     Seen::Done(_) | Seen::Waiting => {
@@ -1018,7 +1018,7 @@ impl LockTable {
             Seen::Done(o) if !is_acquire_outcome(&o) => {
                 Outcome::Rejected(Rejection::SequenceReused { seq })
             }
-            Seen::Done(o) => o,
+            Seen::Done(o) => o.answered_for(name),
             Seen::Waiting => Outcome::Queued {
                 position: self.position(session.id, seq),
             },
@@ -1146,7 +1146,7 @@ impl LockTable {
             .sessions
             .get_mut(&sid)
             .expect("recording for a live session");
-        let prev = s.outcomes.insert(seq, outcome);
+        let prev = s.outcomes.insert(seq, outcome.remembered());
         assert!(prev.is_none(), "outcome of {sid}/{seq} recorded twice");
         s.recorded.push_back(seq);
         while s.recorded.len() > limits::SESSION_OUTCOMES_MAX {
@@ -2228,7 +2228,8 @@ impl LockTable {
         }
     }
 
-    /// Where request `(session, seq)` stands, if the table knows it.
+    /// Where request `(session, seq)` stands, if the table knows it. A finished one answers its
+    /// outcome as remembered ([`Outcome::remembered`]: a rejection without the lock's name).
     pub fn request_state(&self, sid: SessionId, seq: u64) -> Option<RequestState> {
         let s = self.sessions.get(&sid)?;
         if let Some(name) = s.waiting.get(&seq) {

@@ -465,7 +465,47 @@ impl Rejection {
     }
 }
 
+impl Rejection {
+    /// The name of the request's lock this rejection carries, if it carries one.
+    fn lock_name_mut(&mut self) -> Option<&mut String> {
+        match self {
+            Rejection::LockNotHeld { name }
+            | Rejection::TokenMismatch { name, .. }
+            | Rejection::KindConflict { name, .. }
+            | Rejection::PermitsConflict { name, .. }
+            | Rejection::NotElectionLeader { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+}
+
 impl Outcome {
+    /// The outcome as a session remembers it for a retry: a rejection keeps no copy of the
+    /// request's lock name (up to `LOCK_NAME_BYTES_MAX` bytes, while a remembered outcome is
+    /// charged `TABLE_OUTCOME_BYTES`), since the retry names the lock again
+    /// ([`Outcome::answered_for`] puts it back). [`crate::LockTable::request_state`] answers
+    /// this form.
+    pub fn remembered(mut self) -> Outcome {
+        if let Outcome::Rejected(r) = &mut self {
+            if let Some(name) = r.lock_name_mut() {
+                *name = String::new();
+            }
+        }
+        self
+    }
+
+    /// A remembered outcome as the answer to a retry of the request on the lock `name` (a
+    /// retry is the same request; one that reuses the sequence number for another name gets
+    /// the first request's answer naming its own lock).
+    pub fn answered_for(mut self, name: &str) -> Outcome {
+        if let Outcome::Rejected(r) = &mut self {
+            if let Some(n) = r.lock_name_mut().filter(|n| n.is_empty()) {
+                *n = name.to_owned();
+            }
+        }
+        self
+    }
+
     /// Whether this outcome exists only since snapshot format 9 (issue #32's elections): a
     /// table that remembers one cannot be written in format 8 or 7.
     pub(crate) fn since_format_9(&self) -> bool {

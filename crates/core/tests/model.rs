@@ -338,7 +338,7 @@ impl Model {
             } => match self.auth(session) {
                 Some(r) => r,
                 None => match self.seen(session.id, *seq) {
-                    MSeen::Done(o) if proclaim_outcome(&o) => o,
+                    MSeen::Done(o) if proclaim_outcome(&o) => o.answered_for(name),
                     MSeen::Waiting(_, _) | MSeen::Done(_) => {
                         Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
                     }
@@ -394,7 +394,7 @@ impl Model {
             } => match self.auth(session) {
                 Some(r) => r,
                 None => match self.seen(session.id, *seq) {
-                    MSeen::Done(o) if release_outcome(&o) => o,
+                    MSeen::Done(o) if release_outcome(&o) => o.answered_for(name),
                     MSeen::Waiting(_, _) | MSeen::Done(_) => {
                         Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
                     }
@@ -485,7 +485,7 @@ impl Model {
             MSeen::Done(o) if release_outcome(&o) || proclaim_outcome(&o) => {
                 Outcome::Rejected(Rejection::SequenceReused { seq })
             }
-            MSeen::Done(o) => o,
+            MSeen::Done(o) => o.answered_for(name),
             MSeen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq }),
             MSeen::New => {
                 // A campaign's value is checked first; then the acquire's own checks.
@@ -584,7 +584,8 @@ impl Model {
             s.remembered.remove(&old);
             s.forgotten_max = s.forgotten_max.max(Some(old));
         }
-        self.outcomes.insert((sid, seq), o);
+        // A session remembers a rejection without the lock's name: a retry names it again.
+        self.outcomes.insert((sid, seq), o.remembered());
     }
 
     /// Whether a grant in `mode` fits beside `name`'s holders: a writer alone, readers beside
