@@ -491,9 +491,8 @@ fn remembered_rejections_naming_a_lock_stay_within_their_charge() {
         },
     );
     assert!(matches!(granted, Outcome::Granted { .. }), "{granted:?}");
-    let mut seq = 0;
     for i in 0..limits::SESSION_OUTCOMES_MAX {
-        seq += 1;
+        let seq = i as u64 + 1;
         let op = match i % 3 {
             0 => Op::AcquireWith {
                 session: key(1),
