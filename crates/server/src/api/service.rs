@@ -276,6 +276,8 @@ fn watch_message(out: WatchOut) -> Result<pb::WatchMessage, ApiError> {
     use pb::watch_message::Item;
     let item = match out {
         WatchOut::Event(e) => {
+            // The last stream to send an event takes it; the others copy what they send.
+            let e = Arc::unwrap_or_clone(e);
             let (mode, permits) = e.mode.map_or((None, 0), |m| {
                 let (mode, permits) = mode_pb(m);
                 (Some(mode as i32), permits)
