@@ -167,3 +167,123 @@ def test_observe_resumes_on_another_member_when_its_member_dies(cluster):
     finally:
         client.close()
         candidate.close()
+
+
+def test_asyncio_campaign_proclaim_resign_leader_and_observe(server):
+    async def body():
+        client = latchkey.aio.Client([server.addr])
+        try:
+            a, b = await client.session(ttl=10), await client.session(ttl=10)
+            assert await client.leader("svc/aio") is None
+            first = await a.campaign("svc/aio", "a1", wait=0)
+            assert isinstance(first, latchkey.aio.Leadership)
+            observe = await client.observe("svc/aio")
+            seen = await observe.next()
+            assert (seen.session_id, seen.token, seen.value) == (a.id, first.token, b"a1")
+            waiting = asyncio.ensure_future(b.campaign("svc/aio", "b1", wait=20))
+
+            async def queued():
+                return (await client.describe("svc/aio")).waiters == 1
+
+            await wait_until_async("b queued", queued)
+            await first.proclaim("a2")
+            assert (await client.leader("svc/aio")).value == b"a2"
+            assert (await observe.next()).value == b"a2"
+            await first.resign()
+            second = await asyncio.wait_for(waiting, 20)
+            assert second.token > first.token
+            with pytest.raises(latchkey.NotElectionLeader):
+                await first.proclaim("stale")
+            seen = await observe.next()
+            assert (seen.session_id, seen.token, seen.value) == (b.id, second.token, b"b1")
+            async with second:
+                pass
+            assert await client.leader("svc/aio") is None
+            observe.close()
+            assert [x async for x in observe] == []
+            async with client.campaign("svc/aio", b"own session", ttl=10) as leadership:
+                leader = await client.leader("svc/aio")
+                assert (leader.token, leader.value) == (leadership.token, b"own session")
+            await a.close()
+            await b.close()
+        finally:
+            await client.close()
+
+    run(body())
+
+
+def test_an_observe_closed_from_another_thread_ends_its_iteration(client):
+    observe = client.observe("svc/closed")
+    t, out = _in_thread(lambda: list(observe))
+    observe.close()
+    t.join(20)
+    assert not t.is_alive() and out == [[]], out
+
+
+# --- The pure parts (no server). ----------------------------------------------------------
+def _event(kind, session, token, value=None, index=1, ordinal=0, mode=None):
+    e = latchkey._core.pb.WatchEvent(index=index, ordinal=ordinal, kind=kind, lock="svc",
+                                     session=session, token=token)
+    if kind == "granted":
+        e.mode = core.pb.LOCK_MODE_EXCLUSIVE if mode is None else mode
+    if value is not None:
+        e.value = value
+    return e
+
+
+def _l(session, token, value):
+    return core.Leader(session, token, value)
+
+
+def test_observed_each_leader_and_value_is_news_once_and_never_an_older_leader():
+    """election.rs each_leader_and_value_is_news_once_and_never_an_older_leader, in Python."""
+    o = core.Observed()
+    o.read(_l(1, 10, b"a"))
+    assert o.news() == _l(1, 10, b"a")
+    assert o.news() is None, "the same leader twice"
+    # Events from before the read (the watch opened first) change nothing.
+    o.apply(_event("granted", 1, 10, b"a"))
+    o.apply(_event("granted", 9, 7, b"old"))
+    assert o.news() is None
+    o.apply(_event("proclaimed", 1, 10, b"a2"))
+    assert o.news() == _l(1, 10, b"a2")
+    o.apply(_event("proclaimed", 9, 7, b"stale"))
+    assert o.news() is None
+    # A handover: released then granted in one entry; only the new leader is news.
+    o.apply(_event("released", 1, 10))
+    assert o.news() is None, "no leader is not an item"
+    o.apply(_event("granted", 2, 12, b"b"))
+    assert o.news() == _l(2, 12, b"b")
+    # A read older than the events (it raced them) is ignored.
+    o.read(_l(1, 10, b"a2"))
+    assert o.news() is None
+    # Readers and permits are not leaders.
+    o.apply(_event("expired", 2, 12))
+    o.apply(_event("granted", 3, 14, mode=core.pb.LOCK_MODE_SHARED))
+    assert o.news() is None
+
+
+def _progress(index):
+    return core.pb.WatchMessage(progress=core.pb.WatchProgress(index=index))
+
+
+def _ev(index, ordinal):
+    return core.pb.WatchMessage(event=_event("granted", 1, index, index=index, ordinal=ordinal))
+
+
+def test_a_resumed_watch_repeats_nothing_already_delivered():
+    """watch.rs a_resumed_stream_repeats_nothing_already_delivered, in Python."""
+    c = core.WatchCursor()
+    assert c.resume_index() is None
+    assert c.accept(_progress(4)) is None
+    assert c.resume_index() == 4
+    assert c.accept(_ev(5, 0)).index == 5
+    assert c.resume_index() == 4, "entry 5 may have more events"
+    # A stream resumed after 4 replays entry 5: its first event is old news.
+    assert c.accept(_progress(4)) is None
+    assert c.accept(_ev(5, 0)) is None
+    assert c.accept(_ev(5, 1)).ordinal == 1
+    assert c.accept(_progress(9)) is None and c.resume_index() == 9
+    missed = c.accept(core.pb.WatchMessage(
+        missed=core.pb.WatchMissed(after_index=9, through_index=20)))
+    assert missed == core.WatchMissed(9, 20) and c.resume_index() == 20

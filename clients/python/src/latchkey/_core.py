@@ -1092,6 +1092,10 @@ class WatchCursor:
         return out
 
 
+class WatchClosed(Exception):
+    """An observe's watch was closed (`Observe.close()`): its iteration ends."""
+
+
 def watch_request(name: str, after_index: Optional[int], group: Optional[int]) -> "pb.WatchRequest":
     request = pb.WatchRequest(prefix=name)
     if after_index is not None:

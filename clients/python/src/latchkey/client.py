@@ -1362,21 +1362,20 @@ class _Watch:
         self._call = channel_call(request, metadata=client._metadata)
         self._addr = addr
 
-    def _arm(self) -> None:
+    def _arm(self, call) -> None:
         """(Re)starts the silence timer: a stream silent past it is cancelled and resumed."""
         if self._timer is not None:
             self._timer.cancel()
-        call = self._call
         self._timer = threading.Timer(core.CLIENT_WATCH_SILENCE_MS / 1000, call.cancel)
         self._timer.daemon = True
         self._timer.start()
 
-    def _lost_stream(self) -> None:
+    def _lost_stream(self, call) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        if self._call is not None:
-            self._call.cancel()
-            self._call = None
+        call.cancel()
+        self._call = None
+        if not self._closed.is_set():
             with self._client._lock:
                 self._client._route.unreachable(self._addr, core.now())
 
@@ -1384,7 +1383,7 @@ class _Watch:
         """The next event or WatchMissed, or None once the position moved without one."""
         while True:
             if self._closed.is_set():
-                raise errors.InvalidArgument("the observe was closed")
+                raise core.WatchClosed()
             if self._call is None:
                 self._broken += 1
                 if self._broken > self._client._retry.attempts_max:
@@ -1394,11 +1393,15 @@ class _Watch:
                 if self._broken > 1 and self._closed.wait(self._backoff.next_delay()):
                     continue
                 self._open()
-            self._arm()
+            # Read from a local: close() from another thread drops self._call.
+            call = self._call
+            if call is None:
+                continue
+            self._arm(call)
             try:
-                message = next(self._call)
+                message = next(call)
             except StopIteration:
-                self._lost_stream()
+                self._lost_stream(call)
                 continue
             except grpc.RpcError as e:
                 fatal = core.watch_fatal(e.code(), e.details(), e.trailing_metadata())
@@ -1407,7 +1410,7 @@ class _Watch:
                     raise fatal from None
                 log.debug("latchkey: watch stream at %s broke; resuming: %s", self._addr,
                           e.details())
-                self._lost_stream()
+                self._lost_stream(call)
                 continue
             self._broken = 0
             self._backoff = self._client._retry.backoff(None, self._client._rng)
@@ -1422,9 +1425,9 @@ class _Watch:
         self._closed.set()
         if self._timer is not None:
             self._timer.cancel()
-        if self._call is not None:
-            self._call.cancel()
-            self._call = None
+        call = self._call
+        if call is not None:
+            call.cancel()
 
 
 class Observe:
@@ -1467,13 +1470,18 @@ class Observe:
         return self
 
     def __next__(self) -> core.Leader:
-        while True:
-            news = self._state.news()
-            if news is not None:
-                return news
-            item = self._watch.next_step()
-            if item is not None:
-                self._apply(item)
+        """The next leader, or the leader's next value (StopIteration once closed, also
+        from another thread)."""
+        try:
+            while True:
+                news = self._state.news()
+                if news is not None:
+                    return news
+                item = self._watch.next_step()
+                if item is not None:
+                    self._apply(item)
+        except core.WatchClosed:
+            raise StopIteration from None
 
     def close(self) -> None:
         self._watch.close()
