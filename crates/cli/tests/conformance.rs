@@ -599,7 +599,7 @@ fn an_election_of_two(kind: Kind) {
     let nobody = agent.ok(json!({"op": "leader", "name": "svc/leader"}));
     assert_eq!(nobody["leader"], Value::Null, "{kind:?}: nobody leads yet: {nobody}");
     let first = agent.ok(json!({"op": "campaign", "session": "first", "name": "svc/leader",
-        "value": "10.0.0.1:80", "wait_ms": 0}));
+        "value": "10.0.0.1:80"}));
     let second = agent.send(json!({"op": "campaign", "session": "second", "name": "svc/leader",
         "value": "10.0.0.2:80", "wait_ms": 20_000}));
     wait_until("the second candidate queued", ANSWER, || {

@@ -267,7 +267,8 @@ impl Agent {
                 let value = field(command, "value")?;
                 let campaign = session.campaign(name, value);
                 // `Session::campaign` waits until this session leads; `wait_ms` bounds it
-                // here (a campaign given up is withdrawn by the client, as a lock wait is).
+                // here (a campaign given up is withdrawn by the client, as a lock wait is), so
+                // `wait_ms: 0` is no try-lock in this agent: the suite leaves it out.
                 let leadership = match command["wait_ms"].as_u64() {
                     None => campaign.await,
                     Some(ms) => tokio::time::timeout(Duration::from_millis(ms), campaign)
