@@ -4,7 +4,9 @@ Layout: `Client` routes every call (leader hints, retries with backoff, one requ
 unchanged, so a sequence number survives retries); `Session` owns a lease renewed by one
 background thread every TTL/3 and its client-side deadline (`_core.ClientLease`), whose
 KeepAlive travels with those of the client's other sessions due at the same moment
-(`_KeepAlives`); a `LockGuard` is one grant and its lost signal. The asyncio twin is
+(`_KeepAlives`); a `LockGuard` is one grant and its lost signal, a `Leadership` a campaign's
+grant with its published value; `Observe` follows an election's leaders on a `_Watch` of the
+name that resumes on another member (crates/client/src/election.rs). The asyncio twin is
 `latchkey.aio`.
 """
 
