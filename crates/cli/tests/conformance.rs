@@ -597,11 +597,16 @@ fn an_election_of_two(kind: Kind) {
         ids.insert(s, made["session_id"].as_u64().expect("session_id"));
     }
     let nobody = agent.ok(json!({"op": "leader", "name": "svc/leader"}));
-    assert_eq!(nobody["leader"], Value::Null, "{kind:?}: nobody leads yet: {nobody}");
-    let first = agent.ok(json!({"op": "campaign", "session": "first", "name": "svc/leader",
-        "value": "10.0.0.1:80"}));
-    let second = agent.send(json!({"op": "campaign", "session": "second", "name": "svc/leader",
-        "value": "10.0.0.2:80", "wait_ms": 20_000}));
+    assert_eq!(
+        nobody["leader"],
+        Value::Null,
+        "{kind:?}: nobody leads yet: {nobody}"
+    );
+    let campaign = |session: &str, value: &str| json!({"op": "campaign", "session": session, "name": "svc/leader", "value": value});
+    let first = agent.ok(campaign("first", "10.0.0.1:80"));
+    let mut waits = campaign("second", "10.0.0.2:80");
+    waits["wait_ms"] = 20_000.into();
+    let second = agent.send(waits);
     wait_until("the second candidate queued", ANSWER, || {
         server.status("svc/leader")["waiters"] == 1
     });
@@ -630,7 +635,11 @@ fn an_election_of_two(kind: Kind) {
     );
     agent.ok(json!({"op": "resign", "guard": second["guard"]}));
     let nobody = agent.ok(json!({"op": "leader", "name": "svc/leader"}));
-    assert_eq!(nobody["leader"], Value::Null, "{kind:?}: both resigned: {nobody}");
+    assert_eq!(
+        nobody["leader"],
+        Value::Null,
+        "{kind:?}: both resigned: {nobody}"
+    );
     for s in ["first", "second"] {
         agent.ok(json!({"op": "close", "session": s}));
     }

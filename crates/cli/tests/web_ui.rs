@@ -424,7 +424,8 @@ fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
             work.lines(out).len() == count + 1
         });
     }
-    let leader_value = "<img src=x onerror=\"window.__pwned='img'\"><script>window.__pwned='script'</script>&amp;";
+    let leader_value =
+        "<img src=x onerror=\"window.__pwned='img'\"><script>window.__pwned='script'</script>&amp;";
     let leader_script = format!(
         "echo $LATCHKEY_TOKEN >> '{out}'; while [ ! -e '{release}' ]; do sleep 0.02; done",
         out = work.path("leader").display(),
