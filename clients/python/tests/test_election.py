@@ -287,3 +287,29 @@ def test_a_resumed_watch_repeats_nothing_already_delivered():
     missed = c.accept(core.pb.WatchMessage(
         missed=core.pb.WatchMissed(after_index=9, through_index=20)))
     assert missed == core.WatchMissed(9, 20) and c.resume_index() == 20
+
+
+def test_elections_in_every_group_of_a_cluster_of_several_groups(grouped_cluster):
+    """Each election's name lives in one Raft group: a fresh client (group count not yet
+    known) observes and reads a leader of each group's name."""
+    from conftest import GROUPS, names_by_group
+
+    names = names_by_group(GROUPS, "svc/grouped/")
+    endpoints = [s.addr for s in grouped_cluster]
+    candidate = latchkey.Client(endpoints)
+    try:
+        with candidate.session(ttl=10) as s:
+            for g, name in enumerate(names):
+                observer = latchkey.Client(endpoints)
+                try:
+                    with observer.observe(name) as observe:
+                        leadership = s.campaign(name, f"group {g}", wait=10)
+                        seen = next(observe)
+                        assert (seen.session_id, seen.token, seen.value) == (
+                            s.session_id_for(name), leadership.token, f"group {g}".encode())
+                        assert observer.leader(name).value == f"group {g}".encode()
+                        leadership.resign()
+                finally:
+                    observer.close()
+    finally:
+        candidate.close()
