@@ -313,3 +313,30 @@ def test_elections_in_every_group_of_a_cluster_of_several_groups(grouped_cluster
                     observer.close()
     finally:
         candidate.close()
+
+
+def test_asyncio_observe_resumes_on_another_member_when_its_member_dies(cluster):
+    async def body():
+        client = latchkey.aio.Client([s.addr for s in cluster])
+        candidate = latchkey.aio.Client([s.addr for s in cluster])
+        try:
+            s = await candidate.session(ttl=10)
+            first = await s.campaign("svc/aio-failover", "before")
+            observe = await client.observe("svc/aio-failover")
+            assert (await observe.next()).value == b"before"
+            watched = observe._watch._addr
+            victim = next(x for x in cluster if x.addr == watched)
+            victim.kill9()
+            await asyncio.get_running_loop().run_in_executor(
+                None, wait_leader, [x for x in cluster if x is not victim])
+            await first.proclaim("after")
+            seen = await observe.next()
+            assert (seen.token, seen.value) == (first.token, b"after")
+            assert observe._watch._addr != watched
+            observe.close()
+            await s.close()
+        finally:
+            await client.close()
+            await candidate.close()
+
+    run(body())
