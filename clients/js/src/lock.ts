@@ -150,8 +150,8 @@ type Race =
   | { kind: "give-up" }
   | { kind: "abandoned" };
 
-/** @internal See `Session.lock`. */
-export function acquire(logical: Session, name: string, options: LockOptions): Promise<LockGuard> {
+/** @internal See `Session.lock`. Async, so that bad input rejects rather than throws. */
+export async function acquire(logical: Session, name: string, options: LockOptions): Promise<LockGuard> {
   validateName(name);
   return take(logical, name, checkMode(options), options);
 }
