@@ -542,9 +542,17 @@ export class Client {
 
   /** One lock's holder and queue, read on the leader (of the lock's Raft group). */
   async describe(name: string): Promise<LockInfo> {
+    return (await this.describeRead(name))[0];
+  }
+
+  /**
+   * @internal `describe`, with the index of the last log entry applied when it was read
+   * (DescribeResponse.read_index): every watch event at or below it is reflected in the answer.
+   */
+  async describeRead(name: string): Promise<[LockInfo, bigint]> {
     const { response } = await this.call<Wire>("Describe", { name }, this.forLock(name));
     if (!response.lock) throw new ProtocolError("Describe answered without a lock");
-    return lockInfoFromWire(response.lock);
+    return [lockInfoFromWire(response.lock), BigInt(response.read_index ?? 0)];
   }
 
   /**

@@ -54,17 +54,28 @@ export class Observed {
   delivered?: Leader;
   /** The highest token seen for the name: a grant at or below it is old news. */
   lastToken = 0n;
+  /**
+   * The log index the last read reflects: an event at or below it is in the read already (a
+   * lagging member may replay it after the read; a proclaim replayed then would bring an older
+   * value back under the same token).
+   */
+  readIndex = 0n;
 
-  /** A read of the leader; one older than what the events already said (it raced them) is ignored. */
-  read(leader: Leader | undefined): void {
+  /**
+   * A read of the leader reflecting the log up to `index` (DescribeResponse.read_index); one
+   * older than what the events already said (it raced them) is ignored.
+   */
+  read(leader: Leader | undefined, index = 0n): void {
     if (leader !== undefined) {
       if (leader.token < this.lastToken) return;
       this.lastToken = leader.token;
     }
+    if (index > this.readIndex) this.readIndex = index;
     this.current = leader;
   }
 
   apply(e: WireEvent): void {
+    if (BigInt(e.index) <= this.readIndex) return;
     const token = BigInt(e.token);
     const value = valueFromWire(e.value) ?? Buffer.alloc(0);
     const cur = this.current;
@@ -300,7 +311,8 @@ export class Observe implements AsyncIterableIterator<Leader> {
   }
 
   private async resync(): Promise<void> {
-    this.state.read(leaderOf(await this.client.describe(this.name)));
+    const [info, index] = await this.client.describeRead(this.name);
+    this.state.read(leaderOf(info), index);
   }
 
   private async apply(item: WireEvent | WatchMissed): Promise<void> {

@@ -263,6 +263,21 @@ def test_observed_each_leader_and_value_is_news_once_and_never_an_older_leader()
     assert o.news() is None
 
 
+def test_observed_a_proclaim_replayed_after_a_read_that_reflects_a_later_one_is_not_news():
+    """election.rs a_proclaim_replayed_after_a_read_that_reflects_a_later_one_is_not_news: a
+    watch on a member that lags behind the one read replays proclaims the read reflects."""
+    o = core.Observed()
+    o.read(_l(1, 10, b"v2"), 30)
+    assert o.news() == _l(1, 10, b"v2")
+    for e in (_event("granted", 1, 10, b"v0", index=10),
+              _event("proclaimed", 1, 10, b"v1", index=20),
+              _event("proclaimed", 1, 10, b"v2", index=30)):
+        o.apply(e)
+        assert o.news() is None, "an older value after a newer one"
+    o.apply(_event("proclaimed", 1, 10, b"v3", index=31))
+    assert o.news() == _l(1, 10, b"v3")
+
+
 def _progress(index):
     return core.pb.WatchMessage(progress=core.pb.WatchProgress(index=index))
 

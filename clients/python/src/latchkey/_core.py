@@ -1010,15 +1010,23 @@ class Observed:
         self.current: Optional[Leader] = None  # the leader now (None: nobody leads)
         self.delivered: Optional[Leader] = None  # the leader last delivered
         self.last_token = 0
+        # The log index the last read reflects: an event at or below it is in the read already
+        # (a lagging member may replay it after the read; a proclaim replayed then would bring
+        # an older value back under the same token).
+        self.read_index = 0
 
-    def read(self, leader: Optional[Leader]) -> None:
+    def read(self, leader: Optional[Leader], index: int = 0) -> None:
+        """A read of the leader reflecting the log up to `index` (DescribeResponse.read_index)."""
         if leader is not None:
             if leader.token < self.last_token:
                 return
             self.last_token = leader.token
+        self.read_index = max(self.read_index, index)
         self.current = leader
 
     def apply(self, e: "pb.WatchEvent") -> None:
+        if e.index <= self.read_index:
+            return
         token = e.token
         value = e.value if e.HasField("value") else b""
         cur = self.current

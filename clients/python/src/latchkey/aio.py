@@ -322,13 +322,17 @@ class Client:
         return observe
 
     async def describe(self, name: str) -> core.LockInfo:
+        return (await self._describe_read(name))[0]
+
+    async def _describe_read(self, name: str) -> Tuple[core.LockInfo, int]:
+        """See latchkey.Client._describe_read."""
         core.validate_name(name)
         response, _, _ = await self._call("Describe", pb.DescribeRequest(name=name),
                                           attempt_timeout=self._rpc_timeout,
                                           group=self._group_of_lock(name))
         if not response.HasField("lock"):
             raise errors.ProtocolError("Describe answered without a lock")
-        return core.lock_info(response.lock)
+        return core.lock_info(response.lock), response.read_index
 
     async def list(self, prefix: str = "") -> List[core.LockInfo]:
         """See latchkey.Client.list: with several Raft groups, each group's at its leader
@@ -1225,7 +1229,8 @@ class Observe:
             raise
 
     async def _resync(self) -> None:
-        self._state.read(core.leader_of(await self._client.describe(self._name)))
+        info, index = await self._client._describe_read(self._name)
+        self._state.read(core.leader_of(info), index)
 
     async def _apply(self, item) -> None:
         if isinstance(item, core.WatchMissed):

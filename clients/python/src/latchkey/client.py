@@ -370,13 +370,18 @@ class Client:
 
     def describe(self, name: str) -> core.LockInfo:
         """One lock's holder, token and queue, read on the leader (of the lock's group)."""
+        return self._describe_read(name)[0]
+
+    def _describe_read(self, name: str) -> Tuple[core.LockInfo, int]:
+        """describe, with the index of the last log entry applied when it was read
+        (DescribeResponse.read_index): every watch event at or below it is reflected."""
         core.validate_name(name)
         response, _, _ = self._call("Describe", pb.DescribeRequest(name=name),
                                     attempt_timeout=self._rpc_timeout,
                                     group=self._group_of_lock(name))
         if not response.HasField("lock"):
             raise errors.ProtocolError("Describe answered without a lock")
-        return core.lock_info(response.lock)
+        return core.lock_info(response.lock), response.read_index
 
     def list(self, prefix: str = "") -> List[core.LockInfo]:
         """Held locks whose names start with `prefix`, in name order, up to the server's
@@ -1460,7 +1465,8 @@ class Observe:
             raise
 
     def _resync(self) -> None:
-        self._state.read(core.leader_of(self._client.describe(self._name)))
+        info, index = self._client._describe_read(self._name)
+        self._state.read(core.leader_of(info), index)
 
     def _apply(self, item) -> None:
         if isinstance(item, core.WatchMissed):
