@@ -749,6 +749,12 @@ pub struct BenchArgs {
     /// failover: leader kills.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+    /// semaphore: the semaphore's permits (at most that many clients hold one at once).
+    #[arg(long, default_value_t = 8)]
+    pub permits: u32,
+    /// semaphore: how long each client holds its permit before releasing it.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub hold: Duration,
     /// Prefix of the lock names used.
     #[arg(long, default_value = "bench/")]
     pub prefix: String,
