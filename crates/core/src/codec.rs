@@ -3,7 +3,7 @@
 //! Format: one version byte, then the table in postcard, then nothing. A reader refuses versions it does not
 //! know rather than misreading them.
 
-use crate::table::DecodedTableV7;
+use crate::table::{DecodedTableV7, DecodedTableV8};
 use crate::versioned::{self, VersionedError};
 use crate::LockTable;
 
@@ -18,11 +18,17 @@ use crate::LockTable;
 ///    wait began, and the table its audit log (issue #14 items 6 and 7).
 /// 8: the table carries the names used with several holders (read-write locks with readers,
 ///    semaphores; issue #32) after the audit log.
+/// 9: the table carries its lock-delays (asked for by held and queued acquires, and running;
+///    issue #32 item 4) after them.
 ///
 /// A table that uses nothing format 8 added (`LockTable::fits_format_7`) is written in format 7,
 /// byte for byte what a build before it wrote, so that a member that reads only 7 can still
 /// install it during a rolling upgrade; this build reads both.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 8;
+/// Likewise a table that uses nothing format 9 added (`LockTable::fits_format_8`) is written
+/// in format 8.
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 9;
+/// The format before lock-delay, still read, and still written for tables that fit it.
+pub const SNAPSHOT_FORMAT_VERSION_V8: u8 = 8;
 /// The format before issue #32, still read, and still written for tables that fit it.
 pub const SNAPSHOT_FORMAT_VERSION_V7: u8 = 7;
 
@@ -32,7 +38,7 @@ pub enum DecodeError {
     Empty,
     #[error(
         "snapshot format version {0} is not supported (this build reads \
-         {SNAPSHOT_FORMAT_VERSION_V7} and {SNAPSHOT_FORMAT_VERSION})"
+         {SNAPSHOT_FORMAT_VERSION_V7} to {SNAPSHOT_FORMAT_VERSION})"
     )]
     UnknownVersion(u8),
     #[error("snapshot is corrupt: {0}")]
@@ -56,6 +62,8 @@ impl From<VersionedError> for DecodeError {
 pub fn encode_table(table: &LockTable) -> Vec<u8> {
     let bytes = if table.fits_format_7() {
         versioned::encode(SNAPSHOT_FORMAT_VERSION_V7, &table.as_format_7())
+    } else if table.fits_format_8() {
+        versioned::encode(SNAPSHOT_FORMAT_VERSION_V8, &table.as_format_8())
     } else {
         versioned::encode(SNAPSHOT_FORMAT_VERSION, table)
     };
@@ -68,6 +76,11 @@ pub fn decode_table(bytes: &[u8]) -> Result<LockTable, DecodeError> {
             let (v7, trailing): (DecodedTableV7, _) =
                 versioned::decode(SNAPSHOT_FORMAT_VERSION_V7, bytes)?;
             (LockTable::from(v7), trailing)
+        }
+        Some(&SNAPSHOT_FORMAT_VERSION_V8) => {
+            let (v8, trailing): (DecodedTableV8, _) =
+                versioned::decode(SNAPSHOT_FORMAT_VERSION_V8, bytes)?;
+            (LockTable::from(v8), trailing)
         }
         _ => versioned::decode(SNAPSHOT_FORMAT_VERSION, bytes)?,
     };

@@ -122,6 +122,25 @@ pub enum Op {
         wait_ms: u64,
         mode: Mode,
     },
+    /// [`Op::Acquire`] of a mutex with a lock-delay (issue #32 item 4): when the grant this
+    /// acquire gets ends by its session's expiry or revoke, or by an operator's force-release
+    /// (not by a release or a close), the name is not granted again until `lock_delay_ms`
+    /// (at most `limits::LOCK_DELAY_MS_MAX`) after that entry's `now_ms`; [`Op::EndDelays`]
+    /// then hands it to its head waiter. A variant of its own, added at the end, so that every
+    /// entry written before it decodes to the same command. Leaders propose it only for a
+    /// delay above zero.
+    AcquireDelayed {
+        session: SessionKey,
+        seq: u64,
+        name: String,
+        wait_ms: u64,
+        lock_delay_ms: u64,
+    },
+    /// End every lock-delay that has run out by this entry's `now_ms` (at most
+    /// `limits::DELAYS_ENDED_PER_ENTRY_MAX`, earliest first): each name goes to the first of
+    /// its waiters whose wait has not ended, or is free. The leader proposes it when a delay's
+    /// end passes on its clock, as it does [`Op::ExpireWaits`].
+    EndDelays,
 }
 
 /// How an acquire takes its lock (issue #32). A name is used one way at a time while anyone
@@ -277,6 +296,7 @@ impl Op {
         match self {
             Op::Acquire { session, seq, .. }
             | Op::AcquireWith { session, seq, .. }
+            | Op::AcquireDelayed { session, seq, .. }
             | Op::Release { session, seq, .. } => Some((session.id, *seq)),
             Op::CancelWait { session, seq } => Some((session.id, *seq)),
             Op::CreateSession { .. }
@@ -288,7 +308,8 @@ impl Op {
             | Op::ExpireSessions { .. }
             | Op::MarkLeases { .. }
             | Op::RenewLeases { .. }
-            | Op::ExpireWaits => None,
+            | Op::ExpireWaits
+            | Op::EndDelays => None,
         }
     }
 }
@@ -340,6 +361,10 @@ pub enum Outcome {
     /// A `RevokeSession` ended the session, which held `locks` locks.
     SessionRevoked {
         locks: u32,
+    },
+    /// An `EndDelays` ended this many lock-delays (issue #32 item 4).
+    DelaysEnded {
+        count: usize,
     },
 }
 
@@ -420,6 +445,14 @@ pub enum Rejection {
     },
     #[error("a semaphore has 1 to {max} permits, not {permits}")]
     PermitsOutOfRange { permits: u32, max: u32 },
+    /// A lock-delay longer than `limits::LOCK_DELAY_MS_MAX` (issue #32 item 4).
+    #[error("a lock-delay is at most {max} ms, not {lock_delay_ms}")]
+    LockDelayOutOfRange { lock_delay_ms: u64, max: u64 },
+    /// A lock-delay belongs to a mutex: an acquire with one of a name used as a read-write
+    /// lock with readers or a semaphore, or a reader's or permit's acquire of a name whose
+    /// holder or waiter asked for a delay, or that is in a delay, is refused, changing nothing.
+    #[error("{name:?} has or asks for a lock-delay, which only a mutex (exclusive holders) takes")]
+    LockDelayConflict { name: String },
 }
 
 impl Rejection {
@@ -431,6 +464,14 @@ impl Rejection {
             Rejection::KindConflict { .. }
                 | Rejection::PermitsConflict { .. }
                 | Rejection::PermitsOutOfRange { .. }
+        )
+    }
+
+    /// Whether this rejection exists only since snapshot format 9 (lock-delay).
+    pub(crate) fn since_format_9(&self) -> bool {
+        matches!(
+            self,
+            Rejection::LockDelayOutOfRange { .. } | Rejection::LockDelayConflict { .. }
         )
     }
 }
@@ -519,6 +560,11 @@ pub struct LockState {
     /// The first waiters in queue order (all of them from `describe`, at most
     /// `limits::LIST_WAITERS_SHOWN_MAX` from `list`).
     pub queue: Vec<WaiterState>,
+    /// The lock-delay the holder's grant asked for (ms), if any (issue #32 item 4).
+    pub lock_delay_ms: Option<u64>,
+    /// While a lock-delay runs (no holder): the name is granted again no earlier than this
+    /// (leader wall-clock Unix ms).
+    pub delay_until_ms: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

@@ -5,6 +5,7 @@ mod support;
 
 use latchkey_core::codec::{
     decode_table, encode_table, DecodeError, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_FORMAT_VERSION_V7,
+    SNAPSHOT_FORMAT_VERSION_V8,
 };
 use latchkey_core::*;
 use support::*;
@@ -144,6 +145,53 @@ mod hostile_input {
         }
         t.apply(9, &more);
         let bytes = encode_table(&t);
+        assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION_V8);
+        bytes
+    }
+
+    /// A table in format 9: a mutex held with a lock-delay and a waiter that asked for one, and
+    /// a name in a running delay with a queue.
+    fn format_9_table() -> Vec<u8> {
+        let mut t = LockTable::new();
+        let take = |i: u64, seq: u64, name: &str, wait_ms: u64| Command {
+            now_ms: 1_000,
+            op: Op::AcquireDelayed {
+                session: SessionKey {
+                    id: SessionId(i),
+                    secret: i,
+                },
+                seq,
+                name: name.into(),
+                wait_ms,
+                lock_delay_ms: 5_000,
+            },
+        };
+        for i in 1..=4 {
+            t.apply(
+                i,
+                &Command {
+                    now_ms: 0,
+                    op: Op::CreateSession {
+                        ttl_ms: 5_000,
+                        secret: i,
+                    },
+                },
+            );
+        }
+        t.apply(5, &take(1, 1, "x", 0));
+        t.apply(6, &take(2, 1, "x", 60_000));
+        t.apply(7, &take(3, 1, "y", 0));
+        t.apply(8, &take(4, 1, "y", 60_000));
+        t.apply(
+            9,
+            &Command {
+                now_ms: 2_000,
+                op: Op::ExpireSessions {
+                    ids: vec![SessionId(3)],
+                },
+            },
+        );
+        let bytes = encode_table(&t);
         assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION);
         bytes
     }
@@ -185,6 +233,17 @@ mod hostile_input {
             edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..8)
         ) {
             let bytes = mutate(format_8_table(), &edits);
+            if let Ok(table) = decode_table(&bytes) {
+                prop_assert!(table.check_invariants().is_ok());
+            }
+        }
+
+        /// The same for a snapshot in format 9 (lock-delays held, asked and running).
+        #[test]
+        fn a_mutated_format_9_snapshot_decodes_to_a_valid_table_or_an_error(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..8)
+        ) {
+            let bytes = mutate(format_9_table(), &edits);
             if let Ok(table) = decode_table(&bytes) {
                 prop_assert!(table.check_invariants().is_ok());
             }

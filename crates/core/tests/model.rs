@@ -339,6 +339,11 @@ impl Model {
                     Outcome::Rejected(Rejection::LockNotHeld { name: name.clone() })
                 }
             }
+            // Lock-delay is not modelled yet: the generator never draws these (tests/lock_delay.rs
+            // checks them rule by rule).
+            Op::AcquireDelayed { .. } | Op::EndDelays => {
+                unreachable!("the generator draws no lock-delay command")
+            }
             Op::RevokeSession { session, .. } => {
                 if self.sessions.contains_key(session) {
                     let locks = self

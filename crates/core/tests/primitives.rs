@@ -4,7 +4,7 @@
 
 mod support;
 
-use latchkey_core::codec::{decode_table, encode_table, SNAPSHOT_FORMAT_VERSION};
+use latchkey_core::codec::{decode_table, encode_table, SNAPSHOT_FORMAT_VERSION_V8};
 use latchkey_core::limits::{HOLDERS_PER_LOCK_MAX, WAIT_TIMEOUT_MS_MAX};
 use latchkey_core::*;
 use support::apply_checked;
@@ -488,7 +488,7 @@ fn a_table_with_a_read_write_lock_or_a_semaphore_is_written_in_format_8_and_roun
     t.outcome(2, "cfg", W);
     t.outcome(3, "jobs", Mode::Permits(2));
     let bytes = encode_table(&t.table);
-    assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION);
+    assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION_V8);
     let decoded = decode_table(&bytes).expect("decodes");
     assert_eq!(decoded, t.table);
     // The decoded table goes on as the original.
@@ -510,7 +510,7 @@ fn a_table_with_a_read_write_lock_or_a_semaphore_is_written_in_format_8_and_roun
     t.outcome(2, "jobs", Mode::Permits(3));
     t.release(1, "jobs", 3);
     assert_eq!(t.table.lock_count(), 0);
-    assert_eq!(encode_table(&t.table)[0], SNAPSHOT_FORMAT_VERSION);
+    assert_eq!(encode_table(&t.table)[0], SNAPSHOT_FORMAT_VERSION_V8);
     assert_eq!(decode_table(&encode_table(&t.table)).unwrap(), t.table);
 }
 
