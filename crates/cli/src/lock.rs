@@ -125,7 +125,10 @@ pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u
 
 /// The lock request `args` ask for: exclusive, `--shared` or `--permits N`.
 fn request<'a>(session: &'a Session, args: &LockArgs) -> latchkey_client::LockRequest<'a> {
-    let request = session.lock(args.name.clone());
+    let mut request = session.lock(args.name.clone());
+    if let Some(delay) = args.lock_delay {
+        request = request.lock_delay(delay);
+    }
     match args.mode() {
         latchkey_core::Mode::Exclusive => request,
         latchkey_core::Mode::Shared => request.shared(),

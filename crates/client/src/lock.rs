@@ -39,6 +39,8 @@ pub struct LockRequest<'a> {
     session: &'a crate::Session,
     name: String,
     mode: Mode,
+    lock_delay: Duration,
+    positions: Option<watch::Sender<u32>>,
 }
 
 impl<'a> LockRequest<'a> {
@@ -47,7 +49,28 @@ impl<'a> LockRequest<'a> {
             session,
             name,
             mode: Mode::Exclusive,
+            lock_delay: Duration::ZERO,
+            positions: None,
         }
+    }
+
+    /// Ask for a lock-delay (docs/primitives.md): if this grant is lost (the session expires
+    /// or is revoked, or an operator force-releases it), the server grants the name to nobody
+    /// until `delay` after that, so that a resource that cannot check fencing tokens has time
+    /// to finish what this holder started. A release or a close hands over at once. At most
+    /// `limits::LOCK_DELAY_MS_MAX` (5 minutes), whole milliseconds; a mutex's (exclusive)
+    /// acquire only. Zero, the default: none.
+    pub fn lock_delay(mut self, delay: Duration) -> LockRequest<'a> {
+        self.lock_delay = delay;
+        self
+    }
+
+    /// Report this request's place in the queue as it moves: every answer of a queued wait
+    /// (each long-poll, at most `ACQUIRE_POLL_MS_MAX` apart, and each re-attach) sends its
+    /// 1-based position to `positions`. Nothing is sent when the lock is granted at once.
+    pub fn positions(mut self, positions: watch::Sender<u32>) -> LockRequest<'a> {
+        self.positions = Some(positions);
+        self
     }
 
     /// Take the lock as a reader of a read-write lock: any number of readers hold it
@@ -111,6 +134,21 @@ impl<'a> LockRequest<'a> {
             }
         }
         let mode = self.mode;
+        let lock_delay_ms = ms(self.lock_delay);
+        if lock_delay_ms > limits::LOCK_DELAY_MS_MAX {
+            return Err(Error::InvalidArgument {
+                message: latchkey_core::Rejection::LockDelayOutOfRange {
+                    lock_delay_ms,
+                    max: limits::LOCK_DELAY_MS_MAX,
+                }
+                .to_string(),
+            });
+        }
+        if lock_delay_ms > 0 && mode != Mode::Exclusive {
+            return Err(Error::InvalidArgument {
+                message: "a lock-delay is for an exclusive lock (a mutex) only".into(),
+            });
+        }
         // The session of the lock's group (made now if it is the group's first lock).
         let shared = &self.session.for_lock(&self.name).await?;
         if let Some(e) = shared.lost_error() {
@@ -130,6 +168,7 @@ impl<'a> LockRequest<'a> {
                 shared: shared.clone(),
                 name: self.name.clone(),
                 mode,
+                lock_delay_ms,
                 seq: ticket.seq,
                 ticket: Some(ticket),
                 deadline,
@@ -139,7 +178,7 @@ impl<'a> LockRequest<'a> {
                 let now = clock.now();
                 let give_up_at = deadline.map(|d| d + UNANSWERED_AFTER_DEADLINE_MAX);
                 let answer = tokio::select! {
-                    r = acquire_once(shared, &self.name, mode, pending.seq, deadline) => r,
+                    r = acquire_once(shared, &self.name, mode, lock_delay_ms, pending.seq, deadline) => r,
                     _ = wait_lost(shared.watch_lost()) => {
                         pending.armed = false;
                         return Err(shared.lost_error().expect("lost"));
@@ -191,6 +230,9 @@ impl<'a> LockRequest<'a> {
                         return Err(Error::WaitTimedOut { name: self.name });
                     }
                     Ok(pb::AcquireResult::Pending) => {
+                        if let Some(positions) = &self.positions {
+                            positions.send_replace(response.position);
+                        }
                         if deadline.is_some_and(|d| now > d + PENDING_AFTER_DEADLINE_MAX) {
                             // Still armed: the background task settles it.
                             return Err(Error::WaitTimedOut { name: self.name });
@@ -233,6 +275,7 @@ async fn acquire_once(
     shared: &SessionShared,
     name: &str,
     mode: Mode,
+    lock_delay_ms: u64,
     seq: u64,
     deadline: Option<Instant>,
 ) -> Result<pb::AcquireResponse, Error> {
@@ -260,6 +303,7 @@ async fn acquire_once(
         wait_timeout_ms,
         mode,
         permits,
+        lock_delay_ms,
     };
     shared
         .client
@@ -275,6 +319,8 @@ struct PendingAcquire {
     shared: Arc<SessionShared>,
     name: String,
     mode: Mode,
+    /// The lock-delay the request asked for: a re-send asks the same.
+    lock_delay_ms: u64,
     seq: u64,
     /// Keeps `seq` in the session's window until the request is settled.
     ticket: Option<SeqTicket>,
@@ -289,6 +335,7 @@ impl Drop for PendingAcquire {
         }
         let shared = self.shared.clone();
         let (name, mode, seq, deadline) = (self.name.clone(), self.mode, self.seq, self.deadline);
+        let lock_delay_ms = self.lock_delay_ms;
         let ticket = self.ticket.take();
         self.shared.spawn_background(async move {
             let _ticket = ticket;
@@ -296,7 +343,7 @@ impl Drop for PendingAcquire {
                 if shared.lost_error().is_some() {
                     return;
                 }
-                let response = match acquire_once(&shared, &name, mode, seq, deadline).await {
+                let response = match acquire_once(&shared, &name, mode, lock_delay_ms, seq, deadline).await {
                     Ok(r) => r,
                     Err(e) if is_too_old(&e) => {
                         release_orphan(&shared, &name).await;

@@ -113,6 +113,8 @@ impl ApiError {
                 Rejection::KindConflict { .. } => "kind-conflict",
                 Rejection::PermitsConflict { .. } => "permits-conflict",
                 Rejection::PermitsOutOfRange { .. } => "permits-out-of-range",
+                Rejection::LockDelayOutOfRange { .. } => "lock-delay-out-of-range",
+                Rejection::LockDelayConflict { .. } => "lock-delay-conflict",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -143,7 +145,8 @@ impl ApiError {
                 | Rejection::TtlOutOfRange { .. }
                 | Rejection::FieldTooLong { .. }
                 | Rejection::ReasonEmpty
-                | Rejection::PermitsOutOfRange { .. } => Code::InvalidArgument,
+                | Rejection::PermitsOutOfRange { .. }
+                | Rejection::LockDelayOutOfRange { .. } => Code::InvalidArgument,
                 // Not NOT_FOUND: clients read that as "no such session".
                 Rejection::LockNotHeld { .. } | Rejection::TokenMismatch { .. } => {
                     Code::FailedPrecondition
@@ -160,7 +163,8 @@ impl ApiError {
                 | Rejection::UnknownRequest { .. }
                 | Rejection::SequenceReused { .. }
                 | Rejection::KindConflict { .. }
-                | Rejection::PermitsConflict { .. } => Code::FailedPrecondition,
+                | Rejection::PermitsConflict { .. }
+                | Rejection::LockDelayConflict { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::Membership(_)

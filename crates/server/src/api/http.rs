@@ -514,6 +514,9 @@ struct AcquireRequest {
     /// `"exclusive"` (the default), `"shared"`, or `{"permits": N}` (docs/primitives.md).
     #[serde(default)]
     mode: ModeJson,
+    /// Lock-delay in ms (docs/primitives.md); 0, the default, for none.
+    #[serde(default, deserialize_with = "whole::deserialize")]
+    lock_delay_ms: u64,
 }
 
 /// How an acquire takes a name, as the JSON says it: a string, or an object for a
@@ -626,6 +629,7 @@ async fn acquire(
             req.name,
             req.wait_timeout_ms,
             req.mode.into(),
+            req.lock_delay_ms,
             who.as_ref(),
         )
         .await
@@ -689,6 +693,12 @@ struct LockJson {
     holders: Vec<HolderJson>,
     waiters: u32,
     queue: Vec<WaiterJson>,
+    /// The lock-delay the holder's grant asked for (ms), when it asked for one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lock_delay_ms: Option<u64>,
+    /// While a lock-delay runs: ms until the name is granted again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delay_remaining_ms: Option<u64>,
 }
 
 fn lock_json(lock: LockView) -> LockJson {
@@ -710,6 +720,8 @@ fn lock_json(lock: LockView) -> LockJson {
                 mode: mode_name(w.mode).0,
             })
             .collect(),
+        lock_delay_ms: lock.lock_delay_ms,
+        delay_remaining_ms: lock.delay_remaining_ms,
     }
 }
 

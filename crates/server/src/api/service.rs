@@ -169,6 +169,8 @@ fn held_info(name: String, h: Held, waiters: u32) -> pb::LockInfo {
         mode: pb::LockMode::Exclusive as i32,
         permits: 0,
         holders: vec![holder_pb(h)],
+        lock_delay_ms: 0,
+        delay_remaining_ms: None,
     }
 }
 
@@ -207,6 +209,8 @@ fn lock_info(lock: LockView) -> pb::LockInfo {
         mode: mode as i32,
         permits,
         holders,
+        lock_delay_ms: lock.lock_delay_ms.unwrap_or(0),
+        delay_remaining_ms: lock.delay_remaining_ms,
         ..info
     }
 }
@@ -449,6 +453,7 @@ impl pb::locks_server::Locks for LocksService {
                 req.name.clone(),
                 req.wait_timeout_ms,
                 mode,
+                req.lock_delay_ms,
                 who.as_ref(),
             )
             .await

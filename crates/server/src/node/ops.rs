@@ -94,6 +94,11 @@ pub struct LockView {
     pub waiters: u32,
     /// The first waiters, in queue order (all from describe, a few from list).
     pub queue: Vec<Waiting>,
+    /// The lock-delay the holder's grant asked for (ms), if any.
+    pub lock_delay_ms: Option<u64>,
+    /// While a lock-delay runs (no holder): how long until it ends, on this node's wall clock
+    /// from the leader's stamped end.
+    pub delay_remaining_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +142,8 @@ impl LockView {
                 mode: Mode::Exclusive,
                 waiters: 0,
                 queue: Vec::new(),
+                lock_delay_ms: None,
+                delay_remaining_ms: None,
             },
             Some(i) => {
                 // A name is in the table while held (a waiter that fits is granted in the
@@ -168,6 +175,8 @@ impl LockView {
                             mode: w.mode,
                         })
                         .collect(),
+                    lock_delay_ms: i.lock_delay_ms,
+                    delay_remaining_ms: i.delay_until_ms.map(|u| u.saturating_sub(now_ms)),
                 }
             }
         }
@@ -466,10 +475,21 @@ impl Node {
         name: String,
         wait_timeout_ms: u64,
         mode: Mode,
+        lock_delay_ms: u64,
         owner: Option<&Caller>,
     ) -> Result<Acquired, ApiError> {
         latchkey_core::validate_name(&name)?;
         validate_mode(mode)?;
+        if lock_delay_ms > limits::LOCK_DELAY_MS_MAX {
+            return Err(Rejection::LockDelayOutOfRange {
+                lock_delay_ms,
+                max: limits::LOCK_DELAY_MS_MAX,
+            }
+            .into());
+        }
+        if lock_delay_ms > 0 && mode != Mode::Exclusive {
+            return Err(Rejection::LockDelayConflict { name }.into());
+        }
         let wait_ms = wait_timeout_ms.min(limits::WAIT_TIMEOUT_MS_MAX);
         if let (Some(owner), true) = (owner, wait_ms > 0) {
             // A retry of a request the table knows (queued or done) adds no wait. Counted like
@@ -507,7 +527,15 @@ impl Node {
         };
         // A mutex's acquire stays `Op::Acquire`, so its entries are what older members and
         // logs know; only readers and permits need `AcquireWith`.
+        // A lock-delay needs `AcquireDelayed`, which only builds since lock-delay apply.
         let op = match mode {
+            Mode::Exclusive if lock_delay_ms > 0 => Op::AcquireDelayed {
+                session,
+                seq,
+                name,
+                wait_ms,
+                lock_delay_ms,
+            },
             Mode::Exclusive => Op::Acquire {
                 session,
                 seq,
