@@ -25,6 +25,15 @@
 //! changes. A table with a `MultiLock`, or a session that remembers one of issue #32's
 //! rejections, is written in snapshot format 8; any other in format 7, as before.
 //!
+//! Lock-delay (issue #32 item 4; `docs/primitives.md`): a mutex acquire may ask for a delay
+//! (`Op::AcquireDelayed`), remembered in `Delays` with its grant or its wait. When such a grant
+//! is lost (expiry, revoke, force-release: `Ends::Lost`; a release or close is `Ends::Clean`)
+//! the name leaves `locks` for `Delays::running`, with no holder and its queue kept, until
+//! `now_ms + delay` of that entry; `Op::EndDelays`, which the leader proposes when that time
+//! passes on its clock, hands it to the first live waiter. A name is in one of `locks`,
+//! `multi` and `running` (`check_delays`: no grant while a delay runs). A table with delay
+//! state is written in snapshot format 9; any other as before.
+//!
 //! Time: the one decision that depends on it is whether a wait has ended (a waiter records
 //! `now_ms + wait_ms` of its Acquire, the leader's time in the entry; a release passes over
 //! ended waiters, `ExpireWaits` removes them). Skew between leaders' wall clocks only
