@@ -148,6 +148,10 @@ async fn supervise(
     // COMMAND leads its group: the group id is its pid.
     let group = child.id().map(|id| Pid::from_raw(id as i32));
     let name = guard.name().to_owned();
+    // Conflict events: say once that someone waits (COMMAND may want to finish up).
+    let contended = guard.contended();
+    tokio::pin!(contended);
+    let mut told = false;
     loop {
         tokio::select! {
             biased;
@@ -169,6 +173,12 @@ async fn supervise(
                 return Ok(code);
             }
             _ = guard.lost() => break,
+            () = &mut contended, if !told => {
+                told = true;
+                if !guard.is_lost() {
+                    eprintln!("latchkey: someone is waiting for lock {name:?}");
+                }
+            }
             _ = terminate.recv() => signal_group(group, Signal::SIGTERM),
             _ = interrupt.recv() => signal_group(group, Signal::SIGINT),
         }

@@ -132,3 +132,41 @@ fn a_clean_exit_hands_over_at_once_despite_a_lock_delay() {
     assert_eq!(w.wait(T).code(), Some(0), "{}", w.stderr());
     assert!(start_ms(&work, "w").is_some());
 }
+
+/// Conflict events (issue #32 item 5): a holder learns from its keepalives that someone waits
+/// for its lock (`LockGuard::contended`); `latchkey lock` says so on stderr, once.
+#[test]
+fn a_holder_is_told_when_someone_waits_for_its_lock() {
+    let mut server = Server::start();
+    server.wait_ready().expect("server ready");
+    let work = Work::new();
+    let gate = work.path("gate");
+    let script = format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done",
+        gate.display()
+    );
+    let mut holder = server.lock("door", &["--ttl", "3s"], &script, work.dir.path());
+    wait_until("the holder holds door", T, || {
+        server.status("door")["held"] == true
+    });
+    // Alone, through a few renewals (every second with a 3 s TTL): nobody waits, no line.
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert!(
+        !holder.stderr().contains("someone is waiting"),
+        "{}",
+        holder.stderr()
+    );
+    let mut w = waiter(&server, &work, "door", "w");
+    wait_until("the holder is told", T, || {
+        holder.stderr().contains("someone is waiting for lock \"door\"")
+    });
+    work.touch("gate");
+    assert_eq!(holder.wait(T).code(), Some(0), "{}", holder.stderr());
+    assert_eq!(w.wait(T).code(), Some(0), "{}", w.stderr());
+    assert_eq!(
+        holder.stderr().matches("someone is waiting").count(),
+        1,
+        "{}",
+        holder.stderr()
+    );
+}

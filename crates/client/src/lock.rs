@@ -452,6 +452,30 @@ impl LockGuard {
         self.taken.borrow().covers(self.token)
     }
 
+    /// Completes when someone is seen waiting for this lock (Chubby's "conflicting lock
+    /// request"), so that a long holder can finish up and release it: the session's keepalive
+    /// answers list its held names that have waiters, so it completes within about a renewal
+    /// interval (a third of the TTL) of the first waiter queueing, or at once if one waits
+    /// already. It also completes when the lock may be lost ([`LockGuard::lost`]): nobody
+    /// needs it released then. Never completes for a lock nobody asks for.
+    pub fn contended(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut contended = self.shared.watch_contended();
+        let name = self.name.clone();
+        let lost = self.lost();
+        async move {
+            tokio::select! {
+                () = lost => {}
+                // A dropped sender means the session is gone: lost as well.
+                _ = contended.wait_for(|names| names.contains(&name)) => {}
+            }
+        }
+    }
+
+    /// Whether the last keepalive answer said someone waits for this lock.
+    pub fn is_contended(&self) -> bool {
+        self.shared.watch_contended().borrow().contains(&self.name)
+    }
+
     /// Whether the lock may be lost: [`LockGuard::lost`] has completed, or the session's
     /// deadline has passed on this client's clock. The second is checked here, not left to the
     /// renewal task's timer, so that a holder that resumes from a pause and asks before

@@ -178,6 +178,11 @@ pub const LOCK_DELAY_MS_MAX: u64 = 300_000;
 /// Lock-delays ended by one `EndDelays` entry; the leader proposes another for the rest, as
 /// for `WAITS_EXPIRED_PER_ENTRY_MAX`.
 pub const DELAYS_ENDED_PER_ENTRY_MAX: usize = 4_096;
+/// Held names with waiters one keepalive answer lists for a session (conflict events, issue
+/// #32 item 5), in name order: a holder learns someone waits for each of its first 64 locks;
+/// a session holding more contended locks than that learns it for those first. Bounds the
+/// answer (a session may hold `LOCKS_PER_SESSION_MAX` locks).
+pub const CONTENDED_PER_LEASE_MAX: usize = 64;
 /// What the table is charged for a lock-delay asked by a held or queued acquire, beyond the
 /// lock or waiter: its map entry, key and value (a held lock's name is its lock's).
 pub const TABLE_LOCK_DELAY_BYTES: usize = 64;

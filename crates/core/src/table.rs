@@ -1684,6 +1684,25 @@ impl LockTable {
         Outcome::DelaysEnded { count: due.len() }
     }
 
+    /// The names live session `id` holds that someone waits for (conflict events, issue #32
+    /// item 5), in name order, at most `limits::CONTENDED_PER_LEASE_MAX`. A holder whose
+    /// waiters all cannot fit beside it (readers behind its writer, permits of a full
+    /// semaphore) is contended; so is every holder of a name with several.
+    pub fn contended(&self, id: SessionId) -> Vec<String> {
+        let Some(s) = self.sessions.get(&id) else {
+            return Vec::new();
+        };
+        s.held
+            .iter()
+            .filter(|name| match self.multi.get(&***name) {
+                Some(l) => !l.waiters.is_empty(),
+                None => self.locks.get(&***name).is_some_and(|l| l.waiters.len() > 0),
+            })
+            .take(limits::CONTENDED_PER_LEASE_MAX)
+            .map(|n| n.to_string())
+            .collect()
+    }
+
     /// When the earliest running lock-delay ends (leader wall-clock ms), if one runs.
     pub fn next_delay_end_ms(&self) -> Option<u64> {
         self.delays.ends.first().map(|(until, _)| *until)

@@ -408,6 +408,7 @@ impl pb::locks_server::Locks for LocksService {
                 ttl_ms: l.ttl_ms,
                 revoked_tokens: l.revoked_tokens,
                 revoked_through: l.revoked_through.unwrap_or(0),
+                contended: l.contended,
             })
             .collect();
         let refused = renewal

@@ -79,6 +79,8 @@ pub struct SessionLease {
     /// `LockTable::revoked_grants`).
     pub revoked_tokens: Vec<u64>,
     pub revoked_through: Option<u64>,
+    /// Held names someone waits for (`LockTable::contended`).
+    pub contended: Vec<String>,
 }
 
 /// One lock as a read answers it: who holds it, for how long, and how many wait.
@@ -678,8 +680,9 @@ impl Node {
         // Decide each session: renewed in memory, needs a logged renewal, or gone.
         let mut decisions: Vec<(SessionId, u64, Renew)> = Vec::with_capacity(sessions.len());
         let mut revoked: Vec<(Vec<u64>, Option<u64>)> = Vec::with_capacity(sessions.len());
+        let mut contended: Vec<Vec<String>> = Vec::with_capacity(sessions.len());
         for key in sessions {
-            let (ttl_ms, taken) = self.state.read(|t| {
+            let (ttl_ms, taken, waited_for) = self.state.read(|t| {
                 let ttl_ms = t
                     .session_valid(key)
                     .then(|| t.session(key.id).map(|i| i.ttl_ms))
@@ -689,9 +692,11 @@ impl Node {
                     .map_or((Vec::new(), None), |(tokens, through)| {
                         (tokens.to_vec(), through)
                     });
-                (ttl_ms, taken)
+                let waited_for = ttl_ms.map_or(Vec::new(), |_| t.contended(key.id));
+                (ttl_ms, taken, waited_for)
             });
             revoked.push(taken);
+            contended.push(waited_for);
             let decision = match ttl_ms {
                 None => Renew::Gone,
                 Some(_) => self
@@ -741,8 +746,9 @@ impl Node {
         Ok(decisions
             .into_iter()
             .zip(revoked)
+            .zip(contended)
             .map(
-                |((id, ttl_ms, d), (revoked_tokens, revoked_through))| SessionLease {
+                |(((id, ttl_ms, d), (revoked_tokens, revoked_through)), contended)| SessionLease {
                     id,
                     alive: match d {
                         Renew::Renewed => true,
@@ -753,6 +759,7 @@ impl Node {
                     ttl_ms,
                     revoked_tokens,
                     revoked_through,
+                    contended,
                 },
             )
             .collect())
