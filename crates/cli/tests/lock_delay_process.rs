@@ -33,9 +33,13 @@ fn waiter(server: &Server, work: &Work, name: &str, tag: &str) -> Proc {
 }
 
 fn start_ms(work: &Work, tag: &str) -> Option<u64> {
-    work.lines(tag)
-        .iter()
-        .find_map(|l| l.strip_prefix("start ")?.split_whitespace().next()?.parse().ok())
+    work.lines(tag).iter().find_map(|l| {
+        l.strip_prefix("start ")?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
 }
 
 #[test]
@@ -66,7 +70,9 @@ fn a_killed_holder_s_lock_delay_runs_before_its_waiter_is_granted() {
     assert_eq!(status["lock_delay_ms"], DELAY_MS, "{status}");
     let first_token = status["token"].as_u64().expect("token");
     let mut w = waiter(&server, &work, "door", "w");
-    wait_until("the waiter queues", T, || server.status("door")["waiters"] == 1);
+    wait_until("the waiter queues", T, || {
+        server.status("door")["waiters"] == 1
+    });
 
     holder.signal_group(Signal::SIGKILL);
     // The session expires (about 2 s later); then the delay runs with no holder.
@@ -89,7 +95,12 @@ fn a_killed_holder_s_lock_delay_runs_before_its_waiter_is_granted() {
     });
     // The delay ends at the server's stamp `until` >= before + left; the grant is made no
     // earlier, and the waiter's COMMAND starts after its grant.
-    assert_eq!(w.wait(T + Duration::from_millis(DELAY_MS)).code(), Some(0), "{}", w.stderr());
+    assert_eq!(
+        w.wait(T + Duration::from_millis(DELAY_MS)).code(),
+        Some(0),
+        "{}",
+        w.stderr()
+    );
     let started = start_ms(&work, "w").expect("the waiter's COMMAND ran");
     assert!(
         started >= before + left,
@@ -111,21 +122,15 @@ fn a_clean_exit_hands_over_at_once_despite_a_lock_delay() {
     let work = Work::new();
     let gate = work.path("gate");
     // The holder's COMMAND ends when the test touches `gate`.
-    let script = format!(
-        "while [ ! -e '{}' ]; do sleep 0.05; done",
-        gate.display()
-    );
-    let mut holder = server.lock(
-        "door",
-        &["--lock-delay", "5m"],
-        &script,
-        work.dir.path(),
-    );
+    let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done", gate.display());
+    let mut holder = server.lock("door", &["--lock-delay", "5m"], &script, work.dir.path());
     wait_until("the holder holds door", T, || {
         server.status("door")["held"] == true
     });
     let mut w = waiter(&server, &work, "door", "w");
-    wait_until("the waiter queues", T, || server.status("door")["waiters"] == 1);
+    wait_until("the waiter queues", T, || {
+        server.status("door")["waiters"] == 1
+    });
     work.touch("gate");
     assert_eq!(holder.wait(T).code(), Some(0), "{}", holder.stderr());
     // A delay would keep the waiter out for 5 minutes; it is granted well within T.
@@ -141,10 +146,7 @@ fn a_holder_is_told_when_someone_waits_for_its_lock() {
     server.wait_ready().expect("server ready");
     let work = Work::new();
     let gate = work.path("gate");
-    let script = format!(
-        "while [ ! -e '{}' ]; do sleep 0.05; done",
-        gate.display()
-    );
+    let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done", gate.display());
     let mut holder = server.lock("door", &["--ttl", "3s"], &script, work.dir.path());
     wait_until("the holder holds door", T, || {
         server.status("door")["held"] == true
@@ -158,7 +160,9 @@ fn a_holder_is_told_when_someone_waits_for_its_lock() {
     );
     let mut w = waiter(&server, &work, "door", "w");
     wait_until("the holder is told", T, || {
-        holder.stderr().contains("someone is waiting for lock \"door\"")
+        holder
+            .stderr()
+            .contains("someone is waiting for lock \"door\"")
     });
     work.touch("gate");
     assert_eq!(holder.wait(T).code(), Some(0), "{}", holder.stderr());

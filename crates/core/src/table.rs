@@ -1696,7 +1696,10 @@ impl LockTable {
             .iter()
             .filter(|name| match self.multi.get(&***name) {
                 Some(l) => !l.waiters.is_empty(),
-                None => self.locks.get(&***name).is_some_and(|l| l.waiters.len() > 0),
+                None => self
+                    .locks
+                    .get(&***name)
+                    .is_some_and(|l| l.waiters.len() > 0),
             })
             .take(limits::CONTENDED_PER_LEASE_MAX)
             .map(|n| n.to_string())

@@ -246,8 +246,7 @@ impl Node {
                     .lock()
                     .expect("leases lock")
                     .mark_stale(self.clock.now());
-                let written =
-                    self.log_marks().await
+                let written = self.log_marks().await
                     && self.expire_due().await
                     && self.expire_waits().await
                     && self.end_delays().await;
