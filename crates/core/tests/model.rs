@@ -1022,7 +1022,10 @@ impl History {
             if let Some(i) = table.describe(name).filter(|i| i.delay_until_ms.is_some()) {
                 // In a lock-delay: nobody holds it, its waiters are kept.
                 assert!(i.holders.is_empty(), "{ctx}: {name} held during its delay");
-                assert!(!self.holders.contains_key(name), "{ctx}: {name} held during its delay");
+                assert!(
+                    !self.holders.contains_key(name),
+                    "{ctx}: {name} held during its delay"
+                );
                 let waiters = self.queues.get(name).map_or(0, |q| q.len());
                 assert_eq!(i.waiters as usize, waiters, "{ctx}: {name}'s delayed queue");
                 continue;
@@ -1522,7 +1525,9 @@ impl Run {
                 .filter(|h| !h.is_empty());
             let want = self.model.holders.get(name).cloned();
             assert_eq!(got, want, "{ctx}: holders of {name} per the model");
-            let delay = info.as_ref().map_or((None, None), |i| (i.lock_delay_ms, i.delay_until_ms));
+            let delay = info
+                .as_ref()
+                .map_or((None, None), |i| (i.lock_delay_ms, i.delay_until_ms));
             let want = (
                 self.model.delay_of.get(name).copied(),
                 self.model.delayed.get(name).copied(),
@@ -1549,7 +1554,10 @@ impl Run {
                 _ => unreachable!(),
             };
             if self.model.delayed.contains_key(name) {
-                *self.reached.entry("acquire during a lock-delay").or_default() += 1;
+                *self
+                    .reached
+                    .entry("acquire during a lock-delay")
+                    .or_default() += 1;
             }
         }
         self.log.push((index, cmd, got));

@@ -469,7 +469,8 @@ impl Node {
     /// Acquire `name` in `mode` for request `seq` of `session`, long-polling a queued request
     /// for up to `ACQUIRE_POLL_MS_MAX` of its wait. Under access control, a new request that
     /// may queue counts toward `owner`'s quota of queued acquires (the `lock` permission
-    /// covers every mode).
+    /// covers every mode). `lock_delay_ms` above zero asks for a lock-delay (a mutex only).
+    #[allow(clippy::too_many_arguments)]
     pub async fn acquire(
         self: &Arc<Node>,
         session: SessionKey,
