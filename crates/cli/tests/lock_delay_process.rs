@@ -174,3 +174,82 @@ fn a_holder_is_told_when_someone_waits_for_its_lock() {
         holder.stderr()
     );
 }
+
+/// The Rust client against a real server: a guard's `contended()` completes once someone
+/// queues for its lock, and a waiter's `positions` channel follows its place in the queue
+/// (2, then 1 once the holder ahead is granted and the next long-poll answers).
+#[test]
+fn the_rust_client_hears_contention_and_follows_its_queue_position() {
+    use latchkey_client::Client;
+    use tokio::sync::watch;
+    let mut server = Server::start();
+    server.wait_ready().expect("server ready");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = Client::connect([server.addr.clone()])
+            .await
+            .expect("client");
+        let ttl = Duration::from_secs(3);
+        let a = client.session(ttl).await.expect("session a");
+        let b = client.session(ttl).await.expect("session b");
+        let c = client.session(ttl).await.expect("session c");
+        let held = a
+            .lock("q")
+            .wait(Some(Duration::ZERO))
+            .await
+            .expect("a takes q");
+        assert!(!held.is_contended());
+        let (tx_b, mut rx_b) = watch::channel(0u32);
+        let b_wait = tokio::spawn(async move {
+            let g = b
+                .lock("q")
+                .positions(tx_b)
+                .wait(Some(Duration::from_secs(60)))
+                .await;
+            (g, b)
+        });
+        tokio::time::timeout(T, rx_b.wait_for(|p| *p == 1))
+            .await
+            .expect("b at position 1")
+            .expect("its sender lives");
+        tokio::time::timeout(T, held.contended())
+            .await
+            .expect("a's guard to be told");
+        assert!(held.is_contended());
+        let (tx_c, mut rx_c) = watch::channel(0u32);
+        let c_wait = tokio::spawn(async move {
+            let g = c
+                .lock("q")
+                .positions(tx_c)
+                .wait(Some(Duration::from_secs(60)))
+                .await;
+            (g, c)
+        });
+        tokio::time::timeout(T, rx_c.wait_for(|p| *p == 2))
+            .await
+            .expect("c at position 2")
+            .expect("its sender lives");
+        held.release().await.expect("a releases");
+        let (g_b, b) = tokio::time::timeout(T, b_wait)
+            .await
+            .expect("b granted")
+            .unwrap();
+        let g_b = g_b.expect("b's grant");
+        tokio::time::timeout(T, rx_c.wait_for(|p| *p == 1))
+            .await
+            .expect("c at position 1")
+            .expect("its sender lives");
+        g_b.release().await.expect("b releases");
+        let (g_c, c) = tokio::time::timeout(T, c_wait)
+            .await
+            .expect("c granted")
+            .unwrap();
+        g_c.expect("c's grant").release().await.expect("c releases");
+        for s in [a, b, c] {
+            let _ = s.close().await;
+        }
+    });
+}

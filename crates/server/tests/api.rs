@@ -726,6 +726,7 @@ async fn acquire_as(
         wait_timeout_ms: wait_ms,
         mode: mode as i32,
         permits,
+        lock_delay_ms: 0,
     })
     .await
     .map(|r| r.into_inner())
