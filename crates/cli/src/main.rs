@@ -841,7 +841,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// 100 columns, with environment variables' current values left out (the page must not depend
 /// on who generated it). `crates/cli/tests/book.rs` fails when the checked-in page differs.
 fn cli_reference() -> String {
-    use clap::CommandFactory;
     fn render(command: &clap::Command, path: &str, out: &mut String) {
         if command.is_hide_set() || command.get_name() == "help" {
             return;
