@@ -727,6 +727,7 @@ async fn acquire_as(
         mode: mode as i32,
         permits,
         value: None,
+        lock_delay_ms: 0,
     })
     .await
     .map(|r| r.into_inner())
