@@ -6,7 +6,9 @@
 
 mod support;
 
-use latchkey_core::codec::{decode_table, encode_table, SNAPSHOT_FORMAT_VERSION};
+use latchkey_core::codec::{
+    decode_table, encode_table, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_FORMAT_VERSION_V9,
+};
 use latchkey_core::limits::{LOCK_DELAY_MS_MAX, WAIT_TIMEOUT_MS_MAX};
 use latchkey_core::*;
 use support::apply_checked;
@@ -332,4 +334,83 @@ fn a_retried_acquire_gets_its_first_outcome_and_a_snapshot_keeps_the_delay() {
         assert!(index < 100);
     }
     assert_eq!(copy, t.table);
+}
+
+/// Elections and lock-delay: a campaign takes no delay of its own (`Op::Campaign` has none; the
+/// server refuses one), but may wait for a name whose holder asked for one. It keeps its place
+/// and its value through the delay, and `EndDelays` makes it the leader with that value. The
+/// lost holder's token cannot proclaim meanwhile: nobody leads while a delay runs.
+#[test]
+fn a_campaign_waits_out_a_lock_delay_and_then_leads_with_its_value() {
+    let mut t = T::new(3);
+    let (a, _) = t.take(1, "svc", 0, 5_000);
+    let Outcome::Granted { token: old } = a.outcome else {
+        panic!("{a:?}")
+    };
+    t.seq += 1;
+    let campaign_seq = t.seq;
+    let c = t.apply(Op::Campaign {
+        session: key(2),
+        seq: campaign_seq,
+        name: "svc".into(),
+        wait_ms: WAIT_TIMEOUT_MS_MAX,
+        value: b"2:80".to_vec(),
+    });
+    assert_eq!(c.outcome, Outcome::Queued { position: 1 });
+    t.expire(&[1]);
+    let state = t.table.describe("svc").expect("in a delay");
+    assert!(
+        state.holder.is_none() && state.delay_until_ms.is_some(),
+        "{state:?}"
+    );
+    // A second campaign during the delay queues behind the first, with its own value.
+    t.seq += 1;
+    let late = t.apply(Op::Campaign {
+        session: key(3),
+        seq: t.seq,
+        name: "svc".into(),
+        wait_ms: WAIT_TIMEOUT_MS_MAX,
+        value: b"3:80".to_vec(),
+    });
+    assert_eq!(late.outcome, Outcome::Queued { position: 2 });
+    // Nobody leads during the delay: the lost grant's token proclaims nothing.
+    t.seq += 1;
+    let p = t.apply(Op::Proclaim {
+        session: key(2),
+        seq: t.seq,
+        name: "svc".into(),
+        token: old,
+        value: b"x".to_vec(),
+    });
+    assert_eq!(
+        p.outcome,
+        Outcome::Rejected(Rejection::NotElectionLeader {
+            name: "svc".into(),
+            token: old
+        })
+    );
+    let ended = t.end_delays_until_one_ends(10);
+    assert_eq!(ended.handoffs.len(), 1, "{ended:?}");
+    let h = &ended.handoffs[0];
+    assert_eq!((h.session, h.seq), (SessionId(2), campaign_seq));
+    assert!(h.token > old);
+    assert!(
+        ended.changes.iter().any(|c| matches!(c,
+            LockChange::Granted { session, value: Some(v), mode: Mode::Exclusive, .. }
+                if *session == SessionId(2) && v == b"2:80")),
+        "the grant after the delay publishes the campaign's value: {:?}",
+        ended.changes
+    );
+    let leader = t.table.describe("svc").and_then(|l| l.holder).expect("led");
+    assert_eq!(leader.session, SessionId(2));
+    assert_eq!(leader.value.as_deref(), Some(&b"2:80"[..]));
+    // The campaign's grant asked for no delay: its loss hands over at once.
+    let handed = t.expire(&[2]);
+    assert_eq!(handed.handoffs.len(), 1, "{handed:?}");
+    let leader = t.table.describe("svc").and_then(|l| l.holder).expect("led");
+    assert_eq!(leader.value.as_deref(), Some(&b"3:80"[..]));
+    // With no delay left, the leader's value makes it format 9, as before lock-delay.
+    let bytes = encode_table(&t.table);
+    assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION_V9);
+    assert_eq!(decode_table(&bytes).expect("decodes"), t.table);
 }
