@@ -77,3 +77,42 @@ fn a_snapshot_from_before_lock_delay_decodes_and_is_written_the_same() {
         "a table that fits format 9 is written in it, as before lock-delay"
     );
 }
+
+/// Raft logs on disk hold encoded commands (postcard: an enum is its variant's index, then its
+/// fields). Lock-delay's commands come after every command main had, elections' last, so an
+/// entry written before lock-delay decodes to the same command: `Campaign` and `Proclaim` keep
+/// the indexes 14 and 15 they have in the build that wrote `table_v9.hex`.
+#[test]
+fn lock_delay_s_commands_come_after_every_earlier_command() {
+    let tag = |op: Op| postcard::to_stdvec(&op).expect("encodes")[0];
+    let campaign = Op::Campaign {
+        session: key(1),
+        seq: 1,
+        name: "svc".into(),
+        wait_ms: 0,
+        value: Vec::new(),
+    };
+    let proclaim = Op::Proclaim {
+        session: key(1),
+        seq: 2,
+        name: "svc".into(),
+        token: 4,
+        value: Vec::new(),
+    };
+    let delayed = Op::AcquireDelayed {
+        session: key(1),
+        seq: 3,
+        name: "x".into(),
+        wait_ms: 0,
+        lock_delay_ms: 1_000,
+    };
+    assert_eq!(
+        [
+            tag(campaign),
+            tag(proclaim),
+            tag(delayed),
+            tag(Op::EndDelays)
+        ],
+        [14, 15, 16, 17]
+    );
+}

@@ -197,8 +197,15 @@ impl LockView {
         // take six (`\u00XX`): counted at that, so that values cannot carry a List answer past
         // the message limits (a page is cut short instead).
         let value = |h: &Held| h.value.as_ref().map_or(0, |v| 6 * v.len());
+        // A lock-delay's two numbers: a key and up to 20 digits each in JSON.
+        let delay = [self.lock_delay_ms, self.delay_remaining_ms]
+            .iter()
+            .flatten()
+            .count()
+            * 44;
         self.name.len()
             + 64
+            + delay
             + self.held.as_ref().map_or(0, |h| owner(&h.owner) + value(h))
             + self
                 .holders
@@ -988,6 +995,8 @@ mod tests {
             mode: Mode::Exclusive,
             waiters: 0,
             queue: Vec::new(),
+            lock_delay_ms: None,
+            delay_remaining_ms: None,
         };
         let without = view(None).wire_bytes();
         let with = view(Some(vec![0; limits::ELECTION_VALUE_BYTES_MAX])).wire_bytes();
