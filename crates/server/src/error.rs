@@ -114,8 +114,6 @@ impl ApiError {
                 Rejection::PermitsConflict { .. } => "permits-conflict",
                 Rejection::PermitsOutOfRange { .. } => "permits-out-of-range",
                 Rejection::NotElectionLeader { .. } => "not-election-leader",
-                Rejection::LockDelayOutOfRange { .. } => "lock-delay-out-of-range",
-                Rejection::LockDelayConflict { .. } => "lock-delay-conflict",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -146,8 +144,7 @@ impl ApiError {
                 | Rejection::TtlOutOfRange { .. }
                 | Rejection::FieldTooLong { .. }
                 | Rejection::ReasonEmpty
-                | Rejection::PermitsOutOfRange { .. }
-                | Rejection::LockDelayOutOfRange { .. } => Code::InvalidArgument,
+                | Rejection::PermitsOutOfRange { .. } => Code::InvalidArgument,
                 // Not NOT_FOUND: clients read that as "no such session".
                 Rejection::LockNotHeld { .. } | Rejection::TokenMismatch { .. } => {
                     Code::FailedPrecondition
@@ -165,8 +162,7 @@ impl ApiError {
                 | Rejection::SequenceReused { .. }
                 | Rejection::KindConflict { .. }
                 | Rejection::PermitsConflict { .. }
-                | Rejection::NotElectionLeader { .. }
-                | Rejection::LockDelayConflict { .. } => Code::FailedPrecondition,
+                | Rejection::NotElectionLeader { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::Membership(_)
