@@ -169,6 +169,35 @@ def test_observe_resumes_on_another_member_when_its_member_dies(cluster):
         candidate.close()
 
 
+def test_observe_leaves_a_member_that_went_silent(cluster):
+    """A stopped member (SIGSTOP) keeps its connection open and says nothing: only the
+    silence watchdog (CLIENT_WATCH_SILENCE_MS) can tell, and the observe resumes elsewhere."""
+    client = latchkey.Client([s.addr for s in cluster])
+    candidate = latchkey.Client([s.addr for s in cluster])
+    victim = None
+    try:
+        with candidate.session(ttl=10) as s:
+            first = s.campaign("svc/silent", "before")
+            observe = client.observe("svc/silent")
+            assert next(observe).value == b"before"
+            watched = observe._watch._addr
+            victim = next(x for x in cluster if x.addr == watched)
+            victim.pause()
+            wait_leader([x for x in cluster if x is not victim])
+            first.proclaim("after")
+            t, out = _in_thread(lambda: next(observe))
+            t.join(3 * core.CLIENT_WATCH_SILENCE_MS / 1000)
+            assert not t.is_alive(), "the observe stayed on the silent member"
+            assert (out[0].token, out[0].value) == (first.token, b"after"), out
+            assert observe._watch._addr != watched
+            observe.close()
+    finally:
+        if victim is not None:
+            victim.resume()
+        client.close()
+        candidate.close()
+
+
 def test_asyncio_campaign_proclaim_resign_leader_and_observe(server):
     async def body():
         client = latchkey.aio.Client([server.addr])

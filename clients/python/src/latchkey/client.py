@@ -1352,7 +1352,11 @@ class _Watch:
         self._cursor = core.WatchCursor()
         self._call = None
         self._addr = ""
-        self._timer: Optional[threading.Timer] = None
+        # The silence watchdog: one thread for the watch's life (started with its first stream,
+        # ended by close), which cancels a stream that has said nothing since `_heard` for
+        # CLIENT_WATCH_SILENCE_MS. (A timer per message would start a thread per event.)
+        self._heard = time.monotonic()
+        self._watchdog: Optional[threading.Thread] = None
         self._broken = 0
         self._backoff = client._retry.backoff(None, client._rng)
         self._closed = threading.Event()
@@ -1366,20 +1370,29 @@ class _Watch:
         channel_call = client._stream_callable(addr, "Watch")
         request = core.watch_request(self._name, self._cursor.resume_index(),
                                      group if groups > 1 else None)
+        # Heard "now" before the watchdog can see the new stream: it must not judge it by the
+        # silence of the one it replaces.
+        self._heard = time.monotonic()
         self._call = channel_call(request, metadata=client._metadata)
         self._addr = addr
 
-    def _arm(self, call) -> None:
-        """(Re)starts the silence timer: a stream silent past it is cancelled and resumed."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = threading.Timer(core.CLIENT_WATCH_SILENCE_MS / 1000, call.cancel)
-        self._timer.daemon = True
-        self._timer.start()
+    def _arm(self) -> None:
+        """Restarts the silence clock (a stream silent past it is cancelled and resumed), and
+        starts the watchdog with the first stream."""
+        self._heard = time.monotonic()
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch_silence, daemon=True,
+                                              name="latchkey-watch-silence")
+            self._watchdog.start()
+
+    def _watch_silence(self) -> None:
+        silence = core.CLIENT_WATCH_SILENCE_MS / 1000
+        while not self._closed.wait(silence / 4):
+            call = self._call
+            if call is not None and time.monotonic() - self._heard > silence:
+                call.cancel()
 
     def _lost_stream(self, call) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
         call.cancel()
         self._call = None
         if not self._closed.is_set():
@@ -1404,7 +1417,7 @@ class _Watch:
             call = self._call
             if call is None:
                 continue
-            self._arm(call)
+            self._arm()
             try:
                 message = next(call)
             except StopIteration:
@@ -1430,8 +1443,6 @@ class _Watch:
 
     def close(self) -> None:
         self._closed.set()
-        if self._timer is not None:
-            self._timer.cancel()
         call = self._call
         if call is not None:
             call.cancel()
