@@ -179,8 +179,18 @@ impl Strobe {
         Strobe { stopped, task }
     }
 
+    /// Stops the flips; none lands after this returns.
     fn stop(self) {
-        *self.stopped.lock().expect("strobe lock") = true;
+        drop(self);
+    }
+}
+
+/// A run that ends without healing (an error mid-fault) stops its strobe too.
+impl Drop for Strobe {
+    fn drop(&mut self) {
+        if let Ok(mut stopped) = self.stopped.lock() {
+            *stopped = true;
+        }
         self.task.abort();
     }
 }
