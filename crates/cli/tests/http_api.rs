@@ -118,6 +118,14 @@ fn a_session_takes_waits_for_and_hands_over_a_lock_over_http() {
         !waiter.is_finished(),
         "B's acquire answered while A held the lock"
     );
+    // Conflict events over HTTP too: A's lease lists the name B waits for, B's lists nothing.
+    let told = post_ok(&http, "/v1/sessions/keepalive", json!({"sessions": [a, b]}));
+    assert_eq!(
+        told["leases"][0]["contended"],
+        json!(["deploy/web"]),
+        "{told}"
+    );
+    assert_eq!(told["leases"][1]["contended"], json!([]), "{told}");
 
     let released = post_ok(
         &http,

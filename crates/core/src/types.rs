@@ -143,6 +143,25 @@ pub enum Op {
         token: u64,
         value: Vec<u8>,
     },
+    /// [`Op::Acquire`] of a mutex with a lock-delay (issue #32 item 4): when the grant this
+    /// acquire gets ends by its session's expiry or revoke, or by an operator's force-release
+    /// (not by a release or a close), the name is not granted again until `lock_delay_ms`
+    /// (at most `limits::LOCK_DELAY_MS_MAX`) after that entry's `now_ms`; [`Op::EndDelays`]
+    /// then hands it to its head waiter. A variant of its own, added after the elections'
+    /// ones, so that every entry written before it decodes to the same command. Leaders propose
+    /// it only for a delay above zero. A campaign takes no lock-delay (the server refuses one).
+    AcquireDelayed {
+        session: SessionKey,
+        seq: u64,
+        name: String,
+        wait_ms: u64,
+        lock_delay_ms: u64,
+    },
+    /// End every lock-delay that has run out by this entry's `now_ms` (at most
+    /// `limits::DELAYS_ENDED_PER_ENTRY_MAX`, earliest first): each name goes to the first of
+    /// its waiters whose wait has not ended, or is free. The leader proposes it when a delay's
+    /// end passes on its clock, as it does [`Op::ExpireWaits`].
+    EndDelays,
 }
 
 /// How an acquire takes its lock (issue #32). A name is used one way at a time while anyone
@@ -300,6 +319,7 @@ impl Op {
             | Op::AcquireWith { session, seq, .. }
             | Op::Campaign { session, seq, .. }
             | Op::Proclaim { session, seq, .. }
+            | Op::AcquireDelayed { session, seq, .. }
             | Op::Release { session, seq, .. } => Some((session.id, *seq)),
             Op::CancelWait { session, seq } => Some((session.id, *seq)),
             Op::CreateSession { .. }
@@ -311,7 +331,8 @@ impl Op {
             | Op::ExpireSessions { .. }
             | Op::MarkLeases { .. }
             | Op::RenewLeases { .. }
-            | Op::ExpireWaits => None,
+            | Op::ExpireWaits
+            | Op::EndDelays => None,
         }
     }
 }
@@ -366,6 +387,10 @@ pub enum Outcome {
     },
     /// A `Proclaim` replaced the leader's published value (issue #32; since snapshot format 9).
     Proclaimed,
+    /// An `EndDelays` ended this many lock-delays (issue #32 item 4).
+    DelaysEnded {
+        count: usize,
+    },
 }
 
 /// Why a command changed nothing. Each is a client error: a retry with the same input gets the
@@ -450,6 +475,14 @@ pub enum Rejection {
     /// permit. Nothing changed.
     #[error("this session does not lead {name:?} under token {token}: nothing proclaimed")]
     NotElectionLeader { name: String, token: u64 },
+    /// A lock-delay longer than `limits::LOCK_DELAY_MS_MAX` (issue #32 item 4).
+    #[error("a lock-delay is at most {max} ms, not {lock_delay_ms}")]
+    LockDelayOutOfRange { lock_delay_ms: u64, max: u64 },
+    /// A lock-delay belongs to a mutex: an acquire with one of a name used as a read-write
+    /// lock with readers or a semaphore, or a reader's or permit's acquire of a name whose
+    /// holder or waiter asked for a delay, or that is in a delay, is refused, changing nothing.
+    #[error("{name:?} has or asks for a lock-delay, which only a mutex (exclusive holders) takes")]
+    LockDelayConflict { name: String },
 }
 
 impl Rejection {
@@ -463,6 +496,15 @@ impl Rejection {
                 | Rejection::PermitsOutOfRange { .. }
         )
     }
+
+    /// Whether this rejection exists only since snapshot format 10 (lock-delay): a table that
+    /// remembers one cannot be written in format 9 or older.
+    pub(crate) fn since_format_10(&self) -> bool {
+        matches!(
+            self,
+            Rejection::LockDelayOutOfRange { .. } | Rejection::LockDelayConflict { .. }
+        )
+    }
 }
 
 impl Rejection {
@@ -473,7 +515,8 @@ impl Rejection {
             | Rejection::TokenMismatch { name, .. }
             | Rejection::KindConflict { name, .. }
             | Rejection::PermitsConflict { name, .. }
-            | Rejection::NotElectionLeader { name, .. } => Some(name),
+            | Rejection::NotElectionLeader { name, .. }
+            | Rejection::LockDelayConflict { name } => Some(name),
             _ => None,
         }
     }
@@ -610,6 +653,11 @@ pub struct LockState {
     /// The first waiters in queue order (all of them from `describe`, at most
     /// `limits::LIST_WAITERS_SHOWN_MAX` from `list`).
     pub queue: Vec<WaiterState>,
+    /// The lock-delay the holder's grant asked for (ms), if any (issue #32 item 4).
+    pub lock_delay_ms: Option<u64>,
+    /// While a lock-delay runs (no holder): the name is granted again no earlier than this
+    /// (leader wall-clock Unix ms).
+    pub delay_until_ms: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

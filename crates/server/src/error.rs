@@ -114,6 +114,8 @@ impl ApiError {
                 Rejection::PermitsConflict { .. } => "permits-conflict",
                 Rejection::PermitsOutOfRange { .. } => "permits-out-of-range",
                 Rejection::NotElectionLeader { .. } => "not-election-leader",
+                Rejection::LockDelayOutOfRange { .. } => "lock-delay-out-of-range",
+                Rejection::LockDelayConflict { .. } => "lock-delay-conflict",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -144,7 +146,8 @@ impl ApiError {
                 | Rejection::TtlOutOfRange { .. }
                 | Rejection::FieldTooLong { .. }
                 | Rejection::ReasonEmpty
-                | Rejection::PermitsOutOfRange { .. } => Code::InvalidArgument,
+                | Rejection::PermitsOutOfRange { .. }
+                | Rejection::LockDelayOutOfRange { .. } => Code::InvalidArgument,
                 // Not NOT_FOUND: clients read that as "no such session".
                 Rejection::LockNotHeld { .. } | Rejection::TokenMismatch { .. } => {
                     Code::FailedPrecondition
@@ -162,7 +165,8 @@ impl ApiError {
                 | Rejection::SequenceReused { .. }
                 | Rejection::KindConflict { .. }
                 | Rejection::PermitsConflict { .. }
-                | Rejection::NotElectionLeader { .. } => Code::FailedPrecondition,
+                | Rejection::NotElectionLeader { .. }
+                | Rejection::LockDelayConflict { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::Membership(_)

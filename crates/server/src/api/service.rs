@@ -170,6 +170,8 @@ fn held_info(name: String, h: Held, waiters: u32) -> pb::LockInfo {
         permits: 0,
         value: h.value.clone(),
         holders: vec![holder_pb(h)],
+        lock_delay_ms: 0,
+        delay_remaining_ms: None,
     }
 }
 
@@ -209,6 +211,8 @@ fn lock_info(lock: LockView) -> pb::LockInfo {
         mode: mode as i32,
         permits,
         holders,
+        lock_delay_ms: lock.lock_delay_ms.unwrap_or(0),
+        delay_remaining_ms: lock.delay_remaining_ms,
         ..info
     }
 }
@@ -417,6 +421,7 @@ impl pb::locks_server::Locks for LocksService {
                 ttl_ms: l.ttl_ms,
                 revoked_tokens: l.revoked_tokens,
                 revoked_through: l.revoked_through.unwrap_or(0),
+                contended: l.contended,
             })
             .collect();
         let refused = renewal
@@ -463,6 +468,7 @@ impl pb::locks_server::Locks for LocksService {
                 req.wait_timeout_ms,
                 mode,
                 req.value,
+                req.lock_delay_ms,
                 who.as_ref(),
             )
             .await
