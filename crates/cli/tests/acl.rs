@@ -17,6 +17,7 @@ const ADMIN: &str = "admin-token-0123456789";
 const APP: &str = "app-token-0123456789";
 const APP2: &str = "app2-token-0123456789";
 const READER: &str = "reader-token-0123456789";
+const DELAYER: &str = "delayer-token-0123456789";
 const EXIT_PERMISSION_DENIED: i32 = 5;
 
 /// The access-control file every test serves: `app` and `app2` may lock and read under `app/`
@@ -65,11 +66,17 @@ roles = ["reader"]
 
 [identities.worker]
 roles = ["worker"]
+
+[identities.delayer]
+token_sha256 = "{}"
+roles = ["app"]
+max_delays = 2
 "#,
         common::sha256_hex(ADMIN),
         common::sha256_hex(APP),
         common::sha256_hex(APP2),
         common::sha256_hex(READER),
+        common::sha256_hex(DELAYER),
     )
 }
 
@@ -426,6 +433,116 @@ fn session_quotas_are_enforced_and_freed_when_a_session_ends() {
     )))
     .unwrap();
     create(&rt, &mut client, APP).unwrap();
+}
+
+/// The attack the review of issue #32 found: a running lock-delay outlives its session, so an
+/// identity that lets 1-s sessions of delayed locks die could park names for every tenant.
+/// Its delays (asked for, held, and running after the session is gone) count against its
+/// `max_delays`; another identity is not held back; an operator's force-release of a name in
+/// a delay ends the delay and frees the quota.
+#[test]
+fn delay_quotas_count_running_delays_after_their_sessions_are_gone() {
+    let server = AclServer::start(&[], "", &[]);
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    let session = |client: &mut latchkey_proto::v1::locks_client::LocksClient<_>, token, ttl_ms| {
+        rt.block_on(client.create_session(as_identity(
+            token,
+            pb::CreateSessionRequest {
+                ttl_ms,
+                ..Default::default()
+            },
+        )))
+        .map(|r| r.into_inner().session.unwrap())
+        .unwrap()
+    };
+    let acquire = |client: &mut latchkey_proto::v1::locks_client::LocksClient<_>,
+                   token: &str,
+                   s: pb::Session,
+                   seq: u64,
+                   name: &str,
+                   lock_delay_ms: u64| {
+        rt.block_on(client.acquire(as_identity(
+            token,
+            pb::AcquireRequest {
+                session: Some(s),
+                seq,
+                name: name.into(),
+                wait_timeout_ms: 0,
+                lock_delay_ms,
+                ..Default::default()
+            },
+        )))
+        .map(|r| r.into_inner().result)
+    };
+    let granted = pb::AcquireResult::Granted as i32;
+    // A 1-s session, never renewed: its two delayed locks fill the quota.
+    let short = session(&mut client, DELAYER, 1_000);
+    assert_eq!(
+        acquire(&mut client, DELAYER, short, 1, "app/d1", 60_000).map_err(|e| e.to_string()),
+        Ok(granted)
+    );
+    assert_eq!(
+        acquire(&mut client, DELAYER, short, 2, "app/d2", 60_000).map_err(|e| e.to_string()),
+        Ok(granted)
+    );
+    assert_quota(
+        &acquire(&mut client, DELAYER, short, 3, "app/d3", 60_000).unwrap_err(),
+        "max_delays) is 2",
+    );
+    // Without a delay the same identity is not held back.
+    assert_eq!(
+        acquire(&mut client, DELAYER, short, 4, "app/d3", 0).map_err(|e| e.to_string()),
+        Ok(granted)
+    );
+    // The session expires; its delays run on, still the identity's.
+    let describe = |client: &mut latchkey_proto::v1::locks_client::LocksClient<_>, name: &str| {
+        rt.block_on(client.describe(as_identity(
+            ADMIN,
+            pb::DescribeRequest { name: name.into() },
+        )))
+        .unwrap()
+        .into_inner()
+        .lock
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while describe(&mut client, "app/d1").is_none_or(|l| l.delay_remaining_ms.is_none()) {
+        assert!(Instant::now() < deadline, "app/d1's delay never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let fresh = session(&mut client, DELAYER, 30_000);
+    assert_quota(
+        &acquire(&mut client, DELAYER, fresh, 1, "app/d4", 60_000).unwrap_err(),
+        "max_delays) is 2",
+    );
+    // Another identity is not held back by delayer's delays.
+    let other = session(&mut client, APP2, 30_000);
+    assert_eq!(
+        acquire(&mut client, APP2, other, 1, "app/o1", 60_000).map_err(|e| e.to_string()),
+        Ok(granted)
+    );
+    // The operator's way out: a force-release of a name in a delay ends it.
+    rt.block_on(client.admin_release(as_identity(
+        ADMIN,
+        pb::AdminReleaseRequest {
+            name: "app/d1".into(),
+            reason: "ending a lock-delay".into(),
+            operator: "test".into(),
+            ..Default::default()
+        },
+    )))
+    .expect("a force-release of a name in a lock-delay");
+    let after = describe(&mut client, "app/d1");
+    assert!(
+        after
+            .as_ref()
+            .is_none_or(|l| !l.held && l.delay_remaining_ms.is_none()),
+        "the delay ended, nobody waited: {after:?}"
+    );
+    assert_eq!(
+        acquire(&mut client, DELAYER, fresh, 2, "app/d4", 60_000).map_err(|e| e.to_string()),
+        Ok(granted)
+    );
 }
 
 #[test]

@@ -115,6 +115,104 @@ fn a_killed_holder_s_lock_delay_runs_before_its_waiter_is_granted() {
     assert!(token > first_token);
 }
 
+/// Debian's libfaketime, which steps a process's wall clock from a file (as the nemesis does).
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The attacker review of issue #32: a delay timed on the leader's wall clock (the entry's
+/// stamp plus the delay) ended as soon as that clock stepped forward, which is the one thing a
+/// lock-delay promises a resource that cannot check tokens. The leader now times it on its
+/// monotonic clock: a +1 h step of the server's wall clock in the middle of an 8-s delay hands
+/// the name over no earlier than the delay's length after it started.
+#[test]
+fn a_forward_step_of_the_leader_s_wall_clock_does_not_end_a_lock_delay_early() {
+    const DELAY_MS: u64 = 8_000;
+    if !std::path::Path::new(LIBFAKETIME).exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "libfaketime is missing: .ci/run installs it (apt-get install libfaketime)"
+        );
+        eprintln!("skipped: {LIBFAKETIME} is not installed (apt-get install libfaketime)");
+        return;
+    }
+    let work = Work::new();
+    let clock = work.path("clock");
+    std::fs::write(&clock, "+0\n").expect("clock file");
+    let clock_path = clock.display().to_string();
+    let mut server = Server::start_with_env(
+        &[],
+        &[
+            ("LD_PRELOAD", LIBFAKETIME),
+            ("FAKETIME_TIMESTAMP_FILE", &clock_path),
+            ("FAKETIME_CACHE_DURATION", "1"),
+            // The wall clock only, as a real step: timers and leases keep counting.
+            ("DONT_FAKE_MONOTONIC", "1"),
+        ],
+    );
+    server.wait_ready().expect("server ready");
+    let args: Vec<String> = [
+        "lock",
+        "--endpoints",
+        &server.addr,
+        "--ttl",
+        "2s",
+        "--lock-delay",
+        "8s",
+        "door",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let holder = Proc::spawn(&args, work.dir.path());
+    wait_until("the holder holds door", T, || {
+        server.status("door")["held"] == true
+    });
+    // A wait longer than the step: waits are timed by the entries' stamps, and a wait that
+    // ended would take the waiter out of the test's question.
+    let f = work.path("w");
+    let script = format!(
+        "echo start $(($(date +%s%N) / 1000000)) >> '{}'",
+        f.display()
+    );
+    let mut w = server.lock("door", &["--wait", "3h"], &script, work.dir.path());
+    wait_until("the waiter queues", T, || {
+        server.status("door")["waiters"] == 1
+    });
+    holder.signal_group(Signal::SIGKILL);
+    wait_until("the lock-delay runs", T, || {
+        let s = server.status("door");
+        assert!(
+            start_ms(&work, "w").is_none(),
+            "granted with no delay seen: {s}"
+        );
+        s["delay_remaining_ms"].as_u64().is_some()
+    });
+    let started = std::time::Instant::now();
+    // Step the server's wall clock an hour forward (libfaketime reads the file within 1 s).
+    let tmp = work.path("clock.new");
+    std::fs::write(&tmp, "+3600\n").expect("clock file");
+    std::fs::rename(&tmp, &clock).expect("clock file");
+    // A wall-clock delay ended within about a second of the step; this one runs on. The delay
+    // started no later than `started`, and the check stops well before its end.
+    while started.elapsed() < Duration::from_millis(DELAY_MS / 2) {
+        let s = server.status("door");
+        assert_eq!(s["held"], false, "handed over after the clock step: {s}");
+        assert!(
+            start_ms(&work, "w").is_none(),
+            "the waiter was granted {:?} after the delay started, not {DELAY_MS} ms: {s}",
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // It ends all the same, its length after it started.
+    assert_eq!(
+        w.wait(T + Duration::from_millis(DELAY_MS)).code(),
+        Some(0),
+        "{}",
+        w.stderr()
+    );
+    assert!(started.elapsed() >= Duration::from_millis(DELAY_MS / 2));
+}
+
 #[test]
 fn a_clean_exit_hands_over_at_once_despite_a_lock_delay() {
     let mut server = Server::start();

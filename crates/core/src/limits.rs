@@ -184,11 +184,29 @@ pub const LOCK_DELAY_MS_MAX: u64 = 300_000;
 /// Lock-delays ended by one `EndDelays` entry; the leader proposes another for the rest, as
 /// for `WAITS_EXPIRED_PER_ENTRY_MAX`.
 pub const DELAYS_ENDED_PER_ENTRY_MAX: usize = 4_096;
+/// Lock-delays one group keeps, asked for by queued acquires, held with grants, and running
+/// after a grant was lost: an acquire asking for another is refused (`TooManyDelays`). A
+/// running delay outlives its session, so without a bound a tenant could let sessions die
+/// and park names for `LOCK_DELAY_MS_MAX` each; with it, delays keep at most 1.6% of
+/// `LOCKS_MAX` names, and the leader's scan of the running ones on each lease tick (to time
+/// them on its monotonic clock) looks at no more than this. Each identity is bounded lower
+/// by its quota (`IDENTITY_DELAYS_DEFAULT`).
+pub const DELAYS_MAX: usize = 16_384;
+const _: () = assert!(DELAYS_ENDED_PER_ENTRY_MAX <= DELAYS_MAX);
 /// Held names with waiters one keepalive answer lists for a session (conflict events, issue
 /// #32 item 5), in name order: a holder learns someone waits for each of its first 64 locks;
 /// a session holding more contended locks than that learns it for those first. Bounds the
 /// answer (a session may hold `LOCKS_PER_SESSION_MAX` locks).
 pub const CONTENDED_PER_LEASE_MAX: usize = 64;
+/// Held names one keepalive answer looks at for conflict events, over all its sessions
+/// (a session may hold `LOCKS_PER_SESSION_MAX`, a keepalive carry `KEEPALIVE_SESSIONS_MAX`
+/// sessions): bounds the time the answer reads the table for them (a map lookup each, a few
+/// milliseconds in all). Sessions past it are answered with `contended_truncated`.
+pub const CONTENDED_CHECKS_PER_ANSWER_MAX: usize = 65_536;
+/// Contended names one keepalive answer lists, over all its sessions: 4,096 names of at most
+/// `LOCK_NAME_BYTES_MAX` bytes are 2 MiB, inside `CLIENT_MESSAGE_BYTES_MAX` beside the rest of the
+/// answer. Sessions past it are answered with `contended_truncated`.
+pub const CONTENDED_NAMES_PER_ANSWER_MAX: usize = 4_096;
 /// What the table is charged for a lock-delay asked by a held or queued acquire, beyond the
 /// lock or waiter: its map entry, key and value (a held lock's name is its lock's).
 pub const TABLE_LOCK_DELAY_BYTES: usize = 64;
@@ -197,6 +215,9 @@ pub const TABLE_LOCK_DELAY_BYTES: usize = 64;
 /// `LIST_RESULTS_MAX` names of at most 512 bytes plus fields.
 pub const CLIENT_MESSAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
 const _: () = assert!(LIST_RESULTS_MAX * (LOCK_NAME_BYTES_MAX + 64) <= CLIENT_MESSAGE_BYTES_MAX);
+const _: () = assert!(
+    CONTENDED_NAMES_PER_ANSWER_MAX * (LOCK_NAME_BYTES_MAX + 8) <= CLIENT_MESSAGE_BYTES_MAX / 2
+);
 /// Bytes of one peer (Raft) gRPC message: a batch of log entries or a snapshot chunk (a snapshot
 /// itself is streamed in chunks of `SNAPSHOT_CHUNK_BYTES`, so it may be far larger).
 pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -673,6 +694,11 @@ pub const IDENTITY_SESSIONS_DEFAULT: usize = 100;
 /// small enough that one identity cannot fill the queues (`WAITERS_PER_LOCK_MAX` per lock) or
 /// the node's long-poll slots (`WAITING_ACQUIRES_MAX`) on its own.
 pub const IDENTITY_WAITING_DEFAULT: usize = 1_000;
+/// Lock-delays (asked for, held or running: `IdentityUsage::delays`) one identity may have
+/// when the access-control list gives it no `max_delays`: a sixteenth of `DELAYS_MAX`, so
+/// that one tenant's delays (which outlive its sessions) cannot take every other tenant's.
+pub const IDENTITY_DELAYS_DEFAULT: usize = 1_024;
+const _: () = assert!(IDENTITY_DELAYS_DEFAULT <= DELAYS_MAX);
 const _: () = assert!(IDENTITY_SESSIONS_DEFAULT <= SESSIONS_MAX);
 const _: () = assert!(IDENTITY_WAITING_DEFAULT <= WAITING_ACQUIRES_MAX);
 /// Bytes an access-control file (`--acl`) may have: a hundred thousand identities' hashes and

@@ -215,9 +215,27 @@ struct Published {
     value: Vec<u8>,
 }
 
-/// What a lock-delay asked for by a held or queued acquire is charged.
-fn delay_bytes(name: &str) -> usize {
-    limits::TABLE_LOCK_DELAY_BYTES + name.len()
+/// What one keepalive answer may still spend on conflict events (`LockTable::contended`):
+/// held names to look at and contended names to list, over all its sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContendedBudget {
+    pub checks: usize,
+    pub names: usize,
+}
+
+impl Default for ContendedBudget {
+    fn default() -> Self {
+        ContendedBudget {
+            checks: limits::CONTENDED_CHECKS_PER_ANSWER_MAX,
+            names: limits::CONTENDED_NAMES_PER_ANSWER_MAX,
+        }
+    }
+}
+
+/// What a lock-delay is charged, asked for by a queued acquire, held with its grant or
+/// running (beside its lock's charge): the identity it counts against is kept with it.
+fn delay_bytes(name: &str, identity: Option<&str>) -> usize {
+    limits::TABLE_LOCK_DELAY_BYTES + name.len() + identity.map_or(0, str::len)
 }
 
 /// Lock-delay state (issue #32 item 4). A name is in at most one of `LockTable::locks`,
@@ -229,27 +247,42 @@ struct Delays {
     /// The delay (ms) each queued acquire asked for, when above zero, by (session, seq).
     asked: BTreeMap<(SessionId, u64), u64>,
     /// Names whose holder's grant ended by an expiry, revoke or force-release while it had a
-    /// delay: not granted before `until_ms`, their waiters kept in order.
+    /// delay: granted to nobody until an `EndDelays` entry names them (or an operator's
+    /// force-release), their waiters kept in order.
     running: BTreeMap<Name, Delayed>,
-    /// `running` by the end of each delay: how the leader finds delays that ran out. Not
-    /// written; rebuilt on decode.
-    #[serde(skip)]
-    ends: BTreeSet<(u64, Name)>,
 }
 
 impl Delays {
     fn is_empty(&self) -> bool {
         self.held.is_empty() && self.asked.is_empty() && self.running.is_empty()
     }
+
+    /// Delays asked for, held or running: what `limits::DELAYS_MAX` bounds. A delay moves
+    /// from asked to held to running and never adds to the count on the way.
+    fn count(&self) -> usize {
+        self.held.len() + self.asked.len() + self.running.len()
+    }
 }
 
-/// A name in a lock-delay: no holder, and its queue.
+/// A name in a lock-delay: no holder, and its queue. The table does not time it: the leader
+/// does, on its monotonic clock, from when it first sees the delay (a new leader restarts it
+/// in full, as it resumes leases), and proposes `Op::EndDelays` naming it by `token`, so no
+/// step of any wall clock ends a delay early.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 struct Delayed {
-    /// The name is granted again no earlier than this (ms, the stamped leader wall clock).
-    until_ms: u64,
-    /// The token of the grant whose end started the delay: the next grant's is above it.
+    /// The entry's time when the delay started (leader wall clock, ms): shown, never acted on.
+    since_ms: u64,
+    /// How long the name is kept from everyone (ms, at most `limits::LOCK_DELAY_MS_MAX`).
+    delay_ms: u64,
+    /// The token of the grant whose end started the delay: the next grant's is above it, and
+    /// an `EndDelays` names the delay by it.
     token: u64,
+    /// The session that held that grant (gone, or revoked) and its identity under access
+    /// control: a running delay counts against that identity's quota of delays
+    /// (`IdentityUsage::delays`) as the held one did, so a tenant cannot park names in delays
+    /// by letting sessions die.
+    session: SessionId,
+    identity: Option<String>,
     waiters: Queue,
 }
 
@@ -406,12 +439,7 @@ impl From<DecodedTable> for LockTable {
                 }
             }
         }
-        let mut delays = d.delays;
-        delays.ends = delays
-            .running
-            .iter()
-            .map(|(n, d)| (d.until_ms, n.clone()))
-            .collect();
+        let delays = d.delays;
         let mut table = LockTable {
             last_index: d.last_index,
             sessions,
@@ -858,7 +886,10 @@ impl LockTable {
             .delays
             .held
             .keys()
-            .map(|n| delay_bytes(n))
+            .map(|n| {
+                let holder = self.locks.get(n).map(|l| l.holder.session);
+                delay_bytes(n, holder.and_then(|s| self.identity_of(s)))
+            })
             .sum::<usize>()
             + self
                 .delays
@@ -867,14 +898,14 @@ impl LockTable {
                 // A decoded table's ask may name no wait: `check_delays` refuses it afterwards.
                 .map(|(sid, seq)| {
                     let name = self.sessions.get(sid).and_then(|s| s.waiting.get(seq));
-                    delay_bytes(name.map_or("", String::as_str))
+                    delay_bytes(name.map_or("", String::as_str), self.identity_of(*sid))
                 })
                 .sum::<usize>()
             + self
                 .delays
                 .running
-                .keys()
-                .map(|n| lock_bytes(n))
+                .iter()
+                .map(|(n, d)| lock_bytes(n) + delay_bytes(n, d.identity.as_deref()))
                 .sum::<usize>();
         sessions + locks + multi + values + campaigns + delays
     }
@@ -1076,7 +1107,7 @@ impl LockTable {
                 };
                 self.acquire_request(request, index, cmd.now_ms, &mut fx)
             }
-            Op::EndDelays => self.end_delays(index, cmd.now_ms, &mut fx),
+            Op::EndDelays { ends } => self.end_delays(ends, index, cmd.now_ms, &mut fx),
             Op::AcquireWith {
                 session,
                 seq,
@@ -1188,7 +1219,7 @@ impl LockTable {
             Seen::New => {
                 let checked = match r.value.map(|v| validate_value(v)) {
                     Some(Err(e)) => Err(e),
-                    _ => self.delay_check(name, r.mode, r.lock_delay_ms),
+                    _ => self.delay_check(session.id, name, r.mode, r.lock_delay_ms),
                 };
                 let o = match checked {
                     Err(rejection) => Outcome::Rejected(rejection),
@@ -1729,7 +1760,13 @@ impl LockTable {
     /// Whether an acquire in `mode` asking for `lock_delay_ms` may go on, before anything
     /// changes: a delay within its limit, only on a mutex, and room for what it adds beside
     /// the lock or the wait.
-    fn delay_check(&self, name: &str, mode: Mode, lock_delay_ms: u64) -> Result<(), Rejection> {
+    fn delay_check(
+        &self,
+        sid: SessionId,
+        name: &str,
+        mode: Mode,
+        lock_delay_ms: u64,
+    ) -> Result<(), Rejection> {
         if lock_delay_ms > limits::LOCK_DELAY_MS_MAX {
             return Err(Rejection::LockDelayOutOfRange {
                 lock_delay_ms,
@@ -1749,7 +1786,13 @@ impl LockTable {
             return Err(Rejection::LockDelayConflict { name: name.into() });
         }
         if lock_delay_ms > 0 {
-            self.room_for(delay_bytes(name) + lock_bytes(name).max(waiter_bytes(name)))?;
+            if self.delays.count() >= limits::DELAYS_MAX {
+                return Err(Rejection::TooManyDelays {
+                    max: limits::DELAYS_MAX,
+                });
+            }
+            let charge = delay_bytes(name, self.identity_of(sid));
+            self.room_for(charge + lock_bytes(name).max(waiter_bytes(name)))?;
         }
         Ok(())
     }
@@ -1773,13 +1816,18 @@ impl LockTable {
             }
             _ => return,
         }
-        self.bytes += delay_bytes(name);
+        self.bytes += delay_bytes(name, self.identity_of(sid));
+    }
+
+    /// The identity live session `sid` belongs to, under access control.
+    fn identity_of(&self, sid: SessionId) -> Option<&str> {
+        self.sessions.get(&sid).and_then(|s| s.identity.as_deref())
     }
 
     /// Request `(sid, seq)` left `name`'s queue without a grant: its asked delay goes.
     fn forget_ask(&mut self, sid: SessionId, seq: u64, name: &str) {
         if self.delays.asked.remove(&(sid, seq)).is_some() {
-            self.bytes -= delay_bytes(name);
+            self.bytes -= delay_bytes(name, self.identity_of(sid));
         }
     }
 
@@ -1836,40 +1884,59 @@ impl LockTable {
     }
 
     /// Take `name` from its holder, whose grant asked for a delay, and keep it from everyone
-    /// until the delay has run from `now_ms`; its waiters stay queued in order. The lock's
-    /// charge becomes the delay's.
+    /// until an `EndDelays` names the delay; its waiters stay queued in order. The lock's and
+    /// the held delay's charges stay, as the running delay's (the holder's session, whose
+    /// identity the delay keeps, is live here).
     fn start_delay(&mut self, name: &str, now_ms: u64, fx: &mut Applied) {
-        let lock_delay_ms = self.delays.held.remove(name).expect("asked for a delay");
-        self.bytes -= delay_bytes(name);
+        let delay_ms = self.delays.held.remove(name).expect("asked for a delay");
         let (key, lock) = self.locks.remove_entry(name).expect("held");
-        self.forget_hold(name, lock.holder.session, lock.holder.token, fx);
-        let until_ms = now_ms.saturating_add(lock_delay_ms);
-        self.delays.ends.insert((until_ms, key.clone()));
+        let session = lock.holder.session;
+        let identity = self.identity_of(session).map(str::to_owned);
+        self.forget_hold(name, session, lock.holder.token, fx);
         let delayed = Delayed {
-            until_ms,
+            since_ms: now_ms,
+            delay_ms,
             token: lock.holder.token,
+            session,
+            identity,
             waiters: lock.waiters,
         };
         self.delays.running.insert(key, delayed);
     }
 
-    /// `Op::EndDelays`: each delay that has run out by `now_ms` (earliest first, at most
-    /// `DELAYS_ENDED_PER_ENTRY_MAX`) ends: the first waiter whose wait has not ended gets the
-    /// name with this entry's index as its token (the ones before it leave not granted), or
-    /// the name is free.
-    fn end_delays(&mut self, index: u64, now_ms: u64, fx: &mut Applied) -> Outcome {
-        let due: Vec<Name> = self
-            .delays
-            .ends
-            .iter()
-            .take_while(|(until, _)| *until <= now_ms)
-            .take(limits::DELAYS_ENDED_PER_ENTRY_MAX)
-            .map(|(_, n)| n.clone())
-            .collect();
-        for key in &due {
-            let name: &str = key;
-            let d = self.delays.running.remove(name).expect("indexed delay");
-            assert!(self.delays.ends.remove(&(d.until_ms, key.clone())));
+    /// `Op::EndDelays`: each named delay still running under its token (the first
+    /// `DELAYS_ENDED_PER_ENTRY_MAX` named; another, or a stale one, is passed over) ends
+    /// (`end_delay`).
+    fn end_delays(
+        &mut self,
+        ends: &[DelayEnd],
+        index: u64,
+        now_ms: u64,
+        fx: &mut Applied,
+    ) -> Outcome {
+        let mut count = 0;
+        for end in ends.iter().take(limits::DELAYS_ENDED_PER_ENTRY_MAX) {
+            let Some((key, d)) = self.delays.running.get_key_value(end.name.as_str()) else {
+                continue;
+            };
+            if d.token != end.token {
+                continue;
+            }
+            let key = key.clone();
+            self.end_delay(key, index, now_ms, fx);
+            count += 1;
+        }
+        Outcome::DelaysEnded { count }
+    }
+
+    /// A running delay of `key` ends: the first waiter whose wait has not ended gets the name
+    /// with this entry's index as its token (the ones before it leave not granted), or the
+    /// name is free.
+    fn end_delay(&mut self, key: Name, index: u64, now_ms: u64, fx: &mut Applied) {
+        {
+            let name: &str = &key;
+            let d = self.delays.running.remove(name).expect("a running delay");
+            self.bytes -= delay_bytes(name, d.identity.as_deref());
             assert!(index > d.token, "token did not increase for {name}");
             let mut waiters = d.waiters;
             let next = loop {
@@ -1895,7 +1962,7 @@ impl LockTable {
             };
             let Some(next) = next else {
                 self.bytes -= lock_bytes(name);
-                continue;
+                return;
             };
             self.locks.insert(
                 key.clone(),
@@ -1918,7 +1985,7 @@ impl LockTable {
             self.take_ask(next.session, next.seq, key.clone());
             self.record(next.session, next.seq, Outcome::Granted { token: index });
             // A campaign that waited out the delay leads now.
-            let value = self.publish_campaign(key, next.session, next.seq, index);
+            let value = self.publish_campaign(&key, next.session, next.seq, index);
             fx.changes.push(LockChange::Granted {
                 name: name.to_owned(),
                 session: next.session,
@@ -1933,34 +2000,48 @@ impl LockTable {
                 token: index,
             });
         }
-        Outcome::DelaysEnded { count: due.len() }
     }
 
     /// The names live session `id` holds that someone waits for (conflict events, issue #32
-    /// item 5), in name order, at most `limits::CONTENDED_PER_LEASE_MAX`. A holder whose
-    /// waiters all cannot fit beside it (readers behind its writer, permits of a full
-    /// semaphore) is contended; so is every holder of a name with several.
-    pub fn contended(&self, id: SessionId) -> Vec<String> {
+    /// item 5), in name order, at most `limits::CONTENDED_PER_LEASE_MAX`, and whether that is
+    /// all of them: false when the session holds more, or `budget` (shared by the sessions of
+    /// one keepalive answer) ran out of names to look at or to list before its held names were
+    /// all looked at. A holder whose waiters all cannot fit beside it (readers behind its
+    /// writer, permits of a full semaphore) is contended; so is every holder of a name with
+    /// several.
+    pub fn contended(&self, id: SessionId, budget: &mut ContendedBudget) -> (Vec<String>, bool) {
         let Some(s) = self.sessions.get(&id) else {
-            return Vec::new();
+            return (Vec::new(), true);
         };
-        s.held
-            .iter()
-            .filter(|name| match self.multi.get(&***name) {
+        let mut names = Vec::new();
+        for name in &s.held {
+            if budget.checks == 0
+                || budget.names == 0
+                || names.len() == limits::CONTENDED_PER_LEASE_MAX
+            {
+                return (names, false);
+            }
+            budget.checks -= 1;
+            let waited_for = match self.multi.get(&**name) {
                 Some(l) => !l.waiters.is_empty(),
-                None => self
-                    .locks
-                    .get(&***name)
-                    .is_some_and(|l| l.waiters.len() > 0),
-            })
-            .take(limits::CONTENDED_PER_LEASE_MAX)
-            .map(|n| n.to_string())
-            .collect()
+                None => self.locks.get(&**name).is_some_and(|l| l.waiters.len() > 0),
+            };
+            if waited_for {
+                budget.names -= 1;
+                names.push(name.to_string());
+            }
+        }
+        (names, true)
     }
 
-    /// When the earliest running lock-delay ends (leader wall-clock ms), if one runs.
-    pub fn next_delay_end_ms(&self) -> Option<u64> {
-        self.delays.ends.first().map(|(until, _)| *until)
+    /// The running lock-delays, in name order: (name, token, delay ms), for the leader to time
+    /// on its monotonic clock (`Op::EndDelays` names them by token). At most
+    /// `limits::DELAYS_MAX`.
+    pub fn running_delays(&self) -> impl Iterator<Item = (&str, u64, u64)> + '_ {
+        self.delays
+            .running
+            .iter()
+            .map(|(n, d)| (&**n, d.token, d.delay_ms))
     }
 
     /// Takes request `seq` out of its queue; answers the lock's name. Of a name used with
@@ -2158,6 +2239,36 @@ impl LockTable {
         if self.multi.contains_key(name) {
             return self.force_release_multi(index, now_ms, name, token, by, reason, fx);
         }
+        if let Some((key, d)) = self.delays.running.get_key_value(name) {
+            // An operator's way out of a running lock-delay: it ends now (its first live
+            // waiter gets the name), audited like a taken grant under the lost grant's token.
+            let (key, old_session, old_token) = (key.clone(), d.session, d.token);
+            if let Some(token) = token.filter(|t| *t != old_token) {
+                return Outcome::Rejected(Rejection::TokenMismatch {
+                    name: name.into(),
+                    token,
+                    holder_token: old_token,
+                });
+            }
+            self.end_delay(key, index, now_ms, fx);
+            let next_token = fx.handoffs.iter().find(|h| h.name == name).map(|h| h.token);
+            self.audit_push(AuditRecord {
+                index,
+                at_ms: now_ms,
+                action: AuditAction::ForceRelease {
+                    name: name.into(),
+                    session: old_session,
+                    token: old_token,
+                    next_token,
+                },
+                by: by.clone(),
+                reason: reason.into(),
+            });
+            return Outcome::ForceReleased {
+                session: old_session,
+                token: old_token,
+            };
+        }
         let Some(lock) = self.locks.get(name) else {
             return Outcome::Rejected(Rejection::LockNotHeld { name: name.into() });
         };
@@ -2277,7 +2388,7 @@ impl LockTable {
         let (key, old) = (key.clone(), lock.holder);
         self.forget_hold(name, old.session, old.token, fx);
         if self.delays.held.remove(name).is_some() {
-            self.bytes -= delay_bytes(name);
+            self.bytes -= delay_bytes(name, self.identity_of(old.session));
         }
         // The first waiter whose wait has not ended gets the lock; the ones before it leave the
         // queue not granted, as an `ExpireWaits` would have made them.
@@ -2554,8 +2665,8 @@ impl LockTable {
                     owner: self.owner_of(w.session),
                 })
                 .collect(),
-            lock_delay_ms: None,
-            delay_until_ms: Some(d.until_ms),
+            lock_delay_ms: Some(d.delay_ms),
+            delay_until_ms: Some(d.since_ms.saturating_add(d.delay_ms)),
         }
     }
 
@@ -2635,12 +2746,30 @@ impl LockTable {
     /// only for calls that would add a session or a wait.
     pub fn identity_usage(&self, identity: &str) -> IdentityUsage {
         let mut usage = IdentityUsage::default();
-        for s in self.sessions.values() {
+        for (id, s) in &self.sessions {
             if s.identity.as_deref() == Some(identity) {
                 usage.sessions += 1;
                 usage.waiting += s.waiting.len();
+                usage.delays += self.delays.asked.range((*id, 0)..=(*id, u64::MAX)).count();
             }
         }
+        // Held delays by their holders' identity, and running ones by the identity they kept
+        // (at most `DELAYS_MAX` in all).
+        usage.delays += self
+            .delays
+            .held
+            .keys()
+            .filter(|n| {
+                let holder = self.locks.get(&***n).map(|l| l.holder.session);
+                holder.and_then(|s| self.identity_of(s)) == Some(identity)
+            })
+            .count();
+        usage.delays += self
+            .delays
+            .running
+            .values()
+            .filter(|d| d.identity.as_deref() == Some(identity))
+            .count();
         usage
     }
 
@@ -2961,8 +3090,11 @@ impl LockTable {
             if delayed.token > self.last_index {
                 return Err(format!("{name}: delay's token above the last index"));
             }
-            if !d.ends.contains(&(delayed.until_ms, name.clone())) {
-                return Err(format!("{name}: delay end not indexed"));
+            if !(1..=limits::LOCK_DELAY_MS_MAX).contains(&delayed.delay_ms) {
+                return Err(format!(
+                    "{name}: a running delay of {} ms",
+                    delayed.delay_ms
+                ));
             }
             if delayed.waiters.len() > limits::WAITERS_PER_LOCK_MAX {
                 return Err(format!("{name}: queue over its limit"));
@@ -2984,8 +3116,8 @@ impl LockTable {
                 }
             }
         }
-        if d.ends.len() != d.running.len() {
-            return Err("the index of delay ends disagrees with the delays".into());
+        if d.count() > limits::DELAYS_MAX {
+            return Err(format!("{} delays, over {}", d.count(), limits::DELAYS_MAX));
         }
         let in_range = |ms: u64| (1..=limits::LOCK_DELAY_MS_MAX).contains(&ms);
         for (name, ms) in &d.held {
@@ -3395,7 +3527,8 @@ mod tests {
                 table.identity_usage("ci"),
                 IdentityUsage {
                     sessions: 2,
-                    waiting: 1
+                    waiting: 1,
+                    delays: 0
                 }
             );
             assert_eq!(table.identity_usage("nobody"), IdentityUsage::default());

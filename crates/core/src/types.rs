@@ -157,11 +157,21 @@ pub enum Op {
         wait_ms: u64,
         lock_delay_ms: u64,
     },
-    /// End every lock-delay that has run out by this entry's `now_ms` (at most
-    /// `limits::DELAYS_ENDED_PER_ENTRY_MAX`, earliest first): each name goes to the first of
-    /// its waiters whose wait has not ended, or is free. The leader proposes it when a delay's
-    /// end passes on its clock, as it does [`Op::ExpireWaits`].
-    EndDelays,
+    /// End the named lock-delays (the first `limits::DELAYS_ENDED_PER_ENTRY_MAX`; one no
+    /// longer running under its token is passed over): each name goes to the first of its
+    /// waiters whose wait has not ended, or is free. The leader proposes it when a delay has
+    /// run its length on the leader's monotonic clock since the leader first saw it (a new
+    /// leader starts every running delay afresh), so that no wall clock's step ends a delay
+    /// early: the table keeps no end time.
+    EndDelays { ends: Vec<DelayEnd> },
+}
+
+/// A running lock-delay an [`Op::EndDelays`] ends: the name, and the token of the grant whose
+/// loss started it (a later delay of the same name has another).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct DelayEnd {
+    pub name: String,
+    pub token: u64,
 }
 
 /// How an acquire takes its lock (issue #32). A name is used one way at a time while anyone
@@ -332,7 +342,7 @@ impl Op {
             | Op::MarkLeases { .. }
             | Op::RenewLeases { .. }
             | Op::ExpireWaits
-            | Op::EndDelays => None,
+            | Op::EndDelays { .. } => None,
         }
     }
 }
@@ -483,6 +493,10 @@ pub enum Rejection {
     /// holder or waiter asked for a delay, or that is in a delay, is refused, changing nothing.
     #[error("{name:?} has or asks for a lock-delay, which only a mutex (exclusive holders) takes")]
     LockDelayConflict { name: String },
+    /// The group keeps `limits::DELAYS_MAX` lock-delays (asked for, held or running): an
+    /// acquire asking for another is refused, changing nothing (one without a delay is not).
+    #[error("the group keeps {max} lock-delays, its limit: acquire without one, or later")]
+    TooManyDelays { max: usize },
 }
 
 impl Rejection {
@@ -502,7 +516,9 @@ impl Rejection {
     pub(crate) fn since_format_10(&self) -> bool {
         matches!(
             self,
-            Rejection::LockDelayOutOfRange { .. } | Rejection::LockDelayConflict { .. }
+            Rejection::LockDelayOutOfRange { .. }
+                | Rejection::LockDelayConflict { .. }
+                | Rejection::TooManyDelays { .. }
         )
     }
 }
@@ -699,6 +715,9 @@ pub struct IdentityUsage {
     pub sessions: usize,
     /// Acquire requests queued by its sessions.
     pub waiting: usize,
+    /// Lock-delays asked for by its queued acquires, held with its grants, and running after
+    /// its grants were lost (issue #32 item 4): each keeps a name from everyone for a while.
+    pub delays: usize,
 }
 
 /// Where a request stands, for a retried Acquire that re-attaches.

@@ -111,7 +111,7 @@ fn lock_delay_s_commands_come_after_every_earlier_command() {
             tag(campaign),
             tag(proclaim),
             tag(delayed),
-            tag(Op::EndDelays)
+            tag(Op::EndDelays { ends: Vec::new() })
         ],
         [14, 15, 16, 17]
     );

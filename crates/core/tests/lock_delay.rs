@@ -1,6 +1,7 @@
 //! Lock-delay in the lock table (issue #32 item 4), rule by rule: after a holder's grant is
-//! lost (its session expired or was revoked, or an operator force-released it) the name is not
-//! granted again until the delay its acquire asked for has run from that entry's time; a
+//! lost (its session expired or was revoked) the name is not granted again until an
+//! `EndDelays` entry names the delay (the leader proposes it when the delay has run on its
+//! monotonic clock: `crates/server/src/node/delays.rs`) or an operator force-releases it; a
 //! release or a close hands it over at once. `model.rs` checks the same rules on random
 //! interleavings.
 
@@ -9,7 +10,7 @@ mod support;
 use latchkey_core::codec::{
     decode_table, encode_table, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_FORMAT_VERSION_V9,
 };
-use latchkey_core::limits::{LOCK_DELAY_MS_MAX, WAIT_TIMEOUT_MS_MAX};
+use latchkey_core::limits::{self, LOCK_DELAY_MS_MAX, WAIT_TIMEOUT_MS_MAX};
 use latchkey_core::*;
 use support::apply_checked;
 
@@ -56,11 +57,13 @@ impl T {
     }
 
     fn apply(&mut self, op: Op) -> Applied {
+        self.apply_at(1_000 * (self.index + 1), op)
+    }
+
+    /// The next entry, stamped `now_ms`.
+    fn apply_at(&mut self, now_ms: u64, op: Op) -> Applied {
         self.index += 1;
-        let cmd = Command {
-            now_ms: 1_000 * self.index,
-            op,
-        };
+        let cmd = Command { now_ms, op };
         apply_checked(&mut self.table, self.index, &cmd)
     }
 
@@ -95,16 +98,24 @@ impl T {
         })
     }
 
-    /// `EndDelays` entry after entry until one ends a delay (at most `n`): answers it.
-    fn end_delays_until_one_ends(&mut self, n: usize) -> Applied {
-        for _ in 0..n {
-            let a = self.apply(Op::EndDelays);
-            if a.outcome != (Outcome::DelaysEnded { count: 0 }) {
-                return a;
-            }
-            assert!(a.handoffs.is_empty(), "a grant while the delay runs");
-        }
-        panic!("no delay ended in {n} entries");
+    /// The running delays as an `EndDelays` names them.
+    fn running(&self) -> Vec<DelayEnd> {
+        self.table
+            .running_delays()
+            .map(|(name, token, _)| DelayEnd {
+                name: name.into(),
+                token,
+            })
+            .collect()
+    }
+
+    /// An `EndDelays` of every running delay, as the leader proposes it once they have run.
+    fn end_running_delays(&mut self) -> Applied {
+        let ends = self.running();
+        assert!(!ends.is_empty(), "no delay runs");
+        let a = self.apply(Op::EndDelays { ends });
+        assert_ne!(a.outcome, Outcome::DelaysEnded { count: 0 });
+        a
     }
 
     fn holder(&self, name: &str) -> Option<(u64, u64)> {
@@ -133,7 +144,17 @@ fn an_expired_holder_s_delay_keeps_the_name_from_its_waiter_until_it_has_run() {
     assert_eq!(state.holder, None);
     assert_eq!(state.waiters, 1);
     assert_eq!(state.delay_until_ms, Some(expired_at + 5_000));
-    assert_eq!(t.table.next_delay_end_ms(), Some(expired_at + 5_000));
+    assert_eq!(state.lock_delay_ms, Some(5_000));
+    assert_eq!(
+        t.table.running_delays().collect::<Vec<_>>(),
+        [("x", token, 5_000)]
+    );
+    // The table keeps no end time: however late an entry's stamp, only an `EndDelays` that
+    // names the delay ends it (the leader times it on its monotonic clock).
+    for now_ms in [expired_at + 5_000, expired_at + 3_600_000, u64::MAX / 2] {
+        let a = t.apply_at(now_ms, Op::EndDelays { ends: Vec::new() });
+        assert!(a.handoffs.is_empty(), "handed over by a wall clock: {a:?}");
+    }
 
     // Neither a try-lock nor a new waiter gets it while it runs; the waiter queues behind.
     let (c, _) = t.take(3, "x", 0, 0);
@@ -148,15 +169,14 @@ fn an_expired_holder_s_delay_keeps_the_name_from_its_waiter_until_it_has_run() {
         })
     );
 
-    let end = t.end_delays_until_one_ends(10);
-    assert!(t.now_ms() >= expired_at + 5_000);
+    let end = t.end_running_delays();
     assert_eq!(end.outcome, Outcome::DelaysEnded { count: 1 });
     assert_eq!(end.handoffs.len(), 1);
     assert_eq!(end.handoffs[0].session, SessionId(2));
     assert_eq!(end.handoffs[0].seq, b_seq);
     assert!(end.handoffs[0].token > token);
     assert_eq!(t.holder("x"), Some((2, t.index)));
-    assert_eq!(t.table.next_delay_end_ms(), None);
+    assert_eq!(t.table.running_delays().count(), 0);
     // The waiter asked for no delay: its grant has none.
     assert_eq!(t.table.describe("x").unwrap().lock_delay_ms, None);
     assert_eq!(t.table.describe("x").unwrap().waiters, 1);
@@ -180,12 +200,12 @@ fn a_release_or_a_close_hands_over_at_once() {
     let c = t.apply(Op::CloseSession { session: key(2) });
     assert_eq!(c.handoffs.len(), 1);
     assert_eq!(t.holder("x").map(|h| h.0), Some(3));
-    assert_eq!(t.table.next_delay_end_ms(), None);
+    assert_eq!(t.table.running_delays().count(), 0);
 }
 
 #[test]
-fn a_revoke_and_a_force_release_start_the_delay_too() {
-    let mut t = T::new(3);
+fn a_revoke_starts_the_delay_and_a_force_release_of_the_delayed_name_ends_it() {
+    let mut t = T::new(4);
     t.take(1, "x", 0, 3_000);
     t.take(2, "x", WAIT_TIMEOUT_MS_MAX, 0);
     let r = t.apply(Op::RevokeSession {
@@ -195,18 +215,42 @@ fn a_revoke_and_a_force_release_start_the_delay_too() {
     });
     assert_eq!(r.outcome, Outcome::SessionRevoked { locks: 1 });
     assert!(r.handoffs.is_empty());
-    let at = t.now_ms();
-    t.end_delays_until_one_ends(10);
-    assert!(t.now_ms() >= at + 3_000);
+    t.end_running_delays();
     assert_eq!(t.holder("x").map(|h| h.0), Some(2));
 
     let (a, _) = t.take(3, "y", 0, 2_000);
     let Outcome::Granted { token } = a.outcome else {
         panic!()
     };
+    t.take(1 + 1, "y", WAIT_TIMEOUT_MS_MAX, 0);
+    t.expire(&[3]);
+    let at = t.now_ms();
+    assert_eq!(
+        t.table.describe("y").unwrap().delay_until_ms,
+        Some(at + 2_000)
+    );
+    let (b, _) = t.take(4, "y", 0, 0);
+    assert_eq!(b.outcome, Outcome::NotGranted);
+    // An operator's way out: a force-release of the delayed name (under another token: a
+    // mismatch, nothing changes) ends the delay now, handing the name to its waiter, audited.
+    let wrong = t.apply(Op::ForceRelease {
+        name: "y".into(),
+        token: Some(token + 1),
+        by: by(),
+        reason: "wedged".into(),
+    });
+    assert_eq!(
+        wrong.outcome,
+        Outcome::Rejected(Rejection::TokenMismatch {
+            name: "y".into(),
+            token: token + 1,
+            holder_token: token
+        })
+    );
+    assert!(t.table.describe("y").unwrap().holder.is_none());
     let f = t.apply(Op::ForceRelease {
         name: "y".into(),
-        token: Some(token),
+        token: None,
         by: by(),
         reason: "wedged".into(),
     });
@@ -217,18 +261,134 @@ fn a_revoke_and_a_force_release_start_the_delay_too() {
             token
         }
     );
-    let at = t.now_ms();
-    assert_eq!(
-        t.table.describe("y").unwrap().delay_until_ms,
-        Some(at + 2_000)
+    assert_eq!(f.handoffs.len(), 1, "{f:?}");
+    assert_eq!(t.holder("y"), Some((2, t.index)));
+    assert_eq!(t.table.running_delays().count(), 0);
+    let audited = t.table.audit().last().expect("audited").clone();
+    assert!(
+        matches!(&audited.action, AuditAction::ForceRelease { name, token: tk, next_token, .. }
+            if name == "y" && *tk == token && *next_token == Some(t.index)),
+        "{audited:?}"
     );
-    // No waiter: the name is free once the delay ends, and taken straight away then.
-    let (b, _) = t.take(2, "y", 0, 0);
-    assert_eq!(b.outcome, Outcome::NotGranted);
-    t.end_delays_until_one_ends(10);
-    assert!(t.table.describe("y").is_none());
-    let (b, _) = t.take(2, "y", 0, 0);
-    assert!(matches!(b.outcome, Outcome::Granted { .. }));
+}
+
+/// An `EndDelays` names each delay by the token of the grant whose loss started it: a stale
+/// one (proposed for an earlier delay of the name, applied after a later one started) ends
+/// nothing, so a delay never ends before its own time.
+#[test]
+fn an_end_that_names_an_earlier_delay_of_the_name_ends_nothing() {
+    let mut t = T::new(3);
+    let (a, _) = t.take(1, "x", 0, 5_000);
+    let Outcome::Granted { token: first } = a.outcome else {
+        panic!("{a:?}")
+    };
+    t.take(2, "x", WAIT_TIMEOUT_MS_MAX, 5_000);
+    t.expire(&[1]);
+    let stale = t.running();
+    assert_eq!(stale[0].token, first);
+    t.end_running_delays();
+    let (_, second) = t.holder("x").expect("handed over");
+    t.expire(&[2]);
+    assert_eq!(
+        t.table.running_delays().collect::<Vec<_>>(),
+        [("x", second, 5_000)]
+    );
+    let a = t.apply(Op::EndDelays { ends: stale });
+    assert_eq!(a.outcome, Outcome::DelaysEnded { count: 0 });
+    assert_eq!(t.table.running_delays().count(), 1);
+    // Unknown names are passed over too.
+    let a = t.apply(Op::EndDelays {
+        ends: vec![DelayEnd {
+            name: "nope".into(),
+            token: second,
+        }],
+    });
+    assert_eq!(a.outcome, Outcome::DelaysEnded { count: 0 });
+    assert_eq!(
+        t.end_running_delays().outcome,
+        Outcome::DelaysEnded { count: 1 }
+    );
+    assert!(t.table.describe("x").is_none());
+}
+
+/// A running delay outlives its session: it stays charged to the identity the session
+/// belonged to (the server's quota on delays reads it), and the group keeps at most
+/// `DELAYS_MAX` (the attacker review of issue #32: delays charged to nobody let one tenant
+/// fill `LOCKS_MAX` for every other).
+#[test]
+fn a_running_delay_counts_for_its_identity_and_the_group_keeps_at_most_delays_max() {
+    let mut t = T::new(0);
+    for (i, who) in [(1u64, "tenant"), (2, "tenant"), (3, "other")] {
+        t.apply(Op::OpenSession {
+            ttl_ms: 15_000,
+            secret: i,
+            identity: Some(who.into()),
+            owner: None,
+        });
+    }
+    t.take(1, "a", 0, 1_000);
+    t.take(1, "b", 0, 1_000);
+    t.take(2, "a", WAIT_TIMEOUT_MS_MAX, 1_000);
+    let usage = t.table.identity_usage("tenant");
+    assert_eq!((usage.sessions, usage.waiting, usage.delays), (2, 1, 3));
+    t.expire(&[1, 2]);
+    let usage = t.table.identity_usage("tenant");
+    assert_eq!((usage.sessions, usage.waiting, usage.delays), (0, 0, 2));
+    assert_eq!(t.table.identity_usage("other").delays, 0);
+    t.end_running_delays();
+    assert_eq!(t.table.identity_usage("tenant").delays, 0);
+
+    // The group's bound: one session's 1,024 names at most, so several sessions fill it.
+    let mut t = T::new(0);
+    let sessions = limits::DELAYS_MAX.div_ceil(limits::LOCKS_PER_SESSION_MAX) as u64;
+    for i in 1..=sessions + 1 {
+        t.apply(Op::CreateSession {
+            ttl_ms: 15_000,
+            secret: i,
+        });
+    }
+    // Filled without the invariant check after each entry (a scan of the table each),
+    // checked once full.
+    let mut n = 0;
+    for i in 1..=sessions {
+        for _ in 0..limits::LOCKS_PER_SESSION_MAX {
+            if n == limits::DELAYS_MAX {
+                break;
+            }
+            t.index += 1;
+            t.seq += 1;
+            let cmd = Command {
+                now_ms: 1_000 * t.index,
+                op: Op::AcquireDelayed {
+                    session: key(i),
+                    seq: t.seq,
+                    name: format!("n{n}"),
+                    wait_ms: 0,
+                    lock_delay_ms: 1_000,
+                },
+            };
+            let a = t.table.apply(t.index, &cmd);
+            assert!(matches!(a.outcome, Outcome::Granted { .. }), "{a:?}");
+            n += 1;
+        }
+    }
+    t.table
+        .check_invariants()
+        .expect("invariants hold when full");
+    let (over, _) = t.take(sessions + 1, "one-more", 0, 1_000);
+    assert_eq!(
+        over.outcome,
+        Outcome::Rejected(Rejection::TooManyDelays {
+            max: limits::DELAYS_MAX
+        })
+    );
+    assert!(t.table.describe("one-more").is_none());
+    // Without a delay the same acquire is granted.
+    let (plain, _) = t.take(sessions + 1, "one-more", 0, 0);
+    assert!(
+        matches!(plain.outcome, Outcome::Granted { .. }),
+        "{plain:?}"
+    );
 }
 
 #[test]
@@ -249,7 +409,7 @@ fn a_waiter_whose_wait_ended_during_the_delay_is_not_granted() {
     }
     assert!(ended);
     assert_eq!(t.table.describe("x").unwrap().waiters, 1);
-    let end = t.end_delays_until_one_ends(20);
+    let end = t.end_running_delays();
     assert_eq!(end.handoffs[0].session, SessionId(3));
     assert_eq!(end.handoffs[0].seq, c_seq);
 }
@@ -315,24 +475,16 @@ fn a_retried_acquire_gets_its_first_outcome_and_a_snapshot_keeps_the_delay() {
     let mut copy = decode_table(&bytes).expect("decodes");
     assert_eq!(copy, t.table);
     assert_eq!(copy.bytes(), t.table.bytes());
-    // Both ends the delay at the same entry with the same grant.
-    let mut index = t.index;
-    loop {
-        index += 1;
-        let cmd = Command {
-            now_ms: 1_000 * index,
-            op: Op::EndDelays,
-        };
-        let mine = apply_checked(&mut t.table, index, &cmd);
-        let theirs = apply_checked(&mut copy, index, &cmd);
-        t.index = index;
-        assert_eq!(mine, theirs);
-        if !mine.handoffs.is_empty() {
-            assert_eq!(mine.handoffs[0].seq, b_seq);
-            break;
-        }
-        assert!(index < 100);
-    }
+    // Both end the delay in the same entry with the same grant.
+    t.index += 1;
+    let cmd = Command {
+        now_ms: 1_000 * t.index,
+        op: Op::EndDelays { ends: t.running() },
+    };
+    let mine = apply_checked(&mut t.table, t.index, &cmd);
+    let theirs = apply_checked(&mut copy, t.index, &cmd);
+    assert_eq!(mine, theirs);
+    assert_eq!(mine.handoffs[0].seq, b_seq);
     assert_eq!(copy, t.table);
 }
 
@@ -389,7 +541,7 @@ fn a_campaign_waits_out_a_lock_delay_and_then_leads_with_its_value() {
             token: old
         })
     );
-    let ended = t.end_delays_until_one_ends(10);
+    let ended = t.end_running_delays();
     assert_eq!(ended.handoffs.len(), 1, "{ended:?}");
     let h = &ended.handoffs[0];
     assert_eq!((h.session, h.seq), (SessionId(2), campaign_seq));

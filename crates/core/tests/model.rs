@@ -170,8 +170,18 @@ struct Model {
     delay_of: BTreeMap<String, u64>,
     /// the one each queued acquire asked for,
     asked: BTreeMap<(SessionId, u64), u64>,
-    /// and the end of each running one (the name has no holder until then).
-    delayed: BTreeMap<String, u64>,
+    /// and each running one (the name has no holder until an `EndDelays` names it).
+    delayed: BTreeMap<String, MDelay>,
+}
+
+/// A running lock-delay in the model: the lost grant (session, token), its length, and the
+/// entry time it started at.
+#[derive(Clone, Copy, Debug)]
+struct MDelay {
+    session: SessionId,
+    token: u64,
+    delay_ms: u64,
+    since: u64,
 }
 
 /// What a release answers, as opposed to an acquire or a cancel.
@@ -428,7 +438,7 @@ impl Model {
                         });
                         let o = if holds {
                             self.take(name, session.id);
-                            self.end_grant(name, false, index, now, &mut fx);
+                            self.end_grant(name, None, index, now, &mut fx);
                             Outcome::Released
                         } else {
                             Outcome::NotHolder
@@ -442,6 +452,23 @@ impl Model {
                 // The generator's operator and reason are valid; tests/admin.rs covers the rest.
                 if let Err(r) = validate_name(name) {
                     Outcome::Rejected(r)
+                } else if let Some(d) = self.delayed.get(name).copied() {
+                    // A force-release of a name in a lock-delay ends the delay now.
+                    match token.filter(|t| *t != d.token) {
+                        Some(t) => Outcome::Rejected(Rejection::TokenMismatch {
+                            name: name.clone(),
+                            token: t,
+                            holder_token: d.token,
+                        }),
+                        None => {
+                            self.delayed.remove(name);
+                            self.admit(name, index, now, &mut fx);
+                            Outcome::ForceReleased {
+                                session: d.session,
+                                token: d.token,
+                            }
+                        }
+                    }
                 } else if let Some(holders) = self.holders.get(name).cloned() {
                     let taken: Vec<MGrant> = holders
                         .iter()
@@ -459,7 +486,8 @@ impl Model {
                         for h in &taken {
                             self.take(name, h.0);
                         }
-                        self.end_grant(name, true, index, now, &mut fx);
+                        let lost = (taken[0].0, taken[0].1);
+                        self.end_grant(name, Some(lost), index, now, &mut fx);
                         Outcome::ForceReleased {
                             session: taken[0].0,
                             token: taken[0].1,
@@ -484,20 +512,20 @@ impl Model {
                 now,
                 &mut fx,
             ),
-            Op::EndDelays => {
-                let mut due: Vec<(u64, String)> = self
-                    .delayed
-                    .iter()
-                    .filter(|(_, until)| **until <= now)
-                    .map(|(n, until)| (*until, n.clone()))
-                    .collect();
-                due.sort();
-                due.truncate(DELAYS_ENDED_PER_ENTRY_MAX);
-                for (_, name) in &due {
-                    self.delayed.remove(name);
-                    self.admit(name, index, now, &mut fx);
+            Op::EndDelays { ends } => {
+                let mut count = 0;
+                for end in ends.iter().take(DELAYS_ENDED_PER_ENTRY_MAX) {
+                    if self
+                        .delayed
+                        .get(&end.name)
+                        .is_some_and(|d| d.token == end.token)
+                    {
+                        self.delayed.remove(&end.name);
+                        self.admit(&end.name, index, now, &mut fx);
+                        count += 1;
+                    }
                 }
-                Outcome::DelaysEnded { count: due.len() }
+                Outcome::DelaysEnded { count }
             }
             Op::RevokeSession { session, .. } => {
                 if self.sessions.contains_key(session) {
@@ -611,17 +639,30 @@ impl Model {
             .then(|| Rejection::LockDelayConflict { name: name.into() })
     }
 
-    /// A grant of `name` ended (its holder already taken out): a lost grant that asked for a
-    /// delay starts it (no holder until then, the queue kept); otherwise the name is handed
-    /// on as before.
-    fn end_grant(&mut self, name: &str, lost: bool, index: u64, now: u64, fx: &mut Applied) {
-        match self.delay_of.remove(name) {
-            Some(d) if lost => {
+    /// A grant of `name` ended (its holder already taken out): a grant `lost` (its session
+    /// and token) that asked for a delay starts it (no holder until an `EndDelays` names it,
+    /// the queue kept); otherwise the name is handed on as before.
+    fn end_grant(
+        &mut self,
+        name: &str,
+        lost: Option<(SessionId, u64)>,
+        index: u64,
+        now: u64,
+        fx: &mut Applied,
+    ) {
+        match (self.delay_of.remove(name), lost) {
+            (Some(delay_ms), Some((session, token))) => {
                 assert!(self.holders.get(name).is_none_or(|h| h.is_empty()));
                 self.holders.remove(name);
                 self.kinds.remove(name);
                 self.last_token.remove(name);
-                self.delayed.insert(name.to_owned(), now.saturating_add(d));
+                let d = MDelay {
+                    session,
+                    token,
+                    delay_ms,
+                    since: now,
+                };
+                self.delayed.insert(name.to_owned(), d);
             }
             _ => self.admit(name, index, now, fx),
         }
@@ -922,8 +963,10 @@ impl Model {
                 .map(|(n, _)| n.clone())
                 .collect();
             for name in held {
+                let token = self.holders[&name].iter().find(|h| h.0 == *id).map(|h| h.1);
                 self.take(&name, *id);
                 if self.kinds[&name] == MKind::Mutex {
+                    let lost = token.filter(|_| lost).map(|t| (*id, t));
                     self.end_grant(&name, lost, index, now, fx);
                 } else {
                     shared.insert(name);
@@ -1334,11 +1377,13 @@ impl Run {
             return Some((op, true));
         }
         if roll < 39 {
+            // Held names, and names in a lock-delay (an operator's way out of one).
             let held: Vec<(String, u64)> = self
                 .model
                 .holders
                 .iter()
                 .flat_map(|(n, hs)| hs.iter().map(move |h| (n.clone(), h.1)))
+                .chain(self.model.delayed.iter().map(|(n, d)| (n.clone(), d.token)))
                 .collect();
             let (name, token) = if !held.is_empty() && self.rng.percent(85) {
                 self.rng.pick(&held).clone()
@@ -1481,7 +1526,24 @@ impl Run {
             return Some((op, true));
         }
         if roll < 25 {
-            return Some((Op::EndDelays, false));
+            // The running delays the leader would end now (each at random: its monotonic clock
+            // decides, which the table never sees), now and then a stale or unknown one.
+            let mut ends: Vec<DelayEnd> = self
+                .model
+                .delayed
+                .iter()
+                .filter(|_| self.rng.percent(60))
+                .map(|(name, d)| DelayEnd {
+                    name: name.clone(),
+                    token: d.token,
+                })
+                .collect();
+            if self.rng.percent(10) {
+                let name = self.rng.pick(&["a", "b", "jobs/1", "nope"]).to_string();
+                let token = self.rng.below(self.index + 1);
+                ends.push(DelayEnd { name, token });
+            }
+            return Some((Op::EndDelays { ends }, false));
         }
         None
     }
@@ -1784,10 +1846,10 @@ impl Run {
             let delay = info
                 .as_ref()
                 .map_or((None, None), |i| (i.lock_delay_ms, i.delay_until_ms));
-            let want = (
-                self.model.delay_of.get(name).copied(),
-                self.model.delayed.get(name).copied(),
-            );
+            let want = match self.model.delayed.get(name) {
+                Some(d) => (Some(d.delay_ms), Some(d.since + d.delay_ms)),
+                None => (self.model.delay_of.get(name).copied(), None),
+            };
             assert_eq!(delay, want, "{ctx}: lock-delay of {name} per the model");
         }
         self.track(&op, fresh, &got);
@@ -1836,6 +1898,15 @@ impl Run {
             (_, Outcome::Rejected(Rejection::PermitsOutOfRange { .. })) => {
                 seen("permits out of range")
             }
+            (Op::ForceRelease { .. }, Outcome::ForceReleased { .. })
+                if !got.handoffs.is_empty()
+                    && got
+                        .changes
+                        .iter()
+                        .all(|c| !matches!(c, LockChange::Released { .. })) =>
+            {
+                seen("force-release ended a lock-delay")
+            }
             (Op::ForceRelease { .. }, Outcome::ForceReleased { .. }) => seen("force-released"),
             (Op::Campaign { .. }, Outcome::Granted { .. }) => seen("campaign granted at once"),
             (Op::Campaign { .. }, Outcome::Queued { .. }) => seen("campaign queued"),
@@ -1848,8 +1919,12 @@ impl Run {
             (_, Outcome::Rejected(Rejection::LockDelayOutOfRange { .. })) => {
                 seen("lock-delay out of range")
             }
-            (Op::EndDelays, _) if !got.handoffs.is_empty() => seen("granted after a lock-delay"),
-            (Op::EndDelays, Outcome::DelaysEnded { count }) if *count > got.handoffs.len() => {
+            (Op::EndDelays { .. }, _) if !got.handoffs.is_empty() => {
+                seen("granted after a lock-delay")
+            }
+            (Op::EndDelays { .. }, Outcome::DelaysEnded { count })
+                if *count > got.handoffs.len() =>
+            {
                 seen("freed after a lock-delay")
             }
             (_, Outcome::SessionRevoked { .. }) => seen("revoked"),
@@ -1886,7 +1961,7 @@ impl Run {
                     ..
                 } if got.handoffs.iter().any(|h| h.token == *token) => {
                     seen("campaign handed over with its value");
-                    if matches!(op, Op::EndDelays) {
+                    if matches!(op, Op::EndDelays { .. }) {
                         seen("campaign granted after a lock-delay");
                     }
                 }
@@ -2091,8 +2166,9 @@ fn histories_with_elections_match_the_model() {
 }
 
 /// Lock-delay (issue #32 item 4) among everything `MIXED` draws, and elections: a lost grant
-/// that asked for a delay keeps the name from everyone until `EndDelays` at the stamped end,
-/// which hands it to the head waiter (a campaign publishing its value then); checked against
+/// that asked for a delay keeps the name from everyone until an `EndDelays` names it (or an
+/// operator force-releases it), which hands it to the head waiter (a campaign publishing its
+/// value then); checked against
 /// the model, the invariants (no grant while a delay runs) and the history as above.
 #[test]
 fn histories_with_lock_delays_match_the_model() {
@@ -2111,6 +2187,7 @@ fn histories_with_lock_delays_match_the_model() {
         "lock-delay conflict",
         "lock-delay out of range",
         "campaign granted after a lock-delay",
+        "force-release ended a lock-delay",
     ] {
         assert!(
             reached.get(what).copied().unwrap_or(0) >= 5,

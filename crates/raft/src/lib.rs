@@ -94,7 +94,7 @@ impl fmt::Display for LogCommand {
             Op::MarkLeases { marks } => write!(f, "MarkLeases({} sessions)", marks.len()),
             Op::RenewLeases { ids } => write!(f, "RenewLeases({} sessions)", ids.len()),
             Op::ExpireWaits => write!(f, "ExpireWaits"),
-            Op::EndDelays => write!(f, "EndDelays"),
+            Op::EndDelays { ends } => write!(f, "EndDelays({} names)", ends.len()),
             Op::AcquireDelayed {
                 session,
                 seq,

@@ -116,6 +116,7 @@ impl ApiError {
                 Rejection::NotElectionLeader { .. } => "not-election-leader",
                 Rejection::LockDelayOutOfRange { .. } => "lock-delay-out-of-range",
                 Rejection::LockDelayConflict { .. } => "lock-delay-conflict",
+                Rejection::TooManyDelays { .. } => "too-many-delays",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -157,7 +158,8 @@ impl ApiError {
                 | Rejection::TooManyLocksForSession { .. }
                 | Rejection::TooManyLocks { .. }
                 | Rejection::QueueFull { .. }
-                | Rejection::TableFull { .. } => Code::ResourceExhausted,
+                | Rejection::TableFull { .. }
+                | Rejection::TooManyDelays { .. } => Code::ResourceExhausted,
                 Rejection::AlreadyHeld { .. }
                 | Rejection::AlreadyWaiting { .. }
                 | Rejection::RequestTooOld { .. }

@@ -196,11 +196,21 @@ impl Server {
 
     /// [`Server::start`] with more `serve` flags.
     pub fn start_with(extra_args: &[&str]) -> Server {
+        Server::start_with_env(extra_args, &[])
+    }
+
+    /// [`Server::start_with`], the server's processes with more environment variables.
+    pub fn start_with_env(extra_args: &[&str], envs: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut last_error = String::new();
+        let mut process = ServeProcess::new(dir.path().join("server.log"));
+        process.envs = envs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let mut server = Server {
             addr: String::new(),
-            process: ServeProcess::new(dir.path().join("server.log")),
+            process,
             dir,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         };

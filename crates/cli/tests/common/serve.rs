@@ -26,6 +26,8 @@ use latchkey_testkit::POLL;
 pub struct ServeProcess {
     log: PathBuf,
     child: Option<Child>,
+    /// Environment variables the server processes get beside the test's.
+    pub envs: Vec<(String, String)>,
     /// Processes started so far (numbered in the log's header lines).
     starts: u32,
 }
@@ -36,6 +38,7 @@ impl ServeProcess {
         ServeProcess {
             log,
             child: None,
+            envs: Vec::new(),
             starts: 0,
         }
     }
@@ -63,6 +66,7 @@ impl ServeProcess {
             .arg("serve")
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

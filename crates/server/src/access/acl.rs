@@ -14,6 +14,7 @@
 //! roles = ["deployer"]
 //! max_sessions = 10             # quotas; defaults in latchkey_core::limits
 //! max_waiting = 100
+//! max_delays = 50               # lock-delays asked for, held or running
 //!
 //! [identities."worker-1.example.com"]  # no token: a client certificate whose subject CN (or
 //! roles = ["deployer"]                 # first DNS name) is this name, when --tls-ca is on
@@ -166,6 +167,7 @@ struct IdentityFile {
     roles: Vec<String>,
     max_sessions: Option<usize>,
     max_waiting: Option<usize>,
+    max_delays: Option<usize>,
 }
 
 /// An authenticated client: its name, its grants and its quotas.
@@ -178,6 +180,9 @@ pub struct Identity {
     pub max_sessions: usize,
     /// The most Acquire requests its sessions may have queued at once.
     pub max_waiting: usize,
+    /// The most lock-delays it may have at once, asked for, held or running (a running one
+    /// outlives its session).
+    pub max_delays: usize,
 }
 
 impl Identity {
@@ -373,6 +378,7 @@ impl Acl {
                 grants,
                 max_sessions: id.max_sessions.unwrap_or(limits::IDENTITY_SESSIONS_DEFAULT),
                 max_waiting: id.max_waiting.unwrap_or(limits::IDENTITY_WAITING_DEFAULT),
+                max_delays: id.max_delays.unwrap_or(limits::IDENTITY_DELAYS_DEFAULT),
             });
             if let Some(hex) = &id.token_sha256 {
                 let hash = parse_hash(hex).ok_or_else(|| {

@@ -6,6 +6,7 @@
 //! node starts them (`Node::start`); what they propose goes through `ops.rs`.
 
 use super::data_dir::founder_of;
+use super::delays::DelayTimer;
 use super::{Node, RenewRequest};
 use crate::cluster::member_addr::MemberAddr;
 use crate::error::ApiError;
@@ -211,6 +212,7 @@ impl Node {
         let mut led_term: Option<u64> = None;
         let mut retry_at: Option<tokio::time::Instant> = None;
         let mut leading = false;
+        let mut delays = DelayTimer::default();
         loop {
             let (leader_now, term) = {
                 let m = metrics.borrow_and_update();
@@ -229,6 +231,7 @@ impl Node {
                 // Out of office, or re-elected in a later term: this term's deadlines are not
                 // the new term's until it resumes them.
                 self.leases.lock().expect("leases lock").stepped_down();
+                delays.stepped_down();
                 led_term = None;
             }
             if leader_now && led_term.is_none() && retry_at.is_none_or(|t| self.clock.now() >= t) {
@@ -249,7 +252,7 @@ impl Node {
                 let written = self.log_marks().await
                     && self.expire_due().await
                     && self.expire_waits().await
-                    && self.end_delays().await;
+                    && self.end_delays(&mut delays).await;
                 // A write that failed (typically "not the leader" in the moment around an
                 // election) is retried after a pause, not in a tight loop.
                 retry_at = (!written).then(|| {
@@ -518,32 +521,25 @@ impl Node {
         }
     }
 
-    /// End the lock-delays that have run out on this leader's wall clock (issue #32 item 4):
-    /// each name goes to its head waiter in the `EndDelays` entry, whose stamped time every
-    /// member applies. False if it did not commit.
-    async fn end_delays(&self) -> bool {
-        loop {
-            let due = self
-                .state
-                .read(|t| t.next_delay_end_ms())
-                .is_some_and(|end| end <= self.clock.wall_ms());
-            if !due {
-                return true;
+    /// End the lock-delays that have run their length on this leader's monotonic clock since
+    /// it first saw them (issue #32 item 4, `delays.rs`): each named name goes to its head
+    /// waiter in the `EndDelays` entry. Delays past one entry's limit are due on the next
+    /// tick. False if it did not commit.
+    async fn end_delays(&self, timer: &mut DelayTimer) -> bool {
+        let now = self.clock.now();
+        let ends = self.state.read(|t| timer.due(t.running_delays(), now));
+        if ends.is_empty() {
+            return true;
+        }
+        match self.propose(Op::EndDelays { ends }).await {
+            Ok(Outcome::DelaysEnded { .. }) => true,
+            Ok(other) => {
+                tracing::warn!("unexpected outcome of a lock-delay end: {other:?}");
+                true
             }
-            match self.propose(Op::EndDelays).await {
-                Ok(Outcome::DelaysEnded { count }) => {
-                    if count == 0 {
-                        return true;
-                    }
-                }
-                Ok(other) => {
-                    tracing::warn!("unexpected outcome of a lock-delay end: {other:?}");
-                    return true;
-                }
-                Err(e) => {
-                    tracing::debug!("lock-delay end not committed yet, will retry: {e}");
-                    return false;
-                }
+            Err(e) => {
+                tracing::debug!("lock-delay end not committed yet, will retry: {e}");
+                false
             }
         }
     }

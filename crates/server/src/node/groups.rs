@@ -319,6 +319,7 @@ impl OtherGroups for Groups {
             let u = node.state.read(|t| t.identity_usage(identity));
             usage.sessions += u.sessions;
             usage.waiting += u.waiting;
+            usage.delays += u.delays;
         }
         usage
     }

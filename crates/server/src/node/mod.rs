@@ -50,6 +50,7 @@
 
 pub mod backup;
 pub mod data_dir;
+mod delays;
 mod duties;
 pub mod groups;
 pub mod membership;

@@ -81,6 +81,8 @@ pub struct SessionLease {
     pub revoked_through: Option<u64>,
     /// Held names someone waits for (`LockTable::contended`).
     pub contended: Vec<String>,
+    /// `contended` is part of them, not all (`LockTable::contended`).
+    pub contended_truncated: bool,
 }
 
 /// One lock as a read answers it: who holds it, for how long, and how many wait.
@@ -428,6 +430,7 @@ impl Node {
             let others = groups.identity_usage_besides(self.shape.group, identity);
             usage.sessions += others.sessions;
             usage.waiting += others.waiting;
+            usage.delays += others.delays;
         }
         usage
     }
@@ -525,15 +528,24 @@ impl Node {
             return Err(Rejection::LockDelayConflict { name }.into());
         }
         let wait_ms = wait_timeout_ms.min(limits::WAIT_TIMEOUT_MS_MAX);
-        if let (Some(owner), true) = (owner, wait_ms > 0) {
-            // A retry of a request the table knows (queued or done) adds no wait. Counted like
-            // the session quota (see `Node::identity_usage`).
+        if let (Some(owner), true) = (owner, wait_ms > 0 || lock_delay_ms > 0) {
+            // A retry of a request the table knows (queued or done) adds no wait or delay.
+            // Counted like the session quota (see `Node::identity_usage`).
             let known = self
                 .state
                 .read(|t| t.request_state(session.id, seq).is_some());
             if !known {
                 let usage = self.identity_usage(&owner.name);
-                if usage.waiting >= owner.max_waiting {
+                // A lock-delay outlives its session: bounded by its own quota, so that a
+                // tenant that lets sessions die cannot park names for every other tenant.
+                if lock_delay_ms > 0 && usage.delays >= owner.max_delays {
+                    return Err(owner.over_quota(format!(
+                        "identity {:?} already has {} lock-delays (asked for, held or \
+                         running), its quota (max_delays) is {}",
+                        owner.name, usage.delays, owner.max_delays
+                    )));
+                }
+                if wait_ms > 0 && usage.waiting >= owner.max_waiting {
                     return Err(owner.over_quota(format!(
                         "identity {:?} already has {} acquires waiting, its quota \
                          (max_waiting) is {}",
@@ -744,7 +756,8 @@ impl Node {
         // Decide each session: renewed in memory, needs a logged renewal, or gone.
         let mut decisions: Vec<(SessionId, u64, Renew)> = Vec::with_capacity(sessions.len());
         let mut revoked: Vec<(Vec<u64>, Option<u64>)> = Vec::with_capacity(sessions.len());
-        let mut contended: Vec<Vec<String>> = Vec::with_capacity(sessions.len());
+        let mut contended: Vec<(Vec<String>, bool)> = Vec::with_capacity(sessions.len());
+        let mut budget = latchkey_core::ContendedBudget::default();
         for key in sessions {
             let (ttl_ms, taken, waited_for) = self.state.read(|t| {
                 let ttl_ms = t
@@ -756,7 +769,8 @@ impl Node {
                     .map_or((Vec::new(), None), |(tokens, through)| {
                         (tokens.to_vec(), through)
                     });
-                let waited_for = ttl_ms.map_or(Vec::new(), |_| t.contended(key.id));
+                let waited_for =
+                    ttl_ms.map_or((Vec::new(), false), |_| t.contended(key.id, &mut budget));
                 (ttl_ms, taken, waited_for)
             });
             revoked.push(taken);
@@ -812,18 +826,21 @@ impl Node {
             .zip(revoked)
             .zip(contended)
             .map(
-                |(((id, ttl_ms, d), (revoked_tokens, revoked_through)), contended)| SessionLease {
-                    id,
-                    alive: match d {
-                        Renew::Renewed => true,
-                        Renew::NeedsLog => renewed_through_log.contains(&id),
-                        Renew::Gone => false,
-                        Renew::NotResumed => unreachable!("answered above"),
-                    },
-                    ttl_ms,
-                    revoked_tokens,
-                    revoked_through,
-                    contended,
+                |(((id, ttl_ms, d), (revoked_tokens, revoked_through)), (contended, all))| {
+                    SessionLease {
+                        id,
+                        alive: match d {
+                            Renew::Renewed => true,
+                            Renew::NeedsLog => renewed_through_log.contains(&id),
+                            Renew::Gone => false,
+                            Renew::NotResumed => unreachable!("answered above"),
+                        },
+                        ttl_ms,
+                        revoked_tokens,
+                        revoked_through,
+                        contended,
+                        contended_truncated: !all,
+                    }
                 },
             )
             .collect())

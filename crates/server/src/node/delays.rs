@@ -1,0 +1,130 @@
+//! Timing lock-delays on the leader (issue #32 item 4). The table keeps no end time for a
+//! running delay: a wall clock that steps forward (or a successor whose clock is ahead) would
+//! end it early, which is the one promise a lock-delay makes to a resource that cannot check
+//! tokens. The leader times each delay on its monotonic clock from when it first sees it, and
+//! proposes `Op::EndDelays` naming it by the token of the grant whose loss started it. A new
+//! leader sees every running delay afresh and gives it its full length again, as it resumes
+//! leases: a failover lengthens a delay by up to the time the old leader had already counted,
+//! never shortens it. The lease task ticks every `limits::LEASE_TICK_MS`, so a delay ends up
+//! to that much late.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use latchkey_core::{limits, DelayEnd};
+use tokio::time::Instant;
+
+/// When this leader first saw each running delay, by the token that names it (a log index:
+/// one delay per token in a group).
+#[derive(Debug, Default)]
+pub(crate) struct DelayTimer {
+    first_seen: HashMap<u64, Instant>,
+}
+
+impl DelayTimer {
+    /// This member stopped leading (or leads a new term): every delay starts afresh when it
+    /// leads again.
+    pub(crate) fn stepped_down(&mut self) {
+        self.first_seen.clear();
+    }
+
+    /// The running delays (name, token, length in ms, as `LockTable::running_delays` gives
+    /// them) that have run their length since this leader first saw them, at `now`: at most
+    /// `limits::DELAYS_ENDED_PER_ENTRY_MAX`, the longest overdue first; the rest are due on a
+    /// later tick. Forgets delays that no longer run.
+    pub(crate) fn due<'a>(
+        &mut self,
+        running: impl Iterator<Item = (&'a str, u64, u64)>,
+        now: Instant,
+    ) -> Vec<DelayEnd> {
+        let mut live = HashSet::new();
+        let mut due: Vec<(Instant, DelayEnd)> = Vec::new();
+        for (name, token, delay_ms) in running {
+            live.insert(token);
+            let since = *self.first_seen.entry(token).or_insert(now);
+            let end = since + Duration::from_millis(delay_ms);
+            if end <= now {
+                let name = name.to_owned();
+                due.push((end, DelayEnd { name, token }));
+            }
+        }
+        self.first_seen.retain(|token, _| live.contains(token));
+        due.sort_by_key(|(end, _)| *end);
+        due.truncate(limits::DELAYS_ENDED_PER_ENTRY_MAX);
+        due.into_iter().map(|(_, end)| end).collect()
+    }
+
+    /// How many delays this leader times.
+    #[cfg(test)]
+    fn timed(&self) -> usize {
+        self.first_seen.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(due: &[DelayEnd]) -> Vec<(&str, u64)> {
+        due.iter().map(|d| (d.name.as_str(), d.token)).collect()
+    }
+
+    /// A delay runs its full length from when this leader first saw it, whatever time the
+    /// entry that started it carried.
+    #[test]
+    fn a_delay_is_due_its_length_after_the_leader_first_saw_it() {
+        let start = Instant::now();
+        let mut timer = DelayTimer::default();
+        let running = [("a", 7, 1_000), ("b", 9, 3_000)];
+        assert!(timer.due(running.into_iter(), start).is_empty());
+        let at = |ms| start + Duration::from_millis(ms);
+        assert!(timer.due(running.into_iter(), at(999)).is_empty());
+        assert_eq!(
+            names(&timer.due(running.into_iter(), at(1_000))),
+            [("a", 7)]
+        );
+        // "a" ended (no longer running): forgotten; "b" is due at 3 s, not before.
+        let running = [("b", 9, 3_000)];
+        assert!(timer.due(running.into_iter(), at(2_999)).is_empty());
+        assert_eq!(timer.timed(), 1);
+        assert_eq!(
+            names(&timer.due(running.into_iter(), at(3_000))),
+            [("b", 9)]
+        );
+    }
+
+    /// A leader that stepped down and leads again restarts every delay in full: a failover
+    /// never shortens one.
+    #[test]
+    fn a_new_term_restarts_every_delay_in_full() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut timer = DelayTimer::default();
+        let running = [("a", 7, 1_000)];
+        assert!(timer.due(running.into_iter(), start).is_empty());
+        timer.stepped_down();
+        assert!(timer.due(running.into_iter(), at(900)).is_empty());
+        assert!(timer.due(running.into_iter(), at(1_899)).is_empty());
+        assert_eq!(
+            names(&timer.due(running.into_iter(), at(1_900))),
+            [("a", 7)]
+        );
+    }
+
+    /// A later delay of the same name (another token) is timed on its own.
+    #[test]
+    fn a_new_delay_of_the_same_name_is_timed_afresh() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut timer = DelayTimer::default();
+        assert!(timer.due([("a", 7, 1_000)].into_iter(), start).is_empty());
+        assert!(timer
+            .due([("a", 12, 1_000)].into_iter(), at(1_500))
+            .is_empty());
+        assert_eq!(timer.timed(), 1);
+        assert_eq!(
+            names(&timer.due([("a", 12, 1_000)].into_iter(), at(2_500))),
+            [("a", 12)]
+        );
+    }
+}
