@@ -881,3 +881,273 @@ fn members_redial_with_the_reloaded_ca() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `curl ARGS` with `-X METHOD`, a JSON body and headers: the body, then the status code.
+fn curl_post(tls: &[&str], url: &str, headers: &[&str], body: &str) -> String {
+    let mut args: Vec<&str> = tls.to_vec();
+    args.extend([
+        "-X",
+        "POST",
+        "-H",
+        "content-type: application/json",
+        "-d",
+        body,
+    ]);
+    for h in headers {
+        args.extend(["-H", h]);
+    }
+    args.push(url);
+    curl(&args).1
+}
+
+/// Issue #33 item 2 over TLS: a follower forwards an HTTP request to its leader over TLS,
+/// presenting its member certificate only to open the connection; the caller is its own
+/// bearer token at the leader. The attack matrix: the members' certificates name identities
+/// with `admin` (as a member's might), and none of them may be taken for a caller: a token
+/// without `admin` is refused the admin call through every follower; a malformed or unknown
+/// bearer header is refused, never passed over for the certificate; a caller known only by its
+/// certificate is not forwarded (it is answered `not-leader`, as before), so the follower's
+/// certificate never stands in for it.
+#[test]
+fn a_follower_forwards_over_tls_and_its_certificate_is_never_the_caller() {
+    const APP: &str = "app-token-0123456789";
+    // An admin token the leader no longer knows but the followers still do (revoked, and the
+    // leader reloaded its list first).
+    const STALE: &str = "stale-admin-token-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("cluster CA");
+    let ca_pem = ca.write(&dir.path().join("ca.pem"));
+    let acl_of = |id: usize| dir.path().join(format!("acl-{id}.toml"));
+    let sha = |t: &str| {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(t.as_bytes());
+        d.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let acl_text = |stale: bool| {
+        let stale = match stale {
+            true => format!(
+                "[identities.stale]\ntoken_sha256 = \"{}\"\nroles = [\"root\"]\n",
+                sha(STALE)
+            ),
+            false => String::new(),
+        };
+        format!(
+            r#"
+[roles.app]
+lock = ["app/"]
+read = ["app/"]
+
+[roles.root]
+admin = [""]
+lock = [""]
+read = [""]
+
+[identities.app]
+token_sha256 = "{}"
+roles = ["app"]
+
+[identities.worker]
+roles = ["app"]
+
+[identities."member-1"]
+roles = ["root"]
+
+[identities."member-2"]
+roles = ["root"]
+
+[identities."member-3"]
+roles = ["root"]
+
+{stale}"#,
+            sha(APP)
+        )
+    };
+    for id in 1..=3 {
+        std::fs::write(acl_of(id), acl_text(true)).unwrap();
+    }
+    let ports = [free_port(), free_port(), free_port()];
+    let http_ports = [free_port(), free_port(), free_port()];
+    let peers = (1..=3)
+        .zip(&ports)
+        .map(|(id, port)| format!("{id}=127.0.0.1:{port}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let members: Vec<Server> = (1..=3u64)
+        .map(|id| {
+            let i = (id - 1) as usize;
+            let (cert, key) = ca.issue(dir.path(), &format!("member-{id}"));
+            let mut flags = tls_flags(&cert, &key, Some(&ca_pem));
+            flags.extend([
+                "--peers".to_owned(),
+                peers.clone(),
+                "--acl".to_owned(),
+                acl_of(id as usize).display().to_string(),
+                "--http-listen".to_owned(),
+                format!("127.0.0.1:{}", http_ports[i]),
+            ]);
+            Server::start(dir.path(), id, ports[i], &flags)
+        })
+        .collect();
+    let (client_cert, client_key) = ca.issue(dir.path(), "client");
+    let (worker_cert, worker_key) = ca.issue(dir.path(), "worker");
+    let files = paths(&[
+        &ca_pem,
+        &client_cert,
+        &client_key,
+        &worker_cert,
+        &worker_key,
+    ]);
+    let as_client = [
+        "--cacert", &files[0], "--cert", &files[1], "--key", &files[2],
+    ];
+    let as_worker = [
+        "--cacert", &files[0], "--cert", &files[3], "--key", &files[4],
+    ];
+    let url = |i: usize, path: &str| format!("https://127.0.0.1:{}{path}", http_ports[i]);
+    let bearer = format!("authorization: Bearer {APP}");
+    // The leader, by its own answer; then wait until every follower forwards (it needs its
+    // leader's HTTP address, which the leader's appends carry).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let leader = loop {
+        let found = (0..3).find(|&i| {
+            let (ok, out) = curl(
+                &[
+                    &as_client[..],
+                    &["-H", &bearer, &url(i, "/v1/cluster/status")],
+                ]
+                .concat(),
+            );
+            ok && out.contains(r#""role":"leader""#) && out.ends_with("\n200")
+        });
+        if let Some(i) = found {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no leader over HTTPS");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    // The leader forgets the stale admin token; the followers keep it.
+    std::fs::write(acl_of(leader + 1), acl_text(false)).unwrap();
+    loop {
+        if members[leader]
+            .log()
+            .contains("reloaded the access-control list")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the leader never reloaded its list"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for &f in &followers {
+        loop {
+            let out = curl_post(
+                &as_client,
+                &url(f, "/v1/sessions"),
+                &[&bearer],
+                r#"{"ttl_ms":15000}"#,
+            );
+            if out.ends_with("\n200") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "follower {} never forwarded over TLS: {out}\n{}",
+                f + 1,
+                members[f].log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    for &f in &followers {
+        let post = |headers: &[&str], path: &str, body: &str| {
+            curl_post(&as_client, &url(f, path), headers, body)
+        };
+        // Forwarded over TLS: the app's session and grant are made at the leader.
+        let created = post(&[&bearer], "/v1/sessions", r#"{"ttl_ms":15000}"#);
+        assert!(
+            created.ends_with("\n200"),
+            "via member {}: {created}",
+            f + 1
+        );
+        let body: serde_json::Value =
+            serde_json::from_str(created.rsplit_once('\n').unwrap().0).unwrap();
+        let session = body["session"].to_string();
+        let acquire =
+            format!(r#"{{"session":{session},"seq":1,"name":"app/x{f}","wait_timeout_ms":0}}"#);
+        let granted = post(&[&bearer], "/v1/locks/acquire", &acquire);
+        assert!(granted.ends_with("\n200"), "{granted}");
+        assert!(granted.contains(r#""token""#), "{granted}");
+        // The attack: the follower's own certificate (member-N, admin) must not lend the app
+        // its rights. Through the follower, the app's token is refused the admin call.
+        let release = format!(r#"{{"name":"app/x{f}","reason":"attack"}}"#);
+        let escalated = post(&[&bearer], "/v1/admin/release", &release);
+        assert!(
+            escalated.ends_with("\n403"),
+            "admin through a follower's certificate: {escalated}"
+        );
+        // A bearer header that is malformed or unknown is refused, never passed over for a
+        // certificate (the caller's or, forwarded, the follower's).
+        for bad in [
+            "authorization: Basic bWVtYmVyOng=",
+            "authorization: Bearer unknown-token-0000",
+        ] {
+            let out = post(&[bad], "/v1/admin/release", &release);
+            assert!(out.ends_with("\n401"), "{bad}: {out}");
+        }
+        // A token the follower accepts (admin there) but the leader does not know: refused at
+        // the leader, which never falls back to the certificate it sees (the follower's, an
+        // admin's).
+        let stale = format!("authorization: Bearer {STALE}");
+        let out = post(&[&stale], "/v1/admin/release", &release);
+        assert!(
+            out.ends_with("\n401") && out.contains("not in the access-control list"),
+            "a token the leader does not know, through member {}: {out}",
+            f + 1
+        );
+        // A caller known only by its certificate is not forwarded: answered `not-leader`,
+        // its certificate's identity never swapped for the follower's.
+        let worker = curl_post(
+            &as_worker,
+            &url(f, "/v1/sessions"),
+            &[],
+            r#"{"ttl_ms":15000}"#,
+        );
+        assert!(
+            worker.ends_with("\n503") && worker.contains(r#""code":"not-leader""#),
+            "{worker}"
+        );
+        // The forwarded mark gives nobody an identity at the leader either.
+        let marked = curl_post(
+            &as_client,
+            &url(leader, "/v1/admin/release"),
+            &["latchkey-forwarded-by: 2"],
+            &release,
+        );
+        assert!(marked.ends_with("\n401"), "{marked}");
+    }
+    // Those refusals were the leader's, of requests the followers forwarded.
+    let log = members[leader].log();
+    assert!(log.contains("refused a client (unknown-token)"), "{log}");
+    // The grants stand: nobody released them.
+    for &f in &followers {
+        let out = curl(
+            &[
+                &as_client[..],
+                &[
+                    "-H",
+                    &bearer,
+                    &url(leader, &format!("/v1/lock?name=app/x{f}")),
+                ],
+            ]
+            .concat(),
+        )
+        .1;
+        assert!(
+            out.contains(r#""holder":{"#) && out.ends_with("\n200"),
+            "app/x{f}: {out}"
+        );
+    }
+}

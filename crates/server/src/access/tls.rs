@@ -370,6 +370,19 @@ impl ServerTls {
     /// The client TLS of one connection of a member dialing another, made when it connects: the
     /// CA in use now, and this member's pair being served now as its identity.
     fn dial_config(&self) -> Result<rustls::ClientConfig, String> {
+        self.dial_config_for(b"h2")
+    }
+
+    /// The client TLS of a follower forwarding an HTTP request to its leader's HTTP port
+    /// (`api/http/forward.rs`): as [`ServerTls::dial_config`], over HTTP/1.1. The member's
+    /// certificate only opens the connection (the leader's listener requires one with
+    /// `--tls-ca`); the caller is known to the leader by its own bearer token, which wins over
+    /// any certificate, so this member's certificate is never taken for the caller.
+    pub fn http_dial_config(&self) -> Result<rustls::ClientConfig, String> {
+        self.dial_config_for(b"http/1.1")
+    }
+
+    fn dial_config_for(&self, alpn: &[u8]) -> Result<rustls::ClientConfig, String> {
         let ca = self.ca_pem.read().expect("CA lock poisoned").clone();
         let ca = ca.ok_or("members dial each other over TLS only with --tls-ca")?;
         let mut roots = rustls::RootCertStore::empty();
@@ -389,7 +402,7 @@ impl ServerTls {
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)
             .map_err(|e| format!("this member's certificate: {e}"))?;
-        config.alpn_protocols = vec![b"h2".to_vec()];
+        config.alpn_protocols = vec![alpn.to_vec()];
         Ok(config)
     }
 }

@@ -17,8 +17,15 @@
 //! unchanged and never a name of its own, so a follower (or anyone) cannot make the leader
 //! believe in an identity it holds no token for. A caller known only by its client certificate
 //! cannot be carried (the leader would see the follower's connection), so with access control
-//! on such a request is not forwarded; nor is any over TLS, which forwarding does not speak
-//! yet. The caller then gets `not-leader` and asks the leader itself.
+//! on such a request is not forwarded: the caller gets `not-leader` and asks the leader itself.
+//!
+//! Over TLS (with `--tls-ca`) the follower dials the leader's HTTP port as members dial each
+//! other: the leader verified against the CA, this member's certificate presented because the
+//! leader's listener requires one. That certificate is never the caller: under access control
+//! only a request with an `Authorization` header is forwarded, and a bearer header wins over
+//! any certificate (a bad or unknown token is refused, never passed over for the
+//! certificate: `AclPolicy::authenticate`). Without `--tls-ca` a member has no CA to verify
+//! the leader with, and does not forward.
 //!
 //! Cross-site: this runs after `cross_site::guard`, on this member's own origin rules. The
 //! forwarded request carries no `Origin`, `Referer` or cookie: a browser's request was judged
@@ -73,7 +80,18 @@ pub(super) async fn forward(State(groups): State<Api>, request: Request, next: N
     };
     let node = groups.first();
     let carried = parts.headers.contains_key(header::AUTHORIZATION) || node.config.acl.is_none();
-    if !carried || node.config.tls.is_some() {
+    let tls = match &node.config.tls {
+        None => None,
+        Some(tls) if tls.requires_client_certs() => match tls.http_dial_config() {
+            Ok(config) => Some(config),
+            Err(e) => {
+                tracing::debug!("forwarding an HTTP request: no TLS to dial with: {e}");
+                return here();
+            }
+        },
+        Some(_) => return here(),
+    };
+    if !carried {
         return here();
     }
     let Some(addr) = groups
@@ -104,19 +122,34 @@ pub(super) async fn forward(State(groups): State<Api>, request: Request, next: N
             }
             Err(_) => return here(),
         };
-    let sent = tokio::time::timeout_at(
-        deadline,
-        send(
-            stream,
-            &addr,
-            &parts.method,
-            target,
-            &parts.headers,
-            &body,
-            node.id,
-        ),
-    )
-    .await;
+    let request = Forwarded {
+        addr: &addr,
+        method: &parts.method,
+        target,
+        headers: &parts.headers,
+        body: &body,
+        me: node.id,
+    };
+    let sent = match tls {
+        None => tokio::time::timeout_at(deadline, send(stream, &request)).await,
+        Some(config) => {
+            let Some(name) = server_name(&addr) else {
+                return here();
+            };
+            let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+            // A handshake refused: nothing reached the leader.
+            let stream =
+                match tokio::time::timeout_at(deadline, connector.connect(name, stream)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => {
+                        tracing::debug!(leader, %addr, "forwarding an HTTP request: TLS: {e}");
+                        return here();
+                    }
+                    Err(_) => return here(),
+                };
+            tokio::time::timeout_at(deadline, send(stream, &request)).await
+        }
+    };
     let failed = match sent {
         Ok(Ok(relayed)) => return relayed,
         Ok(Err(e)) => e.to_string(),
@@ -173,17 +206,40 @@ fn not_leader(body: &[u8]) -> Option<(u32, u64)> {
     Some((u32::try_from(group).ok()?, body["leader_id"].as_u64()?))
 }
 
-/// One HTTP/1.1 request to `addr` on `stream` (a connection of its own, closed after the
-/// answer); the answer's status, type and body.
-async fn send(
-    mut stream: tokio::net::TcpStream,
-    addr: &str,
-    method: &Method,
-    target: &str,
-    headers: &HeaderMap,
-    body: &Bytes,
+/// The host of `addr` (`HOST:PORT`, `[V6]:PORT`) as the leader's certificate must name it.
+fn server_name(addr: &str) -> Option<rustls_pki_types::ServerName<'static>> {
+    let (host, _) = addr.rsplit_once(':')?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    rustls_pki_types::ServerName::try_from(host).ok()
+}
+
+/// A request to forward: to the leader's HTTP address, from this member (`me`).
+struct Forwarded<'a> {
+    addr: &'a str,
+    method: &'a Method,
+    target: &'a str,
+    headers: &'a HeaderMap,
+    body: &'a Bytes,
     me: u64,
-) -> std::io::Result<Response> {
+}
+
+/// One HTTP/1.1 request on `stream` (a connection of its own, plain or TLS, closed after the
+/// answer); the answer's status, type and body.
+async fn send<S>(mut stream: S, request: &Forwarded<'_>) -> std::io::Result<Response>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let Forwarded {
+        addr,
+        method,
+        target,
+        headers,
+        body,
+        me,
+    } = *request;
     let mut head = format!(
         "{method} {target} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\
          content-length: {}\r\n{FORWARDED_HEADER}: {me}\r\n",
@@ -201,6 +257,8 @@ async fn send(
     head.extend_from_slice(b"\r\n");
     stream.write_all(&head).await?;
     stream.write_all(body).await?;
+    // A TLS stream may hold the last record until flushed.
+    stream.flush().await?;
     let mut answer = Vec::new();
     (&mut stream)
         .take(limits::HTTP_FORWARD_RESPONSE_BYTES_MAX as u64 + 1)
