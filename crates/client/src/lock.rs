@@ -589,6 +589,8 @@ impl Drop for LockGuard {
             .lock()
             .expect("guarded lock poisoned")
             .remove(&self.name);
+        // What the keepalives said of this grant's waiters is not a later grant's.
+        self.shared.forget_contended(&self.name);
         if self.released {
             return;
         }

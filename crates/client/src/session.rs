@@ -253,14 +253,18 @@ impl SessionShared {
         self.contended.subscribe()
     }
 
+    /// A guard of `name` ended: its waiters were this grant's, not a later one's.
+    pub(crate) fn forget_contended(&self, name: &str) {
+        self.contended.send_if_modified(|names| names.remove(name));
+    }
+
     /// A keepalive's list of held names that someone waits for: all of them, or, `truncated`,
-    /// some of them (what was known of the others is kept until an answer lists all).
+    /// the first of them in name order. A cut list says nothing of the names after its last
+    /// one (the server looks at held names in name order): what was known of those is kept
+    /// until an answer lists all; names up to it that it does not list are not contended.
     fn contended_now(&self, names: Vec<String>, truncated: bool) {
-        let mut new: std::collections::BTreeSet<String> = names.into_iter().collect();
         self.contended.send_if_modified(|old| {
-            if truncated {
-                new.extend(old.iter().cloned());
-            }
+            let new = merge_contended(old, names, truncated);
             if *old == new {
                 return false;
             }
@@ -941,9 +945,45 @@ async fn renew_until_lost(shared: Arc<SessionShared>, mut lease: ClientLease, en
     );
 }
 
+/// The contended names after a keepalive's list (see `SessionShared::contended_now`).
+fn merge_contended(
+    old: &std::collections::BTreeSet<String>,
+    listed: Vec<String>,
+    truncated: bool,
+) -> std::collections::BTreeSet<String> {
+    let mut new: std::collections::BTreeSet<String> = listed.into_iter().collect();
+    if truncated {
+        let cut = new.last().cloned();
+        let after: Vec<String> = old
+            .iter()
+            .filter(|n| cut.as_ref().is_none_or(|c| *n > c))
+            .cloned()
+            .collect();
+        new.extend(after);
+    }
+    new
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cut list replaces what was known up to its last name and keeps the rest (the
+    /// attacker review of issue #32: keeping every old name left a released-and-retaken lock
+    /// "contended" for as long as the lists were cut).
+    #[test]
+    fn a_cut_contended_list_keeps_only_what_it_says_nothing_of() {
+        let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        let old = set(&["a", "c", "m", "z"]);
+        let listed = vec!["b".to_string(), "m".to_string()];
+        assert_eq!(
+            merge_contended(&old, listed.clone(), true),
+            set(&["b", "m", "z"])
+        );
+        assert_eq!(merge_contended(&old, listed, false), set(&["b", "m"]));
+        assert_eq!(merge_contended(&old, Vec::new(), true), old);
+        assert_eq!(merge_contended(&old, Vec::new(), false), set(&[]));
+    }
 
     const MS: Duration = Duration::from_millis(1);
 

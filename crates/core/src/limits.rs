@@ -175,6 +175,10 @@ const _: () = assert!(ACQUIRE_POLL_MS_MAX < WAIT_TIMEOUT_MS_MAX);
 /// Waits ended by one `ExpireWaits` entry; the leader proposes another for the rest. Keeps an
 /// entry's apply time and its answer small when many waits end at once.
 pub const WAITS_EXPIRED_PER_ENTRY_MAX: usize = 4_096;
+/// `ExpireWaits` entries the lease task proposes in one pass before its other duties
+/// (expiring sessions, ending lock-delays): waits that come due as fast as entries commit
+/// cannot starve those; more are due on the next pass, a lease tick later at most.
+pub const WAIT_EXPIRY_ROUNDS_PER_PASS: usize = 8;
 /// The longest lock-delay an acquire may ask for (issue #32 item 4): 5 minutes. A delay keeps
 /// a name from every waiter after its holder died, so it is a window for a resource that
 /// cannot check tokens to finish what a dead holder started, not a way to park a name; Consul
@@ -192,6 +196,12 @@ pub const DELAYS_ENDED_PER_ENTRY_MAX: usize = 4_096;
 /// them on its monotonic clock) looks at no more than this. Each identity is bounded lower
 /// by its quota (`IDENTITY_DELAYS_DEFAULT`).
 pub const DELAYS_MAX: usize = 16_384;
+/// Lock-delays one identity may have in a group whatever its quota (`max_delays`, checked
+/// before proposing, so calls in flight can pass it together): a quarter of `DELAYS_MAX`,
+/// enforced by the table itself (`TooManyDelays`), so that no identity alone, however many
+/// calls it sends at once, takes the group's every delay.
+pub const DELAYS_PER_IDENTITY_MAX: usize = DELAYS_MAX / 4;
+const _: () = assert!(IDENTITY_DELAYS_DEFAULT <= DELAYS_PER_IDENTITY_MAX);
 const _: () = assert!(DELAYS_ENDED_PER_ENTRY_MAX <= DELAYS_MAX);
 /// Held names with waiters one keepalive answer lists for a session (conflict events, issue
 /// #32 item 5), in name order: a holder learns someone waits for each of its first 64 locks;

@@ -41,11 +41,14 @@
 //! Lock-delay (issue #32 item 4; `docs/primitives.md`): a mutex acquire may ask for a delay
 //! (`Op::AcquireDelayed`), remembered in `Delays` with its grant or its wait. When such a grant
 //! is lost (expiry, revoke, force-release: `Ends::Lost`; a release or close is `Ends::Clean`)
-//! the name leaves `locks` for `Delays::running`, with no holder and its queue kept, until
-//! `now_ms + delay` of that entry; `Op::EndDelays`, which the leader proposes when that time
-//! passes on its clock, hands it to the first live waiter (a queued campaign publishes its
-//! value then). A name is in one of `locks`, `multi` and `running` (`check_delays`: no grant
-//! while a delay runs). A campaign asks for no delay, but may wait for a name that has one. A
+//! the name leaves `locks` for `Delays::running`, with no holder and its queue kept, until an
+//! `Op::EndDelays` names it (by the lost grant's token; the leader proposes it once the delay
+//! has run on its monotonic clock, `crates/server/src/node/delays.rs`: the table keeps no end
+//! time) or an operator force-releases it; then the first live waiter gets it (a queued
+//! campaign publishes its value then). A running delay keeps its holder's identity and counts
+//! against it (`Delays::per_identity`, bounded by `limits::DELAYS_PER_IDENTITY_MAX`); a group
+//! keeps at most `limits::DELAYS_MAX`. A name is in one of `locks`, `multi` and `running`
+//! (`check_delays`: no grant while a delay runs). A campaign asks for no delay, but may wait for a name that has one. A
 //! table with delay state, or a session that remembers a lock-delay rejection, is written in
 //! snapshot format 10; any other as before.
 //!
@@ -250,9 +253,35 @@ struct Delays {
     /// delay: granted to nobody until an `EndDelays` entry names them (or an operator's
     /// force-release), their waiters kept in order.
     running: BTreeMap<Name, Delayed>,
+    /// How many of the delays above count against each identity (asked for by its sessions'
+    /// waits, held with their grants, running after their loss): what its quota and
+    /// `limits::DELAYS_PER_IDENTITY_MAX` are checked against. Not written; rebuilt on decode.
+    #[serde(skip)]
+    per_identity: BTreeMap<String, usize>,
 }
 
 impl Delays {
+    /// One more delay counts against `identity` (none: no access control).
+    fn charge(&mut self, identity: Option<&str>) {
+        if let Some(id) = identity {
+            *self.per_identity.entry(id.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// One delay of `identity` ended (or left for no grant).
+    fn discharge(&mut self, identity: Option<&str>) {
+        if let Some(id) = identity {
+            let n = self
+                .per_identity
+                .get_mut(id)
+                .expect("a delay's identity is counted");
+            *n -= 1;
+            if *n == 0 {
+                self.per_identity.remove(id);
+            }
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.held.is_empty() && self.asked.is_empty() && self.running.is_empty()
     }
@@ -452,6 +481,7 @@ impl From<DecodedTable> for LockTable {
             delays,
             ..LockTable::default()
         };
+        table.delays.per_identity = table.count_delays_per_identity();
         table.bytes = table.count_bytes();
         table
     }
@@ -1791,6 +1821,18 @@ impl LockTable {
                     max: limits::DELAYS_MAX,
                 });
             }
+            // Whatever the identity's quota (checked before proposing, so calls in flight can
+            // pass it together), one identity keeps at most this share of the group's.
+            let mine = self
+                .identity_of(sid)
+                .and_then(|id| self.delays.per_identity.get(id))
+                .copied()
+                .unwrap_or(0);
+            if mine >= limits::DELAYS_PER_IDENTITY_MAX {
+                return Err(Rejection::TooManyDelays {
+                    max: limits::DELAYS_PER_IDENTITY_MAX,
+                });
+            }
             let charge = delay_bytes(name, self.identity_of(sid));
             self.room_for(charge + lock_bytes(name).max(waiter_bytes(name)))?;
         }
@@ -1817,6 +1859,31 @@ impl LockTable {
             _ => return,
         }
         self.bytes += delay_bytes(name, self.identity_of(sid));
+        let identity = self.identity_of(sid).map(str::to_owned);
+        self.delays.charge(identity.as_deref());
+    }
+
+    /// How many delays count against each identity, counted afresh (`Delays::per_identity`).
+    fn count_delays_per_identity(&self) -> BTreeMap<String, usize> {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        let held = self.delays.held.keys().filter_map(|n| {
+            let holder = self.locks.get(n)?.holder.session;
+            self.identity_of(holder)
+        });
+        let asked = self
+            .delays
+            .asked
+            .keys()
+            .filter_map(|(sid, _)| self.identity_of(*sid));
+        let running = self
+            .delays
+            .running
+            .values()
+            .filter_map(|d| d.identity.as_deref());
+        for id in held.chain(asked).chain(running) {
+            *counts.entry(id.to_owned()).or_default() += 1;
+        }
+        counts
     }
 
     /// The identity live session `sid` belongs to, under access control.
@@ -1828,6 +1895,8 @@ impl LockTable {
     fn forget_ask(&mut self, sid: SessionId, seq: u64, name: &str) {
         if self.delays.asked.remove(&(sid, seq)).is_some() {
             self.bytes -= delay_bytes(name, self.identity_of(sid));
+            let identity = self.identity_of(sid).map(str::to_owned);
+            self.delays.discharge(identity.as_deref());
         }
     }
 
@@ -1937,6 +2006,7 @@ impl LockTable {
             let name: &str = &key;
             let d = self.delays.running.remove(name).expect("a running delay");
             self.bytes -= delay_bytes(name, d.identity.as_deref());
+            self.delays.discharge(d.identity.as_deref());
             assert!(index > d.token, "token did not increase for {name}");
             let mut waiters = d.waiters;
             let next = loop {
@@ -2004,9 +2074,10 @@ impl LockTable {
 
     /// The names live session `id` holds that someone waits for (conflict events, issue #32
     /// item 5), in name order, at most `limits::CONTENDED_PER_LEASE_MAX`, and whether that is
-    /// all of them: false when the session holds more, or `budget` (shared by the sessions of
-    /// one keepalive answer) ran out of names to look at or to list before its held names were
-    /// all looked at. A holder whose waiters all cannot fit beside it (readers behind its
+    /// all of them: false when another contended name was found past the listed ones, or
+    /// `budget` (shared by the sessions of one keepalive answer) ran out of names to look at or
+    /// to list before its held names were all looked at. Held names are looked at in name
+    /// order, so what a cut list leaves out comes after its last name. A holder whose waiters all cannot fit beside it (readers behind its
     /// writer, permits of a full semaphore) is contended; so is every holder of a name with
     /// several.
     pub fn contended(&self, id: SessionId, budget: &mut ContendedBudget) -> (Vec<String>, bool) {
@@ -2015,10 +2086,7 @@ impl LockTable {
         };
         let mut names = Vec::new();
         for name in &s.held {
-            if budget.checks == 0
-                || budget.names == 0
-                || names.len() == limits::CONTENDED_PER_LEASE_MAX
-            {
+            if budget.checks == 0 {
                 return (names, false);
             }
             budget.checks -= 1;
@@ -2027,6 +2095,10 @@ impl LockTable {
                 None => self.locks.get(&**name).is_some_and(|l| l.waiters.len() > 0),
             };
             if waited_for {
+                // Cut only when there is one more to list than may be.
+                if names.len() == limits::CONTENDED_PER_LEASE_MAX || budget.names == 0 {
+                    return (names, false);
+                }
                 budget.names -= 1;
                 names.push(name.to_string());
             }
@@ -2389,6 +2461,8 @@ impl LockTable {
         self.forget_hold(name, old.session, old.token, fx);
         if self.delays.held.remove(name).is_some() {
             self.bytes -= delay_bytes(name, self.identity_of(old.session));
+            let identity = self.identity_of(old.session).map(str::to_owned);
+            self.delays.discharge(identity.as_deref());
         }
         // The first waiter whose wait has not ended gets the lock; the ones before it leave the
         // queue not granted, as an `ExpireWaits` would have made them.
@@ -2741,35 +2815,19 @@ impl LockTable {
         self.sessions.get(&id).and_then(|s| s.owner.as_deref())
     }
 
-    /// How many live sessions `owner` has, and how many Acquire requests they have queued: what
-    /// its quotas are checked against. A scan of the sessions (at most `SESSIONS_MAX`), done
-    /// only for calls that would add a session or a wait.
+    /// How many live sessions `owner` has, how many Acquire requests they have queued, and how
+    /// many lock-delays count against it: what its quotas are checked against. A scan of the
+    /// sessions (at most `SESSIONS_MAX`), done only for calls that would add a session or a
+    /// wait; the delays are counted as they change (`Delays::per_identity`).
     pub fn identity_usage(&self, identity: &str) -> IdentityUsage {
         let mut usage = IdentityUsage::default();
-        for (id, s) in &self.sessions {
+        for s in self.sessions.values() {
             if s.identity.as_deref() == Some(identity) {
                 usage.sessions += 1;
                 usage.waiting += s.waiting.len();
-                usage.delays += self.delays.asked.range((*id, 0)..=(*id, u64::MAX)).count();
             }
         }
-        // Held delays by their holders' identity, and running ones by the identity they kept
-        // (at most `DELAYS_MAX` in all).
-        usage.delays += self
-            .delays
-            .held
-            .keys()
-            .filter(|n| {
-                let holder = self.locks.get(&***n).map(|l| l.holder.session);
-                holder.and_then(|s| self.identity_of(s)) == Some(identity)
-            })
-            .count();
-        usage.delays += self
-            .delays
-            .running
-            .values()
-            .filter(|d| d.identity.as_deref() == Some(identity))
-            .count();
+        usage.delays = self.delays.per_identity.get(identity).copied().unwrap_or(0);
         usage
     }
 
@@ -3118,6 +3176,9 @@ impl LockTable {
         }
         if d.count() > limits::DELAYS_MAX {
             return Err(format!("{} delays, over {}", d.count(), limits::DELAYS_MAX));
+        }
+        if d.per_identity != self.count_delays_per_identity() {
+            return Err("the delays counted per identity disagree with the delays".into());
         }
         let in_range = |ms: u64| (1..=limits::LOCK_DELAY_MS_MAX).contains(&ms);
         for (name, ms) in &d.held {

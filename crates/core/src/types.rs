@@ -145,9 +145,10 @@ pub enum Op {
     },
     /// [`Op::Acquire`] of a mutex with a lock-delay (issue #32 item 4): when the grant this
     /// acquire gets ends by its session's expiry or revoke, or by an operator's force-release
-    /// (not by a release or a close), the name is not granted again until `lock_delay_ms`
-    /// (at most `limits::LOCK_DELAY_MS_MAX`) after that entry's `now_ms`; [`Op::EndDelays`]
-    /// then hands it to its head waiter. A variant of its own, added after the elections'
+    /// (not by a release or a close), the name is not granted again until an
+    /// [`Op::EndDelays`] names the delay, which the leader proposes once `lock_delay_ms` (at
+    /// most `limits::LOCK_DELAY_MS_MAX`) has passed on its monotonic clock since it saw the
+    /// delay start; that hands it to its head waiter. A variant of its own, added after the elections'
     /// ones, so that every entry written before it decodes to the same command. Leaders propose
     /// it only for a delay above zero. A campaign takes no lock-delay (the server refuses one).
     AcquireDelayed {
@@ -671,8 +672,10 @@ pub struct LockState {
     pub queue: Vec<WaiterState>,
     /// The lock-delay the holder's grant asked for (ms), if any (issue #32 item 4).
     pub lock_delay_ms: Option<u64>,
-    /// While a lock-delay runs (no holder): the name is granted again no earlier than this
-    /// (leader wall-clock Unix ms).
+    /// While a lock-delay runs (no holder): the wall-clock time (Unix ms) of the entry that
+    /// started it plus its length, an estimate of its end for display: the leader times it on
+    /// its monotonic clock, so it ends later after a failover, and the starting leader's clock
+    /// may differ from the reader's. Never acted on.
     pub delay_until_ms: Option<u64>,
 }
 

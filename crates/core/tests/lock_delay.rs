@@ -339,19 +339,44 @@ fn a_running_delay_counts_for_its_identity_and_the_group_keeps_at_most_delays_ma
     assert_eq!(t.table.identity_usage("tenant").delays, 0);
 
     // The group's bound: one session's 1,024 names at most, so several sessions fill it.
+    // The first sessions belong to one identity, "greedy": whatever its quota (checked by the
+    // server before proposing, so calls in flight may pass it together), the table keeps at
+    // most `DELAYS_PER_IDENTITY_MAX` of its delays. The others have no identity.
     let mut t = T::new(0);
-    let sessions = limits::DELAYS_MAX.div_ceil(limits::LOCKS_PER_SESSION_MAX) as u64;
+    let per_session = limits::LOCKS_PER_SESSION_MAX;
+    let sessions = limits::DELAYS_MAX.div_ceil(per_session) as u64;
+    let greedy = (limits::DELAYS_PER_IDENTITY_MAX / per_session) as u64;
     for i in 1..=sessions + 1 {
-        t.apply(Op::CreateSession {
+        t.apply(Op::OpenSession {
             ttl_ms: 15_000,
             secret: i,
+            identity: (i <= greedy).then(|| "greedy".into()),
+            owner: None,
         });
     }
     // Filled without the invariant check after each entry (a scan of the table each),
     // checked once full.
     let mut n = 0;
     for i in 1..=sessions {
-        for _ in 0..limits::LOCKS_PER_SESSION_MAX {
+        if i == greedy + 1 {
+            // Every greedy session's names are delayed: its next is refused by the table,
+            // though the group has room.
+            t.seq += 1;
+            let over = t.apply(Op::AcquireDelayed {
+                session: key(1),
+                seq: t.seq,
+                name: "greedy-more".into(),
+                wait_ms: 0,
+                lock_delay_ms: 1_000,
+            });
+            assert_eq!(
+                over.outcome,
+                Outcome::Rejected(Rejection::TooManyDelays {
+                    max: limits::DELAYS_PER_IDENTITY_MAX
+                })
+            );
+        }
+        for _ in 0..per_session {
             if n == limits::DELAYS_MAX {
                 break;
             }
@@ -375,6 +400,16 @@ fn a_running_delay_counts_for_its_identity_and_the_group_keeps_at_most_delays_ma
     t.table
         .check_invariants()
         .expect("invariants hold when full");
+    assert_eq!(
+        t.table.identity_usage("greedy").delays,
+        limits::DELAYS_PER_IDENTITY_MAX
+    );
+    let copy = decode_table(&encode_table(&t.table)).expect("decodes");
+    assert_eq!(
+        copy.identity_usage("greedy").delays,
+        limits::DELAYS_PER_IDENTITY_MAX,
+        "counted again on decode"
+    );
     let (over, _) = t.take(sessions + 1, "one-more", 0, 1_000);
     assert_eq!(
         over.outcome,
@@ -565,4 +600,46 @@ fn a_campaign_waits_out_a_lock_delay_and_then_leads_with_its_value() {
     let bytes = encode_table(&t.table);
     assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION_V9);
     assert_eq!(decode_table(&bytes).expect("decodes"), t.table);
+}
+
+/// Conflict events (issue #32 item 5): a session's contended names, in name order, at most
+/// `CONTENDED_PER_LEASE_MAX`; the list is cut only when one more contended name exists past
+/// them (a session with exactly that many and other names held is answered in full), or when
+/// the answer's budget runs out.
+#[test]
+fn a_contended_list_is_cut_only_when_more_remain() {
+    let max = limits::CONTENDED_PER_LEASE_MAX;
+    let mut t = T::new(2);
+    for i in 0..max {
+        t.take(1, &format!("c{i:03}"), 0, 0);
+        t.take(2, &format!("c{i:03}"), WAIT_TIMEOUT_MS_MAX, 0);
+    }
+    for i in 0..5 {
+        t.take(1, &format!("free{i}"), 0, 0);
+    }
+    let mut budget = ContendedBudget::default();
+    let (names, all) = t.table.contended(SessionId(1), &mut budget);
+    assert_eq!((names.len(), all), (max, true));
+    assert_eq!(names[0], "c000");
+    // One more contended name (after the others in name order): cut.
+    t.take(1, "d", 0, 0);
+    t.take(2, "d", WAIT_TIMEOUT_MS_MAX, 0);
+    let (names, all) = t
+        .table
+        .contended(SessionId(1), &mut ContendedBudget::default());
+    assert_eq!((names.len(), all), (max, false));
+    assert!(!names.contains(&"d".to_string()));
+    // A budget that runs out cuts too, and is shared by the sessions of one answer.
+    let mut small = ContendedBudget {
+        checks: 10,
+        names: 4_096,
+    };
+    let (names, all) = t.table.contended(SessionId(1), &mut small);
+    assert_eq!((names.len(), all), (10, false));
+    assert_eq!(small.checks, 0);
+    let (names, all) = t.table.contended(SessionId(1), &mut small);
+    assert_eq!((names.len(), all), (0, false));
+    // A session that holds nothing has all of its (no) contended names listed.
+    let (names, all) = t.table.contended(SessionId(2), &mut small);
+    assert_eq!((names.len(), all), (0, true));
 }

@@ -46,6 +46,7 @@ fn limit_value(name: &str) -> Option<u128> {
         CONTENDED_NAMES_PER_ANSWER_MAX,
         DELAYS_MAX,
         IDENTITY_DELAYS_DEFAULT,
+        DELAYS_PER_IDENTITY_MAX,
         LOCKS_MAX,
         SESSION_OUTCOMES_MAX,
         SESSION_WAITS_IN_FLIGHT_MAX,

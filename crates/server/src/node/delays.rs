@@ -14,11 +14,15 @@ use std::time::Duration;
 use latchkey_core::{limits, DelayEnd};
 use tokio::time::Instant;
 
-/// When this leader first saw each running delay, by the token that names it (a log index:
-/// one delay per token in a group).
+/// When this leader first saw each running delay, by the name and token that name it (a token
+/// alone does not: one entry hands several names over under its index, and each of those
+/// grants may start a delay of its own at another time).
 #[derive(Debug, Default)]
 pub(crate) struct DelayTimer {
-    first_seen: HashMap<u64, Instant>,
+    first_seen: HashMap<(String, u64), Instant>,
+    /// When the running delays were last looked at: at most once a lease tick, since the look
+    /// reads the table (up to `limits::DELAYS_MAX` delays) under its lock.
+    scanned: Option<Instant>,
 }
 
 impl DelayTimer {
@@ -26,6 +30,18 @@ impl DelayTimer {
     /// leads again.
     pub(crate) fn stepped_down(&mut self) {
         self.first_seen.clear();
+        self.scanned = None;
+    }
+
+    /// Whether to look at the running delays at `now`: once a lease tick at most (a delay
+    /// ends up to a tick late, which it may).
+    pub(crate) fn wants_scan(&mut self, now: Instant) -> bool {
+        let tick = Duration::from_millis(limits::LEASE_TICK_MS);
+        if self.scanned.is_some_and(|at| now < at + tick) {
+            return false;
+        }
+        self.scanned = Some(now);
+        true
     }
 
     /// The running delays (name, token, length in ms, as `LockTable::running_delays` gives
@@ -40,15 +56,16 @@ impl DelayTimer {
         let mut live = HashSet::new();
         let mut due: Vec<(Instant, DelayEnd)> = Vec::new();
         for (name, token, delay_ms) in running {
-            live.insert(token);
-            let since = *self.first_seen.entry(token).or_insert(now);
+            let key = (name.to_owned(), token);
+            let since = *self.first_seen.entry(key.clone()).or_insert(now);
+            live.insert(key);
             let end = since + Duration::from_millis(delay_ms);
             if end <= now {
                 let name = name.to_owned();
                 due.push((end, DelayEnd { name, token }));
             }
         }
-        self.first_seen.retain(|token, _| live.contains(token));
+        self.first_seen.retain(|key, _| live.contains(key));
         due.sort_by_key(|(end, _)| *end);
         due.truncate(limits::DELAYS_ENDED_PER_ENTRY_MAX);
         due.into_iter().map(|(_, end)| end).collect()
@@ -109,6 +126,28 @@ mod tests {
             names(&timer.due(running.into_iter(), at(1_900))),
             [("a", 7)]
         );
+    }
+
+    /// Two names handed over in one entry share its index as their token; a delay of each,
+    /// started at different times, is timed on its own (the attacker review of issue #32: a
+    /// timer keyed by the token alone ended the second one early, timed from the first).
+    #[test]
+    fn delays_of_two_names_under_one_token_are_timed_apart() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut timer = DelayTimer::default();
+        assert!(timer
+            .due([("a", 500, 60_000)].into_iter(), start)
+            .is_empty());
+        let both = [("a", 500, 60_000), ("b", 500, 60_000)];
+        assert!(timer.due(both.into_iter(), at(50_000)).is_empty());
+        assert_eq!(
+            names(&timer.due(both.into_iter(), at(60_000))),
+            [("a", 500)]
+        );
+        let b = [("b", 500, 60_000)];
+        assert!(timer.due(b.into_iter(), at(109_999)).is_empty());
+        assert_eq!(names(&timer.due(b.into_iter(), at(110_000))), [("b", 500)]);
     }
 
     /// A later delay of the same name (another token) is timed on its own.

@@ -490,7 +490,10 @@ impl Node {
     /// already passes such waiters over; this frees them from their queues (and answers their
     /// long-polls) when no release comes. False if it did not commit.
     async fn expire_waits(&self) -> bool {
-        loop {
+        // Bounded: waits that keep coming due as fast as entries commit (a caller sending
+        // 1-ms waits it abandons) must not keep the lease task from its other duties (session
+        // expiry, lock-delays); the rest are due on the next pass.
+        for _ in 0..limits::WAIT_EXPIRY_ROUNDS_PER_PASS {
             let due = self
                 .state
                 .read(|t| t.next_wait_end_ms())
@@ -519,6 +522,7 @@ impl Node {
                 }
             }
         }
+        true
     }
 
     /// End the lock-delays that have run their length on this leader's monotonic clock since
@@ -527,6 +531,9 @@ impl Node {
     /// tick. False if it did not commit.
     async fn end_delays(&self, timer: &mut DelayTimer) -> bool {
         let now = self.clock.now();
+        if !timer.wants_scan(now) {
+            return true;
+        }
         let ends = self.state.read(|t| timer.due(t.running_delays(), now));
         if ends.is_empty() {
             return true;
