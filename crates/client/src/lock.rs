@@ -33,6 +33,16 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// `d` in whole milliseconds, rounded up.
+fn ms_ceil(d: Duration) -> u64 {
+    let whole = ms(d);
+    if d > Duration::from_millis(whole) {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}
+
 /// A request for one lock in a session; made by [`Session::lock`](crate::Session::lock)
 /// (exclusive unless [`LockRequest::shared`] or [`LockRequest::permits`] says otherwise).
 pub struct LockRequest<'a> {
@@ -153,7 +163,8 @@ impl<'a> LockRequest<'a> {
             })?;
         }
         let (mode, value) = (self.mode, self.value.as_deref());
-        let lock_delay_ms = ms(self.lock_delay);
+        // Rounded up: a delay asked for is never shortened, and 0.5 ms is not "none".
+        let lock_delay_ms = ms_ceil(self.lock_delay);
         if lock_delay_ms > limits::LOCK_DELAY_MS_MAX {
             return Err(Error::InvalidArgument {
                 message: latchkey_core::Rejection::LockDelayOutOfRange {
@@ -678,4 +689,20 @@ pub fn fencing_headers(guard: &LockGuard) -> [(&'static str, String); 2] {
         (LOCK_HEADER, guard.name().to_owned()),
         fencing_header(guard),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lock-delay is never shortened on its way to the server (the attacker review of
+    /// issue #32 found 0.5 ms sent as none).
+    #[test]
+    fn a_lock_delay_is_rounded_up_to_whole_milliseconds() {
+        assert_eq!(ms_ceil(Duration::ZERO), 0);
+        assert_eq!(ms_ceil(Duration::from_micros(500)), 1);
+        assert_eq!(ms_ceil(Duration::from_millis(3)), 3);
+        assert_eq!(ms_ceil(Duration::from_micros(3_001)), 4);
+        assert_eq!(ms_ceil(Duration::MAX), u64::MAX);
+    }
 }

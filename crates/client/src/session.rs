@@ -253,10 +253,14 @@ impl SessionShared {
         self.contended.subscribe()
     }
 
-    /// A keepalive's list of held names that someone waits for.
-    fn contended_now(&self, names: Vec<String>) {
-        let new: std::collections::BTreeSet<String> = names.into_iter().collect();
+    /// A keepalive's list of held names that someone waits for: all of them, or, `truncated`,
+    /// some of them (what was known of the others is kept until an answer lists all).
+    fn contended_now(&self, names: Vec<String>, truncated: bool) {
+        let mut new: std::collections::BTreeSet<String> = names.into_iter().collect();
         self.contended.send_if_modified(|old| {
+            if truncated {
+                new.extend(old.iter().cloned());
+            }
             if *old == new {
                 return false;
             }
@@ -900,7 +904,7 @@ async fn renew_until_lost(shared: Arc<SessionShared>, mut lease: ClientLease, en
             Ok((lease_answer, answered)) => match lease_answer {
                 Some(l) if l.alive => {
                     shared.taken_now(l.revoked_tokens, l.revoked_through);
-                    shared.contended_now(l.contended);
+                    shared.contended_now(l.contended, l.contended_truncated);
                     lease.acknowledged(sent, Duration::from_millis(l.ttl_ms));
                     *shared.deadline.lock().expect("deadline lock poisoned") = lease.deadline();
                     if failovers.acknowledged(&answered.endpoint, answered.failed_attempts) {

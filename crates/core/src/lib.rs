@@ -24,7 +24,8 @@ pub mod watch;
 
 pub use groups::{group_of, group_of_session, GroupShape};
 pub use table::{
-    validate_name, validate_stored_name, validate_ttl_ms, validate_value, LockTable, TablePlant,
+    validate_name, validate_stored_name, validate_ttl_ms, validate_value, ContendedBudget, LockTable,
+    TablePlant,
 };
 pub use types::*;
 pub use watch::{watch_events, WatchEvent, WatchKind};

@@ -189,6 +189,15 @@ pub const DELAYS_ENDED_PER_ENTRY_MAX: usize = 4_096;
 /// a session holding more contended locks than that learns it for those first. Bounds the
 /// answer (a session may hold `LOCKS_PER_SESSION_MAX` locks).
 pub const CONTENDED_PER_LEASE_MAX: usize = 64;
+/// Held names one keepalive answer looks at for conflict events, over all its sessions
+/// (a session may hold `LOCKS_PER_SESSION_MAX`, a keepalive carry `KEEPALIVE_SESSIONS_MAX`
+/// sessions): bounds the time the answer reads the table for them (a map lookup each, a few
+/// milliseconds in all). Sessions past it are answered with `contended_truncated`.
+pub const CONTENDED_CHECKS_PER_ANSWER_MAX: usize = 65_536;
+/// Contended names one keepalive answer lists, over all its sessions: 4,096 names of at most
+/// `LOCK_NAME_BYTES_MAX` bytes are 2 MiB, inside `CLIENT_MESSAGE_BYTES_MAX` beside the rest of the
+/// answer. Sessions past it are answered with `contended_truncated`.
+pub const CONTENDED_NAMES_PER_ANSWER_MAX: usize = 4_096;
 /// What the table is charged for a lock-delay asked by a held or queued acquire, beyond the
 /// lock or waiter: its map entry, key and value (a held lock's name is its lock's).
 pub const TABLE_LOCK_DELAY_BYTES: usize = 64;
@@ -197,6 +206,9 @@ pub const TABLE_LOCK_DELAY_BYTES: usize = 64;
 /// `LIST_RESULTS_MAX` names of at most 512 bytes plus fields.
 pub const CLIENT_MESSAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
 const _: () = assert!(LIST_RESULTS_MAX * (LOCK_NAME_BYTES_MAX + 64) <= CLIENT_MESSAGE_BYTES_MAX);
+const _: () = assert!(
+    CONTENDED_NAMES_PER_ANSWER_MAX * (LOCK_NAME_BYTES_MAX + 8) <= CLIENT_MESSAGE_BYTES_MAX / 2
+);
 /// Bytes of one peer (Raft) gRPC message: a batch of log entries or a snapshot chunk (a snapshot
 /// itself is streamed in chunks of `SNAPSHOT_CHUNK_BYTES`, so it may be far larger).
 pub const PEER_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;

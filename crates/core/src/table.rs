@@ -215,6 +215,23 @@ struct Published {
     value: Vec<u8>,
 }
 
+/// What one keepalive answer may still spend on conflict events (`LockTable::contended`):
+/// held names to look at and contended names to list, over all its sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContendedBudget {
+    pub checks: usize,
+    pub names: usize,
+}
+
+impl Default for ContendedBudget {
+    fn default() -> Self {
+        ContendedBudget {
+            checks: limits::CONTENDED_CHECKS_PER_ANSWER_MAX,
+            names: limits::CONTENDED_NAMES_PER_ANSWER_MAX,
+        }
+    }
+}
+
 /// What a lock-delay asked for by a held or queued acquire is charged.
 fn delay_bytes(name: &str) -> usize {
     limits::TABLE_LOCK_DELAY_BYTES + name.len()
@@ -1937,25 +1954,35 @@ impl LockTable {
     }
 
     /// The names live session `id` holds that someone waits for (conflict events, issue #32
-    /// item 5), in name order, at most `limits::CONTENDED_PER_LEASE_MAX`. A holder whose
-    /// waiters all cannot fit beside it (readers behind its writer, permits of a full
-    /// semaphore) is contended; so is every holder of a name with several.
-    pub fn contended(&self, id: SessionId) -> Vec<String> {
+    /// item 5), in name order, at most `limits::CONTENDED_PER_LEASE_MAX`, and whether that is
+    /// all of them: false when the session holds more, or `budget` (shared by the sessions of
+    /// one keepalive answer) ran out of names to look at or to list before its held names were
+    /// all looked at. A holder whose waiters all cannot fit beside it (readers behind its
+    /// writer, permits of a full semaphore) is contended; so is every holder of a name with
+    /// several.
+    pub fn contended(&self, id: SessionId, budget: &mut ContendedBudget) -> (Vec<String>, bool) {
         let Some(s) = self.sessions.get(&id) else {
-            return Vec::new();
+            return (Vec::new(), true);
         };
-        s.held
-            .iter()
-            .filter(|name| match self.multi.get(&***name) {
+        let mut names = Vec::new();
+        for name in &s.held {
+            if budget.checks == 0
+                || budget.names == 0
+                || names.len() == limits::CONTENDED_PER_LEASE_MAX
+            {
+                return (names, false);
+            }
+            budget.checks -= 1;
+            let waited_for = match self.multi.get(&**name) {
                 Some(l) => !l.waiters.is_empty(),
-                None => self
-                    .locks
-                    .get(&***name)
-                    .is_some_and(|l| l.waiters.len() > 0),
-            })
-            .take(limits::CONTENDED_PER_LEASE_MAX)
-            .map(|n| n.to_string())
-            .collect()
+                None => self.locks.get(&**name).is_some_and(|l| !l.waiters.is_empty()),
+            };
+            if waited_for {
+                budget.names -= 1;
+                names.push(name.to_string());
+            }
+        }
+        (names, true)
     }
 
     /// When the earliest running lock-delay ends (leader wall-clock ms), if one runs.

@@ -406,6 +406,8 @@ struct LeaseJson {
     revoked_through: Option<u64>,
     /// Conflict events: held names someone waits for (as gRPC's `SessionLease.contended`).
     contended: Vec<String>,
+    /// `contended` is part of them, not all (as gRPC's `SessionLease.contended_truncated`).
+    contended_truncated: bool,
 }
 
 /// A group whose sessions a keepalive of several groups could not renew here now: send them to
@@ -458,6 +460,7 @@ async fn keep_alive(
             revoked_tokens: l.revoked_tokens,
             revoked_through: l.revoked_through,
             contended: l.contended,
+            contended_truncated: l.contended_truncated,
         })
         .collect();
     let refused = renewal

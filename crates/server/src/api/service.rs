@@ -422,6 +422,7 @@ impl pb::locks_server::Locks for LocksService {
                 revoked_tokens: l.revoked_tokens,
                 revoked_through: l.revoked_through.unwrap_or(0),
                 contended: l.contended,
+                contended_truncated: l.contended_truncated,
             })
             .collect();
         let refused = renewal

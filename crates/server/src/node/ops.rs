@@ -81,6 +81,8 @@ pub struct SessionLease {
     pub revoked_through: Option<u64>,
     /// Held names someone waits for (`LockTable::contended`).
     pub contended: Vec<String>,
+    /// `contended` is part of them, not all (`LockTable::contended`).
+    pub contended_truncated: bool,
 }
 
 /// One lock as a read answers it: who holds it, for how long, and how many wait.
@@ -744,7 +746,8 @@ impl Node {
         // Decide each session: renewed in memory, needs a logged renewal, or gone.
         let mut decisions: Vec<(SessionId, u64, Renew)> = Vec::with_capacity(sessions.len());
         let mut revoked: Vec<(Vec<u64>, Option<u64>)> = Vec::with_capacity(sessions.len());
-        let mut contended: Vec<Vec<String>> = Vec::with_capacity(sessions.len());
+        let mut contended: Vec<(Vec<String>, bool)> = Vec::with_capacity(sessions.len());
+        let mut budget = latchkey_core::ContendedBudget::default();
         for key in sessions {
             let (ttl_ms, taken, waited_for) = self.state.read(|t| {
                 let ttl_ms = t
@@ -756,7 +759,8 @@ impl Node {
                     .map_or((Vec::new(), None), |(tokens, through)| {
                         (tokens.to_vec(), through)
                     });
-                let waited_for = ttl_ms.map_or(Vec::new(), |_| t.contended(key.id));
+                let waited_for =
+                    ttl_ms.map_or((Vec::new(), false), |_| t.contended(key.id, &mut budget));
                 (ttl_ms, taken, waited_for)
             });
             revoked.push(taken);
@@ -812,7 +816,7 @@ impl Node {
             .zip(revoked)
             .zip(contended)
             .map(
-                |(((id, ttl_ms, d), (revoked_tokens, revoked_through)), contended)| SessionLease {
+                |(((id, ttl_ms, d), (revoked_tokens, revoked_through)), (contended, all))| SessionLease {
                     id,
                     alive: match d {
                         Renew::Renewed => true,
@@ -824,6 +828,7 @@ impl Node {
                     revoked_tokens,
                     revoked_through,
                     contended,
+                    contended_truncated: !all,
                 },
             )
             .collect())

@@ -152,20 +152,22 @@ class GroupRefusal(_message.Message):
     def __init__(self, group: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., leader_id: _Optional[int] = ..., leader_addr: _Optional[str] = ...) -> None: ...
 
 class SessionLease(_message.Message):
-    __slots__ = ("id", "alive", "ttl_ms", "revoked_tokens", "revoked_through", "contended")
+    __slots__ = ("id", "alive", "ttl_ms", "revoked_tokens", "revoked_through", "contended", "contended_truncated")
     ID_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     REVOKED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REVOKED_THROUGH_FIELD_NUMBER: _ClassVar[int]
     CONTENDED_FIELD_NUMBER: _ClassVar[int]
+    CONTENDED_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     id: int
     alive: bool
     ttl_ms: int
     revoked_tokens: _containers.RepeatedScalarFieldContainer[int]
     revoked_through: int
     contended: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[int] = ..., alive: _Optional[bool] = ..., ttl_ms: _Optional[int] = ..., revoked_tokens: _Optional[_Iterable[int]] = ..., revoked_through: _Optional[int] = ..., contended: _Optional[_Iterable[str]] = ...) -> None: ...
+    contended_truncated: bool
+    def __init__(self, id: _Optional[int] = ..., alive: _Optional[bool] = ..., ttl_ms: _Optional[int] = ..., revoked_tokens: _Optional[_Iterable[int]] = ..., revoked_through: _Optional[int] = ..., contended: _Optional[_Iterable[str]] = ..., contended_truncated: _Optional[bool] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
     __slots__ = ("session",)
