@@ -211,7 +211,12 @@ export class GroupSession {
   readonly guarded = new Set<string>();
   /** Grants of this session an operator force-released, as the last keepalive said (tokens of this group's log). */
   taken = { tokens: new Set<bigint>(), through: 0n };
-  /** "taken" when `taken` changed. */
+  /**
+   * Conflict events: the held names the last keepalive answers said someone waits for (an
+   * answer cut short, `contended_truncated`, keeps what was known of the names it does not list).
+   */
+  contended = new Set<string>();
+  /** "taken" when `taken` changed, "contended" when `contended` did. */
   readonly events: EventEmitter = new EventEmitter();
   readonly lease: ClientLease;
   renewal?: Promise<void>;
@@ -321,6 +326,7 @@ export class GroupSession {
             return;
           } else {
             this.takenNow(l.revoked_tokens ?? [], l.revoked_through ?? "0");
+            this.contendedNow(l.contended ?? [], l.contended_truncated === true);
             lease.acknowledged(sent, Number(l.ttl_ms));
             const failover = this.disrupted || result.failedAttempts > 0 || result.endpoint !== this.lastEndpoint;
             this.disrupted = false;
@@ -342,6 +348,18 @@ export class GroupSession {
       throw e;
     }
     this.session.markLost(this.why("no renewal was acknowledged before the lease deadline (TTL minus safety margin)"));
+  }
+
+  /**
+   * A keepalive's list of held names that someone waits for: all of them, or, `truncated`, some
+   * of them (what was known of the others is kept until an answer that lists all).
+   */
+  contendedNow(names: string[], truncated: boolean): void {
+    const next = new Set(names);
+    if (truncated) for (const n of this.contended) next.add(n);
+    const changed = next.size !== this.contended.size || [...next].some((n) => !this.contended.has(n));
+    this.contended = next;
+    if (changed) this.events.emit("contended");
   }
 
   private takenNow(tokens: string[], through: string): void {
