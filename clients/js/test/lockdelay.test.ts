@@ -148,10 +148,12 @@ describe("lock-delay, conflict events and queue positions", () => {
       const bPositions: number[] = [];
       const cPositions: number[] = [];
       const bWaits = b.lock("contended/q", { wait: 60, onPosition: (p) => bPositions.push(p) });
+      bWaits.catch(() => undefined); // a failure below closes the sessions: not this test's error
       await waitUntil("b queued", 5000, async () => (await client.describe("contended/q")).waiters === 1);
       await within(held.contended(), 10_000, "the holder was told that b waits");
       assert.equal(held.isContended(), true);
       const cWaits = c.lock("contended/q", { wait: 60, onPosition: (p) => cPositions.push(p) });
+      cWaits.catch(() => undefined);
       // The first long-poll answers PENDING after at most ACQUIRE_POLL_MS_MAX (10 s).
       await waitUntil("c at position 2", 25_000, () => cPositions.includes(2));
       assert.deepEqual([...new Set(bPositions)], [1]);
