@@ -656,44 +656,78 @@ fn a_contended_holder_and_a_lock_delay(kind: Kind) {
     let work = tempfile::tempdir().unwrap();
     let mut agent = Agent::start(kind, &server.addr, work.path());
     // A TTL of 3 s: renewed each second, so a holder hears of a waiter within about one.
-    for (s, ttl_ms) in [("holder", 3_000), ("waiter", 15_000), ("doomed", 15_000), ("late", 15_000)] {
+    for (s, ttl_ms) in [
+        ("holder", 3_000),
+        ("waiter", 15_000),
+        ("doomed", 15_000),
+        ("late", 15_000),
+    ] {
         agent.ok(json!({"op": "session", "session": s, "ttl_ms": ttl_ms}));
     }
     let too_long = agent.call(json!({"op": "lock", "session": "holder", "name": "res", "wait_ms": 0, "lock_delay_ms": 300_001}));
-    assert_eq!(too_long["error"], "invalid-argument", "{kind:?}: {too_long}");
+    assert_eq!(
+        too_long["error"], "invalid-argument",
+        "{kind:?}: {too_long}"
+    );
     let reader = agent.call(json!({"op": "lock", "session": "holder", "name": "res", "wait_ms": 0, "mode": "shared", "lock_delay_ms": 1_000}));
     assert_eq!(reader["error"], "invalid-argument", "{kind:?}: {reader}");
     assert_eq!(server.status("res")["held"], false, "nothing was asked");
 
     // A minute's delay: a clean release must not start it.
     let held = agent.ok(json!({"op": "lock", "session": "holder", "name": "res", "wait_ms": 0, "lock_delay_ms": 60_000}));
-    assert_eq!(server.status("res")["lock_delay_ms"], 60_000, "{kind:?}: the delay was sent");
+    assert_eq!(
+        server.status("res")["lock_delay_ms"],
+        60_000,
+        "{kind:?}: the delay was sent"
+    );
     let quiet = agent.ok(json!({"op": "contended", "guard": held["guard"]}));
     assert_eq!(quiet["contended"], false, "{kind:?}: nobody waits yet");
-    let waits = agent.send(json!({"op": "lock", "session": "waiter", "name": "res", "wait_ms": 40_000}));
-    wait_until("the waiter queued", ANSWER, || server.status("res")["waiters"] == 1);
-    let told = agent.ok(json!({"op": "wait_contended", "guard": held["guard"], "timeout_ms": 10_000}));
-    assert_eq!(told["contended"], true, "{kind:?}: the holder was not told: {told}");
+    let waits =
+        agent.send(json!({"op": "lock", "session": "waiter", "name": "res", "wait_ms": 40_000}));
+    wait_until("the waiter queued", ANSWER, || {
+        server.status("res")["waiters"] == 1
+    });
+    let told =
+        agent.ok(json!({"op": "wait_contended", "guard": held["guard"], "timeout_ms": 10_000}));
+    assert_eq!(
+        told["contended"], true,
+        "{kind:?}: the holder was not told: {told}"
+    );
     let now = agent.ok(json!({"op": "contended", "guard": held["guard"]}));
     assert_eq!(now["contended"], true, "{kind:?}: {now}");
     agent.ok(json!({"op": "release", "guard": held["guard"]}));
     let granted = agent.answer(&waits, ANSWER);
-    assert_eq!(granted["ok"], true, "{kind:?}: a clean release hands over at once: {granted}");
+    assert_eq!(
+        granted["ok"], true,
+        "{kind:?}: a clean release hands over at once: {granted}"
+    );
     agent.ok(json!({"op": "release", "guard": granted["guard"]}));
 
     // A lost grant: the delay runs, the next waiter keeps its place and waits it out.
     let delay = Duration::from_millis(3_000);
     agent.ok(json!({"op": "lock", "session": "doomed", "name": "res2", "wait_ms": 0, "lock_delay_ms": 3_000}));
     let session = server.status("res2")["session"].as_u64().expect("a holder");
-    let late = agent.send(json!({"op": "lock", "session": "late", "name": "res2", "wait_ms": 30_000}));
-    wait_until("the late one queued", ANSWER, || server.status("res2")["waiters"] == 1);
+    let late =
+        agent.send(json!({"op": "lock", "session": "late", "name": "res2", "wait_ms": 30_000}));
+    wait_until("the late one queued", ANSWER, || {
+        server.status("res2")["waiters"] == 1
+    });
     let revoked_at = Instant::now();
-    let revoked = server.cli(&["admin", "revoke", &session.to_string(), "--reason", "conformance"]);
+    let revoked = server.cli(&[
+        "admin",
+        "revoke",
+        &session.to_string(),
+        "--reason",
+        "conformance",
+    ]);
     assert!(revoked.status.success(), "revoke: {}", revoked.stderr);
     let during = server.status("res2");
     assert_eq!(during["held"], false, "{during}");
     let late = agent.answer(&late, ANSWER);
-    assert_eq!(late["ok"], true, "{kind:?}: granted after the delay: {late}");
+    assert_eq!(
+        late["ok"], true,
+        "{kind:?}: granted after the delay: {late}"
+    );
     assert!(
         revoked_at.elapsed() >= delay,
         "{kind:?}: granted {:?} after the holder's session was revoked, within its {delay:?} lock-delay",

@@ -217,7 +217,8 @@ impl Agent {
                 Ok(json!({"ok": true, "lost": lost}))
             }
             "contended" => {
-                let contended = self.with_guard(field(command, "guard")?, LockGuard::is_contended)?;
+                let contended =
+                    self.with_guard(field(command, "guard")?, LockGuard::is_contended)?;
                 Ok(json!({"ok": true, "contended": contended}))
             }
             "wait_contended" => {
