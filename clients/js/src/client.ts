@@ -487,7 +487,14 @@ export class Client {
     checkMode(options); // bad input fails before a session is made
     const session = await this.session({ ttl: options.ttl, owner: options.owner });
     try {
-      const guard = await session.lock(name, { wait: options.wait, signal: options.signal, shared: options.shared, permits: options.permits });
+      const guard = await session.lock(name, {
+        wait: options.wait,
+        signal: options.signal,
+        shared: options.shared,
+        permits: options.permits,
+        lockDelayMs: options.lockDelayMs,
+        onPosition: options.onPosition,
+      });
       guard.ownsSession = true;
       return guard;
     } catch (e) {

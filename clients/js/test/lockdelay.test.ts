@@ -69,6 +69,10 @@ describe("lock-delay, conflict events and queue positions", () => {
       assert.equal(info.lockDelayMs, 300_000);
       assert.equal(info.delayRemainingMs, undefined);
       await g.release();
+      // A lock in a session of its own asks for it too.
+      const own = await client.lock("delay/own", { wait: 0, lockDelayMs: 1_500 });
+      assert.equal((await client.describe("delay/own")).lockDelayMs, 1_500);
+      await own.release();
     } finally {
       await closeAll([s]);
     }
