@@ -237,3 +237,28 @@ def test_async_lock_delay_contended_and_positions(server):
             await a.close()
 
     run(main())
+
+
+def test_async_positions_are_reported_while_queued(server):
+    async def main():
+        async with latchkey.aio.Client([server.addr]) as c:
+            a = await c.session(ttl=10)
+            b = await c.session(ttl=10)
+            held = await a.lock("aio/positions", wait=0)
+            positions: list = []
+            waiter = asyncio.ensure_future(b.lock("aio/positions", wait=40,
+                                                  positions=positions.append))
+
+            async def told():
+                return 1 in positions
+
+            # The first long-poll answers PENDING after at most ACQUIRE_POLL_MS_MAX (10 s).
+            await wait_until_async("b told its position", told, timeout=25)
+            await held.release()
+            granted = await asyncio.wait_for(waiter, 20)
+            assert set(positions) == {1}, positions
+            await granted.release()
+            await b.close()
+            await a.close()
+
+    run(main())
