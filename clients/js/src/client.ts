@@ -112,6 +112,10 @@ export interface LockInfo {
   waiters: number;
   /** Waiters in queue order, each with how it asked. */
   queue: Array<{ sessionId: bigint; waitedMs: number; owner?: Owner; mode: LockMode }>;
+  /** The holder's lock-delay in ms (0: none; docs/primitives.md). */
+  lockDelayMs: number;
+  /** Ms left of a running lock-delay (the lock then has no holder); undefined: none runs. */
+  delayRemainingMs?: number;
 }
 
 /** The answer of `list`: held locks in name order, and whether more matched than came back. */
@@ -298,6 +302,8 @@ function lockInfoFromWire(info: Wire): LockInfo {
       owner: ownerFromWire(w.owner),
       mode: modeFromWire(w.mode, info.name),
     })),
+    lockDelayMs: Number(info.lock_delay_ms ?? 0),
+    delayRemainingMs: info.delay_remaining_ms === undefined || info.delay_remaining_ms === null ? undefined : Number(info.delay_remaining_ms),
   };
 }
 
@@ -481,7 +487,14 @@ export class Client {
     checkMode(options); // bad input fails before a session is made
     const session = await this.session({ ttl: options.ttl, owner: options.owner });
     try {
-      const guard = await session.lock(name, { wait: options.wait, signal: options.signal, shared: options.shared, permits: options.permits });
+      const guard = await session.lock(name, {
+        wait: options.wait,
+        signal: options.signal,
+        shared: options.shared,
+        permits: options.permits,
+        lockDelayMs: options.lockDelayMs,
+        onPosition: options.onPosition,
+      });
       guard.ownsSession = true;
       return guard;
     } catch (e) {

@@ -155,7 +155,9 @@ class Agent {
         const mode = cmd.mode ?? "exclusive";
         if (mode !== "exclusive" && mode !== "shared" && mode !== "permits") throw new BadCommand(`no mode ${String(mode)}`);
         const permits = cmd.permits === undefined || cmd.permits === null ? undefined : Number(cmd.permits);
-        const guard = await session.lock(name, { wait, shared: mode === "shared", permits });
+        // `"lock_delay_ms": N` asks for a lock-delay (docs/primitives.md).
+        const lockDelayMs = cmd.lock_delay_ms === undefined || cmd.lock_delay_ms === null ? undefined : Number(cmd.lock_delay_ms);
+        const guard = await session.lock(name, { wait, shared: mode === "shared", permits, lockDelayMs });
         const handle = `g-${this.nextGuard++}`;
         this.guards.set(handle, guard);
         return { token: guard.token, guard: handle };
@@ -197,6 +199,19 @@ class Agent {
         ]);
         clearTimeout(timer);
         return { lost };
+      }
+      case "contended":
+        return { contended: this.guard(cmd).isContended() };
+      case "wait_contended": {
+        const guard = this.guard(cmd);
+        const timeoutMs = cmd.timeout_ms === undefined ? 20_000 : Number(cmd.timeout_ms);
+        let timer: NodeJS.Timeout | undefined;
+        const contended = await Promise.race([
+          guard.contended().then(() => true),
+          new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs))),
+        ]);
+        clearTimeout(timer);
+        return { contended };
       }
       case "describe": {
         const info = await this.client.describe(this.str(cmd, "name"));

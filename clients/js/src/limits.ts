@@ -10,6 +10,10 @@ export const LOCK_NAME_BYTES_MAX = 512;
  * (`HOLDERS_PER_LOCK_MAX`): a `describe` lists every holder with its owner in one message.
  */
 export const HOLDERS_PER_LOCK_MAX = 1_024;
+/** A lock-delay's longest, in ms (`LOCK_DELAY_MS_MAX`): 5 minutes. */
+export const LOCK_DELAY_MS_MAX = 300_000;
+/** Names one keepalive lease lists as contended (`CONTENDED_PER_LEASE_MAX`). */
+export const CONTENDED_PER_LEASE_MAX = 64;
 /** Shortest session lease: below 1 s a renewal every third leaves no room for a blip. */
 export const SESSION_TTL_MS_MIN = 1_000;
 /** Longest session lease: a crashed holder blocks its locks that long. */

@@ -28,6 +28,19 @@ export interface LockOptions {
    */
   permits?: number;
   /**
+   * A lock-delay (docs/primitives.md), in ms: if this grant is lost (its session expires or is
+   * revoked, or an operator force-releases it; not a release or close), the server grants the
+   * name to nobody for this long, for a resource that cannot check fencing tokens. At most
+   * LOCK_DELAY_MS_MAX (5 minutes), rounded up to whole ms; a mutex's only (InvalidArgument with
+   * `shared` or `permits`). 0 or undefined: none.
+   */
+  lockDelayMs?: number;
+  /**
+   * Called with this waiter's 1-based place in the queue each time a long-poll answers it
+   * (PENDING: about every 10 s, and at each re-send); never when granted at once.
+   */
+  onPosition?: (position: number) => void;
+  /**
    * Abandons the wait (the promise rejects with the signal's reason). The server may still
    * have the waiter: a background task of the session settles it and releases a late grant.
    */
@@ -55,6 +68,8 @@ interface WireMode {
   permits: number;
   /** Set: a campaign (exclusive only) whose grant publishes it. */
   value?: Buffer;
+  /** The lock-delay asked for, whole ms (0: none). */
+  lockDelayMs: number;
 }
 
 /** An election value as sent: a string as UTF-8, bytes as they are; at most ELECTION_VALUE_BYTES_MAX bytes. */
@@ -70,18 +85,36 @@ export function checkValue(value: unknown): Buffer {
 }
 
 /**
- * The mode `options` ask for, checked before any call as the Rust client's `LockRequest::wait`
- * does: PermitsOutOfRange for 0 or more than HOLDERS_PER_LOCK_MAX permits.
+ * A lock-delay as sent: whole ms, rounded up (a delay asked for is never shortened, and 0.5 ms
+ * is not none), as the Rust client's `LockRequest::lock_delay`. InvalidArgument for a negative
+ * or non-finite number, or above LOCK_DELAY_MS_MAX (the server's words).
  */
-export function checkMode(options: Pick<LockOptions, "shared" | "permits">): WireMode {
+export function checkLockDelayMs(lockDelayMs: unknown): number {
+  if (lockDelayMs === undefined) return 0;
+  if (typeof lockDelayMs !== "number") throw new InvalidArgument(`lockDelayMs is a number of ms, not ${lockDelayMs === null ? "null" : typeof lockDelayMs}`);
+  if (Number.isNaN(lockDelayMs) || lockDelayMs < 0) throw new InvalidArgument(`a lock-delay is 0 or more ms, not ${lockDelayMs}`);
+  const ms = Math.ceil(lockDelayMs);
+  if (ms > limits.LOCK_DELAY_MS_MAX) throw new InvalidArgument(`a lock-delay is at most ${limits.LOCK_DELAY_MS_MAX} ms, not ${ms}`);
+  return ms;
+}
+
+/**
+ * The mode `options` ask for, checked before any call as the Rust client's `LockRequest::wait`
+ * does: PermitsOutOfRange for 0 or more than HOLDERS_PER_LOCK_MAX permits; InvalidArgument for
+ * a lock-delay out of range or with a reader or permits (a mutex's only).
+ */
+export function checkMode(options: Pick<LockOptions, "shared" | "permits" | "lockDelayMs" | "onPosition">): WireMode {
   const { shared, permits } = options;
   if (shared !== undefined && typeof shared !== "boolean") throw new InvalidArgument("shared must be a boolean");
-  if (permits === undefined) return { mode: shared ? "LOCK_MODE_SHARED" : "LOCK_MODE_EXCLUSIVE", permits: 0 };
+  if (options.onPosition !== undefined && typeof options.onPosition !== "function") throw new InvalidArgument("onPosition must be a function");
+  const lockDelayMs = checkLockDelayMs(options.lockDelayMs);
+  if (lockDelayMs > 0 && (shared || permits !== undefined)) throw new InvalidArgument("a lock-delay is for an exclusive lock (a mutex) only");
+  if (permits === undefined) return { mode: shared ? "LOCK_MODE_SHARED" : "LOCK_MODE_EXCLUSIVE", permits: 0, lockDelayMs };
   if (shared) throw new InvalidArgument("a lock is taken shared (a reader) or as one of a semaphore's permits, not both");
   if (!Number.isInteger(permits) || permits < 1 || permits > limits.HOLDERS_PER_LOCK_MAX) {
     throw new PermitsOutOfRange(permits, limits.HOLDERS_PER_LOCK_MAX);
   }
-  return { mode: "LOCK_MODE_PERMITS", permits };
+  return { mode: "LOCK_MODE_PERMITS", permits, lockDelayMs };
 }
 
 /** @internal A wire LockMode (a string, or its number from an older proto-loader) as a LockMode. */
@@ -126,6 +159,7 @@ async function acquireOnce(
         wait_timeout_ms: String(waitMs),
         mode: mode.mode,
         permits: mode.permits,
+        lock_delay_ms: String(mode.lockDelayMs),
         ...(mode.value === undefined ? {} : { value: mode.value }),
       },
       {
@@ -159,7 +193,7 @@ export async function acquire(logical: Session, name: string, options: LockOptio
 /** @internal See `Session.campaign`. */
 export async function campaign(logical: Session, name: string, value: string | Uint8Array, options: CampaignOptions): Promise<Leadership> {
   validateName(name);
-  const mode: WireMode = { mode: "LOCK_MODE_EXCLUSIVE", permits: 0, value: checkValue(value) };
+  const mode: WireMode = { mode: "LOCK_MODE_EXCLUSIVE", permits: 0, value: checkValue(value), lockDelayMs: 0 };
   const guard = await take(logical, name, mode, options);
   if (!(guard instanceof Leadership)) throw new ProtocolError("a campaign was granted as a plain lock");
   return guard;
@@ -168,7 +202,7 @@ export async function campaign(logical: Session, name: string, value: string | U
 /** How long a campaign waits, and what abandons it (as `LockOptions`). */
 export type CampaignOptions = Pick<LockOptions, "wait" | "signal">;
 
-async function take(logical: Session, name: string, mode: WireMode, options: Pick<LockOptions, "wait" | "signal">): Promise<LockGuard> {
+async function take(logical: Session, name: string, mode: WireMode, options: Pick<LockOptions, "wait" | "signal" | "onPosition">): Promise<LockGuard> {
   const wait = options.wait;
   if (wait !== undefined && (!Number.isFinite(wait) || wait < 0)) {
     throw new InvalidArgument(`wait ${wait} s must be a number of seconds >= 0 (undefined: forever)`);
@@ -271,6 +305,7 @@ async function take(logical: Session, name: string, mode: WireMode, options: Pic
               throw new WaitTimeout(name);
             }
             case "ACQUIRE_RESULT_PENDING":
+              options.onPosition?.(Number(response.position));
               if (deadline !== undefined && sent > deadline + limits.CLIENT_PENDING_AFTER_DEADLINE_MS_MAX) {
                 throw new WaitTimeout(name); // still armed: the background task settles it
               }
@@ -479,6 +514,37 @@ export class LockGuard {
     if (this.taken()) return `an operator force-released it (token ${this.token}); see \`latchkey audit\``;
     if (this.session.lostReason !== undefined) return this.session.lostReason;
     return this.session.isLost() ? "the session's deadline passed without an acknowledged renewal" : undefined;
+  }
+
+  /** Whether the last keepalive answer said someone waits for this lock. */
+  isContended(): boolean {
+    return this.groupSession.contended.has(this.name);
+  }
+
+  /**
+   * Resolves when someone is seen waiting for this lock (Chubby's "conflicting lock request"),
+   * so that a long holder can finish up and release it: the session's keepalive answers list
+   * its held names that have waiters, so it resolves within about a renewal interval (a third
+   * of the TTL) of the first waiter queueing, or at once if one waits already. It also resolves
+   * when the lock may be lost (`lost`): nobody needs it released then. Never rejects; never
+   * resolves for a lock nobody asks for (nor, after `release()`, for a loss).
+   */
+  contended(): Promise<void> {
+    if (this.isContended() || this.isLost()) return Promise.resolve();
+    return new Promise((resolve) => {
+      const events = this.groupSession.events;
+      const signal = this.controller.signal;
+      const done = () => {
+        events.off("contended", check);
+        signal.removeEventListener("abort", done);
+        resolve();
+      };
+      const check = () => {
+        if (this.isContended()) done();
+      };
+      events.on("contended", check);
+      signal.addEventListener("abort", done, { once: true });
+    });
   }
 
   /** `{"latchkey-lock": name, "latchkey-token": "<token>"}`: send both to a fenced resource. */

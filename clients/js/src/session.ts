@@ -19,6 +19,23 @@ import { CampaignOptions, Leadership, LockGuard, LockOptions, acquire, campaign 
 import { Aborted, now, Semaphore, sleepUntil } from "./util";
 
 /** The safety margin for a lease of `ttlMs`: max(ttl / 5, 200 ms). */
+/**
+ * The contended names after a keepalive's list: all of them, or, `truncated`, the first of them
+ * in name order, which says nothing of the names after its last one: what was known of those is
+ * kept; names up to it that it does not list are not contended (docs/protocol.md 6.8). Names are
+ * compared by their UTF-8 bytes, the server's order (JavaScript's `<` compares UTF-16 units).
+ */
+export function mergeContended(old: Set<string>, listed: string[], truncated: boolean): Set<string> {
+  const next = new Set(listed);
+  if (truncated) {
+    const after = (a: string, b: string) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8")) > 0;
+    let cut: string | undefined;
+    for (const n of listed) if (cut === undefined || after(n, cut)) cut = n;
+    for (const n of old) if (cut === undefined || after(n, cut)) next.add(n);
+  }
+  return next;
+}
+
 export function safetyMarginMs(ttlMs: number): number {
   return Math.max(ttlMs / limits.CLIENT_SAFETY_MARGIN_TTL_DIVISOR, limits.CLIENT_SAFETY_MARGIN_MS_MIN);
 }
@@ -211,7 +228,12 @@ export class GroupSession {
   readonly guarded = new Set<string>();
   /** Grants of this session an operator force-released, as the last keepalive said (tokens of this group's log). */
   taken = { tokens: new Set<bigint>(), through: 0n };
-  /** "taken" when `taken` changed. */
+  /**
+   * Conflict events: the held names the last keepalive answers said someone waits for (an
+   * answer cut short, `contended_truncated`, keeps what was known of the names it does not list).
+   */
+  contended = new Set<string>();
+  /** "taken" when `taken` changed, "contended" when `contended` did. */
   readonly events: EventEmitter = new EventEmitter();
   readonly lease: ClientLease;
   renewal?: Promise<void>;
@@ -321,6 +343,7 @@ export class GroupSession {
             return;
           } else {
             this.takenNow(l.revoked_tokens ?? [], l.revoked_through ?? "0");
+            this.contendedNow(l.contended ?? [], l.contended_truncated === true);
             lease.acknowledged(sent, Number(l.ttl_ms));
             const failover = this.disrupted || result.failedAttempts > 0 || result.endpoint !== this.lastEndpoint;
             this.disrupted = false;
@@ -342,6 +365,17 @@ export class GroupSession {
       throw e;
     }
     this.session.markLost(this.why("no renewal was acknowledged before the lease deadline (TTL minus safety margin)"));
+  }
+
+  /**
+   * A keepalive's list of held names that someone waits for: all of them, or, `truncated`, some
+   * of them (what was known of the others is kept until an answer that lists all).
+   */
+  contendedNow(names: string[], truncated: boolean): void {
+    const next = mergeContended(this.contended, names, truncated);
+    const changed = next.size !== this.contended.size || [...next].some((n) => !this.contended.has(n));
+    this.contended = next;
+    if (changed) this.events.emit("contended");
   }
 
   private takenNow(tokens: string[], through: string): void {

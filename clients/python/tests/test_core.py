@@ -208,11 +208,17 @@ def test_lock_info_reads_every_holder_and_the_mode():
 
 def test_acquire_mode_checks_its_input():
     pb = core.pb
-    # (mode, permits, a campaign's value: None for a lock).
-    assert core.acquire_mode() == (pb.LOCK_MODE_EXCLUSIVE, 0, None)
-    assert core.acquire_mode(shared=True) == (pb.LOCK_MODE_SHARED, 0, None)
-    assert core.acquire_mode(permits=1024) == (pb.LOCK_MODE_PERMITS, 1024, None)
-    assert core.campaign_mode("v") == (pb.LOCK_MODE_EXCLUSIVE, 0, b"v")
+    # (mode, permits, a campaign's value: None for a lock, the lock-delay in ms).
+    assert core.acquire_mode() == (pb.LOCK_MODE_EXCLUSIVE, 0, None, 0)
+    assert core.acquire_mode(shared=True) == (pb.LOCK_MODE_SHARED, 0, None, 0)
+    assert core.acquire_mode(permits=1024) == (pb.LOCK_MODE_PERMITS, 1024, None, 0)
+    assert core.campaign_mode("v") == (pb.LOCK_MODE_EXCLUSIVE, 0, b"v", 0)
+    # A lock-delay: rounded up to whole ms, at most LOCK_DELAY_MS_MAX, a mutex's only.
+    assert core.acquire_mode(lock_delay=0.0005) == (pb.LOCK_MODE_EXCLUSIVE, 0, None, 1)
+    assert core.acquire_mode(lock_delay=1.1).lock_delay_ms == 1100
+    assert core.acquire_mode(lock_delay=300).lock_delay_ms == core.LOCK_DELAY_MS_MAX
+    assert core.acquire_request(core.pb.Session(id=1), 1, "x", 0,
+                                core.acquire_mode(lock_delay=2)).lock_delay_ms == 2000
     import pytest
     from latchkey import errors
     for bad in (0, 1025, -1):
@@ -223,3 +229,9 @@ def test_acquire_mode_checks_its_input():
             core.acquire_mode(permits=bad)
     with pytest.raises(errors.InvalidArgument):
         core.acquire_mode(shared=True, permits=2)
+    for bad in (300.0005, float("inf"), -0.001, float("nan"), "1", True):
+        with pytest.raises(errors.InvalidArgument):
+            core.acquire_mode(lock_delay=bad)
+    for kind in ({"shared": True}, {"permits": 3}):
+        with pytest.raises(errors.InvalidArgument, match="a mutex"):
+            core.acquire_mode(lock_delay=1, **kind)

@@ -18,7 +18,9 @@
 //! past the client's deadline and the release of that lost lock, failover to a new leader, a
 //! read-write lock (readers together, a writer alone, a reader behind a waiting writer waits)
 //! a counting semaphore (N hold, the next waits, another kind or count is refused) and an
-//! election (campaign, leader, proclaim, resign; the next candidate leads with a higher token).
+//! election (campaign, leader, proclaim, resign; the next candidate leads with a higher token),
+//! conflict events and a lock-delay (a holder told of a waiter; a clean release hands over at
+//! once; a revoked holder's delay keeps the name from the next waiter).
 
 mod common;
 
@@ -645,6 +647,97 @@ fn an_election_of_two(kind: Kind) {
     }
 }
 
+/// Conflict events and a lock-delay (issue #32 items 4 and 5): a bad lock-delay is refused
+/// before any call; a holder learns that someone waits for its lock; a clean release hands it
+/// over at once despite a long delay; a holder's lost grant (its session revoked) keeps the
+/// name from the next waiter for its delay.
+fn a_contended_holder_and_a_lock_delay(kind: Kind) {
+    let server = Server::start();
+    let work = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start(kind, &server.addr, work.path());
+    // A TTL of 3 s: renewed each second, so a holder hears of a waiter within about one.
+    for (s, ttl_ms) in [
+        ("holder", 3_000),
+        ("waiter", 15_000),
+        ("doomed", 15_000),
+        ("late", 15_000),
+    ] {
+        agent.ok(json!({"op": "session", "session": s, "ttl_ms": ttl_ms}));
+    }
+    let too_long = agent.call(json!({"op": "lock", "session": "holder", "name": "res", "wait_ms": 0, "lock_delay_ms": 300_001}));
+    assert_eq!(
+        too_long["error"], "invalid-argument",
+        "{kind:?}: {too_long}"
+    );
+    let reader = agent.call(json!({"op": "lock", "session": "holder", "name": "res", "wait_ms": 0, "mode": "shared", "lock_delay_ms": 1_000}));
+    assert_eq!(reader["error"], "invalid-argument", "{kind:?}: {reader}");
+    assert_eq!(server.status("res")["held"], false, "nothing was asked");
+
+    // A minute's delay: a clean release must not start it.
+    let held = agent.ok(json!({"op": "lock", "session": "holder", "name": "res", "wait_ms": 0, "lock_delay_ms": 60_000}));
+    assert_eq!(
+        server.status("res")["lock_delay_ms"],
+        60_000,
+        "{kind:?}: the delay was sent"
+    );
+    let quiet = agent.ok(json!({"op": "contended", "guard": held["guard"]}));
+    assert_eq!(quiet["contended"], false, "{kind:?}: nobody waits yet");
+    let waits =
+        agent.send(json!({"op": "lock", "session": "waiter", "name": "res", "wait_ms": 40_000}));
+    wait_until("the waiter queued", ANSWER, || {
+        server.status("res")["waiters"] == 1
+    });
+    let told =
+        agent.ok(json!({"op": "wait_contended", "guard": held["guard"], "timeout_ms": 10_000}));
+    assert_eq!(
+        told["contended"], true,
+        "{kind:?}: the holder was not told: {told}"
+    );
+    let now = agent.ok(json!({"op": "contended", "guard": held["guard"]}));
+    assert_eq!(now["contended"], true, "{kind:?}: {now}");
+    agent.ok(json!({"op": "release", "guard": held["guard"]}));
+    let granted = agent.answer(&waits, ANSWER);
+    assert_eq!(
+        granted["ok"], true,
+        "{kind:?}: a clean release hands over at once: {granted}"
+    );
+    agent.ok(json!({"op": "release", "guard": granted["guard"]}));
+
+    // A lost grant: the delay runs, the next waiter keeps its place and waits it out.
+    let delay = Duration::from_millis(3_000);
+    agent.ok(json!({"op": "lock", "session": "doomed", "name": "res2", "wait_ms": 0, "lock_delay_ms": 3_000}));
+    let session = server.status("res2")["session"].as_u64().expect("a holder");
+    let late =
+        agent.send(json!({"op": "lock", "session": "late", "name": "res2", "wait_ms": 30_000}));
+    wait_until("the late one queued", ANSWER, || {
+        server.status("res2")["waiters"] == 1
+    });
+    let revoked_at = Instant::now();
+    let revoked = server.cli(&[
+        "admin",
+        "revoke",
+        &session.to_string(),
+        "--reason",
+        "conformance",
+    ]);
+    assert!(revoked.status.success(), "revoke: {}", revoked.stderr);
+    let during = server.status("res2");
+    assert_eq!(during["held"], false, "{during}");
+    let late = agent.answer(&late, ANSWER);
+    assert_eq!(
+        late["ok"], true,
+        "{kind:?}: granted after the delay: {late}"
+    );
+    assert!(
+        revoked_at.elapsed() >= delay,
+        "{kind:?}: granted {:?} after the holder's session was revoked, within its {delay:?} lock-delay",
+        revoked_at.elapsed()
+    );
+    for s in ["holder", "waiter", "late"] {
+        agent.ok(json!({"op": "close", "session": s}));
+    }
+}
+
 /// Runs every scenario against `kind`'s client, or explains why it cannot.
 fn conforms(kind: Kind) {
     if let Err(why) = agent_command(kind) {
@@ -664,6 +757,7 @@ fn conforms(kind: Kind) {
     readers_and_a_writer(kind);
     a_semaphore_of_three(kind);
     an_election_of_two(kind);
+    a_contended_holder_and_a_lock_delay(kind);
 }
 
 #[test]

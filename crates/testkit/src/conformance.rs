@@ -162,6 +162,17 @@ impl Agent {
                         "message": format!("no mode {mode} with permits")}))
                     }
                 };
+                // `"lock_delay_ms": N` asks for a lock-delay (docs/primitives.md).
+                let request = match &command["lock_delay_ms"] {
+                    Value::Null => request,
+                    ms => match ms.as_u64() {
+                        Some(ms) => request.lock_delay(Duration::from_millis(ms)),
+                        None => {
+                            return Err(json!({"ok": false, "error": "bad-command",
+                            "message": "lock_delay_ms is a number"}))
+                        }
+                    },
+                };
                 let guard = request.wait(wait).await.map_err(|e| failed(&e))?;
                 let token = guard.token();
                 let name = {
@@ -204,6 +215,17 @@ impl Agent {
                 let lost = self.with_guard(field(command, "guard")?, |g| g.lost())?;
                 let lost = tokio::time::timeout(timeout, lost).await.is_ok();
                 Ok(json!({"ok": true, "lost": lost}))
+            }
+            "contended" => {
+                let contended =
+                    self.with_guard(field(command, "guard")?, LockGuard::is_contended)?;
+                Ok(json!({"ok": true, "contended": contended}))
+            }
+            "wait_contended" => {
+                let timeout = Duration::from_millis(command["timeout_ms"].as_u64().unwrap_or(0));
+                let contended = self.with_guard(field(command, "guard")?, LockGuard::contended)?;
+                let contended = tokio::time::timeout(timeout, contended).await.is_ok();
+                Ok(json!({"ok": true, "contended": contended}))
             }
             "fencing_headers" => {
                 let headers = self.with_guard(field(command, "guard")?, |g| {

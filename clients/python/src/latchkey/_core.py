@@ -7,9 +7,11 @@ each piece names its counterpart there.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import grpc
@@ -70,6 +72,10 @@ AUDIT_ACTOR_BYTES_MAX = 256
 HOLDERS_PER_LOCK_MAX = 1_024
 # Bytes of an election's published value (limits::ELECTION_VALUE_BYTES_MAX).
 ELECTION_VALUE_BYTES_MAX = 1_024
+# A lock-delay's longest, in ms (limits::LOCK_DELAY_MS_MAX): 5 minutes.
+LOCK_DELAY_MS_MAX = 300_000
+# Names one keepalive lease lists as contended (limits::CONTENDED_PER_LEASE_MAX).
+CONTENDED_PER_LEASE_MAX = 64
 # A watch stream says how far it got this often when idle (limits::WATCH_PROGRESS_MS); one that
 # says nothing for CLIENT_WATCH_SILENCE_MS is taken for dead and resumed on another member.
 WATCH_PROGRESS_MS = 2_000
@@ -197,21 +203,51 @@ _MODE_NAMES = {pb.LOCK_MODE_EXCLUSIVE: EXCLUSIVE, pb.LOCK_MODE_SHARED: SHARED,
 
 
 class AcquireMode(NamedTuple):
-    """An Acquire's `mode` and `permits` fields (0 but with LOCK_MODE_PERMITS), and a
-    campaign's election `value` (None: not a campaign; exclusive mode only)."""
+    """An Acquire's `mode` and `permits` fields (0 but with LOCK_MODE_PERMITS), a
+    campaign's election `value` (None: not a campaign; exclusive mode only), and its
+    `lock_delay_ms` (0: none; exclusive mode only, never with a value)."""
 
     mode: int
     permits: int
     value: Optional[bytes] = None
+    lock_delay_ms: int = 0
 
 
 def acquire_request(session: "pb.Session", seq: int, name: str, wait_ms: int,
                     mode: AcquireMode) -> "pb.AcquireRequest":
     request = pb.AcquireRequest(session=session, seq=seq, name=name, wait_timeout_ms=wait_ms,
-                                mode=mode.mode, permits=mode.permits)
+                                mode=mode.mode, permits=mode.permits,
+                                lock_delay_ms=mode.lock_delay_ms)
     if mode.value is not None:
         request.value = mode.value
     return request
+
+
+def lock_delay_ms_of(lock_delay: object) -> int:
+    """A lock-delay in seconds (None or 0: none) as the Acquire's `lock_delay_ms`, rounded UP
+    to whole milliseconds (a delay asked for is never shortened, and 0.5 ms is not none), as
+    the Rust client's LockRequest::lock_delay: InvalidArgument if negative, not a number, or
+    above LOCK_DELAY_MS_MAX (the server's words: "a lock-delay is at most 300000 ms, not N")."""
+    if lock_delay is None:
+        return 0
+    if isinstance(lock_delay, bool) or not isinstance(lock_delay, (int, float)):
+        raise errors.InvalidArgument(
+            f"a lock-delay is seconds (an int or a float), not {type(lock_delay).__name__}")
+    if lock_delay != lock_delay or lock_delay < 0:
+        raise errors.InvalidArgument(f"a lock-delay is 0 or more seconds, not {lock_delay!r}")
+    if lock_delay == float("inf"):
+        raise errors.InvalidArgument(
+            f"a lock-delay is at most {LOCK_DELAY_MS_MAX} ms, not inf",
+            reason="lock-delay-out-of-range")
+    else:
+        # Of a float, the decimal its repr shows (1.1 s is 1100 ms, not 1101 by binary error).
+        exact = Decimal(lock_delay) if isinstance(lock_delay, int) else Decimal(repr(lock_delay))
+        ms = math.ceil(exact * 1000)
+    if ms > LOCK_DELAY_MS_MAX:
+        raise errors.InvalidArgument(
+            f"a lock-delay is at most {LOCK_DELAY_MS_MAX} ms, not {ms}",
+            reason="lock-delay-out-of-range")
+    return ms
 
 
 def value_of(value: object) -> bytes:
@@ -234,12 +270,18 @@ def campaign_mode(value: object) -> AcquireMode:
     return AcquireMode(pb.LOCK_MODE_EXCLUSIVE, 0, value_of(value))
 
 
-def acquire_mode(shared: bool = False, permits: Optional[int] = None) -> AcquireMode:
-    """The mode of `lock(name, shared=..., permits=...)`, checked before any call as the Rust
-    client's LockRequest::wait does: PermitsOutOfRange for 0 or more than
-    HOLDERS_PER_LOCK_MAX permits, InvalidArgument for both a reader and permits."""
+def acquire_mode(shared: bool = False, permits: Optional[int] = None,
+                 lock_delay: Optional[float] = None) -> AcquireMode:
+    """The mode of `lock(name, shared=..., permits=..., lock_delay=...)`, checked before any
+    call as the Rust client's LockRequest::wait does: PermitsOutOfRange for 0 or more than
+    HOLDERS_PER_LOCK_MAX permits, InvalidArgument for both a reader and permits, and for a
+    lock-delay out of range (lock_delay_ms_of) or with a reader or permits (a mutex's only)."""
+    delay_ms = lock_delay_ms_of(lock_delay)
+    if delay_ms > 0 and (shared or permits is not None):
+        raise errors.InvalidArgument("a lock-delay is for an exclusive lock (a mutex) only")
     if permits is None:
-        return AcquireMode(pb.LOCK_MODE_SHARED if shared else pb.LOCK_MODE_EXCLUSIVE, 0)
+        return AcquireMode(pb.LOCK_MODE_SHARED if shared else pb.LOCK_MODE_EXCLUSIVE, 0,
+                           lock_delay_ms=delay_ms)
     if shared:
         raise errors.InvalidArgument(
             "a lock is taken shared (a reader) or as one of a semaphore's permits, not both")
@@ -808,7 +850,9 @@ class LockInfo:
     """One lock as the leader sees it (Describe). `holder` is the first granted of `holders`
     (every holder: one for a mutex or a writer, several readers or permits); `mode` is how it
     is held: "exclusive" (a mutex or a writer; also a free lock), "shared" (readers) or
-    "permits" (a semaphore of `permits` permits; 0 with the other modes)."""
+    "permits" (a semaphore of `permits` permits; 0 with the other modes). `lock_delay` is the
+    holder's lock-delay in seconds (0: none); `delay_remaining` the seconds left of a running
+    one (None: none runs; the lock then has no holder)."""
 
     name: str
     holder: Optional[Holder]
@@ -817,6 +861,8 @@ class LockInfo:
     mode: str = EXCLUSIVE
     permits: int = 0
     holders: Tuple[Holder, ...] = ()
+    lock_delay: float = 0.0
+    delay_remaining: Optional[float] = None
 
     @property
     def held(self) -> bool:
@@ -848,8 +894,10 @@ def lock_info(lock: "pb.LockInfo") -> LockInfo:
     mode = _MODE_NAMES.get(lock.mode)
     if mode is None:
         raise errors.ProtocolError(f"lock {lock.name!r} is held in an unknown mode {lock.mode}")
+    delay_remaining = (lock.delay_remaining_ms / 1000
+                       if lock.HasField("delay_remaining_ms") else None)
     return LockInfo(lock.name, holder, lock.waiters, tuple(w.session for w in lock.queue),
-                    mode, lock.permits, holders)
+                    mode, lock.permits, holders, lock.lock_delay_ms / 1000, delay_remaining)
 
 
 @dataclass(frozen=True)
@@ -1227,3 +1275,16 @@ def auth_metadata(token: Optional[str]) -> Tuple[Tuple[str, str], ...]:
     if not token or not all(0x21 <= ord(c) <= 0x7E for c in token):
         raise errors.InvalidArgument("the auth token must be printable ASCII without spaces")
     return (("authorization", f"Bearer {token}"),)
+
+
+def merge_contended(old: frozenset, listed: Sequence[str], truncated: bool) -> frozenset:
+    """The contended names after a keepalive's list: all of them, or, `truncated`, the first of
+    them in name order, which says nothing of the names after its last one: what was known of
+    those is kept; names up to it that it does not list are not contended (docs/protocol.md
+    6.8; the Rust client's merge_contended). Python compares str by code point, the order of
+    the server's UTF-8 bytes."""
+    new = frozenset(listed)
+    if truncated:
+        cut = max(listed) if listed else None
+        new = new | frozenset(n for n in old if cut is None or n > cut)
+    return new

@@ -33,6 +33,8 @@ _PENDING = pb.ACQUIRE_RESULT_PENDING
 _WHY_CLOSED = "the session was closed"
 _WHY_DEADLINE = "no renewal was acknowledged before the lease deadline (TTL minus safety margin)"
 _JOIN_S = 10.0
+# Longest sleep of LockGuard.contended between looks (see latchkey.client).
+_CONTENDED_WAKE_S = 1.0
 
 
 class _Signal:
@@ -299,10 +301,12 @@ class Client:
 
     def lock(self, name: str, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000,
              wait: Optional[float] = None, *, owner: Optional[str] = None, shared: bool = False,
-             permits: Optional[int] = None) -> "_SessionLock":
+             permits: Optional[int] = None,
+             lock_delay: Optional[float] = None) -> "_SessionLock":
         """`async with client.lock("name", ttl=15, wait=30) as guard:`; see latchkey.Client.lock."""
         # Bad input fails here, before any call.
-        return _SessionLock(self, name, ttl, wait, owner, core.acquire_mode(shared, permits))
+        return _SessionLock(self, name, ttl, wait, owner,
+                            core.acquire_mode(shared, permits, lock_delay))
 
     def campaign(self, name: str, value, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000,
                  wait: Optional[float] = None, *, owner: Optional[str] = None) -> "_SessionLock":
@@ -620,6 +624,10 @@ class Session:
         self._lost_why: Optional[str] = None
         self._guards: Set["LockGuard"] = set()
         self._taken: Tuple[frozenset, int] = (frozenset(), 0)
+        # Conflict events: the held names the last keepalive answer said someone waits for,
+        # and an event set (then replaced) at each change.
+        self._contended: frozenset = frozenset()
+        self._contended_changed = asyncio.Event()
         self._failover_detector = core.FailoverDetector(endpoint)
         self._failovers = 0
         self._waits = asyncio.BoundedSemaphore(core.SESSION_WAITS_IN_FLIGHT_MAX)
@@ -665,10 +673,13 @@ class Session:
         return (await self._for_lock(name)).id
 
     async def lock(self, name: str, wait: Optional[float] = None, *, shared: bool = False,
-                   permits: Optional[int] = None) -> "LockGuard":
-        """See latchkey.Session.lock. Cancelling it settles the request in the background."""
+                   permits: Optional[int] = None, lock_delay: Optional[float] = None,
+                   positions: Optional[Callable[[int], None]] = None) -> "LockGuard":
+        """See latchkey.Session.lock (`positions` is called on the event loop). Cancelling it
+        settles the request in the background."""
         core.validate_name(name)
-        return await self._take(name, core.wait_of(wait), core.acquire_mode(shared, permits))
+        return await self._take(name, core.wait_of(wait),
+                                core.acquire_mode(shared, permits, lock_delay), positions)
 
     async def campaign(self, name: str, value, wait: Optional[float] = None) -> "Leadership":
         """See latchkey.Session.campaign. Cancelling it settles the request in the background
@@ -678,15 +689,15 @@ class Session:
         assert isinstance(guard, Leadership)
         return guard
 
-    async def _take(self, name: str, wait: Optional[float],
-                    mode: core.AcquireMode) -> "LockGuard":
+    async def _take(self, name: str, wait: Optional[float], mode: core.AcquireMode,
+                    positions: Optional[Callable[[int], None]] = None) -> "LockGuard":
         if self.is_lost():
             raise self._lost_error()
         session = await self._for_lock(name)
         async with session._waits:
             deadline = None if wait is None else core.now() + wait
             while True:
-                guard = await session._lock_once(name, mode, deadline)
+                guard = await session._lock_once(name, mode, deadline, positions)
                 if guard is not None:
                     return guard
 
@@ -856,12 +867,22 @@ class Session:
                 self._mark_lost("the server says the session has expired")
                 return
             self._taken_now(frozenset(answer.revoked_tokens), answer.revoked_through)
+            self._contended_now(answer.contended, answer.contended_truncated)
             lease.acknowledged(sent, answer.ttl_ms / 1000)
             self._deadline = lease.deadline()
             if self._failover_detector.acknowledged(addr, failed_attempts):
                 self._failovers += 1
                 log.info("latchkey: session %d renewed after a failover (by %s)", self.id, addr)
         self._mark_lost(_WHY_DEADLINE)
+
+    def _contended_now(self, names: Sequence[str], truncated: bool) -> None:
+        """See latchkey.Session._contended_now."""
+        new = core.merge_contended(self._contended, names, truncated)
+        if new == self._contended:
+            return
+        self._contended = new
+        changed, self._contended_changed = self._contended_changed, asyncio.Event()
+        changed.set()
 
     def _taken_now(self, tokens: frozenset, through: int) -> None:
         if (tokens, through) == self._taken:
@@ -909,8 +930,9 @@ class Session:
             raise self._checked(e) from None
         return response
 
-    async def _lock_once(self, name: str, mode: core.AcquireMode,
-                         deadline: Optional[float]) -> Optional["LockGuard"]:
+    async def _lock_once(self, name: str, mode: core.AcquireMode, deadline: Optional[float],
+                         positions: Optional[Callable[[int], None]] = None
+                         ) -> Optional["LockGuard"]:
         seq = await self._begin()
         armed = True
         try:
@@ -945,6 +967,8 @@ class Session:
                         raise errors.LockHeld(name, core.lock_info(response.held_by).holder)
                     raise errors.WaitTimeout(name)
                 if response.result == _PENDING:
+                    if positions is not None:
+                        positions(response.position)
                     if deadline is not None and polled_at > (
                             deadline + core.CLIENT_PENDING_AFTER_DEADLINE_MS_MAX / 1000):
                         raise errors.WaitTimeout(name)
@@ -1065,6 +1089,31 @@ class LockGuard:
         if self._taken():
             return f"an operator force-released it (token {self.token}); see `latchkey audit`"
         return self._session._lost_why
+
+    def is_contended(self) -> bool:
+        """See latchkey.LockGuard.is_contended."""
+        return self.name in self._session._contended
+
+    async def contended(self, timeout: Optional[float] = None) -> bool:
+        """See latchkey.LockGuard.contended: True once someone is seen waiting for this lock
+        (or it may be lost), False after `timeout` seconds (None: no limit)."""
+        session = self._session
+        end = None if timeout is None else core.now() + max(float(timeout), 0.0)
+        while True:
+            if self.name in session._contended or self._lost_signal.is_set():
+                return True
+            now = core.now()
+            if end is not None and now >= end:
+                return False
+            until = session._deadline if end is None else min(end, session._deadline)
+            waits = [asyncio.ensure_future(session._contended_changed.wait()),
+                     asyncio.ensure_future(self._lost_signal._signal._event.wait())]
+            try:
+                await asyncio.wait(waits, timeout=min(max(until - now, 0.001), _CONTENDED_WAKE_S),
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
 
     def fencing_headers(self) -> Dict[str, str]:
         return {core.LOCK_HEADER: self.name, core.TOKEN_HEADER: str(self.token)}

@@ -34,6 +34,9 @@ _WHY_CLOSED = "the session was closed"
 _WHY_DEADLINE = "no renewal was acknowledged before the lease deadline (TTL minus safety margin)"
 # Joining a stopped thread: it wakes on the lost signal at once; this only bounds a bug.
 _JOIN_S = 10.0
+# Longest sleep of LockGuard.contended between looks (it is woken by each keepalive answer and
+# the lost signal; this only bounds a wake missed by a bug).
+_CONTENDED_WAKE_S = 1.0
 
 
 class _Signal:
@@ -338,14 +341,16 @@ class Client:
 
     def lock(self, name: str, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000,
              wait: Optional[float] = None, *, owner: Optional[str] = None, shared: bool = False,
-             permits: Optional[int] = None) -> "_SessionLock":
+             permits: Optional[int] = None,
+             lock_delay: Optional[float] = None) -> "_SessionLock":
         """`with client.lock("name", ttl=15, wait=30) as guard:` opens a session of its own,
         takes the lock (waiting up to `wait` seconds; None: until granted; 0: try once), and on
         exit releases it and closes the session. Raises WaitTimeout (LockHeld for a try-lock
         that found it held) when not granted. `shared=True`: as a reader; `permits=N`: one of
-        a semaphore's N permits (see Session.lock)."""
+        a semaphore's N permits; `lock_delay=S`: a lock-delay (see Session.lock)."""
         # Bad input fails here, before any call.
-        return _SessionLock(self, name, ttl, wait, owner, core.acquire_mode(shared, permits))
+        return _SessionLock(self, name, ttl, wait, owner,
+                            core.acquire_mode(shared, permits, lock_delay))
 
     def campaign(self, name: str, value, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000,
                  wait: Optional[float] = None, *, owner: Optional[str] = None) -> "_SessionLock":
@@ -734,6 +739,8 @@ class Session:
         self._lost_why: Optional[str] = None
         self._guards: "set[LockGuard]" = set()
         self._taken: Tuple[frozenset, int] = (frozenset(), 0)
+        # Conflict events: the held names the last keepalive answer said someone waits for.
+        self._contended: frozenset = frozenset()
         # Only the renewal thread moves the detector; the count is read under _cond.
         self._failover_detector = core.FailoverDetector(endpoint)
         self._failovers = 0
@@ -797,7 +804,8 @@ class Session:
         return self._for_lock(name).id
 
     def lock(self, name: str, wait: Optional[float] = None, *, shared: bool = False,
-             permits: Optional[int] = None) -> "LockGuard":
+             permits: Optional[int] = None, lock_delay: Optional[float] = None,
+             positions: Optional[Callable[[int], None]] = None) -> "LockGuard":
         """Takes lock `name`, waiting in its FIFO queue up to `wait` seconds (None: until
         granted; 0: try once, never queue). Raises WaitTimeout (LockHeld for a try-lock that
         found it held), SessionLost if the session is lost meanwhile.
@@ -807,22 +815,34 @@ class Session:
         behind a waiting writer waits. `permits=N` takes one of the N permits of a counting
         semaphore (each grant has its own token). A name in use as the other kind raises
         KindConflict, a semaphore with another N PermitsConflict, N outside 1..1024
-        PermitsOutOfRange (docs/primitives.md). The request keeps one
+        PermitsOutOfRange (docs/primitives.md).
+
+        `lock_delay=S` (seconds, rounded up to whole ms, at most 300; a mutex's only, so
+        InvalidArgument with `shared` or `permits`): if this grant is lost (the session expires
+        or is revoked, or an operator force-releases it; not a release or close), the server
+        grants the name to nobody for S seconds, for a resource that cannot check fencing
+        tokens (docs/primitives.md, Lock-delay). `positions=fn`: while queued, `fn(position)`
+        is called (on this thread) with the 1-based place in the queue each long-poll answers
+        (about every 10 s, and at each re-send); never when granted at once.
+
+        The request keeps one
         sequence number across its long-polls and retries, so it keeps its place in the
         queue through reconnects and leader changes. A wait abandoned before its outcome is
         known (a client-side give-up, an exception such as KeyboardInterrupt) is settled by a
         background thread: a late grant is released."""
         core.validate_name(name)
-        return self._take(name, core.wait_of(wait), core.acquire_mode(shared, permits))
+        return self._take(name, core.wait_of(wait),
+                          core.acquire_mode(shared, permits, lock_delay), positions)
 
-    def _take(self, name: str, wait: Optional[float], mode: core.AcquireMode) -> "LockGuard":
+    def _take(self, name: str, wait: Optional[float], mode: core.AcquireMode,
+              positions: Optional[Callable[[int], None]] = None) -> "LockGuard":
         if self.is_lost():
             raise self._lost_error()
         session = self._for_lock(name)
         with session._waits:
             deadline = None if wait is None else core.now() + wait
             while True:
-                guard = session._lock_once(name, mode, deadline)
+                guard = session._lock_once(name, mode, deadline, positions)
                 if guard is not None:
                     return guard
 
@@ -1041,6 +1061,7 @@ class Session:
                 self._mark_lost("the server says the session has expired")
                 return
             self._taken_now(frozenset(answer.revoked_tokens), answer.revoked_through)
+            self._contended_now(answer.contended, answer.contended_truncated)
             lease.acknowledged(sent, answer.ttl_ms / 1000)
             failover = self._failover_detector.acknowledged(addr, failed_attempts)
             with self._cond:
@@ -1060,6 +1081,17 @@ class Session:
         for g in hit:
             log.warning("latchkey: an operator force-released lock %r (token %d)", g.name, g.token)
             g._lost_signal._signal.set()
+
+    def _contended_now(self, names: Sequence[str], truncated: bool) -> None:
+        """A keepalive's list of held names that someone waits for: all of them, or,
+        `truncated`, the first of them in name order (what was known of the names after its
+        last one is kept until an answer that lists all: the Rust client's contended_now)."""
+        with self._cond:
+            new = core.merge_contended(self._contended, names, truncated)
+            if new == self._contended:
+                return
+            self._contended = new
+            self._cond.notify_all()
 
     # --- sequence numbers ---------------------------------------------------------------------
     def _begin(self) -> int:
@@ -1096,8 +1128,8 @@ class Session:
             raise self._checked(e) from None
         return response
 
-    def _lock_once(self, name: str, mode: core.AcquireMode,
-                   deadline: Optional[float]) -> Optional["LockGuard"]:
+    def _lock_once(self, name: str, mode: core.AcquireMode, deadline: Optional[float],
+                   positions: Optional[Callable[[int], None]] = None) -> Optional["LockGuard"]:
         """One logical Acquire (one seq, re-sent until decided). None: start again with a new
         seq (only after the server's own day-long cap on a wait forever)."""
         seq = self._begin()
@@ -1137,6 +1169,8 @@ class Session:
                         raise errors.LockHeld(name, core.lock_info(response.held_by).holder)
                     raise errors.WaitTimeout(name)
                 if response.result == _PENDING:
+                    if positions is not None:
+                        positions(response.position)
                     if deadline is not None and polled_at > (
                             deadline + core.CLIENT_PENDING_AFTER_DEADLINE_MS_MAX / 1000):
                         raise errors.WaitTimeout(name)
@@ -1268,6 +1302,41 @@ class LockGuard:
         if self._taken():
             return f"an operator force-released it (token {self.token}); see `latchkey audit`"
         return self._session._lost_why
+
+    def is_contended(self) -> bool:
+        """Whether the last keepalive answer said someone waits for this lock."""
+        with self._session._cond:
+            return self.name in self._session._contended
+
+    def contended(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until someone is seen waiting for this lock (Chubby's "conflicting lock
+        request"), so that a long holder can finish up and release it, and returns True; at
+        once if one waits already. The session's keepalive answers list its held names that
+        have waiters, so this returns within about a renewal interval (a third of the TTL) of
+        the first waiter queueing. Also True when the lock may be lost (`lost`): nobody needs it
+        released then. False once `timeout` seconds pass (None: no limit)."""
+        session = self._session
+        end = None if timeout is None else core.now() + max(float(timeout), 0.0)
+
+        def wake() -> None:
+            with session._cond:
+                session._cond.notify_all()
+
+        remove = self.on_lost(wake)
+        try:
+            with session._cond:
+                while True:
+                    if self.name in session._contended or self._lost_signal.is_set():
+                        return True
+                    now = core.now()
+                    if end is not None and now >= end:
+                        return False
+                    # Woken by a keepalive answer or the lost signal; the deadline is also
+                    # read from the clock (lost.is_set) at least when it passes.
+                    until = session._deadline if end is None else min(end, session._deadline)
+                    session._cond.wait(min(max(until - now, 0.001), _CONTENDED_WAKE_S))
+        finally:
+            remove()
 
     def fencing_headers(self) -> Dict[str, str]:
         """{"latchkey-lock": name, "latchkey-token": "<token>"} for a fenced resource."""

@@ -142,8 +142,12 @@ class Agent:
         mode, permits = cmd.get("mode"), cmd.get("permits")
         if mode not in (None, "exclusive", "shared", "permits"):
             raise ValueError(f"no mode {mode!r}")
+        # `"lock_delay_ms": N` asks for a lock-delay (docs/primitives.md).
+        delay_ms = cmd.get("lock_delay_ms")
+        lock_delay = None if delay_ms is None else int(delay_ms) / 1000
         g = self.session(cmd["session"]).lock(str(cmd["name"]), wait=wait,
-                                              shared=mode == "shared", permits=permits)
+                                              shared=mode == "shared", permits=permits,
+                                              lock_delay=lock_delay)
         return {"token": g.token, "guard": self.keep_guard(g)}
 
     def op_campaign(self, cmd):
@@ -184,6 +188,13 @@ class Agent:
     def op_wait_lost(self, cmd):
         g = self.guard(cmd["guard"])
         return {"lost": g.lost.wait(timeout=int(cmd["timeout_ms"]) / 1000)}
+
+    def op_contended(self, cmd):
+        return {"contended": self.guard(cmd["guard"]).is_contended()}
+
+    def op_wait_contended(self, cmd):
+        g = self.guard(cmd["guard"])
+        return {"contended": g.contended(timeout=int(cmd["timeout_ms"]) / 1000)}
 
     def op_describe(self, cmd):
         info = self.client.describe(str(cmd["name"]))
