@@ -114,6 +114,9 @@ impl ApiError {
                 Rejection::PermitsConflict { .. } => "permits-conflict",
                 Rejection::PermitsOutOfRange { .. } => "permits-out-of-range",
                 Rejection::NotElectionLeader { .. } => "not-election-leader",
+                Rejection::BatchTooLarge { .. } => "batch-too-large",
+                Rejection::NotBatchable => "not-batchable",
+                Rejection::BatchConflict { .. } => "batch-conflict",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -144,6 +147,8 @@ impl ApiError {
                 | Rejection::TtlOutOfRange { .. }
                 | Rejection::FieldTooLong { .. }
                 | Rejection::ReasonEmpty
+                | Rejection::BatchTooLarge { .. }
+                | Rejection::NotBatchable
                 | Rejection::PermitsOutOfRange { .. } => Code::InvalidArgument,
                 // Not NOT_FOUND: clients read that as "no such session".
                 Rejection::LockNotHeld { .. } | Rejection::TokenMismatch { .. } => {
@@ -162,6 +167,7 @@ impl ApiError {
                 | Rejection::SequenceReused { .. }
                 | Rejection::KindConflict { .. }
                 | Rejection::PermitsConflict { .. }
+                | Rejection::BatchConflict { .. }
                 | Rejection::NotElectionLeader { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
