@@ -641,7 +641,8 @@ pub enum LockChange {
 }
 
 impl Applied {
-    pub(crate) fn just(outcome: Outcome) -> Applied {
+    /// An answer with `outcome` and no effects.
+    pub fn just(outcome: Outcome) -> Applied {
         Applied {
             outcome,
             handoffs: Vec::new(),

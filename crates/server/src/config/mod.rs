@@ -121,6 +121,10 @@ pub struct ServerConfig {
     /// Client authentication, permissions and quotas (`--acl`, or `[acl]` in the config file),
     /// reloaded without a restart (`reload.rs`); every client may do anything when `None`.
     pub acl: Option<Arc<acl::AclPolicy>>,
+    /// Gather client operations that arrive while an earlier write is in flight into one
+    /// batch entry (issue #35, `node/gather.rs`). On by default; off, every operation is an
+    /// entry of its own, as before (the simulation's checkers read entries that way).
+    pub coalesce: bool,
     /// Fixed bugs put back on purpose (the simulation's checker tests); all off by default.
     #[doc(hidden)]
     pub plant: Plant,
@@ -152,6 +156,7 @@ impl ServerConfig {
             cluster_secret: None,
             tls: None,
             acl: None,
+            coalesce: true,
             plant: Plant::default(),
         }
     }
