@@ -489,8 +489,6 @@ impl Model {
         fx
     }
 
-    /// An acquire; `how` is its wait, its mode and a campaign's value.
-    #[allow(clippy::too_many_arguments)]
     /// Issue #35: a batch is its operations applied one by one at its index, each as an entry
     /// of its own, except what may not share an entry with what came before it in the batch.
     fn apply_batch(&mut self, index: u64, now: u64, ops: &[Op]) -> Applied {
@@ -570,6 +568,8 @@ impl Model {
         }
     }
 
+    /// An acquire; `how` is its wait, its mode and a campaign's value.
+    #[allow(clippy::too_many_arguments)]
     fn acquire_request(
         &mut self,
         session: &SessionKey,

@@ -88,7 +88,7 @@ impl Gather {
         while let Some(next) = queue.waiting.front() {
             let fits = taken.len() < limits::BATCH_OPS_MAX
                 && bytes + next.op.bytes_max() <= limits::BATCH_BYTES_MAX
-                && !(next.alone && !taken.is_empty());
+                && (taken.is_empty() || !next.alone);
             if !fits {
                 break;
             }
