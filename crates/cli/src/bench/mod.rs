@@ -270,7 +270,10 @@ impl Window {
         for ((id, before), (_, after)) in self.before.samples.iter().zip(&self.after.samples) {
             let (before, after) = (before.as_ref()?, after.as_ref()?);
             let applied = |name: &str| {
-                counter_delta(before.get(name).unwrap_or(0.0), after.get(name).unwrap_or(0.0))
+                counter_delta(
+                    before.get(name).unwrap_or(0.0),
+                    after.get(name).unwrap_or(0.0),
+                )
             };
             if applied(ENTRIES_APPLIED) > entries_applied {
                 entries_applied = applied(ENTRIES_APPLIED);
@@ -564,9 +567,7 @@ mod tests {
     #[test]
     fn operations_per_entry_come_from_the_applied_counters() {
         let applied = |e: u32, o: u32| {
-            format!(
-                "latchkey_entries_applied_total {e}\nlatchkey_operations_applied_total {o}\n"
-            )
+            format!("latchkey_entries_applied_total {e}\nlatchkey_operations_applied_total {o}\n")
         };
         let window = Window {
             before: snapshot(vec![(1, &applied(10, 10)), (2, &applied(10, 10))]),
