@@ -23,8 +23,9 @@ import {
 import { checkGroups, groupOf, groupOfSession } from "./groups";
 import * as limits from "./limits";
 import { Aborted, now, sleep } from "./util";
-import { checkMode, modeFromWire, validateName } from "./lock";
-import type { LockGuard, LockMode, LockOptions } from "./lock";
+import { checkMode, checkValue, modeFromWire, validateName } from "./lock";
+import type { CampaignOptions, Leadership, LockGuard, LockMode, LockOptions } from "./lock";
+import { Leader, leaderOf, Observe } from "./election";
 import { Session, SessionOptions } from "./session";
 
 /** Settings of a Client; every field is optional. */
@@ -257,6 +258,7 @@ export function holderFromWire(info: Wire): Holder | undefined {
     token: BigInt(info.token),
     heldForMs: Number(info.held_for_ms),
     owner: ownerFromWire(info.owner),
+    value: valueFromWire(info.value),
   };
 }
 
@@ -266,7 +268,16 @@ function grantFromWire(h: Wire): Holder {
     token: BigInt(h.token),
     heldForMs: Number(h.held_for_ms),
     owner: ownerFromWire(h.owner),
+    value: valueFromWire(h.value),
   };
+}
+
+/** A wire `optional bytes value`: undefined when unset (proto-loader leaves it out). */
+export function valueFromWire(v: unknown): Buffer | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (Buffer.isBuffer(v)) return v;
+  if (v instanceof Uint8Array) return Buffer.from(v);
+  throw new ProtocolError(`an election value came as ${typeof v}, not bytes`);
 }
 
 function lockInfoFromWire(info: Wire): LockInfo {
@@ -479,11 +490,69 @@ export class Client {
     }
   }
 
+  /**
+   * Leads the election `name` in a session of its own (`ttl` seconds): see `Session.campaign`.
+   * `leadership.resign()` (or `await using`) resigns and closes that session.
+   */
+  async campaign(name: string, value: string | Uint8Array, options: CampaignOptions & SessionOptions = {}): Promise<Leadership> {
+    checkValue(value); // bad input fails before a session is made
+    const session = await this.session({ ttl: options.ttl, owner: options.owner });
+    try {
+      const leadership = await session.campaign(name, value, { wait: options.wait, signal: options.signal });
+      leadership.ownsSession = true;
+      return leadership;
+    } catch (e) {
+      await session.close().catch(() => undefined);
+      throw e;
+    }
+  }
+
+  /**
+   * The current leader of the election `name` (its exclusive holder; a linearizable read on the
+   * leader), or undefined when nobody leads. Needs `read` on the name.
+   */
+  async leader(name: string): Promise<Leader | undefined> {
+    return leaderOf(await this.describe(name));
+  }
+
+  /**
+   * Every change of leader or value of the election `name`, from its current leader on:
+   * `for await (const leader of await client.observe(name))` (see Observe; `close()` ends it).
+   * Needs `read` on the name.
+   */
+  async observe(name: string): Promise<Observe> {
+    validateName(name);
+    const observe = new Observe(this, name);
+    await observe.start();
+    return observe;
+  }
+
+  /** @internal A server-streaming call (Watch) on `t`, open-ended. */
+  stream(t: string, method: string, request: unknown): grpc.ClientReadableStream<Wire> {
+    const md = new grpc.Metadata();
+    if (this.authToken !== undefined) md.set("authorization", `Bearer ${this.authToken}`);
+    const c = this.channel(t) as unknown as Record<string, Function>;
+    return c[method].call(c, request, md) as grpc.ClientReadableStream<Wire>;
+  }
+
+  /** @internal The transport to `t` failed (a broken watch stream): try another member next. */
+  streamBroke(t: string): void {
+    this.unreachable(t);
+  }
+
   /** One lock's holder and queue, read on the leader (of the lock's Raft group). */
   async describe(name: string): Promise<LockInfo> {
+    return (await this.describeRead(name))[0];
+  }
+
+  /**
+   * @internal `describe`, with the index of the last log entry applied when it was read
+   * (DescribeResponse.read_index): every watch event at or below it is reflected in the answer.
+   */
+  async describeRead(name: string): Promise<[LockInfo, bigint]> {
     const { response } = await this.call<Wire>("Describe", { name }, this.forLock(name));
     if (!response.lock) throw new ProtocolError("Describe answered without a lock");
-    return lockInfoFromWire(response.lock);
+    return [lockInfoFromWire(response.lock), BigInt(response.read_index ?? 0)];
   }
 
   /**

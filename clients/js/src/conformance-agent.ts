@@ -6,7 +6,7 @@
 //   node dist/conformance-agent.js --endpoints HOST:PORT[,HOST:PORT...]
 //
 // One JSON command per stdin line, exactly one JSON answer per command on stdout (with the
-// command's `id`). Commands run one at a time in order, except `lock` and `wait_lost`, which may
+// command's `id`). Commands run one at a time in order, except `lock`, `campaign` and `wait_lost`, which may
 // block and run concurrently (their answers may come out of order). On stdin EOF every session is
 // closed and the agent exits 0. Diagnostics go to stderr only.
 //
@@ -20,7 +20,9 @@ import {
   InvalidArgument,
   KindConflict,
   LatchkeyError,
+  Leadership,
   LockGuard,
+  NotElectionLeader,
   NotHeld,
   PermissionDenied,
   PermitsConflict,
@@ -53,6 +55,7 @@ function errorCode(e: unknown): string {
   if (e instanceof InvalidArgument) return "invalid-argument";
   if (e instanceof KindConflict) return "kind-conflict";
   if (e instanceof PermitsConflict) return "permits-conflict";
+  if (e instanceof NotElectionLeader) return "not-election-leader";
   return "other";
 }
 
@@ -98,6 +101,12 @@ class Agent {
     return g;
   }
 
+  private leadership(cmd: Command): Leadership {
+    const g = this.guard(cmd);
+    if (!(g instanceof Leadership)) throw new Other(`guard ${JSON.stringify(cmd.guard)} is not a campaign's`);
+    return g;
+  }
+
   /** Handles one line; a blocking command is started and left running. */
   async line(text: string): Promise<void> {
     let cmd: Command;
@@ -121,7 +130,7 @@ class Agent {
         write({ id, ok: false, error, message });
       }
     };
-    if (cmd.op === "lock" || cmd.op === "wait_lost") {
+    if (cmd.op === "lock" || cmd.op === "campaign" || cmd.op === "wait_lost") {
       const p: Promise<void> = run().finally(() => this.inFlight.delete(p));
       this.inFlight.add(p);
     } else {
@@ -150,6 +159,25 @@ class Agent {
         const handle = `g-${this.nextGuard++}`;
         this.guards.set(handle, guard);
         return { token: guard.token, guard: handle };
+      }
+      case "campaign": {
+        const session = this.session(cmd);
+        const wait = cmd.wait_ms === undefined || cmd.wait_ms === null ? undefined : Number(cmd.wait_ms) / 1000;
+        const leadership = await session.campaign(this.str(cmd, "name"), this.str(cmd, "value"), { wait });
+        const handle = `g-${this.nextGuard++}`;
+        this.guards.set(handle, leadership);
+        return { token: leadership.token, guard: handle };
+      }
+      case "proclaim":
+        await this.leadership(cmd).proclaim(this.str(cmd, "value"));
+        return {};
+      case "resign":
+        await this.leadership(cmd).resign();
+        return {};
+      case "leader": {
+        const leader = await this.client.leader(this.str(cmd, "name"));
+        if (leader === undefined) return { leader: null };
+        return { leader: { session_id: leader.sessionId, token: leader.token, value: leader.value.toString("utf8") } };
       }
       case "release": {
         // The library's contract: releasing a lost lock throws SessionLost at once (NotHeld if

@@ -107,6 +107,16 @@ export class PermitsConflict extends Conflict {
   }
 }
 
+/**
+ * A proclaim by a leadership whose term has ended (resigned, the session lost, an operator
+ * force-released it): the published value is unchanged. A Conflict (`not-election-leader`).
+ */
+export class NotElectionLeader extends Conflict {
+  constructor(message: string) {
+    super("not-election-leader", message);
+  }
+}
+
 /** The wait for a lock ended without a grant (also a try-lock, `wait: 0`, that found it held). */
 export class WaitTimeout extends LatchkeyError {
   readonly lock: string;
@@ -122,6 +132,8 @@ export interface Holder {
   token: bigint;
   heldForMs: number;
   owner?: Owner;
+  /** What a campaign's grant published (undefined: taken as a plain lock). */
+  value?: Buffer;
 }
 
 /** What a client said about who runs a session (shown by describe); not authenticated. */
@@ -292,6 +304,7 @@ export function classify(err: ServiceError): Failure {
     case Code.FAILED_PRECONDITION:
       if (reason === "kind-conflict") return { kind: "fatal", error: new KindConflict(message) };
       if (reason === "permits-conflict") return { kind: "fatal", error: new PermitsConflict(message) };
+      if (reason === "not-election-leader") return { kind: "fatal", error: new NotElectionLeader(message) };
       return { kind: "fatal", error: new Conflict(reason ?? "failed-precondition", message) };
     default:
       return {

@@ -3,7 +3,9 @@
 //   client.ts   endpoints, leader routing, the retry loop, keepalive batches, list, the admin calls
 //   session.ts  a session's lease, its renewal every TTL/3, the deadline rule; one per Raft group
 //   groups.ts   which Raft group a lock name or a session id belongs to (serve --groups)
-//   lock.ts     acquire (long-poll, same seq across re-sends, release of unwanted grants), LockGuard
+//   lock.ts     acquire (long-poll, same seq across re-sends, release of unwanted grants), LockGuard,
+//               a campaign's Leadership (proclaim, resign)
+//   election.ts leader reads and `observe` (a watch of the name, resumed on another member)
 //   errors.ts   one error class per cause; gRPC status -> error
 //   limits.ts   every bound, copied from crates/core/src/limits.rs
 
@@ -31,8 +33,10 @@ export { Session, ownerOfThisProcess, safetyMarginMs } from "./session";
 export { now } from "./util";
 export { groupOf, groupOfSession } from "./groups";
 export type { SessionOptions } from "./session";
-export { LockGuard, LOCK_HEADER, TOKEN_HEADER } from "./lock";
-export type { LockOptions, LockMode } from "./lock";
+export { LockGuard, Leadership, LOCK_HEADER, TOKEN_HEADER } from "./lock";
+export type { LockOptions, LockMode, CampaignOptions } from "./lock";
+export { Observe } from "./election";
+export type { Leader } from "./election";
 export {
   LatchkeyError,
   InvalidArgument,
@@ -43,6 +47,7 @@ export {
   Conflict,
   KindConflict,
   PermitsConflict,
+  NotElectionLeader,
   PermitsOutOfRange,
   WaitTimeout,
   Held,

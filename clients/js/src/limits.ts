@@ -132,3 +132,13 @@ assert(CLIENT_CONNECT_TIMEOUT_MS_DEFAULT < CLIENT_RPC_TIMEOUT_MS_DEFAULT, "conne
 export const OWNER_HOST_BYTES_MAX = 255;
 export const OWNER_USER_BYTES_MAX = 64;
 export const OWNER_TEXT_BYTES_MAX = 256;
+
+/** Bytes of an election's published value (limits::ELECTION_VALUE_BYTES_MAX). */
+export const ELECTION_VALUE_BYTES_MAX = 1024;
+/** A watch stream says how far it got this often when idle (limits::WATCH_PROGRESS_MS). */
+export const WATCH_PROGRESS_MS = 2_000;
+/**
+ * A watch that hears nothing for this long takes its member for dead and resumes on another
+ * (limits::CLIENT_WATCH_SILENCE_MS): a few progress intervals, so one late message is not a failover.
+ */
+export const CLIENT_WATCH_SILENCE_MS = 4 * WATCH_PROGRESS_MS;

@@ -2,7 +2,7 @@
 // reference.
 import type { Wire } from "./client";
 import { isRetryable, isTooOld } from "./client";
-import { Held, InvalidArgument, LatchkeyError, NotHeld, PermitsOutOfRange, ProtocolError, SessionLost, WaitTimeout } from "./errors";
+import { Held, InvalidArgument, LatchkeyError, NotElectionLeader, NotHeld, PermitsOutOfRange, ProtocolError, SessionLost, WaitTimeout } from "./errors";
 import { holderFromWire } from "./client";
 import * as limits from "./limits";
 import type { GroupSession, Session } from "./session";
@@ -49,10 +49,24 @@ export function validateName(name: string): void {
 /** How a name is taken, or held (`LockInfo.mode`): see docs/primitives.md. */
 export type LockMode = "exclusive" | "shared" | "permits";
 
-/** An Acquire's `mode` and `permits` fields. */
+/** An Acquire's `mode` and `permits` fields, and a campaign's election `value`. */
 interface WireMode {
   mode: "LOCK_MODE_EXCLUSIVE" | "LOCK_MODE_SHARED" | "LOCK_MODE_PERMITS";
   permits: number;
+  /** Set: a campaign (exclusive only) whose grant publishes it. */
+  value?: Buffer;
+}
+
+/** An election value as sent: a string as UTF-8, bytes as they are; at most ELECTION_VALUE_BYTES_MAX bytes. */
+export function checkValue(value: unknown): Buffer {
+  let b: Buffer;
+  if (typeof value === "string") b = Buffer.from(value, "utf8");
+  else if (value instanceof Uint8Array) b = Buffer.from(value);
+  else throw new InvalidArgument(`an election value is a string or bytes, not ${value === null ? "null" : typeof value}`);
+  if (b.length > limits.ELECTION_VALUE_BYTES_MAX) {
+    throw new InvalidArgument(`an election value is at most ${limits.ELECTION_VALUE_BYTES_MAX} bytes, not ${b.length}`);
+  }
+  return b;
 }
 
 /**
@@ -105,7 +119,15 @@ async function acquireOnce(
   try {
     const { response } = await session.client.call<Wire>(
       "Acquire",
-      { session: session.wire, seq: String(seq), name, wait_timeout_ms: String(waitMs), mode: mode.mode, permits: mode.permits },
+      {
+        session: session.wire,
+        seq: String(seq),
+        name,
+        wait_timeout_ms: String(waitMs),
+        mode: mode.mode,
+        permits: mode.permits,
+        ...(mode.value === undefined ? {} : { value: mode.value }),
+      },
       {
         // The server long-polls at most ACQUIRE_POLL_MS_MAX whatever we ask, so every attempt
         // allows a full poll.
@@ -128,10 +150,25 @@ type Race =
   | { kind: "give-up" }
   | { kind: "abandoned" };
 
-/** @internal See `Session.lock`. */
+/** @internal See `Session.lock`. Async, so that bad input rejects rather than throws. */
 export async function acquire(logical: Session, name: string, options: LockOptions): Promise<LockGuard> {
   validateName(name);
-  const mode = checkMode(options);
+  return take(logical, name, checkMode(options), options);
+}
+
+/** @internal See `Session.campaign`. */
+export async function campaign(logical: Session, name: string, value: string | Uint8Array, options: CampaignOptions): Promise<Leadership> {
+  validateName(name);
+  const mode: WireMode = { mode: "LOCK_MODE_EXCLUSIVE", permits: 0, value: checkValue(value) };
+  const guard = await take(logical, name, mode, options);
+  if (!(guard instanceof Leadership)) throw new ProtocolError("a campaign was granted as a plain lock");
+  return guard;
+}
+
+/** How long a campaign waits, and what abandons it (as `LockOptions`). */
+export type CampaignOptions = Pick<LockOptions, "wait" | "signal">;
+
+async function take(logical: Session, name: string, mode: WireMode, options: Pick<LockOptions, "wait" | "signal">): Promise<LockGuard> {
   const wait = options.wait;
   if (wait !== undefined && (!Number.isFinite(wait) || wait < 0)) {
     throw new InvalidArgument(`wait ${wait} s must be a number of seconds >= 0 (undefined: forever)`);
@@ -224,6 +261,7 @@ export async function acquire(logical: Session, name: string, options: LockOptio
           switch (response.result) {
             case "ACQUIRE_RESULT_GRANTED":
               armed = false;
+              if (mode.value !== undefined) return new Leadership(logical, session, name, BigInt(response.token), mode.value);
               return new LockGuard(logical, session, name, BigInt(response.token));
             case "ACQUIRE_RESULT_NOT_GRANTED": {
               armed = false;
@@ -359,7 +397,8 @@ export class LockGuard {
   /** @internal release() also closes the session (a guard from `Client.lock`). */
   ownsSession = false;
   private readonly controller = new AbortController();
-  private released?: Promise<void>;
+  /** @internal */
+  protected released?: Promise<void>;
 
   /** @internal */
   constructor(session: Session, groupSession: GroupSession, name: string, token: bigint) {
@@ -486,6 +525,54 @@ export class LockGuard {
       if (e instanceof SessionLost || e instanceof NotHeld) return;
       throw e;
     }
+  }
+}
+
+/**
+ * This session leads an election (`Session.campaign`): the grant of its campaign, a LockGuard
+ * (`token` is the term's fencing token; `lost`, `signal`, `fencingHeaders()`) that also
+ * publishes a `value`. `resign()` gives it up; `await using` resigns on leaving the scope.
+ */
+export class Leadership extends LockGuard {
+  /** The value published now (what the campaign or the last proclaim sent). */
+  value: Buffer;
+
+  /** @internal */
+  constructor(session: Session, groupSession: GroupSession, name: string, token: bigint, value: Buffer) {
+    super(session, groupSession, name, token);
+    this.value = value;
+  }
+
+  /**
+   * Replaces the published value without giving up leadership. Throws NotElectionLeader if this
+   * term has ended (resigned, force-released), SessionLost if the session is lost.
+   */
+  async proclaim(value: string | Uint8Array): Promise<void> {
+    const v = checkValue(value);
+    if (this.released !== undefined) {
+      throw new NotElectionLeader(`the leadership of ${JSON.stringify(this.name)} (token ${this.token}) was resigned`);
+    }
+    const session = this.groupSession;
+    const releasePermit = await session.shortRequests.acquire();
+    const seq = await session.window.begin();
+    try {
+      await session.client.call<Wire>(
+        "Proclaim",
+        { session: session.wire, seq: String(seq), name: this.name, token: this.token.toString(), value: v },
+        session.short(),
+      );
+    } catch (e) {
+      throw session.check(e);
+    } finally {
+      session.window.end(seq);
+      releasePermit();
+    }
+    this.value = v;
+  }
+
+  /** Gives up leadership: the next candidate in the queue leads with a higher token (as `release()`). */
+  resign(): Promise<void> {
+    return this.release();
   }
 }
 

@@ -15,7 +15,7 @@ import { isNotWithGroups } from "./client";
 import { InvalidArgument, LatchkeyError, Owner, ProtocolError, SessionLost, SessionNotFound } from "./errors";
 import { groupOf, groupOfSession } from "./groups";
 import * as limits from "./limits";
-import { LockGuard, LockOptions, acquire } from "./lock";
+import { CampaignOptions, Leadership, LockGuard, LockOptions, acquire, campaign } from "./lock";
 import { Aborted, now, Semaphore, sleepUntil } from "./util";
 
 /** The safety margin for a lease of `ttlMs`: max(ttl / 5, 200 ms). */
@@ -564,6 +564,18 @@ export class Session {
    */
   lock(name: string, options: LockOptions = {}): Promise<LockGuard> {
     return acquire(this, name, options);
+  }
+
+  /**
+   * Campaigns in the election `name`: waits in its FIFO queue (no herd) at most `wait` seconds
+   * (undefined: until this session leads; 0: only if nobody leads) and resolves with the
+   * Leadership, whose token is the term's fencing token and whose `value` (a string, sent as
+   * UTF-8, or bytes; at most 1,024 bytes) `Client.leader` and `Client.observe` show. An election
+   * is an exclusive lock whose grant publishes a value: it fails as `lock` does (WaitTimeout,
+   * Held, SessionLost, KindConflict) and ends as a grant does.
+   */
+  campaign(name: string, value: string | Uint8Array, options: CampaignOptions = {}): Promise<Leadership> {
+    return campaign(this, name, value, options);
   }
 
   /** Takes `name` as a reader of a read-write lock: `lock(name, { ...options, shared: true })`. */

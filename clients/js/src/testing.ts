@@ -28,6 +28,7 @@ export async function acquireTwiceWithSameSeq(logical: Session, name: string): P
 
 // The pure pieces, for unit tests: the lease arithmetic, the sequence window, the status mapping.
 export { ClientLease, SeqWindow } from "./session";
+export { Observed } from "./election";
 export { classify } from "./errors";
 export { mergeLists } from "./client";
 export { fnv1a64, fmix64, jump } from "./groups";

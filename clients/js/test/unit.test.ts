@@ -207,3 +207,28 @@ it("a wall clock that fell behind does not hide a later suspend", () => {
   t.wall += 60;
   assert.equal(clock.now() - start, 1_060, "the 60 ms suspend is counted in full");
 });
+
+// election.rs a_proclaim_replayed_after_a_read_that_reflects_a_later_one_is_not_news: a watch on a
+// member that lags behind the one read replays proclaims the read already reflects.
+it("observe: a proclaim replayed after a read that reflects a later one is not news", () => {
+  const o = new testing.Observed();
+  const leader = (value: string) => ({ sessionId: 1n, token: 10n, value: Buffer.from(value) });
+  const event = (index: number, kind: string, value: string) => ({
+    index: String(index),
+    ordinal: 0,
+    kind,
+    lock: "svc",
+    session: "1",
+    token: "10",
+    mode: kind === "granted" ? "LOCK_MODE_EXCLUSIVE" : undefined,
+    value: Buffer.from(value),
+  });
+  o.read(leader("v2"), 30n);
+  assert.deepEqual(o.news(), leader("v2"));
+  for (const e of [event(10, "granted", "v0"), event(20, "proclaimed", "v1"), event(30, "proclaimed", "v2")]) {
+    o.apply(e);
+    assert.equal(o.news(), undefined, "an older value after a newer one");
+  }
+  o.apply(event(31, "proclaimed", "v3"));
+  assert.deepEqual(o.news()?.value, Buffer.from("v3"));
+});

@@ -208,9 +208,11 @@ def test_lock_info_reads_every_holder_and_the_mode():
 
 def test_acquire_mode_checks_its_input():
     pb = core.pb
-    assert core.acquire_mode() == (pb.LOCK_MODE_EXCLUSIVE, 0)
-    assert core.acquire_mode(shared=True) == (pb.LOCK_MODE_SHARED, 0)
-    assert core.acquire_mode(permits=1024) == (pb.LOCK_MODE_PERMITS, 1024)
+    # (mode, permits, a campaign's value: None for a lock).
+    assert core.acquire_mode() == (pb.LOCK_MODE_EXCLUSIVE, 0, None)
+    assert core.acquire_mode(shared=True) == (pb.LOCK_MODE_SHARED, 0, None)
+    assert core.acquire_mode(permits=1024) == (pb.LOCK_MODE_PERMITS, 1024, None)
+    assert core.campaign_mode("v") == (pb.LOCK_MODE_EXCLUSIVE, 0, b"v")
     import pytest
     from latchkey import errors
     for bad in (0, 1025, -1):

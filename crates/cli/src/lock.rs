@@ -128,9 +128,13 @@ pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u
 /// The lock request `args` ask for: exclusive, `--shared` or `--permits N`, or a campaign
 /// (`latchkey elect`).
 fn request<'a>(session: &'a Session, args: &LockArgs) -> latchkey_client::LockRequest<'a> {
-    let request = session.lock(args.name.clone());
+    let mut request = session.lock(args.name.clone());
     if let Some(value) = &args.campaign {
+        // `latchkey elect` has no --lock-delay: a campaign takes none.
         return request.campaign(value.clone());
+    }
+    if let Some(delay) = args.lock_delay {
+        request = request.lock_delay(delay);
     }
     match args.mode() {
         latchkey_core::Mode::Exclusive => request,
@@ -151,6 +155,10 @@ async fn supervise(
     // COMMAND leads its group: the group id is its pid.
     let group = child.id().map(|id| Pid::from_raw(id as i32));
     let name = guard.name().to_owned();
+    // Conflict events: say once that someone waits (COMMAND may want to finish up).
+    let contended = guard.contended();
+    tokio::pin!(contended);
+    let mut told = false;
     loop {
         tokio::select! {
             biased;
@@ -172,6 +180,12 @@ async fn supervise(
                 return Ok(code);
             }
             _ = guard.lost() => break,
+            () = &mut contended, if !told => {
+                told = true;
+                if !guard.is_lost() {
+                    eprintln!("latchkey: someone is waiting for lock {name:?}");
+                }
+            }
             _ = terminate.recv() => signal_group(group, Signal::SIGTERM),
             _ = interrupt.recv() => signal_group(group, Signal::SIGINT),
         }

@@ -596,6 +596,16 @@ pub struct LockArgs {
     /// 1024; every holder of NAME must give the same N).
     #[arg(long, value_name = "N", value_parser = parse_permits)]
     pub permits: Option<u32>,
+    /// Lock-delay: if this process's session expires (it was killed, hung or cut off) or an
+    /// operator takes the lock, nobody gets it for this long after (at most 5m), for a
+    /// resource that cannot check fencing tokens. A clean exit hands it over at once.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = crate::duration::parse_duration,
+        conflicts_with_all = ["shared", "permits"]
+    )]
+    pub lock_delay: Option<Duration>,
     /// The lock's name.
     #[arg(value_parser = parse_lock_name())]
     pub name: String,
@@ -652,6 +662,7 @@ impl ElectArgs {
             owner: self.owner,
             shared: false,
             permits: None,
+            lock_delay: None,
             name: self.name,
             command: self.command,
             campaign: Some(self.value.unwrap_or_default().into_bytes()),
@@ -749,6 +760,12 @@ pub struct BenchArgs {
     /// failover: leader kills.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+    /// semaphore: the semaphore's permits (at most that many clients hold one at once).
+    #[arg(long, default_value_t = 8)]
+    pub permits: u32,
+    /// semaphore: how long each client holds its permit before releasing it.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub hold: Duration,
     /// Prefix of the lock names used.
     #[arg(long, default_value = "bench/")]
     pub prefix: String,

@@ -32,6 +32,12 @@ pub struct LockJson {
     pub waiters: u32,
     /// Waiters in queue order: all of them from `status`, the first few from `list`.
     pub queue: Vec<WaiterJson>,
+    /// The lock-delay the holder's grant asked for (ms), when it asked for one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_delay_ms: Option<u64>,
+    /// While a lock-delay runs (no holder): ms until the name is granted again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_remaining_ms: Option<u64>,
 }
 
 /// A session's owner description: what its client said about itself (not authenticated).
@@ -124,6 +130,8 @@ impl From<&LockInfo> for LockJson {
                     mode: mode_json(w.mode).0,
                 })
                 .collect(),
+            lock_delay_ms: lock.lock_delay.map(ms),
+            delay_remaining_ms: lock.delay_remaining.map(ms),
         }
     }
 }
@@ -154,6 +162,16 @@ fn human(lock: &LockInfo) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    if let (None, Some(left)) = (&lock.holder, lock.delay_remaining) {
+        return format!(
+            "{}: in a lock-delay (its holder's grant was lost) for {} more; {waiting}",
+            lock.name,
+            human_duration(left)
+        );
+    }
+    let delay = lock.lock_delay.map_or(String::new(), |d| {
+        format!(" (lock-delay {})", human_duration(d))
+    });
     match (&lock.holder, lock.mode) {
         (None, _) => format!("{}: free; {waiting}", lock.name),
         (Some(_), Mode::Shared) => format!(
@@ -175,7 +193,7 @@ fn human(lock: &LockInfo) -> String {
                 holder(h),
                 String::from_utf8_lossy(v)
             ),
-            None => format!("{}: held by {}; {waiting}", lock.name, holder(h)),
+            None => format!("{}: held by {}{delay}; {waiting}", lock.name, holder(h)),
         },
     }
 }
@@ -566,6 +584,8 @@ mod tests {
     fn free_lock_has_null_holder_fields() {
         let free = LockInfo {
             name: "a".into(),
+            lock_delay: None,
+            delay_remaining: None,
             holder: None,
             mode: Mode::Exclusive,
             holders: vec![],
@@ -593,6 +613,8 @@ mod tests {
         };
         let held = LockInfo {
             name: "b".into(),
+            lock_delay: None,
+            delay_remaining: None,
             holder: Some(holder.clone()),
             mode: Mode::Exclusive,
             holders: vec![holder],
@@ -669,6 +691,8 @@ mod tests {
         };
         let readers = LockInfo {
             name: "cfg".into(),
+            lock_delay: None,
+            delay_remaining: None,
             holder: Some(h(3, 10)),
             mode: Mode::Shared,
             holders: vec![h(3, 10), h(4, 10)],
@@ -684,6 +708,8 @@ mod tests {
         );
         let jobs = LockInfo {
             name: "jobs".into(),
+            lock_delay: None,
+            delay_remaining: None,
             holder: Some(h(3, 20)),
             mode: Mode::Permits(3),
             holders: vec![h(3, 20), h(4, 21)],

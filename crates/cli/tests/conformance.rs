@@ -17,7 +17,8 @@
 //! retry must get the same grant, not a second one), the lost signal when the server is paused
 //! past the client's deadline and the release of that lost lock, failover to a new leader, a
 //! read-write lock (readers together, a writer alone, a reader behind a waiting writer waits)
-//! and a counting semaphore (N hold, the next waits, another kind or count is refused).
+//! a counting semaphore (N hold, the next waits, another kind or count is refused) and an
+//! election (campaign, leader, proclaim, resign; the next candidate leads with a higher token).
 
 mod common;
 
@@ -583,6 +584,67 @@ fn a_semaphore_of_three(kind: Kind) {
     assert_eq!(server.status("jobs")["held"], false);
 }
 
+/// An election (issue #32): two candidates; the first leads with its value, proclaims a new
+/// one that `leader` reads, resigns, and the second (queued behind it) leads with a higher
+/// token and its own value; once it resigns nobody leads.
+fn an_election_of_two(kind: Kind) {
+    let server = Server::start();
+    let work = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start(kind, &server.addr, work.path());
+    let mut ids = HashMap::new();
+    for s in ["first", "second"] {
+        let made = agent.ok(json!({"op": "session", "session": s, "ttl_ms": 15_000}));
+        ids.insert(s, made["session_id"].as_u64().expect("session_id"));
+    }
+    let nobody = agent.ok(json!({"op": "leader", "name": "svc/leader"}));
+    assert_eq!(
+        nobody["leader"],
+        Value::Null,
+        "{kind:?}: nobody leads yet: {nobody}"
+    );
+    let campaign = |session: &str, value: &str| json!({"op": "campaign", "session": session, "name": "svc/leader", "value": value});
+    let first = agent.ok(campaign("first", "10.0.0.1:80"));
+    let mut waits = campaign("second", "10.0.0.2:80");
+    waits["wait_ms"] = 20_000.into();
+    let second = agent.send(waits);
+    wait_until("the second candidate queued", ANSWER, || {
+        server.status("svc/leader")["waiters"] == 1
+    });
+    let leader = agent.ok(json!({"op": "leader", "name": "svc/leader"}));
+    assert_eq!(
+        leader["leader"],
+        json!({"session_id": ids["first"], "token": token(&first), "value": "10.0.0.1:80"}),
+        "{kind:?}: {leader}"
+    );
+    agent.ok(json!({"op": "proclaim", "guard": first["guard"], "value": "10.0.0.1:8080"}));
+    let leader = agent.ok(json!({"op": "leader", "name": "svc/leader"}));
+    assert_eq!(
+        leader["leader"],
+        json!({"session_id": ids["first"], "token": token(&first), "value": "10.0.0.1:8080"}),
+        "{kind:?}: the proclaimed value, same term: {leader}"
+    );
+    agent.ok(json!({"op": "resign", "guard": first["guard"]}));
+    let second = agent.answer(&second, ANSWER);
+    assert_eq!(second["ok"], true, "{kind:?}: the second leads: {second}");
+    assert!(token(&second) > token(&first), "{first} then {second}");
+    let leader = agent.ok(json!({"op": "leader", "name": "svc/leader"}));
+    assert_eq!(
+        leader["leader"],
+        json!({"session_id": ids["second"], "token": token(&second), "value": "10.0.0.2:80"}),
+        "{kind:?}: {leader}"
+    );
+    agent.ok(json!({"op": "resign", "guard": second["guard"]}));
+    let nobody = agent.ok(json!({"op": "leader", "name": "svc/leader"}));
+    assert_eq!(
+        nobody["leader"],
+        Value::Null,
+        "{kind:?}: both resigned: {nobody}"
+    );
+    for s in ["first", "second"] {
+        agent.ok(json!({"op": "close", "session": s}));
+    }
+}
+
 /// Runs every scenario against `kind`'s client, or explains why it cannot.
 fn conforms(kind: Kind) {
     if let Err(why) = agent_command(kind) {
@@ -601,6 +663,7 @@ fn conforms(kind: Kind) {
     failover_to_a_new_leader(kind);
     readers_and_a_writer(kind);
     a_semaphore_of_three(kind);
+    an_election_of_two(kind);
 }
 
 #[test]

@@ -118,6 +118,14 @@ fn a_session_takes_waits_for_and_hands_over_a_lock_over_http() {
         !waiter.is_finished(),
         "B's acquire answered while A held the lock"
     );
+    // Conflict events over HTTP too: A's lease lists the name B waits for, B's lists nothing.
+    let told = post_ok(&http, "/v1/sessions/keepalive", json!({"sessions": [a, b]}));
+    assert_eq!(
+        told["leases"][0]["contended"],
+        json!(["deploy/web"]),
+        "{told}"
+    );
+    assert_eq!(told["leases"][1]["contended"], json!([]), "{told}");
 
     let released = post_ok(
         &http,
@@ -408,6 +416,11 @@ fn the_http_api_serves_a_cluster_of_several_raft_groups() {
     assert_eq!(granted["result"], "granted", "{granted}");
     let described = get_ok(&http(1), &format!("/v1/lock?name={}", names[0]));
     assert_eq!(described["group"], 0, "{described}");
+    // The read reflects the log up to the grant's entry at least (its token is that index).
+    assert!(
+        described["read_index"].as_u64() >= granted["token"].as_u64(),
+        "{described} after {granted}"
+    );
     assert_eq!(
         described["lock"]["holder"]["session"], s0["id"],
         "{described}"

@@ -144,7 +144,12 @@ struct Browsed<'a> {
 impl Browsed<'_> {
     /// `latchkey lock [--auth-token T] options NAME -- sh -c SCRIPT` in `dir`.
     fn lock(&self, name: &str, options: &[&str], script: &str, dir: &Path) -> Proc {
-        let mut args = vec!["lock".to_owned(), "--endpoints".into(), self.addr.into()];
+        self.run("lock", name, options, script, dir)
+    }
+
+    /// `latchkey VERB [--auth-token T] options NAME -- sh -c SCRIPT` in `dir` (`lock`, `elect`).
+    fn run(&self, verb: &str, name: &str, options: &[&str], script: &str, dir: &Path) -> Proc {
+        let mut args = vec![verb.to_owned(), "--endpoints".into(), self.addr.into()];
         if let Some(bearer) = self.bearer {
             args.extend(["--auth-token".into(), bearer.into()]);
         }
@@ -372,11 +377,14 @@ fn the_page_shows_a_held_lock_and_drops_it_once_released_in_chromium() {
     page_shows_a_held_lock_and_drops_it(kit, node, "open", Ending::HolderReleases);
 }
 
-/// Read-write locks and semaphores (docs/primitives.md) on the page: two readers of
-/// `config/app.toml` with a writer waiting, and two of the 3 permits of `batch/nightly`. The
-/// page says how each is held ("shared by 2 readers", "2 of 3 permits"), lists every holder
-/// with its session and token in the order granted (as `GET /v1/lock` does), marks the
-/// waiting writer, shows a force-release button per grant, and drops the rows once released.
+/// Read-write locks, semaphores and an election (docs/primitives.md) on the page: two readers
+/// of `config/app.toml` with a writer waiting, two of the 3 permits of `batch/nightly`, and the
+/// leader of `svc/leader` (`latchkey elect --value`). The page says how each is held ("shared
+/// by 2 readers", "2 of 3 permits", "leader" with its value), lists every holder with its
+/// session and token in the order granted (as `GET /v1/lock` does), marks the waiting writer,
+/// shows a force-release button per grant, and drops the rows once released. The leader's
+/// value is user input with markup in it: the page shows it as text, and no element or script
+/// of it comes to life.
 #[test]
 fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
     let Some((dir, chromium)) = browser_kit_or_skip() else {
@@ -416,12 +424,29 @@ fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
             work.lines(out).len() == count + 1
         });
     }
+    let leader_value =
+        "<img src=x onerror=\"window.__pwned='img'\"><script>window.__pwned='script'</script>&amp;";
+    let leader_script = format!(
+        "echo $LATCHKEY_TOKEN >> '{out}'; while [ ! -e '{release}' ]; do sleep 0.02; done",
+        out = work.path("leader").display(),
+        release = work.path("release").display(),
+    );
+    holders.push(node.run(
+        "elect",
+        "svc/leader",
+        &["--value", leader_value],
+        &leader_script,
+        work.dir.path(),
+    ));
+    wait_until("svc/leader has a leader", T, || {
+        work.lines("leader").len() == 1
+    });
     let mut writer = node.lock("config/app.toml", &[], "true", work.dir.path());
     wait_until("the writer is queued", T, || {
         node.describe("config/app.toml")["waiters"] == 1
     });
 
-    let shown = |name: &str, mode: &str, waiters: &[&str]| {
+    let shown = |name: &str, mode: &str, waiters: &[&str], count: usize| {
         let lock = node.describe(name);
         let holders: Vec<Value> = lock["holders"]
             .as_array()
@@ -429,12 +454,20 @@ fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
             .iter()
             .map(|h| serde_json::json!([h["session"], h["token"]]))
             .collect();
-        assert_eq!(holders.len(), 2, "{lock}");
+        assert_eq!(holders.len(), count, "{lock}");
         serde_json::json!({"lock": name, "mode": mode, "holders": holders, "waiters": waiters})
     };
+    let mut leader = shown("svc/leader", "leader", &[], 1);
+    assert_eq!(
+        node.describe("svc/leader")["holders"][0]["value"],
+        leader_value,
+        "the API's value"
+    );
+    leader["value"] = leader_value.into();
     let expected = serde_json::json!([
-        shown("batch/nightly", "2 of 3 permits", &[]),
-        shown("config/app.toml", "shared by 2 readers", &["writer"]),
+        shown("batch/nightly", "2 of 3 permits", &[], 2),
+        shown("config/app.toml", "shared by 2 readers", &["writer"], 2),
+        leader,
     ]);
     let shots = screenshot_dir().join("primitives");
     let _ = std::fs::remove_dir_all(&shots);

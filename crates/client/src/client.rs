@@ -524,6 +524,13 @@ impl Client {
 
     /// One lock's holder and queue length, read on the leader.
     pub async fn describe(&self, name: &str) -> Result<LockInfo, Error> {
+        Ok(self.describe_read(name).await?.0)
+    }
+
+    /// [`Client::describe`], with the index of the last log entry the member had applied when
+    /// it read the lock (`DescribeResponse.read_index`): every watch event at or below it is
+    /// reflected in the answer.
+    pub(crate) async fn describe_read(&self, name: &str) -> Result<(LockInfo, u64), Error> {
         latchkey_core::validate_name(name).map_err(|e| Error::InvalidArgument {
             message: e.to_string(),
         })?;
@@ -537,7 +544,7 @@ impl Client {
         let lock = response
             .lock
             .ok_or_else(|| Error::Protocol("Describe answered without a lock".into()))?;
-        Ok(LockInfo::from_pb(lock))
+        Ok((LockInfo::from_pb(lock), response.read_index))
     }
 
     /// The held locks whose names start with `prefix` (all with an empty prefix), read on the

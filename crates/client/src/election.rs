@@ -86,8 +86,13 @@ impl Client {
     /// The current leader of the election `name` (its exclusive holder; linearizable, read on
     /// the Raft leader), or `None` when nobody leads. Needs `read` on the name.
     pub async fn leader(&self, name: &str) -> Result<Option<Leader>, Error> {
-        let info = self.describe(name).await?;
-        Ok(info
+        Ok(self.leader_read(name).await?.0)
+    }
+
+    /// [`Client::leader`], with the index of the last log entry applied when it was read.
+    async fn leader_read(&self, name: &str) -> Result<(Option<Leader>, u64), Error> {
+        let (info, index) = self.describe_read(name).await?;
+        let leader = info
             .holders
             .into_iter()
             .next()
@@ -97,7 +102,8 @@ impl Client {
                 token: h.token,
                 value: h.value.unwrap_or_default(),
                 held_for: Some(h.held_for),
-            }))
+            });
+        Ok((leader, index))
     }
 
     /// Every change of leader or value of the election `name`, from its current leader on;
@@ -148,8 +154,8 @@ impl Observe {
 
     /// Reads the leader now (a linearizable read).
     async fn resync(&mut self) -> Result<(), Error> {
-        let leader = self.client.leader(&self.name).await?;
-        self.state.read(leader);
+        let (leader, index) = self.client.leader_read(&self.name).await?;
+        self.state.read(leader, index);
         Ok(())
     }
 }
@@ -163,21 +169,29 @@ struct Observed {
     delivered: Option<Leader>,
     /// The highest token seen for the name: a grant at or below it is old news.
     last_token: u64,
+    /// The log index the last read reflects: an event at or below it is in the read already
+    /// (a member that lags behind the one read may replay it after the read: a proclaim
+    /// replayed then would bring an older value back under the same token).
+    read_index: u64,
 }
 
 impl Observed {
-    /// A read of the leader. One older than what the events already said (a read that raced
-    /// them) is ignored.
-    fn read(&mut self, leader: Option<Leader>) {
+    /// A read of the leader, reflecting the log up to `index`. One older than what the events
+    /// already said (a read that raced them) is ignored.
+    fn read(&mut self, leader: Option<Leader>, index: u64) {
         match &leader {
             Some(l) if l.token < self.last_token => return,
             Some(l) => self.last_token = l.token,
             None => {}
         }
+        self.read_index = self.read_index.max(index);
         self.current = leader;
     }
 
     fn apply(&mut self, e: WatchEvent) {
+        if e.index <= self.read_index {
+            return;
+        }
         let token = e.token.unwrap_or(0);
         match e.kind {
             WatchKind::Granted if e.mode == Some(Mode::Exclusive) && token > self.last_token => {
@@ -225,9 +239,16 @@ mod tests {
     use super::*;
     use latchkey_core::SessionId;
 
-    fn event(kind: WatchKind, session: u64, token: u64, value: Option<&str>) -> WatchEvent {
+    /// An event of the entry at log index `index`.
+    fn event(
+        index: u64,
+        kind: WatchKind,
+        session: u64,
+        token: u64,
+        value: Option<&str>,
+    ) -> WatchEvent {
         WatchEvent {
-            index: token,
+            index,
             ordinal: 0,
             kind,
             lock: "svc".into(),
@@ -253,31 +274,56 @@ mod tests {
     fn each_leader_and_value_is_news_once_and_never_an_older_leader() {
         use WatchKind::*;
         let mut o = Observed::default();
-        o.read(Some(leader(1, 10, "a")));
+        o.read(Some(leader(1, 10, "a")), 20);
         assert_eq!(o.news(), Some(leader(1, 10, "a")));
         assert_eq!(o.news(), None, "the same leader twice");
         // The events from before the read (the watch opened first) change nothing.
-        o.apply(event(Granted, 1, 10, Some("a")));
-        o.apply(event(Granted, 9, 7, Some("old")));
+        o.apply(event(10, Granted, 1, 10, Some("a")));
+        o.apply(event(7, Granted, 9, 7, Some("old")));
         assert_eq!(o.news(), None);
-        o.apply(event(Proclaimed, 1, 10, Some("a2")));
+        o.apply(event(21, Proclaimed, 1, 10, Some("a2")));
         assert_eq!(o.news(), Some(leader(1, 10, "a2")));
         // A proclaim of an ended term is not news.
-        o.apply(event(Proclaimed, 9, 7, Some("stale")));
+        o.apply(event(22, Proclaimed, 9, 7, Some("stale")));
         assert_eq!(o.news(), None);
         // A handover: released then granted in one entry; only the new leader is news.
-        o.apply(event(Released, 1, 10, None));
+        o.apply(event(23, Released, 1, 10, None));
         assert_eq!(o.news(), None, "no leader is not an item");
-        o.apply(event(Granted, 2, 12, Some("b")));
+        o.apply(event(23, Granted, 2, 12, Some("b")));
         assert_eq!(o.news(), Some(leader(2, 12, "b")));
         // A read older than the events (it raced them) is ignored.
-        o.read(Some(leader(1, 10, "a2")));
+        o.read(Some(leader(1, 10, "a2")), 21);
         assert_eq!(o.news(), None);
         // Readers and permits are not leaders.
-        let mut shared = event(Granted, 3, 14, None);
+        let mut shared = event(25, Granted, 3, 14, None);
         shared.mode = Some(Mode::Shared);
-        o.apply(event(Expired, 2, 12, None));
+        o.apply(event(24, Expired, 2, 12, None));
         o.apply(shared);
         assert_eq!(o.news(), None);
+    }
+
+    /// The watch was opened on a member that lags behind the one the read went to: it replays
+    /// the leader's proclaims the read already reflects. Under the same token a replayed
+    /// proclaim looks current, so only the read's index tells it is old news.
+    #[test]
+    fn a_proclaim_replayed_after_a_read_that_reflects_a_later_one_is_not_news() {
+        use WatchKind::*;
+        let mut o = Observed::default();
+        // The read: leader 1 under token 10 with value "v2", as of log index 30.
+        o.read(Some(leader(1, 10, "v2")), 30);
+        assert_eq!(o.news(), Some(leader(1, 10, "v2")));
+        // The lagging member's replay: the grant (index 10) and the first proclaim (index 20).
+        // (`Observe::next` asks for news after each event.)
+        for e in [
+            event(10, Granted, 1, 10, Some("v0")),
+            event(20, Proclaimed, 1, 10, Some("v1")),
+            event(30, Proclaimed, 1, 10, Some("v2")),
+        ] {
+            o.apply(e);
+            assert_eq!(o.news(), None, "an older value after a newer one");
+        }
+        // What comes after the read is news.
+        o.apply(event(31, Proclaimed, 1, 10, Some("v3")));
+        assert_eq!(o.news(), Some(leader(1, 10, "v3")));
     }
 }

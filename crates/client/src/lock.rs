@@ -41,6 +41,8 @@ pub struct LockRequest<'a> {
     mode: Mode,
     /// A campaign's election value ([`Session::campaign`](crate::Session::campaign)).
     value: Option<Vec<u8>>,
+    lock_delay: Duration,
+    positions: Option<watch::Sender<u32>>,
 }
 
 impl<'a> LockRequest<'a> {
@@ -50,16 +52,38 @@ impl<'a> LockRequest<'a> {
             name,
             mode: Mode::Exclusive,
             value: None,
+            lock_delay: Duration::ZERO,
+            positions: None,
         }
     }
 
     /// Makes this request a campaign in the election `name` (issue #32): an exclusive acquire
     /// whose grant publishes `value` as the leader's (at most
     /// `limits::ELECTION_VALUE_BYTES_MAX` bytes). [`Session::campaign`](crate::Session::campaign)
-    /// waits for it and wraps the guard in a [`Leadership`](crate::Leadership).
+    /// waits for it and wraps the guard in a [`Leadership`](crate::Leadership). A campaign
+    /// takes no lock-delay (refused as an invalid argument).
     pub fn campaign(mut self, value: Vec<u8>) -> LockRequest<'a> {
         self.mode = Mode::Exclusive;
         self.value = Some(value);
+        self
+    }
+
+    /// Ask for a lock-delay (docs/primitives.md): if this grant is lost (the session expires
+    /// or is revoked, or an operator force-releases it), the server grants the name to nobody
+    /// until `delay` after that, so that a resource that cannot check fencing tokens has time
+    /// to finish what this holder started. A release or a close hands over at once. At most
+    /// `limits::LOCK_DELAY_MS_MAX` (5 minutes), whole milliseconds; a mutex's (exclusive)
+    /// acquire only, not a campaign's. Zero, the default: none.
+    pub fn lock_delay(mut self, delay: Duration) -> LockRequest<'a> {
+        self.lock_delay = delay;
+        self
+    }
+
+    /// Report this request's place in the queue as it moves: every answer of a queued wait
+    /// (each long-poll, at most `ACQUIRE_POLL_MS_MAX` apart, and each re-attach) sends its
+    /// 1-based position to `positions`. Nothing is sent when the lock is granted at once.
+    pub fn positions(mut self, positions: watch::Sender<u32>) -> LockRequest<'a> {
+        self.positions = Some(positions);
         self
     }
 
@@ -129,6 +153,26 @@ impl<'a> LockRequest<'a> {
             })?;
         }
         let (mode, value) = (self.mode, self.value.as_deref());
+        let lock_delay_ms = ms(self.lock_delay);
+        if lock_delay_ms > limits::LOCK_DELAY_MS_MAX {
+            return Err(Error::InvalidArgument {
+                message: latchkey_core::Rejection::LockDelayOutOfRange {
+                    lock_delay_ms,
+                    max: limits::LOCK_DELAY_MS_MAX,
+                }
+                .to_string(),
+            });
+        }
+        if lock_delay_ms > 0 && mode != Mode::Exclusive {
+            return Err(Error::InvalidArgument {
+                message: "a lock-delay is for an exclusive lock (a mutex) only".into(),
+            });
+        }
+        if lock_delay_ms > 0 && value.is_some() {
+            return Err(Error::InvalidArgument {
+                message: "a campaign takes no lock-delay".into(),
+            });
+        }
         // The session of the lock's group (made now if it is the group's first lock).
         let shared = &self.session.for_lock(&self.name).await?;
         if let Some(e) = shared.lost_error() {
@@ -149,6 +193,7 @@ impl<'a> LockRequest<'a> {
                 name: self.name.clone(),
                 mode,
                 value: self.value.clone(),
+                lock_delay_ms,
                 seq: ticket.seq,
                 ticket: Some(ticket),
                 deadline,
@@ -158,7 +203,7 @@ impl<'a> LockRequest<'a> {
                 let now = clock.now();
                 let give_up_at = deadline.map(|d| d + UNANSWERED_AFTER_DEADLINE_MAX);
                 let answer = tokio::select! {
-                    r = acquire_once(shared, &self.name, (mode, value), pending.seq, deadline) => r,
+                    r = acquire_once(shared, &self.name, (mode, value, lock_delay_ms), pending.seq, deadline) => r,
                     _ = wait_lost(shared.watch_lost()) => {
                         pending.armed = false;
                         return Err(shared.lost_error().expect("lost"));
@@ -210,6 +255,9 @@ impl<'a> LockRequest<'a> {
                         return Err(Error::WaitTimedOut { name: self.name });
                     }
                     Ok(pb::AcquireResult::Pending) => {
+                        if let Some(positions) = &self.positions {
+                            positions.send_replace(response.position);
+                        }
                         if deadline.is_some_and(|d| now > d + PENDING_AFTER_DEADLINE_MAX) {
                             // Still armed: the background task settles it.
                             return Err(Error::WaitTimedOut { name: self.name });
@@ -247,12 +295,12 @@ async fn sleep_until_some(clock: &dyn ClientClock, at: Option<Instant>) {
     }
 }
 
-/// One Acquire call (with its retries) for request `seq` in `how` (its mode, and a campaign's
-/// value), waiting until `deadline`.
+/// One Acquire call (with its retries) for request `seq` in `how` (its mode, a campaign's
+/// value and the lock-delay), waiting until `deadline`.
 async fn acquire_once(
     shared: &SessionShared,
     name: &str,
-    how: (Mode, Option<&[u8]>),
+    how: (Mode, Option<&[u8]>, u64),
     seq: u64,
     deadline: Option<Instant>,
 ) -> Result<pb::AcquireResponse, Error> {
@@ -281,6 +329,7 @@ async fn acquire_once(
         mode,
         permits,
         value: how.1.map(<[u8]>::to_vec),
+        lock_delay_ms: how.2,
     };
     shared
         .client
@@ -297,6 +346,8 @@ struct PendingAcquire {
     name: String,
     mode: Mode,
     value: Option<Vec<u8>>,
+    /// The lock-delay the request asked for: a re-send asks the same.
+    lock_delay_ms: u64,
     seq: u64,
     /// Keeps `seq` in the session's window until the request is settled.
     ticket: Option<SeqTicket>,
@@ -312,6 +363,7 @@ impl Drop for PendingAcquire {
         let shared = self.shared.clone();
         let (name, mode, seq, deadline) = (self.name.clone(), self.mode, self.seq, self.deadline);
         let value = self.value.take();
+        let lock_delay_ms = self.lock_delay_ms;
         let ticket = self.ticket.take();
         self.shared.spawn_background(async move {
             let _ticket = ticket;
@@ -319,7 +371,7 @@ impl Drop for PendingAcquire {
                 if shared.lost_error().is_some() {
                     return;
                 }
-                let how = (mode, value.as_deref());
+                let how = (mode, value.as_deref(), lock_delay_ms);
                 let response = match acquire_once(&shared, &name, how, seq, deadline).await {
                     Ok(r) => r,
                     Err(e) if is_too_old(&e) => {
@@ -427,6 +479,30 @@ impl LockGuard {
 
     fn taken(&self) -> bool {
         self.taken.borrow().covers(self.token)
+    }
+
+    /// Completes when someone is seen waiting for this lock (Chubby's "conflicting lock
+    /// request"), so that a long holder can finish up and release it: the session's keepalive
+    /// answers list its held names that have waiters, so it completes within about a renewal
+    /// interval (a third of the TTL) of the first waiter queueing, or at once if one waits
+    /// already. It also completes when the lock may be lost ([`LockGuard::lost`]): nobody
+    /// needs it released then. Never completes for a lock nobody asks for.
+    pub fn contended(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut contended = self.shared.watch_contended();
+        let name = self.name.clone();
+        let lost = self.lost();
+        async move {
+            tokio::select! {
+                () = lost => {}
+                // A dropped sender means the session is gone: lost as well.
+                _ = contended.wait_for(|names| names.contains(&name)) => {}
+            }
+        }
+    }
+
+    /// Whether the last keepalive answer said someone waits for this lock.
+    pub fn is_contended(&self) -> bool {
+        self.shared.watch_contended().borrow().contains(&self.name)
     }
 
     /// Whether the lock may be lost: [`LockGuard::lost`] has completed, or the session's

@@ -180,6 +180,8 @@ pub(crate) struct SessionShared {
     lost: Arc<watch::Sender<Option<String>>>,
     /// Grants of this session an operator force-released, as the last keepalive said.
     taken: watch::Sender<Taken>,
+    /// Held names someone waits for, as the last keepalive said (conflict events).
+    contended: watch::Sender<std::collections::BTreeSet<String>>,
     /// Failovers seen by the renewal task (see the module comment).
     failovers: watch::Sender<u64>,
     deadline: Mutex<Instant>,
@@ -245,6 +247,22 @@ impl SessionShared {
 
     pub(crate) fn watch_taken(&self) -> watch::Receiver<Taken> {
         self.taken.subscribe()
+    }
+
+    pub(crate) fn watch_contended(&self) -> watch::Receiver<std::collections::BTreeSet<String>> {
+        self.contended.subscribe()
+    }
+
+    /// A keepalive's list of held names that someone waits for.
+    fn contended_now(&self, names: Vec<String>) {
+        let new: std::collections::BTreeSet<String> = names.into_iter().collect();
+        self.contended.send_if_modified(|old| {
+            if *old == new {
+                return false;
+            }
+            *old = new;
+            true
+        });
     }
 
     /// A keepalive's list of force-released grants; logs the newly taken ones this client
@@ -475,6 +493,7 @@ async fn open(
         short_requests: Semaphore::new(latchkey_core::limits::SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX),
         lost,
         taken: watch::channel(Taken::default()).0,
+        contended: watch::channel(Default::default()).0,
         failovers: watch::channel(0).0,
         deadline: Mutex::new(lease.deadline()),
         background: Mutex::new(Some(JoinSet::new())),
@@ -881,6 +900,7 @@ async fn renew_until_lost(shared: Arc<SessionShared>, mut lease: ClientLease, en
             Ok((lease_answer, answered)) => match lease_answer {
                 Some(l) if l.alive => {
                     shared.taken_now(l.revoked_tokens, l.revoked_through);
+                    shared.contended_now(l.contended);
                     lease.acknowledged(sent, Duration::from_millis(l.ttl_ms));
                     *shared.deadline.lock().expect("deadline lock poisoned") = lease.deadline();
                     if failovers.acknowledged(&answered.endpoint, answered.failed_attempts) {

@@ -20,6 +20,11 @@ pub struct LockInfo {
     pub waiters: u32,
     /// The first waiters in queue order (all of them from `describe`, a few from `list`).
     pub queue: Vec<Waiter>,
+    /// The lock-delay the holder's grant asked for ([`crate::LockRequest::lock_delay`]).
+    pub lock_delay: Option<Duration>,
+    /// While a lock-delay runs (a holder's grant was lost; no holder): how long until the
+    /// name is granted again.
+    pub delay_remaining: Option<Duration>,
 }
 
 /// One session waiting for a lock.
@@ -159,6 +164,8 @@ impl LockInfo {
                     mode: mode_from_pb(w.mode, lock.permits),
                 })
                 .collect(),
+            lock_delay: (lock.lock_delay_ms > 0).then(|| Duration::from_millis(lock.lock_delay_ms)),
+            delay_remaining: lock.delay_remaining_ms.map(Duration::from_millis),
         }
     }
 }

@@ -206,6 +206,7 @@ impl Locks for Fake {
                 waiters: 2,
                 ..Default::default()
             }),
+            read_index: 0,
         }))
     }
 

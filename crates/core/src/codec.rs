@@ -3,7 +3,7 @@
 //! Format: one version byte, then the table in postcard, then nothing. A reader refuses versions it does not
 //! know rather than misreading them.
 
-use crate::table::{DecodedTableV7, DecodedTableV8};
+use crate::table::{DecodedTableV7, DecodedTableV8, DecodedTableV9};
 use crate::versioned::{self, VersionedError};
 use crate::LockTable;
 
@@ -20,12 +20,17 @@ use crate::LockTable;
 ///    semaphores; issue #32) after the audit log.
 /// 9: the table carries elections' published values and queued campaigns' values after those
 ///    (issue #32), and sessions may remember a proclaim's answer.
+/// 10: the table carries its lock-delays (asked for by held and queued acquires, and running;
+///    issue #32 item 4) after those, and sessions may remember a lock-delay rejection.
 ///
-/// A table that uses nothing format 9 added (`LockTable::fits_format_8`) is written in format
-/// 8, and one that uses nothing format 8 added either (`LockTable::fits_format_7`) in format 7,
-/// byte for byte what a build before each wrote, so that a member that reads only the older
-/// format can still install it during a rolling upgrade; this build reads all three.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 9;
+/// A table that uses nothing format 10 added (`LockTable::fits_format_9`) is written in format
+/// 9, one that uses nothing format 9 added either (`LockTable::fits_format_8`) in format 8, and
+/// one that uses nothing format 8 added either (`LockTable::fits_format_7`) in format 7, byte
+/// for byte what a build before each wrote, so that a member that reads only the older format
+/// can still install it during a rolling upgrade; this build reads all four.
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 10;
+/// The format before lock-delay, still read, and still written for tables that fit it.
+pub const SNAPSHOT_FORMAT_VERSION_V9: u8 = 9;
 /// The format before elections, still read, and still written for tables that fit it.
 pub const SNAPSHOT_FORMAT_VERSION_V8: u8 = 8;
 /// The format before issue #32, still read, and still written for tables that fit it.
@@ -63,6 +68,8 @@ pub fn encode_table(table: &LockTable) -> Vec<u8> {
         versioned::encode(SNAPSHOT_FORMAT_VERSION_V7, &table.as_format_7())
     } else if table.fits_format_8() {
         versioned::encode(SNAPSHOT_FORMAT_VERSION_V8, &table.as_format_8())
+    } else if table.fits_format_9() {
+        versioned::encode(SNAPSHOT_FORMAT_VERSION_V9, &table.as_format_9())
     } else {
         versioned::encode(SNAPSHOT_FORMAT_VERSION, table)
     };
@@ -80,6 +87,11 @@ pub fn decode_table(bytes: &[u8]) -> Result<LockTable, DecodeError> {
             let (v8, trailing): (DecodedTableV8, _) =
                 versioned::decode(SNAPSHOT_FORMAT_VERSION_V8, bytes)?;
             (LockTable::from(v8), trailing)
+        }
+        Some(&SNAPSHOT_FORMAT_VERSION_V9) => {
+            let (v9, trailing): (DecodedTableV9, _) =
+                versioned::decode(SNAPSHOT_FORMAT_VERSION_V9, bytes)?;
+            (LockTable::from(v9), trailing)
         }
         _ => versioned::decode(SNAPSHOT_FORMAT_VERSION, bytes)?,
     };

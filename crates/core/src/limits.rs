@@ -175,6 +175,23 @@ const _: () = assert!(ACQUIRE_POLL_MS_MAX < WAIT_TIMEOUT_MS_MAX);
 /// Waits ended by one `ExpireWaits` entry; the leader proposes another for the rest. Keeps an
 /// entry's apply time and its answer small when many waits end at once.
 pub const WAITS_EXPIRED_PER_ENTRY_MAX: usize = 4_096;
+/// The longest lock-delay an acquire may ask for (issue #32 item 4): 5 minutes. A delay keeps
+/// a name from every waiter after its holder died, so it is a window for a resource that
+/// cannot check tokens to finish what a dead holder started, not a way to park a name; Consul
+/// caps its `lock-delay` at 60 s, Chubby's is a minute. A longer one is refused, not cut, so
+/// that the holder learns it does not get the protection it asked for.
+pub const LOCK_DELAY_MS_MAX: u64 = 300_000;
+/// Lock-delays ended by one `EndDelays` entry; the leader proposes another for the rest, as
+/// for `WAITS_EXPIRED_PER_ENTRY_MAX`.
+pub const DELAYS_ENDED_PER_ENTRY_MAX: usize = 4_096;
+/// Held names with waiters one keepalive answer lists for a session (conflict events, issue
+/// #32 item 5), in name order: a holder learns someone waits for each of its first 64 locks;
+/// a session holding more contended locks than that learns it for those first. Bounds the
+/// answer (a session may hold `LOCKS_PER_SESSION_MAX` locks).
+pub const CONTENDED_PER_LEASE_MAX: usize = 64;
+/// What the table is charged for a lock-delay asked by a held or queued acquire, beyond the
+/// lock or waiter: its map entry, key and value (a held lock's name is its lock's).
+pub const TABLE_LOCK_DELAY_BYTES: usize = 64;
 
 /// Operations in one `Op::Batch` entry (issue #35). The leader gathers into one entry what
 /// arrives while its previous write is in flight: with one connection per user that is at most

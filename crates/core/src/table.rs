@@ -26,16 +26,28 @@
 //! rejections, is written in snapshot format 8; any other in format 7, as before.
 //!
 //! Elections (issue #32): an `Op::Campaign` is an exclusive acquire that carries a value. Its
-//! grant, at once or handed over from the queue (`publish_campaign`, in `hand_over` and
-//! `admit`), publishes the value in `values` under the grant's token; while it waits, the value
-//! is kept in `campaigns` by request and dropped with the wait (`drop_campaign`). A value leaves
-//! `values` with its grant, in the one `forget_hold` every ending grant goes through, so a
-//! published value always belongs to its name's exclusive holder (`check_values`).
-//! `Op::Proclaim` replaces it for that holder only (`Rejection::NotElectionLeader` otherwise). Values
-//! are charged (`limits::TABLE_VALUE_BYTES` plus their bytes) the same while waiting and
-//! published (with the name's bytes: a snapshot writes the name again beside a published
-//! value), so a handover needs no room. A table with a value, or a session that remembers
-//! a proclaim's answer, is written in snapshot format 9; any other as before.
+//! grant, at once or handed over from the queue (`publish_campaign`, in `hand_over`, `admit`
+//! and `end_delays`), publishes the value in `values` under the grant's token; while it waits,
+//! the value is kept in `campaigns` by request and dropped with the wait (`drop_campaign`). A
+//! value leaves `values` with its grant, in the one `forget_hold` every ending grant goes
+//! through, so a published value always belongs to its name's exclusive holder
+//! (`check_values`). `Op::Proclaim` replaces it for that holder only
+//! (`Rejection::NotElectionLeader` otherwise). Values are charged (`limits::TABLE_VALUE_BYTES`
+//! plus their bytes) the same while waiting and published (with the name's bytes: a snapshot
+//! writes the name again beside a published value), so a handover needs no room. A table with
+//! a value, or a session that remembers a proclaim's answer, is written in snapshot format 9;
+//! any other as before.
+//!
+//! Lock-delay (issue #32 item 4; `docs/primitives.md`): a mutex acquire may ask for a delay
+//! (`Op::AcquireDelayed`), remembered in `Delays` with its grant or its wait. When such a grant
+//! is lost (expiry, revoke, force-release: `Ends::Lost`; a release or close is `Ends::Clean`)
+//! the name leaves `locks` for `Delays::running`, with no holder and its queue kept, until
+//! `now_ms + delay` of that entry; `Op::EndDelays`, which the leader proposes when that time
+//! passes on its clock, hands it to the first live waiter (a queued campaign publishes its
+//! value then). A name is in one of `locks`, `multi` and `running` (`check_delays`: no grant
+//! while a delay runs). A campaign asks for no delay, but may wait for a name that has one. A
+//! table with delay state, or a session that remembers a lock-delay rejection, is written in
+//! snapshot format 10; any other as before.
 //!
 //! Time: the one decision that depends on it is whether a wait has ended (a waiter records
 //! `now_ms + wait_ms` of its Acquire, the leader's time in the entry; a release passes over
@@ -100,11 +112,14 @@ pub struct LockTable {
     /// holder, and never back (it leaves when free). Written only in snapshot format 8.
     multi: BTreeMap<Name, MultiLock>,
     /// Elections' published values (issue #32), by name: the value of the exclusive grant
-    /// under `token`, which holds the name. Written only in snapshot format 9.
+    /// under `token`, which holds the name. Written only in snapshot formats 9 and 10.
     values: BTreeMap<Name, Published>,
     /// The values of queued campaigns, by request (session, seq): published when the request
-    /// is granted, dropped when its wait ends. Written only in snapshot format 9.
+    /// is granted, dropped when its wait ends. Written only in snapshot formats 9 and 10.
     campaigns: BTreeMap<(SessionId, u64), Vec<u8>>,
+    /// Lock-delays (issue #32 item 4): asked for by held and queued acquires, and running.
+    /// Written only in snapshot format 10.
+    delays: Delays,
     /// The accounted bytes of the sessions, locks and waits (see `limits::TABLE_LOCK_BYTES` and
     /// the rest), kept by every change; not written, recounted on decode. `check_invariants`
     /// recounts it.
@@ -158,6 +173,7 @@ impl Default for LockTable {
             multi: BTreeMap::new(),
             values: BTreeMap::new(),
             campaigns: BTreeMap::new(),
+            delays: Delays::default(),
             bytes: 0,
             bytes_max: limits::TABLE_BYTES_MAX,
             shape: GroupShape::SINGLE,
@@ -199,6 +215,44 @@ struct Published {
     value: Vec<u8>,
 }
 
+/// What a lock-delay asked for by a held or queued acquire is charged.
+fn delay_bytes(name: &str) -> usize {
+    limits::TABLE_LOCK_DELAY_BYTES + name.len()
+}
+
+/// Lock-delay state (issue #32 item 4). A name is in at most one of `LockTable::locks`,
+/// `LockTable::multi` and `running`. Only a mutex takes a delay.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+struct Delays {
+    /// The delay (ms) the current grant of each held mutex asked for, when above zero.
+    held: BTreeMap<Name, u64>,
+    /// The delay (ms) each queued acquire asked for, when above zero, by (session, seq).
+    asked: BTreeMap<(SessionId, u64), u64>,
+    /// Names whose holder's grant ended by an expiry, revoke or force-release while it had a
+    /// delay: not granted before `until_ms`, their waiters kept in order.
+    running: BTreeMap<Name, Delayed>,
+    /// `running` by the end of each delay: how the leader finds delays that ran out. Not
+    /// written; rebuilt on decode.
+    #[serde(skip)]
+    ends: BTreeSet<(u64, Name)>,
+}
+
+impl Delays {
+    fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.asked.is_empty() && self.running.is_empty()
+    }
+}
+
+/// A name in a lock-delay: no holder, and its queue.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+struct Delayed {
+    /// The name is granted again no earlier than this (ms, the stamped leader wall clock).
+    until_ms: u64,
+    /// The token of the grant whose end started the delay: the next grant's is above it.
+    token: u64,
+    waiters: Queue,
+}
+
 /// A snapshot's table before the sessions' holds are rebuilt: the fields of [`LockTable`] in
 /// the same order, as written in snapshot format 9.
 #[derive(Deserialize)]
@@ -211,6 +265,50 @@ struct DecodedTable {
     multi: BTreeMap<Name, MultiLock>,
     values: BTreeMap<Name, Published>,
     campaigns: BTreeMap<(SessionId, u64), Vec<u8>>,
+    delays: Delays,
+}
+
+/// A table as snapshot format 9 wrote it: format 10 without `delays` (lock-delay).
+#[derive(Deserialize)]
+pub(crate) struct DecodedTableV9 {
+    last_index: u64,
+    sessions: BTreeMap<SessionId, Session>,
+    locks: BTreeMap<Name, Lock>,
+    wait_ends: BTreeSet<(u64, SessionId, u64)>,
+    audit: VecDeque<AuditRecord>,
+    multi: BTreeMap<Name, MultiLock>,
+    values: BTreeMap<Name, Published>,
+    campaigns: BTreeMap<(SessionId, u64), Vec<u8>>,
+}
+
+impl From<DecodedTableV9> for LockTable {
+    fn from(d: DecodedTableV9) -> LockTable {
+        LockTable::from(DecodedTable {
+            last_index: d.last_index,
+            sessions: d.sessions,
+            locks: d.locks,
+            wait_ends: d.wait_ends,
+            audit: d.audit,
+            multi: d.multi,
+            values: d.values,
+            campaigns: d.campaigns,
+            delays: Delays::default(),
+        })
+    }
+}
+
+/// A table written in snapshot format 9: [`LockTable`]'s fields but `delays`, in order, so the
+/// bytes are those a build before lock-delay wrote for the same table.
+#[derive(Serialize)]
+pub(crate) struct TableV9<'a> {
+    last_index: &'a u64,
+    sessions: &'a BTreeMap<SessionId, Session>,
+    locks: &'a BTreeMap<Name, Lock>,
+    wait_ends: &'a BTreeSet<(u64, SessionId, u64)>,
+    audit: &'a VecDeque<AuditRecord>,
+    multi: &'a BTreeMap<Name, MultiLock>,
+    values: &'a BTreeMap<Name, Published>,
+    campaigns: &'a BTreeMap<(SessionId, u64), Vec<u8>>,
 }
 
 /// A table as snapshot format 8 wrote it: format 9 without the elections' values (issue #32).
@@ -235,6 +333,7 @@ impl From<DecodedTableV8> for LockTable {
             multi: d.multi,
             values: BTreeMap::new(),
             campaigns: BTreeMap::new(),
+            delays: Delays::default(),
         })
     }
 }
@@ -273,6 +372,7 @@ impl From<DecodedTableV7> for LockTable {
             multi: BTreeMap::new(),
             values: BTreeMap::new(),
             campaigns: BTreeMap::new(),
+            delays: Delays::default(),
         })
     }
 }
@@ -306,6 +406,12 @@ impl From<DecodedTable> for LockTable {
                 }
             }
         }
+        let mut delays = d.delays;
+        delays.ends = delays
+            .running
+            .iter()
+            .map(|(n, d)| (d.until_ms, n.clone()))
+            .collect();
         let mut table = LockTable {
             last_index: d.last_index,
             sessions,
@@ -315,6 +421,7 @@ impl From<DecodedTable> for LockTable {
             multi: d.multi,
             values: d.values,
             campaigns: d.campaigns,
+            delays,
             ..LockTable::default()
         };
         table.bytes = table.count_bytes();
@@ -572,6 +679,8 @@ struct AcquireRequest<'a> {
     mode: Mode,
     /// A campaign's election value (`Op::Campaign`): published by the grant.
     value: Option<&'a Vec<u8>>,
+    /// The lock-delay asked for (ms); 0 for none.
+    lock_delay_ms: u64,
 }
 
 /// What `LockTable::acquire` acts on: session, seq, name, wait, mode.
@@ -588,6 +697,15 @@ pub fn validate_value(value: &[u8]) -> Result<(), Rejection> {
         });
     }
     Ok(())
+}
+
+/// How a grant ended: by its holder's release or close (the next waiter gets the name at
+/// once), or lost by an expiry, a revoke or a force-release (its lock-delay, if it asked for
+/// one, runs first).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ends {
+    Clean,
+    Lost,
 }
 
 /// What a session-bearing request found when it looked its sequence number up.
@@ -736,7 +854,29 @@ impl LockTable {
                 value_bytes(name.map_or("", String::as_str), v)
             })
             .sum();
-        sessions + locks + multi + values + campaigns
+        let delays: usize = self
+            .delays
+            .held
+            .keys()
+            .map(|n| delay_bytes(n))
+            .sum::<usize>()
+            + self
+                .delays
+                .asked
+                .keys()
+                // A decoded table's ask may name no wait: `check_delays` refuses it afterwards.
+                .map(|(sid, seq)| {
+                    let name = self.sessions.get(sid).and_then(|s| s.waiting.get(seq));
+                    delay_bytes(name.map_or("", String::as_str))
+                })
+                .sum::<usize>()
+            + self
+                .delays
+                .running
+                .keys()
+                .map(|n| lock_bytes(n))
+                .sum::<usize>();
+        sessions + locks + multi + values + campaigns + delays
     }
 
     /// Apply the entry at log `index`. Indexes must strictly increase; the fencing token of any
@@ -750,6 +890,9 @@ impl LockTable {
     /// `MultiLock::grant_token`) are refused `Rejection::BatchConflict`, and so not
     /// remembered: sent again alone, each applies. A reader granted beside readers the batch
     /// granted shares their token, as readers granted together by one entry do.
+    /// A lock-delay acquire (`Op::AcquireDelayed`) may be in a batch as any acquire: a
+    /// lock-delay starts only when a grant is lost (expiry, revoke, force-release, none of
+    /// them batchable), so no batch starts one, nor ends the delayed grant it made.
     pub fn apply(&mut self, index: u64, cmd: &Command) -> Applied {
         assert!(
             index > self.last_index,
@@ -889,7 +1032,7 @@ impl LockTable {
                 }
                 _ => {
                     let locks = self.sessions[session].held.len() as u32;
-                    self.remove_sessions(&[*session], index, now_ms, fx);
+                    self.remove_sessions(&[*session], index, now_ms, Ends::Lost, fx);
                     self.audit_push(AuditRecord {
                         index,
                         at_ms: now_ms,
@@ -906,7 +1049,7 @@ impl LockTable {
             Op::CloseSession { session } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => {
-                    self.remove_sessions(&[session.id], index, now_ms, fx);
+                    self.remove_sessions(&[session.id], index, now_ms, Ends::Clean, fx);
                     Outcome::SessionClosed
                 }
             },
@@ -918,7 +1061,7 @@ impl LockTable {
                         live.push(*id);
                     }
                 }
-                self.remove_sessions(&live, index, now_ms, fx);
+                self.remove_sessions(&live, index, now_ms, Ends::Lost, fx);
                 Outcome::SessionsExpired { ids: live }
             }
             Op::MarkLeases { marks } => {
@@ -985,6 +1128,7 @@ impl LockTable {
                     wait_ms: *wait_ms,
                     mode: Mode::Exclusive,
                     value: None,
+                    lock_delay_ms: 0,
                 };
                 self.acquire_request(request, index, now_ms, fx)
             }
@@ -1002,6 +1146,7 @@ impl LockTable {
                     wait_ms: *wait_ms,
                     mode: Mode::Exclusive,
                     value: Some(value),
+                    lock_delay_ms: 0,
                 };
                 self.acquire_request(request, index, now_ms, fx)
             }
@@ -1014,7 +1159,7 @@ impl LockTable {
             } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => match self.seen(session.id, *seq) {
-                    Seen::Done(o) if is_proclaim_outcome(&o) => o,
+                    Seen::Done(o) if is_proclaim_outcome(&o) => o.answered_for(name),
                     Seen::Done(_) | Seen::Waiting => {
                         Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
                     }
@@ -1022,6 +1167,25 @@ impl LockTable {
                     Seen::New => self.proclaim(session.id, *seq, name, *token, value, fx),
                 },
             },
+            Op::AcquireDelayed {
+                session,
+                seq,
+                name,
+                wait_ms,
+                lock_delay_ms,
+            } => {
+                let request = AcquireRequest {
+                    key: session,
+                    seq: *seq,
+                    name,
+                    wait_ms: *wait_ms,
+                    mode: Mode::Exclusive,
+                    value: None,
+                    lock_delay_ms: *lock_delay_ms,
+                };
+                self.acquire_request(request, index, now_ms, fx)
+            }
+            Op::EndDelays => self.end_delays(index, now_ms, fx),
             Op::AcquireWith {
                 session,
                 seq,
@@ -1036,6 +1200,7 @@ impl LockTable {
                     wait_ms: *wait_ms,
                     mode: *mode,
                     value: None,
+                    lock_delay_ms: 0,
                 };
                 self.acquire_request(request, index, now_ms, fx)
             }
@@ -1073,7 +1238,7 @@ impl LockTable {
             } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => match self.seen(session.id, *seq) {
-                    Seen::Done(o) if is_release_outcome(&o) => o,
+                    Seen::Done(o) if is_release_outcome(&o) => o.answered_for(name),
                     // A release never waits and never grants: a Waiting seq, or one whose outcome
                     // is an acquire's, means the client reused an acquire's sequence number.
                     Seen::Done(_) | Seen::Waiting => {
@@ -1106,20 +1271,27 @@ impl LockTable {
             Seen::Done(o) if !is_acquire_outcome(&o) => {
                 Outcome::Rejected(Rejection::SequenceReused { seq })
             }
-            Seen::Done(o) => o,
+            Seen::Done(o) => o.answered_for(name),
             Seen::Waiting => Outcome::Queued {
                 position: self.position(session.id, seq),
             },
             Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq }),
             Seen::New => {
-                let o = match r.value.map(|v| validate_value(v)) {
-                    Some(Err(e)) => Outcome::Rejected(e),
-                    _ => {
+                let checked = match r.value.map(|v| validate_value(v)) {
+                    Some(Err(e)) => Err(e),
+                    _ => self.delay_check(name, r.mode, r.lock_delay_ms),
+                };
+                let o = match checked {
+                    Err(rejection) => Outcome::Rejected(rejection),
+                    Ok(()) => {
                         let extra = r.value.map_or(0, |v| value_bytes(name, v));
                         let a = (session.id, seq, name.as_str(), r.wait_ms, r.mode);
                         self.acquire(a, extra, index, now_ms)
                     }
                 };
+                if r.lock_delay_ms > 0 {
+                    self.note_delay(session.id, seq, name, r.lock_delay_ms, &o);
+                }
                 // A campaign's value is published by its grant or kept for its handover.
                 if let Some(v) = r.value {
                     match o {
@@ -1234,7 +1406,7 @@ impl LockTable {
             .sessions
             .get_mut(&sid)
             .expect("recording for a live session");
-        let prev = s.outcomes.insert(seq, outcome);
+        let prev = s.outcomes.insert(seq, outcome.remembered());
         assert!(prev.is_none(), "outcome of {sid}/{seq} recorded twice");
         s.recorded.push_back(seq);
         while s.recorded.len() > limits::SESSION_OUTCOMES_MAX {
@@ -1248,6 +1420,10 @@ impl LockTable {
         let name = self.sessions[&sid].waiting[&seq].as_str();
         let i = match self.locks.get(name) {
             Some(lock) => lock
+                .waiters
+                .iter()
+                .position(|w| w.session == sid && w.seq == seq),
+            None if self.delays.running.contains_key(name) => self.delays.running[name]
                 .waiters
                 .iter()
                 .position(|w| w.session == sid && w.seq == seq),
@@ -1276,7 +1452,7 @@ impl LockTable {
 
     /// The lock count against `LOCKS_MAX`: names held or waited for, either way.
     fn names_in_use(&self) -> usize {
-        self.locks.len() + self.multi.len()
+        self.locks.len() + self.multi.len() + self.delays.running.len()
     }
 
     /// An acquire, checked before it changes anything. `extra` bytes (a campaign's value) must
@@ -1306,6 +1482,9 @@ impl LockTable {
             return Outcome::Rejected(Rejection::TooManyLocksForSession {
                 max: limits::LOCKS_PER_SESSION_MAX,
             });
+        }
+        if self.delays.running.contains_key(name) {
+            return self.acquire_delayed_name(a, extra, now_ms);
         }
         if mode != Mode::Exclusive || self.multi.contains_key(name) {
             return self.acquire_multi(a, extra, index, now_ms);
@@ -1636,6 +1815,245 @@ impl LockTable {
         });
     }
 
+    // ---- lock-delay (issue #32 item 4) ----
+
+    /// Whether an acquire in `mode` asking for `lock_delay_ms` may go on, before anything
+    /// changes: a delay within its limit, only on a mutex, and room for what it adds beside
+    /// the lock or the wait.
+    fn delay_check(&self, name: &str, mode: Mode, lock_delay_ms: u64) -> Result<(), Rejection> {
+        if lock_delay_ms > limits::LOCK_DELAY_MS_MAX {
+            return Err(Rejection::LockDelayOutOfRange {
+                lock_delay_ms,
+                max: limits::LOCK_DELAY_MS_MAX,
+            });
+        }
+        let delayed = self.delays.running.contains_key(name)
+            || self.delays.held.contains_key(name)
+            || self.locks.get(name).is_some_and(|l| {
+                l.waiters
+                    .iter()
+                    .any(|w| self.delays.asked.contains_key(&(w.session, w.seq)))
+            });
+        if (mode != Mode::Exclusive && delayed)
+            || (lock_delay_ms > 0 && self.multi.contains_key(name))
+        {
+            return Err(Rejection::LockDelayConflict { name: name.into() });
+        }
+        if lock_delay_ms > 0 {
+            self.room_for(delay_bytes(name) + lock_bytes(name).max(waiter_bytes(name)))?;
+        }
+        Ok(())
+    }
+
+    /// Remember the delay an acquire asked for with what it got: a grant's, or a wait's.
+    fn note_delay(
+        &mut self,
+        sid: SessionId,
+        seq: u64,
+        name: &str,
+        lock_delay_ms: u64,
+        o: &Outcome,
+    ) {
+        match o {
+            Outcome::Granted { .. } => {
+                let (key, _) = self.locks.get_key_value(name).expect("a granted mutex");
+                self.delays.held.insert(key.clone(), lock_delay_ms);
+            }
+            Outcome::Queued { .. } => {
+                self.delays.asked.insert((sid, seq), lock_delay_ms);
+            }
+            _ => return,
+        }
+        self.bytes += delay_bytes(name);
+    }
+
+    /// Request `(sid, seq)` left `name`'s queue without a grant: its asked delay goes.
+    fn forget_ask(&mut self, sid: SessionId, seq: u64, name: &str) {
+        if self.delays.asked.remove(&(sid, seq)).is_some() {
+            self.bytes -= delay_bytes(name);
+        }
+    }
+
+    /// Request `(sid, seq)` was granted `key`: its asked delay becomes the grant's.
+    fn take_ask(&mut self, sid: SessionId, seq: u64, key: Name) {
+        if let Some(d) = self.delays.asked.remove(&(sid, seq)) {
+            let prev = self.delays.held.insert(key, d);
+            assert!(prev.is_none(), "a new grant found its lock's delay");
+        }
+    }
+
+    /// An exclusive acquire of a name in a lock-delay: it queues (or, not waiting, is not
+    /// granted). `extra` bytes (a campaign's value) must fit beside the wait; the caller
+    /// charges them.
+    fn acquire_delayed_name(&mut self, a: Acquiring<'_>, extra: usize, now_ms: u64) -> Outcome {
+        let (sid, seq, name, wait_ms, mode) = a;
+        assert_eq!(mode, Mode::Exclusive, "delay_check refused other modes");
+        if wait_ms == 0 {
+            return Outcome::NotGranted;
+        }
+        let waiter_cost = waiter_bytes(name);
+        if self.delays.running[name].waiters.len() >= limits::WAITERS_PER_LOCK_MAX {
+            return Outcome::Rejected(Rejection::QueueFull {
+                max: limits::WAITERS_PER_LOCK_MAX,
+            });
+        }
+        if let Err(r) = self.room_for(waiter_cost + extra) {
+            return Outcome::Rejected(r);
+        }
+        self.bytes += waiter_cost;
+        let until_ms = now_ms.saturating_add(wait_ms.min(limits::WAIT_TIMEOUT_MS_MAX));
+        let d = self.delays.running.get_mut(name).expect("in a delay");
+        d.waiters.push_back(Waiter {
+            session: sid,
+            seq,
+            until_ms,
+            since_ms: now_ms,
+        });
+        let position = d.waiters.len() as u32;
+        self.wait_ends.insert((until_ms, sid, seq));
+        let s = self.sessions.get_mut(&sid).expect("live");
+        s.waiting.insert(seq, name.to_owned());
+        Outcome::Queued { position }
+    }
+
+    /// A mutex's grant ends: handed to the next waiter, or, when it was lost (expiry, revoke,
+    /// force-release) and asked for a delay, into that delay.
+    fn end_grant(&mut self, name: &str, index: u64, now_ms: u64, ends: Ends, fx: &mut Applied) {
+        if ends == Ends::Lost && self.delays.held.contains_key(name) {
+            self.start_delay(name, now_ms, fx);
+        } else {
+            self.hand_over(name, index, now_ms, fx);
+        }
+    }
+
+    /// Take `name` from its holder, whose grant asked for a delay, and keep it from everyone
+    /// until the delay has run from `now_ms`; its waiters stay queued in order. The lock's
+    /// charge becomes the delay's.
+    fn start_delay(&mut self, name: &str, now_ms: u64, fx: &mut Applied) {
+        let lock_delay_ms = self.delays.held.remove(name).expect("asked for a delay");
+        self.bytes -= delay_bytes(name);
+        let (key, lock) = self.locks.remove_entry(name).expect("held");
+        self.forget_hold(name, lock.holder.session, lock.holder.token, fx);
+        let until_ms = now_ms.saturating_add(lock_delay_ms);
+        self.delays.ends.insert((until_ms, key.clone()));
+        let delayed = Delayed {
+            until_ms,
+            token: lock.holder.token,
+            waiters: lock.waiters,
+        };
+        self.delays.running.insert(key, delayed);
+    }
+
+    /// `Op::EndDelays`: each delay that has run out by `now_ms` (earliest first, at most
+    /// `DELAYS_ENDED_PER_ENTRY_MAX`) ends: the first waiter whose wait has not ended gets the
+    /// name with this entry's index as its token (the ones before it leave not granted), or
+    /// the name is free.
+    fn end_delays(&mut self, index: u64, now_ms: u64, fx: &mut Applied) -> Outcome {
+        let due: Vec<Name> = self
+            .delays
+            .ends
+            .iter()
+            .take_while(|(until, _)| *until <= now_ms)
+            .take(limits::DELAYS_ENDED_PER_ENTRY_MAX)
+            .map(|(_, n)| n.clone())
+            .collect();
+        for key in &due {
+            let name: &str = key;
+            let d = self.delays.running.remove(name).expect("indexed delay");
+            assert!(self.delays.ends.remove(&(d.until_ms, key.clone())));
+            assert!(index > d.token, "token did not increase for {name}");
+            let mut waiters = d.waiters;
+            let next = loop {
+                let Some(w) = waiters.pop_front() else {
+                    break None;
+                };
+                assert!(self.wait_ends.remove(&(w.until_ms, w.session, w.seq)));
+                self.bytes -= waiter_bytes(name);
+                if w.until_ms > now_ms {
+                    break Some(w);
+                }
+                self.forget_ask(w.session, w.seq, name);
+                self.drop_campaign(name, w.session, w.seq);
+                let s = self.sessions.get_mut(&w.session).expect("live waiter");
+                s.waiting.remove(&w.seq).expect("recorded wait");
+                self.record(w.session, w.seq, Outcome::NotGranted);
+                fx.ended_waits.push((w.session, w.seq));
+                fx.changes.push(LockChange::WaitEnded {
+                    name: name.to_owned(),
+                    session: w.session,
+                    seq: w.seq,
+                });
+            };
+            let Some(next) = next else {
+                self.bytes -= lock_bytes(name);
+                continue;
+            };
+            self.locks.insert(
+                key.clone(),
+                Lock {
+                    holder: Holder {
+                        session: next.session,
+                        token: index,
+                        granted_at_ms: now_ms,
+                    },
+                    waiters,
+                },
+            );
+            let s = self
+                .sessions
+                .get_mut(&next.session)
+                .expect("every waiter belongs to a live session");
+            let waited_for = s.waiting.remove(&next.seq);
+            assert_eq!(waited_for.as_deref(), Some(name));
+            s.held.insert(key.clone());
+            self.take_ask(next.session, next.seq, key.clone());
+            self.record(next.session, next.seq, Outcome::Granted { token: index });
+            // A campaign that waited out the delay leads now.
+            let value = self.publish_campaign(key, next.session, next.seq, index);
+            fx.changes.push(LockChange::Granted {
+                name: name.to_owned(),
+                session: next.session,
+                token: index,
+                mode: Mode::Exclusive,
+                value,
+            });
+            fx.handoffs.push(Handoff {
+                name: name.to_owned(),
+                session: next.session,
+                seq: next.seq,
+                token: index,
+            });
+        }
+        Outcome::DelaysEnded { count: due.len() }
+    }
+
+    /// The names live session `id` holds that someone waits for (conflict events, issue #32
+    /// item 5), in name order, at most `limits::CONTENDED_PER_LEASE_MAX`. A holder whose
+    /// waiters all cannot fit beside it (readers behind its writer, permits of a full
+    /// semaphore) is contended; so is every holder of a name with several.
+    pub fn contended(&self, id: SessionId) -> Vec<String> {
+        let Some(s) = self.sessions.get(&id) else {
+            return Vec::new();
+        };
+        s.held
+            .iter()
+            .filter(|name| match self.multi.get(&***name) {
+                Some(l) => !l.waiters.is_empty(),
+                None => self
+                    .locks
+                    .get(&***name)
+                    .is_some_and(|l| l.waiters.len() > 0),
+            })
+            .take(limits::CONTENDED_PER_LEASE_MAX)
+            .map(|n| n.to_string())
+            .collect()
+    }
+
+    /// When the earliest running lock-delay ends (leader wall-clock ms), if one runs.
+    pub fn next_delay_end_ms(&self) -> Option<u64> {
+        self.delays.ends.first().map(|(until, _)| *until)
+    }
+
     /// Takes request `seq` out of its queue; answers the lock's name. Of a name used with
     /// several holders, the caller then `admit`s what now fits.
     fn cancel_wait(&mut self, sid: SessionId, seq: u64) -> String {
@@ -1648,6 +2066,13 @@ impl LockTable {
                 .position(|w| w.waiter.session == sid && w.waiter.seq == seq)
                 .expect("a waiting request is in its lock's queue");
             lock.waiters.remove(i).expect("found").waiter
+        } else if let Some(d) = self.delays.running.get_mut(name.as_str()) {
+            let i = d
+                .waiters
+                .iter()
+                .position(|w| w.session == sid && w.seq == seq)
+                .expect("a waiting request is in its lock's queue");
+            d.waiters.remove(i).expect("found")
         } else {
             let lock = self
                 .locks
@@ -1666,6 +2091,7 @@ impl LockTable {
         );
         self.bytes -= waiter_bytes(&name);
         self.drop_campaign(&name, sid, seq);
+        self.forget_ask(sid, seq, &name);
         name
     }
 
@@ -1834,7 +2260,7 @@ impl LockTable {
                 holder_token: old.token,
             });
         }
-        self.hand_over(name, index, now_ms, fx);
+        self.end_grant(name, index, now_ms, Ends::Lost, fx);
         self.note_revoked(old.session, old.token);
         let next_token = fx.handoffs.iter().find(|h| h.name == name).map(|h| h.token);
         self.audit_push(AuditRecord {
@@ -1941,6 +2367,9 @@ impl LockTable {
         let (key, lock) = self.locks.get_key_value(name).expect("held");
         let (key, old) = (key.clone(), lock.holder);
         self.forget_hold(name, old.session, old.token, fx);
+        if self.delays.held.remove(name).is_some() {
+            self.bytes -= delay_bytes(name);
+        }
         // The first waiter whose wait has not ended gets the lock; the ones before it leave the
         // queue not granted, as an `ExpireWaits` would have made them.
         let next = loop {
@@ -1955,6 +2384,7 @@ impl LockTable {
             if w.until_ms > now_ms {
                 break w;
             }
+            self.forget_ask(w.session, w.seq, name);
             let s = self.sessions.get_mut(&w.session).expect("live waiter");
             s.waiting.remove(&w.seq).expect("recorded wait");
             self.drop_campaign(name, w.session, w.seq);
@@ -1982,6 +2412,7 @@ impl LockTable {
         let waited_for = s.waiting.remove(&next.seq);
         assert_eq!(waited_for.as_deref(), Some(name));
         s.held.insert(key.clone());
+        self.take_ask(next.session, next.seq, key.clone());
         self.record(next.session, next.seq, Outcome::Granted { token: index });
         let value = self.publish_campaign(&key, next.session, next.seq, index);
         fx.changes.push(LockChange::Granted {
@@ -2003,7 +2434,14 @@ impl LockTable {
     /// session that is leaving in this same entry), then every hold.
     /// Names used with several holders are handed on last, once each, after every leaving
     /// session has left them: the waiters that fit then are granted together.
-    fn remove_sessions(&mut self, ids: &[SessionId], index: u64, now_ms: u64, fx: &mut Applied) {
+    fn remove_sessions(
+        &mut self,
+        ids: &[SessionId],
+        index: u64,
+        now_ms: u64,
+        ends: Ends,
+        fx: &mut Applied,
+    ) {
         let mut multi: BTreeSet<Name> = BTreeSet::new();
         for id in ids {
             let waits: Vec<u64> = self.sessions[id].waiting.keys().copied().collect();
@@ -2024,7 +2462,7 @@ impl LockTable {
             let held: Vec<Name> = self.sessions[id].held.iter().cloned().collect();
             for name in held {
                 match self.multi.get(&*name) {
-                    None => self.hand_over(&name, index, now_ms, fx),
+                    None => self.end_grant(&name, index, now_ms, ends, fx),
                     Some(lock) => {
                         let i = lock
                             .holders
@@ -2048,6 +2486,9 @@ impl LockTable {
     // ---- read-only queries ----
 
     pub fn describe(&self, name: &str) -> Option<LockState> {
+        if let Some(d) = self.delays.running.get(name) {
+            return Some(self.delayed_info(name, d, limits::WAITERS_PER_LOCK_MAX));
+        }
         if let Some(l) = self.multi.get(name) {
             return Some(self.multi_info(name, l, limits::WAITERS_PER_LOCK_MAX));
         }
@@ -2073,7 +2514,7 @@ impl LockTable {
             .take_while(|(n, _)| n.starts_with(prefix))
             .peekable();
         let shown = limits::LIST_WAITERS_SHOWN_MAX;
-        let mut out = Vec::new();
+        let mut out: Vec<LockState> = Vec::new();
         // The two maps merged in name order (a name is in one of them).
         while out.len() < limit {
             let take_lock = match (locks.peek(), multi.peek()) {
@@ -2090,6 +2531,20 @@ impl LockTable {
                 self.multi_info(n, l, shown)
             });
         }
+        // Names in a lock-delay (few), merged in: a name is in one of the three maps.
+        let delayed = self
+            .delays
+            .running
+            .range::<str, _>(from)
+            .take_while(|(n, _)| n.starts_with(prefix))
+            .take(limit)
+            .map(|(n, d)| self.delayed_info(n, d, shown));
+        let mut delayed = delayed.peekable();
+        if delayed.peek().is_some() {
+            out.extend(delayed);
+            out.sort_by(|a, b| a.name.cmp(&b.name));
+            out.truncate(limit);
+        }
         out
     }
 
@@ -2099,6 +2554,12 @@ impl LockTable {
         let mut top: Vec<(String, usize)> = Vec::with_capacity(k + 1);
         let lengths = self.locks.iter().map(|(n, l)| (n, l.waiters.len()));
         let lengths = lengths.chain(self.multi.iter().map(|(n, l)| (n, l.waiters.len())));
+        let lengths = lengths.chain(
+            self.delays
+                .running
+                .iter()
+                .map(|(n, d)| (n, d.waiters.len())),
+        );
         for (name, len) in lengths {
             if len == 0 || (top.len() == k && top.last().is_some_and(|(_, l)| *l >= len)) {
                 continue;
@@ -2162,6 +2623,30 @@ impl LockTable {
                     owner: self.owner_of(w.session),
                 })
                 .collect(),
+            lock_delay_ms: self.delays.held.get(name).copied(),
+            delay_until_ms: None,
+        }
+    }
+
+    fn delayed_info(&self, name: &str, d: &Delayed, waiters_shown: usize) -> LockState {
+        LockState {
+            name: name.to_owned(),
+            holder: None,
+            holders: Vec::new(),
+            waiters: d.waiters.len() as u32,
+            queue: d
+                .waiters
+                .iter()
+                .take(waiters_shown)
+                .map(|w| WaiterState {
+                    session: w.session,
+                    mode: Mode::Exclusive,
+                    since_ms: w.since_ms,
+                    owner: self.owner_of(w.session),
+                })
+                .collect(),
+            lock_delay_ms: None,
+            delay_until_ms: Some(d.until_ms),
         }
     }
 
@@ -2194,6 +2679,8 @@ impl LockTable {
                     owner: self.owner_of(w.waiter.session),
                 })
                 .collect(),
+            lock_delay_ms: None,
+            delay_until_ms: None,
         }
     }
 
@@ -2281,14 +2768,43 @@ impl LockTable {
 
     /// Whether this table can be written in snapshot format 8, which builds before elections
     /// read: no election value is published or waiting, and no session remembers a proclaim's
-    /// answer. Such a table's snapshot is byte for byte what those builds wrote.
+    /// answer (nor anything format 10 added). Such a table's snapshot is byte for byte what
+    /// those builds wrote.
     pub(crate) fn fits_format_8(&self) -> bool {
-        self.values.is_empty()
+        self.fits_format_9()
+            && self.values.is_empty()
             && self.campaigns.is_empty()
             && self
                 .sessions
                 .values()
                 .all(|s| s.outcomes.values().all(|o| !o.since_format_9()))
+    }
+
+    /// Whether this table can be written in snapshot format 9, which builds before lock-delay
+    /// read: no delay asked for or running, and no session remembers a rejection that only
+    /// format 10 has. Such a table's snapshot is byte for byte what those builds wrote.
+    pub(crate) fn fits_format_9(&self) -> bool {
+        self.delays.is_empty()
+            && self.sessions.values().all(|s| {
+                s.outcomes
+                    .values()
+                    .all(|o| !matches!(o, Outcome::Rejected(r) if r.since_format_10()))
+            })
+    }
+
+    /// The table as snapshot format 9 writes it (see `fits_format_9`).
+    pub(crate) fn as_format_9(&self) -> TableV9<'_> {
+        debug_assert!(self.fits_format_9());
+        TableV9 {
+            last_index: &self.last_index,
+            sessions: &self.sessions,
+            locks: &self.locks,
+            wait_ends: &self.wait_ends,
+            audit: &self.audit,
+            multi: &self.multi,
+            values: &self.values,
+            campaigns: &self.campaigns,
+        }
     }
 
     /// The table as snapshot format 8 writes it (see `fits_format_8`).
@@ -2316,7 +2832,8 @@ impl LockTable {
         }
     }
 
-    /// Where request `(session, seq)` stands, if the table knows it.
+    /// Where request `(session, seq)` stands, if the table knows it. A finished one answers its
+    /// outcome as remembered ([`Outcome::remembered`]: a rejection without the lock's name).
     pub fn request_state(&self, sid: SessionId, seq: u64) -> Option<RequestState> {
         let s = self.sessions.get(&sid)?;
         if let Some(name) = s.waiting.get(&seq) {
@@ -2381,6 +2898,7 @@ impl LockTable {
         for (name, lock) in &self.multi {
             self.check_multi(name, lock)?;
         }
+        self.check_delays()?;
         for (id, s) in &self.sessions {
             if crate::groups::group_of_session(*id, self.shape.groups) != self.shape.group {
                 return Err(format!(
@@ -2425,7 +2943,13 @@ impl LockTable {
             ));
         }
         let queued: usize = self.locks.values().map(|l| l.waiters.len()).sum::<usize>()
-            + self.multi.values().map(|l| l.waiters.len()).sum::<usize>();
+            + self.multi.values().map(|l| l.waiters.len()).sum::<usize>()
+            + self
+                .delays
+                .running
+                .values()
+                .map(|d| d.waiters.len())
+                .sum::<usize>();
         if waiting != queued {
             return Err(format!("{waiting} waits recorded, {queued} queued"));
         }
@@ -2439,6 +2963,12 @@ impl LockTable {
                 let w = w.waiter;
                 !self.wait_ends.contains(&(w.until_ms, w.session, w.seq))
             })
+            || self
+                .delays
+                .running
+                .values()
+                .flat_map(|d| d.waiters.iter())
+                .any(|w| !self.wait_ends.contains(&(w.until_ms, w.session, w.seq)))
         {
             return Err("the index of wait ends disagrees with the queues".into());
         }
@@ -2503,6 +3033,68 @@ impl LockTable {
                 ));
             }
             validate_value(v).map_err(|e| format!("campaign {sid}/{seq}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The invariants of lock-delays (issue #32 item 4): a name in a delay has no holder (it
+    /// is in neither `locks` nor `multi`: no grant while a delay runs), live and recorded
+    /// waiters each once, a token at most the last index, and its end indexed; every asked
+    /// delay is within its limit and belongs to a held mutex or to a wait for a mutex or a
+    /// delayed name.
+    fn check_delays(&self) -> Result<(), String> {
+        let d = &self.delays;
+        for (name, delayed) in &d.running {
+            validate_stored_name(name).map_err(|e| format!("delayed {name:?}: {e}"))?;
+            if self.locks.contains_key(name) || self.multi.contains_key(name) {
+                return Err(format!("{name}: granted while its lock-delay runs"));
+            }
+            if delayed.token > self.last_index {
+                return Err(format!("{name}: delay's token above the last index"));
+            }
+            if !d.ends.contains(&(delayed.until_ms, name.clone())) {
+                return Err(format!("{name}: delay end not indexed"));
+            }
+            if delayed.waiters.len() > limits::WAITERS_PER_LOCK_MAX {
+                return Err(format!("{name}: queue over its limit"));
+            }
+            let mut ids = BTreeSet::new();
+            for w in delayed.waiters.iter() {
+                let s = self
+                    .sessions
+                    .get(&w.session)
+                    .ok_or_else(|| format!("{name}: waiter session {} not live", w.session))?;
+                if s.waiting.get(&w.seq).map(String::as_str) != Some(&**name) {
+                    return Err(format!(
+                        "{name}: waiter {}/{} not recorded",
+                        w.session, w.seq
+                    ));
+                }
+                if !ids.insert(w.session) {
+                    return Err(format!("{name}: a session waits twice"));
+                }
+            }
+        }
+        if d.ends.len() != d.running.len() {
+            return Err("the index of delay ends disagrees with the delays".into());
+        }
+        let in_range = |ms: u64| (1..=limits::LOCK_DELAY_MS_MAX).contains(&ms);
+        for (name, ms) in &d.held {
+            if !self.locks.contains_key(name) || !in_range(*ms) {
+                return Err(format!("{name}: a held delay of {ms} ms without its mutex"));
+            }
+        }
+        for ((sid, seq), ms) in &d.asked {
+            let name = self
+                .sessions
+                .get(sid)
+                .and_then(|s| s.waiting.get(seq))
+                .ok_or_else(|| format!("delay asked by {sid}/{seq}, which does not wait"))?;
+            if self.multi.contains_key(name.as_str()) || !in_range(*ms) {
+                return Err(format!(
+                    "{name}: an asked delay of {ms} ms on a shared name"
+                ));
+            }
         }
         Ok(())
     }

@@ -143,6 +143,25 @@ pub enum Op {
         token: u64,
         value: Vec<u8>,
     },
+    /// [`Op::Acquire`] of a mutex with a lock-delay (issue #32 item 4): when the grant this
+    /// acquire gets ends by its session's expiry or revoke, or by an operator's force-release
+    /// (not by a release or a close), the name is not granted again until `lock_delay_ms`
+    /// (at most `limits::LOCK_DELAY_MS_MAX`) after that entry's `now_ms`; [`Op::EndDelays`]
+    /// then hands it to its head waiter. A variant of its own, added after the elections'
+    /// ones, so that every entry written before it decodes to the same command. Leaders propose
+    /// it only for a delay above zero. A campaign takes no lock-delay (the server refuses one).
+    AcquireDelayed {
+        session: SessionKey,
+        seq: u64,
+        name: String,
+        wait_ms: u64,
+        lock_delay_ms: u64,
+    },
+    /// End every lock-delay that has run out by this entry's `now_ms` (at most
+    /// `limits::DELAYS_ENDED_PER_ENTRY_MAX`, earliest first): each name goes to the first of
+    /// its waiters whose wait has not ended, or is free. The leader proposes it when a delay's
+    /// end passes on its clock, as it does [`Op::ExpireWaits`].
+    EndDelays,
     /// Several client operations in one entry (issue #35), applied in order as if each had an
     /// entry of its own at this index: each keeps its (session, seq) and its exactly-once
     /// outcome, the table's invariants hold after each, and one refused changes nothing for the
@@ -310,6 +329,7 @@ impl Op {
             | Op::AcquireWith { session, seq, .. }
             | Op::Campaign { session, seq, .. }
             | Op::Proclaim { session, seq, .. }
+            | Op::AcquireDelayed { session, seq, .. }
             | Op::Release { session, seq, .. } => Some((session.id, *seq)),
             Op::CancelWait { session, seq } => Some((session.id, *seq)),
             Op::CreateSession { .. }
@@ -321,21 +341,26 @@ impl Op {
             | Op::ExpireSessions { .. }
             | Op::MarkLeases { .. }
             | Op::RenewLeases { .. }
-            | Op::Batch(_)
-            | Op::ExpireWaits => None,
+            | Op::ExpireWaits
+            | Op::EndDelays
+            | Op::Batch(_) => None,
         }
     }
 
     /// Whether this operation may be one of an [`Op::Batch`]: a client's acquire, cancel,
     /// release, proclaim or close. Not a batch (no nesting), not a session's opening (its id
     /// is its entry's index, which two sessions cannot share), and not what the leader or an
-    /// operator proposes (expiries, lease marks, force-releases): those keep entries of their
-    /// own.
+    /// operator proposes (expiries, lease marks, force-releases, `EndDelays`): those keep
+    /// entries of their own. A lock-delay acquire ([`Op::AcquireDelayed`]) is a client's
+    /// acquire like any: its delay starts only when its grant is lost (an expiry, a revoke, a
+    /// force-release), never by a batch, whose releases and closes end grants cleanly and may
+    /// not end a grant the batch made (`Rejection::BatchConflict`).
     pub fn batchable(&self) -> bool {
         matches!(
             self,
             Op::Acquire { .. }
                 | Op::AcquireWith { .. }
+                | Op::AcquireDelayed { .. }
                 | Op::Campaign { .. }
                 | Op::Proclaim { .. }
                 | Op::CancelWait { .. }
@@ -349,9 +374,10 @@ impl Op {
     pub fn bytes_max(&self) -> usize {
         const FIXED: usize = 64;
         match self {
-            Op::Acquire { name, .. } | Op::AcquireWith { name, .. } | Op::Release { name, .. } => {
-                FIXED + name.len()
-            }
+            Op::Acquire { name, .. }
+            | Op::AcquireWith { name, .. }
+            | Op::AcquireDelayed { name, .. }
+            | Op::Release { name, .. } => FIXED + name.len(),
             Op::Campaign { name, value, .. } | Op::Proclaim { name, value, .. } => {
                 FIXED + name.len() + value.len()
             }
@@ -434,6 +460,10 @@ pub enum Outcome {
     },
     /// A `Proclaim` replaced the leader's published value (issue #32; since snapshot format 9).
     Proclaimed,
+    /// An `EndDelays` ended this many lock-delays (issue #32 item 4).
+    DelaysEnded {
+        count: usize,
+    },
     /// An `Op::Batch` was applied: each operation's answer is in `Applied::ops`, in order.
     /// Never remembered by a session (only its operations' outcomes are).
     Batch,
@@ -521,6 +551,14 @@ pub enum Rejection {
     /// permit. Nothing changed.
     #[error("this session does not lead {name:?} under token {token}: nothing proclaimed")]
     NotElectionLeader { name: String, token: u64 },
+    /// A lock-delay longer than `limits::LOCK_DELAY_MS_MAX` (issue #32 item 4).
+    #[error("a lock-delay is at most {max} ms, not {lock_delay_ms}")]
+    LockDelayOutOfRange { lock_delay_ms: u64, max: u64 },
+    /// A lock-delay belongs to a mutex: an acquire with one of a name used as a read-write
+    /// lock with readers or a semaphore, or a reader's or permit's acquire of a name whose
+    /// holder or waiter asked for a delay, or that is in a delay, is refused, changing nothing.
+    #[error("{name:?} has or asks for a lock-delay, which only a mutex (exclusive holders) takes")]
+    LockDelayConflict { name: String },
     /// An `Op::Batch` with no operation or more than `limits::BATCH_OPS_MAX`: nothing applied.
     /// This and the two below are never remembered by a session: the operation did not happen,
     /// and may be sent again (alone, or in another batch).
@@ -554,9 +592,61 @@ impl Rejection {
                 | Rejection::PermitsOutOfRange { .. }
         )
     }
+
+    /// Whether this rejection exists only since snapshot format 10 (lock-delay): a table that
+    /// remembers one cannot be written in format 9 or older.
+    pub(crate) fn since_format_10(&self) -> bool {
+        matches!(
+            self,
+            Rejection::LockDelayOutOfRange { .. } | Rejection::LockDelayConflict { .. }
+        )
+    }
+}
+
+impl Rejection {
+    /// The name of the request's lock this rejection carries, if it carries one.
+    fn lock_name_mut(&mut self) -> Option<&mut String> {
+        match self {
+            Rejection::LockNotHeld { name }
+            | Rejection::TokenMismatch { name, .. }
+            | Rejection::KindConflict { name, .. }
+            | Rejection::PermitsConflict { name, .. }
+            | Rejection::NotElectionLeader { name, .. }
+            | Rejection::LockDelayConflict { name }
+            // Never remembered (see `LockTable::apply`), but it names the request's lock.
+            | Rejection::BatchConflict { name } => Some(name),
+            _ => None,
+        }
+    }
 }
 
 impl Outcome {
+    /// The outcome as a session remembers it for a retry: a rejection keeps no copy of the
+    /// request's lock name (up to `LOCK_NAME_BYTES_MAX` bytes, while a remembered outcome is
+    /// charged `TABLE_OUTCOME_BYTES`), since the retry names the lock again
+    /// ([`Outcome::answered_for`] puts it back). [`crate::LockTable::request_state`] answers
+    /// this form.
+    pub fn remembered(mut self) -> Outcome {
+        if let Outcome::Rejected(r) = &mut self {
+            if let Some(name) = r.lock_name_mut() {
+                *name = String::new();
+            }
+        }
+        self
+    }
+
+    /// A remembered outcome as the answer to a retry of the request on the lock `name` (a
+    /// retry is the same request; one that reuses the sequence number for another name gets
+    /// the first request's answer naming its own lock).
+    pub fn answered_for(mut self, name: &str) -> Outcome {
+        if let Outcome::Rejected(r) = &mut self {
+            if let Some(n) = r.lock_name_mut().filter(|n| n.is_empty()) {
+                *n = name.to_owned();
+            }
+        }
+        self
+    }
+
     /// Whether this outcome exists only since snapshot format 9 (issue #32's elections): a
     /// table that remembers one cannot be written in format 8 or 7.
     pub(crate) fn since_format_9(&self) -> bool {
@@ -678,6 +768,11 @@ pub struct LockState {
     /// The first waiters in queue order (all of them from `describe`, at most
     /// `limits::LIST_WAITERS_SHOWN_MAX` from `list`).
     pub queue: Vec<WaiterState>,
+    /// The lock-delay the holder's grant asked for (ms), if any (issue #32 item 4).
+    pub lock_delay_ms: Option<u64>,
+    /// While a lock-delay runs (no holder): the name is granted again no earlier than this
+    /// (leader wall-clock Unix ms).
+    pub delay_until_ms: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

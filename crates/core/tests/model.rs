@@ -62,6 +62,8 @@ struct Profile {
     /// Whether to generate issue #32's elections (campaigns and proclaims) among the
     /// primitives. Off, the generator draws what it drew before elections.
     elections: bool,
+    /// Whether to draw lock-delay acquires and `EndDelays` too (issue #32 item 4).
+    delays: bool,
     /// Whether some entries are batches (issue #35) of the commands drawn above. Off, the
     /// generator draws what it drew before batches.
     batches: bool,
@@ -74,6 +76,7 @@ const SHORT: Profile = Profile {
     ending_pct: 10,
     primitives: false,
     elections: false,
+    delays: false,
     batches: false,
 };
 /// `SHORT` with read-write locks, semaphores, force-releases and revokes, and more sessions,
@@ -84,13 +87,27 @@ const MIXED: Profile = Profile {
     ending_pct: 10,
     primitives: true,
     elections: false,
+    delays: false,
     batches: false,
 };
 /// `MIXED` with elections: campaigns (some queued behind plain acquires and readers) and
 /// proclaims by leaders, stale leaders and others.
 const ELECTIONS: Profile = Profile {
     elections: true,
+    delays: false,
     ..MIXED
+};
+/// `MIXED` with lock-delays: acquires that ask for one, `EndDelays`, and the expiries,
+/// revokes and force-releases that start them; and elections, whose campaigns may wait out a
+/// delay.
+const DELAYED: Profile = Profile {
+    steps: 250,
+    sessions_max: 7,
+    ending_pct: 10,
+    primitives: true,
+    elections: true,
+    delays: true,
+    batches: false,
 };
 /// `SHORT` with a third of its entries batches of several of its commands.
 const SHORT_BATCHED: Profile = Profile {
@@ -102,6 +119,12 @@ const ELECTIONS_BATCHED: Profile = Profile {
     batches: true,
     ..ELECTIONS
 };
+/// `DELAYED` (lock-delays among every primitive and elections) with a third of its entries
+/// batches, whose lock-delay acquires are applied as alone.
+const DELAYED_BATCHED: Profile = Profile {
+    batches: true,
+    ..DELAYED
+};
 /// Few long-lived sessions that finish far more requests than they remember.
 const LONG: Profile = Profile {
     steps: 3_000,
@@ -109,6 +132,7 @@ const LONG: Profile = Profile {
     ending_pct: 0,
     primitives: false,
     elections: false,
+    delays: false,
     batches: false,
 };
 
@@ -165,6 +189,12 @@ struct Model {
     values: BTreeMap<String, (u64, Vec<u8>)>,
     /// The value each queued campaign publishes when it is granted.
     campaigns: BTreeMap<(SessionId, u64), Vec<u8>>,
+    /// Lock-delays: the one each held mutex's grant asked for,
+    delay_of: BTreeMap<String, u64>,
+    /// the one each queued acquire asked for,
+    asked: BTreeMap<(SessionId, u64), u64>,
+    /// and the end of each running one (the name has no holder until then).
+    delayed: BTreeMap<String, u64>,
 }
 
 /// What a release answers, as opposed to an acquire or a cancel.
@@ -296,7 +326,7 @@ impl Model {
             Op::CloseSession { session } => match self.auth(session) {
                 Some(r) => r,
                 None => {
-                    self.remove(&[session.id], index, now, &mut fx);
+                    self.remove(&[session.id], false, index, now, &mut fx);
                     Outcome::SessionClosed
                 }
             },
@@ -307,7 +337,7 @@ impl Model {
                         live.push(*id);
                     }
                 }
-                self.remove(&live, index, now, &mut fx);
+                self.remove(&live, true, index, now, &mut fx);
                 Outcome::SessionsExpired { ids: live }
             }
             Op::Acquire {
@@ -319,7 +349,7 @@ impl Model {
                 session,
                 *seq,
                 name,
-                (*wait_ms, Mode::Exclusive, None),
+                (*wait_ms, Mode::Exclusive, None, 0),
                 index,
                 now,
                 &mut fx,
@@ -334,7 +364,7 @@ impl Model {
                 session,
                 *seq,
                 name,
-                (*wait_ms, *mode, None),
+                (*wait_ms, *mode, None, 0),
                 index,
                 now,
                 &mut fx,
@@ -349,7 +379,7 @@ impl Model {
                 session,
                 *seq,
                 name,
-                (*wait_ms, Mode::Exclusive, Some(value)),
+                (*wait_ms, Mode::Exclusive, Some(value), 0),
                 index,
                 now,
                 &mut fx,
@@ -363,7 +393,7 @@ impl Model {
             } => match self.auth(session) {
                 Some(r) => r,
                 None => match self.seen(session.id, *seq) {
-                    MSeen::Done(o) if proclaim_outcome(&o) => o,
+                    MSeen::Done(o) if proclaim_outcome(&o) => o.answered_for(name),
                     MSeen::Waiting(_, _) | MSeen::Done(_) => {
                         Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
                     }
@@ -419,7 +449,7 @@ impl Model {
             } => match self.auth(session) {
                 Some(r) => r,
                 None => match self.seen(session.id, *seq) {
-                    MSeen::Done(o) if release_outcome(&o) => o,
+                    MSeen::Done(o) if release_outcome(&o) => o.answered_for(name),
                     MSeen::Waiting(_, _) | MSeen::Done(_) => {
                         Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
                     }
@@ -430,7 +460,7 @@ impl Model {
                         });
                         let o = if holds {
                             self.take(name, session.id);
-                            self.admit(name, index, now, &mut fx);
+                            self.end_grant(name, false, index, now, &mut fx);
                             Outcome::Released
                         } else {
                             Outcome::NotHolder
@@ -461,7 +491,7 @@ impl Model {
                         for h in &taken {
                             self.take(name, h.0);
                         }
-                        self.admit(name, index, now, &mut fx);
+                        self.end_grant(name, true, index, now, &mut fx);
                         Outcome::ForceReleased {
                             session: taken[0].0,
                             token: taken[0].1,
@@ -471,6 +501,36 @@ impl Model {
                     Outcome::Rejected(Rejection::LockNotHeld { name: name.clone() })
                 }
             }
+            Op::AcquireDelayed {
+                session,
+                seq,
+                name,
+                wait_ms,
+                lock_delay_ms,
+            } => self.acquire_request(
+                session,
+                *seq,
+                name,
+                (*wait_ms, Mode::Exclusive, None, *lock_delay_ms),
+                index,
+                now,
+                &mut fx,
+            ),
+            Op::EndDelays => {
+                let mut due: Vec<(u64, String)> = self
+                    .delayed
+                    .iter()
+                    .filter(|(_, until)| **until <= now)
+                    .map(|(n, until)| (*until, n.clone()))
+                    .collect();
+                due.sort();
+                due.truncate(DELAYS_ENDED_PER_ENTRY_MAX);
+                for (_, name) in &due {
+                    self.delayed.remove(name);
+                    self.admit(name, index, now, &mut fx);
+                }
+                Outcome::DelaysEnded { count: due.len() }
+            }
             Op::RevokeSession { session, .. } => {
                 if self.sessions.contains_key(session) {
                     let locks = self
@@ -479,7 +539,7 @@ impl Model {
                         .flatten()
                         .filter(|h| h.0 == *session)
                         .count() as u32;
-                    self.remove(&[*session], index, now, &mut fx);
+                    self.remove(&[*session], true, index, now, &mut fx);
                     Outcome::SessionRevoked { locks }
                 } else {
                     Outcome::Rejected(Rejection::SessionNotFound { id: *session })
@@ -545,6 +605,7 @@ impl Model {
         match op {
             Op::Acquire { .. }
             | Op::AcquireWith { .. }
+            | Op::AcquireDelayed { .. }
             | Op::Campaign { .. }
             | Op::Proclaim { .. }
             | Op::CancelWait { .. }
@@ -575,12 +636,12 @@ impl Model {
         session: &SessionKey,
         seq: u64,
         name: &str,
-        how: (u64, Mode, Option<&Vec<u8>>),
+        how: (u64, Mode, Option<&Vec<u8>>, u64),
         index: u64,
         now: u64,
         fx: &mut Applied,
     ) -> Outcome {
-        let (wait_ms, mode, value) = how;
+        let (wait_ms, mode, value, lock_delay_ms) = how;
         if let Some(r) = self.auth(session) {
             return r;
         }
@@ -589,13 +650,17 @@ impl Model {
             MSeen::Done(o) if release_outcome(&o) || proclaim_outcome(&o) => {
                 Outcome::Rejected(Rejection::SequenceReused { seq })
             }
-            MSeen::Done(o) => o,
+            MSeen::Done(o) => o.answered_for(name),
             MSeen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq }),
             MSeen::New => {
-                // A campaign's value is checked first; then the acquire's own checks.
+                // A campaign's value is checked first; then the lock-delay; then the
+                // acquire's own checks.
                 let o = match invalid("x", value) {
                     Some(r) => r,
-                    None => self.acquire(session.id, seq, name, wait_ms, mode, index, now),
+                    None => match self.delay_check(name, mode, lock_delay_ms) {
+                        Some(rejection) => Outcome::Rejected(rejection),
+                        None => self.acquire(session.id, seq, name, wait_ms, mode, index, now),
+                    },
                 };
                 match (&o, value) {
                     (Outcome::Granted { token }, Some(v)) => {
@@ -605,6 +670,17 @@ impl Model {
                         self.campaigns.insert((session.id, seq), v.clone());
                     }
                     _ => {}
+                }
+                if lock_delay_ms > 0 {
+                    match o {
+                        Outcome::Granted { .. } => {
+                            self.delay_of.insert(name.to_owned(), lock_delay_ms);
+                        }
+                        Outcome::Queued { .. } => {
+                            self.asked.insert((session.id, seq), lock_delay_ms);
+                        }
+                        _ => {}
+                    }
                 }
                 if o == Outcome::NotGranted {
                     // The model's sessions have no owner descriptions.
@@ -625,6 +701,44 @@ impl Model {
         }
     }
 
+    /// A lock-delay is a mutex's, within its limit: `None` if this acquire may go on.
+    fn delay_check(&self, name: &str, mode: Mode, lock_delay_ms: u64) -> Option<Rejection> {
+        if lock_delay_ms > LOCK_DELAY_MS_MAX {
+            return Some(Rejection::LockDelayOutOfRange {
+                lock_delay_ms,
+                max: LOCK_DELAY_MS_MAX,
+            });
+        }
+        let delayed = self.delayed.contains_key(name)
+            || self.delay_of.contains_key(name)
+            || self
+                .queues
+                .get(name)
+                .is_some_and(|q| q.iter().any(|w| self.asked.contains_key(w)));
+        let shared = matches!(
+            self.kinds.get(name),
+            Some(MKind::Lock | MKind::Semaphore(_))
+        );
+        ((mode != Mode::Exclusive && delayed) || (lock_delay_ms > 0 && shared))
+            .then(|| Rejection::LockDelayConflict { name: name.into() })
+    }
+
+    /// A grant of `name` ended (its holder already taken out): a lost grant that asked for a
+    /// delay starts it (no holder until then, the queue kept); otherwise the name is handed
+    /// on as before.
+    fn end_grant(&mut self, name: &str, lost: bool, index: u64, now: u64, fx: &mut Applied) {
+        match self.delay_of.remove(name) {
+            Some(d) if lost => {
+                assert!(self.holders.get(name).is_none_or(|h| h.is_empty()));
+                self.holders.remove(name);
+                self.kinds.remove(name);
+                self.last_token.remove(name);
+                self.delayed.insert(name.to_owned(), now.saturating_add(d));
+            }
+            _ => self.admit(name, index, now, fx),
+        }
+    }
+
     /// Take a queued wait out of its queue and out of `until`; answers its lock's name.
     fn unqueue(&mut self, sid: SessionId, seq: u64) -> String {
         let mut name = None;
@@ -637,6 +751,7 @@ impl Model {
         self.until.remove(&(sid, seq));
         self.wait_modes.remove(&(sid, seq));
         self.campaigns.remove(&(sid, seq));
+        self.asked.remove(&(sid, seq));
         name.expect("queued")
     }
 
@@ -688,7 +803,8 @@ impl Model {
             s.remembered.remove(&old);
             s.forgotten_max = s.forgotten_max.max(Some(old));
         }
-        self.outcomes.insert((sid, seq), o);
+        // A session remembers a rejection without the lock's name: a retry names it again.
+        self.outcomes.insert((sid, seq), o.remembered());
     }
 
     /// Whether a grant in `mode` fits beside `name`'s holders: a writer alone, readers beside
@@ -765,6 +881,20 @@ impl Model {
         let queue = self.queues.entry(name.to_owned()).or_default();
         if let Some(&(_, seq)) = queue.iter().find(|w| w.0 == sid) {
             return Outcome::Rejected(Rejection::AlreadyWaiting { seq });
+        }
+        if self.delayed.contains_key(name) {
+            // In a lock-delay: nobody is granted; a waiter queues behind the others.
+            if wait_ms == 0 {
+                return Outcome::NotGranted;
+            }
+            queue.push_back((sid, seq));
+            let position = queue.len() as u32;
+            self.wait_modes.insert((sid, seq), mode);
+            self.until.insert(
+                (sid, seq),
+                now.saturating_add(wait_ms.min(WAIT_TIMEOUT_MS_MAX)),
+            );
+            return Outcome::Queued { position };
         }
         let Some(&kind) = self.kinds.get(name) else {
             return Outcome::Granted {
@@ -849,6 +979,7 @@ impl Model {
                 .remove(&(sid, seq))
                 .expect("queued wait has an end");
             let value = self.campaigns.remove(&(sid, seq));
+            let asked = self.asked.remove(&(sid, seq));
             if until <= now {
                 self.record(sid, seq, Outcome::NotGranted);
                 fx.ended_waits.push((sid, seq));
@@ -857,6 +988,9 @@ impl Model {
             let token = self.grant(name, sid, mode, index, now);
             if let Some(v) = value {
                 self.values.insert(name.to_owned(), (token, v));
+            }
+            if let Some(d) = asked {
+                self.delay_of.insert(name.to_owned(), d);
             }
             self.record(sid, seq, Outcome::Granted { token });
             fx.handoffs.push(Handoff {
@@ -877,7 +1011,7 @@ impl Model {
     /// hold (each session's in name order), so nothing goes to a leaving session. A mutex is
     /// handed over as its holder leaves; a name with several holders is handed on once, after
     /// all the leaving sessions left it (in name order).
-    fn remove(&mut self, ids: &[SessionId], index: u64, now: u64, fx: &mut Applied) {
+    fn remove(&mut self, ids: &[SessionId], lost: bool, index: u64, now: u64, fx: &mut Applied) {
         let mut shared = BTreeSet::new();
         for id in ids {
             let mut seqs: Vec<(u64, String)> = self
@@ -902,7 +1036,7 @@ impl Model {
             for name in held {
                 self.take(&name, *id);
                 if self.kinds[&name] == MKind::Mutex {
-                    self.admit(&name, index, now, fx);
+                    self.end_grant(&name, lost, index, now, fx);
                 } else {
                     shared.insert(name);
                 }
@@ -1066,6 +1200,7 @@ impl History {
                     Some((name, Mode::Exclusive))
                 }
                 Op::AcquireWith { name, mode, .. } => Some((name, *mode)),
+                Op::AcquireDelayed { name, .. } => Some((name, Mode::Exclusive)),
                 _ => None,
             };
             match (&fx.outcome, asked) {
@@ -1132,6 +1267,17 @@ impl History {
 
     fn compare(&self, ctx: &str, table: &LockTable, names: &BTreeSet<String>) {
         for name in names {
+            if let Some(i) = table.describe(name).filter(|i| i.delay_until_ms.is_some()) {
+                // In a lock-delay: nobody holds it, its waiters are kept.
+                assert!(i.holders.is_empty(), "{ctx}: {name} held during its delay");
+                assert!(
+                    !self.holders.contains_key(name),
+                    "{ctx}: {name} held during its delay"
+                );
+                let waiters = self.queues.get(name).map_or(0, |q| q.len());
+                assert_eq!(i.waiters as usize, waiters, "{ctx}: {name}'s delayed queue");
+                continue;
+            }
             let got = table.describe(name).map(|i| {
                 let holders: Vec<HEntry> = i
                     .holders
@@ -1166,6 +1312,7 @@ impl History {
         let listed: BTreeSet<String> = table
             .list("", usize::MAX)
             .into_iter()
+            .filter(|i| i.delay_until_ms.is_none())
             .map(|i| i.name)
             .collect();
         let held: BTreeSet<String> = self.holders.keys().cloned().collect();
@@ -1414,6 +1561,43 @@ impl Run {
         (op, true)
     }
 
+    /// Lock-delay commands for session `sid`, or `None` for another: acquires of a mutex
+    /// asking for a delay of a few entries (rarely one over the limit), and `EndDelays`.
+    fn generate_delay(&mut self, sid: SessionId) -> Option<(Op, bool)> {
+        let roll = self.rng.below(100);
+        if roll < 15 {
+            let c = &self.clients[&sid];
+            let (key, seq) = (c.key, c.next_seq);
+            let wait_ms = match self.rng.below(6) {
+                0 => 0,
+                1 => 1_000 * self.rng.below(6),
+                _ => WAIT_TIMEOUT_MS_MAX,
+            };
+            let lock_delay_ms = match self.rng.below(30) {
+                0 => LOCK_DELAY_MS_MAX + 1,
+                1 => LOCK_DELAY_MS_MAX,
+                _ => 1_000 * (1 + self.rng.below(5)),
+            };
+            let name = if self.rng.percent(90) {
+                self.rng.pick(&["a", "b", "jobs/1", "jobs/2"]).to_string()
+            } else {
+                self.name()
+            };
+            let op = Op::AcquireDelayed {
+                session: key,
+                seq,
+                name,
+                wait_ms,
+                lock_delay_ms,
+            };
+            return Some((op, true));
+        }
+        if roll < 25 {
+            return Some((Op::EndDelays, false));
+        }
+        None
+    }
+
     /// Choose the next command; the bool says whether it carries a new seq of a live session.
     fn generate(&mut self) -> (Op, bool) {
         let live: Vec<SessionId> = self.clients.keys().copied().collect();
@@ -1433,6 +1617,11 @@ impl Run {
             );
         }
         let sid = *self.rng.pick(&live);
+        if self.profile.delays {
+            if let Some(generated) = self.generate_delay(sid) {
+                return generated;
+            }
+        }
         if self.profile.primitives {
             if let Some(generated) = self.generate_primitive(sid) {
                 return generated;
@@ -1580,6 +1769,7 @@ impl Run {
             op: op.clone(),
         };
         let reader_behind_writer = self.reader_behind_writer(&op);
+        let delays_before = self.model.delayed.len();
         let got = self.table.apply(index, &cmd);
         let fresh = fresh && remembered(&op, &got.outcome);
         if let Err(e) = self.table.check_invariants() {
@@ -1598,6 +1788,7 @@ impl Run {
         self.compare_requests(&ctx);
         self.round_trip(&ctx);
         self.count(&op, &got, reader_behind_writer);
+        self.count_delays(&op, &got, fresh, delays_before);
         self.log.push((index, cmd, got));
     }
 
@@ -1620,8 +1811,11 @@ impl Run {
                 (op, fresh) = self.generate();
             }
             let reader_behind_writer = self.reader_behind_writer(&op);
+            let delays_before = self.model.delayed.len();
             let want = self.model.apply_in_batch(index, now_ms, &op, &mut permits);
             let fresh = fresh && remembered(&op, &want.outcome);
+            // The model's state is this operation's, as after an entry of its own.
+            self.count_delays(&op, &want, fresh, delays_before);
             self.track(&op, fresh, &want);
             drawn.push((op, fresh, want, reader_behind_writer));
         }
@@ -1671,6 +1865,17 @@ impl Run {
             }
             if !got.handoffs.is_empty() {
                 *self.reached.entry("handed over in a batch").or_default() += 1;
+            }
+            if matches!(op, Op::AcquireDelayed { .. })
+                && matches!(
+                    got.outcome,
+                    Outcome::Granted { .. } | Outcome::Queued { .. }
+                )
+            {
+                *self
+                    .reached
+                    .entry("lock-delay acquire in a batch")
+                    .or_default() += 1;
             }
             let alone = Command {
                 now_ms,
@@ -1790,24 +1995,57 @@ impl Run {
         self.history.compare(ctx, &self.table, &self.names);
         for name in &self.names {
             let at = |h: &HolderState| (h.session, h.token, h.granted_at_ms, h.mode);
-            let got = self
-                .table
-                .describe(name)
-                .map(|i| i.holders.iter().map(at).collect::<Vec<_>>());
+            let info = self.table.describe(name);
+            let got = info
+                .as_ref()
+                .map(|i| i.holders.iter().map(at).collect::<Vec<_>>())
+                .filter(|h| !h.is_empty());
             let want = self.model.holders.get(name).cloned();
             assert_eq!(got, want, "{ctx}: holders of {name} per the model");
-            let values = self.table.describe(name).map(|i| {
-                i.holders
-                    .iter()
-                    .map(|h| h.value.clone())
-                    .collect::<Vec<_>>()
-            });
+            // A name in a lock-delay is described with no holder, as the model has none.
+            let values = info
+                .as_ref()
+                .map(|i| {
+                    i.holders
+                        .iter()
+                        .map(|h| h.value.clone())
+                        .collect::<Vec<_>>()
+                })
+                .filter(|v| !v.is_empty());
             let want = self.model.holders.get(name).map(|hs| {
                 hs.iter()
                     .map(|h| self.model.value_of(name, h.1))
                     .collect::<Vec<_>>()
             });
             assert_eq!(values, want, "{ctx}: values of {name} per the model");
+            let delay = info
+                .as_ref()
+                .map_or((None, None), |i| (i.lock_delay_ms, i.delay_until_ms));
+            let want = (
+                self.model.delay_of.get(name).copied(),
+                self.model.delayed.get(name).copied(),
+            );
+            assert_eq!(delay, want, "{ctx}: lock-delay of {name} per the model");
+        }
+    }
+
+    /// Count what lock-delay's rules were exercised by (see `DELAYED`'s test), just after the
+    /// model applied `op` (which answered `got`); `delays_before` is the model's count of
+    /// names in a delay before it.
+    fn count_delays(&mut self, op: &Op, got: &Applied, fresh: bool, delays_before: usize) {
+        if self.model.delayed.len() > delays_before {
+            *self.reached.entry("lock-delay started").or_default() += 1;
+        }
+        if let Op::Acquire { name, .. } | Op::AcquireDelayed { name, .. } = op {
+            if matches!(got.outcome, Outcome::Queued { .. } | Outcome::NotGranted)
+                && fresh
+                && self.model.delayed.contains_key(name)
+            {
+                *self
+                    .reached
+                    .entry("acquire during a lock-delay")
+                    .or_default() += 1;
+            }
         }
     }
 
@@ -1843,6 +2081,16 @@ impl Run {
             (Op::Proclaim { .. }, Outcome::Proclaimed) => seen("proclaimed"),
             (_, Outcome::Rejected(Rejection::NotElectionLeader { .. })) => seen("not leader"),
             (_, Outcome::Rejected(Rejection::FieldTooLong { .. })) => seen("value too long"),
+            (_, Outcome::Rejected(Rejection::LockDelayConflict { .. })) => {
+                seen("lock-delay conflict")
+            }
+            (_, Outcome::Rejected(Rejection::LockDelayOutOfRange { .. })) => {
+                seen("lock-delay out of range")
+            }
+            (Op::EndDelays, _) if !got.handoffs.is_empty() => seen("granted after a lock-delay"),
+            (Op::EndDelays, Outcome::DelaysEnded { count }) if *count > got.handoffs.len() => {
+                seen("freed after a lock-delay")
+            }
             (_, Outcome::SessionRevoked { .. }) => seen("revoked"),
             _ => {}
         }
@@ -1876,7 +2124,10 @@ impl Run {
                     token,
                     ..
                 } if got.handoffs.iter().any(|h| h.token == *token) => {
-                    seen("campaign handed over with its value")
+                    seen("campaign handed over with its value");
+                    if matches!(op, Op::EndDelays) {
+                        seen("campaign granted after a lock-delay");
+                    }
                 }
                 LockChange::WaitEnded { session, seq, .. }
                     if self.log.iter().any(|(_, c, _)| {
@@ -2101,6 +2352,36 @@ fn histories_with_elections_match_the_model() {
     println!("reached: {reached:?}");
 }
 
+/// Lock-delay (issue #32 item 4) among everything `MIXED` draws, and elections: a lost grant
+/// that asked for a delay keeps the name from everyone until `EndDelays` at the stamped end,
+/// which hands it to the head waiter (a campaign publishing its value then); checked against
+/// the model, the invariants (no grant while a delay runs) and the history as above.
+#[test]
+fn histories_with_lock_delays_match_the_model() {
+    let mut reached = BTreeMap::<&str, usize>::new();
+    for seed in 0..300 {
+        let r = run(30_000 + seed, DELAYED);
+        for (what, n) in r.reached {
+            *reached.entry(what).or_default() += n;
+        }
+    }
+    for what in [
+        "lock-delay started",
+        "acquire during a lock-delay",
+        "granted after a lock-delay",
+        "freed after a lock-delay",
+        "lock-delay conflict",
+        "lock-delay out of range",
+        "campaign granted after a lock-delay",
+    ] {
+        assert!(
+            reached.get(what).copied().unwrap_or(0) >= 5,
+            "{what:?} reached too rarely: {reached:?}"
+        );
+    }
+    println!("reached: {reached:?}");
+}
+
 /// Issue #35: a third of the entries are batches of the commands above (every primitive,
 /// elections, operators' actions refused in a batch). Each operation of a batch must answer
 /// what the model answers for it applied alone at the batch's index, and every check above
@@ -2118,6 +2399,26 @@ fn batched_histories_apply_each_operation_as_alone() {
                 *reached.entry(what).or_default() += n;
             }
         }
+    }
+    // Lock-delays too: a batch's lock-delay acquires, and the delays their grants start.
+    let mut delays = BTreeMap::<&str, usize>::new();
+    for seed in 0..100 {
+        for (what, n) in run(50_000 + seed, DELAYED_BATCHED).reached {
+            *delays.entry(what).or_default() += n;
+        }
+    }
+    for (what, min) in [
+        ("lock-delay acquire in a batch", 20),
+        ("lock-delay started", 5),
+        ("acquire during a lock-delay", 5),
+        ("granted after a lock-delay", 5),
+        ("lock-delay conflict", 5),
+        ("batch", 100),
+    ] {
+        assert!(
+            delays.get(what).copied().unwrap_or(0) >= min,
+            "{what:?} reached too rarely with lock-delays: {delays:?}"
+        );
     }
     for (what, min) in [
         ("batch", 1_000),

@@ -5,7 +5,7 @@
 mod support;
 
 use latchkey_core::codec::{
-    self, decode_table, encode_table, SNAPSHOT_FORMAT_VERSION, SNAPSHOT_FORMAT_VERSION_V8,
+    self, decode_table, encode_table, SNAPSHOT_FORMAT_VERSION_V8, SNAPSHOT_FORMAT_VERSION_V9,
 };
 use latchkey_core::limits::{self, HOLDERS_PER_LOCK_MAX, WAIT_TIMEOUT_MS_MAX};
 use latchkey_core::*;
@@ -767,7 +767,7 @@ fn a_table_with_an_election_is_written_in_format_9_and_round_trips() {
     };
     t.campaign(2, "svc", b"two");
     let bytes = encode_table(&t.table);
-    assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION);
+    assert_eq!(bytes[0], SNAPSHOT_FORMAT_VERSION_V9);
     let decoded = decode_table(&bytes).expect("decodes");
     assert_eq!(decoded, t.table);
     let mut other = T {

@@ -40,6 +40,8 @@ fn limit_value(name: &str) -> Option<u128> {
         WAITERS_PER_LOCK_MAX,
         HOLDERS_PER_LOCK_MAX,
         ELECTION_VALUE_BYTES_MAX,
+        LOCK_DELAY_MS_MAX,
+        CONTENDED_PER_LEASE_MAX,
         LOCKS_MAX,
         SESSION_OUTCOMES_MAX,
         SESSION_WAITS_IN_FLIGHT_MAX,

@@ -537,6 +537,8 @@ fn describe_reports_holder_token_grant_time_and_waiters() {
                 since_ms: now_ms_at(4),
                 owner: None,
             }],
+            lock_delay_ms: None,
+            delay_until_ms: None,
         })
     );
     assert_eq!(sim.table.describe("l"), None, "names are case-sensitive");

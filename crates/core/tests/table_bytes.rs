@@ -452,3 +452,73 @@ fn a_full_table_refuses_readers_and_permits_and_a_release_hands_on_without_room(
     assert_eq!(t.describe("s").unwrap().holders.len(), 2);
     assert!(t.bytes() <= t.bytes_max());
 }
+
+/// A session remembers up to `SESSION_OUTCOMES_MAX` outcomes, charged `TABLE_OUTCOME_BYTES`
+/// each when it is created. A rejection that names the request's lock (a proclaim
+/// by a non-leader, an acquire of the wrong kind or count) must not keep the name,
+/// up to `LOCK_NAME_BYTES_MAX` bytes, in that charge: the snapshot would outgrow the accounted bytes
+/// about tenfold. A retry still gets its answer with the name. (A release of a lock not held
+/// answers `NotHolder`, which names nothing.)
+#[test]
+fn remembered_rejections_naming_a_lock_stay_within_their_charge() {
+    let mut t = LockTable::new();
+    let mut index = 0;
+    let mut next = |t: &mut LockTable, op: Op| {
+        index += 1;
+        apply(t, index, op)
+    };
+    for id in 1..=2 {
+        next(
+            &mut t,
+            Op::CreateSession {
+                ttl_ms: 5_000,
+                secret: id,
+            },
+        );
+    }
+    let long = |i: usize| format!("{i:04}{}", "n".repeat(limits::LOCK_NAME_BYTES_MAX - 4));
+    // Session 2 holds a permit of a semaphore of 3: session 1's acquire of it as a mutex, or as
+    // a semaphore of 2, conflicts.
+    let shared = long(9_999);
+    let granted = next(
+        &mut t,
+        Op::AcquireWith {
+            session: key(2),
+            seq: 1,
+            name: shared.clone(),
+            wait_ms: 0,
+            mode: Mode::Permits(3),
+        },
+    );
+    assert!(matches!(granted, Outcome::Granted { .. }), "{granted:?}");
+    for i in 0..limits::SESSION_OUTCOMES_MAX {
+        let seq = i as u64 + 1;
+        let op = match i % 3 {
+            0 => Op::AcquireWith {
+                session: key(1),
+                seq,
+                name: shared.clone(),
+                wait_ms: 0,
+                mode: Mode::Permits(2),
+            },
+            1 => Op::Proclaim {
+                session: key(1),
+                seq,
+                name: long(i),
+                token: 1,
+                value: b"v".to_vec(),
+            },
+            _ => Op::Acquire {
+                session: key(1),
+                seq,
+                name: shared.clone(),
+                wait_ms: 0,
+            },
+        };
+        let first = next(&mut t, op.clone());
+        assert!(matches!(first, Outcome::Rejected(_)), "{first:?}");
+        // The retry gets the first answer, name and all.
+        assert_eq!(next(&mut t, op), first);
+    }
+    check(&t, index).unwrap();
+}

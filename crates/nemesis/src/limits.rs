@@ -34,3 +34,9 @@ pub const FAULTS_MAX: usize = 100_000;
 pub const PAUSE_AIM_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a killed or stopped process gets to exit after SIGKILL before the run reports it.
 pub const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often a clock strobe (`FaultKind::ClockStrobe`) flips a host's clock file. libfaketime
+/// re-reads the file only when its cache runs out (`FAKETIME_CACHE_DURATION=1`, see `net.rs`):
+/// a process under the same preload saw its wall clock move +300 s, then -300 s, in steps of
+/// about two seconds while the file flipped every 200 ms. Faster flips would show no more.
+pub const CLOCK_STROBE_FLIP: Duration = Duration::from_millis(200);

@@ -245,11 +245,16 @@ impl Net {
         let Some(dir) = &self.clocks else {
             return Ok(());
         };
-        let file = clock_file(dir, host);
-        let tmp = file.with_extension("new");
-        std::fs::write(&tmp, format!("{secs:+}\n"))?;
-        std::fs::rename(&tmp, &file)?;
-        Ok(())
+        write_clock(&clock_file(dir, host), secs)
+    }
+
+    /// The clock files of `hosts`, for a task that steps them on its own ([`write_clock`]);
+    /// empty without libfaketime.
+    pub fn clock_files(&self, hosts: &[Host]) -> Vec<PathBuf> {
+        match &self.clocks {
+            Some(dir) => hosts.iter().map(|h| clock_file(dir, h)).collect(),
+            None => Vec::new(),
+        }
     }
 
     /// Every cut removed, every link up, every clock back to the machine's.
@@ -261,6 +266,15 @@ impl Net {
         }
         Ok(())
     }
+}
+
+/// Sets the clock in `file` to `secs` ahead of the machine's (behind if negative), replaced
+/// atomically so that libfaketime never reads half a line.
+pub fn write_clock(file: &Path, secs: i64) -> anyhow::Result<()> {
+    let tmp = file.with_extension("new");
+    std::fs::write(&tmp, format!("{secs:+}\n"))?;
+    std::fs::rename(&tmp, file)?;
+    Ok(())
 }
 
 fn clock_file(dir: &Path, host: &Host) -> PathBuf {

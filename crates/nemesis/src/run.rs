@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -143,7 +144,45 @@ struct Run<'a> {
     start: Duration,
     log: String,
     skipped: Vec<String>,
+    /// A clock strobe under way (`FaultKind::ClockStrobe`), stopped by `heal`.
+    strobe: Option<Strobe>,
     net: Net,
+}
+
+/// A task flipping clock files until stopped. `stopped` is taken around each round of writes,
+/// so that once `heal` has set it no write of the task can land after heal's own.
+struct Strobe {
+    stopped: Arc<Mutex<bool>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Strobe {
+    /// Flips `files` between `secs` ahead and `secs` behind every `CLOCK_STROBE_FLIP`, file
+    /// `i` in the phase of its index.
+    fn start(files: Vec<PathBuf>, secs: i64) -> Strobe {
+        let stopped = Arc::new(Mutex::new(false));
+        let flag = stopped.clone();
+        let task = tokio::spawn(async move {
+            for tick in 0u64.. {
+                tokio::time::sleep(limits::CLOCK_STROBE_FLIP).await;
+                let stopped = flag.lock().expect("strobe lock");
+                if *stopped {
+                    return;
+                }
+                for (i, file) in files.iter().enumerate() {
+                    let ahead = (tick + i as u64) % 2 == 0;
+                    // A failed write leaves that clock where it was; heal resets every one.
+                    let _ = crate::net::write_clock(file, if ahead { secs } else { -secs });
+                }
+            }
+        });
+        Strobe { stopped, task }
+    }
+
+    fn stop(self) {
+        *self.stopped.lock().expect("strobe lock") = true;
+        self.task.abort();
+    }
 }
 
 impl Run<'_> {
@@ -182,7 +221,7 @@ impl Run<'_> {
         };
         if matches!(
             kind,
-            FaultKind::ClockJumpLeader | FaultKind::ClockJumpWorkers
+            FaultKind::ClockJumpLeader | FaultKind::ClockJumpWorkers | FaultKind::ClockStrobe
         ) && !self.net.has_clocks()
         {
             self.skipped.push(format!(
@@ -243,6 +282,17 @@ impl Run<'_> {
                 self.net.step_clock(&lhost, secs)?;
                 self.note(&format!("  (clock {secs:+}s)"));
             }
+            FaultKind::ClockStrobe => {
+                let secs = step(&mut self.rng).abs();
+                let mut hosts = vec![lhost.clone()];
+                hosts.extend(self.net.clients.iter().cloned());
+                let files = self.net.clock_files(&hosts);
+                self.strobe = Some(Strobe::start(files, secs));
+                self.note(&format!(
+                    "  (leader's and workers' clocks flip between +{secs}s and -{secs}s every {} ms)",
+                    limits::CLOCK_STROBE_FLIP.as_millis()
+                ));
+            }
             FaultKind::PauseWorker | FaultKind::ClockJumpWorkers => {
                 unreachable!("handled above")
             }
@@ -273,6 +323,9 @@ impl Run<'_> {
     }
 
     fn heal(&mut self) -> anyhow::Result<()> {
+        if let Some(strobe) = self.strobe.take() {
+            strobe.stop();
+        }
         self.net.heal()?;
         self.members.resume_all()?;
         for id in std::mem::take(&mut self.killed) {
@@ -451,6 +504,7 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
         start,
         log: String::new(),
         skipped: Vec::new(),
+        strobe: None,
     };
     let leader = run
         .members

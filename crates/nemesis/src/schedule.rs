@@ -34,10 +34,14 @@ pub enum FaultKind {
     /// Every worker's wall clock steps 1 to 10 minutes ahead or behind: a client's deadline
     /// is on its boot clock and must not move with it.
     ClockJumpWorkers,
+    /// The leader's and every worker's wall clocks flip between a step ahead and a step behind
+    /// (1 to 10 minutes) every `limits::CLOCK_STROBE_FLIP`, each host in its own phase, until
+    /// the fault ends.
+    ClockStrobe,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::IsolateLeader,
         FaultKind::SplitLeaderMinority,
         FaultKind::Bridge,
@@ -48,6 +52,7 @@ impl FaultKind {
         FaultKind::PauseWorker,
         FaultKind::ClockJumpLeader,
         FaultKind::ClockJumpWorkers,
+        FaultKind::ClockStrobe,
     ];
 }
 

@@ -53,6 +53,7 @@ fn every_fault_family_once_leaves_no_violation() {
         "PauseWorker",
         "ClockJumpLeader",
         "ClockJumpWorkers",
+        "ClockStrobe",
     ] {
         assert!(
             out.lines()

@@ -118,6 +118,19 @@ fn fmt_op(op: &Op, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             Op::MarkLeases { marks } => write!(f, "MarkLeases({} sessions)", marks.len()),
             Op::RenewLeases { ids } => write!(f, "RenewLeases({} sessions)", ids.len()),
             Op::ExpireWaits => write!(f, "ExpireWaits"),
+            Op::EndDelays => write!(f, "EndDelays"),
+            Op::AcquireDelayed {
+                session,
+                seq,
+                name,
+                wait_ms,
+                lock_delay_ms,
+            } => write!(
+                f,
+                "AcquireDelayed({}#{seq}, {name:?}, wait_ms={wait_ms}, \
+                 lock_delay_ms={lock_delay_ms})",
+                session.id
+            ),
             // The owner description is the client's to show, not the log's (it may name users).
             Op::OpenSession {
                 ttl_ms, identity, ..

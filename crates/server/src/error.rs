@@ -114,6 +114,8 @@ impl ApiError {
                 Rejection::PermitsConflict { .. } => "permits-conflict",
                 Rejection::PermitsOutOfRange { .. } => "permits-out-of-range",
                 Rejection::NotElectionLeader { .. } => "not-election-leader",
+                Rejection::LockDelayOutOfRange { .. } => "lock-delay-out-of-range",
+                Rejection::LockDelayConflict { .. } => "lock-delay-conflict",
                 Rejection::BatchTooLarge { .. } => "batch-too-large",
                 Rejection::NotBatchable => "not-batchable",
                 Rejection::BatchConflict { .. } => "batch-conflict",
@@ -147,9 +149,10 @@ impl ApiError {
                 | Rejection::TtlOutOfRange { .. }
                 | Rejection::FieldTooLong { .. }
                 | Rejection::ReasonEmpty
+                | Rejection::PermitsOutOfRange { .. }
+                | Rejection::LockDelayOutOfRange { .. }
                 | Rejection::BatchTooLarge { .. }
-                | Rejection::NotBatchable
-                | Rejection::PermitsOutOfRange { .. } => Code::InvalidArgument,
+                | Rejection::NotBatchable => Code::InvalidArgument,
                 // Not NOT_FOUND: clients read that as "no such session".
                 Rejection::LockNotHeld { .. } | Rejection::TokenMismatch { .. } => {
                     Code::FailedPrecondition
@@ -167,8 +170,9 @@ impl ApiError {
                 | Rejection::SequenceReused { .. }
                 | Rejection::KindConflict { .. }
                 | Rejection::PermitsConflict { .. }
-                | Rejection::BatchConflict { .. }
-                | Rejection::NotElectionLeader { .. } => Code::FailedPrecondition,
+                | Rejection::NotElectionLeader { .. }
+                | Rejection::LockDelayConflict { .. }
+                | Rejection::BatchConflict { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::Membership(_)

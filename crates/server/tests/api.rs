@@ -727,6 +727,7 @@ async fn acquire_as(
         mode: mode as i32,
         permits,
         value: None,
+        lock_delay_ms: 0,
     })
     .await
     .map(|r| r.into_inner())
@@ -928,8 +929,8 @@ async fn campaign(
 /// Issue #32's elections through gRPC: a campaign's grant publishes its value (Describe's
 /// `value`, the watch's `granted` event with its mode), a queued campaign gets the lead with
 /// its own value when the leader resigns, only the leader under its token proclaims
-/// (`not-election-leader` otherwise), a value with a shared mode or over the limit is refused
-/// before anything is proposed.
+/// (`not-election-leader` otherwise), a value with a shared mode, over the limit or with a
+/// lock-delay is refused before anything is proposed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elections_through_grpc() {
     let dir = tempfile::tempdir().unwrap();
@@ -962,6 +963,20 @@ async fn elections_through_grpc() {
     let long = vec![b'x'; latchkey_core::limits::ELECTION_VALUE_BYTES_MAX + 1];
     let e = campaign(&mut c, &a, 1, "svc", 0, &long).await.unwrap_err();
     assert_eq!(reason(&e), "field-too-long", "{e:?}");
+    // A campaign takes no lock-delay (`Op::Campaign` has none): refused, not dropped.
+    let e = c
+        .acquire(pb::AcquireRequest {
+            session: Some(a),
+            seq: 1,
+            name: "svc".into(),
+            value: Some(b"x".to_vec()),
+            lock_delay_ms: 1_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&e), "invalid-request", "{e:?}");
+    assert_eq!(e.code(), Code::InvalidArgument);
 
     let t1 = granted(&campaign(&mut c, &a, 2, "svc", 0, b"a:80").await.unwrap());
     let info = describe(&mut c, "svc").await;
@@ -1083,9 +1098,13 @@ async fn concurrent_operations_share_entries_and_each_caller_gets_its_own_answer
     const CALLERS: usize = 32;
     let dir = tempfile::tempdir().unwrap();
     let metrics_addr: std::net::SocketAddr = ([127, 0, 0, 1], latchkey_testkit::free_port()).into();
-    let mut node = Node::start_in(dir.path(), None, |c| c.metrics_listen = Some(metrics_addr))
-        .await
-        .expect("the node starts");
+    // The gathering is off by default (not simulated yet): this test turns it on.
+    let mut node = Node::start_in(dir.path(), None, |c| {
+        c.metrics_listen = Some(metrics_addr);
+        c.coalesce = true;
+    })
+    .await
+    .expect("the node starts");
     let mut c = client(&mut node).await;
     let mut sessions = Vec::new();
     for _ in 0..CALLERS {

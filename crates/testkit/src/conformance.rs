@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use latchkey_client::{Client, Error, LockGuard, Mode, Session};
+use latchkey_client::{Client, Error, Leadership, LockGuard, Mode, Session};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -21,6 +21,8 @@ struct Agent {
     client: Client,
     sessions: Arc<Mutex<HashMap<String, Arc<Session>>>>,
     guards: Arc<Mutex<HashMap<String, Option<LockGuard>>>>,
+    /// A campaign's leadership, by the guard name its `campaign` answered.
+    leaderships: Arc<Mutex<HashMap<String, Option<Leadership>>>>,
     next_guard: Arc<Mutex<u64>>,
 }
 
@@ -45,6 +47,7 @@ pub async fn serve(
         client,
         sessions: Arc::default(),
         guards: Arc::default(),
+        leaderships: Arc::default(),
         next_guard: Arc::default(),
     };
     let mut tasks = tokio::task::JoinSet::new();
@@ -82,6 +85,7 @@ fn failed(e: &Error) -> Value {
         Error::InvalidArgument { .. } => "invalid-argument",
         Error::Conflict { reason, .. } if reason == "kind-conflict" => "kind-conflict",
         Error::Conflict { reason, .. } if reason == "permits-conflict" => "permits-conflict",
+        Error::Conflict { reason, .. } if reason == "not-election-leader" => "not-election-leader",
         _ => "other",
     };
     json!({"ok": false, "error": code, "message": e.to_string()})
@@ -104,6 +108,16 @@ impl Agent {
         self.sessions.lock().unwrap().get(name).cloned().ok_or_else(
             || json!({"ok": false, "error": "other", "message": format!("no session {name}")}),
         )
+    }
+
+    fn guard_name(&self) -> String {
+        let mut next = self.next_guard.lock().unwrap();
+        *next += 1;
+        format!("g-{next}")
+    }
+
+    fn no_guard(name: &str) -> Value {
+        json!({"ok": false, "error": "other", "message": format!("no guard {name}")})
     }
 
     /// Runs `f` on the guard named `name` (or answers that there is none).
@@ -246,6 +260,79 @@ impl Agent {
                     }
                 }
                 Ok(json!({"ok": true}))
+            }
+            "campaign" => {
+                let session = self.session(field(command, "session")?)?;
+                let name = field(command, "name")?;
+                let value = field(command, "value")?;
+                let campaign = session.campaign(name, value);
+                // `Session::campaign` waits until this session leads; `wait_ms` bounds it
+                // here (a campaign given up is withdrawn by the client, as a lock wait is), so
+                // `wait_ms: 0` is no try-lock in this agent: the suite leaves it out.
+                let leadership = match command["wait_ms"].as_u64() {
+                    None => campaign.await,
+                    Some(ms) => tokio::time::timeout(Duration::from_millis(ms), campaign)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(Error::WaitTimedOut {
+                                name: name.to_owned(),
+                            })
+                        }),
+                }
+                .map_err(|e| failed(&e))?;
+                let token = leadership.token();
+                let guard = self.guard_name();
+                self.leaderships
+                    .lock()
+                    .unwrap()
+                    .insert(guard.clone(), Some(leadership));
+                Ok(json!({"ok": true, "token": token, "guard": guard}))
+            }
+            "proclaim" => {
+                let name = field(command, "guard")?;
+                let value = field(command, "value")?.to_owned();
+                // Taken out for the call (a `Leadership` is not `Clone`), then put back.
+                let leadership = self
+                    .leaderships
+                    .lock()
+                    .unwrap()
+                    .get_mut(name)
+                    .and_then(Option::take)
+                    .ok_or_else(|| Self::no_guard(name))?;
+                let proclaimed = leadership.proclaim(value).await;
+                self.leaderships
+                    .lock()
+                    .unwrap()
+                    .insert(name.to_owned(), Some(leadership));
+                proclaimed.map_err(|e| failed(&e))?;
+                Ok(json!({"ok": true}))
+            }
+            "resign" => {
+                let name = field(command, "guard")?;
+                let leadership = self
+                    .leaderships
+                    .lock()
+                    .unwrap()
+                    .get_mut(name)
+                    .and_then(Option::take)
+                    .ok_or_else(|| Self::no_guard(name))?;
+                leadership.resign().await.map_err(|e| failed(&e))?;
+                Ok(json!({"ok": true}))
+            }
+            "leader" => {
+                let leader = self
+                    .client
+                    .leader(field(command, "name")?)
+                    .await
+                    .map_err(|e| failed(&e))?;
+                let leader = leader.map(|l| {
+                    json!({
+                        "session_id": l.session,
+                        "token": l.token,
+                        "value": String::from_utf8_lossy(&l.value),
+                    })
+                });
+                Ok(json!({"ok": true, "leader": leader}))
             }
             "inject_retry" => Ok(json!({"ok": false, "error": "unsupported",
                 "message": "the suite injects retries in the network (a proxy that loses answers)"})),

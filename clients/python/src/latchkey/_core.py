@@ -68,11 +68,18 @@ AUDIT_REASON_BYTES_MAX = 1_024
 AUDIT_ACTOR_BYTES_MAX = 256
 # Holders of one name at once, and so a semaphore's most permits (limits::HOLDERS_PER_LOCK_MAX).
 HOLDERS_PER_LOCK_MAX = 1_024
+# Bytes of an election's published value (limits::ELECTION_VALUE_BYTES_MAX).
+ELECTION_VALUE_BYTES_MAX = 1_024
+# A watch stream says how far it got this often when idle (limits::WATCH_PROGRESS_MS); one that
+# says nothing for CLIENT_WATCH_SILENCE_MS is taken for dead and resumed on another member.
+WATCH_PROGRESS_MS = 2_000
+CLIENT_WATCH_SILENCE_MS = 4 * WATCH_PROGRESS_MS
 # Session ids and fencing tokens are protobuf uint64.
 U64_MAX = 2**64 - 1
 # Same relations as the Rust const assertions, checked at import.
 assert 2 * SESSION_SEQ_WINDOW_MAX <= 256  # SESSION_OUTCOMES_MAX
 assert SESSION_WAITS_IN_FLIGHT_MAX + SESSION_SHORT_REQUESTS_IN_FLIGHT_MAX < SESSION_SEQ_WINDOW_MAX
+assert CLIENT_WATCH_SILENCE_MS >= 2 * WATCH_PROGRESS_MS
 assert 2 * CLIENT_SAFETY_MARGIN_TTL_DIVISOR <= CLIENT_RENEWAL_TTL_DIVISOR * (
     CLIENT_SAFETY_MARGIN_TTL_DIVISOR - 1
 )
@@ -190,10 +197,41 @@ _MODE_NAMES = {pb.LOCK_MODE_EXCLUSIVE: EXCLUSIVE, pb.LOCK_MODE_SHARED: SHARED,
 
 
 class AcquireMode(NamedTuple):
-    """An Acquire's `mode` and `permits` fields (0 but with LOCK_MODE_PERMITS)."""
+    """An Acquire's `mode` and `permits` fields (0 but with LOCK_MODE_PERMITS), and a
+    campaign's election `value` (None: not a campaign; exclusive mode only)."""
 
     mode: int
     permits: int
+    value: Optional[bytes] = None
+
+
+def acquire_request(session: "pb.Session", seq: int, name: str, wait_ms: int,
+                    mode: AcquireMode) -> "pb.AcquireRequest":
+    request = pb.AcquireRequest(session=session, seq=seq, name=name, wait_timeout_ms=wait_ms,
+                                mode=mode.mode, permits=mode.permits)
+    if mode.value is not None:
+        request.value = mode.value
+    return request
+
+
+def value_of(value: object) -> bytes:
+    """An election value as sent: bytes as they are, a str as UTF-8; InvalidArgument over
+    ELECTION_VALUE_BYTES_MAX bytes or of another type (core's validate_value)."""
+    if isinstance(value, str):
+        value = value.encode()
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise errors.InvalidArgument(
+            f"an election value is bytes or str, not {type(value).__name__}")
+    value = bytes(value)
+    if len(value) > ELECTION_VALUE_BYTES_MAX:
+        raise errors.InvalidArgument(
+            f"an election value is at most {ELECTION_VALUE_BYTES_MAX} bytes, not {len(value)}")
+    return value
+
+
+def campaign_mode(value: object) -> AcquireMode:
+    """The mode of `campaign(name, value)`: an exclusive acquire publishing `value`."""
+    return AcquireMode(pb.LOCK_MODE_EXCLUSIVE, 0, value_of(value))
 
 
 def acquire_mode(shared: bool = False, permits: Optional[int] = None) -> AcquireMode:
@@ -716,6 +754,8 @@ def _classify(code: grpc.StatusCode, details: Optional[str], meta: dict) -> Fail
         err = errors.KindConflict(message)
     elif code == C.FAILED_PRECONDITION and reason == "permits-conflict":
         err = errors.PermitsConflict(message)
+    elif code == C.FAILED_PRECONDITION and reason == "not-election-leader":
+        err = errors.NotElectionLeader(message)
     elif code == C.FAILED_PRECONDITION:
         err = errors.Conflict(message, reason=reason or "failed-precondition")
     else:
@@ -759,6 +799,8 @@ class Holder:
     token: int
     held_for: float
     owner: Optional[dict]
+    # What a campaign's grant published (None: taken as a plain lock, without a value).
+    value: Optional[bytes] = None
 
 
 @dataclass(frozen=True)
@@ -789,7 +831,8 @@ def _owner(o: "pb.Owner") -> Optional[dict]:
 
 def _holder(h: "pb.Holder") -> Holder:
     return Holder(h.session, h.token, h.held_for_ms / 1000,
-                  _owner(h.owner) if h.HasField("owner") else None)
+                  _owner(h.owner) if h.HasField("owner") else None,
+                  h.value if h.HasField("value") else None)
 
 
 def lock_info(lock: "pb.LockInfo") -> LockInfo:
@@ -797,7 +840,8 @@ def lock_info(lock: "pb.LockInfo") -> LockInfo:
     holder = None
     if lock.held:
         holder = Holder(lock.session, lock.token, lock.held_for_ms / 1000,
-                        _owner(lock.owner) if lock.HasField("owner") else None)
+                        _owner(lock.owner) if lock.HasField("owner") else None,
+                        lock.value if lock.HasField("value") else None)
         if not holders:
             # A server from before issue #32 names its one holder only.
             holders = (holder,)
@@ -935,6 +979,150 @@ def holder_token(info: LockInfo) -> int:
     return info.holder.token
 
 
+# --- Leader election (crates/client/src/election.rs). --------------------------------------
+@dataclass(frozen=True)
+class Leader:
+    """An election's leader: its session, its term's fencing token, the value it published
+    (b"" when it took the name as a plain lock) and how long it has led by the Raft leader's
+    clock (None when a watch event told it: events carry no time)."""
+
+    session_id: int
+    token: int
+    value: bytes
+    held_for: Optional[float] = None
+
+
+def leader_of(info: LockInfo) -> Optional[Leader]:
+    """The leader a Describe shows: the exclusive holder, if any (Client::leader)."""
+    h = info.holder
+    if h is None or info.mode != EXCLUSIVE:
+        return None
+    return Leader(h.session_id, h.token, h.value or b"", h.held_for)
+
+
+class Observed:
+    """What an observe knows (election.rs `Observed`): pure, fed the leader reads and the
+    name's watch events. Fencing tokens strictly increase per name, so a grant at or below the
+    last token seen is old news (a resumed or lagging stream, a read that raced the events):
+    no leader is delivered twice in a row, none after a newer one."""
+
+    def __init__(self) -> None:
+        self.current: Optional[Leader] = None  # the leader now (None: nobody leads)
+        self.delivered: Optional[Leader] = None  # the leader last delivered
+        self.last_token = 0
+        # The log index the last read reflects: an event at or below it is in the read already
+        # (a lagging member may replay it after the read; a proclaim replayed then would bring
+        # an older value back under the same token).
+        self.read_index = 0
+
+    def read(self, leader: Optional[Leader], index: int = 0) -> None:
+        """A read of the leader reflecting the log up to `index` (DescribeResponse.read_index)."""
+        if leader is not None:
+            if leader.token < self.last_token:
+                return
+            self.last_token = leader.token
+        self.read_index = max(self.read_index, index)
+        self.current = leader
+
+    def apply(self, e: "pb.WatchEvent") -> None:
+        if e.index <= self.read_index:
+            return
+        token = e.token
+        value = e.value if e.HasField("value") else b""
+        cur = self.current
+        if e.kind == "granted":
+            exclusive = e.HasField("mode") and e.mode == pb.LOCK_MODE_EXCLUSIVE
+            if exclusive and token > self.last_token:
+                self.last_token = token
+                self.current = Leader(e.session, token, value)
+        elif e.kind == "proclaimed":
+            if cur is not None and cur.token == token:
+                self.current = Leader(cur.session_id, token, value, cur.held_for)
+        elif e.kind in ("released", "expired", "revoked", "force_released"):
+            if cur is not None and cur.token == token:
+                self.current = None
+
+    def news(self) -> Optional[Leader]:
+        """The leader to deliver, if it is news: another leader or value than the last one."""
+        now = self.current
+        if now is None:
+            return None
+        d = self.delivered
+        if d is not None and (d.session_id, d.token, d.value) == (now.session_id, now.token,
+                                                                  now.value):
+            return None
+        self.delivered = now
+        return now
+
+
+# A watch's position "every event of this index delivered": after any ordinal of it.
+WHOLE_ENTRY = 2**32 - 1
+
+
+class WatchMissed(NamedTuple):
+    """Events after `after_index` up to `through_index` the member could not send."""
+
+    after_index: int
+    through_index: int
+
+
+class WatchCursor:
+    """Where a watch stream got to (watch.rs `GroupWatch::accept`): every member applies the
+    same log, so an event's (index, ordinal) is the same everywhere; a stream resumed on
+    another member from `resume_index()` replays the last entry, and what was delivered
+    already is dropped here."""
+
+    def __init__(self) -> None:
+        self.last: Optional[Tuple[int, int]] = None
+
+    def resume_index(self) -> Optional[int]:
+        if self.last is None:
+            return None
+        i, o = self.last
+        return i if o == WHOLE_ENTRY else i - 1
+
+    def accept(self, message: "pb.WatchMessage"):
+        """The event (pb.WatchEvent) or WatchMissed to deliver, or None (a progress, or old)."""
+        which = message.WhichOneof("item")
+        if which == "progress":
+            position, out = (message.progress.index, WHOLE_ENTRY), None
+        elif which == "missed":
+            m = message.missed
+            position, out = (m.through_index, WHOLE_ENTRY), WatchMissed(m.after_index,
+                                                                        m.through_index)
+        elif which == "event":
+            position, out = (message.event.index, message.event.ordinal), message.event
+        else:
+            raise errors.ProtocolError("Watch sent an empty message")
+        if self.last is not None and position <= self.last:
+            return None
+        self.last = position
+        return out
+
+
+class WatchClosed(Exception):
+    """An observe's watch was closed (`Observe.close()`): its iteration ends."""
+
+
+def watch_request(name: str, after_index: Optional[int], group: Optional[int]) -> "pb.WatchRequest":
+    request = pb.WatchRequest(prefix=name)
+    if after_index is not None:
+        request.after_index = after_index
+    if group is not None:
+        request.group = group
+    return request
+
+
+def watch_fatal(code: grpc.StatusCode, details: Optional[str], metadata) -> Optional[errors.LatchkeyError]:
+    """The statuses that end a watch rather than move it to another member (watch.rs `fatal`):
+    access refused or bad input is not cured by another member."""
+    C = grpc.StatusCode
+    if code not in (C.PERMISSION_DENIED, C.UNAUTHENTICATED, C.INVALID_ARGUMENT):
+        return None
+    failure = classify(code, details, metadata)
+    return failure.error if failure.kind == "fatal" else None
+
+
 def own_holder(info: LockInfo, session_id: int) -> Optional[Holder]:
     """Of a name's holders (several for readers and permits), the grant of this session."""
     return next((h for h in info.holders if h.session_id == session_id), None)
@@ -970,6 +1158,11 @@ METHODS = {
     "AdminRelease": (pb.AdminReleaseRequest, pb.AdminReleaseResponse),
     "AdminRevoke": (pb.AdminRevokeRequest, pb.AdminRevokeResponse),
     "Audit": (pb.AuditRequest, pb.AuditResponse),
+    "Proclaim": (pb.ProclaimRequest, pb.ProclaimResponse),
+}
+# Server-streaming methods.
+STREAM_METHODS = {
+    "Watch": (pb.WatchRequest, pb.WatchMessage),
 }
 
 

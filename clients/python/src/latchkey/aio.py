@@ -301,16 +301,38 @@ class Client:
              wait: Optional[float] = None, *, owner: Optional[str] = None, shared: bool = False,
              permits: Optional[int] = None) -> "_SessionLock":
         """`async with client.lock("name", ttl=15, wait=30) as guard:`; see latchkey.Client.lock."""
-        return _SessionLock(self, name, ttl, wait, owner, shared, permits)
+        # Bad input fails here, before any call.
+        return _SessionLock(self, name, ttl, wait, owner, core.acquire_mode(shared, permits))
+
+    def campaign(self, name: str, value, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000,
+                 wait: Optional[float] = None, *, owner: Optional[str] = None) -> "_SessionLock":
+        """`async with client.campaign("svc/leader", "10.0.0.1:80") as leadership:`; see
+        latchkey.Client.campaign."""
+        return _SessionLock(self, name, ttl, wait, owner, core.campaign_mode(value))
+
+    async def leader(self, name: str) -> Optional[core.Leader]:
+        """See latchkey.Client.leader."""
+        return core.leader_of(await self.describe(name))
+
+    async def observe(self, name: str) -> "Observe":
+        """`async for leader in await client.observe(name):`; see latchkey.Client.observe."""
+        core.validate_name(name)
+        observe = Observe(self, name)
+        await observe._start()
+        return observe
 
     async def describe(self, name: str) -> core.LockInfo:
+        return (await self._describe_read(name))[0]
+
+    async def _describe_read(self, name: str) -> Tuple[core.LockInfo, int]:
+        """See latchkey.Client._describe_read."""
         core.validate_name(name)
         response, _, _ = await self._call("Describe", pb.DescribeRequest(name=name),
                                           attempt_timeout=self._rpc_timeout,
                                           group=self._group_of_lock(name))
         if not response.HasField("lock"):
             raise errors.ProtocolError("Describe answered without a lock")
-        return core.lock_info(response.lock)
+        return core.lock_info(response.lock), response.read_index
 
     async def list(self, prefix: str = "") -> List[core.LockInfo]:
         """See latchkey.Client.list: with several Raft groups, each group's at its leader
@@ -457,19 +479,30 @@ class Client:
         return Session(self, response.session, lease, addr, group=group, groups=groups,
                        root=root, owner=owner)
 
-    def _callable(self, addr: str, method: str):
+    def _channel(self, addr: str) -> grpc.aio.Channel:
         if self._closed:
             raise errors.InvalidArgument("the client is closed")
+        channel = self._channels.get(addr)
+        if channel is None:
+            if self._tls is not None:
+                creds = grpc.ssl_channel_credentials(self._tls.ca, self._tls.key, self._tls.cert)
+                channel = grpc.aio.secure_channel(addr, creds, core.CHANNEL_OPTIONS)
+            else:
+                channel = grpc.aio.insecure_channel(addr, core.CHANNEL_OPTIONS)
+            self._channels[addr] = channel
+        return channel
+
+    def _stream_callable(self, addr: str, method: str):
+        """A server-streaming method (Watch) on `addr`'s channel."""
+        req, resp = core.STREAM_METHODS[method]
+        return self._channel(addr).unary_stream(core.method_path(method),
+                                                request_serializer=req.SerializeToString,
+                                                response_deserializer=resp.FromString)
+
+    def _callable(self, addr: str, method: str):
         mc = self._callables.get((addr, method))
         if mc is None:
-            channel = self._channels.get(addr)
-            if channel is None:
-                if self._tls is not None:
-                    creds = grpc.ssl_channel_credentials(self._tls.ca, self._tls.key, self._tls.cert)
-                    channel = grpc.aio.secure_channel(addr, creds, core.CHANNEL_OPTIONS)
-                else:
-                    channel = grpc.aio.insecure_channel(addr, core.CHANNEL_OPTIONS)
-                self._channels[addr] = channel
+            channel = self._channel(addr)
             req, resp = core.METHODS[method]
             mc = channel.unary_unary(core.method_path(method),
                                      request_serializer=req.SerializeToString,
@@ -635,8 +668,18 @@ class Session:
                    permits: Optional[int] = None) -> "LockGuard":
         """See latchkey.Session.lock. Cancelling it settles the request in the background."""
         core.validate_name(name)
-        wait = core.wait_of(wait)
-        mode = core.acquire_mode(shared, permits)
+        return await self._take(name, core.wait_of(wait), core.acquire_mode(shared, permits))
+
+    async def campaign(self, name: str, value, wait: Optional[float] = None) -> "Leadership":
+        """See latchkey.Session.campaign. Cancelling it settles the request in the background
+        (a late grant is resigned)."""
+        core.validate_name(name)
+        guard = await self._take(name, core.wait_of(wait), core.campaign_mode(value))
+        assert isinstance(guard, Leadership)
+        return guard
+
+    async def _take(self, name: str, wait: Optional[float],
+                    mode: core.AcquireMode) -> "LockGuard":
         if self.is_lost():
             raise self._lost_error()
         session = await self._for_lock(name)
@@ -855,8 +898,7 @@ class Session:
             wait_ms = core.WAIT_TIMEOUT_MS_MAX
         else:
             wait_ms = min(max(int((deadline - core.now()) * 1000), 0), core.WAIT_TIMEOUT_MS_MAX)
-        request = pb.AcquireRequest(session=self._key, seq=seq, name=name, wait_timeout_ms=wait_ms,
-                                    mode=mode.mode, permits=mode.permits)
+        request = core.acquire_request(self._key, seq, name, wait_ms, mode)
         try:
             response, _, _ = await self._client._call(
                 "Acquire", request,
@@ -892,6 +934,8 @@ class Session:
                     raise
                 if response.result == _GRANTED:
                     armed = False
+                    if mode.value is not None:
+                        return Leadership(self, name, response.token, mode.value)
                     return LockGuard(self, name, response.token)
                 if response.result == _NOT_GRANTED:
                     armed = False
@@ -973,6 +1017,20 @@ class Session:
         if not response.released:
             raise errors.NotHeld(name, token)
 
+    async def _proclaim_on_server(self, name: str, token: int, value: bytes) -> None:
+        async with self._short:
+            seq = await self._begin()
+            try:
+                request = pb.ProclaimRequest(session=self._key, seq=seq, name=name, token=token,
+                                             value=value)
+                await self._client._call("Proclaim", request,
+                                         attempt_timeout=self._client._rpc_timeout, session=self,
+                                         group=self._group)
+            except errors.LatchkeyError as e:
+                raise self._checked(e) from None
+            finally:
+                self._end(seq)
+
 
 class LockGuard:
     """See latchkey.LockGuard; `await guard.release()`, `async with guard:`."""
@@ -1040,13 +1098,181 @@ class LockGuard:
         return f"aio.LockGuard(name={self.name!r}, token={self.token}, session={self.session_id})"
 
 
+class Leadership(LockGuard):
+    """See latchkey.Leadership; `await leadership.proclaim(value)`, `await
+    leadership.resign()`, `async with leadership:` resigns on exit."""
+
+    def __init__(self, session: Session, name: str, token: int, value: bytes) -> None:
+        super().__init__(session, name, token)
+        self.value = value
+
+    async def proclaim(self, value) -> None:
+        """See latchkey.Leadership.proclaim."""
+        value = core.value_of(value)
+        if self._released:
+            raise errors.NotElectionLeader(
+                f"the leadership of {self.name!r} (token {self.token}) was resigned")
+        await self._session._proclaim_on_server(self.name, self.token, value)
+        self.value = value
+
+    async def resign(self) -> None:
+        """See latchkey.Leadership.resign."""
+        await self.release()
+
+    async def __aenter__(self) -> "Leadership":
+        return self
+
+    def __repr__(self) -> str:
+        return (f"aio.Leadership(name={self.name!r}, token={self.token}, value={self.value!r}, "
+                f"session={self.session_id})")
+
+
+class _Watch:
+    """See latchkey.client._Watch: one election name's watch, resumed on another member when
+    its stream breaks or stays silent for CLIENT_WATCH_SILENCE_MS."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self._client = client
+        self._name = name
+        self._cursor = core.WatchCursor()
+        self._call = None
+        self._addr = ""
+        self._broken = 0
+        self._backoff = client._retry.backoff(None, client._rng)
+        self._closed = False
+
+    async def _open(self) -> None:
+        client = self._client
+        groups = await client._ask_groups()
+        group = core.group_of(self._name, groups)
+        addr = client._pick(group)
+        request = core.watch_request(self._name, self._cursor.resume_index(),
+                                     group if groups > 1 else None)
+        self._call = client._stream_callable(addr, "Watch")(request, metadata=client._metadata)
+        self._addr = addr
+
+    def _lost_stream(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+            self._client._route.unreachable(self._addr, core.now())
+
+    async def next_step(self):
+        """The next event or WatchMissed, or None once the position moved without one."""
+        while True:
+            if self._closed:
+                raise core.WatchClosed()
+            if self._call is None:
+                self._broken += 1
+                if self._broken > self._client._retry.attempts_max:
+                    raise errors.Unavailable(
+                        f"watch: {self._broken - 1} streams in a row broke before delivering "
+                        "anything")
+                if self._broken > 1:
+                    await asyncio.sleep(self._backoff.next_delay())
+                await self._open()
+            try:
+                message = await asyncio.wait_for(self._call.read(),
+                                                 core.CLIENT_WATCH_SILENCE_MS / 1000)
+            except asyncio.TimeoutError:
+                log.debug("latchkey: watch stream at %s went silent; resuming", self._addr)
+                self._lost_stream()
+                continue
+            except grpc.aio.AioRpcError as e:
+                fatal = core.watch_fatal(e.code(), e.details(), e.trailing_metadata())
+                if fatal is not None:
+                    self.close()
+                    raise fatal from None
+                log.debug("latchkey: watch stream at %s broke; resuming: %s", self._addr,
+                          e.details())
+                self._lost_stream()
+                continue
+            if message is grpc.aio.EOF:
+                self._lost_stream()
+                continue
+            self._broken = 0
+            self._backoff = self._client._retry.backoff(None, self._client._rng)
+            before = self._cursor.last
+            item = self._cursor.accept(message)
+            if item is not None:
+                return item
+            if self._cursor.last != before:
+                return None
+
+    def close(self) -> None:
+        self._closed = True
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+
+
+class Observe:
+    """See latchkey.Observe: `async for leader in observe:`, `await observe.next()`;
+    `close()` (or `async with`) ends it."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self._client = client
+        self._name = name
+        self._watch = _Watch(client, name)
+        self._state = core.Observed()
+
+    async def _start(self) -> None:
+        # The watch first, then the read (see latchkey.Observe).
+        try:
+            while self._watch._cursor.last is None:
+                item = await self._watch.next_step()
+                if item is not None:
+                    await self._apply(item)
+            await self._resync()
+        except BaseException:
+            self.close()
+            raise
+
+    async def _resync(self) -> None:
+        info, index = await self._client._describe_read(self._name)
+        self._state.read(core.leader_of(info), index)
+
+    async def _apply(self, item) -> None:
+        if isinstance(item, core.WatchMissed):
+            await self._resync()
+        elif item.lock == self._name:
+            self._state.apply(item)
+
+    async def next(self) -> core.Leader:
+        """The next leader, or the leader's next value."""
+        while True:
+            news = self._state.news()
+            if news is not None:
+                return news
+            item = await self._watch.next_step()
+            if item is not None:
+                await self._apply(item)
+
+    def __aiter__(self) -> "Observe":
+        return self
+
+    async def __anext__(self) -> core.Leader:
+        try:
+            return await self.next()
+        except core.WatchClosed:
+            raise StopAsyncIteration from None
+
+    def close(self) -> None:
+        self._watch.close()
+
+    async def __aenter__(self) -> "Observe":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()
+
+
 class _SessionLock:
     def __init__(self, client: Client, name: str, ttl: float, wait: Optional[float],
-                 owner: Optional[str], shared: bool, permits: Optional[int]) -> None:
-        core.acquire_mode(shared, permits)  # bad input fails here, before any call
+                 owner: Optional[str], mode: core.AcquireMode) -> None:
         self._client = client
         self._args = (name, ttl, wait, owner)
-        self._mode = (shared, permits)
+        self._mode = mode
         self._session: Optional[Session] = None
         self._guard: Optional[LockGuard] = None
 
@@ -1055,8 +1281,7 @@ class _SessionLock:
         core.validate_name(name)
         session = await self._client.session(ttl, owner=owner)
         try:
-            self._guard = await session.lock(
-                name, wait, shared=self._mode[0], permits=self._mode[1])
+            self._guard = await session._take(name, core.wait_of(wait), self._mode)
         except BaseException:
             await session.close()
             raise

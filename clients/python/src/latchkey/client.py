@@ -4,7 +4,9 @@ Layout: `Client` routes every call (leader hints, retries with backoff, one requ
 unchanged, so a sequence number survives retries); `Session` owns a lease renewed by one
 background thread every TTL/3 and its client-side deadline (`_core.ClientLease`), whose
 KeepAlive travels with those of the client's other sessions due at the same moment
-(`_KeepAlives`); a `LockGuard` is one grant and its lost signal. The asyncio twin is
+(`_KeepAlives`); a `LockGuard` is one grant and its lost signal, a `Leadership` a campaign's
+grant with its published value; `Observe` follows an election's leaders on a `_Watch` of the
+name that resumes on another member (crates/client/src/election.rs). The asyncio twin is
 `latchkey.aio`.
 """
 
@@ -342,17 +344,44 @@ class Client:
         exit releases it and closes the session. Raises WaitTimeout (LockHeld for a try-lock
         that found it held) when not granted. `shared=True`: as a reader; `permits=N`: one of
         a semaphore's N permits (see Session.lock)."""
-        return _SessionLock(self, name, ttl, wait, owner, shared, permits)
+        # Bad input fails here, before any call.
+        return _SessionLock(self, name, ttl, wait, owner, core.acquire_mode(shared, permits))
+
+    def campaign(self, name: str, value, ttl: float = core.SESSION_TTL_MS_DEFAULT / 1000,
+                 wait: Optional[float] = None, *, owner: Optional[str] = None) -> "_SessionLock":
+        """`with client.campaign("svc/leader", "10.0.0.1:80") as leadership:` opens a session
+        of its own, leads the election (see Session.campaign), and on exit resigns and closes
+        the session."""
+        return _SessionLock(self, name, ttl, wait, owner, core.campaign_mode(value))
+
+    def leader(self, name: str) -> Optional[core.Leader]:
+        """The current leader of the election `name` (its exclusive holder; a linearizable
+        read on the leader), or None when nobody leads. Needs `read` on the name."""
+        return core.leader_of(self.describe(name))
+
+    def observe(self, name: str) -> "Observe":
+        """Every change of leader or value of the election `name`, from its current leader
+        on: `for leader in client.observe(name):` (see Observe; close it, or use `with`).
+        Needs `read` on the name."""
+        core.validate_name(name)
+        observe = Observe(self, name)
+        observe._start()
+        return observe
 
     def describe(self, name: str) -> core.LockInfo:
         """One lock's holder, token and queue, read on the leader (of the lock's group)."""
+        return self._describe_read(name)[0]
+
+    def _describe_read(self, name: str) -> Tuple[core.LockInfo, int]:
+        """describe, with the index of the last log entry applied when it was read
+        (DescribeResponse.read_index): every watch event at or below it is reflected."""
         core.validate_name(name)
         response, _, _ = self._call("Describe", pb.DescribeRequest(name=name),
                                     attempt_timeout=self._rpc_timeout,
                                     group=self._group_of_lock(name))
         if not response.HasField("lock"):
             raise errors.ProtocolError("Describe answered without a lock")
-        return core.lock_info(response.lock)
+        return core.lock_info(response.lock), response.read_index
 
     def list(self, prefix: str = "") -> List[core.LockInfo]:
         """Held locks whose names start with `prefix`, in name order, up to the server's
@@ -543,26 +572,38 @@ class Client:
 
     # --- calls -------------------------------------------------------------------------
     def _callable(self, addr: str, method: str):
+        channel = self._channel(addr)
         with self._lock:
-            if self._closed:
-                raise errors.InvalidArgument("the client is closed")
             mc = self._callables.get((addr, method))
             if mc is None:
-                channel = self._channels.get(addr)
-                if channel is None:
-                    if self._tls is not None:
-                        creds = grpc.ssl_channel_credentials(
-                            self._tls.ca, self._tls.key, self._tls.cert)
-                        channel = grpc.secure_channel(addr, creds, core.CHANNEL_OPTIONS)
-                    else:
-                        channel = grpc.insecure_channel(addr, core.CHANNEL_OPTIONS)
-                    self._channels[addr] = channel
                 req, resp = core.METHODS[method]
                 mc = channel.unary_unary(core.method_path(method),
                                          request_serializer=req.SerializeToString,
                                          response_deserializer=resp.FromString)
                 self._callables[(addr, method)] = mc
             return mc
+
+    def _channel(self, addr: str) -> grpc.Channel:
+        with self._lock:
+            if self._closed:
+                raise errors.InvalidArgument("the client is closed")
+            channel = self._channels.get(addr)
+            if channel is None:
+                if self._tls is not None:
+                    creds = grpc.ssl_channel_credentials(self._tls.ca, self._tls.key,
+                                                         self._tls.cert)
+                    channel = grpc.secure_channel(addr, creds, core.CHANNEL_OPTIONS)
+                else:
+                    channel = grpc.insecure_channel(addr, core.CHANNEL_OPTIONS)
+                self._channels[addr] = channel
+            return channel
+
+    def _stream_callable(self, addr: str, method: str):
+        """A server-streaming method (Watch) on `addr`'s channel."""
+        req, resp = core.STREAM_METHODS[method]
+        return self._channel(addr).unary_stream(core.method_path(method),
+                                                request_serializer=req.SerializeToString,
+                                                response_deserializer=resp.FromString)
 
     def _attempt(self, addr: str, method: str, request, timeout: float,
                  session: Optional["Session"]):
@@ -772,8 +813,9 @@ class Session:
         known (a client-side give-up, an exception such as KeyboardInterrupt) is settled by a
         background thread: a late grant is released."""
         core.validate_name(name)
-        wait = core.wait_of(wait)
-        mode = core.acquire_mode(shared, permits)
+        return self._take(name, core.wait_of(wait), core.acquire_mode(shared, permits))
+
+    def _take(self, name: str, wait: Optional[float], mode: core.AcquireMode) -> "LockGuard":
         if self.is_lost():
             raise self._lost_error()
         session = self._for_lock(name)
@@ -792,6 +834,19 @@ class Session:
         """Takes one of the `permits` permits of the semaphore `name`:
         `lock(name, wait, permits=permits)`."""
         return self.lock(name, wait, permits=permits)
+
+    def campaign(self, name: str, value, wait: Optional[float] = None) -> "Leadership":
+        """Campaigns in the election `name`: waits in its FIFO queue (no herd) up to `wait`
+        seconds (None: until this session leads; 0: only if nobody leads) and returns the
+        Leadership, whose token is the term's fencing token and whose `value` (bytes, or a str
+        sent as UTF-8, at most 1,024 bytes) `Client.leader` and `Client.observe` show. An
+        election is an exclusive lock whose grant publishes a value: it fails as `lock` does
+        (WaitTimeout, LockHeld, SessionLost, KindConflict) and ends as a grant does."""
+        core.validate_name(name)
+        mode = core.campaign_mode(value)
+        guard = self._take(name, core.wait_of(wait), mode)
+        assert isinstance(guard, Leadership)
+        return guard
 
     def close(self) -> None:
         """Ends the session: stops the renewal and asks the server to release its locks and
@@ -1029,8 +1084,7 @@ class Session:
             wait_ms = core.WAIT_TIMEOUT_MS_MAX
         else:
             wait_ms = min(max(int((deadline - core.now()) * 1000), 0), core.WAIT_TIMEOUT_MS_MAX)
-        request = pb.AcquireRequest(session=self._key, seq=seq, name=name, wait_timeout_ms=wait_ms,
-                                    mode=mode.mode, permits=mode.permits)
+        request = core.acquire_request(self._key, seq, name, wait_ms, mode)
         try:
             response, _, _ = self._client._call(
                 "Acquire", request,
@@ -1072,6 +1126,8 @@ class Session:
                     raise
                 if response.result == _GRANTED:
                     armed = False
+                    if mode.value is not None:
+                        return Leadership(self, name, response.token, mode.value)
                     return LockGuard(self, name, response.token)
                 if response.result == _NOT_GRANTED:
                     armed = False
@@ -1161,6 +1217,19 @@ class Session:
         if not response.released:
             raise errors.NotHeld(name, token)
 
+    def _proclaim_on_server(self, name: str, token: int, value: bytes) -> None:
+        with self._short:
+            seq = self._begin()
+            try:
+                request = pb.ProclaimRequest(session=self._key, seq=seq, name=name, token=token,
+                                             value=value)
+                self._client._call("Proclaim", request, attempt_timeout=self._client._rpc_timeout,
+                                   session=self, group=self._group)
+            except errors.LatchkeyError as e:
+                raise self._checked(e) from None
+            finally:
+                self._end(seq)
+
 
 class LockGuard:
     """A held lock. Send its fencing token with every write to the protected resource
@@ -1239,15 +1308,208 @@ class LockGuard:
         return f"LockGuard(name={self.name!r}, token={self.token}, session={self.session_id})"
 
 
+class Leadership(LockGuard):
+    """This session leads an election (`Session.campaign`): the grant of its campaign, a
+    LockGuard (`token` is the term's fencing token; `lost`, `fencing_headers()`) that also
+    publishes a `value`. `with leadership:` resigns on exit."""
+
+    def __init__(self, session: Session, name: str, token: int, value: bytes) -> None:
+        super().__init__(session, name, token)
+        self.value = value
+
+    def proclaim(self, value) -> None:
+        """Replaces the published value without giving up leadership. Raises
+        NotElectionLeader if this term has ended (resigned, force-released), SessionLost if
+        the session is."""
+        value = core.value_of(value)
+        if self._released:
+            raise errors.NotElectionLeader(
+                f"the leadership of {self.name!r} (token {self.token}) was resigned")
+        self._session._proclaim_on_server(self.name, self.token, value)
+        self.value = value
+
+    def resign(self) -> None:
+        """Gives up leadership: the next candidate in the queue leads with a higher token.
+        Raises as `LockGuard.release` does."""
+        self.release()
+
+    def __enter__(self) -> "Leadership":
+        return self
+
+    def __repr__(self) -> str:
+        return (f"Leadership(name={self.name!r}, token={self.token}, value={self.value!r}, "
+                f"session={self.session_id})")
+
+
+class _Watch:
+    """A watch of one election's name in its Raft group (watch.rs `GroupWatch`), moved to
+    another member when its stream breaks or says nothing for CLIENT_WATCH_SILENCE_MS, from
+    where it got to, without repeating or skipping an event (`core.WatchCursor`)."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self._client = client
+        self._name = name
+        self._cursor = core.WatchCursor()
+        self._call = None
+        self._addr = ""
+        self._timer: Optional[threading.Timer] = None
+        self._broken = 0
+        self._backoff = client._retry.backoff(None, client._rng)
+        self._closed = threading.Event()
+
+    def _open(self) -> None:
+        client = self._client
+        groups = client._ask_groups()
+        group = core.group_of(self._name, groups)
+        with client._lock:
+            addr = client._route.pick(group)
+        channel_call = client._stream_callable(addr, "Watch")
+        request = core.watch_request(self._name, self._cursor.resume_index(),
+                                     group if groups > 1 else None)
+        self._call = channel_call(request, metadata=client._metadata)
+        self._addr = addr
+
+    def _arm(self, call) -> None:
+        """(Re)starts the silence timer: a stream silent past it is cancelled and resumed."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = threading.Timer(core.CLIENT_WATCH_SILENCE_MS / 1000, call.cancel)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _lost_stream(self, call) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        call.cancel()
+        self._call = None
+        if not self._closed.is_set():
+            with self._client._lock:
+                self._client._route.unreachable(self._addr, core.now())
+
+    def next_step(self):
+        """The next event or WatchMissed, or None once the position moved without one."""
+        while True:
+            if self._closed.is_set():
+                raise core.WatchClosed()
+            if self._call is None:
+                self._broken += 1
+                if self._broken > self._client._retry.attempts_max:
+                    raise errors.Unavailable(
+                        f"watch: {self._broken - 1} streams in a row broke before delivering "
+                        "anything")
+                if self._broken > 1 and self._closed.wait(self._backoff.next_delay()):
+                    continue
+                self._open()
+            # Read from a local: close() from another thread drops self._call.
+            call = self._call
+            if call is None:
+                continue
+            self._arm(call)
+            try:
+                message = next(call)
+            except StopIteration:
+                self._lost_stream(call)
+                continue
+            except grpc.RpcError as e:
+                fatal = core.watch_fatal(e.code(), e.details(), e.trailing_metadata())
+                if fatal is not None:
+                    self.close()
+                    raise fatal from None
+                log.debug("latchkey: watch stream at %s broke; resuming: %s", self._addr,
+                          e.details())
+                self._lost_stream(call)
+                continue
+            self._broken = 0
+            self._backoff = self._client._retry.backoff(None, self._client._rng)
+            before = self._cursor.last
+            item = self._cursor.accept(message)
+            if item is not None:
+                return item
+            if self._cursor.last != before:
+                return None
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._timer is not None:
+            self._timer.cancel()
+        call = self._call
+        if call is not None:
+            call.cancel()
+
+
+class Observe:
+    """The leaders of an election (`Client.observe`), as etcd's Observe: an iterator of
+    `Leader`s, the current leader first (if one leads), then each new leader and each new
+    value of a leader; never the same twice in a row, never an older leader after a newer one
+    (tokens increase). A time with no leader is not an item (`Client.leader` says whether
+    anyone leads now). It resumes across member failures; if a member can no longer replay
+    what was missed, it re-reads the leader. `close()` (or `with`) ends it."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self._client = client
+        self._name = name
+        self._watch = _Watch(client, name)
+        self._state = core.Observed()
+
+    def _start(self) -> None:
+        # The watch first, then the read: whatever changes in between comes as events, which
+        # the tokens put in their place. The first message (a progress) says the stream is on.
+        try:
+            while self._watch._cursor.last is None:
+                item = self._watch.next_step()
+                if item is not None:
+                    self._apply(item)
+            self._resync()
+        except BaseException:
+            self.close()
+            raise
+
+    def _resync(self) -> None:
+        info, index = self._client._describe_read(self._name)
+        self._state.read(core.leader_of(info), index)
+
+    def _apply(self, item) -> None:
+        if isinstance(item, core.WatchMissed):
+            self._resync()
+        elif item.lock == self._name:
+            self._state.apply(item)
+
+    def __iter__(self) -> "Observe":
+        return self
+
+    def __next__(self) -> core.Leader:
+        """The next leader, or the leader's next value (StopIteration once closed, also
+        from another thread)."""
+        try:
+            while True:
+                news = self._state.news()
+                if news is not None:
+                    return news
+                item = self._watch.next_step()
+                if item is not None:
+                    self._apply(item)
+        except core.WatchClosed:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        self._watch.close()
+
+    def __enter__(self) -> "Observe":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class _SessionLock:
-    """The context manager of Client.lock: a session of its own, one lock."""
+    """The context manager of Client.lock and Client.campaign: a session of its own, one
+    grant."""
 
     def __init__(self, client: Client, name: str, ttl: float, wait: Optional[float],
-                 owner: Optional[str], shared: bool, permits: Optional[int]) -> None:
-        core.acquire_mode(shared, permits)  # bad input fails here, before any call
+                 owner: Optional[str], mode: core.AcquireMode) -> None:
         self._client = client
         self._args = (name, ttl, wait, owner)
-        self._mode = (shared, permits)
+        self._mode = mode
         self._session: Optional[Session] = None
         self._guard: Optional[LockGuard] = None
 
@@ -1256,8 +1518,7 @@ class _SessionLock:
         core.validate_name(name)
         session = self._client.session(ttl, owner=owner)
         try:
-            self._guard = session.lock(
-                name, wait, shared=self._mode[0], permits=self._mode[1])
+            self._guard = session._take(name, core.wait_of(wait), self._mode)
         except BaseException:
             session.close()
             raise

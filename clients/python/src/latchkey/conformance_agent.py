@@ -3,7 +3,7 @@ command on stdout, over the blocking client's public API.
 
     python -m latchkey.conformance_agent --endpoints HOST:PORT[,HOST:PORT...]
 
-Commands run one at a time in order, except `lock`, which runs on a thread of its own so that
+Commands run one at a time in order, except `lock` and `campaign`, which run on a thread of its own so that
 a blocked wait does not stop later commands (answers carry the command's id). On stdin EOF
 every session is closed and the agent exits 0. Diagnostics go to stderr.
 
@@ -41,6 +41,8 @@ def _error_code(e: BaseException) -> str:
         return "kind-conflict"
     if isinstance(e, latchkey.PermitsConflict):
         return "permits-conflict"
+    if isinstance(e, latchkey.NotElectionLeader):
+        return "not-election-leader"
     return "other"
 
 
@@ -91,7 +93,7 @@ class Agent:
             print(f"agent: bad command {line!r}: {e}", file=sys.stderr)
             self.answer({"id": None, "ok": False, "error": "bad-command"})
             return
-        if cmd["op"] == "lock":
+        if cmd["op"] in ("lock", "campaign"):
             self.lock_slots.acquire()
             t = threading.Thread(target=self.run_lock, args=(cmd,), daemon=True)
             with self.state_lock:
@@ -143,6 +145,34 @@ class Agent:
         g = self.session(cmd["session"]).lock(str(cmd["name"]), wait=wait,
                                               shared=mode == "shared", permits=permits)
         return {"token": g.token, "guard": self.keep_guard(g)}
+
+    def op_campaign(self, cmd):
+        wait_ms: Optional[int] = cmd.get("wait_ms")
+        wait = None if wait_ms is None else int(wait_ms) / 1000
+        leadership = self.session(cmd["session"]).campaign(str(cmd["name"]), str(cmd["value"]),
+                                                           wait=wait)
+        return {"token": leadership.token, "guard": self.keep_guard(leadership)}
+
+    def leadership(self, name: Any) -> latchkey.Leadership:
+        g = self.guard(name)
+        if not isinstance(g, latchkey.Leadership):
+            raise KeyError(f"guard {name!r} is not a campaign's")
+        return g
+
+    def op_proclaim(self, cmd):
+        self.leadership(cmd["guard"]).proclaim(str(cmd["value"]))
+        return {}
+
+    def op_resign(self, cmd):
+        self.leadership(cmd["guard"]).resign()
+        return {}
+
+    def op_leader(self, cmd):
+        leader = self.client.leader(str(cmd["name"]))
+        if leader is None:
+            return {"leader": None}
+        return {"leader": {"session_id": leader.session_id, "token": leader.token,
+                           "value": leader.value.decode("utf-8", "replace")}}
 
     def op_release(self, cmd):
         self.guard(cmd["guard"]).release()

@@ -14,7 +14,8 @@
     ├── LimitReached         a server limit (queue full, sessions, locks per session)
     ├── Conflict             the request conflicts with the state (reason says which)
     │   ├── KindConflict     a name in use as a semaphore taken as a lock, or the reverse
-    │   └── PermitsConflict  a semaphore's permit asked with another count than its holders'
+    │   ├── PermitsConflict  a semaphore's permit asked with another count than its holders'
+    │   └── NotElectionLeader  a proclaim after the leadership's term ended
     ├── Unavailable          nodes answered but none could serve within the retry budget
     ├── TransportError       no node could be reached within the retry budget
     ├── TlsError             TLS mismatch or untrusted certificate: only configuration fixes it
@@ -120,6 +121,14 @@ class PermitsConflict(Conflict):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, reason="permits-conflict")
+
+
+class NotElectionLeader(Conflict):
+    """A proclaim by a leadership whose term has ended (resigned, the session lost, an
+    operator force-released it): the published value is unchanged."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="not-election-leader")
 
 
 class Unavailable(LatchkeyError):

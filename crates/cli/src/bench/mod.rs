@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use latchkey_core::limits::{
     BENCH_CLIENTS_MAX, BENCH_FAILOVER_ROUNDS_MAX, BENCH_HERD_CLIENTS_DEFAULT, BENCH_HOLD_LOCKS_MAX,
-    LOCKS_PER_SESSION_MAX, WAITERS_PER_LOCK_MAX,
+    HOLDERS_PER_LOCK_MAX, LOCKS_PER_SESSION_MAX, WAITERS_PER_LOCK_MAX,
 };
 
 use self::cluster::BenchCluster;
@@ -46,6 +46,9 @@ pub enum Workload {
     Hold,
     /// Uncontended load while the leader is killed -9 and restarted, --rounds times.
     Failover,
+    /// All clients take turns on one semaphore of --permits permits (issue #32): at most that
+    /// many hold one at once, the rest wait in its FIFO queue.
+    Semaphore,
 }
 
 impl Workload {
@@ -56,12 +59,13 @@ impl Workload {
             Workload::Herd => "herd",
             Workload::Hold => "hold",
             Workload::Failover => "failover",
+            Workload::Semaphore => "semaphore",
         }
     }
 
     fn default_clients(self) -> usize {
         match self {
-            Workload::Uncontended | Workload::Contended => 64,
+            Workload::Uncontended | Workload::Contended | Workload::Semaphore => 64,
             Workload::Herd => BENCH_HERD_CLIENTS_DEFAULT,
             Workload::Hold => 100,
             // Light load: the figure is the failover, not the throughput.
@@ -102,6 +106,9 @@ pub struct Plan {
     pub replicas: u32,
     pub locks: usize,
     pub rounds: u32,
+    /// semaphore: the semaphore's permits, and how long each grant is held.
+    pub permits: u32,
+    pub hold: Duration,
     pub prefix: String,
     pub json: bool,
 }
@@ -115,7 +122,10 @@ impl Plan {
             "--clients must be 1 to {BENCH_CLIENTS_MAX}"
         );
         anyhow::ensure!(!args.duration.is_zero(), "--duration must be above 0");
-        if matches!(workload, Workload::Contended | Workload::Herd) {
+        if matches!(
+            workload,
+            Workload::Contended | Workload::Herd | Workload::Semaphore
+        ) {
             anyhow::ensure!(
                 clients <= WAITERS_PER_LOCK_MAX,
                 "--clients {clients} is above the server's waiters per lock ({WAITERS_PER_LOCK_MAX})"
@@ -150,6 +160,16 @@ impl Plan {
                 args.locks
             );
         }
+        if workload == Workload::Semaphore {
+            anyhow::ensure!(
+                (1..=HOLDERS_PER_LOCK_MAX).contains(&(args.permits as usize)),
+                "--permits must be 1 to {HOLDERS_PER_LOCK_MAX}"
+            );
+            anyhow::ensure!(
+                args.hold < args.ttl,
+                "--hold must be shorter than --ttl (a holder must renew)"
+            );
+        }
         if workload == Workload::Failover {
             anyhow::ensure!(
                 matches!(args.cluster, Some(3 | 5)),
@@ -171,6 +191,8 @@ impl Plan {
             replicas: args.replicas,
             locks: args.locks,
             rounds: args.rounds,
+            permits: args.permits,
+            hold: args.hold,
             prefix: args.prefix.clone(),
             json: args.json,
         })
@@ -501,6 +523,7 @@ async fn run(plan: &Plan, args: &BenchArgs) -> anyhow::Result<()> {
             workloads::contended(plan, &target, cluster.as_ref()).await?
         }
         Workload::Hold => workloads::hold(plan, &target, cluster.as_ref()).await?,
+        Workload::Semaphore => workloads::semaphore(plan, &target, cluster.as_ref()).await?,
         Workload::Failover => {
             let cluster = cluster.as_mut().expect("checked by Plan::from_args");
             workloads::failover(plan, &target, cluster).await?
@@ -511,6 +534,12 @@ async fn run(plan: &Plan, args: &BenchArgs) -> anyhow::Result<()> {
     } else {
         print!("{}", report.table());
     }
+    anyhow::ensure!(
+        report.holders_over_permits.unwrap_or(0) == 0,
+        "{} grants found more holders of the semaphore than its {} permits",
+        report.holders_over_permits.unwrap_or(0),
+        plan.permits
+    );
     anyhow::ensure!(
         report.token_violations == 0,
         "{} grants carried a fencing token not above the last acknowledged one of their lock",

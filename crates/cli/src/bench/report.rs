@@ -110,7 +110,7 @@ pub struct Report {
     pub warmup_s: f64,
     /// Length of the measured window.
     pub window_s: f64,
-    /// What one op is: "pair" (acquire + release), "handoff", "acquire".
+    /// What one op is: "pair" (acquire + release), "handoff", "acquire", "grant" (a permit).
     pub op: &'static str,
     pub ops: u64,
     pub ops_per_s: f64,
@@ -120,6 +120,11 @@ pub struct Report {
     pub handoffs_to_other_client: Option<u64>,
     /// Grants whose fencing token was not above the last acknowledged one of the same lock.
     pub token_violations: u64,
+    /// semaphore: its permits, and the grants that found more clients holding one than that
+    /// (counted from each grant's answer to its release's request: never more than the
+    /// server's holders, so any is a real violation).
+    pub permits: Option<u32>,
+    pub holders_over_permits: Option<u64>,
     pub errors: BTreeMap<String, u64>,
     pub errors_total: u64,
     pub server: Option<ServerFigures>,
@@ -193,6 +198,12 @@ impl Report {
         row("release", pct(&self.release));
         if let Some(n) = self.handoffs_to_other_client {
             row("to another client", n.to_string());
+        }
+        if let (Some(permits), Some(over)) = (self.permits, self.holders_over_permits) {
+            row(
+                "holders over permits",
+                format!("{over} (semaphore of {permits})"),
+            );
         }
         row("token violations", self.token_violations.to_string());
         row(

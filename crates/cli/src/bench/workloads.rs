@@ -162,6 +162,8 @@ impl Stats {
             release: Percentiles::of(&self.release.lock().expect("histogram lock")),
             handoffs_to_other_client: None,
             token_violations: self.violations.load(Ordering::Relaxed),
+            permits: None,
+            holders_over_permits: None,
             errors_total: errors.values().sum(),
             errors,
             server: window.server_figures(ops),
@@ -473,6 +475,91 @@ pub async fn contended(
     close_all(workers).await;
     let mut report = stats.report(plan, "handoff", &window);
     report.handoffs_to_other_client = Some(stats.other_client.load(Ordering::Relaxed));
+    Ok(report)
+}
+
+/// Acquire a permit -> release on one semaphore, by every client. Each grant counts the
+/// clients that hold a permit (from its answer to its release's request, so never more than
+/// the server's holders): above the permits is a violation. Permit grants of one name come
+/// at once and answer in any order, so their tokens are not compared across clients.
+async fn semaphore_loop(
+    stats: Arc<Stats>,
+    holding: Arc<(AtomicUsize, AtomicU64)>,
+    mut w: Worker,
+    name: String,
+    (permits, hold): (u32, Duration),
+    ttl: Duration,
+) -> Worker {
+    let mut last_token = 0u64;
+    while !stats.stopped() {
+        renew_session(&stats, &mut w, ttl).await;
+        let started = Instant::now();
+        let guard = match w
+            .session
+            .acquire_permit(name.as_str(), permits)
+            .wait(Some(ACQUIRE_TIMEOUT))
+            .await
+        {
+            Ok(g) => g,
+            Err(e) => {
+                stats.error(&e);
+                tokio::time::sleep(ERROR_BACKOFF).await;
+                continue;
+            }
+        };
+        let granted = Instant::now();
+        let (holders, over) = &*holding;
+        if holders.fetch_add(1, Ordering::SeqCst) + 1 > permits as usize {
+            over.fetch_add(1, Ordering::Relaxed);
+        }
+        // This client's own grants of the name follow one another.
+        if guard.token() <= last_token {
+            stats.violation();
+        }
+        last_token = guard.token();
+        if stats.measuring() {
+            stats.record_acquire(granted - started);
+            stats.ops.fetch_add(1, Ordering::Relaxed);
+        }
+        stats.progress.fetch_add(1, Ordering::Relaxed);
+        if !hold.is_zero() {
+            tokio::time::sleep(hold).await;
+        }
+        holders.fetch_sub(1, Ordering::SeqCst);
+        match guard.release().await {
+            Ok(()) if stats.measuring() => stats.record_release(granted.elapsed()),
+            Ok(()) => {}
+            Err(e) => stats.error(&e),
+        }
+    }
+    w
+}
+
+pub async fn semaphore(
+    plan: &Plan,
+    target: &Target,
+    cluster: Option<&BenchCluster>,
+) -> anyhow::Result<Report> {
+    let workers = open_workers(plan, target, plan.clients).await?;
+    let stats = Arc::new(Stats::new());
+    let holding = Arc::new((AtomicUsize::new(0), AtomicU64::new(0)));
+    let name = format!("{}{}", plan.prefix, plan.workload.name());
+    let (ttl, permits, hold) = (plan.ttl, plan.permits, plan.hold);
+    let (window, workers) = timed(plan, target, cluster, &stats, workers, |w| {
+        semaphore_loop(
+            stats.clone(),
+            holding.clone(),
+            w,
+            name.clone(),
+            (permits, hold),
+            ttl,
+        )
+    })
+    .await?;
+    close_all(workers).await;
+    let mut report = stats.report(plan, "grant", &window);
+    report.permits = Some(permits);
+    report.holders_over_permits = Some(holding.1.load(Ordering::Relaxed));
     Ok(report)
 }
 

@@ -1,11 +1,13 @@
 // Drives the web page in a real headless chromium for crates/cli/tests/web_ui.rs: read-write
-// locks and semaphores (docs/primitives.md).
+// locks, semaphores and elections (docs/primitives.md).
 //
 //   node primitives.mjs URL EXPECTED_JSON SHOT_DIR
 //
 // EXPECTED_JSON: [{"lock": NAME, "mode": TEXT, "holders": [[SESSION, TOKEN], ...],
-// "waiters": [TEXT, ...]}, ...]. Loads URL (a node's /ui) and waits until each NAME's row says
-// it is held as TEXT (the "held as" cell: "shared by 2 readers", "2 of 3 permits"), lists
+// "waiters": [TEXT, ...], "value": VALUE?}, ...]. Loads URL (a node's /ui) and waits until each
+// NAME's row says it is held as TEXT (the "held as" cell: "shared by 2 readers", "2 of 3
+// permits", "leader"), an election's leader VALUE shown as text (it is user input: no element
+// of its markup may be in the row, and no script of it may have run: window.__pwned), lists
 // every holder, one line each, with its session and token in that order, and shows its
 // waiters, each line including its TEXT ("writer"); takes SHOT_DIR/held.png and prints
 // "shown". Then waits for the line "released" on stdin, waits until every NAME's row is gone,
@@ -47,12 +49,17 @@ function rows(names) {
         [Number(h.textContent), Number(row.querySelectorAll("[data-token]")[i].textContent)]),
       waiters: [...row.querySelectorAll("[data-waiter]")].map((w) => w.textContent),
       buttons: row.querySelectorAll("button.force-release").length,
+      value: row.querySelector("[data-value]")?.textContent ?? null,
+      // Elements a value's markup would have made, had the page parsed it as HTML.
+      injected: row.querySelectorAll("img, script, iframe, object, embed").length,
+      pwned: window.__pwned ?? null,
     };
   });
 }
 
 function matches(shown, want) {
   return shown !== null && shown.mode === want.mode &&
+    (want.value === undefined || shown.value === want.value) &&
     JSON.stringify(shown.holders) === JSON.stringify(want.holders) &&
     shown.waiters.length === want.waiters.length &&
     want.waiters.every((text, i) => shown.waiters[i].includes(text));
@@ -96,6 +103,9 @@ await step(`waiting for ${expectedJson}`, async () => {
   const shown = await until((rs) => rs.every((r, i) => matches(r, expected[i])));
   // A force-release button per grant (no access control: the viewer may).
   for (const r of shown) {
+    if (r.injected !== 0 || r.pwned !== null) {
+      throw new Error(`${r.lock}: a value's markup came to life (${r.injected} elements, window.__pwned=${r.pwned})`);
+    }
     const tokens = new Set(r.holders.map(([, token]) => token)).size;
     if (r.buttons !== tokens) throw new Error(`${r.lock}: ${r.buttons} force-release buttons for ${tokens} tokens`);
   }

@@ -404,6 +404,8 @@ struct LeaseJson {
     ttl_ms: u64,
     revoked_tokens: Vec<u64>,
     revoked_through: Option<u64>,
+    /// Conflict events: held names someone waits for (as gRPC's `SessionLease.contended`).
+    contended: Vec<String>,
 }
 
 /// A group whose sessions a keepalive of several groups could not renew here now: send them to
@@ -455,6 +457,7 @@ async fn keep_alive(
             ttl_ms: l.ttl_ms,
             revoked_tokens: l.revoked_tokens,
             revoked_through: l.revoked_through,
+            contended: l.contended,
         })
         .collect();
     let refused = renewal
@@ -518,6 +521,9 @@ struct AcquireRequest {
     /// A campaign's election value (UTF-8; exclusive mode only).
     #[serde(default)]
     value: Option<String>,
+    /// Lock-delay in ms (docs/primitives.md); 0, the default, for none.
+    #[serde(default, deserialize_with = "whole::deserialize")]
+    lock_delay_ms: u64,
 }
 
 /// How an acquire takes a name, as the JSON says it: a string, or an object for a
@@ -638,6 +644,7 @@ async fn acquire(
             req.wait_timeout_ms,
             req.mode.into(),
             req.value.map(String::into_bytes),
+            req.lock_delay_ms,
             who.as_ref(),
         )
         .await
@@ -742,6 +749,12 @@ struct LockJson {
     holders: Vec<HolderJson>,
     waiters: u32,
     queue: Vec<WaiterJson>,
+    /// The lock-delay the holder's grant asked for (ms), when it asked for one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lock_delay_ms: Option<u64>,
+    /// While a lock-delay runs: ms until the name is granted again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delay_remaining_ms: Option<u64>,
 }
 
 fn lock_json(lock: LockView) -> LockJson {
@@ -763,6 +776,8 @@ fn lock_json(lock: LockView) -> LockJson {
                 mode: mode_name(w.mode).0,
             })
             .collect(),
+        lock_delay_ms: lock.lock_delay_ms,
+        delay_remaining_ms: lock.delay_remaining_ms,
     }
 }
 
@@ -785,10 +800,12 @@ async fn describe(
     )?;
     let group = latchkey_core::group_of(&name, groups.count());
     let node = groups.serving(group)?;
-    let lock = node.describe(&name).await.map_err(in_group(node))?;
-    Ok(json(
-        &serde_json::json!({ "lock": lock_json(lock), "group": group }),
-    ))
+    let (lock, read_index) = node.describe(&name).await.map_err(in_group(node))?;
+    Ok(json(&serde_json::json!({
+        "lock": lock_json(lock),
+        "group": group,
+        "read_index": read_index,
+    })))
 }
 
 #[derive(Serialize)]

@@ -170,6 +170,8 @@ fn held_info(name: String, h: Held, waiters: u32) -> pb::LockInfo {
         permits: 0,
         value: h.value.clone(),
         holders: vec![holder_pb(h)],
+        lock_delay_ms: 0,
+        delay_remaining_ms: None,
     }
 }
 
@@ -209,6 +211,8 @@ fn lock_info(lock: LockView) -> pb::LockInfo {
         mode: mode as i32,
         permits,
         holders,
+        lock_delay_ms: lock.lock_delay_ms.unwrap_or(0),
+        delay_remaining_ms: lock.delay_remaining_ms,
         ..info
     }
 }
@@ -276,6 +280,8 @@ fn watch_message(out: WatchOut) -> Result<pb::WatchMessage, ApiError> {
     use pb::watch_message::Item;
     let item = match out {
         WatchOut::Event(e) => {
+            // The last stream to send an event takes it; the others copy what they send.
+            let e = Arc::unwrap_or_clone(e);
             let (mode, permits) = e.mode.map_or((None, 0), |m| {
                 let (mode, permits) = mode_pb(m);
                 (Some(mode as i32), permits)
@@ -415,6 +421,7 @@ impl pb::locks_server::Locks for LocksService {
                 ttl_ms: l.ttl_ms,
                 revoked_tokens: l.revoked_tokens,
                 revoked_through: l.revoked_through.unwrap_or(0),
+                contended: l.contended,
             })
             .collect();
         let refused = renewal
@@ -461,6 +468,7 @@ impl pb::locks_server::Locks for LocksService {
                 req.wait_timeout_ms,
                 mode,
                 req.value,
+                req.lock_delay_ms,
                 who.as_ref(),
             )
             .await
@@ -521,9 +529,10 @@ impl pb::locks_server::Locks for LocksService {
         )?;
         let name = request.into_inner().name;
         let node = self.groups.of_lock(&name)?;
-        let lock = node.describe(&name).await.map_err(in_group(node))?;
+        let (lock, read_index) = node.describe(&name).await.map_err(in_group(node))?;
         Ok(Response::new(pb::DescribeResponse {
             lock: Some(lock_info(lock)),
+            read_index,
         }))
     }
 

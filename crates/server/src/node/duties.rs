@@ -246,8 +246,10 @@ impl Node {
                     .lock()
                     .expect("leases lock")
                     .mark_stale(self.clock.now());
-                let written =
-                    self.log_marks().await && self.expire_due().await && self.expire_waits().await;
+                let written = self.log_marks().await
+                    && self.expire_due().await
+                    && self.expire_waits().await
+                    && self.end_delays().await;
                 // A write that failed (typically "not the leader" in the moment around an
                 // election) is retried after a pause, not in a tight loop.
                 retry_at = (!written).then(|| {
@@ -510,6 +512,36 @@ impl Node {
                 }
                 Err(e) => {
                     tracing::debug!("wait expiry not committed yet, will retry: {e}");
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// End the lock-delays that have run out on this leader's wall clock (issue #32 item 4):
+    /// each name goes to its head waiter in the `EndDelays` entry, whose stamped time every
+    /// member applies. False if it did not commit.
+    async fn end_delays(&self) -> bool {
+        loop {
+            let due = self
+                .state
+                .read(|t| t.next_delay_end_ms())
+                .is_some_and(|end| end <= self.clock.wall_ms());
+            if !due {
+                return true;
+            }
+            match self.propose(Op::EndDelays).await {
+                Ok(Outcome::DelaysEnded { count }) => {
+                    if count == 0 {
+                        return true;
+                    }
+                }
+                Ok(other) => {
+                    tracing::warn!("unexpected outcome of a lock-delay end: {other:?}");
+                    return true;
+                }
+                Err(e) => {
+                    tracing::debug!("lock-delay end not committed yet, will retry: {e}");
                     return false;
                 }
             }

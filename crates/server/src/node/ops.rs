@@ -79,6 +79,8 @@ pub struct SessionLease {
     /// `LockTable::revoked_grants`).
     pub revoked_tokens: Vec<u64>,
     pub revoked_through: Option<u64>,
+    /// Held names someone waits for (`LockTable::contended`).
+    pub contended: Vec<String>,
 }
 
 /// One lock as a read answers it: who holds it, for how long, and how many wait.
@@ -94,6 +96,11 @@ pub struct LockView {
     pub waiters: u32,
     /// The first waiters, in queue order (all from describe, a few from list).
     pub queue: Vec<Waiting>,
+    /// The lock-delay the holder's grant asked for (ms), if any.
+    pub lock_delay_ms: Option<u64>,
+    /// While a lock-delay runs (no holder): how long until it ends, on this node's wall clock
+    /// from the leader's stamped end.
+    pub delay_remaining_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +147,8 @@ impl LockView {
                 mode: Mode::Exclusive,
                 waiters: 0,
                 queue: Vec::new(),
+                lock_delay_ms: None,
+                delay_remaining_ms: None,
             },
             Some(i) => {
                 // A name is in the table while held (a waiter that fits is granted in the
@@ -171,6 +180,8 @@ impl LockView {
                             mode: w.mode,
                         })
                         .collect(),
+                    lock_delay_ms: i.lock_delay_ms,
+                    delay_remaining_ms: i.delay_until_ms.map(|u| u.saturating_sub(now_ms)),
                 }
             }
         }
@@ -186,8 +197,15 @@ impl LockView {
         // take six (`\u00XX`): counted at that, so that values cannot carry a List answer past
         // the message limits (a page is cut short instead).
         let value = |h: &Held| h.value.as_ref().map_or(0, |v| 6 * v.len());
+        // A lock-delay's two numbers: a key and up to 20 digits each in JSON.
+        let delay = [self.lock_delay_ms, self.delay_remaining_ms]
+            .iter()
+            .flatten()
+            .count()
+            * 44;
         self.name.len()
             + 64
+            + delay
             + self.held.as_ref().map_or(0, |h| owner(&h.owner) + value(h))
             + self
                 .holders
@@ -495,7 +513,8 @@ impl Node {
     /// for up to `ACQUIRE_POLL_MS_MAX` of its wait. With a `value`, a campaign: an exclusive
     /// acquire whose grant publishes it (issue #32). Under access control, a new request that
     /// may queue counts toward `owner`'s quota of queued acquires (the `lock` permission
-    /// covers every mode).
+    /// covers every mode). `lock_delay_ms` above zero asks for a lock-delay (a mutex only; not
+    /// with a campaign's value, which is refused as an invalid request).
     #[allow(clippy::too_many_arguments)]
     pub async fn acquire(
         self: &Arc<Node>,
@@ -505,6 +524,7 @@ impl Node {
         wait_timeout_ms: u64,
         mode: Mode,
         value: Option<Vec<u8>>,
+        lock_delay_ms: u64,
         owner: Option<&Caller>,
     ) -> Result<Acquired, ApiError> {
         latchkey_core::validate_name(&name)?;
@@ -515,7 +535,23 @@ impl Node {
                     "an election value goes with an exclusive acquire (a campaign), not {mode:?}"
                 )));
             }
+            if lock_delay_ms > 0 {
+                // `Op::Campaign` has no delay: refused rather than dropped without a word.
+                return Err(ApiError::Invalid(
+                    "a campaign (an acquire with an election value) takes no lock-delay".into(),
+                ));
+            }
             latchkey_core::validate_value(value)?;
+        }
+        if lock_delay_ms > limits::LOCK_DELAY_MS_MAX {
+            return Err(Rejection::LockDelayOutOfRange {
+                lock_delay_ms,
+                max: limits::LOCK_DELAY_MS_MAX,
+            }
+            .into());
+        }
+        if lock_delay_ms > 0 && mode != Mode::Exclusive {
+            return Err(Rejection::LockDelayConflict { name }.into());
         }
         let wait_ms = wait_timeout_ms.min(limits::WAIT_TIMEOUT_MS_MAX);
         if let (Some(owner), true) = (owner, wait_ms > 0) {
@@ -554,6 +590,7 @@ impl Node {
         };
         // A mutex's acquire stays `Op::Acquire`, so its entries are what older members and
         // logs know; only readers and permits need `AcquireWith`.
+        // A lock-delay needs `AcquireDelayed`, which only builds since lock-delay apply.
         let op = match (mode, value) {
             (_, Some(value)) => Op::Campaign {
                 session,
@@ -561,6 +598,13 @@ impl Node {
                 name,
                 wait_ms,
                 value,
+            },
+            (Mode::Exclusive, None) if lock_delay_ms > 0 => Op::AcquireDelayed {
+                session,
+                seq,
+                name,
+                wait_ms,
+                lock_delay_ms,
             },
             (Mode::Exclusive, None) => Op::Acquire {
                 session,
@@ -729,8 +773,9 @@ impl Node {
         // Decide each session: renewed in memory, needs a logged renewal, or gone.
         let mut decisions: Vec<(SessionId, u64, Renew)> = Vec::with_capacity(sessions.len());
         let mut revoked: Vec<(Vec<u64>, Option<u64>)> = Vec::with_capacity(sessions.len());
+        let mut contended: Vec<Vec<String>> = Vec::with_capacity(sessions.len());
         for key in sessions {
-            let (ttl_ms, taken) = self.state.read(|t| {
+            let (ttl_ms, taken, waited_for) = self.state.read(|t| {
                 let ttl_ms = t
                     .session_valid(key)
                     .then(|| t.session(key.id).map(|i| i.ttl_ms))
@@ -740,9 +785,11 @@ impl Node {
                     .map_or((Vec::new(), None), |(tokens, through)| {
                         (tokens.to_vec(), through)
                     });
-                (ttl_ms, taken)
+                let waited_for = ttl_ms.map_or(Vec::new(), |_| t.contended(key.id));
+                (ttl_ms, taken, waited_for)
             });
             revoked.push(taken);
+            contended.push(waited_for);
             let decision = match ttl_ms {
                 None => Renew::Gone,
                 Some(_) => self
@@ -792,8 +839,9 @@ impl Node {
         Ok(decisions
             .into_iter()
             .zip(revoked)
+            .zip(contended)
             .map(
-                |((id, ttl_ms, d), (revoked_tokens, revoked_through))| SessionLease {
+                |(((id, ttl_ms, d), (revoked_tokens, revoked_through)), contended)| SessionLease {
                     id,
                     alive: match d {
                         Renew::Renewed => true,
@@ -804,18 +852,22 @@ impl Node {
                     ttl_ms,
                     revoked_tokens,
                     revoked_through,
+                    contended,
                 },
             )
             .collect())
     }
 
-    /// The lock `name` as of a linearizable read.
-    pub async fn describe(&self, name: &str) -> Result<LockView, ApiError> {
+    /// The lock `name` as of a linearizable read, and the index of the last entry applied
+    /// when it was read (every watch event at or below it is reflected in the view).
+    pub async fn describe(&self, name: &str) -> Result<(LockView, u64), ApiError> {
         latchkey_core::validate_stored_name(name)?;
         self.linearizable_read().await?;
         let now_ms = self.clock.wall_ms();
-        let info = self.state.read(|t| t.describe(name));
-        Ok(LockView::new(name, info, now_ms))
+        let (info, index) = self
+            .state
+            .read_applied(|t, index| (t.describe(name), index));
+        Ok((LockView::new(name, info, now_ms), index))
     }
 
     /// Up to `limit` locks whose names start with `prefix` (0: as many as allowed), as of a
@@ -975,6 +1027,8 @@ mod tests {
             mode: Mode::Exclusive,
             waiters: 0,
             queue: Vec::new(),
+            lock_delay_ms: None,
+            delay_remaining_ms: None,
         };
         let without = view(None).wire_bytes();
         let with = view(Some(vec![0; limits::ELECTION_VALUE_BYTES_MAX])).wire_bytes();

@@ -35,12 +35,13 @@ use tokio_util::sync::CancellationToken;
 /// One thing a watch stream sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchOut {
-    Event(WatchEvent),
+    /// Shared with the kept events and every other stream: a stream's replay of up to
+    /// `WATCH_EVENTS_KEPT` events (with election values, up to `ELECTION_VALUE_BYTES_MAX` each)
+    /// queues pointers, not copies, so `WATCHERS_MAX` streams starting at once cost no more
+    /// than one copy of the kept events.
+    Event(Arc<WatchEvent>),
     /// The events of entries in `(after, through]` cannot be sent.
-    Missed {
-        after: u64,
-        through: u64,
-    },
+    Missed { after: u64, through: u64 },
     /// Every event of the entries up to this index has been sent.
     Progress(u64),
     /// The stream's last item: this member has been out of touch with its group's leader for
@@ -58,16 +59,14 @@ pub type OutOfTouchFor = Box<dyn Fn() -> Option<Duration> + Send + Sync>;
 enum Published {
     Entry {
         index: u64,
-        events: Vec<WatchEvent>,
+        events: Vec<Arc<WatchEvent>>,
     },
     /// A snapshot replaced the table: the entries up to `through` were not applied here.
-    Installed {
-        through: u64,
-    },
+    Installed { through: u64 },
 }
 
 struct Kept {
-    events: VecDeque<WatchEvent>,
+    events: VecDeque<Arc<WatchEvent>>,
     /// Events of entries at or below this index may be missing here.
     floor: u64,
     /// The last entry published (or the snapshot's index).
@@ -113,6 +112,7 @@ impl WatchHub {
 
     /// The entry at `index` was applied with these events (from the apply observer).
     pub fn publish(&self, index: u64, events: Vec<WatchEvent>) {
+        let events: Vec<Arc<WatchEvent>> = events.into_iter().map(Arc::new).collect();
         let mut kept = self.kept();
         kept.events.extend(events.iter().cloned());
         while kept.events.len() > limits::WATCH_EVENTS_KEPT {
@@ -337,10 +337,31 @@ mod tests {
             take(&mut s, 3).await,
             vec![
                 WatchOut::Progress(3),
-                WatchOut::Event(event(5, "a/2")),
-                WatchOut::Event(event(6, "a/3")),
+                WatchOut::Event(Arc::new(event(5, "a/2"))),
+                WatchOut::Event(Arc::new(event(6, "a/3"))),
             ]
         );
+    }
+
+    /// Streams replaying the kept events (each up to `WATCH_EVENTS_KEPT`, with election values)
+    /// share them: what each stream queues is a pointer to the one kept event.
+    #[tokio::test]
+    async fn streams_replaying_the_kept_events_share_them() {
+        let hub = Arc::new(WatchHub::default());
+        hub.publish(5, vec![event(5, "a/1")]);
+        let mut replays = Vec::new();
+        for _ in 0..2 {
+            let mut s = Box::pin(
+                hub.watch("a/".into(), Some(0), CancellationToken::new(), in_touch())
+                    .unwrap(),
+            );
+            match take(&mut s, 2).await.pop() {
+                Some(WatchOut::Event(e)) => replays.push(e),
+                other => panic!("expected the replayed event, got {other:?}"),
+            }
+        }
+        let kept = hub.kept().events[0].clone();
+        assert!(replays.iter().all(|e| Arc::ptr_eq(e, &kept)));
     }
 
     #[tokio::test]
@@ -360,7 +381,7 @@ mod tests {
                     after: 4,
                     through: 10
                 },
-                WatchOut::Event(event(11, "x")),
+                WatchOut::Event(Arc::new(event(11, "x"))),
             ]
         );
         // A snapshot install while watching: a gap, announced.
@@ -373,7 +394,7 @@ mod tests {
                     after: 11,
                     through: 20
                 },
-                WatchOut::Event(event(21, "y")),
+                WatchOut::Event(Arc::new(event(21, "y"))),
             ]
         );
     }
@@ -396,7 +417,7 @@ mod tests {
                     after: 0,
                     through: 5
                 },
-                WatchOut::Event(event(6, "x")),
+                WatchOut::Event(Arc::new(event(6, "x"))),
             ]
         );
     }
@@ -415,7 +436,7 @@ mod tests {
         let got = take(&mut s, n as usize + 1).await;
         assert_eq!(got[0], WatchOut::Progress(0));
         for (i, out) in got[1..].iter().enumerate() {
-            assert_eq!(*out, WatchOut::Event(event(i as u64 + 1, "x")));
+            assert_eq!(*out, WatchOut::Event(Arc::new(event(i as u64 + 1, "x"))));
         }
     }
 
@@ -456,7 +477,7 @@ mod tests {
             take(&mut s, 3).await,
             vec![
                 WatchOut::Progress(0),
-                WatchOut::Event(event(1, "x")),
+                WatchOut::Event(Arc::new(event(1, "x"))),
                 WatchOut::Progress(1),
             ]
         );
@@ -466,7 +487,7 @@ mod tests {
         assert_eq!(
             take(&mut s, 2).await,
             vec![
-                WatchOut::Event(event(2, "x")),
+                WatchOut::Event(Arc::new(event(2, "x"))),
                 WatchOut::OutOfTouch(Duration::from_secs(4)),
             ]
         );

@@ -152,18 +152,20 @@ class GroupRefusal(_message.Message):
     def __init__(self, group: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., leader_id: _Optional[int] = ..., leader_addr: _Optional[str] = ...) -> None: ...
 
 class SessionLease(_message.Message):
-    __slots__ = ("id", "alive", "ttl_ms", "revoked_tokens", "revoked_through")
+    __slots__ = ("id", "alive", "ttl_ms", "revoked_tokens", "revoked_through", "contended")
     ID_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     REVOKED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REVOKED_THROUGH_FIELD_NUMBER: _ClassVar[int]
+    CONTENDED_FIELD_NUMBER: _ClassVar[int]
     id: int
     alive: bool
     ttl_ms: int
     revoked_tokens: _containers.RepeatedScalarFieldContainer[int]
     revoked_through: int
-    def __init__(self, id: _Optional[int] = ..., alive: _Optional[bool] = ..., ttl_ms: _Optional[int] = ..., revoked_tokens: _Optional[_Iterable[int]] = ..., revoked_through: _Optional[int] = ...) -> None: ...
+    contended: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[int] = ..., alive: _Optional[bool] = ..., ttl_ms: _Optional[int] = ..., revoked_tokens: _Optional[_Iterable[int]] = ..., revoked_through: _Optional[int] = ..., contended: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CloseSessionRequest(_message.Message):
     __slots__ = ("session",)
@@ -176,7 +178,7 @@ class CloseSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("session", "seq", "name", "wait_timeout_ms", "mode", "permits", "value")
+    __slots__ = ("session", "seq", "name", "wait_timeout_ms", "mode", "permits", "value", "lock_delay_ms")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +186,7 @@ class AcquireRequest(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     PERMITS_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     session: Session
     seq: int
     name: str
@@ -191,7 +194,8 @@ class AcquireRequest(_message.Message):
     mode: LockMode
     permits: int
     value: bytes
-    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., seq: _Optional[int] = ..., name: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ..., value: _Optional[bytes] = ...) -> None: ...
+    lock_delay_ms: int
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., seq: _Optional[int] = ..., name: _Optional[str] = ..., wait_timeout_ms: _Optional[int] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ..., value: _Optional[bytes] = ..., lock_delay_ms: _Optional[int] = ...) -> None: ...
 
 class ProclaimRequest(_message.Message):
     __slots__ = ("session", "seq", "name", "token", "value")
@@ -248,7 +252,7 @@ class DescribeRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class LockInfo(_message.Message):
-    __slots__ = ("name", "held", "session", "token", "held_for_ms", "waiters", "owner", "queue", "mode", "permits", "holders", "value")
+    __slots__ = ("name", "held", "session", "token", "held_for_ms", "waiters", "owner", "queue", "mode", "permits", "holders", "value", "lock_delay_ms", "delay_remaining_ms")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +265,8 @@ class LockInfo(_message.Message):
     PERMITS_FIELD_NUMBER: _ClassVar[int]
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    LOCK_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     held: bool
     session: int
@@ -273,7 +279,9 @@ class LockInfo(_message.Message):
     permits: int
     holders: _containers.RepeatedCompositeFieldContainer[Holder]
     value: bytes
-    def __init__(self, name: _Optional[str] = ..., held: _Optional[bool] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., queue: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., value: _Optional[bytes] = ...) -> None: ...
+    lock_delay_ms: int
+    delay_remaining_ms: int
+    def __init__(self, name: _Optional[str] = ..., held: _Optional[bool] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., queue: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., value: _Optional[bytes] = ..., lock_delay_ms: _Optional[int] = ..., delay_remaining_ms: _Optional[int] = ...) -> None: ...
 
 class Holder(_message.Message):
     __slots__ = ("session", "token", "held_for_ms", "owner", "value")
@@ -406,10 +414,12 @@ class BackupChunk(_message.Message):
     def __init__(self, header: _Optional[_Union[BackupHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("lock",)
+    __slots__ = ("lock", "read_index")
     LOCK_FIELD_NUMBER: _ClassVar[int]
+    READ_INDEX_FIELD_NUMBER: _ClassVar[int]
     lock: LockInfo
-    def __init__(self, lock: _Optional[_Union[LockInfo, _Mapping]] = ...) -> None: ...
+    read_index: int
+    def __init__(self, lock: _Optional[_Union[LockInfo, _Mapping]] = ..., read_index: _Optional[int] = ...) -> None: ...
 
 class ListRequest(_message.Message):
     __slots__ = ("prefix", "limit", "group")

@@ -204,13 +204,30 @@ function holdersOf(lock) {
   return lock.holder ? [lock.holder] : [];
 }
 
-// How the name is held: "exclusive", "shared by 2 readers", "2 of 3 permits"; "" when free.
+// The value an election's leader published (a campaign's grant), or undefined: a plain lock.
+function leaderValue(lock) {
+  const [first] = holdersOf(lock);
+  return (lock.mode ?? "exclusive") === "exclusive" && first && typeof first.value === "string" ? first.value : undefined;
+}
+
+// How the name is held: "exclusive", "leader" (an election's), "shared by 2 readers",
+// "2 of 3 permits"; "" when free.
 function modeText(lock) {
   const n = holdersOf(lock).length;
   if (lock.mode === "permits") return `${n} of ${lock.permits} permit${lock.permits === 1 ? "" : "s"}`;
   if (n === 0) return "";
   if (lock.mode === "shared") return `shared by ${n} reader${n === 1 ? "" : "s"}`;
-  return "exclusive";
+  return leaderValue(lock) === undefined ? "exclusive" : "leader";
+}
+
+// The "held as" cell; an election's leader value under it. The value is user input: set as
+// text (el), never parsed as HTML.
+function modeCell(lock) {
+  const td = el("td", null);
+  td.appendChild(el("span", modeText(lock), { "data-mode": lock.mode ?? "exclusive" }));
+  const value = leaderValue(lock);
+  if (value !== undefined) td.appendChild(el("div", value, { "data-value": "", class: "mono" }));
+  return td;
 }
 
 // One line per holder in a cell: `line(holder)` is its text, `attrs(holder)` its attributes.
@@ -265,7 +282,7 @@ function renderLocks(locks, truncated, elsewhere) {
     const holders = holdersOf(lock);
     return row([
       el("td", lock.name, { class: "mono" }),
-      el("td", modeText(lock), { "data-mode": lock.mode ?? "exclusive" }),
+      modeCell(lock),
       holderLines(holders, (h) => String(h.session), (h) => ({ "data-holder": h.session }), "free"),
       holderLines(holders, (h) => String(h.token), (h) => ({ "data-token": h.token }), "", { class: "mono" }),
       holderLines(holders, (h) => owner(h.owner), null, ""),

@@ -1,0 +1,255 @@
+//! Lock-delay (issue #32 item 4) through real processes: a `latchkey lock --lock-delay` holder
+//! killed with kill -9 (its session then expires) keeps the lock from its waiter until the
+//! delay has run from the expiry; a holder whose COMMAND ends cleanly hands over at once.
+//! Times come from this machine's one clock: the server's stamps (`status`'s
+//! `delay_remaining_ms`) and the waiter's COMMAND's own `date` read, so the checks are lower
+//! bounds (never "no earlier than"), not speeds.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{wait_until, Proc, Server, Work};
+use nix::sys::signal::Signal;
+
+/// Bound for anything that should take a few seconds (a grant, an expiry).
+const T: Duration = Duration::from_secs(20);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64
+}
+
+/// A waiter whose COMMAND appends `start MS TOKEN` to `work/tag` and exits.
+fn waiter(server: &Server, work: &Work, name: &str, tag: &str) -> Proc {
+    let f = work.path(tag);
+    let script = format!(
+        "echo start $(($(date +%s%N) / 1000000)) $LATCHKEY_TOKEN >> '{}'",
+        f.display()
+    );
+    server.lock(name, &["--wait", "60s"], &script, work.dir.path())
+}
+
+fn start_ms(work: &Work, tag: &str) -> Option<u64> {
+    work.lines(tag).iter().find_map(|l| {
+        l.strip_prefix("start ")?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+#[test]
+fn a_killed_holder_s_lock_delay_runs_before_its_waiter_is_granted() {
+    const DELAY_MS: u64 = 4_000;
+    let mut server = Server::start();
+    server.wait_ready().expect("server ready");
+    let work = Work::new();
+    // The holder: no COMMAND, so the lock is held by the CLI itself until it dies.
+    let args: Vec<String> = [
+        "lock",
+        "--endpoints",
+        &server.addr,
+        "--ttl",
+        "2s",
+        "--lock-delay",
+        "4s",
+        "door",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let holder = Proc::spawn(&args, work.dir.path());
+    wait_until("the holder holds door", T, || {
+        server.status("door")["held"] == true
+    });
+    let status = server.status("door");
+    assert_eq!(status["lock_delay_ms"], DELAY_MS, "{status}");
+    let first_token = status["token"].as_u64().expect("token");
+    let mut w = waiter(&server, &work, "door", "w");
+    wait_until("the waiter queues", T, || {
+        server.status("door")["waiters"] == 1
+    });
+
+    holder.signal_group(Signal::SIGKILL);
+    // The session expires (about 2 s later); then the delay runs with no holder.
+    let mut seen_delay: Option<(u64, u64)> = None;
+    wait_until("the lock-delay runs", T, || {
+        let before = now_ms();
+        let s = server.status("door");
+        if let Some(left) = s["delay_remaining_ms"].as_u64() {
+            assert_eq!(s["held"], false, "a holder during the delay: {s}");
+            assert!(left <= DELAY_MS, "{s}");
+            seen_delay = Some((before, left));
+        }
+        seen_delay.is_some() || start_ms(&work, "w").is_some()
+    });
+    let (before, left) = seen_delay.unwrap_or_else(|| {
+        panic!(
+            "the waiter was granted with no lock-delay seen: {:?}",
+            work.lines("w")
+        )
+    });
+    // The delay ends at the server's stamp `until` >= before + left; the grant is made no
+    // earlier, and the waiter's COMMAND starts after its grant.
+    assert_eq!(
+        w.wait(T + Duration::from_millis(DELAY_MS)).code(),
+        Some(0),
+        "{}",
+        w.stderr()
+    );
+    let started = start_ms(&work, "w").expect("the waiter's COMMAND ran");
+    assert!(
+        started >= before + left,
+        "granted at {started}, before the delay's end {}",
+        before + left
+    );
+    let token: u64 = work.lines("w")[0]
+        .split_whitespace()
+        .nth(2)
+        .and_then(|t| t.parse().ok())
+        .expect("token");
+    assert!(token > first_token);
+}
+
+#[test]
+fn a_clean_exit_hands_over_at_once_despite_a_lock_delay() {
+    let mut server = Server::start();
+    server.wait_ready().expect("server ready");
+    let work = Work::new();
+    let gate = work.path("gate");
+    // The holder's COMMAND ends when the test touches `gate`.
+    let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done", gate.display());
+    let mut holder = server.lock("door", &["--lock-delay", "5m"], &script, work.dir.path());
+    wait_until("the holder holds door", T, || {
+        server.status("door")["held"] == true
+    });
+    let mut w = waiter(&server, &work, "door", "w");
+    wait_until("the waiter queues", T, || {
+        server.status("door")["waiters"] == 1
+    });
+    work.touch("gate");
+    assert_eq!(holder.wait(T).code(), Some(0), "{}", holder.stderr());
+    // A delay would keep the waiter out for 5 minutes; it is granted well within T.
+    assert_eq!(w.wait(T).code(), Some(0), "{}", w.stderr());
+    assert!(start_ms(&work, "w").is_some());
+}
+
+/// Conflict events (issue #32 item 5): a holder learns from its keepalives that someone waits
+/// for its lock (`LockGuard::contended`); `latchkey lock` says so on stderr, once.
+#[test]
+fn a_holder_is_told_when_someone_waits_for_its_lock() {
+    let mut server = Server::start();
+    server.wait_ready().expect("server ready");
+    let work = Work::new();
+    let gate = work.path("gate");
+    let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done", gate.display());
+    let mut holder = server.lock("door", &["--ttl", "3s"], &script, work.dir.path());
+    wait_until("the holder holds door", T, || {
+        server.status("door")["held"] == true
+    });
+    // Alone, through a few renewals (every second with a 3 s TTL): nobody waits, no line.
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert!(
+        !holder.stderr().contains("someone is waiting"),
+        "{}",
+        holder.stderr()
+    );
+    let mut w = waiter(&server, &work, "door", "w");
+    wait_until("the holder is told", T, || {
+        holder
+            .stderr()
+            .contains("someone is waiting for lock \"door\"")
+    });
+    work.touch("gate");
+    assert_eq!(holder.wait(T).code(), Some(0), "{}", holder.stderr());
+    assert_eq!(w.wait(T).code(), Some(0), "{}", w.stderr());
+    assert_eq!(
+        holder.stderr().matches("someone is waiting").count(),
+        1,
+        "{}",
+        holder.stderr()
+    );
+}
+
+/// The Rust client against a real server: a guard's `contended()` completes once someone
+/// queues for its lock, and a waiter's `positions` channel follows its place in the queue
+/// (2, then 1 once the holder ahead is granted and the next long-poll answers).
+#[test]
+fn the_rust_client_hears_contention_and_follows_its_queue_position() {
+    use latchkey_client::Client;
+    use tokio::sync::watch;
+    let mut server = Server::start();
+    server.wait_ready().expect("server ready");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = Client::connect([server.addr.clone()])
+            .await
+            .expect("client");
+        let ttl = Duration::from_secs(3);
+        let a = client.session(ttl).await.expect("session a");
+        let b = client.session(ttl).await.expect("session b");
+        let c = client.session(ttl).await.expect("session c");
+        let held = a
+            .lock("q")
+            .wait(Some(Duration::ZERO))
+            .await
+            .expect("a takes q");
+        assert!(!held.is_contended());
+        let (tx_b, mut rx_b) = watch::channel(0u32);
+        let b_wait = tokio::spawn(async move {
+            let g = b
+                .lock("q")
+                .positions(tx_b)
+                .wait(Some(Duration::from_secs(60)))
+                .await;
+            (g, b)
+        });
+        tokio::time::timeout(T, rx_b.wait_for(|p| *p == 1))
+            .await
+            .expect("b at position 1")
+            .expect("its sender lives");
+        tokio::time::timeout(T, held.contended())
+            .await
+            .expect("a's guard to be told");
+        assert!(held.is_contended());
+        let (tx_c, mut rx_c) = watch::channel(0u32);
+        let c_wait = tokio::spawn(async move {
+            let g = c
+                .lock("q")
+                .positions(tx_c)
+                .wait(Some(Duration::from_secs(60)))
+                .await;
+            (g, c)
+        });
+        tokio::time::timeout(T, rx_c.wait_for(|p| *p == 2))
+            .await
+            .expect("c at position 2")
+            .expect("its sender lives");
+        held.release().await.expect("a releases");
+        let (g_b, b) = tokio::time::timeout(T, b_wait)
+            .await
+            .expect("b granted")
+            .unwrap();
+        let g_b = g_b.expect("b's grant");
+        tokio::time::timeout(T, rx_c.wait_for(|p| *p == 1))
+            .await
+            .expect("c at position 1")
+            .expect("its sender lives");
+        g_b.release().await.expect("b releases");
+        let (g_c, c) = tokio::time::timeout(T, c_wait)
+            .await
+            .expect("c granted")
+            .unwrap();
+        g_c.expect("c's grant").release().await.expect("c releases");
+        for s in [a, b, c] {
+            let _ = s.close().await;
+        }
+    });
+}
