@@ -235,3 +235,49 @@ fn only_a_clients_lock_operations_are_batched() {
         })
     ));
 }
+
+/// A lock-delay acquire (issue #32 item 4) is batched as any acquire: the batch may not end
+/// the delayed grant it made (a release, a close: refused, unremembered), nor could it start
+/// the delay (only a lost grant does, in an entry of its own); `EndDelays` is the leader's,
+/// never batched. The grant's loss later starts the delay as if it had been alone.
+#[test]
+fn a_lock_delay_acquire_in_a_batch_is_an_acquire_whose_delay_starts_only_when_lost() {
+    let mut r = Run::new();
+    let (a, b) = (r.open(1), r.open(2));
+    let at = r.index + 1;
+    let delayed = Op::AcquireDelayed {
+        session: a,
+        seq: 1,
+        name: "x".into(),
+        wait_ms: 0,
+        lock_delay_ms: 5_000,
+    };
+    let got = r.batch(vec![
+        delayed,
+        acquire(b, 1, "x"),
+        release(a, 2, "x", at),
+        Op::CloseSession { session: a },
+        Op::EndDelays,
+    ]);
+    assert_eq!(
+        got,
+        vec![
+            Outcome::Granted { token: at },
+            Outcome::Queued { position: 1 },
+            conflict("x"),
+            conflict("x"),
+            Outcome::Rejected(Rejection::NotBatchable),
+        ]
+    );
+    let state = r.table.describe("x").expect("x is held");
+    assert_eq!(state.lock_delay_ms, Some(5_000));
+    assert_eq!(state.delay_until_ms, None, "no delay runs");
+
+    // Lost (expired), the grant starts its delay: b waits it out.
+    let expired = r.apply(Op::ExpireSessions { ids: vec![a.id] });
+    assert!(expired.handoffs.is_empty(), "{expired:?}");
+    let expired_at = 10 * r.index;
+    let state = r.table.describe("x").expect("x is in a delay");
+    assert!(state.holder.is_none());
+    assert_eq!(state.delay_until_ms, Some(expired_at + 5_000));
+}
