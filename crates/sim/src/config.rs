@@ -210,6 +210,9 @@ pub struct RunReport {
     /// judged, so that a run of several groups can show that every group was exercised.
     pub by_group: Vec<GroupReport>,
     pub sim_error: Option<String>,
+    /// A hash of everything the run recorded ([`crate::trace`]): one seed, one trace hash,
+    /// on every machine.
+    pub trace_hash: u64,
 }
 
 /// What one Raft group's share of a run held.

@@ -18,6 +18,7 @@
 //! - [`coverage`]: the lease states a run reached, counted (CI asserts its seeds reach each).
 //! - [`checkers`]: one invariant per file.
 //! - [`sweep`]: running many seeds and reporting a failure with the command that replays it.
+//! - [`trace`]: a run's trace and fingerprint (`LATCHKEY_SIM_TRACE=DIR` writes the trace).
 //!
 //! Determinism: a run's seed derives the cluster and workload shape, the fault schedule, every
 //! host's clock drift, the servers' entropy, the clients' jitter (`ClientEnv::seed`), turmoil's
@@ -67,6 +68,7 @@ pub mod resource;
 pub mod sim;
 pub mod store;
 pub mod sweep;
+pub mod trace;
 mod watchdog;
 
-pub use sim::{run, GroupReport, RunConfig, RunReport};
+pub use sim::{run, run_slowed, GroupReport, RunConfig, RunReport};

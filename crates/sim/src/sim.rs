@@ -42,6 +42,7 @@ use crate::history::{History, HistoryData, Probed, ResumedLeases};
 use crate::net::{self, SimConnector, PORT};
 use crate::resource::Resource;
 use crate::store::{Disk, SharedDisk, SimLogStore};
+use crate::trace::Trace;
 
 use crate::config::{client_name, node_name};
 pub use crate::config::{GroupReport, RunConfig, RunReport};
@@ -203,6 +204,8 @@ struct Run<'c> {
     healed: bool,
     restarted_all: bool,
     stop_at: Duration,
+    /// Wall time the run stops for at every whole simulated second ([`run_slowed`]).
+    wall_pause: Option<Duration>,
 }
 
 /// How the stepping ended.
@@ -215,6 +218,17 @@ struct Ended {
 
 pub fn run(config: &RunConfig) -> RunReport {
     let mut run = Run::setup(config);
+    let ended = run.drive();
+    run.check(ended)
+}
+
+/// [`run`] on a machine made slow: the run stops for `pause` of wall time at every whole second
+/// of simulated time. A run is a function of its seed alone, so the report is the same, trace
+/// hash included (`tests/seeds.rs` holds it to that); code that reads the machine's clock where
+/// it should read the simulated one (h2 did: vendor/README.md) makes it differ.
+pub fn run_slowed(config: &RunConfig, pause: Duration) -> RunReport {
+    let mut run = Run::setup(config);
+    run.wall_pause = Some(pause);
     let ended = run.drive();
     run.check(ended)
 }
@@ -344,6 +358,7 @@ impl<'c> Run<'c> {
             healed: false,
             restarted_all: false,
             stop_at,
+            wall_pause: None,
         }
     }
 
@@ -372,6 +387,7 @@ impl<'c> Run<'c> {
         let progress = std::env::var_os("LATCHKEY_SIM_PROGRESS").is_some();
         let wall = std::time::Instant::now();
         let mut next_progress = Duration::ZERO;
+        let mut next_pause = Duration::from_secs(1);
         let mut logged = 0;
         loop {
             let now = self.sim.elapsed();
@@ -387,6 +403,10 @@ impl<'c> Run<'c> {
             }
             if now >= end || *self.final_read.borrow() {
                 break;
+            }
+            if let Some(pause) = self.wall_pause.filter(|_| now >= next_pause) {
+                next_pause += Duration::from_secs(1);
+                std::thread::sleep(pause);
             }
             let healed = self.healed;
             self.faulting(now).serve_client_requests(healed);
@@ -539,6 +559,7 @@ impl<'c> Run<'c> {
         }
         // Every group's operations: the client events of all groups are in `history`.
         let ops = history.with(|h| h.operations());
+        let trace_hash = trace(config, &faults.log, &logs, &ended);
         RunReport {
             config: config.clone(),
             violations,
@@ -550,8 +571,35 @@ impl<'c> Run<'c> {
             coverage,
             by_group: group_reports,
             sim_error: ended.sim_error,
+            trace_hash,
         }
     }
+}
+
+/// The hash of the run's trace ([`crate::trace`]): its configuration, faults, every group's history
+/// and how it ended. With `LATCHKEY_SIM_TRACE=DIR` the trace is also written to a file there.
+fn trace(config: &RunConfig, faults: &[String], logs: &[History], ended: &Ended) -> u64 {
+    let dir = std::env::var_os(crate::trace::TRACE_DIR_VAR);
+    let mut trace = Trace::new(dir.is_some());
+    trace.line(&format!("config {config:?}"));
+    for f in faults {
+        trace.line(&format!("fault {f}"));
+    }
+    for (g, log) in logs.iter().enumerate() {
+        trace.history(&format!("group {g}"), &log.snapshot());
+    }
+    trace.line(&format!("ended {:?}", ended.sim_error));
+    let hash = trace.hash();
+    if let (Some(dir), Some(text)) = (dir, trace.text()) {
+        let path = std::path::Path::new(&dir).join(format!(
+            "seed-{}-groups-{}-{hash:016x}.trace",
+            config.seed, config.groups
+        ));
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("latchkey-sim: could not write {}: {e}", path.display());
+        }
+    }
+    hash
 }
 
 /// How many of `ops` were granted.

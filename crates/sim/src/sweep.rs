@@ -41,6 +41,7 @@ pub fn failure_text(r: &RunReport) -> String {
         }
     }
     s.push_str(&format!("reached: {}\n", r.coverage));
+    s.push_str(&format!("trace hash: {:016x}\n", r.trace_hash));
     s.push_str("faults:\n");
     for f in &r.faults {
         s.push_str(&format!("  {f}\n"));
@@ -60,7 +61,7 @@ pub fn run_config(config: &RunConfig) -> RunReport {
     let report = run(config);
     if report.ok() {
         println!(
-            "seed {seed}: ok ({} nodes, {} groups, {} clients, {} idle sessions, {} ops, {} grants, {} committed entries, {} hold checks within 1s of their expiry, {} faults; {}) in {:.1}s",
+            "seed {seed}: ok ({} nodes, {} groups, {} clients, {} idle sessions, {} ops, {} grants, {} committed entries, {} hold checks within 1s of their expiry, {} faults; {}; trace hash {:016x}) in {:.1}s",
             report.config.nodes,
             report.config.groups,
             report.config.clients,
@@ -71,6 +72,7 @@ pub fn run_config(config: &RunConfig) -> RunReport {
             report.hold_checks_near_expiry,
             report.faults.len(),
             report.coverage,
+            report.trace_hash,
             started.elapsed().as_secs_f64()
         );
         // With several groups, what each reached: the states a bug needs, group by group.

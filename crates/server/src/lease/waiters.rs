@@ -4,7 +4,7 @@
 //! One registry slot per (session, seq). A grant reaches exactly the call waiting for that
 //! request; no other waiter is woken (no herd inside the server either).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use latchkey_core::{limits, Applied, Command, LockTable, Outcome, RequestState, SessionId};
@@ -31,8 +31,10 @@ pub enum WaitEnd {
 #[derive(Default)]
 pub struct Waiters {
     /// Each slot remembers which registration made it, so that a replaced call's cleanup does
-    /// not remove its replacement's slot.
-    slots: Mutex<HashMap<(SessionId, u64), Registered>>,
+    /// not remove its replacement's slot. Ordered: `recheck` wakes the calls a snapshot ended
+    /// in key order, the same on every run (a `HashMap`'s order is drawn per process, and the
+    /// order of the wakes is the order the woken calls answer, which a simulation replays).
+    slots: Mutex<BTreeMap<(SessionId, u64), Registered>>,
     registrations: std::sync::atomic::AtomicU64,
 }
 
