@@ -221,6 +221,20 @@ pub const CONTENDED_NAMES_PER_ANSWER_MAX: usize = 4_096;
 /// lock or waiter: its map entry, key and value (a held lock's name is its lock's).
 pub const TABLE_LOCK_DELAY_BYTES: usize = 64;
 
+/// Operations in one `Op::Batch` entry (issue #35). The leader gathers into one entry what
+/// arrives while its previous write is in flight: with one connection per user that is at most
+/// the users in flight (64 in the benchmark's workload), with batching clients a few of their
+/// batches. Applying an entry holds the table's write lock, so this also bounds how long one
+/// entry keeps reads waiting (a few hundred small operations: well under a millisecond).
+pub const BATCH_OPS_MAX: usize = 256;
+/// Bytes of one `Op::Batch` entry's operations, as `Op::bytes_max` bounds them. Room for the
+/// largest plain acquires and releases at `BATCH_OPS_MAX`; campaigns with long values fill it
+/// sooner (and the leader then starts the next entry). An append message of many such entries
+/// still fits a peer message.
+pub const BATCH_BYTES_MAX: usize = 256 * 1024;
+const _: () = assert!(BATCH_OPS_MAX * (LOCK_NAME_BYTES_MAX + 64) <= BATCH_BYTES_MAX);
+const _: () = assert!(64 * BATCH_BYTES_MAX <= PEER_MESSAGE_BYTES_MAX);
+
 /// Bytes of one client gRPC message (request or response). The largest is a `List` answer:
 /// `LIST_RESULTS_MAX` names of at most 512 bytes plus fields.
 pub const CLIENT_MESSAGE_BYTES_MAX: usize = 8 * 1024 * 1024;

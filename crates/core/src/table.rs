@@ -941,7 +941,19 @@ impl LockTable {
     }
 
     /// Apply the entry at log `index`. Indexes must strictly increase; the fencing token of any
-    /// grant made by this entry is `index`.
+    /// grant made by this entry is `index` (a semaphore's: at most `index`).
+    ///
+    /// An `Op::Batch` applies its operations in order, each as an entry of its own at `index`
+    /// would be (invariants checked after each); a refused one changes nothing. A token of a
+    /// lock stays unique and increasing because a batch never ends a grant it made: a release
+    /// of a name granted earlier in the batch, a close of a session holding one, and a second
+    /// acquire of permits of one name (a semaphore's tokens count its acquires' entries, see
+    /// `MultiLock::grant_token`) are refused `Rejection::BatchConflict`, and so not
+    /// remembered: sent again alone, each applies. A reader granted beside readers the batch
+    /// granted shares their token, as readers granted together by one entry do.
+    /// A lock-delay acquire (`Op::AcquireDelayed`) may be in a batch as any acquire: a
+    /// lock-delay starts only when a grant is lost (expiry, revoke, force-release, none of
+    /// them batchable), so no batch starts one, nor ends the delayed grant it made.
     pub fn apply(&mut self, index: u64, cmd: &Command) -> Applied {
         assert!(
             index > self.last_index,
@@ -949,10 +961,107 @@ impl LockTable {
             self.last_index
         );
         self.last_index = index;
+        match &cmd.op {
+            Op::Batch(ops) => self.apply_batch(index, cmd.now_ms, ops),
+            op => self.apply_checked(index, cmd.now_ms, op),
+        }
+    }
+
+    /// [`LockTable::apply`] of an `Op::Batch`.
+    fn apply_batch(&mut self, index: u64, now_ms: u64, ops: &[Op]) -> Applied {
+        if ops.is_empty() || ops.len() > limits::BATCH_OPS_MAX {
+            return Applied::just(Outcome::Rejected(Rejection::BatchTooLarge {
+                ops: ops.len(),
+                max: limits::BATCH_OPS_MAX,
+            }));
+        }
+        // Names granted by this entry so far, and names acquired in permits.
+        let mut granted: BTreeSet<String> = BTreeSet::new();
+        let mut permits: BTreeSet<&str> = BTreeSet::new();
+        let mut answers = Vec::with_capacity(ops.len());
+        for op in ops {
+            let fx = match self.batch_conflict(op, &granted, &permits) {
+                Some(refused) => Applied::just(Outcome::Rejected(refused)),
+                None => self.apply_checked(index, now_ms, op),
+            };
+            if let Op::AcquireWith {
+                name,
+                mode: Mode::Permits(_),
+                ..
+            } = op
+            {
+                permits.insert(name);
+            }
+            for change in &fx.changes {
+                if let LockChange::Granted { name, .. } = change {
+                    granted.insert(name.clone());
+                }
+            }
+            answers.push(fx);
+        }
+        Applied {
+            ops: answers,
+            ..Applied::just(Outcome::Batch)
+        }
+    }
+
+    /// Why `op` may not be applied next in a batch whose earlier operations granted the names
+    /// `granted` and asked for permits of `permits` (see [`LockTable::apply`]), if so.
+    fn batch_conflict(
+        &self,
+        op: &Op,
+        granted: &BTreeSet<String>,
+        permits: &BTreeSet<&str>,
+    ) -> Option<Rejection> {
+        let conflict = |name: &str| Rejection::BatchConflict { name: name.into() };
+        match op {
+            _ if !op.batchable() => Some(Rejection::NotBatchable),
+            Op::Release { name, .. } if granted.contains(name) => Some(conflict(name)),
+            Op::AcquireWith {
+                name,
+                mode: Mode::Permits(_),
+                ..
+            } if permits.contains(name.as_str()) => Some(conflict(name)),
+            Op::CloseSession { session } => {
+                let held = &self.sessions.get(&session.id)?.held;
+                held.iter()
+                    .find(|n| granted.contains::<str>((*n).borrow()))
+                    .map(|n| conflict((*n).borrow()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Apply one operation at `index`, then (debug builds) check every invariant.
+    fn apply_checked(&mut self, index: u64, now_ms: u64, op: &Op) -> Applied {
         #[cfg(debug_assertions)]
         let bytes_before = self.bytes;
         let mut fx = Applied::just(Outcome::NotGranted);
-        fx.outcome = match &cmd.op {
+        fx.outcome = self.apply_op(index, now_ms, op, &mut fx);
+        #[cfg(debug_assertions)]
+        {
+            // The full check is O(table): after every entry of a large table (a debug-build
+            // server filled with a snapshot's worth of locks) it would make filling quadratic.
+            if self.locks.len() + self.sessions.len() <= DEBUG_CHECK_ITEMS_MAX {
+                if let Err(e) = self.check_invariants() {
+                    panic!("invariant broken after entry {index} ({op:?}): {e}");
+                }
+            }
+            // The table never grows past its budget (it may shrink while above a lowered one).
+            assert!(
+                self.bytes <= self.bytes_max || self.bytes <= bytes_before,
+                "entry {index} took the table from {bytes_before} to {} bytes, past its budget {}",
+                self.bytes,
+                self.bytes_max
+            );
+        }
+        fx
+    }
+
+    /// One operation (not a batch) at `index`, stamped `now_ms`.
+    fn apply_op(&mut self, index: u64, now_ms: u64, op: &Op, fx: &mut Applied) -> Outcome {
+        match op {
+            Op::Batch(_) => Outcome::Rejected(Rejection::NotBatchable),
             Op::CreateSession { ttl_ms, secret } => {
                 self.create_session(index, *ttl_ms, *secret, None, None)
             }
@@ -972,7 +1081,7 @@ impl LockTable {
                 token,
                 by,
                 reason,
-            } => self.force_release(index, cmd.now_ms, name, *token, by, reason, &mut fx),
+            } => self.force_release(index, now_ms, name, *token, by, reason, fx),
             Op::RevokeSession {
                 session,
                 by,
@@ -984,10 +1093,10 @@ impl LockTable {
                 }
                 _ => {
                     let locks = self.sessions[session].held.len() as u32;
-                    self.remove_sessions(&[*session], index, cmd.now_ms, Ends::Lost, &mut fx);
+                    self.remove_sessions(&[*session], index, now_ms, Ends::Lost, fx);
                     self.audit_push(AuditRecord {
                         index,
-                        at_ms: cmd.now_ms,
+                        at_ms: now_ms,
                         action: AuditAction::RevokeSession {
                             session: *session,
                             locks,
@@ -1001,7 +1110,7 @@ impl LockTable {
             Op::CloseSession { session } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => {
-                    self.remove_sessions(&[session.id], index, cmd.now_ms, Ends::Clean, &mut fx);
+                    self.remove_sessions(&[session.id], index, now_ms, Ends::Clean, fx);
                     Outcome::SessionClosed
                 }
             },
@@ -1013,7 +1122,7 @@ impl LockTable {
                         live.push(*id);
                     }
                 }
-                self.remove_sessions(&live, index, cmd.now_ms, Ends::Lost, &mut fx);
+                self.remove_sessions(&live, index, now_ms, Ends::Lost, fx);
                 Outcome::SessionsExpired { ids: live }
             }
             Op::MarkLeases { marks } => {
@@ -1030,7 +1139,7 @@ impl LockTable {
                 let ended: Vec<(SessionId, u64)> = self
                     .wait_ends
                     .iter()
-                    .take_while(|(until, _, _)| *until <= cmd.now_ms)
+                    .take_while(|(until, _, _)| *until <= now_ms)
                     .take(limits::WAITS_EXPIRED_PER_ENTRY_MAX)
                     .map(|&(_, sid, seq)| (sid, seq))
                     .collect();
@@ -1051,7 +1160,7 @@ impl LockTable {
                 }
                 fx.ended_waits = ended;
                 for name in multi {
-                    self.admit(&name, index, cmd.now_ms, &mut fx);
+                    self.admit(&name, index, now_ms, fx);
                 }
                 Outcome::WaitsExpired {
                     count: fx.ended_waits.len(),
@@ -1082,7 +1191,7 @@ impl LockTable {
                     value: None,
                     lock_delay_ms: 0,
                 };
-                self.acquire_request(request, index, cmd.now_ms, &mut fx)
+                self.acquire_request(request, index, now_ms, fx)
             }
             Op::Campaign {
                 session,
@@ -1100,7 +1209,7 @@ impl LockTable {
                     value: Some(value),
                     lock_delay_ms: 0,
                 };
-                self.acquire_request(request, index, cmd.now_ms, &mut fx)
+                self.acquire_request(request, index, now_ms, fx)
             }
             Op::Proclaim {
                 session,
@@ -1116,7 +1225,7 @@ impl LockTable {
                         Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
                     }
                     Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
-                    Seen::New => self.proclaim(session.id, *seq, name, *token, value, &mut fx),
+                    Seen::New => self.proclaim(session.id, *seq, name, *token, value, fx),
                 },
             },
             Op::AcquireDelayed {
@@ -1135,9 +1244,9 @@ impl LockTable {
                     value: None,
                     lock_delay_ms: *lock_delay_ms,
                 };
-                self.acquire_request(request, index, cmd.now_ms, &mut fx)
+                self.acquire_request(request, index, now_ms, fx)
             }
-            Op::EndDelays { ends } => self.end_delays(ends, index, cmd.now_ms, &mut fx),
+            Op::EndDelays { ends } => self.end_delays(ends, index, now_ms, fx),
             Op::AcquireWith {
                 session,
                 seq,
@@ -1154,7 +1263,7 @@ impl LockTable {
                     value: None,
                     lock_delay_ms: 0,
                 };
-                self.acquire_request(request, index, cmd.now_ms, &mut fx)
+                self.acquire_request(request, index, now_ms, fx)
             }
             Op::CancelWait { session, seq } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
@@ -1173,7 +1282,7 @@ impl LockTable {
                         self.record(session.id, *seq, Outcome::NotGranted);
                         // A reader behind a cancelled writer may now fit.
                         if self.multi.contains_key(name.as_str()) {
-                            self.admit(&name, index, cmd.now_ms, &mut fx);
+                            self.admit(&name, index, now_ms, fx);
                         }
                         Outcome::NotGranted
                     }
@@ -1198,31 +1307,13 @@ impl LockTable {
                     }
                     Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
                     Seen::New => {
-                        let o = self.release(session.id, name, *token, index, cmd.now_ms, &mut fx);
+                        let o = self.release(session.id, name, *token, index, now_ms, fx);
                         self.record(session.id, *seq, o.clone());
                         o
                     }
                 },
             },
-        };
-        #[cfg(debug_assertions)]
-        {
-            // The full check is O(table): after every entry of a large table (a debug-build
-            // server filled with a snapshot's worth of locks) it would make filling quadratic.
-            if self.locks.len() + self.sessions.len() <= DEBUG_CHECK_ITEMS_MAX {
-                if let Err(e) = self.check_invariants() {
-                    panic!("invariant broken after entry {index} ({cmd:?}): {e}");
-                }
-            }
-            // The table never grows past its budget (it may shrink while above a lowered one).
-            assert!(
-                self.bytes <= self.bytes_max || self.bytes <= bytes_before,
-                "entry {index} took the table from {bytes_before} to {} bytes, past its budget {}",
-                self.bytes,
-                self.bytes_max
-            );
         }
-        fx
     }
 
     /// An `Acquire` or `AcquireWith`: authenticated, looked up for exactly-once, then applied.

@@ -165,6 +165,16 @@ pub enum Op {
     /// leader starts every running delay afresh), so that no wall clock's step ends a delay
     /// early: the table keeps no end time.
     EndDelays { ends: Vec<DelayEnd> },
+    /// Several client operations in one entry (issue #35), applied in order as if each had an
+    /// entry of its own at this index: each keeps its (session, seq) and its exactly-once
+    /// outcome, the table's invariants hold after each, and one refused changes nothing for the
+    /// others. Only what [`Op::batchable`] says may be inside (no nested batch, no session
+    /// opening: a session's id is its entry's index), at most `limits::BATCH_OPS_MAX` of
+    /// them. Three orders are refused `Rejection::BatchConflict` because their tokens would
+    /// not increase (see `LockTable::apply`). The answer is [`Outcome::Batch`], with one
+    /// [`Applied`] per operation in [`Applied::ops`]. Added at the end, so every entry written
+    /// before it decodes the same.
+    Batch(Vec<Op>),
 }
 
 /// A running lock-delay an [`Op::EndDelays`] ends: the name, and the token of the grant whose
@@ -343,9 +353,72 @@ impl Op {
             | Op::MarkLeases { .. }
             | Op::RenewLeases { .. }
             | Op::ExpireWaits
-            | Op::EndDelays { .. } => None,
+            | Op::EndDelays { .. }
+            | Op::Batch(_) => None,
         }
     }
+
+    /// Whether this operation may be one of an [`Op::Batch`]: a client's acquire, cancel,
+    /// release, proclaim or close. Not a batch (no nesting), not a session's opening (its id
+    /// is its entry's index, which two sessions cannot share), and not what the leader or an
+    /// operator proposes (expiries, lease marks, force-releases, `EndDelays`): those keep
+    /// entries of their own. A lock-delay acquire ([`Op::AcquireDelayed`]) is a client's
+    /// acquire like any: its delay starts only when its grant is lost (an expiry, a revoke, a
+    /// force-release), never by a batch, whose releases and closes end grants cleanly and may
+    /// not end a grant the batch made (`Rejection::BatchConflict`).
+    pub fn batchable(&self) -> bool {
+        matches!(
+            self,
+            Op::Acquire { .. }
+                | Op::AcquireWith { .. }
+                | Op::AcquireDelayed { .. }
+                | Op::Campaign { .. }
+                | Op::Proclaim { .. }
+                | Op::CancelWait { .. }
+                | Op::Release { .. }
+                | Op::CloseSession { .. }
+        )
+    }
+
+    /// An upper bound of the bytes this operation takes in an entry (postcard: varints, the
+    /// name and value with their lengths), for `limits::BATCH_BYTES_MAX`.
+    pub fn bytes_max(&self) -> usize {
+        const FIXED: usize = 64;
+        match self {
+            Op::Acquire { name, .. }
+            | Op::AcquireWith { name, .. }
+            | Op::AcquireDelayed { name, .. }
+            | Op::Release { name, .. } => FIXED + name.len(),
+            Op::Campaign { name, value, .. } | Op::Proclaim { name, value, .. } => {
+                FIXED + name.len() + value.len()
+            }
+            Op::Batch(ops) => FIXED + ops.iter().map(Op::bytes_max).sum::<usize>(),
+            _ => FIXED,
+        }
+    }
+}
+
+/// Check a batch's operations before it is proposed: not empty, at most
+/// `limits::BATCH_OPS_MAX` operations and `limits::BATCH_BYTES_MAX` bytes, each batchable.
+pub fn validate_batch(ops: &[Op]) -> Result<(), Rejection> {
+    if ops.is_empty() || ops.len() > crate::limits::BATCH_OPS_MAX {
+        return Err(Rejection::BatchTooLarge {
+            ops: ops.len(),
+            max: crate::limits::BATCH_OPS_MAX,
+        });
+    }
+    let bytes: usize = ops.iter().map(Op::bytes_max).sum();
+    if bytes > crate::limits::BATCH_BYTES_MAX {
+        return Err(Rejection::FieldTooLong {
+            field: "batch".into(),
+            len: bytes,
+            max: crate::limits::BATCH_BYTES_MAX,
+        });
+    }
+    if ops.iter().any(|op| !op.batchable()) {
+        return Err(Rejection::NotBatchable);
+    }
+    Ok(())
 }
 
 /// The result of one command, as the proposer sees it.
@@ -402,6 +475,9 @@ pub enum Outcome {
     DelaysEnded {
         count: usize,
     },
+    /// An `Op::Batch` was applied: each operation's answer is in `Applied::ops`, in order.
+    /// Never remembered by a session (only its operations' outcomes are).
+    Batch,
 }
 
 /// Why a command changed nothing. Each is a client error: a retry with the same input gets the
@@ -498,6 +574,26 @@ pub enum Rejection {
     /// acquire asking for another is refused, changing nothing (one without a delay is not).
     #[error("the group keeps {max} lock-delays, its limit: acquire without one, or later")]
     TooManyDelays { max: usize },
+    /// An `Op::Batch` with no operation or more than `limits::BATCH_OPS_MAX`: nothing applied.
+    /// This and the two below are never remembered by a session: the operation did not happen,
+    /// and may be sent again (alone, or in another batch).
+    #[error("a batch has 1 to {max} operations, not {ops}")]
+    BatchTooLarge { ops: usize, max: usize },
+    /// An operation that cannot be in a batch (see `Op::batchable`): nothing changed for it.
+    #[error(
+        "only acquires, cancels, releases, proclaims and closes can be batched (not a batch, \
+         a session's opening, or what the leader or an operator proposes)"
+    )]
+    NotBatchable,
+    /// An operation of a batch that would end or take again a grant an earlier operation of
+    /// the same batch made (a release of `name`, a close of its new holder, or a second
+    /// acquire of a semaphore's permits): both would share the entry's index, so the fencing
+    /// tokens of `name` would not increase. Nothing changed for it; alone (its own entry) it
+    /// applies.
+    #[error(
+        "{name:?} was granted or acquired earlier in the same batch: send this operation alone"
+    )]
+    BatchConflict { name: String },
 }
 
 impl Rejection {
@@ -533,7 +629,9 @@ impl Rejection {
             | Rejection::KindConflict { name, .. }
             | Rejection::PermitsConflict { name, .. }
             | Rejection::NotElectionLeader { name, .. }
-            | Rejection::LockDelayConflict { name } => Some(name),
+            | Rejection::LockDelayConflict { name }
+            // Never remembered (see `LockTable::apply`), but it names the request's lock.
+            | Rejection::BatchConflict { name } => Some(name),
             _ => None,
         }
     }
@@ -602,6 +700,10 @@ pub struct Applied {
     /// Every change to a lock's holder or queue made by this entry, in the order it was made
     /// (what `latchkey watch` streams; see [`crate::watch`]).
     pub changes: Vec<LockChange>,
+    /// An `Op::Batch`'s answer: one per operation, in order (each with its own outcome,
+    /// handoffs and changes; the fields above stay empty). Empty for any other command, so a
+    /// single operation's answer is the one it always was. See [`Applied::per_op`].
+    pub ops: Vec<Applied>,
 }
 
 /// One change to one lock made by an applied entry: the raw material of watch events. Why it
@@ -646,7 +748,8 @@ pub enum LockChange {
 }
 
 impl Applied {
-    pub(crate) fn just(outcome: Outcome) -> Applied {
+    /// An answer with `outcome` and no effects.
+    pub fn just(outcome: Outcome) -> Applied {
         Applied {
             outcome,
             handoffs: Vec::new(),
@@ -654,6 +757,18 @@ impl Applied {
             ended_waits: Vec::new(),
             busy: None,
             changes: Vec::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    /// Each operation of the command `op` with its answer, in the order applied: the pairs of
+    /// a batch, or `(op, self)` alone. Whatever follows entries op by op (the waiters, the
+    /// lease table, metrics, the watch) reads an entry through this, so it sees a batch's
+    /// operations as it would see them one entry each.
+    pub fn per_op<'a>(&'a self, op: &'a Op) -> Vec<(&'a Op, &'a Applied)> {
+        match op {
+            Op::Batch(ops) if self.outcome == Outcome::Batch => ops.iter().zip(&self.ops).collect(),
+            _ => vec![(op, self)],
         }
     }
 }

@@ -89,19 +89,21 @@ impl WatchEvent {
     }
 }
 
-/// The events of the entry at `index`, in the order the table made its changes.
+/// The events of the entry at `index`, in the order the table made its changes (a batch's:
+/// operation by operation, numbered on through the entry).
 pub fn watch_events(index: u64, cmd: &Command, applied: &Applied) -> Vec<WatchEvent> {
-    let lost = match cmd.op {
-        Op::ExpireSessions { .. } => WatchKind::Expired,
-        Op::RevokeSession { .. } => WatchKind::Revoked,
-        Op::ForceRelease { .. } => WatchKind::ForceReleased,
-        _ => WatchKind::Released,
-    };
     applied
-        .changes
-        .iter()
+        .per_op(&cmd.op)
+        .into_iter()
+        .flat_map(|(op, applied)| applied.changes.iter().map(move |c| (op, c)))
         .enumerate()
-        .map(|(i, change)| {
+        .map(|(i, (op, change))| {
+            let lost = match op {
+                Op::ExpireSessions { .. } => WatchKind::Expired,
+                Op::RevokeSession { .. } => WatchKind::Revoked,
+                Op::ForceRelease { .. } => WatchKind::ForceReleased,
+                _ => WatchKind::Released,
+            };
             let (mut mode, mut value) = (None, None);
             let (kind, lock, session, token) = match change {
                 LockChange::Granted {

@@ -81,7 +81,8 @@ fn a_snapshot_from_before_lock_delay_decodes_and_is_written_the_same() {
 /// Raft logs on disk hold encoded commands (postcard: an enum is its variant's index, then its
 /// fields). Lock-delay's commands come after every command main had, elections' last, so an
 /// entry written before lock-delay decodes to the same command: `Campaign` and `Proclaim` keep
-/// the indexes 14 and 15 they have in the build that wrote `table_v9.hex`.
+/// the indexes 14 and 15 they have in the build that wrote `table_v9.hex`. A batch of
+/// operations (issue #35) comes after lock-delay's (18).
 #[test]
 fn lock_delay_s_commands_come_after_every_earlier_command() {
     let tag = |op: Op| postcard::to_stdvec(&op).expect("encodes")[0];
@@ -111,8 +112,9 @@ fn lock_delay_s_commands_come_after_every_earlier_command() {
             tag(campaign),
             tag(proclaim),
             tag(delayed),
-            tag(Op::EndDelays { ends: Vec::new() })
+            tag(Op::EndDelays { ends: Vec::new() }),
+            tag(Op::Batch(Vec::new())),
         ],
-        [14, 15, 16, 17]
+        [14, 15, 16, 17, 18]
     );
 }

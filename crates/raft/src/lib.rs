@@ -67,7 +67,31 @@ impl std::ops::Deref for LogCommand {
 
 impl fmt::Display for LogCommand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0.op {
+        fmt_op(&self.0.op, f)
+    }
+}
+
+/// Operations of a batch a log line shows; the rest are counted.
+const BATCH_OPS_SHOWN: usize = 4;
+
+/// One operation as a log line shows it: never a session's secret, an owner description or
+/// an election's value.
+fn fmt_op(op: &Op, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    {
+        match op {
+            Op::Batch(ops) => {
+                write!(f, "Batch({} ops: ", ops.len())?;
+                for (i, op) in ops.iter().take(BATCH_OPS_SHOWN).enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    fmt_op(op, f)?;
+                }
+                if ops.len() > BATCH_OPS_SHOWN {
+                    write!(f, ", {} more", ops.len() - BATCH_OPS_SHOWN)?;
+                }
+                f.write_str(")")
+            }
             Op::CreateSession { ttl_ms, .. } => write!(f, "CreateSession(ttl_ms={ttl_ms})"),
             Op::CreateOwnedSession { ttl_ms, owner, .. } => {
                 write!(f, "CreateOwnedSession(ttl_ms={ttl_ms}, owner={owner:?})")
@@ -189,3 +213,45 @@ pub type VoteResponse = openraft::raft::VoteResponse<TypeConfig>;
 pub type AppendEntriesRequest = openraft::raft::AppendEntriesRequest<TypeConfig>;
 pub type AppendEntriesResponse = openraft::raft::AppendEntriesResponse<TypeConfig>;
 pub type SnapshotResponse = openraft::raft::SnapshotResponse<TypeConfig>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latchkey_core::{SessionId, SessionKey};
+
+    /// A batch's log line shows its operations as each shows alone, a few of them, and never
+    /// a session's secret or an election's value.
+    #[test]
+    fn a_batch_log_line_shows_no_secret_and_few_operations() {
+        let session = SessionKey {
+            id: SessionId(7),
+            secret: 0x5ec7_e75e_c7e7,
+        };
+        let campaign = Op::Campaign {
+            session,
+            seq: 1,
+            name: "leader".into(),
+            wait_ms: 0,
+            value: b"hidden-value".to_vec(),
+        };
+        let mut ops = vec![campaign, Op::CloseSession { session }];
+        ops.extend((2..10).map(|seq| Op::Release {
+            session,
+            seq,
+            name: format!("lock-{seq}"),
+            token: seq,
+        }));
+        let line = LogCommand(Command {
+            now_ms: 0,
+            op: Op::Batch(ops),
+        })
+        .to_string();
+        assert_eq!(
+            line,
+            "Batch(10 ops: Campaign(7#1, \"leader\", wait_ms=0, 12 value bytes), \
+             CloseSession(7), Release(7#2, \"lock-2\", token=2), Release(7#3, \"lock-3\", \
+             token=3), 6 more)"
+        );
+        assert!(!line.contains(&session.secret.to_string()));
+    }
+}

@@ -151,6 +151,7 @@ fn no_command_response() -> Applied {
         ended_waits: Vec::new(),
         busy: None,
         changes: Vec::new(),
+        ops: Vec::new(),
     }
 }
 

@@ -117,6 +117,9 @@ impl ApiError {
                 Rejection::LockDelayOutOfRange { .. } => "lock-delay-out-of-range",
                 Rejection::LockDelayConflict { .. } => "lock-delay-conflict",
                 Rejection::TooManyDelays { .. } => "too-many-delays",
+                Rejection::BatchTooLarge { .. } => "batch-too-large",
+                Rejection::NotBatchable => "not-batchable",
+                Rejection::BatchConflict { .. } => "batch-conflict",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -148,7 +151,9 @@ impl ApiError {
                 | Rejection::FieldTooLong { .. }
                 | Rejection::ReasonEmpty
                 | Rejection::PermitsOutOfRange { .. }
-                | Rejection::LockDelayOutOfRange { .. } => Code::InvalidArgument,
+                | Rejection::LockDelayOutOfRange { .. }
+                | Rejection::BatchTooLarge { .. }
+                | Rejection::NotBatchable => Code::InvalidArgument,
                 // Not NOT_FOUND: clients read that as "no such session".
                 Rejection::LockNotHeld { .. } | Rejection::TokenMismatch { .. } => {
                     Code::FailedPrecondition
@@ -168,7 +173,8 @@ impl ApiError {
                 | Rejection::KindConflict { .. }
                 | Rejection::PermitsConflict { .. }
                 | Rejection::NotElectionLeader { .. }
-                | Rejection::LockDelayConflict { .. } => Code::FailedPrecondition,
+                | Rejection::LockDelayConflict { .. }
+                | Rejection::BatchConflict { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::Membership(_)

@@ -1064,3 +1064,121 @@ async fn elections_through_grpc() {
     );
     node.stop().await.expect("the node stops");
 }
+
+/// GET /metrics of a node's metrics listener.
+async fn scrape(metrics_addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(metrics_addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    })
+    .await
+    .unwrap()
+}
+
+fn counter(body: &str, name: &str) -> u64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in:\n{body}"))
+        .parse()
+        .unwrap()
+}
+
+/// Issue #35: acquires and releases that arrive together from many callers are gathered by
+/// the leader into batch entries (fewer entries than operations), and each caller gets its
+/// own operation's answer: one grant per contended lock, the other caller not granted, every
+/// holder and token what `describe` says, every release released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_operations_share_entries_and_each_caller_gets_its_own_answer() {
+    const CALLERS: usize = 32;
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_addr: std::net::SocketAddr = ([127, 0, 0, 1], latchkey_testkit::free_port()).into();
+    // The gathering is off by default (not simulated yet): this test turns it on.
+    let mut node = Node::start_in(dir.path(), None, |c| {
+        c.metrics_listen = Some(metrics_addr);
+        c.coalesce = true;
+    })
+    .await
+    .expect("the node starts");
+    let mut c = client(&mut node).await;
+    let mut sessions = Vec::new();
+    for _ in 0..CALLERS {
+        sessions.push(session(&mut c, 30_000).await);
+    }
+    let before = scrape(metrics_addr).await;
+    // Callers 2k and 2k+1 both try "pair/k" (without waiting): one of them gets it.
+    let acquires = sessions.iter().enumerate().map(|(i, s)| {
+        let mut c = c.clone();
+        let s = *s;
+        async move { acquire(&mut c, &s, 1, &format!("pair/{}", i / 2), 0).await }
+    });
+    let answers = futures::future::join_all(acquires).await;
+    let mut held = Vec::new();
+    for pair in 0..CALLERS / 2 {
+        let (a, b) = (&answers[2 * pair], &answers[2 * pair + 1]);
+        let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+        let grant = pb::AcquireResult::Granted as i32;
+        let (winner, token) = match (a.result == grant, b.result == grant) {
+            (true, false) => (2 * pair, a.token),
+            (false, true) => (2 * pair + 1, b.token),
+            _ => panic!("pair/{pair}: not exactly one grant: {a:?} {b:?}"),
+        };
+        let loser = if winner % 2 == 0 {
+            winner + 1
+        } else {
+            winner - 1
+        };
+        let lost = answers[loser].as_ref().unwrap();
+        assert_eq!(
+            lost.result,
+            pb::AcquireResult::NotGranted as i32,
+            "{lost:?}"
+        );
+        let info = describe(&mut c, &format!("pair/{pair}")).await;
+        assert_eq!((info.session, info.token), (sessions[winner].id, token));
+        assert_eq!(info.holders.len(), 1);
+        held.push((winner, format!("pair/{pair}"), token));
+    }
+    let releases = held.iter().map(|(i, name, token)| {
+        let mut c = c.clone();
+        let s = sessions[*i];
+        let (name, token) = (name.clone(), *token);
+        async move {
+            c.release(pb::ReleaseRequest {
+                session: Some(s),
+                seq: 2,
+                name,
+                token,
+            })
+            .await
+            .map(|r| r.into_inner())
+        }
+    });
+    for released in futures::future::join_all(releases).await {
+        assert!(released.expect("release").released);
+    }
+    for pair in 0..CALLERS / 2 {
+        assert!(describe(&mut c, &format!("pair/{pair}"))
+            .await
+            .holders
+            .is_empty());
+    }
+    let after = scrape(metrics_addr).await;
+    let delta = |name| counter(&after, name) - counter(&before, name);
+    let (entries, ops) = (
+        delta("latchkey_entries_applied_total"),
+        delta("latchkey_operations_applied_total"),
+    );
+    // The node's own entries (a lease mark, say) may fall in the window too.
+    assert!(ops >= (CALLERS + CALLERS / 2) as u64, "{after}");
+    assert!(
+        entries < ops,
+        "{ops} operations took {entries} entries: none was gathered into a batch"
+    );
+    node.stop().await.expect("the node stops cleanly");
+}

@@ -258,6 +258,11 @@ const BENCH_OWN_METHODS: [&str; 2] = ["node_status", "describe"];
 const LOG_COMMITS: &str = "latchkey_fsync_seconds_count";
 
 /// A counter's growth; a member restarted in between (failover) counts from zero again.
+/// The servers' counts of applied entries with a command and of their operations (a batch
+/// entry's each count, issue #35).
+const ENTRIES_APPLIED: &str = "latchkey_entries_applied_total";
+const OPERATIONS_APPLIED: &str = "latchkey_operations_applied_total";
+
 fn counter_delta(before: f64, after: f64) -> f64 {
     if after >= before {
         after - before
@@ -281,8 +286,21 @@ impl Window {
         let (mut last_before, mut last_after) = (0f64, 0f64);
         let mut group_last: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
         let mut log_commits = 0u64;
+        // Entries with a command and their operations, as the member that applied the most
+        // counted them (every member applies every committed entry; the leader has).
+        let (mut entries_applied, mut operations_applied) = (0f64, 0f64);
         for ((id, before), (_, after)) in self.before.samples.iter().zip(&self.after.samples) {
             let (before, after) = (before.as_ref()?, after.as_ref()?);
+            let applied = |name: &str| {
+                counter_delta(
+                    before.get(name).unwrap_or(0.0),
+                    after.get(name).unwrap_or(0.0),
+                )
+            };
+            if applied(ENTRIES_APPLIED) > entries_applied {
+                entries_applied = applied(ENTRIES_APPLIED);
+                operations_applied = applied(OPERATIONS_APPLIED);
+            }
             // The member's processes in the window, each with its first and last reading:
             // the first from the window's start, every later one from zero.
             let mut ends: Vec<&Samples> = Vec::new();
@@ -336,6 +354,8 @@ impl Window {
             requests_per_op: per_op(requests),
             log_entries,
             log_entries_per_op: per_op(log_entries),
+            operations_per_entry: (entries_applied > 0.0)
+                .then(|| operations_applied / entries_applied),
             log_commits,
             log_commits_per_s: log_commits as f64 / self.seconds(),
             keepalive_requests_per_s: by_method.get("keep_alive").copied().unwrap_or(0) as f64
@@ -569,6 +589,29 @@ mod tests {
         let figures = window.server_figures(63).expect("all members read");
         assert_eq!(figures.requests, 40 + 20 + 3);
         assert_eq!(figures.requests_per_op, 1.0);
+    }
+
+    /// Issue #35: operations per entry, from the applied counters of the member that applied
+    /// the most (a follower that missed the window's end counts fewer).
+    #[test]
+    fn operations_per_entry_come_from_the_applied_counters() {
+        let applied = |e: u32, o: u32| {
+            format!("latchkey_entries_applied_total {e}\nlatchkey_operations_applied_total {o}\n")
+        };
+        let window = Window {
+            before: snapshot(vec![(1, &applied(10, 10)), (2, &applied(10, 10))]),
+            after: snapshot(vec![(1, &applied(30, 90)), (2, &applied(20, 50))]),
+            kills: vec![],
+        };
+        let figures = window.server_figures(80).expect("all members read");
+        assert_eq!(figures.operations_per_entry, Some(4.0));
+        let old_servers = || snapshot(vec![(1, "latchkey_raft_last_log_index 3\n")]);
+        let window = Window {
+            before: old_servers(),
+            after: old_servers(),
+            kills: vec![],
+        };
+        assert_eq!(window.server_figures(1).unwrap().operations_per_entry, None);
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub struct ServerFigures {
     /// Entries appended to the leader's log (the highest last log index of all members).
     pub log_entries: u64,
     pub log_entries_per_op: f64,
+    /// Operations per log entry with a command (the leader's coalescing into batch entries,
+    /// issue #35), from `latchkey_operations_applied_total` / `latchkey_entries_applied_total`;
+    /// `None` from servers that do not count them.
+    pub operations_per_entry: Option<f64>,
     /// Group commits of all members' log writers (each one `write` and one `fdatasync`;
     /// a member's Raft groups share its writer).
     pub log_commits: u64,
@@ -228,6 +232,13 @@ impl Report {
                 row(
                     "log entries/op",
                     format!("{:.2} ({} entries)", s.log_entries_per_op, s.log_entries),
+                );
+                row(
+                    "operations/entry",
+                    match s.operations_per_entry {
+                        Some(n) => format!("{n:.2} (the leader's batch entries)"),
+                        None => "n/a (the servers do not count applied operations)".into(),
+                    },
                 );
                 row(
                     "log commits/s",

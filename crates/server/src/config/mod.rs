@@ -121,6 +121,13 @@ pub struct ServerConfig {
     /// Client authentication, permissions and quotas (`--acl`, or `[acl]` in the config file),
     /// reloaded without a restart (`reload.rs`); every client may do anything when `None`.
     pub acl: Option<Arc<acl::AclPolicy>>,
+    /// Gather client operations that arrive while an earlier write is in flight into one
+    /// batch entry (issue #35, `node/gather.rs`). Off by default, and no command-line flag
+    /// turns it on: the simulation (whose checkers read entries one operation each) does not
+    /// cover batch entries yet, and production must not run a path the simulation has not.
+    /// Off, every operation is an entry of its own, as before; tests of the gathering turn it
+    /// on.
+    pub coalesce: bool,
     /// Fixed bugs put back on purpose (the simulation's checker tests); all off by default.
     #[doc(hidden)]
     pub plant: Plant,
@@ -152,6 +159,8 @@ impl ServerConfig {
             cluster_secret: None,
             tls: None,
             acl: None,
+            // Not simulated yet: see the field.
+            coalesce: false,
             plant: Plant::default(),
         }
     }

@@ -163,24 +163,26 @@ impl ApplyObserver for Observer {
         );
     }
 
+    /// A batch's operations are followed one by one, as entries of their own would be.
     fn applied(&self, index: u64, cmd: &Command, applied: &Applied) {
-        self.metrics.applied(&cmd.op, applied);
+        self.metrics.entry_applied(&cmd.op);
         self.watch
             .publish(index, latchkey_core::watch_events(index, cmd, applied));
         let now = self.clock.now();
-        self.leases
-            .lock()
-            .expect("leases lock")
-            .applied(&cmd.op, &applied.outcome, now);
-        for h in &applied.handoffs {
-            self.waiters
-                .wake(h.session, h.seq, WaitEnd::Granted { token: h.token });
-        }
-        for (session, seq) in &applied.dropped_waits {
-            self.waiters.wake(*session, *seq, WaitEnd::SessionGone);
-        }
-        for (session, seq) in &applied.ended_waits {
-            self.waiters.wake(*session, *seq, WaitEnd::NotGranted);
+        let mut leases = self.leases.lock().expect("leases lock");
+        for (op, applied) in applied.per_op(&cmd.op) {
+            self.metrics.applied(op, applied);
+            leases.applied(op, &applied.outcome, now);
+            for h in &applied.handoffs {
+                self.waiters
+                    .wake(h.session, h.seq, WaitEnd::Granted { token: h.token });
+            }
+            for (session, seq) in &applied.dropped_waits {
+                self.waiters.wake(*session, *seq, WaitEnd::SessionGone);
+            }
+            for (session, seq) in &applied.ended_waits {
+                self.waiters.wake(*session, *seq, WaitEnd::NotGranted);
+            }
         }
     }
 }

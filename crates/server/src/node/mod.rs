@@ -52,6 +52,7 @@ pub mod backup;
 pub mod data_dir;
 mod delays;
 mod duties;
+mod gather;
 pub mod groups;
 pub mod membership;
 pub mod ops;
@@ -199,6 +200,8 @@ pub struct Node {
     held_back: Option<HeldBack>,
     /// The member's groups ([`MemberShared::groups`]).
     pub(crate) member_groups: MemberGroups,
+    /// Client operations gathered for this node's next entry (`gather.rs`, issue #35).
+    gather: gather::Gather,
 }
 
 impl Node {
@@ -449,6 +452,7 @@ impl Node {
             found_later: Mutex::new(found_later),
             held_back,
             member_groups: member.groups.clone(),
+            gather: gather::Gather::default(),
         });
         Ok((node, renew_rx))
     }

@@ -339,7 +339,8 @@ impl Node {
         Ok(self.propose_applied(op).await?.outcome)
     }
 
-    /// [`Node::propose`], answering everything the entry produced.
+    /// [`Node::propose`], answering everything the entry produced: for an operation a batch
+    /// entry carried (`gather.rs`), that operation's part, as if it had had the entry alone.
     pub async fn propose_applied(&self, op: Op) -> Result<Applied, ApiError> {
         if self.shutdown.is_cancelled() {
             return Err(ApiError::ShuttingDown);
@@ -347,15 +348,9 @@ impl Node {
         if self.quorum_lost() {
             return Err(ApiError::NoQuorum);
         }
-        let cmd = Command {
-            now_ms: self.clock.wall_ms(),
-            op,
-        };
         let proposed = self.clock.now();
-        let write = self.raft.client_write(cmd.into());
-        tokio::pin!(write);
-        let resp = tokio::select! {
-            resp = &mut write => resp?,
+        let applied = tokio::select! {
+            applied = self.write_gathered(op) => applied?,
             () = tokio::time::sleep(Duration::from_millis(limits::PROPOSE_TIMEOUT_MS)) => {
                 return Err(ApiError::NoQuorum)
             }
@@ -364,7 +359,41 @@ impl Node {
         self.metrics
             .commit_seconds
             .observe(self.clock.now().duration_since(proposed).as_secs_f64());
-        Ok(resp.data)
+        Ok(applied)
+    }
+
+    /// Write `op` in an entry: at once and alone when no gathered write is in flight (or it
+    /// cannot be batched, or coalescing is off), else in the next batch entry (`gather.rs`).
+    async fn write_gathered(&self, op: Op) -> Result<Applied, ApiError> {
+        if !self.config.coalesce || !op.batchable() {
+            return self.write(op).await;
+        }
+        let mut answer = self.gather.push(op);
+        loop {
+            if let Ok(answer) = answer.try_recv() {
+                return answer;
+            }
+            let freed = self.gather.freed();
+            if let Some(turn) = self.gather.take() {
+                let written = self.write(turn.op()).await;
+                turn.answer(written);
+                continue;
+            }
+            tokio::select! {
+                // A sender dropped unanswered: its writer went away mid-write.
+                answer = &mut answer => return answer.unwrap_or(Err(ApiError::NoQuorum)),
+                () = freed => {}
+            }
+        }
+    }
+
+    /// Stamp `op` with the leader's wall clock and write it as one entry.
+    async fn write(&self, op: Op) -> Result<Applied, ApiError> {
+        let cmd = Command {
+            now_ms: self.clock.wall_ms(),
+            op,
+        };
+        Ok(self.raft.client_write(cmd.into()).await?.data)
     }
 
     /// Whether this node leads a group of several voters but no majority has acknowledged it

@@ -65,6 +65,10 @@ pub struct Metrics {
     pub logged_renewals: Count,
     pub snapshots_installed: Count,
     pub waits_expired: Count,
+    /// Log entries with a command applied, and the operations they carried (a batch's each
+    /// count, issue #35): operations per entry is how much the leader's coalescing gathers.
+    pub entries_applied: Count,
+    pub operations_applied: Count,
     /// Leader transfers this member started, as a group's leader handing it to its preferred
     /// member (issue #16's rebalance).
     pub leader_transfers: Count,
@@ -116,6 +120,8 @@ impl Metrics {
             logged_renewals: Count::default(),
             snapshots_installed: Count::default(),
             waits_expired: Count::default(),
+            entries_applied: Count::default(),
+            operations_applied: Count::default(),
             leader_transfers: Count::default(),
             refusals: Arc::new(Refusals::new()),
             peer_refusals: Arc::new(Refusals::new()),
@@ -171,6 +177,16 @@ impl Metrics {
             m.handoffs.clone(),
         );
         r.register("latchkey_releases", "Releases applied", m.releases.clone());
+        r.register(
+            "latchkey_entries_applied",
+            "Log entries with a command applied",
+            m.entries_applied.clone(),
+        );
+        r.register(
+            "latchkey_operations_applied",
+            "Operations applied (each of a batch entry's counts)",
+            m.operations_applied.clone(),
+        );
         r.register(
             "latchkey_waits_expired",
             "Waits ended by the server because their wait timeout passed",
@@ -269,7 +285,17 @@ impl Metrics {
         self.requests.get_or_create(&[("method", method)]).inc();
     }
 
-    /// Count one applied entry.
+    /// Count one applied entry with a command, and its operations.
+    pub fn entry_applied(&self, cmd: &Op) {
+        self.entries_applied.inc();
+        let ops = match cmd {
+            Op::Batch(ops) => ops.len(),
+            _ => 1,
+        };
+        self.operations_applied.inc_by(ops as u64);
+    }
+
+    /// Count one applied operation (an entry's, or one of a batch's).
     pub fn applied(&self, cmd: &Op, applied: &Applied) {
         match (&cmd, &applied.outcome) {
             // A reader, a permit or a campaign is a grant too (issue #32).
