@@ -695,3 +695,35 @@ async fn read_final(nodes: &[String], locks: &[String]) -> BTreeMap<String, Opti
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{config_line, RunConfig};
+
+    /// A seed's configuration without lock-delays traces as it did before they existed (its
+    /// trace hash unchanged); with them, or with their plant, the trace says so.
+    #[test]
+    fn the_trace_names_the_lock_delay_fields_only_when_set() {
+        for seed in 0..8 {
+            let mut config = RunConfig::from_seed(seed);
+            let line = config_line(&config);
+            assert!(
+                !line.contains("lock_delay") && !line.contains("delay_ends_early"),
+                "{line}"
+            );
+            assert_eq!(
+                format!("{config:?}")
+                    .replace(", lock_delay: false", "")
+                    .replace(", delay_ends_early: false", ""),
+                line
+            );
+            config.lock_delay = true;
+            config.plant.delay_ends_early = true;
+            let line = config_line(&config);
+            assert!(
+                line.contains("lock_delay: true") && line.contains("delay_ends_early: true"),
+                "{line}"
+            );
+        }
+    }
+}
