@@ -99,4 +99,7 @@ pub struct Plant {
     /// Bugs of the read-write locks and semaphores (issue #32) put back in the lock table
     /// (`latchkey_core::TablePlant`), set on every member's table like its byte budget.
     pub table: latchkey_core::TablePlant,
+    /// The leader ends each lock-delay (issue #32 item 4) at half its length on its clock
+    /// (`node/delays.rs`): a name lost with a delay is granted again before the delay is over.
+    pub delay_ends_early: bool,
 }

@@ -69,6 +69,50 @@ pub struct ClientSetup {
     /// renewals running, the guard asked every 50–100 ms. After it they would starve waiters.
     pub long_holds_until: Duration,
     pub work_ms: (u64, u64),
+    /// Whether some mutex acquires ask for a lock-delay ([`LockDelays`],
+    /// `RunConfig::lock_delay`).
+    pub lock_delay: bool,
+}
+
+/// The lock-delays the clients ask for under `RunConfig::lock_delay` (issue #32 item 4): this
+/// share of mutex acquires asks for a delay drawn from `MS`. Drawn from a generator of their
+/// own ([`LockDelays::for_life`]), so that the workload's own draws are those of the same
+/// seed without delays, and a run without them draws nothing.
+pub struct LockDelays {
+    rng: StdRng,
+}
+
+impl LockDelays {
+    /// The share of mutex acquires that ask for a delay.
+    pub const P: f64 = 0.5;
+    /// The delays asked for (ms): a few seconds, well inside a run's settle and liveness
+    /// phases, and about a client's 3 s wait (`WAIT_MS`), so that a waiter queued when the
+    /// delay starts is often still there when it ends.
+    pub const MS: std::ops::RangeInclusive<u64> = 1_000..=3_000;
+
+    /// The delays of one life of a client's host, or none without `RunConfig::lock_delay`.
+    fn for_life(setup: &ClientSetup, life: u64) -> Option<LockDelays> {
+        setup.lock_delay.then(|| LockDelays {
+            rng: StdRng::seed_from_u64(
+                (setup.seed ^ 0xde1a_75ee_d000_0000).wrapping_add(life.wrapping_mul(0x9e37_79b9)),
+            ),
+        })
+    }
+
+    /// The delay the next acquire of a name taken as `use_` asks for (zero: none). Only a
+    /// mutex takes one.
+    fn draw(&mut self, use_: LockUse) -> Duration {
+        // Both drawn for every acquire, so that the draws do not shift with the kinds of names.
+        let (ask, ms) = (
+            self.rng.random_bool(Self::P),
+            self.rng.random_range(Self::MS),
+        );
+        if use_ == LockUse::Mutex && ask {
+            Duration::from_millis(ms)
+        } else {
+            Duration::ZERO
+        }
+    }
 }
 
 /// How the clients take a lock name (issue #32). A name is always taken the same way, so no
@@ -179,6 +223,7 @@ pub async fn run(
         seed: Some(rng.random()),
     };
     let client = Client::with_env(setup.nodes.iter().cloned(), config(), env)?;
+    let mut delays = LockDelays::for_life(&setup, life);
     while true_now() < setup.stop_at {
         let session = match client.session(setup.ttl).await {
             Ok(s) => s,
@@ -199,7 +244,7 @@ pub async fn run(
             control: &control,
         };
         let next = tokio::select! {
-            next = work(&worker, &mut rng, actor, &session) => next,
+            next = work(&worker, &mut rng, &mut delays, actor, &session) => next,
             never = watch_deadlines(&history, &clock, std::slice::from_ref(&session)) => match never {},
         };
         match next {
@@ -226,7 +271,13 @@ struct Worker<'a> {
 }
 
 /// Operations in one session, until it must be dropped or the run is over.
-async fn work(w: &Worker<'_>, rng: &mut StdRng, actor: Actor, session: &Session) -> Next {
+async fn work(
+    w: &Worker<'_>,
+    rng: &mut StdRng,
+    delays: &mut Option<LockDelays>,
+    actor: Actor,
+    session: &Session,
+) -> Next {
     let Worker { setup, history, .. } = *w;
     while true_now() < setup.stop_at {
         if session.is_lost() {
@@ -249,8 +300,13 @@ async fn work(w: &Worker<'_>, rng: &mut StdRng, actor: Actor, session: &Session)
             }
             Err(_) => return Next::NewSession,
         };
+        let delay = (delays.as_mut()).map_or(Duration::ZERO, |d| d.draw(setup.uses[which]));
         let op = history.invoke_acquire(actor, holder, &lock, mode, true_now());
+        if !delay.is_zero() {
+            history.with(|h| h.delays.insert(op, delay));
+        }
         let request = match mode {
+            Mode::Exclusive if !delay.is_zero() => session.lock(lock.as_str()).lock_delay(delay),
             Mode::Exclusive => session.lock(lock.as_str()),
             Mode::Shared => session.lock(lock.as_str()).shared(),
             Mode::Permits(n) => session.lock(lock.as_str()).permits(n),

@@ -72,6 +72,12 @@ pub struct RunConfig {
     pub primitives: Option<Primitives>,
     /// Fixed server bugs put back, for the checkers' own tests. Off in every seed.
     pub plant: latchkey_server::Plant,
+    /// Lock-delays (issue #32 item 4): half the clients' mutex acquires ask for a delay of
+    /// 1-3 s (`client::LockDelays`), judged by the `lock_delay` checker. Off in every seed's
+    /// own shape (set by `latchkey-sim --lock-delay` and the CI seeds with delays), so that
+    /// every seed replays as it did before: the draws come from a generator of their own, and
+    /// the trace leaves the field out while it is off (`sim.rs`).
+    pub lock_delay: bool,
 }
 
 /// The read-write lock and semaphore of a run (see [`RunConfig::primitives`]).
@@ -138,6 +144,7 @@ impl RunConfig {
             replicas: 0,
             primitives: None,
             plant: latchkey_server::Plant::default(),
+            lock_delay: false,
         }
         .with_lease_shape(&mut rng)
         .with_primitives(&mut rng)

@@ -67,6 +67,13 @@ pub struct Coverage {
     pub readers_across_failover: usize,
     pub writers_across_failover: usize,
     pub permits_across_failover: usize,
+    /// Lock-delays (issue #32 item 4, `RunConfig::lock_delay`) started by a delayed grant
+    /// lost to its session's expiry, whose name was then granted to a waiter that asked before
+    /// the delay could end: what the `lock_delay` checker judges (a grant during the delay).
+    pub delays_then_waiter_granted: usize,
+    /// Of those, the delays across which a new leader resumed the leases (between the loss and
+    /// the waiter's grant): a delay timed afresh by a new leader.
+    pub delays_across_failover: usize,
 }
 
 impl Coverage {
@@ -133,22 +140,49 @@ impl Coverage {
         }
         c.failovers = resumed_terms.saturating_sub(1);
         c.count_primitives_across_failover(h);
+        c.count_delays(h);
         c
     }
 
-    fn count_primitives_across_failover(&mut self, h: &HistoryData) {
-        // Every resume of the leases but the first one's: a new leader.
+    /// Every resume of the leases but the first term's, in true time: a new leader.
+    fn failovers_at(h: &HistoryData) -> Vec<std::time::Duration> {
         let mut first_term = None;
-        let mut failovers_at = Vec::new();
+        let mut out = Vec::new();
         for p in &h.probed {
             if let ProbeEvent::LeasesResumed { term, .. } = p.event {
                 match first_term {
                     None => first_term = Some(term),
-                    Some(t) if term > t => failovers_at.push(p.at),
+                    Some(t) if term > t => out.push(p.at),
                     Some(_) => {}
                 }
             }
         }
+        out
+    }
+
+    fn count_delays(&mut self, h: &HistoryData) {
+        let lost = crate::checkers::lost_delays(h);
+        if lost.is_empty() {
+            return;
+        }
+        let failovers_at = Self::failovers_at(h);
+        for l in lost {
+            let Some(next) = l.next else { continue };
+            if next.invoked >= l.lost_at + l.delay {
+                continue;
+            }
+            self.delays_then_waiter_granted += 1;
+            if failovers_at
+                .iter()
+                .any(|&t| l.lost_at < t && t <= next.answered)
+            {
+                self.delays_across_failover += 1;
+            }
+        }
+    }
+
+    fn count_primitives_across_failover(&mut self, h: &HistoryData) {
+        let failovers_at = Self::failovers_at(h);
         let with_modes = h.names_with_modes();
         for hold in h.holds() {
             if !failovers_at
@@ -187,6 +221,8 @@ impl Coverage {
         self.readers_across_failover += other.readers_across_failover;
         self.writers_across_failover += other.writers_across_failover;
         self.permits_across_failover += other.permits_across_failover;
+        self.delays_then_waiter_granted += other.delays_then_waiter_granted;
+        self.delays_across_failover += other.delays_across_failover;
     }
 }
 
@@ -254,7 +290,16 @@ impl fmt::Display for Coverage {
             self.readers_across_failover,
             self.writers_across_failover,
             self.permits_across_failover
-        )
+        )?;
+        // Only with lock-delays in the run: a run without them reads as it did before.
+        if self.delays_then_waiter_granted > 0 {
+            write!(
+                f,
+                ", {} lock-delays followed by a waiter's grant ({} across a failover)",
+                self.delays_then_waiter_granted, self.delays_across_failover
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -184,6 +184,9 @@ pub struct HistoryData {
     /// Kept beside the events so that histories recorded without modes (the nemesis) read as
     /// all exclusive.
     pub modes: BTreeMap<u64, Mode>,
+    /// By invocation id: the lock-delay every acquire that asked for one asked for (issue #32
+    /// item 4, `RunConfig::lock_delay`); an acquire not here asked for none.
+    pub delays: BTreeMap<u64, Duration>,
     next_id: u64,
 }
 
@@ -296,6 +299,7 @@ impl History {
             term_starts: h.term_starts.clone(),
             last_appended: h.last_appended.clone(),
             modes: h.modes.clone(),
+            delays: h.delays.clone(),
             next_id: h.next_id,
         })
     }
@@ -418,6 +422,7 @@ impl HistoryData {
             term_starts: log.term_starts.clone(),
             last_appended: log.last_appended.clone(),
             modes: self.modes.clone(),
+            delays: self.delays.clone(),
             next_id: self.next_id,
         }
     }

@@ -42,6 +42,13 @@
 //! must hold a reader, a writer and a permit across a failover ([`coverage`]), and each
 //! planted bug of the lock table (`latchkey_core::TablePlant`, `--plant permit-freed-twice|
 //! reader-past-writer|writer-beside-readers|writer-token-reused`) must be caught.
+//! Lock-delays (issue #32 item 4, `RunConfig::lock_delay`, off in every seed's own shape so
+//! that the seeds above replay as they were chosen; `latchkey-sim --lock-delay`): half the
+//! clients' mutex acquires ask for a 1-3 s delay, and the `lock_delay` checker judges that no
+//! grant of a name starts during the delay of a grant lost to its session's expiry (counted
+//! from the expiry's proposal, less the clock drift the design allows). Its CI seeds must grant
+//! a waiter after a delay, and the planted early end of a delay (`Plant::delay_ends_early`,
+//! `--plant delay-ends-early`: the leader ends it at half its length) must be caught.
 //!
 //! Several Raft groups (`--groups G`, `RunConfig::groups`, 1 in every seed's own shape, so
 //! older seeds replay as they did): every node runs every group, each with its own log and

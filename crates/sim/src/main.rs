@@ -17,6 +17,10 @@
 //! semaphore bugs (issue #32, `latchkey_core::TablePlant`). `--primitives` gives every seed a
 //! read-write lock and a semaphore (half the seeds have them in their own shape);
 //! `--no-primitives` takes them from every seed (the lease plants' seeds were found without).
+//! `--lock-delay` has half the clients' mutex acquires ask for a 1-3 s lock-delay (issue #32
+//! item 4, `RunConfig::lock_delay`; off in every seed's own shape), and `--plant
+//! delay-ends-early` has the leader end each delay at half its length (`Plant::
+//! delay_ends_early`), which the `lock_delay` checker must catch.
 
 use std::process::ExitCode;
 
@@ -24,8 +28,8 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) [--groups G] [--replicas R] \
          [--plant stale-mark|resume-early|renew-without-quorum|permit-freed-twice|\
-         reader-past-writer|writer-beside-readers|writer-token-reused] [--primitives|--no-primitives] \
-         [--show-config]"
+         reader-past-writer|writer-beside-readers|writer-token-reused|delay-ends-early] \
+         [--primitives|--no-primitives] [--lock-delay] [--show-config]"
     );
     ExitCode::from(2)
 }
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
             Some("reader-past-writer") => plant.table.reader_past_writer = true,
             Some("writer-beside-readers") => plant.table.writer_beside_readers = true,
             Some("writer-token-reused") => plant.table.writer_token_reused = true,
+            Some("delay-ends-early") => plant.delay_ends_early = true,
             _ => return usage(),
         }
     }
@@ -94,6 +99,10 @@ fn main() -> ExitCode {
         if args.iter().any(|a| a == "--primitives") && config.primitives.is_none() {
             // Every seed with a read-write lock and a semaphore (the plant hunts of issue #32).
             config.primitives = Some(latchkey_sim::config::Primitives::GIVEN);
+        }
+        if args.iter().any(|a| a == "--lock-delay") {
+            // Half the mutex acquires ask for a lock-delay (the lock-delay plant's hunts).
+            config.lock_delay = true;
         }
         if replicas != 0 {
             config.nodes = 5;

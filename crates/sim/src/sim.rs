@@ -302,6 +302,7 @@ impl<'c> Run<'c> {
                 stop_at,
                 long_holds_until: config.safety,
                 work_ms: (5, 150),
+                lock_delay: config.lock_delay,
             };
             // A host, not a turmoil client, so that it can be crashed like a process; every
             // life runs the same software.
@@ -576,12 +577,26 @@ impl<'c> Run<'c> {
     }
 }
 
+/// The configuration as the trace shows it: its `Debug` text without the fields added after
+/// the CI seeds were chosen while they are off (the lock-delay workload and its plant), so
+/// that every earlier seed's trace, and its trace hash, stays what it was.
+fn config_line(config: &RunConfig) -> String {
+    let mut line = format!("{config:?}");
+    if !config.lock_delay {
+        line = line.replacen(", lock_delay: false", "", 1);
+    }
+    if !config.plant.delay_ends_early {
+        line = line.replacen(", delay_ends_early: false", "", 1);
+    }
+    line
+}
+
 /// The hash of the run's trace ([`crate::trace`]): its configuration, faults, every group's history
 /// and how it ended. With `LATCHKEY_SIM_TRACE=DIR` the trace is also written to a file there.
 fn trace(config: &RunConfig, faults: &[String], logs: &[History], ended: &Ended) -> u64 {
     let dir = std::env::var_os(crate::trace::TRACE_DIR_VAR);
     let mut trace = Trace::new(dir.is_some());
-    trace.line(&format!("config {config:?}"));
+    trace.line(&format!("config {}", config_line(config)));
     for f in faults {
         trace.line(&format!("fault {f}"));
     }
@@ -683,4 +698,36 @@ async fn read_final(nodes: &[String], locks: &[String]) -> BTreeMap<String, Opti
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{config_line, RunConfig};
+
+    /// A seed's configuration without lock-delays traces as it did before they existed (its
+    /// trace hash unchanged); with them, or with their plant, the trace says so.
+    #[test]
+    fn the_trace_names_the_lock_delay_fields_only_when_set() {
+        for seed in 0..8 {
+            let mut config = RunConfig::from_seed(seed);
+            let line = config_line(&config);
+            assert!(
+                !line.contains("lock_delay") && !line.contains("delay_ends_early"),
+                "{line}"
+            );
+            assert_eq!(
+                format!("{config:?}")
+                    .replace(", lock_delay: false", "")
+                    .replace(", delay_ends_early: false", ""),
+                line
+            );
+            config.lock_delay = true;
+            config.plant.delay_ends_early = true;
+            let line = config_line(&config);
+            assert!(
+                line.contains("lock_delay: true") && line.contains("delay_ends_early: true"),
+                "{line}"
+            );
+        }
+    }
 }

@@ -86,6 +86,11 @@ impl Trace {
                 format_args!("deadline {at:?} session {session} {deadline:?}"),
             );
         }
+        // Lock-delays asked for (`RunConfig::lock_delay`), only if any: a run without them
+        // traces what it did before they existed.
+        for (id, delay) in &h.delays {
+            add(self, format_args!("delay {id} {delay:?}"));
+        }
         add(self, format_args!("final {:?}", h.final_holders));
     }
 

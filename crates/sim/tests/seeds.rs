@@ -650,3 +650,74 @@ fn a_planted_writer_token_reused_is_caught() {
         "the planted reused writer token went unnoticed on seeds {WRITER_TOKEN_REUSED_SEEDS:?}"
     );
 }
+
+/// The CI seeds with lock-delays (issue #32 item 4, `RunConfig::lock_delay`: half the mutex
+/// acquires ask for 1-3 s; off in every seed's own shape, so that the seeds above replay as
+/// they were chosen): every checker passes, the `lock_delay` checker included, and a delayed
+/// grant was lost to its session's expiry and its name then granted to a waiter that asked
+/// during the delay, once across a failover. Chosen from a debug sweep of seeds 0-17 with
+/// lock-delays (see docs/testing.md): the 14 that finished (0-11, 16, 17) all passed; 8
+/// granted a waiter after a delay, only seed 17 across a failover (2 delays, one across a
+/// failover; 76 s in debug with the machine busy).
+const CI_SEEDS_WITH_LOCK_DELAY: [u64; 1] = [17];
+
+#[test]
+fn ci_seeds_with_lock_delay_pass_and_reach_a_waiter_granted_after_a_delay() {
+    let mut failures = Vec::new();
+    let mut reached = Coverage::default();
+    for seed in CI_SEEDS_WITH_LOCK_DELAY {
+        let mut config = RunConfig::from_seed(seed);
+        config.lock_delay = true;
+        let report = latchkey_sim::sweep::run_config(&config);
+        if !report.ok() {
+            failures.push(failure_text(&report));
+        }
+        reached.add(&report.coverage);
+    }
+    println!("the CI seeds with lock-delays reached: {reached}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        reached.delays_then_waiter_granted > 0,
+        "the CI seeds never granted a waiter after a lock-delay: {reached}"
+    );
+    assert!(
+        reached.delays_across_failover > 0,
+        "the CI seeds never ran a lock-delay across a failover: {reached}"
+    );
+}
+
+/// The lock-delay plant's seeds (`latchkey-sim --reproduce S --lock-delay --plant
+/// delay-ends-early`, debug, seeds 0-2: caught on 0 and 2; seed 1 granted no waiter after a
+/// delay): the second runs only if the first misses.
+const DELAY_ENDS_EARLY_SEEDS: [u64; 2] = [0, 2];
+
+/// The leader ends each lock-delay at half its length (`Plant::delay_ends_early`): the
+/// `lock_delay` checker sees a waiter granted the name before the delay could end.
+#[test]
+fn a_planted_early_end_of_a_lock_delay_is_caught() {
+    let caught = DELAY_ENDS_EARLY_SEEDS.iter().any(|&seed| {
+        let mut config = RunConfig::from_seed(seed);
+        config.lock_delay = true;
+        config.plant.delay_ends_early = true;
+        let report = run(&config);
+        let caught: Vec<String> = report
+            .violations
+            .iter()
+            .filter(|v| v.checker == "lock_delay")
+            .map(|v| v.to_string())
+            .collect();
+        println!(
+            "seed {seed} with the lock-delay ending early: {} lock_delay violations, first {:?}; \
+             run error {:?}; reached: {}",
+            caught.len(),
+            caught.first(),
+            report.sim_error,
+            report.coverage
+        );
+        !caught.is_empty()
+    });
+    assert!(
+        caught,
+        "the planted early end of a lock-delay went unnoticed on seeds {DELAY_ENDS_EARLY_SEEDS:?}"
+    );
+}

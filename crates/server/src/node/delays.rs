@@ -23,9 +23,21 @@ pub(crate) struct DelayTimer {
     /// When the running delays were last looked at: at most once a lease tick, since the look
     /// reads the table (up to `limits::DELAYS_MAX` delays) under its lock.
     scanned: Option<Instant>,
+    /// `Plant::delay_ends_early`: end each delay at half its length (the simulation's
+    /// lock-delay checker must catch it). False outside the simulation.
+    ends_early: bool,
 }
 
 impl DelayTimer {
+    /// A timer of no delays; `ends_early` is `Plant::delay_ends_early`.
+    pub(crate) fn new(ends_early: bool) -> DelayTimer {
+        DelayTimer {
+            first_seen: HashMap::new(),
+            scanned: None,
+            ends_early,
+        }
+    }
+
     /// This member stopped leading (or leads a new term): every delay starts afresh when it
     /// leads again.
     pub(crate) fn stepped_down(&mut self) {
@@ -59,6 +71,11 @@ impl DelayTimer {
             let key = (name.to_owned(), token);
             let since = *self.first_seen.entry(key.clone()).or_insert(now);
             live.insert(key);
+            let delay_ms = if self.ends_early {
+                delay_ms / 2
+            } else {
+                delay_ms
+            };
             let end = since + Duration::from_millis(delay_ms);
             if end <= now {
                 let name = name.to_owned();
@@ -165,5 +182,17 @@ mod tests {
             names(&timer.due([("a", 12, 1_000)].into_iter(), at(2_500))),
             [("a", 12)]
         );
+    }
+
+    /// `Plant::delay_ends_early` really is the bug: the delay ends at half its length.
+    #[test]
+    fn the_planted_early_end_ends_a_delay_at_half_its_length() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut timer = DelayTimer::new(true);
+        let running = [("a", 7, 1_000)];
+        assert!(timer.due(running.into_iter(), start).is_empty());
+        assert!(timer.due(running.into_iter(), at(499)).is_empty());
+        assert_eq!(names(&timer.due(running.into_iter(), at(500))), [("a", 7)]);
     }
 }

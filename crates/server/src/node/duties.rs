@@ -212,7 +212,7 @@ impl Node {
         let mut led_term: Option<u64> = None;
         let mut retry_at: Option<tokio::time::Instant> = None;
         let mut leading = false;
-        let mut delays = DelayTimer::default();
+        let mut delays = DelayTimer::new(self.config.plant.delay_ends_early);
         loop {
             let (leader_now, term) = {
                 let m = metrics.borrow_and_update();

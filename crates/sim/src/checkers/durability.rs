@@ -48,9 +48,12 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
                     *e = (*token, op.session);
                 }
                 let ok = match h.committed.get(token).and_then(|c| c.op.as_ref()) {
-                    Some(Op::Acquire { session, name, .. }) => {
-                        session.id.0 == op.session && *name == op.lock
-                    }
+                    Some(
+                        Op::Acquire { session, name, .. }
+                        | Op::AcquireDelayed { session, name, .. },
+                    ) => session.id.0 == op.session && *name == op.lock,
+                    // The end of a lock-delay hands over only the names it ends.
+                    Some(Op::EndDelays { ends }) => ends.iter().any(|e| e.name == op.lock),
                     // A release hands over only the lock it names.
                     Some(Op::Release { name, .. }) => *name == op.lock,
                     Some(

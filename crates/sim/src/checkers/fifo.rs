@@ -29,6 +29,9 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
             })
             | Some(Op::AcquireWith {
                 session, seq, name, ..
+            })
+            | Some(Op::AcquireDelayed {
+                session, seq, name, ..
             }) => (session.id.0, *seq, name.as_str()),
             _ => continue,
         };

@@ -8,6 +8,7 @@ mod holders;
 mod lease;
 mod linearizable;
 mod liveness;
+mod lock_delay;
 mod no_overlap;
 mod unique_token;
 
@@ -17,6 +18,7 @@ use std::time::Duration;
 use crate::history::HistoryData;
 
 pub use deadline::hold_checks_before_end;
+pub use lock_delay::{lost_delays, LostDelay, NextGrant};
 
 #[derive(Debug, Clone)]
 pub struct Violation {
@@ -73,6 +75,7 @@ pub fn check_safety(h: &HistoryData) -> Vec<Violation> {
     out.extend(holders::check(h));
     out.extend(fencing_order::check_grants(h));
     out.extend(fifo::check(h));
+    out.extend(lock_delay::check(h));
     out.extend(durability::check(h));
     out.extend(deadline::check(h));
     out.extend(lease::check(h));
