@@ -2093,74 +2093,85 @@ impl LockTable {
     /// with this entry's index as its token (the ones before it leave not granted), or the
     /// name is free.
     fn end_delay(&mut self, key: Name, index: u64, now_ms: u64, fx: &mut Applied) {
-        {
-            let name: &str = &key;
-            let d = self.delays.running.remove(name).expect("a running delay");
-            self.bytes -= delay_bytes(name, d.identity.as_deref());
-            self.delays.discharge(d.identity.as_deref());
-            assert!(index > d.token, "token did not increase for {name}");
-            let mut waiters = d.waiters;
-            let next = loop {
-                let Some(w) = waiters.pop_front() else {
-                    break None;
-                };
-                assert!(self.wait_ends.remove(&(w.until_ms, w.session, w.seq)));
-                self.bytes -= waiter_bytes(name);
-                if w.until_ms > now_ms {
-                    break Some(w);
-                }
-                self.forget_ask(w.session, w.seq, name);
-                self.drop_campaign(name, w.session, w.seq);
-                let s = self.sessions.get_mut(&w.session).expect("live waiter");
-                s.waiting.remove(&w.seq).expect("recorded wait");
-                self.record(w.session, w.seq, Outcome::NotGranted);
-                fx.ended_waits.push((w.session, w.seq));
-                fx.changes.push(LockChange::WaitEnded {
-                    name: name.to_owned(),
-                    session: w.session,
-                    seq: w.seq,
-                });
-            };
-            let Some(next) = next else {
-                self.bytes -= lock_bytes(name);
-                return;
-            };
-            self.locks.insert(
-                key.clone(),
-                Lock {
-                    holder: Holder {
-                        session: next.session,
-                        token: index,
-                        granted_at_ms: now_ms,
-                    },
-                    waiters,
-                },
-            );
-            let s = self
-                .sessions
-                .get_mut(&next.session)
-                .expect("every waiter belongs to a live session");
-            let waited_for = s.waiting.remove(&next.seq);
-            assert_eq!(waited_for.as_deref(), Some(name));
-            s.held.insert(key.clone());
-            self.take_ask(next.session, next.seq, key.clone());
-            self.record(next.session, next.seq, Outcome::Granted { token: index });
-            // A campaign that waited out the delay leads now.
-            let value = self.publish_campaign(&key, next.session, next.seq, index);
-            fx.changes.push(LockChange::Granted {
+        let name: &str = &key;
+        let d = self.delays.running.remove(name).expect("a running delay");
+        self.bytes -= delay_bytes(name, d.identity.as_deref());
+        self.delays.discharge(d.identity.as_deref());
+        assert!(index > d.token, "token did not increase for {name}");
+        let mut waiters = d.waiters;
+        let Some(next) = self.next_live_waiter(name, &mut waiters, now_ms, fx) else {
+            self.bytes -= lock_bytes(name);
+            return;
+        };
+        let holder = Holder {
+            session: next.session,
+            token: index,
+            granted_at_ms: now_ms,
+        };
+        self.locks.insert(key.clone(), Lock { holder, waiters });
+        // A campaign that waited out the delay leads now.
+        self.grant_to_waiter(&key, &next, index, fx);
+    }
+
+    /// Pops `waiters` of `name` up to the first whose wait has not ended at `now_ms`, and
+    /// answers it; the ones before it leave the queue not granted, as an `ExpireWaits` would
+    /// have made them. Each popped waiter's charge and wait end go.
+    fn next_live_waiter(
+        &mut self,
+        name: &str,
+        waiters: &mut Queue,
+        now_ms: u64,
+        fx: &mut Applied,
+    ) -> Option<Waiter> {
+        loop {
+            let w = waiters.pop_front()?;
+            assert!(self.wait_ends.remove(&(w.until_ms, w.session, w.seq)));
+            self.bytes -= waiter_bytes(name);
+            if w.until_ms > now_ms {
+                return Some(w);
+            }
+            self.forget_ask(w.session, w.seq, name);
+            self.drop_campaign(name, w.session, w.seq);
+            let s = self.sessions.get_mut(&w.session).expect("live waiter");
+            s.waiting.remove(&w.seq).expect("recorded wait");
+            self.record(w.session, w.seq, Outcome::NotGranted);
+            fx.ended_waits.push((w.session, w.seq));
+            fx.changes.push(LockChange::WaitEnded {
                 name: name.to_owned(),
-                session: next.session,
-                token: index,
-                mode: Mode::Exclusive,
-                value,
-            });
-            fx.handoffs.push(Handoff {
-                name: name.to_owned(),
-                session: next.session,
-                seq: next.seq,
-                token: index,
+                session: w.session,
+                seq: w.seq,
             });
         }
+    }
+
+    /// Waiter `next` was made the holder of mutex `key` under token `index`: its session holds
+    /// it, its request is answered, its asked delay becomes the grant's, a queued campaign
+    /// publishes its value, and the grant is reported (a change and a handoff).
+    fn grant_to_waiter(&mut self, key: &Name, next: &Waiter, index: u64, fx: &mut Applied) {
+        let name: &str = key;
+        let s = self
+            .sessions
+            .get_mut(&next.session)
+            .expect("every waiter belongs to a live session");
+        let waited_for = s.waiting.remove(&next.seq);
+        assert_eq!(waited_for.as_deref(), Some(name));
+        s.held.insert(key.clone());
+        self.take_ask(next.session, next.seq, key.clone());
+        self.record(next.session, next.seq, Outcome::Granted { token: index });
+        let value = self.publish_campaign(key, next.session, next.seq, index);
+        fx.changes.push(LockChange::Granted {
+            name: name.to_owned(),
+            session: next.session,
+            token: index,
+            mode: Mode::Exclusive,
+            value,
+        });
+        fx.handoffs.push(Handoff {
+            name: name.to_owned(),
+            session: next.session,
+            seq: next.seq,
+            token: index,
+        });
     }
 
     /// The names live session `id` holds that someone waits for (conflict events, issue #32
@@ -2555,33 +2566,16 @@ impl LockTable {
             let identity = self.identity_of(old.session).map(str::to_owned);
             self.delays.discharge(identity.as_deref());
         }
-        // The first waiter whose wait has not ended gets the lock; the ones before it leave the
-        // queue not granted, as an `ExpireWaits` would have made them.
-        let next = loop {
-            let lock = self.locks.get_mut(name).expect("held");
-            let Some(w) = lock.waiters.pop_front() else {
-                self.locks.remove(name);
-                self.bytes -= lock_bytes(name);
-                return;
-            };
-            assert!(self.wait_ends.remove(&(w.until_ms, w.session, w.seq)));
-            self.bytes -= waiter_bytes(name);
-            if w.until_ms > now_ms {
-                break w;
-            }
-            self.forget_ask(w.session, w.seq, name);
-            let s = self.sessions.get_mut(&w.session).expect("live waiter");
-            s.waiting.remove(&w.seq).expect("recorded wait");
-            self.drop_campaign(name, w.session, w.seq);
-            self.record(w.session, w.seq, Outcome::NotGranted);
-            fx.ended_waits.push((w.session, w.seq));
-            fx.changes.push(LockChange::WaitEnded {
-                name: name.to_owned(),
-                session: w.session,
-                seq: w.seq,
-            });
-        };
+        // The first waiter whose wait has not ended gets the lock.
+        let mut waiters = std::mem::take(&mut self.locks.get_mut(name).expect("held").waiters);
+        let next = self.next_live_waiter(name, &mut waiters, now_ms, fx);
         let lock = self.locks.get_mut(name).expect("held");
+        lock.waiters = waiters;
+        let Some(next) = next else {
+            self.locks.remove(name);
+            self.bytes -= lock_bytes(name);
+            return;
+        };
         // Tokens are entry indexes, and one entry hands a lock over at most once (sessions
         // leaving in this entry drop their waits before their holds), so this is strict.
         assert!(index > old.token, "token did not increase for {name}");
@@ -2590,29 +2584,7 @@ impl LockTable {
             token: index,
             granted_at_ms: now_ms,
         };
-        let s = self
-            .sessions
-            .get_mut(&next.session)
-            .expect("every waiter belongs to a live session");
-        let waited_for = s.waiting.remove(&next.seq);
-        assert_eq!(waited_for.as_deref(), Some(name));
-        s.held.insert(key.clone());
-        self.take_ask(next.session, next.seq, key.clone());
-        self.record(next.session, next.seq, Outcome::Granted { token: index });
-        let value = self.publish_campaign(&key, next.session, next.seq, index);
-        fx.changes.push(LockChange::Granted {
-            name: name.to_owned(),
-            session: next.session,
-            token: index,
-            mode: Mode::Exclusive,
-            value,
-        });
-        fx.handoffs.push(Handoff {
-            name: name.to_owned(),
-            session: next.session,
-            seq: next.seq,
-            token: index,
-        });
+        self.grant_to_waiter(&key, &next, index, fx);
     }
 
     /// Remove sessions: first every wait of every one of them (so that no lock is handed to a
