@@ -667,7 +667,15 @@ impl Node {
             () = self.quorum_lost_later() => return Err(ApiError::NoQuorum),
         }
         if !cancel_at_end {
-            return Ok(Acquired::Pending { position });
+            // The place in the queue now, not the one the poll began with: the queue ahead
+            // may have moved while it waited, and this answer is how the client hears of it.
+            let now = self.state.read(|t| match t.request_state(session.id, seq) {
+                Some(latchkey_core::RequestState::Waiting { position, .. }) => Some(position),
+                _ => None,
+            });
+            return Ok(Acquired::Pending {
+                position: now.unwrap_or(position),
+            });
         }
         // The wait timed out: leave the queue through the log. If the grant was applied first,
         // the cancel answers with that grant, so a grant is never lost.
