@@ -568,6 +568,7 @@ export class LockGuard {
     // Released on purpose: closing the guard's own session is no loss to report.
     this.detach();
     this.groupSession.guarded.delete(this.name);
+    this.groupSession.forgetContended(this.name);
     try {
       if (this.taken()) throw new NotHeld(this.name, this.token);
       if (this.session.isLost()) {

@@ -378,6 +378,11 @@ export class GroupSession {
     if (changed) this.events.emit("contended");
   }
 
+  /** A guard of `name` ended: what the keepalives said of its waiters is not a later grant's. */
+  forgetContended(name: string): void {
+    this.contended.delete(name);
+  }
+
   private takenNow(tokens: string[], through: string): void {
     const next = { tokens: new Set(tokens.map((t) => BigInt(t))), through: BigInt(through) };
     const changed = next.through !== this.taken.through || [...next.tokens].some((t) => !this.taken.tokens.has(t));

@@ -204,6 +204,25 @@ describe("lock-delay, conflict events and queue positions", () => {
     }
   });
 
+  it("forgets a released guard's contention, so a later guard of the name is not told of it", async () => {
+    // Regression: the session kept a released guard's name among the contended ones, so the next
+    // guard of that name was "contended" from the old grant's waiters until a keepalive answer
+    // said otherwise. TTL 60: no renewal (every 20 s) comes between the steps.
+    const [s] = await sessions(1, 60);
+    try {
+      const first = await s.lock("contended/forget", { wait: 0 });
+      first.groupSession.contendedNow(["contended/forget"], false); // what a keepalive answer would say
+      assert.equal(first.isContended(), true);
+      await first.release();
+      const second = await s.lock("contended/forget", { wait: 0 });
+      assert.equal(second.isContended(), false, "a later guard was told of the old grant's waiters");
+      assert.equal(second.groupSession.contended.has("contended/forget"), false);
+      await second.release();
+    } finally {
+      await closeAll([s]);
+    }
+  });
+
   it("ends a wait for contention when the lock may be lost", async () => {
     const [s] = await sessions(1);
     const g = await s.lock("contended/lost", { wait: 0 });

@@ -196,6 +196,22 @@ def test_a_cut_contended_list_keeps_what_was_known_of_the_names_after_it(client)
         assert s._contended == frozenset()
 
 
+def test_a_released_guard_forgets_its_contention_so_a_later_guard_is_not_told_of_it(client):
+    # Regression: the session kept a released guard's name among the contended ones, so the
+    # next guard of that name was "contended" from the old grant's waiters until a keepalive
+    # answer said otherwise. TTL 60: no renewal (every 20 s) comes between the steps.
+    with client.session(ttl=60) as s:
+        first = s.lock("contended/forget", wait=0)
+        s._contended_now(["contended/forget"], False)  # what a keepalive answer would say
+        assert first.is_contended()
+        first.release()
+        second = s.lock("contended/forget", wait=0)
+        assert not second.is_contended(), "a later guard was told of the old grant's waiters"
+        assert "contended/forget" not in s._contended
+        assert not second.contended(timeout=0.2)
+        second.release()
+
+
 def test_a_lost_lock_ends_a_wait_for_contention(client):
     s = client.session(ttl=10)
     g = s.lock("contended/lost", wait=0)
@@ -241,6 +257,25 @@ def test_async_lock_delay_contended_and_positions(server):
             await granted.release()
             await b.close()
             await a.close()
+
+    run(main())
+
+
+def test_async_a_released_guard_forgets_its_contention(server):
+    # As test_a_released_guard_forgets_its_contention_so_a_later_guard_is_not_told_of_it.
+    async def main():
+        async with latchkey.aio.Client([server.addr]) as c:
+            s = await c.session(ttl=60)
+            first = await s.lock("aio/forget", wait=0)
+            s._contended_now(["aio/forget"], False)
+            assert first.is_contended()
+            await first.release()
+            second = await s.lock("aio/forget", wait=0)
+            assert not second.is_contended(), "a later guard was told of the old grant's waiters"
+            assert "aio/forget" not in s._contended
+            assert not await second.contended(timeout=0.2)
+            await second.release()
+            await s.close()
 
     run(main())
 

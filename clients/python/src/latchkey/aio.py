@@ -884,6 +884,11 @@ class Session:
         changed, self._contended_changed = self._contended_changed, asyncio.Event()
         changed.set()
 
+    def _forget_contended(self, name: str) -> None:
+        """See latchkey.Session._forget_contended."""
+        if name in self._contended:
+            self._contended = self._contended - {name}
+
     def _taken_now(self, tokens: frozenset, through: int) -> None:
         if (tokens, through) == self._taken:
             return
@@ -1125,6 +1130,7 @@ class LockGuard:
         self._released = True
         session = self._session
         session._guards.discard(self)
+        session._forget_contended(self.name)
         if self._taken():
             raise errors.NotHeld(self.name, self.token)
         if session.is_lost():

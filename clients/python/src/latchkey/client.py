@@ -1093,6 +1093,12 @@ class Session:
             self._contended = new
             self._cond.notify_all()
 
+    def _forget_contended(self, name: str) -> None:
+        """A guard of `name` ended: what the keepalives said of its waiters is not a later
+        grant's (the Rust client's forget_contended). Called with `_cond` held."""
+        if name in self._contended:
+            self._contended = self._contended - {name}
+
     # --- sequence numbers ---------------------------------------------------------------------
     def _begin(self) -> int:
         with self._cond:
@@ -1353,6 +1359,7 @@ class LockGuard:
         session = self._session
         with session._cond:
             session._guards.discard(self)
+            session._forget_contended(self.name)
         if self._taken():
             raise errors.NotHeld(self.name, self.token)
         if session.is_lost():
