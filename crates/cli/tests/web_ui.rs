@@ -384,7 +384,9 @@ fn the_page_shows_a_held_lock_and_drops_it_once_released_in_chromium() {
 /// session and token in the order granted (as `GET /v1/lock` does), marks the waiting writer,
 /// shows a force-release button per grant, and drops the rows once released. The leader's
 /// value is user input with markup in it: the page shows it as text, and no element or script
-/// of it comes to life.
+/// of it comes to life. Lock-delay (issue #32): `deploy/db`, whose holder's session an operator
+/// revoked, shows no holder and "lock-delay until <time> (<remaining> left)" until a
+/// force-release ends the delay; `deploy/cache`, held with a lock-delay, says what it asked for.
 #[test]
 fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
     let Some((dir, chromium)) = browser_kit_or_skip() else {
@@ -445,6 +447,39 @@ fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
     wait_until("the writer is queued", T, || {
         node.describe("config/app.toml")["waiters"] == 1
     });
+    // A lock held with a lock-delay, and one whose delay runs: its holder's session revoked.
+    holders.push(hold("deploy/cache", &["--lock-delay", "5m"], "cache"));
+    wait_until("deploy/cache is held", T, || work.lines("cache").len() == 1);
+    let mut delayed = hold("deploy/db", &["--lock-delay", "5m"], "db");
+    wait_until("deploy/db is held", T, || work.lines("db").len() == 1);
+    let delayed_token: u64 = work.lines("db")[0].trim().parse().expect("deploy/db's token");
+    let delayed_session = node.describe("deploy/db")["holders"][0]["session"]
+        .as_u64()
+        .expect("deploy/db's holder session");
+    let admin = |args: &[&str]| {
+        let mut full = vec!["admin".to_string()];
+        full.extend(args.iter().map(|s| s.to_string()));
+        full.extend(["--endpoints".into(), node.addr.into()]);
+        let out = run(&full, work.dir.path(), T);
+        assert!(out.status.success(), "latchkey {full:?}: {out:?}");
+    };
+    admin(&[
+        "revoke",
+        "--reason",
+        "web-ui test: a lock-delay",
+        &delayed_session.to_string(),
+    ]);
+    assert_eq!(
+        delayed.wait_code(T),
+        EXIT_LOCK_LOST,
+        "deploy/db's holder loses it: {}",
+        delayed.stderr()
+    );
+    let in_delay = node.describe("deploy/db");
+    assert!(
+        in_delay["delay_remaining_ms"].is_u64() && in_delay["holders"] == serde_json::json!([]),
+        "deploy/db is in its lock-delay: {in_delay}"
+    );
 
     let shown = |name: &str, mode: &str, waiters: &[&str], count: usize| {
         let lock = node.describe(name);
@@ -464,10 +499,16 @@ fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
         "the API's value"
     );
     leader["value"] = leader_value.into();
+    let mut cache = shown("deploy/cache", "exclusive", &[], 1);
+    cache["delay"] = "^lock-delay 5 min 0 s if lost$".into();
+    let mut db = shown("deploy/db", "", &[], 0);
+    db["delay"] = r"^lock-delay until \S.* \((\d+ s|\d+ min \d+ s) left\)$".into();
     let expected = serde_json::json!([
         shown("batch/nightly", "2 of 3 permits", &[], 2),
         shown("config/app.toml", "shared by 2 readers", &["writer"], 2),
         leader,
+        cache,
+        db,
     ]);
     let shots = screenshot_dir().join("primitives");
     let _ = std::fs::remove_dir_all(&shots);
@@ -513,6 +554,15 @@ fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
     assert_eq!(next_line("shown"), "shown");
     assert!(shots.join("held.png").is_file(), "no held.png");
 
+    // The operator's way out of a lock-delay: a force-release of the lost grant ends it.
+    admin(&[
+        "release",
+        "--token",
+        &delayed_token.to_string(),
+        "--reason",
+        "web-ui test: end the lock-delay",
+        "deploy/db",
+    ]);
     work.touch("release");
     for mut holder in holders {
         assert_eq!(holder.wait_code(T), 0, "holder: {}", holder.stderr());

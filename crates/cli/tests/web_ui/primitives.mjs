@@ -4,12 +4,13 @@
 //   node primitives.mjs URL EXPECTED_JSON SHOT_DIR
 //
 // EXPECTED_JSON: [{"lock": NAME, "mode": TEXT, "holders": [[SESSION, TOKEN], ...],
-// "waiters": [TEXT, ...], "value": VALUE?}, ...]. Loads URL (a node's /ui) and waits until each
+// "waiters": [TEXT, ...], "value": VALUE?, "delay": REGEX?}, ...]. Loads URL (a node's /ui) and waits until each
 // NAME's row says it is held as TEXT (the "held as" cell: "shared by 2 readers", "2 of 3
 // permits", "leader"), an election's leader VALUE shown as text (it is user input: no element
 // of its markup may be in the row, and no script of it may have run: window.__pwned), lists
 // every holder, one line each, with its session and token in that order, and shows its
-// waiters, each line including its TEXT ("writer"); takes SHOT_DIR/held.png and prints
+// waiters, each line including its TEXT ("writer"), and a lock-delay line matching REGEX
+// (a running one: "lock-delay until <time> (<remaining> left)"), or none without REGEX; takes SHOT_DIR/held.png and prints
 // "shown". Then waits for the line "released" on stdin, waits until every NAME's row is gone,
 // takes SHOT_DIR/released.png and prints "gone". Every wait is bounded; on a failure it takes
 // SHOT_DIR/failure.png, prints the reason on stderr and exits 1. Errors of the page's own
@@ -50,6 +51,7 @@ function rows(names) {
       waiters: [...row.querySelectorAll("[data-waiter]")].map((w) => w.textContent),
       buttons: row.querySelectorAll("button.force-release").length,
       value: row.querySelector("[data-value]")?.textContent ?? null,
+      delay: row.querySelector("[data-delay]")?.textContent ?? null,
       // Elements a value's markup would have made, had the page parsed it as HTML.
       injected: row.querySelectorAll("img, script, iframe, object, embed").length,
       pwned: window.__pwned ?? null,
@@ -60,6 +62,7 @@ function rows(names) {
 function matches(shown, want) {
   return shown !== null && shown.mode === want.mode &&
     (want.value === undefined || shown.value === want.value) &&
+    (want.delay === undefined ? shown.delay === null : shown.delay !== null && new RegExp(want.delay).test(shown.delay)) &&
     JSON.stringify(shown.holders) === JSON.stringify(want.holders) &&
     shown.waiters.length === want.waiters.length &&
     want.waiters.every((text, i) => shown.waiters[i].includes(text));

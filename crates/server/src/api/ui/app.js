@@ -19,6 +19,11 @@
 // (exclusive, shared by N readers, or "k of N permits") and lists every holder, one line each,
 // with a force-release button per grant (readers granted together share a token: one button).
 //
+// Lock-delay (docs/primitives.md): a name whose holder's grant was lost, and that is granted to
+// nobody until its delay ends, has a row with no holder that says "lock-delay until <time>
+// (<remaining> left)" (`delay_remaining_ms`, counted from this page's clock); a held lock whose
+// grant asked for one says so under how it is held.
+//
 // Raft groups (`groups` in the status above 1): the page lists the locks of each group
 // (`GET /v1/locks?group=G`; a list is its group leader's, to which a follower forwards it) and
 // shows every group, with its leader, in the "Raft groups" table.
@@ -220,13 +225,34 @@ function modeText(lock) {
   return leaderValue(lock) === undefined ? "exclusive" : "leader";
 }
 
+// Whether a lock-delay runs: the name is granted to nobody until it ends.
+function inDelay(lock) {
+  return typeof lock.delay_remaining_ms === "number" && holdersOf(lock).length === 0;
+}
+
+// What the "held as" cell says of a lock-delay: the running one's end (by this page's clock:
+// the server's figure is an estimate for display), or the one a holder's grant asked for;
+// "" for none.
+function delayText(lock) {
+  if (inDelay(lock)) {
+    const until = new Date(Date.now() + lock.delay_remaining_ms).toLocaleTimeString();
+    return `lock-delay until ${until} (${duration(lock.delay_remaining_ms)} left)`;
+  }
+  if (typeof lock.lock_delay_ms === "number" && holdersOf(lock).length > 0) {
+    return `lock-delay ${duration(lock.lock_delay_ms)} if lost`;
+  }
+  return "";
+}
+
 // The "held as" cell; an election's leader value under it. The value is user input: set as
-// text (el), never parsed as HTML.
+// text (el), never parsed as HTML. A lock-delay under it too.
 function modeCell(lock) {
   const td = el("td", null);
   td.appendChild(el("span", modeText(lock), { "data-mode": lock.mode ?? "exclusive" }));
   const value = leaderValue(lock);
   if (value !== undefined) td.appendChild(el("div", value, { "data-value": "", class: "mono" }));
+  const delay = delayText(lock);
+  if (delay) td.appendChild(el("div", delay, { "data-delay": "", class: inDelay(lock) ? "delay" : "note" }));
   return td;
 }
 
@@ -283,7 +309,7 @@ function renderLocks(locks, truncated, elsewhere) {
     return row([
       el("td", lock.name, { class: "mono" }),
       modeCell(lock),
-      holderLines(holders, (h) => String(h.session), (h) => ({ "data-holder": h.session }), "free"),
+      holderLines(holders, (h) => String(h.session), (h) => ({ "data-holder": h.session }), inDelay(lock) ? "nobody (lock-delay)" : "free"),
       holderLines(holders, (h) => String(h.token), (h) => ({ "data-token": h.token }), "", { class: "mono" }),
       holderLines(holders, (h) => owner(h.owner), null, ""),
       holderLines(holders, (h) => duration(h.held_for_ms), null, ""),
