@@ -69,11 +69,19 @@ function parseArgs(argv: string[]): string[] {
   return value.split(",").filter((e) => e.trim() !== "");
 }
 
+/** Queue positions kept per lock command: a wait hears one a long-poll (at most 10 s). */
+const POSITIONS_KEPT_MAX = 64;
+
 class Agent {
   private readonly client: Client;
   private readonly sessions = new Map<string, Session>();
   private readonly guards = new Map<string, LockGuard>();
   private nextGuard = 1;
+  /**
+   * The queue positions reported to a lock that asked (`"positions": true`), in order, by the
+   * lock command's id; at most POSITIONS_KEPT_MAX each (the latest).
+   */
+  private readonly positions = new Map<string, number[]>();
   /** Commands that run concurrently (lock, wait_lost), awaited before exit. */
   private readonly inFlight = new Set<Promise<void>>();
 
@@ -157,7 +165,17 @@ class Agent {
         const permits = cmd.permits === undefined || cmd.permits === null ? undefined : Number(cmd.permits);
         // `"lock_delay_ms": N` asks for a lock-delay (docs/primitives.md).
         const lockDelayMs = cmd.lock_delay_ms === undefined || cmd.lock_delay_ms === null ? undefined : Number(cmd.lock_delay_ms);
-        const guard = await session.lock(name, { wait, shared: mode === "shared", permits, lockDelayMs });
+        // `"positions": true` records the queue positions reported while it waits (`positions`).
+        let onPosition: ((position: number) => void) | undefined;
+        if (cmd.positions === true) {
+          const heard: number[] = [];
+          this.positions.set(this.str(cmd, "id"), heard);
+          onPosition = (position) => {
+            if (heard.length === POSITIONS_KEPT_MAX) heard.shift();
+            heard.push(position);
+          };
+        }
+        const guard = await session.lock(name, { wait, shared: mode === "shared", permits, lockDelayMs, onPosition });
         const handle = `g-${this.nextGuard++}`;
         this.guards.set(handle, guard);
         return { token: guard.token, guard: handle };
@@ -186,6 +204,12 @@ class Agent {
         // the server says the grant was not current): both answer "lost".
         await this.guard(cmd).release();
         return {};
+      }
+      case "positions": {
+        const lock = this.str(cmd, "lock");
+        const heard = this.positions.get(lock);
+        if (!heard) throw new Other(`no lock ${JSON.stringify(lock)} that asked for positions`);
+        return { positions: [...heard] };
       }
       case "lost":
         return { lost: this.guard(cmd).isLost() };

@@ -20,7 +20,8 @@
 //! a counting semaphore (N hold, the next waits, another kind or count is refused) and an
 //! election (campaign, leader, proclaim, resign; the next candidate leads with a higher token),
 //! conflict events and a lock-delay (a holder told of a waiter; a clean release hands over at
-//! once; a revoked holder's delay keeps the name from the next waiter).
+//! once; a revoked holder's delay keeps the name from the next waiter), queue positions (a
+//! waiter hears 2, then 1 once the one ahead of it is granted).
 
 mod common;
 
@@ -738,6 +739,91 @@ fn a_contended_holder_and_a_lock_delay(kind: Kind) {
     }
 }
 
+/// The positions a waiting `lock` (sent with `"positions": true`) heard so far.
+fn positions(agent: &mut Agent, lock: &str) -> Vec<u64> {
+    let heard = agent.ok(json!({"op": "positions", "lock": lock}));
+    heard["positions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{:?}: positions is a list: {heard}", agent.kind))
+        .iter()
+        .map(|p| p.as_u64().expect("a position is a number"))
+        .collect()
+}
+
+/// Waits (bounded) until the waiting `lock` heard `position` last; returns all it heard.
+fn until_position(agent: &mut Agent, lock: &str, position: u64, within: Duration) -> Vec<u64> {
+    let deadline = Instant::now() + within;
+    loop {
+        let heard = positions(agent, lock);
+        if heard.last() == Some(&position) {
+            return heard;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{:?}: position {position} not heard within {within:?}; heard {heard:?}",
+            agent.kind
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Queue positions (issue #32 item 5): a waiter behind a holder and another waiter hears it is
+/// second in the queue, then first once the holder's release grants the waiter ahead of it;
+/// the positions it hears never rise. The server tells a waiter its place when its long-poll
+/// ends, at most `ACQUIRE_POLL_MS_MAX` after it began, so each step may take that long (and
+/// the scenario about twice that).
+fn queue_positions(kind: Kind) {
+    let server = Server::start();
+    let work = tempfile::tempdir().unwrap();
+    let mut agent = Agent::start(kind, &server.addr, work.path());
+    for s in ["holder", "first", "second"] {
+        agent.ok(json!({"op": "session", "session": s, "ttl_ms": 15_000}));
+    }
+    // One long-poll, and the slack of the answer's way back.
+    let poll = Duration::from_millis(latchkey_core::limits::ACQUIRE_POLL_MS_MAX) + ANSWER / 3;
+    let held = agent.ok(json!({"op": "lock", "session": "holder", "name": "q", "wait_ms": 0}));
+    let first = agent.send(json!({"op": "lock", "session": "first", "name": "q", "wait_ms": 60_000, "positions": true}));
+    wait_until("the first waiter queued", ANSWER, || {
+        server.status("q")["waiters"] == 1
+    });
+    let second = agent.send(json!({"op": "lock", "session": "second", "name": "q", "wait_ms": 60_000, "positions": true}));
+    wait_until("the second waiter queued", ANSWER, || {
+        server.status("q")["waiters"] == 2
+    });
+    let behind_two = until_position(&mut agent, &second, 2, poll);
+    assert!(
+        behind_two.iter().all(|&p| p == 2),
+        "{kind:?}: the second waiter heard {behind_two:?} with two ahead of it"
+    );
+    agent.ok(json!({"op": "release", "guard": held["guard"]}));
+    let first_granted = agent.answer(&first, ANSWER);
+    assert_eq!(
+        first_granted["ok"], true,
+        "{kind:?}: the release grants the first waiter: {first_granted}"
+    );
+    let heard_by_first = positions(&mut agent, &first);
+    assert!(
+        heard_by_first.iter().all(|&p| p == 1),
+        "{kind:?}: the first waiter, at the head of the queue, heard {heard_by_first:?}"
+    );
+    let moved_up = until_position(&mut agent, &second, 1, poll);
+    assert!(
+        moved_up.windows(2).all(|w| w[0] >= w[1]) && moved_up.first() == Some(&2),
+        "{kind:?}: the second waiter's positions went 2 then 1, never up: {moved_up:?}"
+    );
+    agent.ok(json!({"op": "release", "guard": first_granted["guard"]}));
+    let second_granted = agent.answer(&second, ANSWER);
+    assert_eq!(second_granted["ok"], true, "{kind:?}: {second_granted}");
+    assert!(
+        token(&held) < token(&first_granted) && token(&first_granted) < token(&second_granted),
+        "{kind:?}: tokens in grant order"
+    );
+    agent.ok(json!({"op": "release", "guard": second_granted["guard"]}));
+    for s in ["holder", "first", "second"] {
+        agent.ok(json!({"op": "close", "session": s}));
+    }
+}
+
 /// Runs every scenario against `kind`'s client, or explains why it cannot.
 fn conforms(kind: Kind) {
     if let Err(why) = agent_command(kind) {
@@ -758,6 +844,7 @@ fn conforms(kind: Kind) {
     a_semaphore_of_three(kind);
     an_election_of_two(kind);
     a_contended_holder_and_a_lock_delay(kind);
+    queue_positions(kind);
 }
 
 #[test]

@@ -452,7 +452,10 @@ fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
     wait_until("deploy/cache is held", T, || work.lines("cache").len() == 1);
     let mut delayed = hold("deploy/db", &["--lock-delay", "5m"], "db");
     wait_until("deploy/db is held", T, || work.lines("db").len() == 1);
-    let delayed_token: u64 = work.lines("db")[0].trim().parse().expect("deploy/db's token");
+    let delayed_token: u64 = work.lines("db")[0]
+        .trim()
+        .parse()
+        .expect("deploy/db's token");
     let delayed_session = node.describe("deploy/db")["holders"][0]["session"]
         .as_u64()
         .expect("deploy/db's holder session");

@@ -15,6 +15,10 @@ use latchkey_client::{Client, Error, Leadership, LockGuard, Mode, Session};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+/// Queue positions kept per `lock` command: a wait hears one a long-poll (at most 10 s), so a
+/// conformance wait of a minute hears a handful.
+const POSITIONS_KEPT_MAX: usize = 64;
+
 /// The agent's state: one client, its sessions and guards by the names the suite gave them.
 #[derive(Clone)]
 struct Agent {
@@ -23,6 +27,9 @@ struct Agent {
     guards: Arc<Mutex<HashMap<String, Option<LockGuard>>>>,
     /// A campaign's leadership, by the guard name its `campaign` answered.
     leaderships: Arc<Mutex<HashMap<String, Option<Leadership>>>>,
+    /// The queue positions the client reported to a `lock` that asked (`"positions": true`),
+    /// in order, by the lock command's id; at most `POSITIONS_KEPT_MAX` each (the latest).
+    positions: Arc<Mutex<HashMap<String, Vec<u32>>>>,
     next_guard: Arc<Mutex<u64>>,
 }
 
@@ -48,6 +55,7 @@ pub async fn serve(
         sessions: Arc::default(),
         guards: Arc::default(),
         leaderships: Arc::default(),
+        positions: Arc::default(),
         next_guard: Arc::default(),
     };
     let mut tasks = tokio::task::JoinSet::new();
@@ -173,7 +181,34 @@ impl Agent {
                         }
                     },
                 };
-                let guard = request.wait(wait).await.map_err(|e| failed(&e))?;
+                // `"positions": true` records the queue positions the client reports while
+                // this lock waits, for the `positions` command (by this command's id).
+                let (request, heard) = if command["positions"] == Value::Bool(true) {
+                    let id = field(command, "id")?.to_owned();
+                    let (tx, rx) = tokio::sync::watch::channel(0u32);
+                    self.positions
+                        .lock()
+                        .unwrap()
+                        .insert(id.clone(), Vec::new());
+                    (request.positions(tx), Some((id, rx)))
+                } else {
+                    (request, None)
+                };
+                // Ends when the wait does: its request owns the sender.
+                let record = async {
+                    let Some((id, mut rx)) = heard else { return };
+                    while rx.changed().await.is_ok() {
+                        let position = *rx.borrow_and_update();
+                        let mut all = self.positions.lock().unwrap();
+                        let heard = all.entry(id.clone()).or_default();
+                        if heard.len() == POSITIONS_KEPT_MAX {
+                            heard.remove(0);
+                        }
+                        heard.push(position);
+                    }
+                };
+                let (waited, ()) = tokio::join!(request.wait(wait), record);
+                let guard = waited.map_err(|e| failed(&e))?;
                 let token = guard.token();
                 let name = {
                     let mut next = self.next_guard.lock().unwrap();
@@ -215,6 +250,15 @@ impl Agent {
                 let lost = self.with_guard(field(command, "guard")?, |g| g.lost())?;
                 let lost = tokio::time::timeout(timeout, lost).await.is_ok();
                 Ok(json!({"ok": true, "lost": lost}))
+            }
+            "positions" => {
+                let lock = field(command, "lock")?;
+                let positions = self.positions.lock().unwrap().get(lock).cloned();
+                let positions = positions.ok_or_else(|| {
+                    json!({"ok": false, "error": "other",
+                    "message": format!("no lock {lock} that asked for positions")})
+                })?;
+                Ok(json!({"ok": true, "positions": positions}))
             }
             "contended" => {
                 let contended =

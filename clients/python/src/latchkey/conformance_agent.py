@@ -19,13 +19,16 @@ import json
 import logging
 import sys
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import latchkey
 from latchkey.testing import resend_acquire
 
 # Lock commands in flight at once: a conformance run queues a handful.
 _LOCKS_IN_FLIGHT_MAX = 256
+# Queue positions kept per lock command (the latest): a wait hears one a long-poll (at most
+# 10 s), so a conformance wait of a minute hears a handful.
+_POSITIONS_KEPT_MAX = 64
 
 
 def _error_code(e: BaseException) -> str:
@@ -51,6 +54,9 @@ class Agent:
         self.client = latchkey.Client(endpoints)
         self.sessions: Dict[str, latchkey.Session] = {}
         self.guards: Dict[str, latchkey.LockGuard] = {}
+        # The queue positions reported to a lock that asked ("positions": true), in order, by
+        # the lock command's id.
+        self.positions: Dict[str, List[int]] = {}
         self.ids = itertools.count(1)
         self.out_lock = threading.Lock()
         self.state_lock = threading.Lock()
@@ -145,10 +151,31 @@ class Agent:
         # `"lock_delay_ms": N` asks for a lock-delay (docs/primitives.md).
         delay_ms = cmd.get("lock_delay_ms")
         lock_delay = None if delay_ms is None else int(delay_ms) / 1000
+        # `"positions": true` records the queue positions reported while it waits (`positions`).
+        heard = None
+        if cmd.get("positions") is True:
+            heard = []
+            with self.state_lock:
+                self.positions[cmd["id"]] = heard
+
+            def heard_one(position: int) -> None:
+                with self.state_lock:
+                    if len(heard) == _POSITIONS_KEPT_MAX:
+                        del heard[0]
+                    heard.append(int(position))
+
         g = self.session(cmd["session"]).lock(str(cmd["name"]), wait=wait,
                                               shared=mode == "shared", permits=permits,
-                                              lock_delay=lock_delay)
+                                              lock_delay=lock_delay,
+                                              positions=None if heard is None else heard_one)
         return {"token": g.token, "guard": self.keep_guard(g)}
+
+    def op_positions(self, cmd):
+        with self.state_lock:
+            heard = self.positions.get(str(cmd["lock"]))
+            if heard is None:
+                raise KeyError(f"no lock {cmd['lock']!r} that asked for positions")
+            return {"positions": list(heard)}
 
     def op_campaign(self, cmd):
         wait_ms: Optional[int] = cmd.get("wait_ms")
