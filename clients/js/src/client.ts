@@ -116,6 +116,8 @@ export interface LockInfo {
   lockDelayMs: number;
   /** Ms left of a running lock-delay (the lock then has no holder); undefined: none runs. */
   delayRemainingMs?: number;
+  /** The lost grant's token while a lock-delay runs: `forceRelease` with it ends the delay. */
+  delayToken?: bigint;
 }
 
 /** The answer of `list`: held locks in name order, and whether more matched than came back. */
@@ -304,6 +306,7 @@ function lockInfoFromWire(info: Wire): LockInfo {
     })),
     lockDelayMs: Number(info.lock_delay_ms ?? 0),
     delayRemainingMs: info.delay_remaining_ms === undefined || info.delay_remaining_ms === null ? undefined : Number(info.delay_remaining_ms),
+    delayToken: info.delay_token === undefined || info.delay_token === null ? undefined : BigInt(info.delay_token),
   };
 }
 
@@ -627,10 +630,12 @@ export class Client {
     const operator = checkOperator(options.operator);
     let token = options.token === undefined ? undefined : checkU64("the token", options.token, 1n);
     if (token === undefined) {
-      // Of several holders (readers, permits), the first granted's.
-      const holder = (await this.describe(name)).holder;
-      if (holder === undefined) throw new Conflict("lock-not-held", `lock ${JSON.stringify(name)} is not held`);
-      token = holder.token;
+      // Of several holders (readers, permits), the first granted's; of a name in a lock-delay,
+      // the lost grant's (the release ends the delay).
+      const info = await this.describe(name);
+      if (info.holder !== undefined) token = info.holder.token;
+      else if (info.delayToken !== undefined) token = info.delayToken;
+      else throw new Conflict("lock-not-held", `lock ${JSON.stringify(name)} is not held`);
     }
     const { response } = await this.call<Wire>(
       "AdminRelease",

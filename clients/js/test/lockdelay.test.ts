@@ -112,6 +112,7 @@ describe("lock-delay, conflict events and queue positions", () => {
       const during = await client.describe("delay/dead");
       assert.equal(during.holder, undefined);
       assert.deepEqual(during.queue.map((q) => q.sessionId), [w.id]);
+      assert.equal(during.delayToken, token, "the lost grant's token, which forceRelease names to end the delay");
       const granted = await waiting;
       assert.ok(grantedAt - killedAt >= DELAY_MS, `granted ${grantedAt - killedAt} ms after the holder died, within its ${DELAY_MS} ms lock-delay`);
       assert.ok(granted.token > token);

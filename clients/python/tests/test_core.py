@@ -185,6 +185,10 @@ def test_admin_input_is_checked_as_the_server_checks_it():
     with pytest.raises(errors.Conflict) as e:
         core.holder_token(core.LockInfo("x", None, 0, ()))
     assert e.value.reason == "lock-not-held"
+    # A name in a lock-delay has no holder: the lost grant's token ends the delay.
+    delayed = core.lock_info(core.pb.LockInfo(name="x", delay_remaining_ms=500, delay_token=7))
+    assert (delayed.delay_remaining, delayed.delay_token) == (0.5, 7)
+    assert core.holder_token(delayed) == 7
     r = core.pb.AuditRecord(index=3, at_ms=9, action="revoke", session=4, locks=2,
                             operator="o", reason="r")
     assert core.audit_entry(r) == core.AuditEntry(3, 9, "revoke", "", 4, 0, 0, 2, None, "o", "r")

@@ -102,6 +102,8 @@ def test_a_dead_holders_lock_delay_keeps_the_lock_from_a_waiter(server, client):
             during = client.describe("delay/dead")
             assert not during.held and during.queue == (w.id,), during
             assert 0 < during.delay_remaining <= DELAY
+            # The lost grant's token: a force-release without one names it to end the delay.
+            assert during.delay_token == token, during
             t.join(TTL + DELAY + 20)
             assert not t.is_alive() and out, "the waiter was never granted"
             granted, granted_at = out[0]

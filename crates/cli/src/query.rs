@@ -38,6 +38,9 @@ pub struct LockJson {
     /// While a lock-delay runs (no holder): ms until the name is granted again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delay_remaining_ms: Option<u64>,
+    /// While a lock-delay runs: the lost grant's token (`admin release` ends the delay).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_token: Option<u64>,
 }
 
 /// A session's owner description: what its client said about itself (not authenticated).
@@ -132,6 +135,7 @@ impl From<&LockInfo> for LockJson {
                 .collect(),
             lock_delay_ms: lock.lock_delay.map(ms),
             delay_remaining_ms: lock.delay_remaining.map(ms),
+            delay_token: lock.delay_token,
         }
     }
 }
@@ -586,6 +590,7 @@ mod tests {
             name: "a".into(),
             lock_delay: None,
             delay_remaining: None,
+            delay_token: None,
             holder: None,
             mode: Mode::Exclusive,
             holders: vec![],
@@ -615,6 +620,7 @@ mod tests {
             name: "b".into(),
             lock_delay: None,
             delay_remaining: None,
+            delay_token: None,
             holder: Some(holder.clone()),
             mode: Mode::Exclusive,
             holders: vec![holder],
@@ -693,6 +699,7 @@ mod tests {
             name: "cfg".into(),
             lock_delay: None,
             delay_remaining: None,
+            delay_token: None,
             holder: Some(h(3, 10)),
             mode: Mode::Shared,
             holders: vec![h(3, 10), h(4, 10)],
@@ -710,6 +717,7 @@ mod tests {
             name: "jobs".into(),
             lock_delay: None,
             delay_remaining: None,
+            delay_token: None,
             holder: Some(h(3, 20)),
             mode: Mode::Permits(3),
             holders: vec![h(3, 20), h(4, 21)],

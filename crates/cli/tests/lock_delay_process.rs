@@ -115,6 +115,53 @@ fn a_killed_holder_s_lock_delay_runs_before_its_waiter_is_granted() {
     assert!(token > first_token);
 }
 
+/// An operator ends a running lock-delay with `latchkey admin release NAME`, knowing no token:
+/// `status` shows the lost grant's token, the client's release names it, and the waiter is
+/// granted at once, not after the delay (5 minutes here).
+#[test]
+fn an_operator_ends_a_running_lock_delay_without_naming_a_token() {
+    let mut server = Server::start();
+    server.wait_ready().expect("server ready");
+    let work = Work::new();
+    let args: Vec<String> = [
+        "lock",
+        "--endpoints",
+        &server.addr,
+        "--ttl",
+        "2s",
+        "--lock-delay",
+        "5m",
+        "gate",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let holder = Proc::spawn(&args, work.dir.path());
+    wait_until("the holder holds gate", T, || {
+        server.status("gate")["held"] == true
+    });
+    let lost_token = server.status("gate")["token"].as_u64().expect("token");
+    let mut w = waiter(&server, &work, "gate", "w");
+    wait_until("the waiter queues", T, || {
+        server.status("gate")["waiters"] == 1
+    });
+    holder.signal_group(Signal::SIGKILL);
+    wait_until("the lock-delay runs", T, || {
+        server.status("gate")["delay_remaining_ms"].is_u64()
+    });
+    let status = server.status("gate");
+    assert_eq!(status["delay_token"], lost_token, "{status}");
+    let out = server.cli(&["admin", "release", "gate", "--reason", "the job is gone"]);
+    assert!(out.status.success(), "{}\n{}", out.stderr, out.stdout);
+    assert_eq!(w.wait(T).code(), Some(0), "{}", w.stderr());
+    let token: u64 = work.lines("w")[0]
+        .split_whitespace()
+        .nth(2)
+        .and_then(|t| t.parse().ok())
+        .expect("token");
+    assert!(token > lost_token);
+}
+
 /// Debian's libfaketime, which steps a process's wall clock from a file (as the nemesis does).
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 

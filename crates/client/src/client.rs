@@ -347,7 +347,8 @@ impl Client {
     /// holder's grant: such a retry fails with a `token-mismatch` or `lock-not-held`
     /// [`Error::Conflict`] instead. Of a name with several holders (readers, permits), the
     /// token chooses the grant taken (one permit, or the readers granted together); without
-    /// one, the first granted holder's is read.
+    /// one, the first granted holder's is read; of a name in a lock-delay (no holder), the lost
+    /// grant's token, so that the release ends the delay.
     pub async fn admin_release(
         &self,
         name: &str,
@@ -357,9 +358,15 @@ impl Client {
     ) -> Result<(u64, u64), Error> {
         let token = match token {
             Some(t) => t,
-            None => match self.describe(name).await?.holder {
-                Some(h) => h.token,
-                None => {
+            None => match self.describe(name).await? {
+                crate::types::LockInfo {
+                    holder: Some(h), ..
+                } => h.token,
+                crate::types::LockInfo {
+                    delay_token: Some(t),
+                    ..
+                } => t,
+                _ => {
                     return Err(Error::Conflict {
                         reason: "lock-not-held".into(),
                         message: format!("lock {name:?} is not held"),

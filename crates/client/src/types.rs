@@ -25,6 +25,9 @@ pub struct LockInfo {
     /// While a lock-delay runs (a holder's grant was lost; no holder): how long until the
     /// name is granted again.
     pub delay_remaining: Option<Duration>,
+    /// While a lock-delay runs: the token of the lost grant that started it;
+    /// [`crate::Client::admin_release`] with it ends the delay.
+    pub delay_token: Option<u64>,
 }
 
 /// One session waiting for a lock.
@@ -166,6 +169,7 @@ impl LockInfo {
                 .collect(),
             lock_delay: (lock.lock_delay_ms > 0).then(|| Duration::from_millis(lock.lock_delay_ms)),
             delay_remaining: lock.delay_remaining_ms.map(Duration::from_millis),
+            delay_token: lock.delay_token,
         }
     }
 }

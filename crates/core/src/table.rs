@@ -2782,6 +2782,7 @@ impl LockTable {
                 .collect(),
             lock_delay_ms: self.delays.held.get(name).copied(),
             delay_until_ms: None,
+            delay_token: None,
         }
     }
 
@@ -2804,6 +2805,7 @@ impl LockTable {
                 .collect(),
             lock_delay_ms: Some(d.delay_ms),
             delay_until_ms: Some(d.since_ms.saturating_add(d.delay_ms)),
+            delay_token: Some(d.token),
         }
     }
 
@@ -2838,6 +2840,7 @@ impl LockTable {
                 .collect(),
             lock_delay_ms: None,
             delay_until_ms: None,
+            delay_token: None,
         }
     }
 

@@ -792,6 +792,9 @@ pub struct LockState {
     /// its monotonic clock, so it ends later after a failover, and the starting leader's clock
     /// may differ from the reader's. Never acted on.
     pub delay_until_ms: Option<u64>,
+    /// While a lock-delay runs: the token of the lost grant that started it. A force-release
+    /// (`Op::AdminRelease`) naming this token ends the delay.
+    pub delay_token: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

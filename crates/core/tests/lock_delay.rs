@@ -146,6 +146,11 @@ fn an_expired_holder_s_delay_keeps_the_name_from_its_waiter_until_it_has_run() {
     assert_eq!(state.delay_until_ms, Some(expired_at + 5_000));
     assert_eq!(state.lock_delay_ms, Some(5_000));
     assert_eq!(
+        state.delay_token,
+        Some(token),
+        "the token a force-release names"
+    );
+    assert_eq!(
         t.table.running_delays().collect::<Vec<_>>(),
         [("x", token, 5_000)]
     );

@@ -539,6 +539,7 @@ fn describe_reports_holder_token_grant_time_and_waiters() {
             }],
             lock_delay_ms: None,
             delay_until_ms: None,
+            delay_token: None,
         })
     );
     assert_eq!(sim.table.describe("l"), None, "names are case-sensitive");

@@ -852,7 +852,8 @@ class LockInfo:
     is held: "exclusive" (a mutex or a writer; also a free lock), "shared" (readers) or
     "permits" (a semaphore of `permits` permits; 0 with the other modes). `lock_delay` is the
     holder's lock-delay in seconds (0: none); `delay_remaining` the seconds left of a running
-    one (None: none runs; the lock then has no holder)."""
+    one (None: none runs; the lock then has no holder) and `delay_token` the lost grant's token
+    that started it (a force-release naming it ends the delay)."""
 
     name: str
     holder: Optional[Holder]
@@ -863,6 +864,7 @@ class LockInfo:
     holders: Tuple[Holder, ...] = ()
     lock_delay: float = 0.0
     delay_remaining: Optional[float] = None
+    delay_token: Optional[int] = None
 
     @property
     def held(self) -> bool:
@@ -896,8 +898,10 @@ def lock_info(lock: "pb.LockInfo") -> LockInfo:
         raise errors.ProtocolError(f"lock {lock.name!r} is held in an unknown mode {lock.mode}")
     delay_remaining = (lock.delay_remaining_ms / 1000
                        if lock.HasField("delay_remaining_ms") else None)
+    delay_token = lock.delay_token if lock.HasField("delay_token") else None
     return LockInfo(lock.name, holder, lock.waiters, tuple(w.session for w in lock.queue),
-                    mode, lock.permits, holders, lock.lock_delay_ms / 1000, delay_remaining)
+                    mode, lock.permits, holders, lock.lock_delay_ms / 1000, delay_remaining,
+                    delay_token)
 
 
 @dataclass(frozen=True)
@@ -1021,7 +1025,10 @@ def check_admin_revoke(session_id: int, reason: str,
 
 def holder_token(info: LockInfo) -> int:
     """The current holder's token, read before a force-release without one (client.rs,
-    admin_release); Conflict `lock-not-held` when nobody holds it."""
+    admin_release); of a name in a lock-delay, the lost grant's (the release ends the delay);
+    Conflict `lock-not-held` when nobody holds it."""
+    if info.holder is None and info.delay_token is not None:
+        return info.delay_token
     if info.holder is None:
         raise errors.Conflict(f"lock {info.name!r} is not held", reason="lock-not-held")
     return info.holder.token

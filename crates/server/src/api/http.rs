@@ -758,6 +758,9 @@ struct LockJson {
     /// While a lock-delay runs: ms until the name is granted again.
     #[serde(skip_serializing_if = "Option::is_none")]
     delay_remaining_ms: Option<u64>,
+    /// While a lock-delay runs: the lost grant's token; a force-release naming it ends the delay.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delay_token: Option<u64>,
 }
 
 fn lock_json(lock: LockView) -> LockJson {
@@ -781,6 +784,7 @@ fn lock_json(lock: LockView) -> LockJson {
             .collect(),
         lock_delay_ms: lock.lock_delay_ms,
         delay_remaining_ms: lock.delay_remaining_ms,
+        delay_token: lock.delay_token,
     }
 }
 

@@ -172,6 +172,7 @@ fn held_info(name: String, h: Held, waiters: u32) -> pb::LockInfo {
         holders: vec![holder_pb(h)],
         lock_delay_ms: 0,
         delay_remaining_ms: None,
+        delay_token: None,
     }
 }
 
@@ -213,6 +214,7 @@ fn lock_info(lock: LockView) -> pb::LockInfo {
         holders,
         lock_delay_ms: lock.lock_delay_ms.unwrap_or(0),
         delay_remaining_ms: lock.delay_remaining_ms,
+        delay_token: lock.delay_token,
         ..info
     }
 }

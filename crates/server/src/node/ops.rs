@@ -103,6 +103,8 @@ pub struct LockView {
     /// While a lock-delay runs (no holder): how long until it ends, on this node's wall clock
     /// from the leader's stamped end.
     pub delay_remaining_ms: Option<u64>,
+    /// While a lock-delay runs: the lost grant's token, which a force-release names to end it.
+    pub delay_token: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +153,7 @@ impl LockView {
                 queue: Vec::new(),
                 lock_delay_ms: None,
                 delay_remaining_ms: None,
+                delay_token: None,
             },
             Some(i) => {
                 // A name is in the table while held (a waiter that fits is granted in the
@@ -184,6 +187,7 @@ impl LockView {
                         .collect(),
                     lock_delay_ms: i.lock_delay_ms,
                     delay_remaining_ms: i.delay_until_ms.map(|u| u.saturating_sub(now_ms)),
+                    delay_token: i.delay_token,
                 }
             }
         }
@@ -199,11 +203,15 @@ impl LockView {
         // take six (`\u00XX`): counted at that, so that values cannot carry a List answer past
         // the message limits (a page is cut short instead).
         let value = |h: &Held| h.value.as_ref().map_or(0, |v| 6 * v.len());
-        // A lock-delay's two numbers: a key and up to 20 digits each in JSON.
-        let delay = [self.lock_delay_ms, self.delay_remaining_ms]
-            .iter()
-            .flatten()
-            .count()
+        // A lock-delay's three numbers: a key and up to 20 digits each in JSON.
+        let delay = [
+            self.lock_delay_ms,
+            self.delay_remaining_ms,
+            self.delay_token,
+        ]
+        .iter()
+        .flatten()
+        .count()
             * 44;
         self.name.len()
             + 64
@@ -1054,6 +1062,7 @@ mod tests {
             queue: Vec::new(),
             lock_delay_ms: None,
             delay_remaining_ms: None,
+            delay_token: None,
         };
         let without = view(None).wire_bytes();
         let with = view(Some(vec![0; limits::ELECTION_VALUE_BYTES_MAX])).wire_bytes();

@@ -254,7 +254,7 @@ class DescribeRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class LockInfo(_message.Message):
-    __slots__ = ("name", "held", "session", "token", "held_for_ms", "waiters", "owner", "queue", "mode", "permits", "holders", "value", "lock_delay_ms", "delay_remaining_ms")
+    __slots__ = ("name", "held", "session", "token", "held_for_ms", "waiters", "owner", "queue", "mode", "permits", "holders", "value", "lock_delay_ms", "delay_remaining_ms", "delay_token")
     NAME_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
@@ -269,6 +269,7 @@ class LockInfo(_message.Message):
     VALUE_FIELD_NUMBER: _ClassVar[int]
     LOCK_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     DELAY_REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     name: str
     held: bool
     session: int
@@ -283,7 +284,8 @@ class LockInfo(_message.Message):
     value: bytes
     lock_delay_ms: int
     delay_remaining_ms: int
-    def __init__(self, name: _Optional[str] = ..., held: _Optional[bool] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., queue: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., value: _Optional[bytes] = ..., lock_delay_ms: _Optional[int] = ..., delay_remaining_ms: _Optional[int] = ...) -> None: ...
+    delay_token: int
+    def __init__(self, name: _Optional[str] = ..., held: _Optional[bool] = ..., session: _Optional[int] = ..., token: _Optional[int] = ..., held_for_ms: _Optional[int] = ..., waiters: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., queue: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ..., mode: _Optional[_Union[LockMode, str]] = ..., permits: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., value: _Optional[bytes] = ..., lock_delay_ms: _Optional[int] = ..., delay_remaining_ms: _Optional[int] = ..., delay_token: _Optional[int] = ...) -> None: ...
 
 class Holder(_message.Message):
     __slots__ = ("session", "token", "held_for_ms", "owner", "value")
