@@ -7,10 +7,9 @@
 //! so that as many keep campaigning.
 //!
 //! The figure is about the candidates' session TTL (`--ttl`, 3 s by default here): a killed
-//! process's session, and its leadership with it, lives until its lease expires (between 2/3 of
-//! the TTL and the TTL after the kill: its last keepalive was sent at most a third of it
-//! earlier); then the first candidate of the FIFO queue is granted, learns it and starts
-//! COMMAND.
+//! process's session, and its leadership with it, lives until its lease expires, a TTL after
+//! the leader last heard from it; then the first candidate of the FIFO queue is granted, learns
+//! it and starts COMMAND (docs/PERFORMANCE.md has the figures).
 //!
 //! No process outlives the bench. The candidates get the members' parent-death signal; the
 //! bench is a child subreaper, so a killed candidate's COMMAND becomes its child and is reaped

@@ -109,7 +109,7 @@ pub struct ElectionFigures {
     pub candidates: usize,
     pub rounds: u32,
     /// The candidates' session lease: a killed leader's session, and its leadership, lives until
-    /// it expires, so the figure is about this long (2/3 of it at least).
+    /// it expires, so the figure is about this long.
     pub ttl_ms: u64,
     pub kill_to_command: Percentiles,
     /// Each round's, in order.
