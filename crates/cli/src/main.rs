@@ -742,7 +742,7 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "uncontended")]
     pub workload: bench::Workload,
     /// Clients, each with its own connection and session (default: 64; herd 500, hold 100,
-    /// failover 8).
+    /// failover 8; election: 3 candidate processes).
     #[arg(long)]
     pub clients: Option<usize>,
     /// Length of the measured window.
@@ -751,13 +751,13 @@ pub struct BenchArgs {
     /// Load before the window, excluded from every figure.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub warmup: Duration,
-    /// Session lease of every client (renewed every third of it).
-    #[arg(long, default_value = "15s", value_parser = parse_ttl)]
-    pub ttl: Duration,
+    /// Session lease of every client (renewed every third of it; default 15s, election 3s).
+    #[arg(long, value_parser = parse_ttl)]
+    pub ttl: Option<Duration>,
     /// hold: locks held in total, spread over the clients' sessions.
     #[arg(long, default_value_t = 10_000)]
     pub locks: usize,
-    /// failover: leader kills.
+    /// failover: kills of the Raft leader; election: kills of the election's leader process.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
     /// semaphore: the semaphore's permits (at most that many clients hold one at once).

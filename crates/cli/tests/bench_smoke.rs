@@ -315,3 +315,127 @@ fn semaphore_turns_on_one_semaphore_never_exceed_its_permits() {
     assert_eq!(r["permits"], 3, "{r:#}");
     assert_eq!(r["holders_over_permits"], 0, "{r:#}");
 }
+
+/// Processes (alive, not zombies) whose command line or environment mentions `marker`: a bench's
+/// election candidates name it (their election) and their COMMANDs have it in `LATCHKEY_LOCK`.
+fn processes_naming(marker: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            ["cmdline", "environ"].iter().any(|file| {
+                std::fs::read(format!("/proc/{pid}/{file}"))
+                    .is_ok_and(|bytes| String::from_utf8_lossy(&bytes).contains(marker))
+            })
+        })
+        .filter(|&pid| alive(pid))
+        .collect()
+}
+
+/// A lock-name prefix no other test's process has.
+fn unique_prefix(what: &str) -> String {
+    format!("smoke-{what}-{}/", std::process::id())
+}
+
+/// Issue #32's election failover figure: real `latchkey elect` processes, the leader's killed
+/// -9 each round, timed to the next leader's COMMAND start; the shape of the report (not a
+/// speed), and no candidate or COMMAND left running after the bench.
+#[test]
+fn election_times_a_leader_kill_to_the_next_command_and_leaves_no_process() {
+    let prefix = unique_prefix("election");
+    let r = bench(&[
+        "--cluster",
+        "1",
+        "--workload",
+        "election",
+        "--clients",
+        "3",
+        "--rounds",
+        "2",
+        "--ttl",
+        "1s",
+        "--prefix",
+        &prefix,
+    ]);
+    assert_eq!(r["workload"], "election", "{r:#}");
+    assert_eq!(r["op"], "failover", "{r:#}");
+    assert_eq!(r["ops"], 2, "{r:#}");
+    assert_eq!(r["token_violations"], 0, "{r:#}");
+    let e = &r["election"];
+    assert_eq!(e["candidates"], 3, "{r:#}");
+    assert_eq!(e["rounds"], 2, "{r:#}");
+    assert_eq!(e["ttl_ms"], 1000, "{r:#}");
+    let times = e["kill_to_command_ms"].as_array().expect("times");
+    assert_eq!(times.len(), 2, "{r:#}");
+    assert!(times.iter().all(|t| t.as_f64().unwrap() > 0.0), "{r:#}");
+    assert_eq!(f(&r, &["election", "kill_to_command", "count"]), 2.0);
+    let (p50, p99, max) = (
+        f(&r, &["election", "kill_to_command", "p50_ms"]),
+        f(&r, &["election", "kill_to_command", "p99_ms"]),
+        f(&r, &["election", "kill_to_command", "max_ms"]),
+    );
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{r:#}");
+    assert!(r["server"].is_object(), "server metrics missing: {r:#}");
+    let left = processes_naming(&prefix);
+    assert!(left.is_empty(), "still running after the bench: {left:?}");
+}
+
+/// Candidates and their COMMANDs die with an interrupted bench (its cleanup) and with a bench
+/// killed -9 (the candidates by the parent-death signal, a COMMAND by watching the bench).
+fn assert_candidates_die_with_the_bench(stop: nix::sys::signal::Signal) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let prefix = unique_prefix(&format!("election-{}", stop.as_str()));
+    let argv: Vec<String> = [
+        "bench",
+        "--cluster",
+        "1",
+        "--workload",
+        "election",
+        "--rounds",
+        "100",
+        "--prefix",
+        &prefix,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // Its temporary directories go into ours: a bench killed -9 cannot remove them.
+    let tmp = dir.path().to_owned();
+    let mut bench = common::Proc::spawn_with(&argv, dir.path(), |c| {
+        c.env("TMPDIR", tmp);
+    });
+    // The bench itself (its --prefix), three candidates, and the leader's COMMAND (a shell and
+    // its sleep).
+    common::wait_until("the candidates and a COMMAND", BENCH_TIMEOUT, || {
+        processes_naming(&prefix).len() >= 6
+    });
+    common::signal(bench.pid(), stop);
+    bench.wait(BENCH_TIMEOUT);
+    common::wait_until("every candidate and COMMAND to exit", BENCH_TIMEOUT, || {
+        processes_naming(&prefix).is_empty()
+    });
+}
+
+#[test]
+fn an_interrupted_election_bench_stops_its_candidates_and_their_commands() {
+    assert_candidates_die_with_the_bench(nix::sys::signal::Signal::SIGINT);
+}
+
+#[test]
+fn an_election_bench_killed_9_leaves_no_candidate_or_command_running() {
+    assert_candidates_die_with_the_bench(nix::sys::signal::Signal::SIGKILL);
+}
+
+#[test]
+fn an_election_of_one_candidate_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let argv: Vec<String> = ["bench", "--workload", "election", "--clients", "1"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let out = common::run(&argv, dir.path(), BENCH_TIMEOUT);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("must be 2 to"), "{}", out.stderr);
+}

@@ -450,6 +450,14 @@ pub const BENCH_HOLD_LOCKS_MAX: usize = LOCKS_MAX;
 /// Failover rounds of one bench run. Each kills the leader, restarts it and waits for the
 /// cluster to be whole again (seconds each): a hundred is already a long run.
 pub const BENCH_FAILOVER_ROUNDS_MAX: u32 = 100;
+/// Candidates of `latchkey bench --workload election`: each is a real `latchkey elect` process
+/// with its own connection and session (and, leading, a COMMAND shell); a few suffice to have a
+/// queue behind the leader, and a few dozen processes are already a load of their own.
+pub const BENCH_ELECTION_CANDIDATES_MAX: usize = 64;
+/// Leader kills of one `bench --workload election` run: each waits out a session lease (about
+/// `--ttl`), so a hundred is already a long run.
+pub const BENCH_ELECTION_ROUNDS_MAX: u32 = 100;
+const _: () = assert!(BENCH_ELECTION_CANDIDATES_MAX <= WAITERS_PER_LOCK_MAX);
 /// Acquires the hold workload keeps in flight while it fills the table: enough to keep a
 /// leader's group commit busy, far below the requests a node serves at once.
 pub const BENCH_HOLD_FILL_IN_FLIGHT_MAX: usize = 256;

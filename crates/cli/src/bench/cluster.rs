@@ -54,6 +54,43 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// The processes the bench starts (members, election candidates) are its own: a config file
+/// or `LATCHKEY_*` settings the bench was started with (`LATCHKEY_CONFIG`, `LATCHKEY_ACL`,
+/// `LATCHKEY_ENDPOINTS`, ...) are not theirs, and they log at their own default level, whatever
+/// `RUST_LOG` the bench was given.
+pub(super) fn without_the_benchs_settings(command: &mut Command) {
+    command.env_remove("RUST_LOG");
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("LATCHKEY_") {
+            command.env_remove(key);
+        }
+    }
+}
+
+/// Gives a process the bench starts (a member, an election candidate) a parent-death signal,
+/// so that even a `kill -9` of the bench takes it down.
+pub(super) fn die_with_the_bench(command: &mut Command) {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid are async-signal-safe and touch no
+    // memory of the parent. The signal fires when the *thread* that spawned the process
+    // exits: they are spawned from the bench's main future, whose thread lives as long
+    // as the bench. A bench that dies between the fork and the prctl sends no signal (the
+    // child was already orphaned): the child then sees another parent and does not exec
+    // (prctl(2)); before this check such a member outlived a bench killed -9 as it started.
+    let bench = nix::unistd::getpid();
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)?;
+            if nix::unistd::getppid() != bench {
+                return Err(std::io::Error::other(
+                    "the bench exited as this process started",
+                ));
+            }
+            Ok(())
+        });
+    }
+}
+
 impl BenchCluster {
     /// Starts `n` members and waits until a leader serves reads.
     pub async fn start(n: usize, groups: u32, replicas: u32) -> anyhow::Result<BenchCluster> {
@@ -159,37 +196,11 @@ impl BenchCluster {
             .args(["--metrics-listen", &m.metrics_addr])
             .args(["--groups", &self.groups.to_string()])
             .args(["--replicas", &self.replicas.to_string()])
-            // The server's own default log level, whatever the bench was started with.
-            .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
-        // The members are the bench's own: a config file or `LATCHKEY_*` serve settings the
-        // bench was started with (`LATCHKEY_CONFIG`, `LATCHKEY_ACL`, ...) are not theirs.
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("LATCHKEY_") {
-                command.env_remove(key);
-            }
-        }
-        // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid are async-signal-safe and touch no
-        // memory of the parent. The signal fires when the *thread* that spawned the member
-        // exits: members are spawned from the bench's main future, whose thread lives as long
-        // as the bench. A bench that dies between the fork and the prctl sends no signal (the
-        // child was already orphaned): the child then sees another parent and does not exec
-        // (prctl(2)); before this check such a member outlived a bench killed -9 as it started.
-        let bench = nix::unistd::getpid();
-        unsafe {
-            command.pre_exec(move || {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                    .map_err(std::io::Error::from)?;
-                if nix::unistd::getppid() != bench {
-                    return Err(std::io::Error::other(
-                        "the bench exited as this member started",
-                    ));
-                }
-                Ok(())
-            });
-        }
+        without_the_benchs_settings(&mut command);
+        die_with_the_bench(&mut command);
         let child = command
             .spawn()
             .with_context(|| format!("starting member {id}"))?;

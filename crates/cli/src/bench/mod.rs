@@ -4,7 +4,8 @@
 //! - this file: flags -> [`Plan`] (checked once), the target (an existing cluster, or one of
 //!   [`cluster`]'s own), the measured [`Window`] (server metrics and CPU scraped at both
 //!   ends), the progress line, and the exit status;
-//! - [`workloads`]: uncontended, contended, herd, hold, failover;
+//! - [`workloads`]: uncontended, contended, herd, hold, failover, semaphore;
+//! - [`election`]: real `latchkey elect` processes, the leader's killed -9;
 //! - [`cluster`]: `--cluster N`, real `latchkey serve` processes on loopback;
 //! - [`scrape`]: `/metrics` over HTTP, CPU and memory from `/proc`;
 //! - [`report`]: the [`report::Report`], as JSON or a table.
@@ -13,6 +14,7 @@
 //! locks taken) before the warm-up, and an operation counts if it completes inside the window.
 
 mod cluster;
+mod election;
 mod report;
 mod scrape;
 mod workloads;
@@ -24,7 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use latchkey_core::limits::{
-    BENCH_CLIENTS_MAX, BENCH_FAILOVER_ROUNDS_MAX, BENCH_HERD_CLIENTS_DEFAULT, BENCH_HOLD_LOCKS_MAX,
+    BENCH_CLIENTS_MAX, BENCH_ELECTION_CANDIDATES_MAX, BENCH_ELECTION_ROUNDS_MAX,
+    BENCH_FAILOVER_ROUNDS_MAX, BENCH_HERD_CLIENTS_DEFAULT, BENCH_HOLD_LOCKS_MAX,
     HOLDERS_PER_LOCK_MAX, LOCKS_PER_SESSION_MAX, WAITERS_PER_LOCK_MAX,
 };
 
@@ -49,6 +52,11 @@ pub enum Workload {
     /// All clients take turns on one semaphore of --permits permits (issue #32): at most that
     /// many hold one at once, the rest wait in its FIFO queue.
     Semaphore,
+    /// --clients (3 unless given) `latchkey elect` processes campaign for one name, each
+    /// COMMAND a shell that records its start; the leader's process is killed -9, --rounds
+    /// times: kill -> the next leader's COMMAND start (about the --ttl, 3 s unless given: a
+    /// killed leader leads until its session expires). --duration and --warmup are not used.
+    Election,
 }
 
 impl Workload {
@@ -60,6 +68,7 @@ impl Workload {
             Workload::Hold => "hold",
             Workload::Failover => "failover",
             Workload::Semaphore => "semaphore",
+            Workload::Election => "election",
         }
     }
 
@@ -70,6 +79,16 @@ impl Workload {
             Workload::Hold => 100,
             // Light load: the figure is the failover, not the throughput.
             Workload::Failover => 8,
+            // A leader and a queue behind it.
+            Workload::Election => 3,
+        }
+    }
+
+    fn default_ttl(self) -> Duration {
+        match self {
+            // The figure is about one lease: a short one keeps rounds short.
+            Workload::Election => Duration::from_secs(3),
+            _ => Duration::from_secs(15),
         }
     }
 }
@@ -117,6 +136,7 @@ impl Plan {
     fn from_args(args: &BenchArgs) -> anyhow::Result<Plan> {
         let workload = args.workload;
         let clients = args.clients.unwrap_or(workload.default_clients());
+        let ttl = args.ttl.unwrap_or(workload.default_ttl());
         anyhow::ensure!(
             (1..=BENCH_CLIENTS_MAX).contains(&clients),
             "--clients must be 1 to {BENCH_CLIENTS_MAX}"
@@ -166,7 +186,7 @@ impl Plan {
                 "--permits must be 1 to {HOLDERS_PER_LOCK_MAX}"
             );
             anyhow::ensure!(
-                args.hold < args.ttl,
+                args.hold < ttl,
                 "--hold must be shorter than --ttl (a holder must renew)"
             );
         }
@@ -180,12 +200,23 @@ impl Plan {
                 "--rounds must be 1 to {BENCH_FAILOVER_ROUNDS_MAX}"
             );
         }
+        if workload == Workload::Election {
+            anyhow::ensure!(
+                (2..=BENCH_ELECTION_CANDIDATES_MAX).contains(&clients),
+                "--clients (candidates) must be 2 to {BENCH_ELECTION_CANDIDATES_MAX} for \
+                 --workload election: the next leader is one of the others"
+            );
+            anyhow::ensure!(
+                (1..=BENCH_ELECTION_ROUNDS_MAX).contains(&args.rounds),
+                "--rounds must be 1 to {BENCH_ELECTION_ROUNDS_MAX}"
+            );
+        }
         Ok(Plan {
             workload,
             clients,
             duration: args.duration,
             warmup: args.warmup,
-            ttl: args.ttl,
+            ttl,
             cluster: args.cluster,
             groups: args.groups,
             replicas: args.replicas,
@@ -524,6 +555,7 @@ async fn run(plan: &Plan, args: &BenchArgs) -> anyhow::Result<()> {
         }
         Workload::Hold => workloads::hold(plan, &target, cluster.as_ref()).await?,
         Workload::Semaphore => workloads::semaphore(plan, &target, cluster.as_ref()).await?,
+        Workload::Election => election::election(plan, &target, cluster.as_ref()).await?,
         Workload::Failover => {
             let cluster = cluster.as_mut().expect("checked by Plan::from_args");
             workloads::failover(plan, &target, cluster).await?

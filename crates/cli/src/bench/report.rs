@@ -101,6 +101,21 @@ pub struct FailoverFigures {
     pub kill_to_grant_max_ms: f64,
 }
 
+/// The election workload's figure: from the SIGKILL of the leading `latchkey elect` process to
+/// the start of the next leader's COMMAND (its own timestamp, taken as its first act).
+#[derive(Debug, Clone, Serialize)]
+pub struct ElectionFigures {
+    /// `latchkey elect` processes campaigning at once.
+    pub candidates: usize,
+    pub rounds: u32,
+    /// The candidates' session lease: a killed leader's session, and its leadership, lives until
+    /// it expires, so the figure is about this long.
+    pub ttl_ms: u64,
+    pub kill_to_command: Percentiles,
+    /// Each round's, in order.
+    pub kill_to_command_ms: Vec<f64>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub workload: String,
@@ -110,7 +125,9 @@ pub struct Report {
     pub warmup_s: f64,
     /// Length of the measured window.
     pub window_s: f64,
-    /// What one op is: "pair" (acquire + release), "handoff", "acquire", "grant" (a permit).
+    /// What one op is: "pair" (acquire + release), "handoff", "acquire", "grant" (a permit),
+    /// "held lock" (hold), "failover" (election: a leader killed and the next one's COMMAND
+    /// started).
     pub op: &'static str,
     pub ops: u64,
     pub ops_per_s: f64,
@@ -131,6 +148,7 @@ pub struct Report {
     pub cpu: Cpu,
     pub hold: Option<HoldFigures>,
     pub failover: Option<FailoverFigures>,
+    pub election: Option<ElectionFigures>,
     /// Each Raft group's operations in the window (uncontended with `--groups`; empty
     /// otherwise).
     pub groups: Vec<GroupOps>,
@@ -194,8 +212,11 @@ impl Report {
                 format!("{:.0} {}s/s ({} {}s)", g.ops_per_s, self.op, g.ops, self.op),
             );
         }
-        row(acquire, pct(&self.acquire));
-        row("release", pct(&self.release));
+        // The election workload makes no acquire of its own: its candidates' processes do.
+        if self.election.is_none() {
+            row(acquire, pct(&self.acquire));
+            row("release", pct(&self.release));
+        }
         if let Some(n) = self.handoffs_to_other_client {
             row("to another client", n.to_string());
         }
@@ -301,6 +322,28 @@ impl Report {
                         .iter()
                         .map(|ms| ms.round() as u64)
                         .collect::<Vec<_>>()
+                ),
+            );
+        }
+        if let Some(e) = &self.election {
+            row(
+                "kill -> COMMAND",
+                format!(
+                    "{}  ({} rounds: {:?})",
+                    pct(&Some(e.kill_to_command.clone())),
+                    e.rounds,
+                    e.kill_to_command_ms
+                        .iter()
+                        .map(|ms| ms.round() as u64)
+                        .collect::<Vec<_>>()
+                ),
+            );
+            row(
+                "session ttl",
+                format!(
+                    "{:.1} s ({} candidates; a killed leader leads until its session expires)",
+                    e.ttl_ms as f64 / 1e3,
+                    e.candidates
                 ),
             );
         }

@@ -74,11 +74,11 @@ pub struct Stats {
     group_ops: Mutex<BTreeMap<u32, u64>>,
 }
 
-fn histogram() -> Histogram<u64> {
+pub(super) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid histogram bounds")
 }
 
-fn us(d: Duration) -> u64 {
+pub(super) fn us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
@@ -141,12 +141,12 @@ impl Stats {
         self.errors.lock().expect("errors lock").values().sum()
     }
 
-    fn violation(&self) {
+    pub(super) fn violation(&self) {
         self.violations.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The report's common figures; the workload fills in the rest.
-    fn report(&self, plan: &Plan, op: &'static str, window: &Window) -> Report {
+    pub(super) fn report(&self, plan: &Plan, op: &'static str, window: &Window) -> Report {
         let errors = self.errors.lock().expect("errors lock").clone();
         let ops = self.ops.load(Ordering::Relaxed);
         Report {
@@ -170,6 +170,7 @@ impl Stats {
             cpu: window.cpu(),
             hold: None,
             failover: None,
+            election: None,
             groups: {
                 let seconds = window.seconds();
                 let by_group = self.group_ops.lock().expect("group ops lock");
