@@ -123,7 +123,8 @@ pub const ELECTION: &str = "election";
 
 /// The election workload under `RunConfig::elections` (issue #32 item 1): at a share of its
 /// steps a client reads the leader, at another it campaigns (a 3 s wait, as an acquire's); once
-/// it leads it proclaims 1-3 new values, asking its leadership before each, then resigns (and
+/// it leads (in the safety phase sometimes for 1-2.5 TTLs first, asking its leadership every
+/// 50-100 ms) it proclaims 1-3 new values, asking its leadership before each, then resigns (and
 /// now and then proclaims once more under the ended term, as a proclaim the network delayed
 /// past the resign would arrive: the server must refuse it). The harness's faults hit leaders
 /// as they hit holders: a kill right after the grant, a pause between two proclaims, after
@@ -143,6 +144,9 @@ impl Elections {
     pub const READ_P: f64 = 0.3;
     /// The share of resigns followed by a late proclaim under the ended term.
     pub const LATE_PROCLAIM_P: f64 = 0.5;
+    /// The share of terms in the safety phase that are long (1-2.5 TTLs, the leader asking
+    /// every 50-100 ms), as a long hold of a lock: so that failovers meet leaders.
+    pub const LONG_TERM_P: f64 = 0.3;
 
     /// The elections of one life of a client's host, or none without `RunConfig::elections`.
     fn for_life(setup: &ClientSetup, life: u64) -> Option<Elections> {
@@ -466,6 +470,20 @@ async fn elect(w: &Worker<'_>, e: &mut Elections, actor: Actor, session: &Sessio
         session: holder,
         token,
     };
+    let (long, ttls) = (
+        e.rng.random_bool(Elections::LONG_TERM_P),
+        e.rng.random_range(1.0..2.5),
+    );
+    if long && true_now() < setup.long_holds_until {
+        let until = true_now() + setup.ttl.mul_f64(ttls);
+        while true_now() < until {
+            let step = e.rng.random_range(50..=100);
+            tokio::time::sleep(Duration::from_millis(step)).await;
+            if !term.leading(&leadership) {
+                return Next::NewSession;
+            }
+        }
+    }
     for _ in 0..e.rng.random_range(1..=3) {
         let think = e.rng.random_range(50..=300);
         tokio::time::sleep(Duration::from_millis(think)).await;

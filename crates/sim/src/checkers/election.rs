@@ -172,10 +172,12 @@ fn check_proclaims(
                 ms(*at)
             ));
         }
+        // At or after: a client invokes its next operation in the instant its last answer
+        // came, and its own operations are in order.
         let resigned = ops.iter().find(|r| {
             r.session == p.session
                 && r.kind == ElectionKind::Resign { token: *token }
-                && matches!(&r.ret, Some((ElectionRet::Resigned, done)) if *done < p.invoked)
+                && matches!(&r.ret, Some((ElectionRet::Resigned, done)) if *done <= p.invoked)
         });
         if let Some(r) = resigned {
             violation(format!(
@@ -375,7 +377,7 @@ mod tests {
                 Some((ElectionRet::Leads { token: 20 }, 420)),
             );
             e.leading(1, 10, 300);
-            e.resigned(1, 10, 310, 400);
+            e.resigned(1, 10, 310, 425);
             e.proclaim(1, 10, "a3", 425, ElectionRet::NotLeader, 450);
             e.read(3, 430, Some((2, 20, "b")), 440);
             e.leading(2, 20, 500);
