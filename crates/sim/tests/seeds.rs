@@ -728,7 +728,9 @@ fn a_planted_early_end_of_a_lock_delay_is_caught() {
 /// `election` checker included, a leader's term was held across a failover (a new Raft leader
 /// resumed the leases between the win's answer and the leader's last check that it led), and
 /// the server refused a proclaim after its term (the state the planted bug below needs).
-/// CHOSEN
+/// Chosen from a release sweep of seeds 0-19 with elections (`latchkey-sim --seeds 20
+/// --elections`): all passed; terms across a failover in seeds 1 (3), 4, 7 (2), 11, 16, 17 (2)
+/// and 18 (2).
 const CI_SEEDS_WITH_ELECTIONS: [u64; 1] = [1];
 
 #[test]
