@@ -144,11 +144,11 @@ pub struct LockTable {
     plant: TablePlant,
 }
 
-/// Bugs of the read-write locks and semaphores (issue #32) put back on purpose, so that the
-/// simulation shows its checkers catch each (`latchkey-sim --plant NAME`). Every field is false
-/// unless a simulation sets it (through the server's `Plant::table`). Each leaves the table's
-/// own invariants standing (a snapshot of it decodes): the harm is to holders the table no
-/// longer records, or to the order and tokens of grants.
+/// Bugs of the read-write locks, semaphores and elections (issue #32) put back on purpose, so
+/// that the simulation shows its checkers catch each (`latchkey-sim --plant NAME`). Every field
+/// is false unless a simulation sets it (through the server's `Plant::table`). Each leaves the
+/// table's own invariants standing (a snapshot of it decodes): the harm is to holders the table
+/// no longer records, to the order and tokens of grants, or to whose value a leader publishes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[doc(hidden)]
 pub struct TablePlant {
