@@ -67,6 +67,35 @@ impl Leadership {
     pub async fn resign(self) -> Result<(), Error> {
         self.guard.release().await
     }
+
+    /// [`Leadership::resign`], keeping what proclaiming under the ended term needs: for the
+    /// simulation, whose clients send such late proclaims (as the network can deliver one
+    /// sent before a resign after it) so that its checker sees the server refuse them.
+    #[doc(hidden)]
+    pub async fn resign_keeping_term(mut self) -> (Result<(), Error>, EndedTerm) {
+        let resigned = self.guard.release_in_place().await;
+        (resigned, EndedTerm { guard: self.guard })
+    }
+}
+
+/// A term that ended by [`Leadership::resign_keeping_term`]: proclaims under its token, which
+/// the server must refuse (`not-election-leader`). For the simulation only.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct EndedTerm {
+    guard: LockGuard,
+}
+
+impl EndedTerm {
+    /// The ended term's token.
+    pub fn token(&self) -> u64 {
+        self.guard.token()
+    }
+
+    /// A proclaim under the ended term's token.
+    pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<(), Error> {
+        self.guard.proclaim(value.into()).await
+    }
 }
 
 /// An election's leader as a read tells it.

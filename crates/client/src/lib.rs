@@ -80,7 +80,7 @@ pub mod types;
 pub mod watch;
 
 pub use client::{AuthToken, Client, ClientConfig};
-pub use election::{Leader, Leadership, Observe};
+pub use election::{EndedTerm, Leader, Leadership, Observe};
 pub use env::{BootClock, ClientClock, ClientConnector, ClientEnv, SystemClock, TcpConnector};
 pub use error::Error;
 pub use latchkey_core::{Mode, SessionOwner};

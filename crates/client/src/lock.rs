@@ -544,6 +544,12 @@ impl LockGuard {
     /// Releases the lock. Fails with [`Error::NotHeld`] if the grant was no longer current
     /// (the lock had been lost), and with [`Error::SessionLost`] if the session is gone.
     pub async fn release(mut self) -> Result<(), Error> {
+        self.release_in_place().await
+    }
+
+    /// [`LockGuard::release`], keeping the guard (its drop then releases nothing): what
+    /// `Leadership::resign_keeping_term` needs to proclaim under the ended term.
+    pub(crate) async fn release_in_place(&mut self) -> Result<(), Error> {
         self.released = true;
         release_on_server(&self.shared, &self.name, self.token).await
     }

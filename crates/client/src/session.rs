@@ -721,7 +721,19 @@ impl Session {
         name: impl Into<String>,
         value: impl Into<Vec<u8>>,
     ) -> Result<crate::Leadership, Error> {
-        let guard = self.lock(name).campaign(value.into()).wait(None).await?;
+        self.campaign_within(name, value, None).await
+    }
+
+    /// [`Session::campaign`], giving up after `timeout` ([`LockRequest::wait`]'s, `None`: for
+    /// ever); after a timeout the server may still make this session lead, as after a lock
+    /// wait's.
+    pub async fn campaign_within(
+        &self,
+        name: impl Into<String>,
+        value: impl Into<Vec<u8>>,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<crate::Leadership, Error> {
+        let guard = self.lock(name).campaign(value.into()).wait(timeout).await?;
         Ok(crate::Leadership::new(guard))
     }
 

@@ -144,11 +144,11 @@ pub struct LockTable {
     plant: TablePlant,
 }
 
-/// Bugs of the read-write locks and semaphores (issue #32) put back on purpose, so that the
-/// simulation shows its checkers catch each (`latchkey-sim --plant NAME`). Every field is false
-/// unless a simulation sets it (through the server's `Plant::table`). Each leaves the table's
-/// own invariants standing (a snapshot of it decodes): the harm is to holders the table no
-/// longer records, or to the order and tokens of grants.
+/// Bugs of the read-write locks, semaphores and elections (issue #32) put back on purpose, so
+/// that the simulation shows its checkers catch each (`latchkey-sim --plant NAME`). Every field
+/// is false unless a simulation sets it (through the server's `Plant::table`). Each leaves the
+/// table's own invariants standing (a snapshot of it decodes): the harm is to holders the table
+/// no longer records, to the order and tokens of grants, or to whose value a leader publishes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[doc(hidden)]
 pub struct TablePlant {
@@ -163,6 +163,11 @@ pub struct TablePlant {
     /// A writer granted after readers takes their token (the last one) instead of its entry's
     /// index: a new writer's token not above an earlier grant's.
     pub writer_token_reused: bool,
+    /// A proclaim under a token that is not the leader's (an ended term's, from a session that
+    /// no longer leads) is accepted while another session leads: its value replaces the
+    /// leader's, published under the leader's token. Readers then see an older term's value as
+    /// the current leader's.
+    pub proclaim_past_term: bool,
 }
 
 impl Default for LockTable {
@@ -2316,7 +2321,13 @@ impl LockTable {
                     .any(|h| h.session == sid && h.token == token && h.mode == Mode::Exclusive)
             }),
         };
-        if !leads {
+        // The planted bug: published under the leader's token, so the table's own invariant
+        // (a value belongs to its name's exclusive holder) still holds.
+        let past_term = (self.locks.get(name))
+            .filter(|l| self.plant.proclaim_past_term && !leads && l.holder.token > token)
+            .map(|l| (l.holder.session, l.holder.token));
+        let (leader, token) = past_term.unwrap_or((sid, token));
+        if !leads && past_term.is_none() {
             let o = Outcome::Rejected(Rejection::NotElectionLeader {
                 name: name.into(),
                 token,
@@ -2343,7 +2354,7 @@ impl LockTable {
         self.values.insert(key, published);
         fx.changes.push(LockChange::Proclaimed {
             name: name.into(),
-            session: sid,
+            session: leader,
             token,
             value: value.to_vec(),
         });
@@ -3856,6 +3867,83 @@ mod tests {
             assert_eq!(run(TablePlant::default(), steps), fixed, "{name}, fixed");
             assert_eq!(run(*plant, steps), planted, "{name}, planted");
         }
+    }
+
+    /// The planted proclaim past its term (`TablePlant::proclaim_past_term`): session 1 led
+    /// under token 3 and resigned, session 2 leads under token 5; 1's late proclaim under 3 is
+    /// refused by the fixed table and, planted, replaces 2's value under 2's token.
+    #[test]
+    fn a_planted_proclaim_past_its_term_replaces_the_leaders_value() {
+        let key = |i: u64| SessionKey {
+            id: SessionId(i),
+            secret: i,
+        };
+        let campaign = |i: u64, value: &[u8]| Command {
+            now_ms: 0,
+            op: Op::Campaign {
+                session: key(i),
+                seq: 1,
+                name: "E".into(),
+                wait_ms: limits::WAIT_TIMEOUT_MS_MAX,
+                value: value.to_vec(),
+            },
+        };
+        let run = |plant: TablePlant| {
+            let mut t = LockTable::new();
+            t.set_plant(plant);
+            for i in 1..=2 {
+                t.apply(i, &create(1_000, i));
+            }
+            t.apply(3, &campaign(1, b"one"));
+            let resign = Op::Release {
+                session: key(1),
+                seq: 2,
+                name: "E".into(),
+                token: 3,
+            };
+            t.apply(4, &campaign(2, b"two"));
+            t.apply(
+                5,
+                &Command {
+                    now_ms: 0,
+                    op: resign,
+                },
+            );
+            let late = Op::Proclaim {
+                session: key(1),
+                seq: 3,
+                name: "E".into(),
+                token: 3,
+                value: b"late".to_vec(),
+            };
+            let o = t
+                .apply(
+                    6,
+                    &Command {
+                        now_ms: 0,
+                        op: late,
+                    },
+                )
+                .outcome;
+            t.check_invariants().expect("a plant keeps the invariants");
+            let l = t.describe("E").expect("2 leads");
+            let h = l.holders.first().expect("a holder");
+            (o, h.session.0, h.token, h.value.clone())
+        };
+        let fixed = run(TablePlant::default());
+        assert!(
+            matches!(
+                fixed.0,
+                Outcome::Rejected(Rejection::NotElectionLeader { token: 3, .. })
+            ),
+            "{fixed:?}"
+        );
+        assert_eq!((fixed.1, fixed.2, fixed.3), (2, 5, Some(b"two".to_vec())));
+        let planted = run(TablePlant {
+            proclaim_past_term: true,
+            ..TablePlant::default()
+        });
+        assert_eq!(planted, (Outcome::Proclaimed, 2, 5, Some(b"late".to_vec())));
     }
 
     /// Each invariant of a name with several holders (issue #32), broken on its own.

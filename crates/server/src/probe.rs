@@ -96,8 +96,8 @@ pub struct Plant {
     /// the run goes on and the history checkers judge the consequences. (A panic inside a
     /// simulated host can abort the whole test process while its runtime unwinds.)
     pub tolerate_log_reversion: bool,
-    /// Bugs of the read-write locks and semaphores (issue #32) put back in the lock table
-    /// (`latchkey_core::TablePlant`), set on every member's table like its byte budget.
+    /// Bugs of the read-write locks, semaphores and elections (issue #32) put back in the lock
+    /// table (`latchkey_core::TablePlant`), set on every member's table like its byte budget.
     pub table: latchkey_core::TablePlant,
     /// The leader ends each lock-delay (issue #32 item 4) at half its length on its clock
     /// (`node/delays.rs`): a name lost with a delay is granted again before the delay is over.

@@ -44,7 +44,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::clock::{true_now, DriftClock};
-use crate::history::{Actor, Event, History, OpKind, Ret};
+use crate::history::{Actor, ElectionKind, ElectionRet, Event, History, OpKind, Ret};
 use crate::net::SimConnector;
 use crate::resource::Resource;
 
@@ -72,6 +72,8 @@ pub struct ClientSetup {
     /// Whether some mutex acquires ask for a lock-delay ([`LockDelays`],
     /// `RunConfig::lock_delay`).
     pub lock_delay: bool,
+    /// Whether the client campaigns in [`ELECTION`] ([`Elections`], `RunConfig::elections`).
+    pub elections: bool,
 }
 
 /// The lock-delays the clients ask for under `RunConfig::lock_delay` (issue #32 item 4): this
@@ -112,6 +114,54 @@ impl LockDelays {
         } else {
             Duration::ZERO
         }
+    }
+}
+
+/// The election the clients campaign in under `RunConfig::elections`: one name, as a service
+/// has one leader.
+pub const ELECTION: &str = "election";
+
+/// The election workload under `RunConfig::elections` (issue #32 item 1): at a share of its
+/// steps a client reads the leader, at another it campaigns (a 3 s wait, as an acquire's); once
+/// it leads (in the safety phase sometimes for 1-2.5 TTLs first, asking its leadership every
+/// 50-100 ms) it proclaims 1-3 new values, asking its leadership before each, then resigns (and
+/// now and then proclaims once more under the ended term, as a proclaim the network delayed
+/// past the resign would arrive: the server must refuse it). The harness's faults hit leaders
+/// as they hit holders: a kill right after the grant, a pause between two proclaims, after
+/// which the leader proclaims without asking. Drawn from a generator of its own
+/// ([`Elections::for_life`]), like [`LockDelays`], and nothing is drawn without it.
+pub struct Elections {
+    rng: StdRng,
+    /// Values made so far in this life: with the actor, each value names its maker, so a read
+    /// names the campaign or proclaim it came from.
+    made: u64,
+}
+
+impl Elections {
+    /// The share of a client's steps at which it campaigns (instead of taking a lock).
+    pub const CAMPAIGN_P: f64 = 0.25;
+    /// The share of a client's steps that begin with a read of the leader.
+    pub const READ_P: f64 = 0.3;
+    /// The share of resigns followed by a late proclaim under the ended term.
+    pub const LATE_PROCLAIM_P: f64 = 0.5;
+    /// The share of terms in the safety phase that are long (1-2.5 TTLs, the leader asking
+    /// every 50-100 ms), as a long hold of a lock: so that failovers meet leaders.
+    pub const LONG_TERM_P: f64 = 0.3;
+
+    /// The elections of one life of a client's host, or none without `RunConfig::elections`.
+    fn for_life(setup: &ClientSetup, life: u64) -> Option<Elections> {
+        setup.elections.then(|| Elections {
+            rng: StdRng::seed_from_u64(
+                (setup.seed ^ 0xe1ec_7000_0000_0000).wrapping_add(life.wrapping_mul(0x9e37_79b9)),
+            ),
+            made: 0,
+        })
+    }
+
+    /// A value no other operation of the run has.
+    fn value(&mut self, actor: Actor) -> String {
+        self.made += 1;
+        format!("c{}.g{}.{}", actor.client, actor.generation, self.made)
     }
 }
 
@@ -224,6 +274,7 @@ pub async fn run(
     };
     let client = Client::with_env(setup.nodes.iter().cloned(), config(), env)?;
     let mut delays = LockDelays::for_life(&setup, life);
+    let mut elections = Elections::for_life(&setup, life);
     while true_now() < setup.stop_at {
         let session = match client.session(setup.ttl).await {
             Ok(s) => s,
@@ -242,9 +293,15 @@ pub async fn run(
             history: &history,
             resource: &resource,
             control: &control,
+            client: &client,
+        };
+        let mut draws = Draws {
+            rng: &mut rng,
+            delays: &mut delays,
+            elections: &mut elections,
         };
         let next = tokio::select! {
-            next = work(&worker, &mut rng, &mut delays, actor, &session) => next,
+            next = work(&worker, &mut draws, actor, &session) => next,
             never = watch_deadlines(&history, &clock, std::slice::from_ref(&session)) => match never {},
         };
         match next {
@@ -268,17 +325,25 @@ struct Worker<'a> {
     history: &'a History,
     resource: &'a Resource,
     control: &'a ClientControl,
+    client: &'a Client,
+}
+
+/// The generators one life of a client draws from: the workload's, and those of the workloads
+/// a run may add (each its own, so that a run without them draws what it drew before).
+struct Draws<'a> {
+    rng: &'a mut StdRng,
+    delays: &'a mut Option<LockDelays>,
+    elections: &'a mut Option<Elections>,
 }
 
 /// Operations in one session, until it must be dropped or the run is over.
-async fn work(
-    w: &Worker<'_>,
-    rng: &mut StdRng,
-    delays: &mut Option<LockDelays>,
-    actor: Actor,
-    session: &Session,
-) -> Next {
+async fn work(w: &Worker<'_>, draws: &mut Draws<'_>, actor: Actor, session: &Session) -> Next {
     let Worker { setup, history, .. } = *w;
+    let Draws {
+        rng,
+        delays,
+        elections,
+    } = draws;
     while true_now() < setup.stop_at {
         if session.is_lost() {
             history.event(Event::Lost {
@@ -287,6 +352,22 @@ async fn work(
                 at: true_now(),
             });
             return Next::NewSession;
+        }
+        if let Some(e) = elections.as_mut() {
+            // Both drawn at every step, so that the draws do not shift with what happens.
+            let (read, campaign) = (
+                e.rng.random_bool(Elections::READ_P),
+                e.rng.random_bool(Elections::CAMPAIGN_P),
+            );
+            if read {
+                read_leader(w, actor, session.id()).await;
+            }
+            if campaign {
+                match elect(w, e, actor, session).await {
+                    Next::Continue => continue,
+                    other => return other,
+                }
+            }
         }
         let which = rng.random_range(0..setup.locks.len());
         let lock = setup.locks[which].clone();
@@ -331,6 +412,177 @@ async fn work(
     Next::Continue
 }
 
+/// A read of the election's leader, recorded with what it said (an error: indeterminate).
+async fn read_leader(w: &Worker<'_>, actor: Actor, session: u64) {
+    let history = w.history;
+    let i = history.election_invoke(actor, session, ELECTION, ElectionKind::Read, true_now());
+    if let Ok(leader) = w.client.leader(ELECTION).await {
+        let leader = leader.map(|l| {
+            (
+                l.session,
+                l.token,
+                String::from_utf8_lossy(&l.value).into_owned(),
+            )
+        });
+        history.election_ret(i, ElectionRet::Leader(leader), true_now());
+    }
+}
+
+/// One campaign in [`ELECTION`] and, if it wins, the term (see [`Elections`]).
+async fn elect(w: &Worker<'_>, e: &mut Elections, actor: Actor, session: &Session) -> Next {
+    let Worker {
+        setup,
+        history,
+        control,
+        ..
+    } = *w;
+    let holder = match session.session_id_for(ELECTION).await {
+        Ok(id) => id,
+        Err(Error::InvalidArgument { message }) | Err(Error::Protocol(message)) => {
+            panic!("client {}: CreateSession refused: {message}", setup.id)
+        }
+        Err(_) => return Next::NewSession,
+    };
+    let value = e.value(actor);
+    let campaign = ElectionKind::Campaign {
+        value: value.clone(),
+    };
+    let i = history.election_invoke(actor, holder, ELECTION, campaign, true_now());
+    let wait = Some(Duration::from_millis(WAIT_MS));
+    let leadership = match session.campaign_within(ELECTION, value, wait).await {
+        Ok(l) => l,
+        Err(Error::InvalidArgument { message }) | Err(Error::Protocol(message)) => {
+            panic!("client {}: Campaign refused: {message}", setup.id)
+        }
+        // Timed out, session lost, no leader: the server may still make it lead later.
+        Err(_) => return Next::NewSession,
+    };
+    let token = leadership.token();
+    history.election_ret(i, ElectionRet::Leads { token }, true_now());
+    if control.crash.swap(false, Ordering::Relaxed) {
+        // Killed as a leader: its session expires, and the next candidate leads.
+        control.crash_now.store(true, Ordering::Relaxed);
+        std::future::pending::<()>().await;
+    }
+    let term = Term {
+        w,
+        actor,
+        session: holder,
+        token,
+    };
+    let (long, ttls) = (
+        e.rng.random_bool(Elections::LONG_TERM_P),
+        e.rng.random_range(1.0..2.5),
+    );
+    if long && true_now() < setup.long_holds_until {
+        let until = true_now() + setup.ttl.mul_f64(ttls);
+        while true_now() < until {
+            let step = e.rng.random_range(50..=100);
+            tokio::time::sleep(Duration::from_millis(step)).await;
+            if !term.leading(&leadership) {
+                return Next::NewSession;
+            }
+        }
+    }
+    for _ in 0..e.rng.random_range(1..=3) {
+        let think = e.rng.random_range(50..=300);
+        tokio::time::sleep(Duration::from_millis(think)).await;
+        let pause_ms = control.pause_ms.swap(0, Ordering::Relaxed);
+        if pause_ms > 0 {
+            // Paused as a leader, it resumes and proclaims without asking its leadership:
+            // only the server's check of the term's token can refuse it.
+            control.pause_now_ms.store(pause_ms, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+            term.proclaim(e.value(actor), |v| leadership.proclaim(v))
+                .await;
+            return Next::NewSession;
+        }
+        if !term.leading(&leadership) {
+            return Next::NewSession;
+        }
+        let proclaimed = term.proclaim(e.value(actor), |v| leadership.proclaim(v));
+        if proclaimed.await != Some(true) {
+            return Next::NewSession;
+        }
+    }
+    let late = e.rng.random_bool(Elections::LATE_PROCLAIM_P);
+    if !term.leading(&leadership) {
+        return Next::NewSession;
+    }
+    let resign = ElectionKind::Resign { token };
+    let i = history.election_invoke(actor, holder, ELECTION, resign, true_now());
+    let (resigned, ended) = leadership.resign_keeping_term().await;
+    match resigned {
+        Ok(()) => history.election_ret(i, ElectionRet::Resigned, true_now()),
+        Err(Error::NotHeld { .. }) => history.election_ret(i, ElectionRet::NotHeld, true_now()),
+        Err(Error::InvalidArgument { message }) | Err(Error::Protocol(message)) => {
+            panic!("client {}: Resign refused: {message}", setup.id)
+        }
+        Err(_) => return Next::NewSession,
+    }
+    if late {
+        term.proclaim(e.value(actor), |v| ended.proclaim(v)).await;
+    }
+    Next::Continue
+}
+
+/// One term of a leader, as its client records it.
+struct Term<'a> {
+    w: &'a Worker<'a>,
+    actor: Actor,
+    session: u64,
+    token: u64,
+}
+
+impl Term<'_> {
+    /// Records whether the leader, asking its leadership, still leads; false if it may not.
+    fn leading(&self, leadership: &latchkey_client::Leadership) -> bool {
+        let (history, at) = (self.w.history, true_now());
+        if leadership.is_lost() {
+            let lost = Event::Lost {
+                actor: self.actor,
+                session: self.session,
+                at,
+            };
+            history.event(lost);
+            return false;
+        }
+        let leading = ElectionKind::Leading { token: self.token };
+        let i = history.election_invoke(self.actor, self.session, ELECTION, leading, at);
+        history.election_ret(i, ElectionRet::Leading, at);
+        true
+    }
+
+    /// Proclaims `value` under the term's token through `send`, recorded: `Some(true)` if the
+    /// server acknowledged it, `Some(false)` if it refused it (the term had ended), `None` if
+    /// the answer says neither.
+    async fn proclaim<F>(&self, value: String, send: impl FnOnce(String) -> F) -> Option<bool>
+    where
+        F: std::future::Future<Output = Result<(), Error>>,
+    {
+        let history = self.w.history;
+        let kind = ElectionKind::Proclaim {
+            token: self.token,
+            value: value.clone(),
+        };
+        let i = history.election_invoke(self.actor, self.session, ELECTION, kind, true_now());
+        match send(value).await {
+            Ok(()) => {
+                history.election_ret(i, ElectionRet::Proclaimed, true_now());
+                Some(true)
+            }
+            Err(Error::Conflict { .. }) => {
+                history.election_ret(i, ElectionRet::NotLeader, true_now());
+                Some(false)
+            }
+            Err(Error::InvalidArgument { message }) | Err(Error::Protocol(message)) => {
+                panic!("client {}: Proclaim refused: {message}", self.w.setup.id)
+            }
+            Err(_) => None,
+        }
+    }
+}
+
 /// Read-modify-write of the resource under `guard`, then the release.
 async fn critical_section(
     w: &Worker<'_>,
@@ -344,6 +596,7 @@ async fn critical_section(
         history,
         resource,
         control,
+        ..
     } = *w;
     let (lock, token) = (guard.name().to_owned(), guard.token());
     if control.crash.swap(false, Ordering::Relaxed) {

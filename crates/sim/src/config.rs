@@ -78,6 +78,13 @@ pub struct RunConfig {
     /// every seed replays as it did before: the draws come from a generator of their own, and
     /// the trace leaves the field out while it is off (`sim.rs`).
     pub lock_delay: bool,
+    /// Elections (issue #32 item 1): besides their locks, the clients campaign in one election
+    /// ([`client::ELECTION`]); its leader proclaims, resigns or dies, the others wait, and every
+    /// client reads the leader now and then (`client::Elections`), judged by the `election`
+    /// checker. Off in every seed's own shape (set by `latchkey-sim --elections` and the CI
+    /// seeds with elections), like `lock_delay`: its draws come from a generator of its own,
+    /// and the trace leaves the field out while it is off.
+    pub elections: bool,
 }
 
 /// The read-write lock and semaphore of a run (see [`RunConfig::primitives`]).
@@ -145,6 +152,7 @@ impl RunConfig {
             primitives: None,
             plant: latchkey_server::Plant::default(),
             lock_delay: false,
+            elections: false,
         }
         .with_lease_shape(&mut rng)
         .with_primitives(&mut rng)

@@ -8,7 +8,7 @@ use std::fmt;
 use latchkey_core::{Mode, Op};
 use latchkey_server::ProbeEvent;
 
-use crate::history::HistoryData;
+use crate::history::{ElectionKind, ElectionRet, HistoryData};
 
 /// Counts of the lease states one run (or several, summed) reached.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -74,6 +74,15 @@ pub struct Coverage {
     /// Of those, the delays across which a new leader resumed the leases (between the loss and
     /// the waiter's grant): a delay timed afresh by a new leader.
     pub delays_across_failover: usize,
+    /// Terms of an election (issue #32 item 1, `RunConfig::elections`): campaigns that won.
+    pub election_terms: usize,
+    /// Of those, the terms across which a new leader resumed the leases (between the win's
+    /// answer and the leader's last check that it led): a leader that a new Raft leader
+    /// rebuilt from the log, with its value and its queue of candidates.
+    pub elections_across_failover: usize,
+    /// Proclaims the server refused as `not-election-leader` (a term that had ended): the
+    /// state a proclaim accepted past its term needs (`TablePlant::proclaim_past_term`).
+    pub proclaims_refused: usize,
 }
 
 impl Coverage {
@@ -141,7 +150,28 @@ impl Coverage {
         c.failovers = resumed_terms.saturating_sub(1);
         c.count_primitives_across_failover(h);
         c.count_delays(h);
+        c.count_elections(h);
         c
+    }
+
+    fn count_elections(&mut self, h: &HistoryData) {
+        if h.elections.is_empty() {
+            return;
+        }
+        let failovers_at = Self::failovers_at(h);
+        for term in crate::checkers::election_terms(h).into_values().flatten() {
+            self.election_terms += 1;
+            let Some(until) = term.until else { continue };
+            if failovers_at.iter().any(|&t| term.from < t && t <= until) {
+                self.elections_across_failover += 1;
+            }
+        }
+        self.proclaims_refused += (h.elections.iter())
+            .filter(|e| {
+                matches!(e.kind, ElectionKind::Proclaim { .. })
+                    && matches!(e.ret, Some((ElectionRet::NotLeader, _)))
+            })
+            .count();
     }
 
     /// Every resume of the leases but the first term's, in true time: a new leader.
@@ -223,6 +253,9 @@ impl Coverage {
         self.permits_across_failover += other.permits_across_failover;
         self.delays_then_waiter_granted += other.delays_then_waiter_granted;
         self.delays_across_failover += other.delays_across_failover;
+        self.election_terms += other.election_terms;
+        self.elections_across_failover += other.elections_across_failover;
+        self.proclaims_refused += other.proclaims_refused;
     }
 }
 
@@ -297,6 +330,15 @@ impl fmt::Display for Coverage {
                 f,
                 ", {} lock-delays followed by a waiter's grant ({} across a failover)",
                 self.delays_then_waiter_granted, self.delays_across_failover
+            )?;
+        }
+        // Likewise only with elections in the run.
+        if self.election_terms > 0 {
+            write!(
+                f,
+                ", {} election terms ({} across a failover), {} proclaims refused after their \
+                 term",
+                self.election_terms, self.elections_across_failover, self.proclaims_refused
             )?;
         }
         Ok(())

@@ -66,6 +66,59 @@ pub enum Event {
     },
 }
 
+/// One election operation of a client (issue #32, `RunConfig::elections`), with its answer
+/// if it had one. Kept apart from [`Event`]: the mutex checkers do not model elections.
+#[derive(Debug, Clone)]
+pub struct ElectionOp {
+    pub actor: Actor,
+    pub session: u64,
+    /// The election's name.
+    pub name: String,
+    pub kind: ElectionKind,
+    pub invoked: Duration,
+    /// `None`: indeterminate (no answer, or one that says nothing of the outcome).
+    pub ret: Option<(ElectionRet, Duration)>,
+}
+
+/// What a client asked of an election. Every value a run proclaims or campaigns with is its
+/// own (`c<client>.g<generation>.<n>`), so a read names the operation it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ElectionKind {
+    Campaign {
+        value: String,
+    },
+    Proclaim {
+        token: u64,
+        value: String,
+    },
+    Resign {
+        token: u64,
+    },
+    /// A read of the leader (`Client::leader`).
+    Read,
+    /// The leader asked its leadership whether it may be lost and found it held (an instant:
+    /// answered when invoked), as a `HoldCheck` of a lock.
+    Leading {
+        token: u64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ElectionRet {
+    /// The campaign won: the term's token.
+    Leads {
+        token: u64,
+    },
+    Proclaimed,
+    /// `not-election-leader`: the term had ended.
+    NotLeader,
+    Resigned,
+    NotHeld,
+    /// The leader read: `(session, token, value)`, or nobody.
+    Leader(Option<(u64, u64, String)>),
+    Leading,
+}
+
 /// One write of a critical section to the fenced resource.
 #[derive(Debug, Clone)]
 pub struct ResourceOp {
@@ -187,6 +240,8 @@ pub struct HistoryData {
     /// By invocation id: the lock-delay every acquire that asked for one asked for (issue #32
     /// item 4, `RunConfig::lock_delay`); an acquire not here asked for none.
     pub delays: BTreeMap<u64, Duration>,
+    /// Every election operation (`RunConfig::elections`), in invocation order; empty without.
+    pub elections: Vec<ElectionOp>,
     next_id: u64,
 }
 
@@ -263,6 +318,33 @@ impl History {
         id
     }
 
+    /// Records that an election operation started; the index pairs it with
+    /// [`Self::election_ret`].
+    pub fn election_invoke(
+        &self,
+        actor: Actor,
+        session: u64,
+        name: &str,
+        kind: ElectionKind,
+        at: Duration,
+    ) -> usize {
+        self.with(|h| {
+            h.elections.push(ElectionOp {
+                actor,
+                session,
+                name: name.to_owned(),
+                kind,
+                invoked: at,
+                ret: None,
+            });
+            h.elections.len() - 1
+        })
+    }
+
+    pub fn election_ret(&self, i: usize, ret: ElectionRet, at: Duration) {
+        self.with(|h| h.elections[i].ret = Some((ret, at)));
+    }
+
     pub fn ret(&self, id: u64, ret: Ret, at: Duration) {
         self.with(|h| h.events.push(Event::Return { id, ret, at }));
     }
@@ -300,6 +382,7 @@ impl History {
             last_appended: h.last_appended.clone(),
             modes: h.modes.clone(),
             delays: h.delays.clone(),
+            elections: h.elections.clone(),
             next_id: h.next_id,
         })
     }
@@ -423,6 +506,10 @@ impl HistoryData {
             last_appended: log.last_appended.clone(),
             modes: self.modes.clone(),
             delays: self.delays.clone(),
+            elections: (self.elections.iter())
+                .filter(|e| lock_in(&e.name))
+                .cloned()
+                .collect(),
             next_id: self.next_id,
         }
     }

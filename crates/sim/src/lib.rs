@@ -49,6 +49,14 @@
 //! from the expiry's proposal, less the clock drift the design allows). Its CI seeds must grant
 //! a waiter after a delay, and the planted early end of a delay (`Plant::delay_ends_early`,
 //! `--plant delay-ends-early`: the leader ends it at half its length) must be caught.
+//! Elections (issue #32 item 1, `RunConfig::elections`, off in every seed's own shape for the
+//! same reason; `latchkey-sim --elections`): the clients also campaign in one election, its
+//! leader proclaims, resigns (now and then proclaiming once more under the ended term) or
+//! dies, and every client reads the leader now and then; the `election` checker judges one
+//! leader at a time, rising tokens, proclaims acknowledged only within their term, and reads
+//! of the current term's values. Its CI seeds must hold a term across a failover, and the
+//! planted proclaim past its term (`TablePlant::proclaim_past_term`, `--plant
+//! proclaim-past-term`) must be caught.
 //!
 //! Several Raft groups (`--groups G`, `RunConfig::groups`, 1 in every seed's own shape, so
 //! older seeds replay as they did): every node runs every group, each with its own log and

@@ -20,7 +20,11 @@
 //! `--lock-delay` has half the clients' mutex acquires ask for a 1-3 s lock-delay (issue #32
 //! item 4, `RunConfig::lock_delay`; off in every seed's own shape), and `--plant
 //! delay-ends-early` has the leader end each delay at half its length (`Plant::
-//! delay_ends_early`), which the `lock_delay` checker must catch.
+//! delay_ends_early`), which the `lock_delay` checker must catch. `--elections` has the
+//! clients campaign in an election, proclaim, resign and read its leader (issue #32 item 1,
+//! `RunConfig::elections`; off in every seed's own shape), and `--plant proclaim-past-term`
+//! has the table accept a proclaim under an ended term's token (`TablePlant::
+//! proclaim_past_term`), which the `election` checker must catch.
 
 use std::process::ExitCode;
 
@@ -28,8 +32,9 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) [--groups G] [--replicas R] \
          [--plant stale-mark|resume-early|renew-without-quorum|permit-freed-twice|\
-         reader-past-writer|writer-beside-readers|writer-token-reused|delay-ends-early] \
-         [--primitives|--no-primitives] [--lock-delay] [--show-config]"
+         reader-past-writer|writer-beside-readers|writer-token-reused|delay-ends-early|\
+         proclaim-past-term] [--primitives|--no-primitives] [--lock-delay] [--elections] \
+         [--show-config]"
     );
     ExitCode::from(2)
 }
@@ -57,6 +62,7 @@ fn main() -> ExitCode {
             Some("writer-beside-readers") => plant.table.writer_beside_readers = true,
             Some("writer-token-reused") => plant.table.writer_token_reused = true,
             Some("delay-ends-early") => plant.delay_ends_early = true,
+            Some("proclaim-past-term") => plant.table.proclaim_past_term = true,
             _ => return usage(),
         }
     }
@@ -103,6 +109,10 @@ fn main() -> ExitCode {
         if args.iter().any(|a| a == "--lock-delay") {
             // Half the mutex acquires ask for a lock-delay (the lock-delay plant's hunts).
             config.lock_delay = true;
+        }
+        if args.iter().any(|a| a == "--elections") {
+            // The clients campaign in an election too (the election plant's hunts).
+            config.elections = true;
         }
         if replicas != 0 {
             config.nodes = 5;

@@ -303,6 +303,7 @@ impl<'c> Run<'c> {
                 long_holds_until: config.safety,
                 work_ms: (5, 150),
                 lock_delay: config.lock_delay,
+                elections: config.elections,
             };
             // A host, not a turmoil client, so that it can be crashed like a process; every
             // life runs the same software.
@@ -578,7 +579,8 @@ impl<'c> Run<'c> {
 }
 
 /// The configuration as the trace shows it: its `Debug` text without the fields added after
-/// the CI seeds were chosen while they are off (the lock-delay workload and its plant), so
+/// the CI seeds were chosen while they are off (the lock-delay and election workloads and
+/// their plants), so
 /// that every earlier seed's trace, and its trace hash, stays what it was.
 fn config_line(config: &RunConfig) -> String {
     let mut line = format!("{config:?}");
@@ -587,6 +589,12 @@ fn config_line(config: &RunConfig) -> String {
     }
     if !config.plant.delay_ends_early {
         line = line.replacen(", delay_ends_early: false", "", 1);
+    }
+    if !config.elections {
+        line = line.replacen(", elections: false", "", 1);
+    }
+    if !config.plant.table.proclaim_past_term {
+        line = line.replacen(", proclaim_past_term: false", "", 1);
     }
     line
 }
@@ -704,30 +712,42 @@ async fn read_final(nodes: &[String], locks: &[String]) -> BTreeMap<String, Opti
 mod tests {
     use super::{config_line, RunConfig};
 
-    /// A seed's configuration without lock-delays traces as it did before they existed (its
-    /// trace hash unchanged); with them, or with their plant, the trace says so.
+    /// A seed's configuration without lock-delays or elections traces as it did before they
+    /// existed (its trace hash unchanged); with them, or with their plants, the trace says so.
     #[test]
-    fn the_trace_names_the_lock_delay_fields_only_when_set() {
+    fn the_trace_names_the_lock_delay_and_election_fields_only_when_set() {
         for seed in 0..8 {
             let mut config = RunConfig::from_seed(seed);
             let line = config_line(&config);
-            assert!(
-                !line.contains("lock_delay") && !line.contains("delay_ends_early"),
-                "{line}"
-            );
+            for field in [
+                "lock_delay",
+                "delay_ends_early",
+                "elections",
+                "proclaim_past_term",
+            ] {
+                assert!(!line.contains(field), "{line}");
+            }
             assert_eq!(
                 format!("{config:?}")
                     .replace(", lock_delay: false", "")
-                    .replace(", delay_ends_early: false", ""),
+                    .replace(", delay_ends_early: false", "")
+                    .replace(", elections: false", "")
+                    .replace(", proclaim_past_term: false", ""),
                 line
             );
             config.lock_delay = true;
             config.plant.delay_ends_early = true;
+            config.elections = true;
+            config.plant.table.proclaim_past_term = true;
             let line = config_line(&config);
-            assert!(
-                line.contains("lock_delay: true") && line.contains("delay_ends_early: true"),
-                "{line}"
-            );
+            for field in [
+                "lock_delay: true",
+                "delay_ends_early: true",
+                "elections: true",
+                "proclaim_past_term: true",
+            ] {
+                assert!(line.contains(field), "{line}");
+            }
         }
     }
 }

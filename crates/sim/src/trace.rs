@@ -91,6 +91,10 @@ impl Trace {
         for (id, delay) in &h.delays {
             add(self, format_args!("delay {id} {delay:?}"));
         }
+        // Election operations (`RunConfig::elections`), likewise only if any.
+        for e in &h.elections {
+            add(self, format_args!("election {e:?}"));
+        }
         add(self, format_args!("final {:?}", h.final_holders));
     }
 

@@ -721,3 +721,77 @@ fn a_planted_early_end_of_a_lock_delay_is_caught() {
         "the planted early end of a lock-delay went unnoticed on seeds {DELAY_ENDS_EARLY_SEEDS:?}"
     );
 }
+
+/// The CI seeds with elections (issue #32 item 1, `RunConfig::elections`: the clients also
+/// campaign in one election, proclaim, resign or die, and read its leader; off in every seed's
+/// own shape, so that the seeds above replay as they were chosen): every checker passes, the
+/// `election` checker included, a leader's term was held across a failover (a new Raft leader
+/// resumed the leases between the win's answer and the leader's last check that it led), and
+/// the server refused a proclaim after its term (the state the planted bug below needs).
+/// Chosen from a release sweep of seeds 0-19 with elections (`latchkey-sim --seeds 20
+/// --elections`): all passed; terms across a failover in seeds 1 (3), 4, 7 (2), 11, 16, 17 (2)
+/// and 18 (2).
+const CI_SEEDS_WITH_ELECTIONS: [u64; 1] = [1];
+
+#[test]
+fn ci_seeds_with_elections_pass_and_hold_a_term_across_a_failover() {
+    let mut failures = Vec::new();
+    let mut reached = Coverage::default();
+    for seed in CI_SEEDS_WITH_ELECTIONS {
+        let mut config = RunConfig::from_seed(seed);
+        config.elections = true;
+        let report = latchkey_sim::sweep::run_config(&config);
+        if !report.ok() {
+            failures.push(failure_text(&report));
+        }
+        reached.add(&report.coverage);
+    }
+    println!("the CI seeds with elections reached: {reached}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        reached.elections_across_failover > 0,
+        "the CI seeds never held an election's term across a failover: {reached}"
+    );
+    assert!(
+        reached.proclaims_refused > 0,
+        "the CI seeds never had a proclaim refused after its term: {reached}"
+    );
+}
+
+/// The election plant's seeds (`latchkey-sim --reproduce S --elections --plant
+/// proclaim-past-term`): the second runs only if the first misses. Release, seeds 0-99: caught
+/// on each, by `election` alone; debug, seed 0: 57 violations.
+const PROCLAIM_PAST_TERM_SEEDS: [u64; 2] = [0, 1];
+
+/// A proclaim under an ended term's token accepted while another session leads, its value
+/// published as the new leader's (`TablePlant::proclaim_past_term`): the `election` checker
+/// sees the proclaim acknowledged after its term ended, and reads of the new term returning
+/// the old term's value.
+#[test]
+fn a_planted_proclaim_past_its_term_is_caught() {
+    let caught = PROCLAIM_PAST_TERM_SEEDS.iter().any(|&seed| {
+        let mut config = RunConfig::from_seed(seed);
+        config.elections = true;
+        config.plant.table.proclaim_past_term = true;
+        let report = run(&config);
+        let caught: Vec<String> = report
+            .violations
+            .iter()
+            .filter(|v| v.checker == "election")
+            .map(|v| v.to_string())
+            .collect();
+        println!(
+            "seed {seed} with proclaims past their term: {} election violations, first {:?}; \
+             run error {:?}; reached: {}",
+            caught.len(),
+            caught.first(),
+            report.sim_error,
+            report.coverage
+        );
+        !caught.is_empty()
+    });
+    assert!(
+        caught,
+        "the planted proclaim past its term went unnoticed on seeds {PROCLAIM_PAST_TERM_SEEDS:?}"
+    );
+}

@@ -2,6 +2,7 @@
 
 mod deadline;
 mod durability;
+mod election;
 mod fencing_order;
 mod fifo;
 mod holders;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use crate::history::HistoryData;
 
 pub use deadline::hold_checks_before_end;
+pub use election::{terms as election_terms, Term as ElectionTerm};
 pub use lock_delay::{lost_delays, LostDelay, NextGrant};
 
 #[derive(Debug, Clone)]
@@ -76,6 +78,7 @@ pub fn check_safety(h: &HistoryData) -> Vec<Violation> {
     out.extend(fencing_order::check_grants(h));
     out.extend(fifo::check(h));
     out.extend(lock_delay::check(h));
+    out.extend(election::check(h));
     out.extend(durability::check(h));
     out.extend(deadline::check(h));
     out.extend(lease::check(h));
