@@ -483,6 +483,7 @@ fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
         in_delay["delay_remaining_ms"].is_u64() && in_delay["holders"] == serde_json::json!([]),
         "deploy/db is in its lock-delay: {in_delay}"
     );
+    assert_eq!(in_delay["delay_token"], delayed_token, "{in_delay}");
 
     let shown = |name: &str, mode: &str, waiters: &[&str], count: usize| {
         let lock = node.describe(name);
@@ -506,6 +507,9 @@ fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
     cache["delay"] = "^lock-delay 5 min 0 s if lost$".into();
     let mut db = shown("deploy/db", "", &[], 0);
     db["delay"] = r"^lock-delay until \S.* \((\d+ s|\d+ min \d+ s) left\)$".into();
+    // The operator's way out of a lock-delay: the page's "end lock-delay" button force-releases
+    // the lost grant (`delay_token`).
+    db["end_delay"] = "web-ui test: end the lock-delay".into();
     let expected = serde_json::json!([
         shown("batch/nightly", "2 of 3 permits", &[], 2),
         shown("config/app.toml", "shared by 2 readers", &["writer"], 2),
@@ -556,16 +560,29 @@ fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
     };
     assert_eq!(next_line("shown"), "shown");
     assert!(shots.join("held.png").is_file(), "no held.png");
-
-    // The operator's way out of a lock-delay: a force-release of the lost grant ends it.
-    admin(&[
-        "release",
-        "--token",
-        &delayed_token.to_string(),
-        "--reason",
-        "web-ui test: end the lock-delay",
-        "deploy/db",
-    ]);
+    assert_eq!(next_line("ended"), "ended");
+    let audit = run(
+        &[
+            "audit".to_string(),
+            "--json".into(),
+            "--endpoints".into(),
+            node.addr.into(),
+        ],
+        work.dir.path(),
+        T,
+    );
+    assert!(audit.status.success(), "{audit:?}");
+    let records: Value = serde_json::from_str(&audit.stdout).expect("audit --json");
+    assert!(
+        records
+            .as_array()
+            .expect("records")
+            .iter()
+            .any(|r| r["lock"] == "deploy/db"
+                && r["token"] == delayed_token
+                && r["reason"] == "web-ui test: end the lock-delay"),
+        "the page's end of the lock-delay is not in the audit log: {records}"
+    );
     work.touch("release");
     for mut holder in holders {
         assert_eq!(holder.wait_code(T), 0, "holder: {}", holder.stderr());

@@ -11,7 +11,9 @@
 // every holder, one line each, with its session and token in that order, and shows its
 // waiters, each line including its TEXT ("writer"), and a lock-delay line matching REGEX
 // (a running one: "lock-delay until <time> (<remaining> left)"), or none without REGEX; takes SHOT_DIR/held.png and prints
-// "shown". Then waits for the line "released" on stdin, waits until every NAME's row is gone,
+// "shown". Then, for each NAME with "end_delay": REASON, clicks its "end lock-delay" button (one
+// for a running delay, none otherwise), gives REASON, confirms, waits for the page to say it
+// force-released NAME, and prints "ended". Then waits for the line "released" on stdin, waits until every NAME's row is gone,
 // takes SHOT_DIR/released.png and prints "gone". Every wait is bounded; on a failure it takes
 // SHOT_DIR/failure.png, prints the reason on stderr and exits 1. Errors of the page's own
 // script fail the run too.
@@ -50,6 +52,7 @@ function rows(names) {
         [Number(h.textContent), Number(row.querySelectorAll("[data-token]")[i].textContent)]),
       waiters: [...row.querySelectorAll("[data-waiter]")].map((w) => w.textContent),
       buttons: row.querySelectorAll("button.force-release").length,
+      endDelay: row.querySelectorAll("button.end-delay").length,
       value: row.querySelector("[data-value]")?.textContent ?? null,
       delay: row.querySelector("[data-delay]")?.textContent ?? null,
       // Elements a value's markup would have made, had the page parsed it as HTML.
@@ -111,11 +114,26 @@ await step(`waiting for ${expectedJson}`, async () => {
     }
     const tokens = new Set(r.holders.map(([, token]) => token)).size;
     if (r.buttons !== tokens) throw new Error(`${r.lock}: ${r.buttons} force-release buttons for ${tokens} tokens`);
+    const running = r.holders.length === 0 && r.delay !== null;
+    if (r.endDelay !== (running ? 1 : 0)) throw new Error(`${r.lock}: ${r.endDelay} end-lock-delay buttons`);
   }
   noPageErrors();
   await page.screenshot({ path: join(shots, "held.png"), fullPage: true });
 });
 console.log("shown");
+
+for (const want of expected.filter((e) => e.end_delay !== undefined)) {
+  await step(`ending ${want.lock}'s lock-delay`, async () => {
+    await page.click(`#locks tbody tr[data-lock="${want.lock}"] button.end-delay`, { timeout: WAIT_MS });
+    await page.fill("#release-reason", want.end_delay, { timeout: WAIT_MS });
+    await page.click("#release-confirm", { timeout: WAIT_MS });
+    await page.waitForFunction(
+      (name) => document.getElementById("release-result").textContent.startsWith(`force-released ${name} `),
+      want.lock, { timeout: WAIT_MS });
+    noPageErrors();
+  });
+}
+if (expected.some((e) => e.end_delay !== undefined)) console.log("ended");
 
 await step("waiting for the test to release the locks", async () => {
   const line = await stdinLines.next();

@@ -102,8 +102,12 @@ function mayForceRelease() {
   return accessControl === false || Boolean(sessionStorage.getItem(TOKEN_KEY));
 }
 
-// Opens the reason form (outside the table, which each refresh rebuilds) for this grant.
-function askForceRelease(name, token) {
+// Opens the reason form (outside the table, which each refresh rebuilds) for this grant: a
+// holder's, or the lost grant of a running lock-delay (`delay`), whose release ends the delay.
+function askForceRelease(name, token, delay = false) {
+  $("release-effect").textContent = delay
+    ? "its lock-delay ends and the next waiter gets it"
+    : "the holder loses it";
   $("release-lock").textContent = name;
   $("release-token").textContent = String(token);
   $("release").dataset.lock = name;
@@ -289,10 +293,16 @@ function queueCell(lock) {
 }
 
 // A force-release button per grant: per permit, per writer, per batch of readers granted
-// together (one token; the API takes all of them).
+// together (one token; the API takes all of them); of a running lock-delay, a button that ends
+// it (a force-release of the lost grant, `delay_token`).
 function adminCell(lock) {
   const td = el("td");
   if (!mayForceRelease()) return td;
+  if (inDelay(lock) && lock.delay_token !== undefined) {
+    const button = el("button", "end lock-delay", { type: "button", class: "end-delay", "data-release-token": lock.delay_token });
+    button.addEventListener("click", () => askForceRelease(lock.name, lock.delay_token, true));
+    td.appendChild(el("div")).appendChild(button);
+  }
   const tokens = [...new Set(holdersOf(lock).map((h) => h.token))];
   for (const token of tokens) {
     const label = tokens.length > 1 ? `force-release token ${token}` : "force-release";
