@@ -116,7 +116,7 @@ export interface LockInfo {
   lockDelayMs: number;
   /** Ms left of a running lock-delay (the lock then has no holder); undefined: none runs. */
   delayRemainingMs?: number;
-  /** The lost grant's token while a lock-delay runs: `forceRelease` with it ends the delay. */
+  /** The lost grant's token while a lock-delay runs: `forceRelease` with it and `endDelay` ends the delay. */
   delayToken?: bigint;
 }
 
@@ -146,6 +146,12 @@ export interface ForceReleaseOptions {
   reason: string;
   /** Who says they are doing it, recorded beside the authenticated identity. Default: `user@host` of this process. */
   operator?: string;
+  /**
+   * End the lock's running lock-delay instead of taking a holder (only the one under `token`;
+   * undefined token: the delay's, read first): its first waiter gets the lock now. Conflict
+   * `no-lock-delay` if none runs. Without it, a release never ends a delay.
+   */
+  endDelay?: boolean;
 }
 
 /** The grant `forceRelease` took. */
@@ -622,6 +628,11 @@ export class Client {
    * holder's is read first (`describe`, which needs `read` on the name). A retry after a lost
    * answer then fails with Conflict `token-mismatch` or `lock-not-held` instead of taking the
    * next holder's grant; so does a release of a free lock (`lock-not-held`).
+   *
+   * A release of a holder that asked for a lock-delay starts the delay; a retry of it answers
+   * the first attempt's grant and ends nothing, and a lock in a delay has no holder to take
+   * (`lock-not-held`). Ending the delay is `endDelay: true`, which answers the grant whose
+   * loss started it.
    */
   async forceRelease(name: string, options: ForceReleaseOptions): Promise<ForceReleased> {
     validateName(name);
@@ -629,17 +640,30 @@ export class Client {
     const reason = checkReason(options.reason);
     const operator = checkOperator(options.operator);
     let token = options.token === undefined ? undefined : checkU64("the token", options.token, 1n);
+    if (options.endDelay !== undefined && typeof options.endDelay !== "boolean") {
+      throw new InvalidArgument("endDelay is true or false");
+    }
+    const endDelay = options.endDelay === true;
     if (token === undefined) {
-      // Of several holders (readers, permits), the first granted's; of a name in a lock-delay,
-      // the lost grant's (the release ends the delay).
+      // Of several holders (readers, permits), the first granted's; with endDelay, the
+      // running delay's.
       const info = await this.describe(name);
-      if (info.holder !== undefined) token = info.holder.token;
-      else if (info.delayToken !== undefined) token = info.delayToken;
-      else throw new Conflict("lock-not-held", `lock ${JSON.stringify(name)} is not held`);
+      const quoted = JSON.stringify(name);
+      if (endDelay) {
+        if (info.delayToken === undefined) throw new Conflict("no-lock-delay", `no lock-delay of ${quoted} is running`);
+        token = info.delayToken;
+      } else if (info.holder !== undefined) token = info.holder.token;
+      else if (info.delayToken !== undefined) {
+        throw new Conflict(
+          "lock-not-held",
+          `lock ${quoted} is not held: it is in the lock-delay that began when its grant ${info.delayToken} was lost ` +
+            "(ending the delay is its own request: forceRelease(name, { endDelay: true, ... }))",
+        );
+      } else throw new Conflict("lock-not-held", `lock ${quoted} is not held`);
     }
     const { response } = await this.call<Wire>(
       "AdminRelease",
-      { name, token: String(token), reason, operator },
+      { name, token: String(token), reason, operator, end_delay: endDelay },
       this.forLock(name),
     );
     return { sessionId: BigInt(response.session), token: BigInt(response.token) };

@@ -6,7 +6,7 @@ import { spawn } from "node:child_process";
 import * as path from "node:path";
 import * as readline from "node:readline";
 
-import { Client, InvalidArgument, LockGuard, Session } from "latchkey";
+import { Client, Conflict, InvalidArgument, LockGuard, Session } from "latchkey";
 import { Server, waitUntil } from "./harness";
 
 // A holder's session TTL (s), and a lock-delay well above it: a waiter granted at the expiry
@@ -120,6 +120,47 @@ describe("lock-delay, conflict events and queue positions", () => {
     } finally {
       holder.kill("SIGKILL");
       await closeAll([w]);
+    }
+  });
+
+  it("keeps the delay a retried forceRelease started, and ends it only with endDelay", async () => {
+    const [a, b] = await sessions(2);
+    try {
+      const g = await a.lock("delay/forced", { wait: 0, lockDelayMs: 300_000 });
+      let granted: LockGuard | undefined;
+      const waiting = b.lock("delay/forced", { wait: 60 }).then((w) => (granted = w));
+      await waitUntil("the waiter queued", 5000, async () => (await client.describe("delay/forced")).waiters === 1);
+      const first = await client.forceRelease("delay/forced", { token: g.token, reason: "wedged" });
+      assert.deepEqual(first, { sessionId: a.id, token: g.token });
+      // The same call again (a retry after a lost answer): the same answer, the delay kept.
+      assert.deepEqual(await client.forceRelease("delay/forced", { token: g.token, reason: "wedged" }), first);
+      const stillDelayed = async () => {
+        const info = await client.describe("delay/forced");
+        assert.equal(info.holder, undefined);
+        assert.equal(info.delayToken, g.token);
+        assert.deepEqual(info.queue.map((q) => q.sessionId), [b.id]);
+      };
+      await stillDelayed();
+      await assert.rejects(
+        client.forceRelease("delay/forced", { reason: "wedged" }),
+        (e: unknown) => e instanceof Conflict && e.reason === "lock-not-held" && /endDelay/.test(e.message),
+      );
+      await stillDelayed();
+      assert.equal(granted, undefined, "granted during the delay");
+      assert.deepEqual(await client.forceRelease("delay/forced", { reason: "the job is gone", endDelay: true }), first);
+      const w = await waiting;
+      assert.ok(w.token > g.token);
+      for (const token of [undefined, g.token]) {
+        await assert.rejects(
+          client.forceRelease("delay/forced", { token, reason: "again", endDelay: true }),
+          (e: unknown) => e instanceof Conflict && e.reason === "no-lock-delay",
+        );
+      }
+      assert.equal((await client.describe("delay/forced")).holder?.token, w.token);
+      await assert.rejects(client.forceRelease("delay/forced", { reason: "r", endDelay: "yes" as unknown as boolean }), InvalidArgument);
+      await w.release();
+    } finally {
+      await closeAll([a, b]);
     }
   });
 

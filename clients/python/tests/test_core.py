@@ -185,10 +185,17 @@ def test_admin_input_is_checked_as_the_server_checks_it():
     with pytest.raises(errors.Conflict) as e:
         core.holder_token(core.LockInfo("x", None, 0, ()))
     assert e.value.reason == "lock-not-held"
-    # A name in a lock-delay has no holder: the lost grant's token ends the delay.
+    # A name in a lock-delay has no holder to take; ending the delay names the lost grant's
+    # token (end_delay), which a name in no delay has not.
     delayed = core.lock_info(core.pb.LockInfo(name="x", delay_remaining_ms=500, delay_token=7))
     assert (delayed.delay_remaining, delayed.delay_token) == (0.5, 7)
-    assert core.holder_token(delayed) == 7
+    with pytest.raises(errors.Conflict, match="end_delay=True") as e:
+        core.holder_token(delayed)
+    assert e.value.reason == "lock-not-held"
+    assert core.holder_token(delayed, end_delay=True) == 7
+    with pytest.raises(errors.Conflict) as e:
+        core.holder_token(core.LockInfo("x", None, 0, ()), end_delay=True)
+    assert e.value.reason == "no-lock-delay"
     r = core.pb.AuditRecord(index=3, at_ms=9, action="revoke", session=4, locks=2,
                             operator="o", reason="r")
     assert core.audit_entry(r) == core.AuditEntry(3, 9, "revoke", "", 4, 0, 0, 2, None, "o", "r")

@@ -121,6 +121,45 @@ def test_a_dead_holders_lock_delay_keeps_the_lock_from_a_waiter(server, client):
         holder.stdin.close()
 
 
+def test_a_retried_force_release_keeps_the_delay_and_end_delay_ends_it(client):
+    # The holder asked for a 300-s delay: a force-release starts it; the same call again (a
+    # retry after a lost answer) answers the same and ends nothing; one naming no token finds
+    # nobody holding; only end_delay=True ends it, once.
+    with client.session(ttl=10) as a, client.session(ttl=10) as b:
+        g = a.lock("delay/forced", wait=0, lock_delay=300)
+        t, out = _in_thread(lambda: b.lock("delay/forced", wait=60))
+        wait_until("the waiter queued", lambda: client.describe("delay/forced").waiters == 1)
+        first = client.force_release("delay/forced", token=g.token, reason="wedged")
+        assert first == (a.id, g.token)
+        assert client.force_release("delay/forced", token=g.token, reason="wedged") == first
+
+        def still_delayed():
+            info = client.describe("delay/forced")
+            assert not info.held and info.delay_token == g.token and info.queue == (b.id,), info
+
+        still_delayed()
+        with pytest.raises(latchkey.Conflict, match="end_delay=True") as e:
+            client.force_release("delay/forced", reason="wedged")
+        assert e.value.reason == "lock-not-held"
+        still_delayed()
+        assert not out, "granted during the delay"
+        ended = client.force_release("delay/forced", reason="the job is gone", end_delay=True)
+        assert ended == first
+        t.join(30)
+        assert not t.is_alive() and out, "ending the delay did not hand the lock over"
+        granted = out[0][0]
+        assert isinstance(granted, latchkey.LockGuard), granted
+        assert granted.token > g.token
+        with pytest.raises(latchkey.Conflict) as e:
+            client.force_release("delay/forced", reason="again", end_delay=True)
+        assert e.value.reason == "no-lock-delay"
+        with pytest.raises(latchkey.Conflict) as e:
+            client.force_release("delay/forced", token=g.token, reason="again", end_delay=True)
+        assert e.value.reason == "no-lock-delay"
+        assert client.describe("delay/forced").holder.token == granted.token
+        granted.release()
+
+
 def test_a_clean_release_hands_over_at_once_despite_a_lock_delay(client):
     with client.session(ttl=10) as a, client.session(ttl=10) as b:
         g = a.lock("delay/clean", wait=0, lock_delay=300)

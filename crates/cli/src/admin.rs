@@ -19,6 +19,16 @@ fn operator() -> String {
 
 pub async fn release(args: AdminReleaseArgs) -> anyhow::Result<()> {
     let client = args.endpoints.client()?;
+    if args.end_delay {
+        let (session, token) = client
+            .admin_end_delay(&args.name, args.token, &args.reason, &operator())
+            .await?;
+        println!(
+            "{}: lock-delay ended (it began when session {session} lost token {token})",
+            args.name
+        );
+        return Ok(());
+    }
     let (session, token) = client
         .admin_release(&args.name, args.token, &args.reason, &operator())
         .await?;

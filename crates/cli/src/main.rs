@@ -148,6 +148,11 @@ pub struct AdminReleaseArgs {
     /// without it, the first granted holder's.
     #[arg(long)]
     pub token: Option<u64>,
+    /// End the lock's running lock-delay instead (only the one under --token, when given:
+    /// `status` shows it): its first waiter gets the lock now. A release without it never ends
+    /// a delay, not even the one it started itself when it is retried.
+    #[arg(long)]
+    pub end_delay: bool,
     /// Why (recorded in the audit log).
     #[arg(long)]
     pub reason: String,

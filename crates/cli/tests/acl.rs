@@ -521,17 +521,26 @@ fn delay_quotas_count_running_delays_after_their_sessions_are_gone() {
         acquire(&mut client, APP2, other, 1, "app/o1", 60_000).map_err(|e| e.to_string()),
         Ok(granted)
     );
-    // The operator's way out: a force-release of a name in a delay ends it.
-    rt.block_on(client.admin_release(as_identity(
-        ADMIN,
-        pb::AdminReleaseRequest {
-            name: "app/d1".into(),
-            reason: "ending a lock-delay".into(),
-            operator: "test".into(),
-            ..Default::default()
-        },
-    )))
-    .expect("a force-release of a name in a lock-delay");
+    // The operator's way out: ending the delay (a plain force-release finds nobody holding).
+    let end = |end_delay| {
+        rt.block_on(client.clone().admin_release(as_identity(
+            ADMIN,
+            pb::AdminReleaseRequest {
+                name: "app/d1".into(),
+                reason: "ending a lock-delay".into(),
+                operator: "test".into(),
+                end_delay,
+                ..Default::default()
+            },
+        )))
+    };
+    let plain = end(false).expect_err("a plain force-release of a name in a lock-delay");
+    assert_eq!(
+        reason(&plain).as_deref(),
+        Some("lock-not-held"),
+        "{plain:?}"
+    );
+    end(true).expect("the end of app/d1's lock-delay");
     let after = describe(&mut client, "app/d1");
     assert!(
         after

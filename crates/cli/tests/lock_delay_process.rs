@@ -115,11 +115,15 @@ fn a_killed_holder_s_lock_delay_runs_before_its_waiter_is_granted() {
     assert!(token > first_token);
 }
 
-/// An operator ends a running lock-delay with `latchkey admin release NAME`, knowing no token:
-/// `status` shows the lost grant's token, the client's release names it, and the waiter is
-/// granted at once, not after the delay (5 minutes here).
+/// An operator takes a lock whose holder asked for a lock-delay (5 minutes here), so the delay
+/// starts under the holder's token; the same request again (a retry after a lost answer)
+/// answers the same and ends nothing, nor does a release naming no token (nobody holds the
+/// lock: it says how to end the delay). Ending it is its own request, `--end-delay`, which
+/// knows no token: `status` shows the delay's, the client names it, and the waiter is granted
+/// at once, not after the delay. Before the request said what it ends, the retry ended the
+/// delay its first attempt had started.
 #[test]
-fn an_operator_ends_a_running_lock_delay_without_naming_a_token() {
+fn an_operator_s_retried_release_keeps_the_delay_and_end_delay_ends_it() {
     let mut server = Server::start();
     server.wait_ready().expect("server ready");
     let work = Work::new();
@@ -127,8 +131,6 @@ fn an_operator_ends_a_running_lock_delay_without_naming_a_token() {
         "lock",
         "--endpoints",
         &server.addr,
-        "--ttl",
-        "2s",
         "--lock-delay",
         "5m",
         "gate",
@@ -136,7 +138,7 @@ fn an_operator_ends_a_running_lock_delay_without_naming_a_token() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let holder = Proc::spawn(&args, work.dir.path());
+    let _holder = Proc::spawn(&args, work.dir.path());
     wait_until("the holder holds gate", T, || {
         server.status("gate")["held"] == true
     });
@@ -145,14 +147,39 @@ fn an_operator_ends_a_running_lock_delay_without_naming_a_token() {
     wait_until("the waiter queues", T, || {
         server.status("gate")["waiters"] == 1
     });
-    holder.signal_group(Signal::SIGKILL);
-    wait_until("the lock-delay runs", T, || {
-        server.status("gate")["delay_remaining_ms"].is_u64()
-    });
-    let status = server.status("gate");
-    assert_eq!(status["delay_token"], lost_token, "{status}");
-    let out = server.cli(&["admin", "release", "gate", "--reason", "the job is gone"]);
-    assert!(out.status.success(), "{}\n{}", out.stderr, out.stdout);
+    let token = lost_token.to_string();
+    let release = [
+        "admin", "release", "gate", "--token", &token, "--reason", "wedged",
+    ];
+    let first = server.cli(&release);
+    assert!(first.status.success(), "{}\n{}", first.stderr, first.stdout);
+    let delayed = |what: &str| {
+        let status = server.status("gate");
+        assert_eq!(status["delay_token"], lost_token, "{what}: {status}");
+        assert_eq!(status["held"], false, "{what}: {status}");
+        assert_eq!(status["waiters"], 1, "{what}: {status}");
+    };
+    delayed("the release started the delay");
+    let retry = server.cli(&release);
+    assert!(retry.status.success(), "{}\n{}", retry.stderr, retry.stdout);
+    assert_eq!(retry.stdout, first.stdout, "the first attempt's answer");
+    delayed("after the retry");
+    let plain = server.cli(&["admin", "release", "gate", "--reason", "wedged"]);
+    assert!(!plain.status.success(), "{}", plain.stdout);
+    assert!(plain.stderr.contains("--end-delay"), "{}", plain.stderr);
+    delayed("after a release naming no token");
+    assert!(start_ms(&work, "w").is_none(), "granted during the delay");
+
+    let end = server.cli(&[
+        "admin",
+        "release",
+        "gate",
+        "--end-delay",
+        "--reason",
+        "the job is gone",
+    ]);
+    assert!(end.status.success(), "{}\n{}", end.stderr, end.stdout);
+    assert!(end.stdout.contains("lock-delay ended"), "{}", end.stdout);
     assert_eq!(w.wait(T).code(), Some(0), "{}", w.stderr());
     let token: u64 = work.lines("w")[0]
         .split_whitespace()
@@ -160,6 +187,9 @@ fn an_operator_ends_a_running_lock_delay_without_naming_a_token() {
         .and_then(|t| t.parse().ok())
         .expect("token");
     assert!(token > lost_token);
+    let again = server.cli(&["admin", "release", "gate", "--end-delay", "--reason", "x"]);
+    assert!(!again.status.success(), "{}", again.stdout);
+    assert!(again.stderr.contains("no lock-delay"), "{}", again.stderr);
 }
 
 /// Debian's libfaketime, which steps a process's wall clock from a file (as the nemesis does).

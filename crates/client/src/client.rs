@@ -347,8 +347,12 @@ impl Client {
     /// holder's grant: such a retry fails with a `token-mismatch` or `lock-not-held`
     /// [`Error::Conflict`] instead. Of a name with several holders (readers, permits), the
     /// token chooses the grant taken (one permit, or the readers granted together); without
-    /// one, the first granted holder's is read; of a name in a lock-delay (no holder), the lost
-    /// grant's token, so that the release ends the delay.
+    /// one, the first granted holder's is read.
+    ///
+    /// A release of a holder that asked for a lock-delay starts the delay; a retry of it (the
+    /// same token) answers the first attempt's outcome and does not end that delay. A name in
+    /// a lock-delay has no holder: this fails with `lock-not-held`; ending the delay is
+    /// [`Client::admin_end_delay`].
     pub async fn admin_release(
         &self,
         name: &str,
@@ -365,7 +369,16 @@ impl Client {
                 crate::types::LockInfo {
                     delay_token: Some(t),
                     ..
-                } => t,
+                } => {
+                    return Err(Error::Conflict {
+                        reason: "lock-not-held".into(),
+                        message: format!(
+                            "lock {name:?} is not held: it is in the lock-delay that began when \
+                             its grant {t} was lost (ending the delay is its own request: \
+                             `latchkey admin release --end-delay`)"
+                        ),
+                    })
+                }
                 _ => {
                     return Err(Error::Conflict {
                         reason: "lock-not-held".into(),
@@ -374,11 +387,51 @@ impl Client {
                 }
             },
         };
+        self.force_release(name, token, false, reason, operator)
+            .await
+    }
+
+    /// Ends `name`'s running lock-delay now (an operator's tool, as [`Client::admin_release`]):
+    /// its first waiter gets the name. Answers the (session, token) of the grant whose loss
+    /// started the delay. Without `token`, the running delay's is read first (`status` shows
+    /// it), so that a retry never ends a later delay of the name: it fails with a
+    /// `no-lock-delay` [`Error::Conflict`], as does a name in no delay.
+    pub async fn admin_end_delay(
+        &self,
+        name: &str,
+        token: Option<u64>,
+        reason: &str,
+        operator: &str,
+    ) -> Result<(u64, u64), Error> {
+        let token = match token {
+            Some(t) => t,
+            None => self
+                .describe(name)
+                .await?
+                .delay_token
+                .ok_or_else(|| Error::Conflict {
+                    reason: "no-lock-delay".into(),
+                    message: format!("no lock-delay of {name:?} is running"),
+                })?,
+        };
+        self.force_release(name, token, true, reason, operator)
+            .await
+    }
+
+    async fn force_release(
+        &self,
+        name: &str,
+        token: u64,
+        end_delay: bool,
+        reason: &str,
+        operator: &str,
+    ) -> Result<(u64, u64), Error> {
         let request = pb::AdminReleaseRequest {
             name: name.to_owned(),
             token: Some(token),
             reason: reason.to_owned(),
             operator: operator.to_owned(),
+            end_delay,
         };
         let opts = self.for_lock(name).await?;
         let response = self

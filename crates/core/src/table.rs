@@ -1086,7 +1086,14 @@ impl LockTable {
                 token,
                 by,
                 reason,
-            } => self.force_release(index, now_ms, name, *token, by, reason, fx),
+            } => self.force_release(index, now_ms, name, *token, None, by, reason, fx),
+            Op::ForceReleaseTargeted {
+                name,
+                token,
+                target,
+                by,
+                reason,
+            } => self.force_release(index, now_ms, name, *token, Some(*target), by, reason, fx),
             Op::RevokeSession {
                 session,
                 by,
@@ -1899,13 +1906,7 @@ impl LockTable {
                 max: limits::LOCK_DELAY_MS_MAX,
             });
         }
-        let delayed = self.delays.running.contains_key(name)
-            || self.delays.held.contains_key(name)
-            || self.locks.get(name).is_some_and(|l| {
-                l.waiters
-                    .iter()
-                    .any(|w| self.delays.asked.contains_key(&(w.session, w.seq)))
-            });
+        let delayed = self.uses_lock_delay(name);
         if (mode != Mode::Exclusive && delayed)
             || (lock_delay_ms > 0 && self.multi.contains_key(name))
         {
@@ -2213,6 +2214,18 @@ impl LockTable {
         (names, true)
     }
 
+    /// Whether `name` is in a lock-delay, or its holder or a waiter asked for one: a leader
+    /// force-releases such a name with [`Op::ForceReleaseTargeted`].
+    pub fn uses_lock_delay(&self, name: &str) -> bool {
+        self.delays.running.contains_key(name)
+            || self.delays.held.contains_key(name)
+            || self.locks.get(name).is_some_and(|l| {
+                l.waiters
+                    .iter()
+                    .any(|w| self.delays.asked.contains_key(&(w.session, w.seq)))
+            })
+    }
+
     /// The running lock-delays, in name order: (name, token, delay ms), for the leader to time
     /// on its monotonic clock (`Op::EndDelays` names them by token). At most
     /// `limits::DELAYS_MAX`.
@@ -2403,7 +2416,9 @@ impl LockTable {
 
     /// An operator's force-release: hand `name` over as its holder's release would, remember
     /// the taken grant in the holder's session (its client learns it from a keepalive), and
-    /// record it in the audit log.
+    /// record it in the audit log. `target` is what an [`Op::ForceReleaseTargeted`] ends;
+    /// `None` is an [`Op::ForceRelease`], which takes the holder or, finding a running delay
+    /// (under `token`, if given), ends it, as it always did (logs hold such entries).
     #[allow(clippy::too_many_arguments)]
     fn force_release(
         &mut self,
@@ -2411,6 +2426,7 @@ impl LockTable {
         now_ms: u64,
         name: &str,
         token: Option<u64>,
+        target: Option<ForceTarget>,
         by: &Actor,
         reason: &str,
         fx: &mut Applied,
@@ -2421,19 +2437,44 @@ impl LockTable {
         {
             return Outcome::Rejected(r);
         }
+        if target == Some(ForceTarget::Delay) && !self.delays.running.contains_key(name) {
+            return Outcome::Rejected(Rejection::NoLockDelay {
+                name: name.into(),
+                token,
+            });
+        }
         if self.multi.contains_key(name) {
             return self.force_release_multi(index, now_ms, name, token, by, reason, fx);
         }
         if let Some((key, d)) = self.delays.running.get_key_value(name) {
+            let (key, old_session, old_token) = (key.clone(), d.session, d.token);
+            if target == Some(ForceTarget::Holder) {
+                // Nobody holds the name. The delay under the request's token is the one this
+                // release started, seen again by its retry: that attempt's answer, and nothing
+                // changes (the delay keeps the dead holder's late writes out).
+                return match token {
+                    Some(t) if t == old_token => Outcome::ForceReleased {
+                        session: old_session,
+                        token: old_token,
+                    },
+                    _ => Outcome::Rejected(Rejection::LockNotHeld { name: name.into() }),
+                };
+            }
             // An operator's way out of a running lock-delay: it ends now (its first live
             // waiter gets the name), audited like a taken grant under the lost grant's token.
-            let (key, old_session, old_token) = (key.clone(), d.session, d.token);
             if let Some(token) = token.filter(|t| *t != old_token) {
-                return Outcome::Rejected(Rejection::TokenMismatch {
-                    name: name.into(),
-                    token,
-                    holder_token: old_token,
-                });
+                let rejection = match target {
+                    Some(_) => Rejection::NoLockDelay {
+                        name: name.into(),
+                        token: Some(token),
+                    },
+                    None => Rejection::TokenMismatch {
+                        name: name.into(),
+                        token,
+                        holder_token: old_token,
+                    },
+                };
+                return Outcome::Rejected(rejection);
             }
             self.end_delay(key, index, now_ms, fx);
             let next_token = fx.handoffs.iter().find(|h| h.name == name).map(|h| h.token);

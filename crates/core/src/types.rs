@@ -175,6 +175,33 @@ pub enum Op {
     /// [`Applied`] per operation in [`Applied::ops`]. Added at the end, so every entry written
     /// before it decodes the same.
     Batch(Vec<Op>),
+    /// An operator's force-release that says what it ends (issue #32): the holder's grant
+    /// (`ForceTarget::Holder`, as [`Op::ForceRelease`] of a held name) or the name's running
+    /// lock-delay (`ForceTarget::Delay`: the name goes to its first live waiter now). With
+    /// `token`, only the grant, or the delay, under that token. A `Holder` force-release that
+    /// finds the delay its own first attempt started (a retry after a lost answer: the same
+    /// token) answers that attempt's outcome and changes nothing, so a retry never ends the
+    /// delay the release started, as an [`Op::ForceRelease`] would (it ends a running delay,
+    /// the only way there was). Leaders propose it for a name with a lock-delay (running, or
+    /// asked for by its holder) and for every `Delay` target; a name without one gets the
+    /// [`Op::ForceRelease`] it always did, which earlier builds read. Added at the end, so
+    /// every entry written before it decodes the same.
+    ForceReleaseTargeted {
+        name: String,
+        token: Option<u64>,
+        target: ForceTarget,
+        by: Actor,
+        reason: String,
+    },
+}
+
+/// What an operator's [`Op::ForceReleaseTargeted`] ends.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForceTarget {
+    /// The holder's grant (of several holders: the grant under the token, or every one).
+    Holder,
+    /// The running lock-delay: the name is granted to its first live waiter, or is free.
+    Delay,
 }
 
 /// A running lock-delay an [`Op::EndDelays`] ends: the name, and the token of the grant whose
@@ -347,6 +374,7 @@ impl Op {
             | Op::CreateOwnedSession { .. }
             | Op::OpenSession { .. }
             | Op::ForceRelease { .. }
+            | Op::ForceReleaseTargeted { .. }
             | Op::RevokeSession { .. }
             | Op::CloseSession { .. }
             | Op::ExpireSessions { .. }
@@ -594,6 +622,12 @@ pub enum Rejection {
         "{name:?} was granted or acquired earlier in the same batch: send this operation alone"
     )]
     BatchConflict { name: String },
+    /// An operator's end of a lock-delay ([`ForceTarget::Delay`]) found none running (under
+    /// the token it named): it ended on its own, or never started. Nothing changed; the name's
+    /// holder, if it has one now, keeps it. Never remembered by a session (operators' entries
+    /// have no sequence number).
+    #[error("no lock-delay of {name:?} is running{}: nothing ended", token.map(|t| format!(" under token {t}")).unwrap_or_default())]
+    NoLockDelay { name: String, token: Option<u64> },
 }
 
 impl Rejection {

@@ -101,7 +101,9 @@ pub fn watch_events(index: u64, cmd: &Command, applied: &Applied) -> Vec<WatchEv
             let lost = match op {
                 Op::ExpireSessions { .. } => WatchKind::Expired,
                 Op::RevokeSession { .. } => WatchKind::Revoked,
-                Op::ForceRelease { .. } => WatchKind::ForceReleased,
+                Op::ForceRelease { .. } | Op::ForceReleaseTargeted { .. } => {
+                    WatchKind::ForceReleased
+                }
                 _ => WatchKind::Released,
             };
             let (mut mode, mut value) = (None, None);

@@ -277,6 +277,132 @@ fn a_revoke_starts_the_delay_and_a_force_release_of_the_delayed_name_ends_it() {
     );
 }
 
+fn force(name: &str, token: Option<u64>, target: ForceTarget) -> Op {
+    Op::ForceReleaseTargeted {
+        name: name.into(),
+        token,
+        target,
+        by: by(),
+        reason: "wedged".into(),
+    }
+}
+
+/// A force-release of a holder that asked for a lock-delay starts the delay; its retry (the
+/// same request after a lost answer: the holder's token) answers what the first attempt did
+/// and changes nothing, so the dead holder's late writes stay out for the whole delay. Only a
+/// request that names the delay as its target ends it (and only the delay under its token).
+/// Before `ForceReleaseTargeted`, the retry ended the delay: `ForceRelease` still does, as
+/// logs written by earlier builds hold it.
+#[test]
+fn a_retried_force_release_keeps_the_delay_its_first_attempt_started() {
+    let mut t = T::new(2);
+    let (a, _) = t.take(1, "x", 0, 9_000);
+    let Outcome::Granted { token } = a.outcome else {
+        panic!("{a:?}")
+    };
+    t.take(2, "x", WAIT_TIMEOUT_MS_MAX, 0);
+    assert!(t.table.uses_lock_delay("x"));
+    let first = t.apply(force("x", Some(token), ForceTarget::Holder));
+    let taken = Outcome::ForceReleased {
+        session: SessionId(1),
+        token,
+    };
+    assert_eq!(first.outcome, taken);
+    assert_eq!(t.running().len(), 1, "the release started the delay");
+    let audited = t.table.audit().count();
+    let before = (t.table.describe("x"), t.running());
+
+    let retry = t.apply(force("x", Some(token), ForceTarget::Holder));
+    assert_eq!(retry.outcome, taken, "the first attempt's answer");
+    assert!(
+        retry.changes.is_empty() && retry.handoffs.is_empty(),
+        "{retry:?}"
+    );
+    assert_eq!(
+        (t.table.describe("x"), t.running()),
+        before,
+        "nothing changed"
+    );
+    assert_eq!(t.table.audit().count(), audited, "audited once");
+    assert_eq!(t.holder("x"), None);
+
+    // Without a token (nobody holds it) or under another: nothing to take, nothing changes.
+    for token in [None, Some(token + 1)] {
+        let other = t.apply(force("x", token, ForceTarget::Holder));
+        assert_eq!(
+            other.outcome,
+            Outcome::Rejected(Rejection::LockNotHeld { name: "x".into() })
+        );
+    }
+    // Ending the delay names it: under another token, refused; under its own, it ends and
+    // the waiter gets the name.
+    let stale = t.apply(force("x", Some(token + 1), ForceTarget::Delay));
+    assert_eq!(
+        stale.outcome,
+        Outcome::Rejected(Rejection::NoLockDelay {
+            name: "x".into(),
+            token: Some(token + 1)
+        })
+    );
+    assert_eq!(t.running().len(), 1);
+    let end = t.apply(force("x", Some(token), ForceTarget::Delay));
+    assert_eq!(end.outcome, taken);
+    let granted = t.index;
+    assert_eq!(t.holder("x"), Some((2, granted)));
+    assert_eq!(t.table.audit().count(), audited + 1);
+    // Its retry finds no delay: refused, and the new holder keeps the name.
+    for target in [ForceTarget::Delay, ForceTarget::Holder] {
+        let again = t.apply(force("x", Some(token), target));
+        assert!(
+            matches!(
+                again.outcome,
+                Outcome::Rejected(Rejection::NoLockDelay { .. } | Rejection::TokenMismatch { .. })
+            ),
+            "{again:?}"
+        );
+        assert_eq!(t.holder("x"), Some((2, granted)));
+    }
+    // A delay's target on a name in no delay takes nobody's grant, with or without a token.
+    let none = t.apply(force("x", None, ForceTarget::Delay));
+    assert_eq!(
+        none.outcome,
+        Outcome::Rejected(Rejection::NoLockDelay {
+            name: "x".into(),
+            token: None
+        })
+    );
+    assert_eq!(t.holder("x"), Some((2, granted)));
+}
+
+/// The entry earlier builds proposed (and logs hold) keeps its meaning: a `ForceRelease` that
+/// finds a delay running under its token ends it, as it did when it was written.
+#[test]
+fn an_untargeted_force_release_still_ends_a_running_delay() {
+    let mut t = T::new(2);
+    let (a, _) = t.take(1, "x", 0, 9_000);
+    let Outcome::Granted { token } = a.outcome else {
+        panic!("{a:?}")
+    };
+    t.take(2, "x", WAIT_TIMEOUT_MS_MAX, 0);
+    let untargeted = || Op::ForceRelease {
+        name: "x".into(),
+        token: Some(token),
+        by: by(),
+        reason: "wedged".into(),
+    };
+    t.apply(untargeted());
+    assert_eq!(t.running().len(), 1);
+    let second = t.apply(untargeted());
+    assert_eq!(
+        second.outcome,
+        Outcome::ForceReleased {
+            session: SessionId(1),
+            token
+        }
+    );
+    assert_eq!(t.holder("x"), Some((2, t.index)));
+}
+
 /// An `EndDelays` names each delay by the token of the grant whose loss started it: a stale
 /// one (proposed for an earlier delay of the name, applied after a later one started) ends
 /// nothing, so a delay never ends before its own time.

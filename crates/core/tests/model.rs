@@ -480,19 +480,45 @@ impl Model {
                     }
                 },
             },
-            Op::ForceRelease { name, token, .. } => {
+            Op::ForceRelease { name, token, .. } | Op::ForceReleaseTargeted { name, token, .. } => {
+                let target = match &cmd.op {
+                    Op::ForceReleaseTargeted { target, .. } => Some(*target),
+                    _ => None,
+                };
                 // The generator's operator and reason are valid; tests/admin.rs covers the rest.
                 if let Err(r) = validate_name(name) {
                     Outcome::Rejected(r)
+                } else if target == Some(ForceTarget::Delay) && !self.delayed.contains_key(name) {
+                    Outcome::Rejected(Rejection::NoLockDelay {
+                        name: name.clone(),
+                        token: *token,
+                    })
                 } else if let Some(d) = self.delayed.get(name).copied() {
-                    // A force-release of a name in a lock-delay ends the delay now.
-                    match token.filter(|t| *t != d.token) {
-                        Some(t) => Outcome::Rejected(Rejection::TokenMismatch {
+                    // A force-release of a name in a lock-delay: the holder's target finds
+                    // nobody holding (under the delay's token: its own first attempt's answer,
+                    // nothing changes); the delay's target, and the untargeted entry, end it.
+                    match (target, token.filter(|t| *t != d.token)) {
+                        (Some(ForceTarget::Holder), None) if token.is_some() => {
+                            Outcome::ForceReleased {
+                                session: d.session,
+                                token: d.token,
+                            }
+                        }
+                        (Some(ForceTarget::Holder), _) => {
+                            Outcome::Rejected(Rejection::LockNotHeld { name: name.clone() })
+                        }
+                        (Some(ForceTarget::Delay), Some(t)) => {
+                            Outcome::Rejected(Rejection::NoLockDelay {
+                                name: name.clone(),
+                                token: Some(t),
+                            })
+                        }
+                        (None, Some(t)) => Outcome::Rejected(Rejection::TokenMismatch {
                             name: name.clone(),
                             token: t,
                             holder_token: d.token,
                         }),
-                        None => {
+                        (_, None) => {
                             self.delayed.remove(name);
                             self.admit(name, index, now, &mut fx);
                             Outcome::ForceReleased {
@@ -1224,7 +1250,11 @@ impl History {
                 "{ctx}: a leaving session's wait was not dropped"
             );
         }
-        if let (Outcome::ForceReleased { .. }, Op::ForceRelease { name, .. }) = (&fx.outcome, op) {
+        if let (
+            Outcome::ForceReleased { .. },
+            Op::ForceRelease { name, .. } | Op::ForceReleaseTargeted { name, .. },
+        ) = (&fx.outcome, op)
+        {
             for change in &fx.changes {
                 if let LockChange::Released {
                     name: n,
@@ -1507,14 +1537,34 @@ impl Run {
                 4 if !self.tokens.is_empty() => Some(*self.rng.pick(&self.tokens)),
                 _ => Some(token),
             };
-            let op = Op::ForceRelease {
-                name,
-                token,
-                by: Actor {
-                    identity: None,
-                    claimed: "model".into(),
+            let by = Actor {
+                identity: None,
+                claimed: "model".into(),
+            };
+            let reason = "test".into();
+            // The entry earlier builds propose, and the one that says what it ends (a retry of
+            // a release that started a delay draws the delay's token: `held` has it).
+            let target = match self.rng.below(4) {
+                0 => None,
+                1 if self.model.delayed.contains_key(&name) || self.rng.percent(10) => {
+                    Some(ForceTarget::Delay)
+                }
+                _ => Some(ForceTarget::Holder),
+            };
+            let op = match target {
+                None => Op::ForceRelease {
+                    name,
+                    token,
+                    by,
+                    reason,
                 },
-                reason: "test".into(),
+                Some(target) => Op::ForceReleaseTargeted {
+                    name,
+                    token,
+                    target,
+                    by,
+                    reason,
+                },
             };
             return Some((op, false));
         }
@@ -2137,6 +2187,21 @@ impl Run {
             (_, Outcome::Rejected(Rejection::PermitsOutOfRange { .. })) => {
                 seen("permits out of range")
             }
+            (
+                Op::ForceReleaseTargeted {
+                    target: ForceTarget::Holder,
+                    ..
+                },
+                Outcome::ForceReleased { .. },
+            ) if got.changes.is_empty() => seen("force-release retry found its lock-delay"),
+            (
+                Op::ForceReleaseTargeted {
+                    target: ForceTarget::Delay,
+                    ..
+                },
+                Outcome::ForceReleased { .. },
+            ) => seen("lock-delay ended by its target"),
+            (_, Outcome::Rejected(Rejection::NoLockDelay { .. })) => seen("no lock-delay to end"),
             (Op::ForceRelease { .. }, Outcome::ForceReleased { .. })
                 if !got.handoffs.is_empty()
                     && got
@@ -2146,7 +2211,10 @@ impl Run {
             {
                 seen("force-release ended a lock-delay")
             }
-            (Op::ForceRelease { .. }, Outcome::ForceReleased { .. }) => seen("force-released"),
+            (
+                Op::ForceRelease { .. } | Op::ForceReleaseTargeted { .. },
+                Outcome::ForceReleased { .. },
+            ) => seen("force-released"),
             (Op::Campaign { .. }, Outcome::Granted { .. }) => seen("campaign granted at once"),
             (Op::Campaign { .. }, Outcome::Queued { .. }) => seen("campaign queued"),
             (Op::Proclaim { .. }, Outcome::Proclaimed) => seen("proclaimed"),
@@ -2450,6 +2518,9 @@ fn histories_with_lock_delays_match_the_model() {
         "lock-delay out of range",
         "campaign granted after a lock-delay",
         "force-release ended a lock-delay",
+        "force-release retry found its lock-delay",
+        "lock-delay ended by its target",
+        "no lock-delay to end",
     ] {
         assert!(
             reached.get(what).copied().unwrap_or(0) >= 5,

@@ -138,6 +138,15 @@ fn fmt_op(op: &Op, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             Op::ForceRelease { name, token, .. } => {
                 write!(f, "ForceRelease({name:?}, token={token:?})")
             }
+            Op::ForceReleaseTargeted {
+                name,
+                token,
+                target,
+                ..
+            } => write!(
+                f,
+                "ForceReleaseTargeted({name:?}, token={token:?}, {target:?})"
+            ),
             Op::RevokeSession { session, .. } => write!(f, "RevokeSession({session})"),
             Op::AcquireWith {
                 session,

@@ -120,6 +120,7 @@ impl ApiError {
                 Rejection::BatchTooLarge { .. } => "batch-too-large",
                 Rejection::NotBatchable => "not-batchable",
                 Rejection::BatchConflict { .. } => "batch-conflict",
+                Rejection::NoLockDelay { .. } => "no-lock-delay",
             },
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotLeader { .. } => "not-leader",
@@ -174,7 +175,8 @@ impl ApiError {
                 | Rejection::PermitsConflict { .. }
                 | Rejection::NotElectionLeader { .. }
                 | Rejection::LockDelayConflict { .. }
-                | Rejection::BatchConflict { .. } => Code::FailedPrecondition,
+                | Rejection::BatchConflict { .. }
+                | Rejection::NoLockDelay { .. } => Code::FailedPrecondition,
             },
             ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::Membership(_)

@@ -840,6 +840,7 @@ async fn readers_and_permits_through_grpc() {
             token: Some(t1),
             reason: "test: one permit".into(),
             operator: "api test".into(),
+            end_delay: false,
         })
         .await
         .unwrap()

@@ -994,11 +994,13 @@ def audit_entry(r: "pb.AuditRecord") -> AuditEntry:
                       r.locks, r.identity or None, r.operator, r.reason, r.group)
 
 
-def admin_release_request(name: str, token: int, reason: str,
-                          operator: str) -> "pb.AdminReleaseRequest":
-    """The request of a force-release, always conditional on `token` (protocol.md, 10:
-    AdminRelease is not sequenced; a retry without a token could take the next holder's)."""
-    return pb.AdminReleaseRequest(name=name, token=token, reason=reason, operator=operator)
+def admin_release_request(name: str, token: int, reason: str, operator: str,
+                          end_delay: bool = False) -> "pb.AdminReleaseRequest":
+    """The request of a force-release (or, with `end_delay`, of the end of a lock-delay),
+    always conditional on `token` (protocol.md, 10: AdminRelease is not sequenced; a retry
+    without a token could take the next holder's, or end a later delay)."""
+    return pb.AdminReleaseRequest(name=name, token=token, reason=reason, operator=operator,
+                                  end_delay=end_delay)
 
 
 def check_admin_release(name: str, token: Optional[int], reason: str,
@@ -1023,12 +1025,21 @@ def check_admin_revoke(session_id: int, reason: str,
     return pb.AdminRevokeRequest(session=session_id, reason=reason, operator=operator)
 
 
-def holder_token(info: LockInfo) -> int:
-    """The current holder's token, read before a force-release without one (client.rs,
-    admin_release); of a name in a lock-delay, the lost grant's (the release ends the delay);
-    Conflict `lock-not-held` when nobody holds it."""
-    if info.holder is None and info.delay_token is not None:
+def holder_token(info: LockInfo, end_delay: bool = False) -> int:
+    """The token a force-release without one names, read first (client.rs, admin_release):
+    the current holder's; with `end_delay`, the running lock-delay's (Conflict
+    `no-lock-delay` when none runs). Conflict `lock-not-held` when nobody holds it, also when
+    a delay runs (a release never ends one: that is `end_delay=True`)."""
+    if end_delay:
+        if info.delay_token is None:
+            raise errors.Conflict(f"no lock-delay of {info.name!r} is running",
+                                  reason="no-lock-delay")
         return info.delay_token
+    if info.holder is None and info.delay_token is not None:
+        raise errors.Conflict(
+            f"lock {info.name!r} is not held: it is in the lock-delay that began when its grant "
+            f"{info.delay_token} was lost (ending the delay is its own request: "
+            "force_release(..., end_delay=True))", reason="lock-not-held")
     if info.holder is None:
         raise errors.Conflict(f"lock {info.name!r} is not held", reason="lock-not-held")
     return info.holder.token

@@ -358,13 +358,14 @@ class Client:
         return core.merge_lists([response for response, _, _ in answers])[0]
 
     async def force_release(self, name: str, *, token: Optional[int] = None, reason: str,
-                            operator: Optional[str] = None) -> core.ForceReleased:
+                            operator: Optional[str] = None,
+                            end_delay: bool = False) -> core.ForceReleased:
         """See latchkey.Client.force_release."""
         token, operator = core.check_admin_release(name, token, reason, operator)
         if token is None:
-            token = core.holder_token(await self.describe(name))
+            token = core.holder_token(await self.describe(name), end_delay)
         response, _, _ = await self._call(
-            "AdminRelease", core.admin_release_request(name, token, reason, operator),
+            "AdminRelease", core.admin_release_request(name, token, reason, operator, end_delay),
             attempt_timeout=self._rpc_timeout, group=self._group_of_lock(name))
         return core.ForceReleased(response.session, response.token)
 

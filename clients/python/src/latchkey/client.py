@@ -420,7 +420,8 @@ class Client:
 
     # --- administration (an operator's tools; recorded in the audit log) ---------------
     def force_release(self, name: str, *, token: Optional[int] = None, reason: str,
-                      operator: Optional[str] = None) -> core.ForceReleased:
+                      operator: Optional[str] = None,
+                      end_delay: bool = False) -> core.ForceReleased:
         """Force-releases lock `name` (needs `admin` on it under access control): the next
         waiter gets it with a higher token, and the holder's client learns from its next
         renewal that it lost the lock (its guard's `lost` is set). Answers the grant taken,
@@ -431,12 +432,18 @@ class Client:
         Without `token`, the holder's token (of several holders, the first granted's) is read
         first (Describe) and the release made conditional on it, so that a retry after a lost
         answer can never take the *next* holder's grant: it fails with Conflict
-        `token-mismatch` or `lock-not-held` instead (also raised when nobody holds the lock)."""
+        `token-mismatch` or `lock-not-held` instead (also raised when nobody holds the lock).
+
+        A release of a holder that asked for a lock-delay starts the delay; a retry of it
+        answers the first attempt's grant and ends nothing. `end_delay=True` ends the lock's
+        running lock-delay instead (only the one under `token`; without it, the delay's token
+        is read first): its first waiter gets the lock now; Conflict `no-lock-delay` if none
+        runs. Answers the grant whose loss started the delay."""
         token, operator = core.check_admin_release(name, token, reason, operator)
         if token is None:
-            token = core.holder_token(self.describe(name))
+            token = core.holder_token(self.describe(name), end_delay)
         response, _, _ = self._call(
-            "AdminRelease", core.admin_release_request(name, token, reason, operator),
+            "AdminRelease", core.admin_release_request(name, token, reason, operator, end_delay),
             attempt_timeout=self._rpc_timeout, group=self._group_of_lock(name))
         return core.ForceReleased(response.session, response.token)
 

@@ -128,7 +128,7 @@ for (const want of expected.filter((e) => e.end_delay !== undefined)) {
     await page.fill("#release-reason", want.end_delay, { timeout: WAIT_MS });
     await page.click("#release-confirm", { timeout: WAIT_MS });
     await page.waitForFunction(
-      (name) => document.getElementById("release-result").textContent.startsWith(`force-released ${name} `),
+      (name) => document.getElementById("release-result").textContent.startsWith(`ended the lock-delay of ${name} `),
       want.lock, { timeout: WAIT_MS });
     noPageErrors();
   });

@@ -1014,6 +1014,9 @@ struct AdminReleaseRequest {
     /// Who says they are doing it, recorded beside the authenticated identity.
     #[serde(default)]
     operator: String,
+    /// End the running lock-delay (under `token`, if given) instead of taking a holder.
+    #[serde(default)]
+    end_delay: bool,
 }
 
 /// The gRPC `AdminRelease` over HTTP: same access check (`admin` on the lock), same operation,
@@ -1039,7 +1042,7 @@ async fn admin_release(
     };
     let node = groups.of_lock(&req.name)?;
     let (session, token) = node
-        .force_release(req.name, req.token, by, req.reason)
+        .force_release(req.name, req.token, req.end_delay, by, req.reason)
         .await
         .map_err(in_group(node))?;
     Ok(json(

@@ -596,7 +596,7 @@ impl pb::locks_server::Locks for LocksService {
         };
         let node = self.groups.of_lock(&req.name)?;
         let (session, token) = node
-            .force_release(req.name, req.token, by, req.reason)
+            .force_release(req.name, req.token, req.end_delay, by, req.reason)
             .await
             .map_err(in_group(node))?;
         Ok(Response::new(pb::AdminReleaseResponse {

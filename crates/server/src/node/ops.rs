@@ -17,8 +17,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use latchkey_core::{
-    limits, Actor, Applied, AuditRecord, Command, HolderState, IdentityUsage, LockState, Mode, Op,
-    Outcome, Rejection, SessionId, SessionKey, SessionOwner,
+    limits, Actor, Applied, AuditRecord, Command, ForceTarget, HolderState, IdentityUsage,
+    LockState, Mode, Op, Outcome, Rejection, SessionId, SessionKey, SessionOwner,
 };
 use openraft::async_runtime::WatchReceiver;
 use openraft::{ReadPolicy, ServerState};
@@ -941,27 +941,51 @@ impl Node {
         Ok((locks, truncated))
     }
 
-    /// An operator's force-release of `name` (only of the grant `token`, when given): the
-    /// session and token of the grant taken.
+    /// An operator's force-release of `name` (only of the grant `token`, when given), or with
+    /// `end_delay` the end of its running lock-delay (only the one under `token`): the session
+    /// and token of the grant taken (or whose loss started the delay).
+    ///
+    /// A name with a lock-delay (running, or asked for by its holder or a waiter) gets an
+    /// `Op::ForceReleaseTargeted`, which says what it ends, so that a retry of a release that
+    /// started a delay ends nothing; so does every `end_delay`. Any other name gets the
+    /// `Op::ForceRelease` it always did, which members of earlier builds apply (see
+    /// docs/primitives.md: upgrade every member before the first lock-delay). The table is read
+    /// before proposing; a delay asked for after the read meets that `ForceRelease`, which
+    /// names a token (the clients always send one) and so takes no later holder.
     pub async fn force_release(
         &self,
         name: String,
         token: Option<u64>,
+        end_delay: bool,
         by: Actor,
         reason: String,
     ) -> Result<(SessionId, u64), ApiError> {
         latchkey_core::validate_name(&name)?;
         by.validate()?;
         latchkey_core::validate_reason(&reason)?;
-        match self
-            .propose(Op::ForceRelease {
+        let target = if end_delay {
+            Some(ForceTarget::Delay)
+        } else if self.state.read(|t| t.uses_lock_delay(&name)) {
+            Some(ForceTarget::Holder)
+        } else {
+            None
+        };
+        let op = match target {
+            Some(target) => Op::ForceReleaseTargeted {
+                name,
+                token,
+                target,
+                by,
+                reason,
+            },
+            None => Op::ForceRelease {
                 name,
                 token,
                 by,
                 reason,
-            })
-            .await?
-        {
+            },
+        };
+        match self.propose(op).await? {
             Outcome::ForceReleased { session, token } => Ok((session, token)),
             other => Err(rejected(other)),
         }

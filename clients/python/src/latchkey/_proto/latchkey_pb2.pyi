@@ -314,16 +314,18 @@ class Waiter(_message.Message):
     def __init__(self, session: _Optional[int] = ..., waited_ms: _Optional[int] = ..., owner: _Optional[_Union[Owner, _Mapping]] = ..., mode: _Optional[_Union[LockMode, str]] = ...) -> None: ...
 
 class AdminReleaseRequest(_message.Message):
-    __slots__ = ("name", "token", "reason", "operator")
+    __slots__ = ("name", "token", "reason", "operator", "end_delay")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    END_DELAY_FIELD_NUMBER: _ClassVar[int]
     name: str
     token: int
     reason: str
     operator: str
-    def __init__(self, name: _Optional[str] = ..., token: _Optional[int] = ..., reason: _Optional[str] = ..., operator: _Optional[str] = ...) -> None: ...
+    end_delay: bool
+    def __init__(self, name: _Optional[str] = ..., token: _Optional[int] = ..., reason: _Optional[str] = ..., operator: _Optional[str] = ..., end_delay: _Optional[bool] = ...) -> None: ...
 
 class AdminReleaseResponse(_message.Message):
     __slots__ = ("session", "token")

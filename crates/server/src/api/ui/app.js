@@ -103,7 +103,8 @@ function mayForceRelease() {
 }
 
 // Opens the reason form (outside the table, which each refresh rebuilds) for this grant: a
-// holder's, or the lost grant of a running lock-delay (`delay`), whose release ends the delay.
+// holder's, or the lost grant of a running lock-delay (`delay`): that request says so
+// (`end_delay`), since a plain release never ends a delay.
 function askForceRelease(name, token, delay = false) {
   $("release-effect").textContent = delay
     ? "its lock-delay ends and the next waiter gets it"
@@ -112,6 +113,7 @@ function askForceRelease(name, token, delay = false) {
   $("release-token").textContent = String(token);
   $("release").dataset.lock = name;
   $("release").dataset.token = String(token);
+  $("release").dataset.endDelay = delay ? "true" : "";
   $("release-error").textContent = "";
   $("release-result").textContent = "";
   $("release").hidden = false;
@@ -133,8 +135,11 @@ async function forceRelease(event) {
   }
   $("release-confirm").disabled = true;
   try {
-    const taken = await post("/v1/admin/release", { name, token, reason });
-    $("release-result").textContent = `force-released ${name} (session ${taken.session}, token ${taken.token})`;
+    const endDelay = form.dataset.endDelay === "true";
+    const taken = await post("/v1/admin/release", { name, token, reason, end_delay: endDelay });
+    $("release-result").textContent = endDelay
+      ? `ended the lock-delay of ${name} (begun when session ${taken.session} lost token ${taken.token})`
+      : `force-released ${name} (session ${taken.session}, token ${taken.token})`;
     $("release-reason").value = "";
     form.hidden = true;
   } catch (e) {
