@@ -44,7 +44,9 @@
 //! the name leaves `locks` for `Delays::running`, with no holder and its queue kept, until an
 //! `Op::EndDelays` names it (by the lost grant's token; the leader proposes it once the delay
 //! has run on its monotonic clock, `crates/server/src/node/delays.rs`: the table keeps no end
-//! time) or an operator force-releases it; then the first live waiter gets it (a queued
+//! time) or an operator ends it (`Op::ForceReleaseTargeted` with `ForceTarget::Delay`, or the
+//! older `Op::ForceRelease`, which ends a delay it finds: a targeted force-release of the
+//! holder does not, so its retry keeps the delay it started); then the first live waiter gets it (a queued
 //! campaign publishes its value then). A running delay keeps its holder's identity and counts
 //! against it (`Delays::per_identity`, bounded by `limits::DELAYS_PER_IDENTITY_MAX`); a group
 //! keeps at most `limits::DELAYS_MAX`. A name is in one of `locks`, `multi` and `running`
