@@ -14,12 +14,14 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use latchkey_core::limits;
 use latchkey_proto::v1 as pb;
 use tokio::sync::oneshot;
 
 use crate::client::{Answered, CallOpts, Client};
 use crate::error::Error;
+use crate::retry::{Backoff, RetryPolicy};
 
 /// One session's answer: its lease (None: the server left it out) and who answered.
 pub(crate) type Renewed = Result<(Option<pb::SessionLease>, Answered), Error>;
@@ -115,7 +117,83 @@ fn by_leader(client: &Client, batch: Vec<Waiting>) -> Vec<Vec<Waiting>> {
     by.into_values().collect()
 }
 
+/// Renews `batch` (sessions whose groups one member is believed to lead) and answers each
+/// session. Groups the member refuses (it does not lead them now, or has not resumed their
+/// leases yet) are re-sent within this renewal, to their new route after the refusal's hint,
+/// with the renewal's backoff, as a one-group request's retries are inside its call: a refusal
+/// is not this renewal's failure. Before, a refused group's sessions failed their renewal and
+/// waited for the lease's retry step (TTL / 10) before each next try, so that an election
+/// with a few refusals in a row (a stale hint, then "leases not resumed") outlasted the
+/// lease's window after a missed renewal, where a one-group client, retrying at TTL / 20 and
+/// following a fresh hint at once, rode it out (issue #34's nemesis with `--groups 3`).
+/// Bounded: by the client's retry policy (attempts, elapsed), and each session stops waiting
+/// at its deadline, after which its renewal is not re-sent.
 async fn send(client: &Client, batch: Vec<Waiting>) {
+    let policy = &client.config().retry;
+    let clock = client.clock();
+    let start = clock.now();
+    let backoff_max = batch.iter().filter_map(|w| w.opts.backoff_max).min();
+    let mut backoff = match backoff_max {
+        Some(max) => Backoff::new(&RetryPolicy {
+            backoff_initial: policy.backoff_initial.min(max),
+            backoff_max: policy.backoff_max.min(max),
+            ..policy.clone()
+        }),
+        None => Backoff::new(policy),
+    };
+    let mut rounds = 0u32;
+    let mut pending = FuturesUnordered::new();
+    pending.push(send_once(client, batch, Duration::ZERO, 0));
+    while let Some(again) = pending.next().await {
+        let Refused {
+            waiting,
+            hinted,
+            failed,
+        } = again;
+        // Sessions that stopped waiting (deadline passed, closed) are not renewed again.
+        let waiting: Vec<(Waiting, Error)> = waiting
+            .into_iter()
+            .filter(|(w, _)| !w.reply.is_closed())
+            .collect();
+        if waiting.is_empty() {
+            continue;
+        }
+        rounds += 1;
+        let elapsed = clock.now().saturating_duration_since(start);
+        if rounds >= policy.attempts_max || elapsed >= policy.elapsed_max {
+            for (w, e) in waiting {
+                let _ = w.reply.send(Err(e));
+            }
+            continue;
+        }
+        // A fresh hint is tried at once, the first time only (as `Client::call_traced` does).
+        let delay = if hinted && rounds == 1 {
+            Duration::ZERO
+        } else {
+            client.backoff_delay(&mut backoff)
+        };
+        let waiting: Vec<Waiting> = waiting.into_iter().map(|(w, _)| w).collect();
+        for batch in by_leader(client, waiting) {
+            pending.push(send_once(client, batch, delay, failed));
+        }
+    }
+}
+
+/// The sessions of a request whose groups the member refused, with each one's error.
+struct Refused {
+    waiting: Vec<(Waiting, Error)>,
+    /// Whether a refusal's hint named a member not tried yet (`Client::reroute`).
+    hinted: bool,
+    /// Attempts that failed so far for these sessions (the failover signal counts them).
+    failed: u32,
+}
+
+/// One request of `batch` after `delay`: answers every session but those of refused groups,
+/// which it gives back.
+async fn send_once(client: &Client, batch: Vec<Waiting>, delay: Duration, failed: u32) -> Refused {
+    if !delay.is_zero() {
+        tokio::time::sleep(client.clock().timer_duration(delay)).await;
+    }
     // The longest attempt any member allows: each session stops waiting at its own deadline
     // anyway, and the shortest (a session a few ms from its deadline) would cut every attempt
     // of the whole batch below one read-index round, failing a thousand healthy renewals.
@@ -141,8 +219,9 @@ async fn send(client: &Client, batch: Vec<Waiting>) {
         )
         .await;
     // The groups the member refused (it does not lead them now): each moves its route, as an
-    // error of that group would, and its sessions' renewals fail this time, to be retried at
-    // their renewal schedule's next step, to the group's leader (issue #16).
+    // error of that group would, and its sessions go back to `send`, which re-sends them to
+    // the group's new route within this renewal (issue #16, #34).
+    let mut hinted = false;
     let refused: Vec<(u32, Error)> = match &result {
         Ok((response, answered)) => response
             .refused
@@ -152,9 +231,9 @@ async fn send(client: &Client, batch: Vec<Waiting>) {
             .filter(|r| batch.iter().any(|w| w.opts.group == r.group))
             .map(|r| {
                 let hint = (!r.leader_addr.is_empty()).then_some(r.leader_addr.as_str());
-                client.reroute(r.group, &answered.endpoint, hint);
+                hinted |= client.reroute(r.group, &answered.endpoint, hint);
                 let error = Error::Unavailable {
-                    attempts: answered.failed_attempts + 1,
+                    attempts: failed + answered.failed_attempts + 1,
                     elapsed: Duration::ZERO,
                     last: format!("{}: {} ({})", answered.endpoint, r.message, r.reason),
                 };
@@ -163,21 +242,33 @@ async fn send(client: &Client, batch: Vec<Waiting>) {
             .collect(),
         Err(_) => Vec::new(),
     };
+    let mut again = Refused {
+        waiting: Vec::new(),
+        hinted,
+        failed: failed + result.as_ref().map_or(0, |(_, a)| a.failed_attempts + 1),
+    };
     for w in batch {
         let refusal = refused.iter().find(|(g, _)| *g == w.opts.group);
         let answer = match (&result, refusal) {
-            (Ok(_), Some((_, e))) => Err(e.clone()),
+            (Ok(_), Some((_, e))) => {
+                again.waiting.push((w, e.clone()));
+                continue;
+            }
             (Ok((response, answered)), None) => Ok((
                 response
                     .leases
                     .iter()
                     .find(|l| l.id == w.session.id)
                     .cloned(),
-                answered.clone(),
+                Answered {
+                    endpoint: answered.endpoint.clone(),
+                    failed_attempts: failed + answered.failed_attempts,
+                },
             )),
             (Err(e), _) => Err(e.clone()),
         };
         // The session may have stopped waiting (its deadline passed, it was closed).
         let _ = w.reply.send(answer);
     }
+    again
 }

@@ -29,6 +29,11 @@ struct Member {
     /// The session ids of each keepalive received, in order.
     keepalives: Arc<Mutex<Vec<Vec<u64>>>>,
     next_session: Arc<Mutex<u64>>,
+    /// Keepalives still to be refused for every group, naming this member as the leader: a
+    /// member just elected that has not resumed its leases yet (`leases-not-resumed`).
+    not_resumed: Arc<Mutex<u32>>,
+    /// This member's own address, which such a refusal names.
+    own: Arc<Mutex<String>>,
 }
 
 fn group_of_session(id: u64) -> u32 {
@@ -89,6 +94,37 @@ impl Locks for Member {
             .unwrap()
             .push(sessions.iter().map(|s| s.id).collect());
         let groups: BTreeSet<u32> = sessions.iter().map(|s| group_of_session(s.id)).collect();
+        let not_resumed = {
+            let mut left = self.not_resumed.lock().unwrap();
+            let refuse = *left > 0;
+            *left = left.saturating_sub(1);
+            refuse
+        };
+        if not_resumed {
+            let own = self.own.lock().unwrap().clone();
+            if groups.len() == 1 {
+                let mut s = Status::unavailable("leases not resumed yet");
+                let md = s.metadata_mut();
+                md.insert(ERROR_REASON_KEY, "leases-not-resumed".parse().unwrap());
+                md.insert(LEADER_ADDR_KEY, own.parse().unwrap());
+                let group = groups.first().copied().unwrap_or(0);
+                md.insert(GROUP_KEY, group.to_string().parse().unwrap());
+                return Err(s);
+            }
+            return Ok(Response::new(KeepAliveResponse {
+                leases: Vec::new(),
+                refused: groups
+                    .iter()
+                    .map(|&group| GroupRefusal {
+                        group,
+                        reason: "leases-not-resumed".into(),
+                        message: "leases not resumed yet".into(),
+                        leader_id: 0,
+                        leader_addr: own.clone(),
+                    })
+                    .collect(),
+            }));
+        }
         let refused_groups: Vec<u32> = groups.iter().copied().filter(|g| !self.leads(*g)).collect();
         // One group's request fails as a whole; a request of several is answered by group.
         if groups.len() == 1 && !refused_groups.is_empty() {
@@ -317,5 +353,76 @@ async fn a_group_whose_leadership_moves_is_renewed_at_its_new_leader() {
     let with_s1 = at_a.iter().filter(|k| k.contains(&s1)).count();
     assert!(with_s1 <= 1, "group 1 still sent to a: {at_a:?}");
     assert!(at_a.iter().all(|k| k.contains(&s0)), "{at_a:?}");
+    session.close().await.unwrap();
+}
+
+/// Regression (issue #34's nemesis, `--groups 3`): both groups of a logical session move from
+/// `a` to `b`, a leader just elected that refuses a few keepalives (leases not resumed yet)
+/// before it renews. A one-group request is retried within its call, at the renewal backoff
+/// (TTL / 20), and follows a fresh hint at once; a request of several groups answered with
+/// `refused` failed its sessions' renewal instead, which then waited for the lease's retry
+/// step (TTL / 10) before each next try: six refusals took longer than the lease's window
+/// after a missed renewal (TTL - margin - TTL / 3) and the session was lost, while a one-group
+/// client rode them out. The refused groups are now re-sent within the same renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_groups_are_renewed_at_their_new_leader_within_the_renewal() {
+    let a = Member::default();
+    let b = Member::default();
+    let a_addr = serve(a.clone()).await;
+    let b_addr = serve(b.clone()).await;
+    *a.other.lock().unwrap() = b_addr.to_string();
+    *b.other.lock().unwrap() = a_addr.to_string();
+    *b.own.lock().unwrap() = b_addr.to_string();
+    a.leads.lock().unwrap().extend([0, 1]);
+
+    let client = Client::connect([a_addr.to_string()]).await.unwrap();
+    let session = client.session(Duration::from_millis(1_500)).await.unwrap();
+    let g0 = session
+        .lock(name_in(0))
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let g1 = session
+        .lock(name_in(1))
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let (s0, s1) = (g0.session_id(), g1.session_id());
+    until("a keepalive of both groups at a", || {
+        a.keepalives
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|k| k.contains(&s0) && k.contains(&s1))
+    })
+    .await;
+
+    // Both groups move to `b`, which refuses its first six keepalives, naming itself.
+    *b.not_resumed.lock().unwrap() = 6;
+    b.leads.lock().unwrap().extend([0, 1]);
+    a.leads.lock().unwrap().clear();
+
+    // Four TTLs: the logical session lives only if its renewals ride out the refusals.
+    tokio::time::sleep(Duration::from_millis(6_000)).await;
+    let at_b = b.keepalives.lock().unwrap().clone();
+    assert!(
+        !session.is_lost(),
+        "the logical session was lost; keepalives at b: {at_b:?}"
+    );
+    assert!(!g0.is_lost() && !g1.is_lost(), "a lock was lost");
+    assert_eq!(
+        *b.not_resumed.lock().unwrap(),
+        0,
+        "b refused six keepalives"
+    );
+    // Renewed at `b` after the refusals, both groups together.
+    assert!(
+        at_b.iter()
+            .skip(6)
+            .any(|k| k.contains(&s0) && k.contains(&s1)),
+        "{at_b:?}"
+    );
     session.close().await.unwrap();
 }
