@@ -147,9 +147,9 @@ fn an_operator_s_retried_release_keeps_the_delay_and_end_delay_ends_it() {
     wait_until("the waiter queues", T, || {
         server.status("gate")["waiters"] == 1
     });
-    let token = lost_token.to_string();
+    let token_arg = lost_token.to_string();
     let release = [
-        "admin", "release", "gate", "--token", &token, "--reason", "wedged",
+        "admin", "release", "gate", "--token", &token_arg, "--reason", "wedged",
     ];
     let first = server.cli(&release);
     assert!(first.status.success(), "{}\n{}", first.stderr, first.stdout);
@@ -187,9 +187,34 @@ fn an_operator_s_retried_release_keeps_the_delay_and_end_delay_ends_it() {
         .and_then(|t| t.parse().ok())
         .expect("token");
     assert!(token > lost_token);
-    let again = server.cli(&["admin", "release", "gate", "--end-delay", "--reason", "x"]);
-    assert!(!again.status.success(), "{}", again.stdout);
-    assert!(again.stderr.contains("no lock-delay"), "{}", again.stderr);
+    // Its retry, with or without the token (the server's refusal, and the client's own): no
+    // delay runs, nothing is proposed, the new holder keeps the lock.
+    for args in [
+        &["admin", "release", "gate", "--end-delay", "--reason", "x"][..],
+        &[
+            "admin",
+            "release",
+            "gate",
+            "--end-delay",
+            "--token",
+            &token_arg,
+            "--reason",
+            "x",
+        ],
+    ] {
+        let again = server.cli(args);
+        assert!(!again.status.success(), "{args:?}: {}", again.stdout);
+        assert!(
+            again.stderr.contains("no lock-delay"),
+            "{args:?}: {}",
+            again.stderr
+        );
+    }
+    assert_eq!(
+        server.status("gate")["held"],
+        false,
+        "the waiter's COMMAND ended"
+    );
 }
 
 /// Debian's libfaketime, which steps a process's wall clock from a file (as the nemesis does).

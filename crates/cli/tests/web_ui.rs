@@ -386,7 +386,7 @@ fn the_page_shows_a_held_lock_and_drops_it_once_released_in_chromium() {
 /// value is user input with markup in it: the page shows it as text, and no element or script
 /// of it comes to life. Lock-delay (issue #32): `deploy/db`, whose holder's session an operator
 /// revoked, shows no holder and "lock-delay until <time> (<remaining> left)" until a
-/// force-release ends the delay; `deploy/cache`, held with a lock-delay, says what it asked for.
+/// the page's "end lock-delay" (`end_delay`) ends it; `deploy/cache`, held with a lock-delay, says what it asked for.
 #[test]
 fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
     let Some((dir, chromium)) = browser_kit_or_skip() else {
@@ -507,8 +507,8 @@ fn the_page_shows_every_holder_of_readers_and_of_a_semaphore_in_chromium() {
     cache["delay"] = "^lock-delay 5 min 0 s if lost$".into();
     let mut db = shown("deploy/db", "", &[], 0);
     db["delay"] = r"^lock-delay until \S.* \((\d+ s|\d+ min \d+ s) left\)$".into();
-    // The operator's way out of a lock-delay: the page's "end lock-delay" button force-releases
-    // the lost grant (`delay_token`).
+    // The operator's way out of a lock-delay: the page's "end lock-delay" button ends it
+    // (`end_delay`, naming the lost grant's `delay_token`).
     db["end_delay"] = "web-ui test: end the lock-delay".into();
     let expected = serde_json::json!([
         shown("batch/nightly", "2 of 3 permits", &[], 2),

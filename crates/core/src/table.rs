@@ -2451,15 +2451,24 @@ impl LockTable {
         if let Some((key, d)) = self.delays.running.get_key_value(name) {
             let (key, old_session, old_token) = (key.clone(), d.session, d.token);
             if target == Some(ForceTarget::Holder) {
-                // Nobody holds the name. The delay under the request's token is the one this
-                // release started, seen again by its retry: that attempt's answer, and nothing
-                // changes (the delay keeps the dead holder's late writes out).
-                return match token {
-                    Some(t) if t == old_token => Outcome::ForceReleased {
+                // Nobody holds the name. A delay under the request's token that a force-release
+                // started (the audit log has it: a grant's loss starts at most one delay) is
+                // this release's own, seen again by its retry: that attempt's answer, and
+                // nothing changes (the delay keeps the dead holder's late writes out). A delay
+                // the holder's expiry or revoke started, or one whose record the bounded audit
+                // log dropped, is nobody's to answer for: lock-not-held.
+                let started_by_force = token == Some(old_token)
+                    && self.audit.iter().rev().any(|r| {
+                        matches!(&r.action, AuditAction::ForceRelease { name: n, session, token, next_token: None }
+                            if n == name && *session == old_session && *token == old_token)
+                    });
+                return if started_by_force {
+                    Outcome::ForceReleased {
                         session: old_session,
                         token: old_token,
-                    },
-                    _ => Outcome::Rejected(Rejection::LockNotHeld { name: name.into() }),
+                    }
+                } else {
+                    Outcome::Rejected(Rejection::LockNotHeld { name: name.into() })
                 };
             }
             // An operator's way out of a running lock-delay: it ends now (its first live

@@ -351,17 +351,24 @@ fn a_retried_force_release_keeps_the_delay_its_first_attempt_started() {
     assert_eq!(t.holder("x"), Some((2, granted)));
     assert_eq!(t.table.audit().count(), audited + 1);
     // Its retry finds no delay: refused, and the new holder keeps the name.
-    for target in [ForceTarget::Delay, ForceTarget::Holder] {
-        let again = t.apply(force("x", Some(token), target));
-        assert!(
-            matches!(
-                again.outcome,
-                Outcome::Rejected(Rejection::NoLockDelay { .. } | Rejection::TokenMismatch { .. })
-            ),
-            "{again:?}"
-        );
-        assert_eq!(t.holder("x"), Some((2, granted)));
-    }
+    let again = t.apply(force("x", Some(token), ForceTarget::Delay));
+    assert_eq!(
+        again.outcome,
+        Outcome::Rejected(Rejection::NoLockDelay {
+            name: "x".into(),
+            token: Some(token)
+        })
+    );
+    let holder_again = t.apply(force("x", Some(token), ForceTarget::Holder));
+    assert_eq!(
+        holder_again.outcome,
+        Outcome::Rejected(Rejection::TokenMismatch {
+            name: "x".into(),
+            token,
+            holder_token: granted
+        })
+    );
+    assert_eq!(t.holder("x"), Some((2, granted)));
     // A delay's target on a name in no delay takes nobody's grant, with or without a token.
     let none = t.apply(force("x", None, ForceTarget::Delay));
     assert_eq!(
@@ -372,6 +379,27 @@ fn a_retried_force_release_keeps_the_delay_its_first_attempt_started() {
         })
     );
     assert_eq!(t.holder("x"), Some((2, granted)));
+}
+
+/// A delay its holder's expiry started is nobody's force-release: a release naming its token
+/// (an operator who read the holder's token just before the session expired) finds nobody
+/// holding, and is told so, rather than answered as if it had taken the grant.
+#[test]
+fn a_release_naming_a_delay_an_expiry_started_is_lock_not_held() {
+    let mut t = T::new(2);
+    let (a, _) = t.take(1, "x", 0, 9_000);
+    let Outcome::Granted { token } = a.outcome else {
+        panic!("{a:?}")
+    };
+    t.take(2, "x", WAIT_TIMEOUT_MS_MAX, 0);
+    t.expire(&[1]);
+    assert_eq!(t.running().len(), 1);
+    let late = t.apply(force("x", Some(token), ForceTarget::Holder));
+    assert_eq!(
+        late.outcome,
+        Outcome::Rejected(Rejection::LockNotHeld { name: "x".into() })
+    );
+    assert_eq!(t.running().len(), 1, "the delay runs on");
 }
 
 /// The entry earlier builds proposed (and logs hold) keeps its meaning: a `ForceRelease` that

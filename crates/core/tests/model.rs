@@ -205,6 +205,8 @@ struct MDelay {
     token: u64,
     delay_ms: u64,
     since: u64,
+    /// Started by a force-release (not an expiry or a revoke): a retry of it answers it.
+    by_force: bool,
 }
 
 /// What a release answers, as opposed to an acquire or a cancel.
@@ -498,7 +500,7 @@ impl Model {
                     // nobody holding (under the delay's token: its own first attempt's answer,
                     // nothing changes); the delay's target, and the untargeted entry, end it.
                     match (target, token.filter(|t| *t != d.token)) {
-                        (Some(ForceTarget::Holder), None) if token.is_some() => {
+                        (Some(ForceTarget::Holder), None) if token.is_some() && d.by_force => {
                             Outcome::ForceReleased {
                                 session: d.session,
                                 token: d.token,
@@ -546,6 +548,9 @@ impl Model {
                         }
                         let lost = (taken[0].0, taken[0].1);
                         self.end_grant(name, Some(lost), index, now, &mut fx);
+                        if let Some(d) = self.delayed.get_mut(name) {
+                            d.by_force = true;
+                        }
                         Outcome::ForceReleased {
                             session: taken[0].0,
                             token: taken[0].1,
@@ -799,6 +804,7 @@ impl Model {
                     token,
                     delay_ms,
                     since: now,
+                    by_force: false,
                 };
                 self.delayed.insert(name.to_owned(), d);
             }
@@ -1415,6 +1421,8 @@ struct Run {
     ever: Vec<SessionId>,
     /// Every token ever granted, for stale releases.
     tokens: Vec<u64>,
+    /// The last force-release sent, for its retry (its answer lost: the same request again).
+    last_force: Option<Op>,
     names: BTreeSet<String>,
     /// The entries applied, for replay.
     log: Vec<(u64, Command, Applied)>,
@@ -1441,6 +1449,7 @@ impl Run {
             clients: BTreeMap::new(),
             ever: vec![],
             tokens: vec![],
+            last_force: None,
             names: NAMES
                 .iter()
                 .chain(&["sem"])
@@ -1519,6 +1528,9 @@ impl Run {
             return Some((op, true));
         }
         if roll < 39 {
+            if let Some(op) = self.last_force.take().filter(|_| self.rng.percent(25)) {
+                return Some((op, false));
+            }
             // Held names, and names in a lock-delay (an operator's way out of one).
             let held: Vec<(String, u64)> = self
                 .model
@@ -1566,6 +1578,7 @@ impl Run {
                     reason,
                 },
             };
+            self.last_force = Some(op.clone());
             return Some((op, false));
         }
         if roll < 43 {

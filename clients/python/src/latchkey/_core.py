@@ -853,7 +853,7 @@ class LockInfo:
     "permits" (a semaphore of `permits` permits; 0 with the other modes). `lock_delay` is the
     holder's lock-delay in seconds (0: none); `delay_remaining` the seconds left of a running
     one (None: none runs; the lock then has no holder) and `delay_token` the lost grant's token
-    that started it (a force-release naming it ends the delay)."""
+    that started it (`force_release(..., end_delay=True)` naming it ends the delay)."""
 
     name: str
     holder: Optional[Holder]

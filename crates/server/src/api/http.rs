@@ -758,7 +758,7 @@ struct LockJson {
     /// While a lock-delay runs: ms until the name is granted again.
     #[serde(skip_serializing_if = "Option::is_none")]
     delay_remaining_ms: Option<u64>,
-    /// While a lock-delay runs: the lost grant's token; a force-release naming it ends the delay.
+    /// While a lock-delay runs: the lost grant's token; `end_delay` naming it ends the delay.
     #[serde(skip_serializing_if = "Option::is_none")]
     delay_token: Option<u64>,
 }

@@ -949,9 +949,16 @@ impl Node {
     /// `Op::ForceReleaseTargeted`, which says what it ends, so that a retry of a release that
     /// started a delay ends nothing; so does every `end_delay`. Any other name gets the
     /// `Op::ForceRelease` it always did, which members of earlier builds apply (see
-    /// docs/primitives.md: upgrade every member before the first lock-delay). The table is read
-    /// before proposing; a delay asked for after the read meets that `ForceRelease`, which
-    /// names a token (the clients always send one) and so takes no later holder.
+    /// docs/primitives.md: upgrade every member before the first lock-delay); an `end_delay`
+    /// of a name in no delay is refused here, proposing nothing.
+    ///
+    /// The table is read after a linearizable read, so it holds every entry committed before
+    /// the request (a new leader's applied state may lag: issue #9): a token the caller read
+    /// from `describe` is in it. A delay can start after the read only if its grant was made
+    /// after it too; an `Op::ForceRelease` naming an older token then ends nothing of it. Only
+    /// a request naming no token (the clients always name one) meets the old entry's rule
+    /// that ends a delay it finds, and only for a delay whose grant and loss both fell between
+    /// the read and the entry.
     pub async fn force_release(
         &self,
         name: String,
@@ -963,9 +970,19 @@ impl Node {
         latchkey_core::validate_name(&name)?;
         by.validate()?;
         latchkey_core::validate_reason(&reason)?;
+        self.linearizable_read().await?;
+        let (delayed, in_delay) = self.state.read(|t| {
+            let in_delay = t
+                .running_delays()
+                .any(|(n, d, _)| n == name && token.is_none_or(|t| t == d));
+            (t.uses_lock_delay(&name), in_delay)
+        });
         let target = if end_delay {
+            if !in_delay {
+                return Err(ApiError::Rejected(Rejection::NoLockDelay { name, token }));
+            }
             Some(ForceTarget::Delay)
-        } else if self.state.read(|t| t.uses_lock_delay(&name)) {
+        } else if delayed {
             Some(ForceTarget::Holder)
         } else {
             None

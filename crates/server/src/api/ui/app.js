@@ -136,7 +136,9 @@ async function forceRelease(event) {
   $("release-confirm").disabled = true;
   try {
     const endDelay = form.dataset.endDelay === "true";
-    const taken = await post("/v1/admin/release", { name, token, reason, end_delay: endDelay });
+    // end_delay only when true: a member of a build before it refuses the field.
+    const body = endDelay ? { name, token, reason, end_delay: true } : { name, token, reason };
+    const taken = await post("/v1/admin/release", body);
     $("release-result").textContent = endDelay
       ? `ended the lock-delay of ${name} (begun when session ${taken.session} lost token ${taken.token})`
       : `force-released ${name} (session ${taken.session}, token ${taken.token})`;
