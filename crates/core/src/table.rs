@@ -2343,7 +2343,8 @@ impl LockTable {
                 .filter(|l| self.plant.refused_proclaim_applied && l.holder.token > token)
                 .map(|l| (l.holder.session, l.holder.token));
             if let Some((leader, leader_token)) = refused_applied {
-                self.publish_planted(name, leader, leader_token, value, fx);
+                // Published as an acknowledged proclaim would be, if the table has room.
+                let _ = self.publish(name, leader, leader_token, value, fx);
             }
             let o = Outcome::Rejected(Rejection::NotElectionLeader {
                 name: name.into(),
@@ -2360,51 +2361,31 @@ impl LockTable {
             self.record(sid, seq, Outcome::Proclaimed);
             return Outcome::Proclaimed;
         }
-        let old = self
-            .values
-            .get(name)
-            .map_or(0, |p| value_bytes(name, &p.value));
-        let new = value_bytes(name, value);
-        if new > old {
-            if let Err(r) = self.room_for(new - old) {
-                return Outcome::Rejected(r);
-            }
+        if let Err(r) = self.publish(name, leader, token, value, fx) {
+            return Outcome::Rejected(r);
         }
-        self.bytes = self.bytes + new - old;
-        let key = self.key_of(name);
-        let published = Published {
-            token,
-            value: value.to_vec(),
-        };
-        self.values.insert(key, published);
-        fx.changes.push(LockChange::Proclaimed {
-            name: name.into(),
-            session: leader,
-            token,
-            value: value.to_vec(),
-        });
         self.record(sid, seq, Outcome::Proclaimed);
         Outcome::Proclaimed
     }
 
-    /// `TablePlant::refused_proclaim_applied`: `value` replaces `name`'s published value as
-    /// `leader`'s under `token` (the leader's), as an acknowledged proclaim would, if the
-    /// table has room. Keeps the table's invariants (a value belongs to its exclusive holder).
-    fn publish_planted(
+    /// `value` replaces `name`'s published value as `leader`'s under `token` (the exclusive
+    /// holder's grant), if the table has room: the rejection that says it has not, changing
+    /// nothing.
+    fn publish(
         &mut self,
         name: &str,
         leader: SessionId,
         token: u64,
         value: &[u8],
         fx: &mut Applied,
-    ) {
+    ) -> Result<(), Rejection> {
         let old = self
             .values
             .get(name)
             .map_or(0, |p| value_bytes(name, &p.value));
         let new = value_bytes(name, value);
-        if new > old && self.room_for(new - old).is_err() {
-            return;
+        if new > old {
+            self.room_for(new - old)?;
         }
         self.bytes = self.bytes + new - old;
         let key = self.key_of(name);
@@ -2419,6 +2400,7 @@ impl LockTable {
             token,
             value: value.to_vec(),
         });
+        Ok(())
     }
 
     fn release(
