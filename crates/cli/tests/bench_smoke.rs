@@ -439,3 +439,74 @@ fn an_election_of_one_candidate_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("must be 2 to"), "{}", out.stderr);
 }
+
+/// The one identity of [`an_election_bench_gives_its_candidates_its_auth_token`]'s server.
+const BENCH_AUTH_TOKEN: &str = "bench-token-0123456789";
+
+/// The election bench against a server with access control (`serve --acl`), given
+/// `--auth-token`: its candidates connect as the bench does. They once got none of the bench's
+/// connection options and exited unauthenticated ("candidate 1 exited").
+#[test]
+fn an_election_bench_gives_its_candidates_its_auth_token() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let acl = dir.path().join("acl.toml");
+    let text = format!(
+        "[roles.bench]\nlock = [\"\"]\nread = [\"\"]\nadmin = [\"\"]\n\n\
+         [identities.bench]\ntoken_sha256 = \"{}\"\nroles = [\"bench\"]\n",
+        common::sha256_hex(BENCH_AUTH_TOKEN)
+    );
+    std::fs::write(&acl, text).expect("acl file");
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let mut server = common::serve::ServeProcess::new(dir.path().join("server.log"));
+    let data = dir.path().join("data");
+    let args = [
+        "--listen",
+        &addr,
+        "--data-dir",
+        &data.display().to_string(),
+        "--acl",
+        &acl.display().to_string(),
+    ]
+    .map(str::to_owned);
+    server.spawn("the ACL server", args);
+    let with_token = |args: &[&str]| -> Vec<String> {
+        let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        argv.extend(["--endpoints", &addr, "--auth-token", BENCH_AUTH_TOKEN].map(str::to_owned));
+        argv
+    };
+    common::wait_until("the ACL server to lead", BENCH_TIMEOUT, || {
+        let out = common::run(
+            &with_token(&["cluster", "status", "--json"]),
+            dir.path(),
+            common::CLI_TIMEOUT,
+        );
+        out.status.success()
+            && serde_json::from_str::<Value>(&out.stdout).is_ok_and(|r| !r["leader"].is_null())
+    });
+    let prefix = unique_prefix("election-acl");
+    let r = bench(
+        &with_token(&[
+            "--workload",
+            "election",
+            "--clients",
+            "2",
+            "--rounds",
+            "1",
+            "--ttl",
+            "1s",
+            "--prefix",
+            &prefix,
+        ])
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>(),
+    );
+    assert_eq!(r["ops"], 1, "{r:#}");
+    assert_eq!(
+        r["election"]["kill_to_command_ms"].as_array().map(Vec::len),
+        Some(1)
+    );
+    let left = processes_naming(&prefix);
+    assert!(left.is_empty(), "still running after the bench: {left:?}");
+    drop(server);
+}

@@ -170,6 +170,17 @@ pub struct TablePlant {
     /// leader's, published under the leader's token. Readers then see an older term's value as
     /// the current leader's.
     pub proclaim_past_term: bool,
+    /// A proclaim refused for an ended term while another session leads is answered
+    /// `not-election-leader`, but its value still replaces the leader's, under the leader's
+    /// token: a refused proclaim changes what readers see.
+    pub refused_proclaim_applied: bool,
+    /// A proclaim by the leader is acknowledged but keeps the value already published in its
+    /// term (an insert that does not replace): readers see a value a later acknowledged
+    /// proclaim replaced.
+    pub proclaim_kept_old_value: bool,
+    /// A read of a name whose leader published a value while candidates wait for it answers
+    /// the name unheld (as if in a handover): readers find no leader while the term lasts.
+    pub leader_hidden_while_contended: bool,
 }
 
 impl Default for LockTable {
@@ -2341,8 +2352,15 @@ impl LockTable {
         let past_term = (self.locks.get(name))
             .filter(|l| self.plant.proclaim_past_term && !leads && l.holder.token > token)
             .map(|l| (l.holder.session, l.holder.token));
-        let (leader, token) = past_term.unwrap_or((sid, token));
         if !leads && past_term.is_none() {
+            // Another planted bug: refused, yet published as the leader's under its token.
+            let refused_applied = (self.locks.get(name))
+                .filter(|l| self.plant.refused_proclaim_applied && l.holder.token > token)
+                .map(|l| (l.holder.session, l.holder.token));
+            if let Some((leader, leader_token)) = refused_applied {
+                // Published as an acknowledged proclaim would be, if the table has room.
+                let _ = self.publish(name, leader, leader_token, value, fx);
+            }
             let o = Outcome::Rejected(Rejection::NotElectionLeader {
                 name: name.into(),
                 token,
@@ -2350,15 +2368,39 @@ impl LockTable {
             self.record(sid, seq, o.clone());
             return o;
         }
+        let (leader, token) = past_term.unwrap_or((sid, token));
+        // Another planted bug: acknowledged, but the term's earlier value stays.
+        if self.plant.proclaim_kept_old_value
+            && self.values.get(name).is_some_and(|p| p.token == token)
+        {
+            self.record(sid, seq, Outcome::Proclaimed);
+            return Outcome::Proclaimed;
+        }
+        if let Err(r) = self.publish(name, leader, token, value, fx) {
+            return Outcome::Rejected(r);
+        }
+        self.record(sid, seq, Outcome::Proclaimed);
+        Outcome::Proclaimed
+    }
+
+    /// `value` replaces `name`'s published value as `leader`'s under `token` (the exclusive
+    /// holder's grant), if the table has room: the rejection that says it has not, changing
+    /// nothing.
+    fn publish(
+        &mut self,
+        name: &str,
+        leader: SessionId,
+        token: u64,
+        value: &[u8],
+        fx: &mut Applied,
+    ) -> Result<(), Rejection> {
         let old = self
             .values
             .get(name)
             .map_or(0, |p| value_bytes(name, &p.value));
         let new = value_bytes(name, value);
         if new > old {
-            if let Err(r) = self.room_for(new - old) {
-                return Outcome::Rejected(r);
-            }
+            self.room_for(new - old)?;
         }
         self.bytes = self.bytes + new - old;
         let key = self.key_of(name);
@@ -2373,8 +2415,7 @@ impl LockTable {
             token,
             value: value.to_vec(),
         });
-        self.record(sid, seq, Outcome::Proclaimed);
-        Outcome::Proclaimed
+        Ok(())
     }
 
     fn release(
@@ -2712,8 +2753,15 @@ impl LockTable {
         if let Some(l) = self.multi.get(name) {
             return Some(self.multi_info(name, l, limits::WAITERS_PER_LOCK_MAX));
         }
+        // The planted bug: a contended leader with a value reads as no holder.
+        let hidden = |l: &&Lock| {
+            self.plant.leader_hidden_while_contended
+                && l.waiters.len() > 0
+                && self.values.contains_key(name)
+        };
         self.locks
             .get(name)
+            .filter(|l| !hidden(l))
             .map(|l| self.lock_info(name, l, limits::WAITERS_PER_LOCK_MAX))
     }
 
@@ -3996,6 +4044,93 @@ mod tests {
             ..TablePlant::default()
         });
         assert_eq!(planted, (Outcome::Proclaimed, 2, 5, Some(b"late".to_vec())));
+    }
+
+    /// The election plants a read judges (issue #32's review): session 1 leads under 3 with
+    /// "one" while 2 waits; 1 proclaims "one2"; a read; 1 resigns, 2 leads under 5 with
+    /// "two"; 1's late proclaim under 3. Fixed: the read finds 1 with "one2", the late
+    /// proclaim is refused and 2's value stays. Planted, each changes its one answer and keeps
+    /// the table's invariants.
+    #[test]
+    fn the_planted_election_read_bugs_change_what_a_read_finds() {
+        let key = |i: u64| SessionKey {
+            id: SessionId(i),
+            secret: i,
+        };
+        let at = |op: Op| Command { now_ms: 0, op };
+        let campaign = |i: u64, value: &[u8]| {
+            at(Op::Campaign {
+                session: key(i),
+                seq: 1,
+                name: "E".into(),
+                wait_ms: limits::WAIT_TIMEOUT_MS_MAX,
+                value: value.to_vec(),
+            })
+        };
+        let proclaim = |seq: u64, value: &[u8]| {
+            at(Op::Proclaim {
+                session: key(1),
+                seq,
+                name: "E".into(),
+                token: 3,
+                value: value.to_vec(),
+            })
+        };
+        let value = |t: &LockTable| {
+            t.describe("E").map(|l| {
+                let h = l.holders.first().expect("a holder");
+                (h.session.0, h.token, h.value.clone().unwrap_or_default())
+            })
+        };
+        type Read = Option<(u64, u64, Vec<u8>)>;
+        let run = |plant: TablePlant| -> (Read, Outcome, Read) {
+            let mut t = LockTable::new();
+            t.set_plant(plant);
+            for i in 1..=2 {
+                t.apply(i, &create(1_000, i));
+            }
+            t.apply(3, &campaign(1, b"one"));
+            t.apply(4, &campaign(2, b"two"));
+            t.apply(5, &proclaim(2, b"one2"));
+            let contended = value(&t);
+            let resign = Op::Release {
+                session: key(1),
+                seq: 3,
+                name: "E".into(),
+                token: 3,
+            };
+            t.apply(6, &at(resign));
+            let late = t.apply(7, &proclaim(4, b"late")).outcome;
+            t.check_invariants().expect("a plant keeps the invariants");
+            (contended, late, value(&t))
+        };
+        let refused = |o: &Outcome| {
+            matches!(
+                o,
+                Outcome::Rejected(Rejection::NotElectionLeader { token: 3, .. })
+            )
+        };
+        let fixed = run(TablePlant::default());
+        assert_eq!(fixed.0, Some((1, 3, b"one2".to_vec())));
+        assert!(refused(&fixed.1), "{fixed:?}");
+        assert_eq!(fixed.2, Some((2, 6, b"two".to_vec())));
+        let planted = run(TablePlant {
+            refused_proclaim_applied: true,
+            ..TablePlant::default()
+        });
+        assert!(refused(&planted.1), "{planted:?}");
+        assert_eq!(planted.2, Some((2, 6, b"late".to_vec())));
+        let planted = run(TablePlant {
+            proclaim_kept_old_value: true,
+            ..TablePlant::default()
+        });
+        assert_eq!(planted.0, Some((1, 3, b"one".to_vec())));
+        let planted = run(TablePlant {
+            leader_hidden_while_contended: true,
+            ..TablePlant::default()
+        });
+        assert_eq!(planted.0, None);
+        assert_eq!(planted.2, Some((2, 6, b"two".to_vec())));
     }
 
     /// Each invariant of a name with several holders (issue #32), broken on its own.

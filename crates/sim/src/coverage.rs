@@ -83,6 +83,12 @@ pub struct Coverage {
     /// Proclaims the server refused as `not-election-leader` (a term that had ended): the
     /// state a proclaim accepted past its term needs (`TablePlant::proclaim_past_term`).
     pub proclaims_refused: usize,
+    /// Reads of the leader that returned a term after one of its proclaims was acknowledged:
+    /// what "reads do not go back within a term" judges.
+    pub reads_after_a_proclaim: usize,
+    /// Reads of the leader answered while a term surely lasted over their whole interval:
+    /// what "a lasting term is seen" judges (a read finding no leader there is a violation).
+    pub reads_in_a_lasting_term: usize,
 }
 
 impl Coverage {
@@ -172,6 +178,9 @@ impl Coverage {
                     && matches!(e.ret, Some((ElectionRet::NotLeader, _)))
             })
             .count();
+        let (after_proclaim, in_lasting_term) = crate::checkers::election_reads_judged(h);
+        self.reads_after_a_proclaim += after_proclaim;
+        self.reads_in_a_lasting_term += in_lasting_term;
     }
 
     /// Every resume of the leases but the first term's, in true time: a new leader.
@@ -256,6 +265,8 @@ impl Coverage {
         self.election_terms += other.election_terms;
         self.elections_across_failover += other.elections_across_failover;
         self.proclaims_refused += other.proclaims_refused;
+        self.reads_after_a_proclaim += other.reads_after_a_proclaim;
+        self.reads_in_a_lasting_term += other.reads_in_a_lasting_term;
     }
 }
 
@@ -337,8 +348,12 @@ impl fmt::Display for Coverage {
             write!(
                 f,
                 ", {} election terms ({} across a failover), {} proclaims refused after their \
-                 term",
-                self.election_terms, self.elections_across_failover, self.proclaims_refused
+                 term, {} reads of a term after its proclaim, {} reads in a surely lasting term",
+                self.election_terms,
+                self.elections_across_failover,
+                self.proclaims_refused,
+                self.reads_after_a_proclaim,
+                self.reads_in_a_lasting_term
             )?;
         }
         Ok(())

@@ -54,9 +54,13 @@
 //! leader proclaims, resigns (now and then proclaiming once more under the ended term) or
 //! dies, and every client reads the leader now and then; the `election` checker judges one
 //! leader at a time, rising tokens, proclaims acknowledged only within their term, and reads
-//! of the current term's values. Its CI seeds must hold a term across a failover, and the
-//! planted proclaim past its term (`TablePlant::proclaim_past_term`, `--plant
-//! proclaim-past-term`) must be caught.
+//! of the current term's values: never a refused proclaim's, never one an acknowledged
+//! proclaim replaced before the read began, never "no leader" while a term surely lasted. Its
+//! CI seeds must hold a term across a failover and reach each read check, and the planted
+//! proclaim past its term (`TablePlant::proclaim_past_term`, `--plant proclaim-past-term`),
+//! refused proclaim applied, proclaim that kept the old value and leader hidden while
+//! contended (`--plant refused-proclaim-applied|proclaim-kept-old-value|
+//! leader-hidden-while-contended`) must be caught.
 //!
 //! Several Raft groups (`--groups G`, `RunConfig::groups`, 1 in every seed's own shape, so
 //! older seeds replay as they did): every node runs every group, each with its own log and

@@ -24,7 +24,10 @@
 //! clients campaign in an election, proclaim, resign and read its leader (issue #32 item 1,
 //! `RunConfig::elections`; off in every seed's own shape), and `--plant proclaim-past-term`
 //! has the table accept a proclaim under an ended term's token (`TablePlant::
-//! proclaim_past_term`), which the `election` checker must catch.
+//! proclaim_past_term`), which the `election` checker must catch; so must it `--plant
+//! refused-proclaim-applied` (a refused proclaim's value published), `--plant
+//! proclaim-kept-old-value` (an acknowledged proclaim that keeps the term's old value) and
+//! `--plant leader-hidden-while-contended` (a read finding no leader while candidates wait).
 
 use std::process::ExitCode;
 
@@ -33,7 +36,8 @@ fn usage() -> ExitCode {
         "usage: latchkey-sim (--seeds N [--start S] | --reproduce SEED) [--groups G] [--replicas R] \
          [--plant stale-mark|resume-early|renew-without-quorum|permit-freed-twice|\
          reader-past-writer|writer-beside-readers|writer-token-reused|delay-ends-early|\
-         proclaim-past-term] [--primitives|--no-primitives] [--lock-delay] [--elections] \
+         proclaim-past-term|refused-proclaim-applied|proclaim-kept-old-value|\
+         leader-hidden-while-contended] [--primitives|--no-primitives] [--lock-delay] [--elections] \
          [--show-config]"
     );
     ExitCode::from(2)
@@ -63,6 +67,11 @@ fn main() -> ExitCode {
             Some("writer-token-reused") => plant.table.writer_token_reused = true,
             Some("delay-ends-early") => plant.delay_ends_early = true,
             Some("proclaim-past-term") => plant.table.proclaim_past_term = true,
+            Some("refused-proclaim-applied") => plant.table.refused_proclaim_applied = true,
+            Some("proclaim-kept-old-value") => plant.table.proclaim_kept_old_value = true,
+            Some("leader-hidden-while-contended") => {
+                plant.table.leader_hidden_while_contended = true
+            }
             _ => return usage(),
         }
     }

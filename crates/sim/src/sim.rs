@@ -578,6 +578,19 @@ impl<'c> Run<'c> {
     }
 }
 
+/// The election plants (issue #32 item 1), each with its field's name: off, the trace leaves
+/// them out, as it leaves out the fields added after the CI seeds were chosen.
+type PlantField = (fn(&latchkey_core::TablePlant) -> bool, &'static str);
+const ELECTION_PLANTS: [PlantField; 4] = [
+    (|p| p.proclaim_past_term, "proclaim_past_term"),
+    (|p| p.refused_proclaim_applied, "refused_proclaim_applied"),
+    (|p| p.proclaim_kept_old_value, "proclaim_kept_old_value"),
+    (
+        |p| p.leader_hidden_while_contended,
+        "leader_hidden_while_contended",
+    ),
+];
+
 /// The configuration as the trace shows it: its `Debug` text without the fields added after
 /// the CI seeds were chosen while they are off (the lock-delay and election workloads and
 /// their plants), so
@@ -593,8 +606,13 @@ fn config_line(config: &RunConfig) -> String {
     if !config.elections {
         line = line.replacen(", elections: false", "", 1);
     }
-    if !config.plant.table.proclaim_past_term {
-        line = line.replacen(", proclaim_past_term: false", "", 1);
+    for (set, field) in ELECTION_PLANTS
+        .iter()
+        .map(|(get, f)| (get(&config.plant.table), f))
+    {
+        if !set {
+            line = line.replacen(&format!(", {field}: false"), "", 1);
+        }
     }
     line
 }
@@ -719,34 +737,33 @@ mod tests {
         for seed in 0..8 {
             let mut config = RunConfig::from_seed(seed);
             let line = config_line(&config);
-            for field in [
+            let fields = [
                 "lock_delay",
                 "delay_ends_early",
                 "elections",
                 "proclaim_past_term",
-            ] {
+                "refused_proclaim_applied",
+                "proclaim_kept_old_value",
+                "leader_hidden_while_contended",
+            ];
+            for field in fields {
                 assert!(!line.contains(field), "{line}");
             }
-            assert_eq!(
-                format!("{config:?}")
-                    .replace(", lock_delay: false", "")
-                    .replace(", delay_ends_early: false", "")
-                    .replace(", elections: false", "")
-                    .replace(", proclaim_past_term: false", ""),
-                line
-            );
+            let mut old = format!("{config:?}");
+            for field in fields {
+                old = old.replace(&format!(", {field}: false"), "");
+            }
+            assert_eq!(old, line);
             config.lock_delay = true;
             config.plant.delay_ends_early = true;
             config.elections = true;
             config.plant.table.proclaim_past_term = true;
+            config.plant.table.refused_proclaim_applied = true;
+            config.plant.table.proclaim_kept_old_value = true;
+            config.plant.table.leader_hidden_while_contended = true;
             let line = config_line(&config);
-            for field in [
-                "lock_delay: true",
-                "delay_ends_early: true",
-                "elections: true",
-                "proclaim_past_term: true",
-            ] {
-                assert!(line.contains(field), "{line}");
+            for field in fields {
+                assert!(line.contains(&format!("{field}: true")), "{line}");
             }
         }
     }

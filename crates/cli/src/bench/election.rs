@@ -14,7 +14,13 @@
 //! No process outlives the bench. The candidates get the members' parent-death signal; the
 //! bench is a child subreaper, so a killed candidate's COMMAND becomes its child and is reaped
 //! with its whole group; [`Candidates`] stops every candidate at the end (SIGTERM, which
-//! `elect` forwards to COMMAND) and, dropped on an error or Ctrl-C, kills them all.
+//! `elect` forwards to COMMAND) and, dropped on an error or Ctrl-C, kills them all. It signals
+//! a COMMAND's process group only while one of its processes is the bench's own child
+//! ([`ours`]): a group whose processes an `elect` already reaped has an id any process may
+//! have since.
+//!
+//! The candidates connect as the bench does: the bench's `--ca`, `--cert` and `--key` on their
+//! command line, its `--auth-token` in their environment (`LATCHKEY_AUTH_TOKEN`).
 
 use std::collections::BTreeSet;
 use std::fs::OpenOptions;
@@ -28,7 +34,7 @@ use anyhow::Context;
 use latchkey_client::Client;
 use nix::errno::Errno;
 use nix::sys::signal::{kill, killpg, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
@@ -124,13 +130,16 @@ struct Candidate {
 /// The candidate processes, their COMMANDs' groups and the directory of their files.
 struct Candidates {
     exe: PathBuf,
-    /// `elect`'s arguments before COMMAND's (endpoints, TTL, the name).
+    /// `elect`'s arguments before COMMAND's (endpoints, TTL, TLS files, the name).
     elect_args: Vec<String>,
+    /// The bench's `--auth-token`, which each `elect` gets in `LATCHKEY_AUTH_TOKEN`.
+    auth_token: Option<String>,
     /// How long a COMMAND runs at most: longer than the whole run, and bounded.
     command_s_max: u64,
     running: Vec<Candidate>,
     next_number: u32,
-    /// COMMAND process groups that started and are not known to be gone.
+    /// COMMAND process groups that started and are not known to be gone (each is signalled
+    /// only while one of its processes is the bench's child: [`ours`]).
     groups: BTreeSet<i32>,
     /// Every start read so far, and how many of them [`Candidates::next_start`] returned.
     starts: Vec<Start>,
@@ -149,17 +158,19 @@ impl Candidates {
             .prefix("latchkey-bench-election-")
             .tempdir()
             .context("creating the candidates' temporary directory")?;
-        let elect_args = vec![
+        let mut elect_args = vec![
             "elect".to_owned(),
             "--endpoints".to_owned(),
-            target.endpoints.join(","),
+            target.endpoints().join(","),
             "--ttl".to_owned(),
             format!("{}ms", plan.ttl.as_millis()),
-            name.to_owned(),
         ];
+        elect_args.extend(target.tls_args());
+        elect_args.push(name.to_owned());
         Ok(Candidates {
             exe: std::env::current_exe().context("locating the latchkey binary")?,
             elect_args,
+            auth_token: target.auth_token().map(str::to_owned),
             command_s_max,
             running: Vec::new(),
             next_number: 1,
@@ -200,6 +211,10 @@ impl Candidates {
             .stdout(Stdio::null())
             .stderr(log);
         without_the_benchs_settings(&mut command);
+        if let Some(token) = &self.auth_token {
+            // In the environment, not on the command line other users can read.
+            command.env("LATCHKEY_AUTH_TOKEN", token);
+        }
         die_with_the_bench(&mut command);
         let child = command
             .spawn()
@@ -326,24 +341,24 @@ impl Candidates {
     }
 
     /// SIGKILL a COMMAND's process group and reap its processes (the bench's children by then,
-    /// as a subreaper, once their `elect` is gone); an error if any is still there.
+    /// as a subreaper, once their `elect` is gone); an error if any is still there. A group
+    /// with no process that is the bench's child is left alone: its processes are gone (an
+    /// `elect` reaped its shell), and its id may since be any process's ([`ours`]).
     async fn kill_group(&mut self, group: i32) -> anyhow::Result<()> {
+        self.groups.remove(&group);
+        if !ours(group) {
+            return Ok(());
+        }
         let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
         let deadline = Instant::now() + REAP_TIMEOUT;
-        loop {
-            reap_group(group);
-            // Signal 0: does any process of the group exist (zombies included)?
-            match killpg(Pid::from_raw(group), None) {
-                Err(Errno::ESRCH) => {
-                    self.groups.remove(&group);
-                    return Ok(());
-                }
-                _ if Instant::now() >= deadline => anyhow::bail!(
-                    "COMMAND's process group {group} was still there {REAP_TIMEOUT:?} after SIGKILL"
-                ),
-                _ => tokio::time::sleep(POLL).await,
-            }
+        while !reap_group(group) {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "COMMAND's process group {group} was still there {REAP_TIMEOUT:?} after SIGKILL"
+            );
+            tokio::time::sleep(POLL).await;
         }
+        Ok(())
     }
 
     /// The end of a run: SIGTERM to every candidate (a leader's `elect` forwards it to COMMAND
@@ -377,13 +392,28 @@ impl Candidates {
     }
 }
 
-/// Reaps every process of `group` that is the bench's child and has exited (without waiting).
-fn reap_group(group: i32) {
+/// Whether a process of COMMAND's process `group` is the bench's child, running or exited but
+/// not yet reaped (asked with `WNOWAIT`: nothing is reaped). Only then may the bench signal the
+/// group: a group id stays its group's while any member exists, a zombie included, so it
+/// cannot have been reused. With every `elect` gone, each of COMMAND's processes is the
+/// bench's child (a subreaper's) or the child of one that is, so a group with none is empty.
+fn ours(group: i32) -> bool {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    !matches!(
+        waitid(Id::PGid(Pid::from_raw(group)), flags),
+        Err(Errno::ECHILD)
+    )
+}
+
+/// Reaps every process of `group` that is the bench's child and has exited (without waiting);
+/// true once none of the group is the bench's child (see [`ours`]: the group is gone).
+fn reap_group(group: i32) -> bool {
     loop {
         match waitpid(Pid::from_raw(-group), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
+            Ok(WaitStatus::StillAlive) => return false,
+            Err(Errno::ECHILD) => return true,
             Ok(_) | Err(Errno::EINTR) => continue,
-            Err(_) => return,
+            Err(_) => return false,
         }
     }
 }
@@ -397,13 +427,9 @@ impl Drop for Candidates {
         }
         let _ = self.refresh();
         let deadline = Instant::now() + REAP_TIMEOUT;
-        for &group in &self.groups {
+        for &group in self.groups.iter().filter(|&&g| ours(g)) {
             let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
-            while Instant::now() < deadline {
-                reap_group(group);
-                if killpg(Pid::from_raw(group), None) == Err(Errno::ESRCH) {
-                    break;
-                }
+            while !reap_group(group) && Instant::now() < deadline {
                 std::thread::sleep(POLL);
             }
         }
@@ -418,7 +444,7 @@ pub async fn election(
     // A killed candidate's COMMAND then becomes the bench's child, which it can reap.
     nix::sys::prctl::set_child_subreaper(true).context("becoming a child subreaper")?;
     let name = format!("{}election", plan.prefix);
-    let client = Client::connect(target.endpoints.clone()).await?;
+    let client = target.client()?;
     let per_round = plan.ttl + QUEUE_TIMEOUT + NEXT_LEADER_TIMEOUT + REAP_TIMEOUT;
     let command_s_max = (SETUP_TIMEOUT + per_round * plan.rounds + STOP_TIMEOUT).as_secs();
     let mut candidates = Candidates::new(plan, target, &name, command_s_max)?;
@@ -527,6 +553,61 @@ mod tests {
         );
         assert_eq!(parse_starts("").unwrap(), []);
         assert_eq!(parse_starts("1 2 3").unwrap(), []);
+    }
+
+    /// A process group the bench does not own: `sleep` in a session of its own, whose shell
+    /// parent exited at once, so that it is nobody's child here. Answers its group id.
+    fn a_strangers_group() -> i32 {
+        let out = Command::new("sh")
+            .args(["-c", "setsid sleep 30 </dev/null >/dev/null 2>&1 & echo $!"])
+            .output()
+            .expect("sh");
+        let pid: i32 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("a pid");
+        // setsid only forks if it leads a group, which a background job does not.
+        let deadline = Instant::now() + REAP_TIMEOUT;
+        while nix::unistd::getpgid(Some(Pid::from_raw(pid))) != Ok(Pid::from_raw(pid)) {
+            assert!(Instant::now() < deadline, "{pid} never led its own group");
+            std::thread::sleep(POLL);
+        }
+        pid
+    }
+
+    /// `stop` killed every COMMAND group it had read a start of, also one whose shell an
+    /// `elect` had already reaped: that group id could since belong to any process. Here it
+    /// is a stranger's group, recorded as a start, which the bench must leave alone.
+    #[tokio::test]
+    async fn stop_kills_no_group_that_is_not_the_benchs() {
+        let stranger = a_strangers_group();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let candidates = Candidates {
+            exe: PathBuf::from("latchkey"),
+            elect_args: Vec::new(),
+            auth_token: None,
+            command_s_max: 1,
+            running: Vec::new(),
+            next_number: 2,
+            groups: BTreeSet::new(),
+            starts: Vec::new(),
+            starts_taken: 0,
+            dir,
+        };
+        let line = format!("1 {stranger} {} 7\n", now_ns());
+        std::fs::write(candidates.starts_path(), line).expect("starts");
+        let stopped = candidates.stop().await;
+        // Alive and not a zombie (a killed process its new parent has not reaped yet).
+        let stat = std::fs::read_to_string(format!("/proc/{stranger}/stat")).unwrap_or_default();
+        let alive = stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'));
+        let _ = kill(Pid::from_raw(stranger), Signal::SIGKILL);
+        stopped.expect("stop");
+        assert!(
+            alive,
+            "stop killed process group {stranger}, which was not the bench's"
+        );
     }
 
     /// A `date` without %N prints it literally: a clear error, not a figure from garbage.

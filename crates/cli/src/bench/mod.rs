@@ -232,9 +232,40 @@ impl Plan {
 
 /// Where the load goes, and where its metrics are read.
 pub struct Target {
-    pub endpoints: Vec<String>,
+    /// The endpoints, with how to connect to them: the bench's `--ca`, `--cert`/`--key` and
+    /// `--auth-token` for an existing cluster, none for the bench's own.
+    pub connect: crate::Endpoints,
     /// `(member id, metrics address)`; empty when unknown.
     pub metrics: Vec<(u64, String)>,
+}
+
+impl Target {
+    pub fn endpoints(&self) -> &[String] {
+        &self.connect.endpoints
+    }
+
+    /// A client of the target, connected as the bench's options say.
+    pub fn client(&self) -> anyhow::Result<latchkey_client::Client> {
+        Ok(self.connect.client()?)
+    }
+
+    /// The flags that give a `latchkey` child process the target's TLS files; the auth token
+    /// goes in its environment instead ([`Target::auth_token`]), off its command line.
+    pub fn tls_args(&self) -> Vec<String> {
+        let c = &self.connect;
+        let files = [("--ca", &c.ca), ("--cert", &c.cert), ("--key", &c.key)];
+        files
+            .into_iter()
+            .filter_map(|(flag, file)| {
+                Some([flag.to_owned(), file.as_ref()?.display().to_string()])
+            })
+            .flatten()
+            .collect()
+    }
+
+    pub fn auth_token(&self) -> Option<&str> {
+        self.connect.auth_token.as_deref()
+    }
 }
 
 /// What the bench reads at one end of the window.
@@ -540,11 +571,17 @@ async fn run(plan: &Plan, args: &BenchArgs) -> anyhow::Result<()> {
     };
     let target = match &cluster {
         Some(c) => Target {
-            endpoints: c.endpoints(),
+            connect: crate::Endpoints {
+                endpoints: c.endpoints(),
+                ca: None,
+                cert: None,
+                key: None,
+                auth_token: None,
+            },
             metrics: c.metrics_addrs(),
         },
         None => Target {
-            endpoints: args.endpoints.endpoints.clone(),
+            connect: args.endpoints.clone(),
             metrics: (1..).zip(args.metrics_endpoints.iter().cloned()).collect(),
         },
     };

@@ -219,10 +219,10 @@ struct Worker {
 async fn open_workers(plan: &Plan, target: &Target, n: usize) -> anyhow::Result<Vec<Worker>> {
     let mut set = JoinSet::new();
     for index in 0..n {
-        let endpoints = target.endpoints.clone();
+        // Each its own connection, as the bench's options say (TLS, auth token).
+        let client = target.client()?;
         let ttl = plan.ttl;
         set.spawn(async move {
-            let client = Client::connect(endpoints).await?;
             let session = client.session(ttl).await?;
             anyhow::Ok(Worker {
                 index,
@@ -718,7 +718,7 @@ pub async fn failover(
     cluster: &mut BenchCluster,
 ) -> anyhow::Result<Report> {
     let workers = open_workers(plan, target, plan.clients).await?;
-    let probe = Client::connect(target.endpoints.clone()).await?;
+    let probe = target.client()?;
     let probe_session = probe
         .session(plan.ttl)
         .await

@@ -14,6 +14,15 @@
 //!   that session sent under the token the read names (a campaign's under its win's token, a
 //!   proclaim's under its own), sent before the read returned; and never a term older than one
 //!   whose win was answered before the read was invoked.
+//! - **A refused proclaim changes nothing.** No read returns the value of a proclaim the server
+//!   answered refused (`not-election-leader`), even under its own session and token.
+//! - **Reads do not go back within a term.** A read invoked after a proclaim of the term was
+//!   acknowledged does not return a value that proclaim replaced: one whose operation was
+//!   answered before the proclaim was invoked (real-time order; a read concurrent with the
+//!   proclaim may return either).
+//! - **A lasting term is seen.** A read does not find "no leader" while a term surely lasted
+//!   over its whole interval: won before the read was invoked, its leader's check that it
+//!   still led after the read returned, no resign invoked before that.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -208,16 +217,22 @@ fn check_proclaims(
 }
 
 /// Where a value came from: the session that sent it, the token it was sent under (`None`: a
-/// campaign with no answer, which the server may still have granted under any token), and
-/// when it was sent.
+/// campaign with no answer, which the server may still have granted under any token), when it
+/// was sent, when it was answered and whether the answer refused it.
 struct Sent {
     session: u64,
     token: Option<u64>,
     invoked: Duration,
+    answered: Option<Duration>,
+    refused: bool,
 }
 
-/// Every read of the leader names a value sent under the term it names, and no older term than
-/// one already won.
+/// An acknowledged proclaim: when it was invoked, when acknowledged, its value.
+type Acked<'a> = (Duration, Duration, &'a str);
+
+/// Every read of the leader names a value sent under the term it names, not refused, not
+/// replaced within its term before the read began, and no older term than one already won;
+/// and a read while a term surely lasted finds a leader.
 fn check_reads(
     name: &str,
     terms: &[Term],
@@ -238,13 +253,28 @@ fn check_reads(
             session: e.session,
             token,
             invoked: e.invoked,
+            answered: e.ret.as_ref().map(|r| r.1),
+            refused: matches!(e.ret, Some((ElectionRet::NotLeader, _))),
         };
         sent.insert(value.as_str(), s);
     }
+    // Acknowledged proclaims by (session, token).
+    let mut acked: BTreeMap<(u64, u64), Vec<Acked<'_>>> = BTreeMap::new();
+    for p in ops {
+        if let (ElectionKind::Proclaim { token, value }, Some((ElectionRet::Proclaimed, at))) =
+            (&p.kind, &p.ret)
+        {
+            let v = (p.invoked, *at, value.as_str());
+            acked.entry((p.session, *token)).or_default().push(v);
+        }
+    }
     for r in ops {
-        let (ElectionKind::Read, Some((ElectionRet::Leader(Some((session, token, value))), at))) =
-            (&r.kind, &r.ret)
+        let (ElectionKind::Read, Some((ElectionRet::Leader(leader), at))) = (&r.kind, &r.ret)
         else {
+            continue;
+        };
+        let Some((session, token, value)) = leader else {
+            check_no_leader(name, terms, ops, r, *at, violation);
             continue;
         };
         match sent.get(value.as_str()) {
@@ -253,6 +283,15 @@ fn check_reads(
                  token {token}), which no operation sent",
                 r.actor,
                 ms(*at)
+            )),
+            // A refused proclaim changes nothing: its value is never the leader's, under
+            // whatever session and token a read names it.
+            Some(s) if s.refused => violation(format!(
+                "{name}: {:?}'s read at {} returned the value {value:?} (session {session}, \
+                 token {token}), which the server refused (answered {})",
+                r.actor,
+                ms(*at),
+                ms(s.answered.unwrap_or_default())
             )),
             Some(s) if s.session != *session || s.token.is_some_and(|t| t != *token) => {
                 violation(format!(
@@ -271,7 +310,26 @@ fn check_reads(
                 ms(*at),
                 ms(s.invoked)
             )),
-            Some(_) => {}
+            Some(s) => {
+                // Real-time order within the term: a proclaim invoked after this value's
+                // operation was answered, and acknowledged before the read was invoked,
+                // replaced it for good (a value sent with no answer may land any time).
+                let newer = s.answered.and_then(|sent_at| {
+                    (acked.get(&(*session, *token))?.iter()).find(|&&(inv, done, v)| {
+                        v != value.as_str() && inv >= sent_at && done < r.invoked
+                    })
+                });
+                if let Some(&(_, done, v)) = newer {
+                    violation(format!(
+                        "{name}: {:?}'s read invoked at {} returned {value:?} (token {token}), \
+                         after the proclaim of {v:?} under token {token} was acknowledged \
+                         (at {}), which replaced it",
+                        r.actor,
+                        ms(r.invoked),
+                        ms(done)
+                    ));
+                }
+            }
         }
         if let Some(later) = terms
             .iter()
@@ -288,6 +346,84 @@ fn check_reads(
             ));
         }
     }
+}
+
+/// A read that found no leader, answered at `at`, while a term surely lasted over its whole
+/// interval: the term's win was answered before the read was invoked, its leader found it
+/// still led after the read returned (the same evidence "one leader at a time" trusts), and
+/// its resign was not invoked before the read returned.
+fn check_no_leader(
+    name: &str,
+    terms: &[Term],
+    ops: &[&ElectionOp],
+    r: &ElectionOp,
+    at: Duration,
+    violation: &mut impl FnMut(String),
+) {
+    if let Some(t) = lasting_term(terms, ops, r.invoked, at) {
+        violation(format!(
+            "{name}: {:?}'s read (invoked {}, answered {}) found no leader, while {:?} led \
+             under token {} (won, answered {}; still led at its check at {})",
+            r.actor,
+            ms(r.invoked),
+            ms(at),
+            t.actor,
+            t.token,
+            ms(t.from),
+            ms(t.until.unwrap_or_default())
+        ));
+    }
+}
+
+/// A term that surely lasted from `invoked` to `answered`: won (answered) by `invoked`, its
+/// leader's check that it led at or after `answered`, its resign not invoked by then.
+fn lasting_term<'a>(
+    terms: &'a [Term],
+    ops: &[&ElectionOp],
+    invoked: Duration,
+    answered: Duration,
+) -> Option<&'a Term> {
+    let resigned_by = |t: &Term| {
+        ops.iter().any(|o| {
+            o.session == t.session
+                && o.kind == (ElectionKind::Resign { token: t.token })
+                && o.invoked <= answered
+        })
+    };
+    terms
+        .iter()
+        .find(|t| t.from <= invoked && t.until.is_some_and(|u| u >= answered) && !resigned_by(t))
+}
+
+/// What the reads gave the last two checks to judge, for the coverage: `(reads that returned
+/// a term after one of its proclaims was acknowledged, reads answered while a term surely
+/// lasted over their whole interval)`.
+pub fn reads_judged(h: &HistoryData) -> (usize, usize) {
+    let terms = terms(h);
+    let (mut after_proclaim, mut in_lasting_term) = (0, 0);
+    for r in &h.elections {
+        let (ElectionKind::Read, Some((ElectionRet::Leader(leader), at))) = (&r.kind, &r.ret)
+        else {
+            continue;
+        };
+        let ops: Vec<&ElectionOp> = h.elections.iter().filter(|e| e.name == r.name).collect();
+        let name_terms = terms.get(r.name.as_str()).map_or(&[][..], Vec::as_slice);
+        if lasting_term(name_terms, &ops, r.invoked, *at).is_some() {
+            in_lasting_term += 1;
+        }
+        let Some((session, token, _)) = leader else {
+            continue;
+        };
+        let acked_before = ops.iter().any(|p| {
+            p.session == *session
+                && matches!(&p.kind, ElectionKind::Proclaim { token: t, .. } if t == token)
+                && matches!(p.ret, Some((ElectionRet::Proclaimed, done)) if done < r.invoked)
+        });
+        if acked_before {
+            after_proclaim += 1;
+        }
+    }
+    (after_proclaim, in_lasting_term)
 }
 
 #[cfg(test)]
@@ -416,6 +552,52 @@ mod tests {
             "{}",
             m[2]
         );
+    }
+
+    /// A refused proclaim must change nothing: the leader's own proclaim, answered refused,
+    /// read back as the leader's value (issue #32's review: the read named the right session
+    /// and token, so no earlier check saw it).
+    #[test]
+    fn a_refused_proclaim_read_back_as_the_leaders_value_is_caught() {
+        let mut e = Elect::correct();
+        e.proclaim(2, 20, "b2", 510, ElectionRet::NotLeader, 520);
+        e.read(3, 530, Some((2, 20, "b2")), 540);
+        let m = messages(&check(&e.h), CHECKER);
+        assert_eq!(m.len(), 1, "{m:#?}");
+        assert!(m[0].contains("which the server refused"), "{}", m[0]);
+    }
+
+    /// Reads do not go back within a term: once a proclaim of the term was acknowledged, a
+    /// read invoked after that returns it or a later value, not the one it replaced. A read
+    /// concurrent with the proclaim may return either.
+    #[test]
+    fn a_read_of_a_value_replaced_by_an_acknowledged_proclaim_is_caught() {
+        let mut e = Elect::correct();
+        e.proclaim(2, 20, "b2", 510, ElectionRet::Proclaimed, 520);
+        e.read(3, 515, Some((2, 20, "b")), 525);
+        e.read(4, 530, Some((2, 20, "b")), 540);
+        let m = messages(&check(&e.h), CHECKER);
+        assert_eq!(m.len(), 1, "{m:#?}");
+        assert!(m[0].contains("Actor { client: 4"), "{}", m[0]);
+        assert!(
+            m[0].contains("after the proclaim of \"b2\" under token 20 was acknowledged"),
+            "{}",
+            m[0]
+        );
+    }
+
+    /// A read answering "no leader" while a term surely lasted (its win answered before the
+    /// read was invoked, its leader found it led after the read returned) is caught; one at a
+    /// time nobody surely led is not.
+    #[test]
+    fn a_read_of_no_leader_while_a_term_surely_lasted_is_caught() {
+        let mut e = Elect::correct();
+        e.read(3, 305, None, 315);
+        e.read(4, 450, None, 460);
+        let m = messages(&check(&e.h), CHECKER);
+        assert_eq!(m.len(), 1, "{m:#?}");
+        assert!(m[0].contains("Actor { client: 4"), "{}", m[0]);
+        assert!(m[0].contains("found no leader"), "{}", m[0]);
     }
 
     #[test]

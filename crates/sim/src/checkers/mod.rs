@@ -19,7 +19,9 @@ use std::time::Duration;
 use crate::history::HistoryData;
 
 pub use deadline::hold_checks_before_end;
-pub use election::{terms as election_terms, Term as ElectionTerm};
+pub use election::{
+    reads_judged as election_reads_judged, terms as election_terms, Term as ElectionTerm,
+};
 pub use lock_delay::{lost_delays, LostDelay, NextGrant};
 
 #[derive(Debug, Clone)]
