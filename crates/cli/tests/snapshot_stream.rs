@@ -4,6 +4,10 @@
 //!   dir was wiped: the leader has snapshotted and purged its log, so only a snapshot, streamed
 //!   in chunks, can bring the member up to date. Before chunking, a snapshot went as one
 //!   message capped at 64 MiB and such a table could never reach a new member.
+//!   The table is of elections' leaders, each with a value of the largest size
+//!   (`limits::ELECTION_VALUE_BYTES_MAX`): about 1.9 KB of snapshot per acquire where a plain
+//!   lock takes about 500 bytes, so a quarter of the acquires fill it (the fill of 146,000
+//!   plain locks was most of this test's three minutes in CI's debug build; issue #34).
 //! - A node's table budget (`--table-bytes-max`): an acquire past it is refused `table-full`
 //!   (gRPC RESOURCE_EXHAUSTED, the CLI says so), and a release makes room again.
 
@@ -18,17 +22,21 @@ use latchkey_proto::v1 as pb;
 use tokio::task::JoinSet;
 
 /// Bytes of one peer message (`limits::PEER_MESSAGE_BYTES_MAX`): the snapshot must be larger.
-const PEER_MESSAGE_BYTES: u64 = 64 * 1024 * 1024;
-/// Locks with names of `NAME_BYTES` that make a snapshot well above a peer message (each is
-/// about 520 bytes in a snapshot, so 140,000 are about 73 MB), taken by `SESSIONS` sessions.
-const SESSIONS: u64 = 146;
+const PEER_MESSAGE_BYTES: u64 = latchkey_core::limits::PEER_MESSAGE_BYTES_MAX as u64;
+/// Elections' leaders with names of `NAME_BYTES` and values of `VALUE_BYTES` that make a
+/// snapshot well above a peer message (each is about 1.9 KB in a snapshot: its lock, its name
+/// again beside its value, and the value; 36,000 made a snapshot of 68.5 MB, so 40,000 are
+/// about 76 MB), taken by `SESSIONS` sessions.
+const SESSIONS: u64 = 40;
 const LOCKS_PER_SESSION: u64 = 1_000;
 const NAME_BYTES: usize = 500;
+const VALUE_BYTES: usize = latchkey_core::limits::ELECTION_VALUE_BYTES_MAX;
 /// Acquires in flight while filling: enough to keep the leader's group commit busy, few enough
 /// that a debug-build cluster on two shared cores keeps its heartbeats on time.
 const FILL_TASKS: u64 = 24;
-/// The members snapshot once, after most of the locks are taken (at about 140,000 entries).
-const SNAPSHOT_EVERY_ENTRIES: u64 = 140_000;
+/// The members snapshot once, after most of the locks are taken (at about 37,500 entries,
+/// about 71 MB of them).
+const SNAPSHOT_EVERY_ENTRIES: u64 = 37_500;
 
 fn name(session: u64, i: u64) -> String {
     let n = format!("big/{session:04}/{i:04}/");
@@ -36,10 +44,11 @@ fn name(session: u64, i: u64) -> String {
     n + &"x".repeat(pad)
 }
 
-/// Takes `LOCKS_PER_SESSION` locks in each of `SESSIONS` new sessions, `FILL_TASKS` tasks at
-/// once, through the members at `addrs` (the leader first). A failed call ("not the leader"
-/// when a loaded machine delays heartbeats past an election timeout) is retried at the next
-/// member with the same sequence number (exactly-once in the table), a bounded number of times.
+/// Takes `LOCKS_PER_SESSION` locks, each a campaign publishing a value of `VALUE_BYTES`, in
+/// each of `SESSIONS` new sessions, `FILL_TASKS` tasks at once, through the members at `addrs`
+/// (the leader first). A failed call ("not the leader" when a loaded machine delays heartbeats
+/// past an election timeout) is retried at the next member with the same sequence number
+/// (exactly-once in the table), a bounded number of times.
 fn fill(addrs: &[String]) -> u64 {
     let rt = runtime();
     let clients: Vec<_> = addrs.iter().map(|a| pinned(&rt, a)).collect();
@@ -73,6 +82,7 @@ fn fill(addrs: &[String]) -> u64 {
                             seq: i + 1,
                             name: name(s, i),
                             wait_timeout_ms: 0,
+                            value: Some(vec![b'v'; VALUE_BYTES]),
                             ..Default::default()
                         };
                         let granted = loop {
