@@ -360,6 +360,32 @@ pub enum AuditAction {
 }
 
 impl Op {
+    /// An operator's force-release of `name`: the [`Op::ForceReleaseTargeted`] that says what
+    /// it ends, or without a `target` the [`Op::ForceRelease`] earlier builds read.
+    pub fn force_release(
+        name: String,
+        token: Option<u64>,
+        target: Option<ForceTarget>,
+        by: Actor,
+        reason: String,
+    ) -> Op {
+        match target {
+            Some(target) => Op::ForceReleaseTargeted {
+                name,
+                token,
+                target,
+                by,
+                reason,
+            },
+            None => Op::ForceRelease {
+                name,
+                token,
+                by,
+                reason,
+            },
+        }
+    }
+
     /// The (session, sequence number) that makes this command exactly-once, if any.
     pub fn request_id(&self) -> Option<(SessionId, u64)> {
         match self {

@@ -1563,21 +1563,7 @@ impl Run {
                 }
                 _ => Some(ForceTarget::Holder),
             };
-            let op = match target {
-                None => Op::ForceRelease {
-                    name,
-                    token,
-                    by,
-                    reason,
-                },
-                Some(target) => Op::ForceReleaseTargeted {
-                    name,
-                    token,
-                    target,
-                    by,
-                    reason,
-                },
-            };
+            let op = Op::force_release(name, token, target, by, reason);
             self.last_force = Some(op.clone());
             return Some((op, false));
         }

@@ -987,21 +987,7 @@ impl Node {
         } else {
             None
         };
-        let op = match target {
-            Some(target) => Op::ForceReleaseTargeted {
-                name,
-                token,
-                target,
-                by,
-                reason,
-            },
-            None => Op::ForceRelease {
-                name,
-                token,
-                by,
-                reason,
-            },
-        };
+        let op = Op::force_release(name, token, target, by, reason);
         match self.propose(op).await? {
             Outcome::ForceReleased { session, token } => Ok((session, token)),
             other => Err(rejected(other)),
