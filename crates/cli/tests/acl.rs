@@ -438,8 +438,9 @@ fn session_quotas_are_enforced_and_freed_when_a_session_ends() {
 /// The attack the review of issue #32 found: a running lock-delay outlives its session, so an
 /// identity that lets 1-s sessions of delayed locks die could park names for every tenant.
 /// Its delays (asked for, held, and running after the session is gone) count against its
-/// `max_delays`; another identity is not held back; an operator's force-release of a name in
-/// a delay ends the delay and frees the quota.
+/// `max_delays`; another identity is not held back; an operator's end of a delay (`end_delay`:
+/// not a plain force-release, and not by the delay's own identity, which is no admin) ends it
+/// and frees the quota.
 #[test]
 fn delay_quotas_count_running_delays_after_their_sessions_are_gone() {
     let server = AclServer::start(&[], "", &[]);
@@ -522,9 +523,10 @@ fn delay_quotas_count_running_delays_after_their_sessions_are_gone() {
         Ok(granted)
     );
     // The operator's way out: ending the delay (a plain force-release finds nobody holding).
-    let end = |end_delay| {
+    // The delay's own identity, which may lock but is no admin, cannot end it.
+    let end_as = |who: &str, end_delay| {
         rt.block_on(client.clone().admin_release(as_identity(
-            ADMIN,
+            who,
             pb::AdminReleaseRequest {
                 name: "app/d1".into(),
                 reason: "ending a lock-delay".into(),
@@ -534,6 +536,17 @@ fn delay_quotas_count_running_delays_after_their_sessions_are_gone() {
             },
         )))
     };
+    let end = |end_delay| end_as(ADMIN, end_delay);
+    let not_admin = end_as(DELAYER, true).expect_err("a non-admin's end of a lock-delay");
+    assert_eq!(
+        reason(&not_admin).as_deref(),
+        Some("permission-denied"),
+        "{not_admin:?}"
+    );
+    assert!(
+        describe(&mut client.clone(), "app/d1").is_some_and(|l| l.delay_remaining_ms.is_some()),
+        "a refused end ended the delay"
+    );
     let plain = end(false).expect_err("a plain force-release of a name in a lock-delay");
     assert_eq!(
         reason(&plain).as_deref(),
