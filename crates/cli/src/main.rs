@@ -750,6 +750,13 @@ pub struct BenchArgs {
     /// failover 8; election: 3 candidate processes).
     #[arg(long)]
     pub clients: Option<usize>,
+    /// Connections the clients share: that many `Client`s in this process, each with its own
+    /// connection to each member, the clients' sessions spread evenly over them (default: one
+    /// per client). A service whose concurrent requests each take a lock of their own over a
+    /// few connections is `--clients 64 --connections 4`. Not for election (its candidates
+    /// are processes).
+    #[arg(long, value_name = "C")]
+    pub connections: Option<usize>,
     /// Length of the measured window.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,

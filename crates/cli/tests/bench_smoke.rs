@@ -214,6 +214,43 @@ fn failover_measures_kill_to_grant_and_loses_no_grant() {
     assert!(per_op >= 1.5, "requests_per_op {per_op}: {r:#}");
 }
 
+/// `--connections` (issue #35): the clients' sessions over fewer `Client`s, said in the report;
+/// more connections than clients is a usage error.
+#[test]
+fn clients_share_the_connections_they_are_given() {
+    let r = bench(&[
+        "--cluster",
+        "1",
+        "--clients",
+        "4",
+        "--connections",
+        "2",
+        "--duration",
+        "1s",
+        "--warmup",
+        "300ms",
+    ]);
+    assert_common(&r, 1);
+    assert_eq!(
+        (r["clients"].clone(), r["connections"].clone()),
+        (4.into(), 2.into())
+    );
+    assert_eq!(r["errors_total"], 0, "{r:#}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let argv: Vec<String> = ["bench", "--clients", "2", "--connections", "3"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let out = common::run(&argv, dir.path(), BENCH_TIMEOUT);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("--connections must be 1 to --clients (2)"),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn failover_without_a_cluster_of_its_own_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");

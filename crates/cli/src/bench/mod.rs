@@ -115,6 +115,8 @@ pub fn parse_cluster_size(text: &str) -> Result<usize, String> {
 pub struct Plan {
     pub workload: Workload,
     pub clients: usize,
+    /// The `Client`s (connections) the clients' sessions are spread over: 1 to `clients`.
+    pub connections: usize,
     pub duration: Duration,
     pub warmup: Duration,
     pub ttl: Duration,
@@ -140,6 +142,15 @@ impl Plan {
         anyhow::ensure!(
             (1..=BENCH_CLIENTS_MAX).contains(&clients),
             "--clients must be 1 to {BENCH_CLIENTS_MAX}"
+        );
+        let connections = args.connections.unwrap_or(clients);
+        anyhow::ensure!(
+            (1..=clients).contains(&connections),
+            "--connections must be 1 to --clients ({clients})"
+        );
+        anyhow::ensure!(
+            args.connections.is_none() || workload != Workload::Election,
+            "--connections is not for --workload election: each candidate is a process of its own"
         );
         anyhow::ensure!(!args.duration.is_zero(), "--duration must be above 0");
         if matches!(
@@ -214,6 +225,7 @@ impl Plan {
         Ok(Plan {
             workload,
             clients,
+            connections,
             duration: args.duration,
             warmup: args.warmup,
             ttl,

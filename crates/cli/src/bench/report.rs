@@ -120,6 +120,8 @@ pub struct ElectionFigures {
 pub struct Report {
     pub workload: String,
     pub clients: usize,
+    /// The connections (`Client`s) the clients' sessions were spread over (`--connections`).
+    pub connections: usize,
     /// Members the bench started, `null` for an existing cluster.
     pub cluster: Option<usize>,
     pub warmup_s: f64,
@@ -180,9 +182,14 @@ impl Report {
         row(
             "workload",
             format!(
-                "{}, {} clients, {}",
+                "{}, {} clients{}, {}",
                 self.workload,
                 self.clients,
+                if self.connections == self.clients {
+                    String::new()
+                } else {
+                    format!(" over {} connections", self.connections)
+                },
                 match self.cluster {
                     Some(n) => format!("own cluster of {n}"),
                     None => "existing cluster".into(),

@@ -152,6 +152,7 @@ impl Stats {
         Report {
             workload: plan.workload.name().to_owned(),
             clients: plan.clients,
+            connections: plan.connections,
             cluster: plan.cluster,
             warmup_s: plan.warmup.as_secs_f64(),
             window_s: window.seconds(),
@@ -208,19 +209,23 @@ fn error_kind(e: &Error) -> &'static str {
     }
 }
 
-/// One client: its own connection and session.
+/// One client: its own session, over its own connection or one it shares (`--connections`).
 struct Worker {
     index: usize,
     client: Client,
     session: Session,
 }
 
-/// Opens `n` clients and their sessions, all at once.
+/// Opens `n` clients and their sessions, all at once: the sessions spread evenly over
+/// `plan.connections` connections (`Client`s, connected as the bench's options say: TLS, auth
+/// token); with one connection per client, as by default, each its own.
 async fn open_workers(plan: &Plan, target: &Target, n: usize) -> anyhow::Result<Vec<Worker>> {
+    let clients = (0..plan.connections.clamp(1, n.max(1)))
+        .map(|_| target.client())
+        .collect::<Result<Vec<_>, _>>()?;
     let mut set = JoinSet::new();
     for index in 0..n {
-        // Each its own connection, as the bench's options say (TLS, auth token).
-        let client = target.client()?;
+        let client = clients[index % clients.len()].clone();
         let ttl = plan.ttl;
         set.spawn(async move {
             let session = client.session(ttl).await?;
