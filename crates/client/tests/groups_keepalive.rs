@@ -344,12 +344,14 @@ async fn a_group_whose_leadership_moves_is_renewed_at_its_new_leader() {
     assert!(!g0.is_lost() && !g1.is_lost(), "a lock was lost");
     let at_a = a.keepalives.lock().unwrap()[moved_at..].to_vec();
     let at_b = b.keepalives.lock().unwrap().clone();
-    // Renewed every TTL/3 = 500 ms: about 12 renewals in the 6 s. Group 1's at `b`, only
-    // its own session; group 0's at `a`, which saw group 1's session once more (the refused
-    // request) and then never again.
-    assert!(at_b.len() >= 8, "group 1 renewed at b: {at_b:?}");
+    // Renewed every TTL/3 = 500 ms: about 12 renewals in the 6 s, and at least one per TTL
+    // (4) on a machine loaded enough to delay the client's timer (the count of 8 asked here
+    // once failed under a load average of 12). Group 1's at `b`, only its own session;
+    // group 0's at `a`, which saw group 1's session once more (the refused request) and then
+    // never again.
+    assert!(at_b.len() >= 4, "group 1 renewed at b: {at_b:?}");
     assert!(at_b.iter().all(|k| k == &vec![s1]), "{at_b:?}");
-    assert!(at_a.len() >= 8, "group 0 renewed at a: {at_a:?}");
+    assert!(at_a.len() >= 4, "group 0 renewed at a: {at_a:?}");
     let with_s1 = at_a.iter().filter(|k| k.contains(&s1)).count();
     assert!(with_s1 <= 1, "group 1 still sent to a: {at_a:?}");
     assert!(at_a.iter().all(|k| k.contains(&s0)), "{at_a:?}");

@@ -596,7 +596,7 @@ async fn a_release_reusing_an_acquires_sequence_number_is_a_client_error() {
 /// the snapshot policy, would keep the oldest segment, and so every later one, on disk forever:
 /// the node has it snapshot and purge (`Node::compact_log`) once the log outgrew
 /// `LOG_SEGMENTS_HELD_BACK_MAX` segments. Here group 1 holds only its founding entries while
-/// group 0 writes about 30 segments and purges after every 100 entries.
+/// group 0 writes past that bound and purges after every 100 entries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_group_does_not_keep_the_shared_log_on_disk() {
     use latchkey_core::limits::{LOG_COMPACTION_CHECK_MS, LOG_SEGMENTS_HELD_BACK_MAX};
@@ -682,24 +682,30 @@ async fn a_quiet_group_does_not_keep_the_shared_log_on_disk() {
             .expect("release");
         }
     };
-    // Group 0 writes until the log is far past the bound, purging behind itself; group 1's
-    // founding entries hold segment 1, so every segment stays.
-    let bound = LOG_SEGMENTS_HELD_BACK_MAX + 1;
-    for _ in 0..100_000 {
-        if segments() >= 6 * bound {
-            break;
-        }
+    // Group 0 writes, purging behind itself (its own entries, at most 110, span less than a
+    // segment); group 1's founding entries hold segment 1, so every segment stays until the log
+    // outgrew the bound. Only the count that makes compaction due is waited for: a run that
+    // waited for more segments raced the compaction check, and on a loaded machine (about a
+    // segment a second) lost that race every time and wrote until its session expired.
+    let due = LOG_SEGMENTS_HELD_BACK_MAX + 1;
+    let started = std::time::Instant::now();
+    while segments() < due {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the log grew to only {} segments in {:?}",
+            segments(),
+            started.elapsed()
+        );
         pair(&mut c).await;
     }
-    let grown = segments();
-    assert!(grown >= 6 * bound, "the log grew to {grown} segments");
 
-    // Within a few checks group 1 snapshots and purges, and the next writes delete the front.
+    // Within a few checks group 1 snapshots and purges, and the next writes delete the front:
+    // the log is back to group 0's own few segments.
     let waited = std::time::Instant::now();
-    while segments() > bound {
+    while segments() >= LOG_SEGMENTS_HELD_BACK_MAX {
         assert!(
             waited.elapsed() < Duration::from_millis(5 * LOG_COMPACTION_CHECK_MS),
-            "still {} segments (grown to {grown}) after {:?}",
+            "still {} segments after {:?}",
             segments(),
             waited.elapsed()
         );
