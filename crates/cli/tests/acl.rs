@@ -1333,3 +1333,183 @@ fn an_inline_acl_is_reloaded_from_the_config_file() {
     server.sighup("SIGHUP: reloaded the access-control list");
     assert_ok(&server.as_token(NEW, &["status", "app/job"]));
 }
+
+/// The `Batch` call (issue #35 item 1) as an attacker uses it: every operation is checked as
+/// its own call would be, with the batch's credentials, and one refused operation neither
+/// fails nor lets through the others. `app2` (lock and read under `app/`) holds app's session
+/// id and secret; `reader` may only read; a batch without a token is nobody's.
+#[test]
+fn a_batch_checks_every_operation_as_its_own_call() {
+    use pb::batch_op::Op;
+    use pb::batch_result::Result as R;
+    let server = AclServer::start(&[], "", &[]);
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    let victim = create(&rt, &mut client, APP).unwrap();
+    let held = rt
+        .block_on(client.acquire(as_identity(
+            APP,
+            pb::AcquireRequest {
+                session: Some(victim),
+                seq: 1,
+                name: "app/held".into(),
+                ..Default::default()
+            },
+        )))
+        .unwrap()
+        .into_inner();
+    assert_eq!(held.result, pb::AcquireResult::Granted as i32);
+    let own = create(&rt, &mut client, APP2).unwrap();
+    let acquire = |s: pb::Session, seq: u64, name: &str| {
+        Op::Acquire(pb::AcquireRequest {
+            session: Some(s),
+            seq,
+            name: name.into(),
+            ..Default::default()
+        })
+    };
+    let ops = vec![
+        acquire(own, 1, "app/mine"),
+        acquire(victim, 2, "app/stolen"),
+        acquire(own, 2, "other/x"),
+        Op::Release(pb::ReleaseRequest {
+            session: Some(victim),
+            seq: 3,
+            name: "app/held".into(),
+            token: held.token,
+        }),
+        Op::KeepAlive(pb::KeepAliveRequest {
+            sessions: vec![victim],
+        }),
+        Op::CloseSession(pb::CloseSessionRequest {
+            session: Some(victim),
+        }),
+    ];
+    let batcher = client.clone();
+    let send = |token: Option<&str>, ops: Vec<Op>| {
+        let msg = pb::BatchRequest {
+            ops: ops
+                .into_iter()
+                .map(|op| pb::BatchOp { op: Some(op) })
+                .collect(),
+        };
+        let req = match token {
+            Some(token) => as_identity(token, msg),
+            None => request(msg, Duration::from_secs(5)),
+        };
+        rt.block_on(batcher.clone().batch(req))
+            .expect("the batch itself is answered")
+            .into_inner()
+            .results
+            .into_iter()
+            .map(|r| r.result.expect("a result"))
+            .collect::<Vec<_>>()
+    };
+    let results = send(Some(APP2), ops.clone());
+    let R::Acquire(mine) = &results[0] else {
+        panic!("{results:?}");
+    };
+    assert_eq!(
+        mine.result,
+        pb::AcquireResult::Granted as i32,
+        "{results:?}"
+    );
+    for (i, says) in [
+        (1, "belongs to another identity"),
+        (2, "other/x"),
+        (3, "belongs to another identity"),
+        (4, "belongs to another identity"),
+        (5, "belongs to another identity"),
+    ] {
+        let R::Error(e) = &results[i] else {
+            panic!("operation {i} was not refused: {results:?}");
+        };
+        assert_eq!(e.code, Code::PermissionDenied as i32, "{i}: {e:?}");
+        assert_eq!(e.reason, "permission-denied", "{i}: {e:?}");
+        assert!(e.message.contains(says), "{i}: {e:?}");
+    }
+    // `reader` may not lock; nobody (no token) may do anything.
+    let results = send(Some(READER), vec![acquire(own, 9, "app/r")]);
+    assert!(
+        matches!(&results[..], [R::Error(e)] if e.code == Code::PermissionDenied as i32),
+        "{results:?}"
+    );
+    let results = send(None, ops);
+    assert_eq!(results.len(), 6);
+    for (i, r) in results.iter().enumerate() {
+        assert!(
+            matches!(r, R::Error(e) if e.code == Code::Unauthenticated as i32),
+            "{i}: {r:?}"
+        );
+    }
+    // Nothing of the victim's changed: its lock is held under its token, its session lives.
+    let out = server.as_token(ADMIN, &["status", "app/held", "--json"]);
+    assert_ok(&out);
+    let status: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(status["token"], held.token, "{status}");
+    assert_eq!(status["session"], victim.id, "{status}");
+    let alive = rt
+        .block_on(client.clone().keep_alive(as_identity(
+            APP,
+            pb::KeepAliveRequest {
+                sessions: vec![victim],
+            },
+        )))
+        .unwrap()
+        .into_inner();
+    assert!(alive.leases.iter().all(|l| l.alive) && alive.leases.len() == 1);
+}
+
+/// Quotas hold inside one `Batch` call: app's `max_waiting` is 1, and a batch of waiting
+/// acquires on its session, run at once, queues one and refuses the others.
+#[test]
+fn a_batch_cannot_exceed_a_wait_quota() {
+    use pb::batch_op::Op;
+    use pb::batch_result::Result as R;
+    let server = AclServer::start(&[], "", &[]);
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    let holder = create(&rt, &mut client, APP2).unwrap();
+    let waiter = create(&rt, &mut client, APP).unwrap();
+    const N: u64 = 8;
+    for i in 0..N {
+        let r = rt
+            .block_on(client.acquire(as_identity(
+                APP2,
+                pb::AcquireRequest {
+                    session: Some(holder),
+                    seq: 1 + i,
+                    name: format!("app/q{i}"),
+                    ..Default::default()
+                },
+            )))
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.result, pb::AcquireResult::Granted as i32);
+    }
+    let ops = (0..N)
+        .map(|i| pb::BatchOp {
+            op: Some(Op::Acquire(pb::AcquireRequest {
+                session: Some(waiter),
+                seq: 1 + i,
+                name: format!("app/q{i}"),
+                wait_timeout_ms: 30_000,
+                ..Default::default()
+            })),
+        })
+        .collect();
+    let results = rt
+        .block_on(client.batch(as_identity(APP, pb::BatchRequest { ops })))
+        .unwrap()
+        .into_inner()
+        .results;
+    let pending = results
+        .iter()
+        .filter(|r| matches!(&r.result, Some(R::Acquire(a)) if a.result == pb::AcquireResult::Pending as i32))
+        .count();
+    let over = results
+        .iter()
+        .filter(|r| matches!(&r.result, Some(R::Error(e)) if e.message.contains("max_waiting")))
+        .count();
+    assert_eq!((pending, over), (1, N as usize - 1), "{results:?}");
+}

@@ -233,6 +233,11 @@ pub const BATCH_OPS_MAX: usize = 256;
 /// still fits a peer message.
 pub const BATCH_BYTES_MAX: usize = 256 * 1024;
 const _: () = assert!(BATCH_OPS_MAX * (LOCK_NAME_BYTES_MAX + 64) <= BATCH_BYTES_MAX);
+/// Operations in one `Batch` call (issue #35 item 1). Each runs as its own call would, all at
+/// once: a call of this many is as many concurrent calls on one connection, the most a batching
+/// client gathers between two answers. As many as one batch entry holds, so that a full call's
+/// operations can go into one entry.
+pub const BATCH_CALL_OPS_MAX: usize = BATCH_OPS_MAX;
 const _: () = assert!(64 * BATCH_BYTES_MAX <= PEER_MESSAGE_BYTES_MAX);
 
 /// Bytes of one client gRPC message (request or response). The largest is a `List` answer:

@@ -1189,3 +1189,204 @@ async fn concurrent_operations_share_entries_and_each_caller_gets_its_own_answer
     );
     node.stop().await.expect("the node stops cleanly");
 }
+
+/// One `Batch` call (issue #35 item 1).
+async fn batch(
+    c: &mut LocksClient<Channel>,
+    ops: Vec<pb::batch_op::Op>,
+) -> Result<Vec<pb::batch_result::Result>, tonic::Status> {
+    let ops = ops
+        .into_iter()
+        .map(|op| pb::BatchOp { op: Some(op) })
+        .collect();
+    let results = c
+        .batch(pb::BatchRequest { ops })
+        .await?
+        .into_inner()
+        .results;
+    Ok(results
+        .into_iter()
+        .map(|r| r.result.expect("every operation has a result"))
+        .collect())
+}
+
+fn batch_acquire(s: &pb::Session, seq: u64, name: &str, wait_ms: u64) -> pb::batch_op::Op {
+    pb::batch_op::Op::Acquire(pb::AcquireRequest {
+        session: Some(*s),
+        seq,
+        name: name.into(),
+        wait_timeout_ms: wait_ms,
+        ..Default::default()
+    })
+}
+
+/// Issue #35 item 1: each operation of a `Batch` call is answered as its own call would be,
+/// in order: grants, a wait answered PENDING at once and still queued (re-sent alone, same
+/// seq, it is granted on the release), an operation's error beside the others' answers, a
+/// retried batch answered with the first outcomes, and malformed batches refused whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_answers_each_operation_as_its_own_call_would() {
+    use pb::batch_op::Op;
+    use pb::batch_result::Result as R;
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = start(dir.path(), None).await;
+    let mut c = client(&mut node).await;
+    let (a, b) = (session(&mut c, 60_000).await, session(&mut c, 60_000).await);
+
+    let first = batch(
+        &mut c,
+        vec![
+            batch_acquire(&a, 1, "x", 0),
+            batch_acquire(&a, 2, "y", 0),
+            batch_acquire(&a, 3, "", 0),
+            Op::Release(pb::ReleaseRequest {
+                session: Some(a),
+                seq: 4,
+                name: "never-held".into(),
+                token: 1,
+            }),
+        ],
+    )
+    .await
+    .expect("the batch");
+    let [R::Acquire(x), R::Acquire(y), R::Error(bad), R::Release(never)] = &first[..] else {
+        panic!("{first:?}");
+    };
+    let (tx, ty) = (granted(x), granted(y));
+    assert!(tx != ty, "{first:?}");
+    assert_eq!(bad.code, Code::InvalidArgument as i32, "{bad:?}");
+    assert!(bad.message.contains("name"), "{bad:?}");
+    assert!(!never.released);
+    // Retried whole (a lost answer): the same outcomes, nothing taken twice.
+    let again = batch(
+        &mut c,
+        vec![batch_acquire(&a, 1, "x", 0), batch_acquire(&a, 2, "y", 0)],
+    )
+    .await
+    .unwrap();
+    let [R::Acquire(x2), R::Acquire(y2)] = &again[..] else {
+        panic!("{again:?}");
+    };
+    assert_eq!((granted(x2), granted(y2)), (tx, ty));
+
+    // b waits for x: PENDING at once, in the batch, and queued.
+    let started = std::time::Instant::now();
+    let waiting = batch(
+        &mut c,
+        vec![
+            batch_acquire(&b, 1, "x", 30_000),
+            Op::KeepAlive(pb::KeepAliveRequest {
+                sessions: vec![a, b],
+            }),
+        ],
+    )
+    .await
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(latchkey_core::limits::ACQUIRE_POLL_MS_MAX),
+        "the batch waited {:?} for its queued acquire",
+        started.elapsed()
+    );
+    let [R::Acquire(pending), R::KeepAlive(renewed)] = &waiting[..] else {
+        panic!("{waiting:?}");
+    };
+    assert_eq!(
+        pending.result,
+        pb::AcquireResult::Pending as i32,
+        "{pending:?}"
+    );
+    assert_eq!(pending.position, 1, "{pending:?}");
+    assert_eq!(renewed.leases.len(), 2, "{renewed:?}");
+    assert!(renewed.leases.iter().all(|l| l.alive), "{renewed:?}");
+    assert_eq!(describe(&mut c, "x").await.waiters, 1);
+
+    // a releases x and closes itself in one batch; b's wait, re-sent alone, is granted.
+    let done = batch(
+        &mut c,
+        vec![
+            Op::Release(pb::ReleaseRequest {
+                session: Some(a),
+                seq: 5,
+                name: "x".into(),
+                token: tx,
+            }),
+            Op::CloseSession(pb::CloseSessionRequest { session: Some(a) }),
+        ],
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(&done[..], [R::Release(r), R::CloseSession(_)] if r.released)
+            || matches!(&done[..], [R::Error(e), R::CloseSession(_)] if e.reason == "session-not-found"),
+        "{done:?}"
+    );
+    let resumed = acquire(&mut c, &b, 1, "x", 30_000).await.unwrap();
+    assert!(granted(&resumed) > tx);
+    assert!(!describe(&mut c, "y").await.held, "a's close released y");
+
+    // Malformed batches are refused whole.
+    for ops in [
+        vec![],
+        (0..=latchkey_core::limits::BATCH_CALL_OPS_MAX)
+            .map(|i| batch_acquire(&b, 100 + i as u64, "z", 0))
+            .collect(),
+    ] {
+        let n = ops.len();
+        let err = batch(&mut c, ops).await.expect_err("a malformed batch");
+        assert_eq!(err.code(), Code::InvalidArgument, "{n} ops: {err:?}");
+    }
+    let err = c
+        .batch(pb::BatchRequest {
+            ops: vec![pb::BatchOp { op: None }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        matches!(&err.results[..], [pb::BatchResult { result: Some(R::Error(e)) }] if e.code == Code::InvalidArgument as i32),
+        "{err:?}"
+    );
+    node.stop().await.expect("the node stops cleanly");
+}
+
+/// Issue #35 items 1 and 3: a batch's operations reach the leader at once, so with the leader's
+/// gathering on they share entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batchs_operations_share_entries() {
+    const OPS: usize = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_addr: std::net::SocketAddr = ([127, 0, 0, 1], latchkey_testkit::free_port()).into();
+    let mut node = Node::start_in(dir.path(), None, |c| {
+        c.metrics_listen = Some(metrics_addr);
+        c.coalesce = true;
+    })
+    .await
+    .expect("the node starts");
+    let mut c = client(&mut node).await;
+    let s = session(&mut c, 30_000).await;
+    let before = scrape(metrics_addr).await;
+    let ops = (0..OPS)
+        .map(|i| batch_acquire(&s, 1 + i as u64, &format!("many/{i}"), 0))
+        .collect();
+    let results = batch(&mut c, ops).await.unwrap();
+    assert_eq!(results.len(), OPS);
+    for (i, r) in results.iter().enumerate() {
+        let pb::batch_result::Result::Acquire(r) = r else {
+            panic!("{i}: {r:?}");
+        };
+        let info = describe(&mut c, &format!("many/{i}")).await;
+        assert_eq!((info.session, info.token), (s.id, granted(r)), "many/{i}");
+    }
+    let after = scrape(metrics_addr).await;
+    let delta = |name| counter(&after, name) - counter(&before, name);
+    let (entries, ops) = (
+        delta("latchkey_entries_applied_total"),
+        delta("latchkey_operations_applied_total"),
+    );
+    assert!(ops >= OPS as u64, "{after}");
+    assert!(
+        entries * 4 <= ops,
+        "{ops} operations took {entries} entries: a batch's operations were not gathered"
+    );
+    node.stop().await.expect("the node stops cleanly");
+}

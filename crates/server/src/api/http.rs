@@ -649,6 +649,7 @@ async fn acquire(
             req.value.map(String::into_bytes),
             req.lock_delay_ms,
             who.as_ref(),
+            limits::ACQUIRE_POLL_MS_MAX,
         )
         .await
         .map_err(in_group(node))?;

@@ -371,6 +371,155 @@ fn status_response(s: NodeStatus) -> pb::NodeStatusResponse {
     }
 }
 
+/// How long an acquire that queued waits in its call before it answers PENDING.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Poll {
+    /// A call of its own: long-polls up to `ACQUIRE_POLL_MS_MAX` of its wait.
+    Long,
+    /// In a batch: answers PENDING at once, so that a wait never holds up the batch's other
+    /// operations (the client re-sends it, same seq, to go on waiting).
+    None,
+}
+
+/// A request's credentials (metadata, TLS peer certificates) apart from its message: the one
+/// context every operation of a `Batch` call is checked with, as its own call would be.
+fn split<T>(request: Request<T>) -> (Request<()>, T) {
+    let (metadata, extensions, message) = request.into_parts();
+    (Request::from_parts(metadata, extensions, ()), message)
+}
+
+/// A `Batch` operation's error: what its own call's status carries.
+fn batch_error(status: Status) -> pb::BatchError {
+    let md = status.metadata();
+    let text = |key: &str| md.get(key).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    pb::BatchError {
+        code: status.code() as i32,
+        message: status.message().to_owned(),
+        reason: text(latchkey_proto::ERROR_REASON_KEY).unwrap_or_default(),
+        leader_id: text(latchkey_proto::LEADER_ID_KEY).and_then(|v| v.parse().ok()),
+        leader_addr: text(latchkey_proto::LEADER_ADDR_KEY).unwrap_or_default(),
+        group: text(latchkey_proto::GROUP_KEY).and_then(|v| v.parse().ok()),
+    }
+}
+
+/// The operations a `Batch` call carries, each answered by the code its own call runs.
+impl LocksService {
+    async fn batch_op(&self, ctx: &Request<()>, op: pb::BatchOp) -> pb::BatchResult {
+        use pb::batch_op::Op;
+        use pb::batch_result::Result as R;
+        let result = match op.op {
+            Some(Op::Acquire(req)) => self.acquire_op(ctx, req, Poll::None).await.map(R::Acquire),
+            Some(Op::Release(req)) => self.release_op(ctx, req).await.map(R::Release),
+            Some(Op::CloseSession(req)) => {
+                self.close_session_op(ctx, req).await.map(R::CloseSession)
+            }
+            Some(Op::KeepAlive(req)) => self.keep_alive_op(ctx, req).await.map(R::KeepAlive),
+            None => Err(Status::from(ApiError::Invalid(
+                "a batch operation names no call (acquire, release, close_session, keep_alive)"
+                    .into(),
+            ))),
+        };
+        pb::BatchResult {
+            result: Some(result.unwrap_or_else(|status| R::Error(batch_error(status)))),
+        }
+    }
+
+    async fn keep_alive_op(
+        &self,
+        ctx: &Request<()>,
+        req: pb::KeepAliveRequest,
+    ) -> Result<pb::KeepAliveResponse, Status> {
+        let keys: Vec<SessionKey> = req.sessions.iter().cloned().map(key).collect();
+        let renewal = self
+            .groups
+            .keep_alive(&keys, |node, ids| {
+                self.authorize_at(node, ctx, Need::Anywhere(Permission::Lock), ids)
+                    .map(|_| ())
+            })
+            .await?;
+        let leases = renewal
+            .leases
+            .into_iter()
+            .map(|l| pb::SessionLease {
+                id: l.id.0,
+                alive: l.alive,
+                ttl_ms: l.ttl_ms,
+                revoked_tokens: l.revoked_tokens,
+                revoked_through: l.revoked_through.unwrap_or(0),
+                contended: l.contended,
+                contended_truncated: l.contended_truncated,
+            })
+            .collect();
+        let refused = renewal
+            .refused
+            .iter()
+            .map(|(group, e)| group_refusal(*group, e))
+            .collect();
+        Ok(pb::KeepAliveResponse { leases, refused })
+    }
+
+    async fn close_session_op(
+        &self,
+        ctx: &Request<()>,
+        req: pb::CloseSessionRequest,
+    ) -> Result<pb::CloseSessionResponse, Status> {
+        let ids = session_ids(&req.session);
+        self.authorize(ctx, Need::Anywhere(Permission::Lock), &ids)?;
+        let session = session_key(req.session)?;
+        let node = self.groups.of_session(session.id)?;
+        node.close_session(session).await.map_err(in_group(node))?;
+        Ok(pb::CloseSessionResponse {})
+    }
+
+    async fn acquire_op(
+        &self,
+        ctx: &Request<()>,
+        req: pb::AcquireRequest,
+        poll: Poll,
+    ) -> Result<pb::AcquireResponse, Status> {
+        let ids = session_ids(&req.session);
+        let who = self.authorize(ctx, Need::Lock(&req.name, Permission::Lock), &ids)?;
+        let session = session_key(req.session)?;
+        let mode = mode_domain(req.mode, req.permits)?;
+        let node = self.groups.of_lock_in(&req.name, session.id)?;
+        let poll_ms = match poll {
+            Poll::Long => limits::ACQUIRE_POLL_MS_MAX,
+            Poll::None => 0,
+        };
+        let acquired = node
+            .acquire(
+                session,
+                req.seq,
+                req.name.clone(),
+                req.wait_timeout_ms,
+                mode,
+                req.value,
+                req.lock_delay_ms,
+                who.as_ref(),
+                poll_ms,
+            )
+            .await
+            .map_err(in_group(node))?;
+        Ok(acquire_response(acquired, &req.name))
+    }
+
+    async fn release_op(
+        &self,
+        ctx: &Request<()>,
+        req: pb::ReleaseRequest,
+    ) -> Result<pb::ReleaseResponse, Status> {
+        let ids = session_ids(&req.session);
+        self.authorize(ctx, Need::Lock(&req.name, Permission::Lock), &ids)?;
+        let session = session_key(req.session)?;
+        let node = self.groups.of_lock_in(&req.name, session.id)?;
+        let released = node
+            .release(session, req.seq, req.name, req.token)
+            .await
+            .map_err(in_group(node))?;
+        Ok(pb::ReleaseResponse { released })
+    }
+}
+
 #[tonic::async_trait]
 impl pb::locks_server::Locks for LocksService {
     async fn create_session(
@@ -400,39 +549,8 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::KeepAliveRequest>,
     ) -> Result<Response<pb::KeepAliveResponse>, Status> {
         self.node().metrics.request("keep_alive");
-        let keys: Vec<SessionKey> = request
-            .get_ref()
-            .sessions
-            .iter()
-            .cloned()
-            .map(key)
-            .collect();
-        let renewal = self
-            .groups
-            .keep_alive(&keys, |node, ids| {
-                self.authorize_at(node, &request, Need::Anywhere(Permission::Lock), ids)
-                    .map(|_| ())
-            })
-            .await?;
-        let leases = renewal
-            .leases
-            .into_iter()
-            .map(|l| pb::SessionLease {
-                id: l.id.0,
-                alive: l.alive,
-                ttl_ms: l.ttl_ms,
-                revoked_tokens: l.revoked_tokens,
-                revoked_through: l.revoked_through.unwrap_or(0),
-                contended: l.contended,
-                contended_truncated: l.contended_truncated,
-            })
-            .collect();
-        let refused = renewal
-            .refused
-            .iter()
-            .map(|(group, e)| group_refusal(*group, e))
-            .collect();
-        Ok(Response::new(pb::KeepAliveResponse { leases, refused }))
+        let (ctx, req) = split(request);
+        Ok(Response::new(self.keep_alive_op(&ctx, req).await?))
     }
 
     async fn close_session(
@@ -440,12 +558,8 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
         self.node().metrics.request("close_session");
-        let ids = session_ids(&request.get_ref().session);
-        self.authorize(&request, Need::Anywhere(Permission::Lock), &ids)?;
-        let session = session_key(request.into_inner().session)?;
-        let node = self.groups.of_session(session.id)?;
-        node.close_session(session).await.map_err(in_group(node))?;
-        Ok(Response::new(pb::CloseSessionResponse {}))
+        let (ctx, req) = split(request);
+        Ok(Response::new(self.close_session_op(&ctx, req).await?))
     }
 
     async fn acquire(
@@ -453,30 +567,8 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         self.node().metrics.request("acquire");
-        let ids = session_ids(&request.get_ref().session);
-        let who = self.authorize(
-            &request,
-            Need::Lock(&request.get_ref().name, Permission::Lock),
-            &ids,
-        )?;
-        let req = request.into_inner();
-        let session = session_key(req.session)?;
-        let mode = mode_domain(req.mode, req.permits)?;
-        let node = self.groups.of_lock_in(&req.name, session.id)?;
-        let acquired = node
-            .acquire(
-                session,
-                req.seq,
-                req.name.clone(),
-                req.wait_timeout_ms,
-                mode,
-                req.value,
-                req.lock_delay_ms,
-                who.as_ref(),
-            )
-            .await
-            .map_err(in_group(node))?;
-        Ok(Response::new(acquire_response(acquired, &req.name)))
+        let (ctx, req) = split(request);
+        Ok(Response::new(self.acquire_op(&ctx, req, Poll::Long).await?))
     }
 
     async fn release(
@@ -484,20 +576,29 @@ impl pb::locks_server::Locks for LocksService {
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         self.node().metrics.request("release");
-        let ids = session_ids(&request.get_ref().session);
-        self.authorize(
-            &request,
-            Need::Lock(&request.get_ref().name, Permission::Lock),
-            &ids,
-        )?;
-        let req = request.into_inner();
-        let session = session_key(req.session)?;
-        let node = self.groups.of_lock_in(&req.name, session.id)?;
-        let released = node
-            .release(session, req.seq, req.name, req.token)
-            .await
-            .map_err(in_group(node))?;
-        Ok(Response::new(pb::ReleaseResponse { released }))
+        let (ctx, req) = split(request);
+        Ok(Response::new(self.release_op(&ctx, req).await?))
+    }
+
+    async fn batch(
+        &self,
+        request: Request<pb::BatchRequest>,
+    ) -> Result<Response<pb::BatchResponse>, Status> {
+        self.node().metrics.request("batch");
+        let (ctx, req) = split(request);
+        let n = req.ops.len();
+        if n == 0 || n > limits::BATCH_CALL_OPS_MAX {
+            return Err(ApiError::Invalid(format!(
+                "a batch has 1 to {} operations, not {n}",
+                limits::BATCH_CALL_OPS_MAX
+            ))
+            .into());
+        }
+        // Every operation through its own call's path (its checks, access control included),
+        // all at once: as many calls sent together, which the leader may write as one entry.
+        let results =
+            futures::future::join_all(req.ops.into_iter().map(|op| self.batch_op(&ctx, op))).await;
+        Ok(Response::new(pb::BatchResponse { results }))
     }
 
     async fn proclaim(

@@ -132,6 +132,69 @@ pub struct MemberShared {
     pub shutdown: CancellationToken,
     /// The member's groups, set once by `Groups::new` when every group's node has started.
     pub groups: MemberGroups,
+    /// Each identity's quota-counted acquires between their check and their entry's apply
+    /// (`Node::acquire`), over all the member's groups.
+    pub quota_in_flight: Arc<QuotaInFlight>,
+}
+
+/// Quota-counted requests checked but not yet applied, per identity (`Node::acquire`): a
+/// quota check counts them with what the tables hold, so that calls of one identity that run
+/// at once (a `Batch` call's operations, concurrent calls on its connections) cannot each
+/// pass on the same count. An identity has an entry only while it has such a request in
+/// flight: at most the member's calls in flight.
+#[derive(Default)]
+pub struct QuotaInFlight(Mutex<std::collections::HashMap<String, IdentityUsage>>);
+
+/// One request's place in [`QuotaInFlight`], given back when dropped (after its entry
+/// applied, or when the call ends without one).
+pub struct QuotaReservation {
+    in_flight: Arc<QuotaInFlight>,
+    identity: String,
+    waiting: usize,
+    delays: usize,
+}
+
+impl QuotaInFlight {
+    /// Reserves `waiting` and `delays` for `identity` if `fits` accepts its table usage
+    /// (`usage`, read here under the reservations' lock) plus what it has in flight.
+    pub fn reserve<E>(
+        self: &Arc<Self>,
+        identity: &str,
+        usage: impl FnOnce() -> IdentityUsage,
+        waiting: usize,
+        delays: usize,
+        fits: impl FnOnce(&IdentityUsage) -> Result<(), E>,
+    ) -> Result<QuotaReservation, E> {
+        let mut map = self.0.lock().expect("quota reservations lock");
+        let mut total = usage();
+        if let Some(mine) = map.get(identity) {
+            total.waiting += mine.waiting;
+            total.delays += mine.delays;
+        }
+        fits(&total)?;
+        let mine = map.entry(identity.to_owned()).or_default();
+        mine.waiting += waiting;
+        mine.delays += delays;
+        Ok(QuotaReservation {
+            in_flight: self.clone(),
+            identity: identity.to_owned(),
+            waiting,
+            delays,
+        })
+    }
+}
+
+impl Drop for QuotaReservation {
+    fn drop(&mut self) {
+        let mut map = self.in_flight.0.lock().expect("quota reservations lock");
+        if let Some(mine) = map.get_mut(&self.identity) {
+            mine.waiting -= self.waiting;
+            mine.delays -= self.delays;
+            if mine.waiting == 0 && mine.delays == 0 {
+                map.remove(&self.identity);
+            }
+        }
+    }
 }
 
 /// A group's way to its member's other groups (an identity's quotas are counted over them,
@@ -151,6 +214,7 @@ impl MemberShared {
             metrics: Arc::new(Metrics::new()),
             shutdown: CancellationToken::new(),
             groups: MemberGroups::default(),
+            quota_in_flight: Arc::default(),
         }
     }
 }
@@ -200,6 +264,8 @@ pub struct Node {
     held_back: Option<HeldBack>,
     /// The member's groups ([`MemberShared::groups`]).
     pub(crate) member_groups: MemberGroups,
+    /// The member's quota reservations ([`MemberShared::quota_in_flight`]).
+    pub(crate) quota_in_flight: Arc<QuotaInFlight>,
     /// Client operations gathered for this node's next entry (`gather.rs`, issue #35).
     gather: gather::Gather,
 }
@@ -452,6 +518,7 @@ impl Node {
             found_later: Mutex::new(found_later),
             held_back,
             member_groups: member.groups.clone(),
+            quota_in_flight: member.quota_in_flight.clone(),
             gather: gather::Gather::default(),
         });
         Ok((node, renew_rx))

@@ -454,12 +454,13 @@ impl Node {
 
     /// What `identity` holds on this member, against its quotas: its sessions and queued
     /// acquires in this group's table and in this member's copies of the other groups it
-    /// belongs to (docs/securing.md, "Access control"). Read before proposing, so it is a check, not a
-    /// reservation: calls of one identity that run at the same time, on this leader or on
-    /// the leaders of other groups, can each pass before the others' entries are applied
-    /// here, so a quota may be overshot by the calls it has in flight (each connection at
-    /// most CLIENT_CONCURRENT_REQUESTS_MAX), and the member's copy of another group trails
-    /// that group's leader. A group this member is outside of (`--replicas`) is not counted.
+    /// belongs to (docs/securing.md, "Access control"). Read before proposing; an acquire's
+    /// wait and delay quotas also count the identity's requests checked on this member and
+    /// not yet applied (`QuotaInFlight`). Calls of one identity at the leaders of other groups
+    /// can still each pass before the others' entries are applied here (the member's copy of
+    /// another group trails that group's leader), and sessions are counted from the tables
+    /// alone, so those quotas may be overshot by the calls in flight (each connection at most
+    /// CLIENT_CONCURRENT_REQUESTS_MAX). A group this member is outside of (`--replicas`) is not counted.
     /// Followers refuse the proposal anyway, so the leader's count decides.
     pub fn identity_usage(&self, identity: &str) -> IdentityUsage {
         let mut usage = self.state.read(|t| t.identity_usage(identity));
@@ -521,7 +522,8 @@ impl Node {
     }
 
     /// Acquire `name` in `mode` for request `seq` of `session`, long-polling a queued request
-    /// for up to `ACQUIRE_POLL_MS_MAX` of its wait. With a `value`, a campaign: an exclusive
+    /// for up to `poll_ms_max` of its wait (`ACQUIRE_POLL_MS_MAX` for a call of its own, 0 in a
+    /// `Batch` call: a queued request then answers `Pending` at once and stays queued). With a `value`, a campaign: an exclusive
     /// acquire whose grant publishes it (issue #32). Under access control, a new request that
     /// may queue counts toward `owner`'s quota of queued acquires (the `lock` permission
     /// covers every mode). `lock_delay_ms` above zero asks for a lock-delay (a mutex only; not
@@ -537,7 +539,9 @@ impl Node {
         value: Option<Vec<u8>>,
         lock_delay_ms: u64,
         owner: Option<&Caller>,
+        poll_ms_max: u64,
     ) -> Result<Acquired, ApiError> {
+        debug_assert!(poll_ms_max <= limits::ACQUIRE_POLL_MS_MAX);
         latchkey_core::validate_name(&name)?;
         validate_mode(mode)?;
         if let Some(value) = &value {
@@ -565,30 +569,43 @@ impl Node {
             return Err(Rejection::LockDelayConflict { name }.into());
         }
         let wait_ms = wait_timeout_ms.min(limits::WAIT_TIMEOUT_MS_MAX);
+        let mut reservation = None;
         if let (Some(owner), true) = (owner, wait_ms > 0 || lock_delay_ms > 0) {
             // A retry of a request the table knows (queued or done) adds no wait or delay.
-            // Counted like the session quota (see `Node::identity_usage`).
+            // Counted like the session quota (see `Node::identity_usage`), with the identity's
+            // other such requests checked on this member and not yet applied: those of one
+            // `Batch` call, or of concurrent calls, would each pass on the same count.
             let known = self
                 .state
                 .read(|t| t.request_state(session.id, seq).is_some());
             if !known {
-                let usage = self.identity_usage(&owner.name);
-                // A lock-delay outlives its session: bounded by its own quota, so that a
-                // tenant that lets sessions die cannot park names for every other tenant.
-                if lock_delay_ms > 0 && usage.delays >= owner.max_delays {
-                    return Err(owner.over_quota(format!(
-                        "identity {:?} already has {} lock-delays (asked for, held or \
-                         running), its quota (max_delays) is {}",
-                        owner.name, usage.delays, owner.max_delays
-                    )));
-                }
-                if wait_ms > 0 && usage.waiting >= owner.max_waiting {
-                    return Err(owner.over_quota(format!(
-                        "identity {:?} already has {} acquires waiting, its quota \
-                         (max_waiting) is {}",
-                        owner.name, usage.waiting, owner.max_waiting
-                    )));
-                }
+                let (waits, delays) = (usize::from(wait_ms > 0), usize::from(lock_delay_ms > 0));
+                reservation = Some(self.quota_in_flight.reserve(
+                    &owner.name,
+                    || self.identity_usage(&owner.name),
+                    waits,
+                    delays,
+                    |usage| {
+                        // A lock-delay outlives its session: bounded by its own quota, so that
+                        // a tenant that lets sessions die cannot park names for every other
+                        // tenant.
+                        if delays > 0 && usage.delays >= owner.max_delays {
+                            return Err(owner.over_quota(format!(
+                                "identity {:?} already has {} lock-delays (asked for, held or \
+                                 running), its quota (max_delays) is {}",
+                                owner.name, usage.delays, owner.max_delays
+                            )));
+                        }
+                        if waits > 0 && usage.waiting >= owner.max_waiting {
+                            return Err(owner.over_quota(format!(
+                                "identity {:?} already has {} acquires waiting, its quota \
+                                 (max_waiting) is {}",
+                                owner.name, usage.waiting, owner.max_waiting
+                            )));
+                        }
+                        Ok(())
+                    },
+                )?);
             }
         }
         let started = self.clock.now();
@@ -641,6 +658,8 @@ impl Node {
             },
         };
         let applied = self.propose_applied(op).await?;
+        // Applied: the table counts the request now (queued), or it no longer waits.
+        drop(reservation);
         let position = match applied.outcome {
             Outcome::Granted { token } => return Ok(granted(token)),
             Outcome::NotGranted => {
@@ -655,8 +674,10 @@ impl Node {
             Outcome::Queued { position } => position,
             other => return Err(rejected(other)),
         };
-        let poll_ms = wait_ms.min(limits::ACQUIRE_POLL_MS_MAX);
-        let cancel_at_end = wait_ms <= limits::ACQUIRE_POLL_MS_MAX;
+        let poll_ms = wait_ms.min(poll_ms_max.min(limits::ACQUIRE_POLL_MS_MAX));
+        // A wait that ends within this call's poll leaves the queue at the poll's end; a
+        // longer one (or one polled for less than all of it) answers `Pending` and stays.
+        let cancel_at_end = wait_ms <= poll_ms;
         let poll_end = started + Duration::from_millis(poll_ms);
         tokio::select! {
             end = rx => match end {

@@ -27,6 +27,60 @@ ACQUIRE_RESULT_GRANTED: AcquireResult
 ACQUIRE_RESULT_NOT_GRANTED: AcquireResult
 ACQUIRE_RESULT_PENDING: AcquireResult
 
+class BatchRequest(_message.Message):
+    __slots__ = ("ops",)
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    ops: _containers.RepeatedCompositeFieldContainer[BatchOp]
+    def __init__(self, ops: _Optional[_Iterable[_Union[BatchOp, _Mapping]]] = ...) -> None: ...
+
+class BatchOp(_message.Message):
+    __slots__ = ("acquire", "release", "close_session", "keep_alive")
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_SESSION_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    acquire: AcquireRequest
+    release: ReleaseRequest
+    close_session: CloseSessionRequest
+    keep_alive: KeepAliveRequest
+    def __init__(self, acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., close_session: _Optional[_Union[CloseSessionRequest, _Mapping]] = ..., keep_alive: _Optional[_Union[KeepAliveRequest, _Mapping]] = ...) -> None: ...
+
+class BatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[BatchResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[BatchResult, _Mapping]]] = ...) -> None: ...
+
+class BatchResult(_message.Message):
+    __slots__ = ("acquire", "release", "close_session", "keep_alive", "error")
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_SESSION_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    acquire: AcquireResponse
+    release: ReleaseResponse
+    close_session: CloseSessionResponse
+    keep_alive: KeepAliveResponse
+    error: BatchError
+    def __init__(self, acquire: _Optional[_Union[AcquireResponse, _Mapping]] = ..., release: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., close_session: _Optional[_Union[CloseSessionResponse, _Mapping]] = ..., keep_alive: _Optional[_Union[KeepAliveResponse, _Mapping]] = ..., error: _Optional[_Union[BatchError, _Mapping]] = ...) -> None: ...
+
+class BatchError(_message.Message):
+    __slots__ = ("code", "message", "reason", "leader_id", "leader_addr", "group")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    reason: str
+    leader_id: int
+    leader_addr: str
+    group: int
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ..., leader_id: _Optional[int] = ..., leader_addr: _Optional[str] = ..., group: _Optional[int] = ...) -> None: ...
+
 class WatchRequest(_message.Message):
     __slots__ = ("prefix", "after_index", "group")
     PREFIX_FIELD_NUMBER: _ClassVar[int]
