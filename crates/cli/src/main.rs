@@ -548,6 +548,15 @@ pub fn parse_endpoint(text: &str) -> Result<String, String> {
 impl Endpoints {
     /// A client of these endpoints: with TLS for `https://` ones when --ca is given.
     pub fn client(&self) -> Result<latchkey_client::Client, latchkey_client::Error> {
+        self.client_batching(false)
+    }
+
+    /// [`Endpoints::client`], gathering its sessions' operations into `Batch` calls when
+    /// `batch` (`ClientConfig::batch`; the bench's `--batch`).
+    pub fn client_batching(
+        &self,
+        batch: bool,
+    ) -> Result<latchkey_client::Client, latchkey_client::Error> {
         let mut env = latchkey_client::ClientEnv::default();
         match &self.ca {
             None if self.cert.is_some() => {
@@ -571,6 +580,7 @@ impl Endpoints {
                 .as_deref()
                 .map(latchkey_client::AuthToken::new)
                 .transpose()?,
+            batch,
             ..latchkey_client::ClientConfig::default()
         };
         latchkey_client::Client::with_env(self.endpoints.clone(), config, env)
@@ -757,6 +767,10 @@ pub struct BenchArgs {
     /// are processes).
     #[arg(long, value_name = "C")]
     pub connections: Option<usize>,
+    /// The clients gather the operations their sessions send at the same moment into `Batch`
+    /// calls (the client library's `ClientConfig::batch`, issue #35). Not for election.
+    #[arg(long)]
+    pub batch: bool,
     /// Length of the measured window.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,

@@ -214,8 +214,9 @@ fn failover_measures_kill_to_grant_and_loses_no_grant() {
     assert!(per_op >= 1.5, "requests_per_op {per_op}: {r:#}");
 }
 
-/// `--connections` (issue #35): the clients' sessions over fewer `Client`s, said in the report;
-/// more connections than clients is a usage error.
+/// `--connections` and `--batch` (issue #35): the clients' sessions over fewer `Client`s, their
+/// operations in Batch calls, said in the report; more connections than clients is a usage
+/// error.
 #[test]
 fn clients_share_the_connections_they_are_given() {
     let r = bench(&[
@@ -236,6 +237,30 @@ fn clients_share_the_connections_they_are_given() {
         (4.into(), 2.into())
     );
     assert_eq!(r["errors_total"], 0, "{r:#}");
+    // `--batch` (issue #35 item 2): the operations ride Batch calls, none goes alone.
+    let r = bench(&[
+        "--cluster",
+        "1",
+        "--clients",
+        "4",
+        "--connections",
+        "2",
+        "--batch",
+        "--duration",
+        "1s",
+        "--warmup",
+        "300ms",
+    ]);
+    assert_common(&r, 1);
+    assert_eq!(r["batch"], true, "{r:#}");
+    assert_eq!(r["errors_total"], 0, "{r:#}");
+    let by_method = &r["server"]["requests_by_method"];
+    assert!(
+        f(&r, &["server", "requests_by_method", "batch"]) > 0.0,
+        "{r:#}"
+    );
+    assert!(by_method["acquire"].as_f64().unwrap_or(0.0) == 0.0, "{r:#}");
+    assert!(by_method["release"].as_f64().unwrap_or(0.0) == 0.0, "{r:#}");
     let dir = tempfile::tempdir().expect("temp dir");
     let argv: Vec<String> = ["bench", "--clients", "2", "--connections", "3"]
         .iter()

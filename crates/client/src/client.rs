@@ -35,6 +35,12 @@ pub struct ClientConfig {
     /// The bearer token sent with every call (`authorization: Bearer TOKEN`), for servers
     /// with access control (`--acl`); the CLI's `--auth-token` / `LATCHKEY_AUTH_TOKEN`.
     pub auth_token: Option<AuthToken>,
+    /// Gather the acquires, releases and closes this client's sessions send to one member
+    /// while an earlier batch to it is in flight into one `Batch` call (issue #35; `batch.rs`).
+    /// Off by default until the simulation's clients batch too. A call made alone is sent at
+    /// once either way; an acquire that must wait long-polls in a call of its own after its
+    /// first answer.
+    pub batch: bool,
 }
 
 /// A bearer token. Kept out of `Debug` output, so it does not end up in logs.
@@ -78,6 +84,7 @@ impl Default for ClientConfig {
             rpc_timeout: Duration::from_millis(limits::CLIENT_RPC_TIMEOUT_MS_DEFAULT),
             retry: RetryPolicy::default(),
             auth_token: None,
+            batch: false,
         }
     }
 }
@@ -111,6 +118,9 @@ struct Inner {
 struct Route {
     /// One lazily connected channel per endpoint URI (seeds and leader hints).
     channels: HashMap<String, Channel>,
+    /// With `ClientConfig::batch`, the operations waiting for a `Batch` call, per endpoint URI
+    /// (the same keys as `channels`).
+    batchers: HashMap<String, Arc<crate::batch::Coalescer>>,
     /// The node believed to lead each Raft group (by group): the last one that answered a
     /// call for it, or the last hint. At most `GROUPS_MAX` entries.
     leaders: HashMap<u32, String>,
@@ -982,6 +992,53 @@ impl Client {
         }
     }
 
+    /// The batches to `uri` (`ClientConfig::batch`), on its channel, made on first use.
+    fn batcher(&self, uri: &str) -> Arc<crate::batch::Coalescer> {
+        let existing = {
+            let route = self.inner.route.lock().expect("route lock poisoned");
+            route.batchers.get(uri).cloned()
+        };
+        if let Some(b) = existing {
+            return b;
+        }
+        let client = self.locks_client(uri);
+        let mut route = self.inner.route.lock().expect("route lock poisoned");
+        route
+            .batchers
+            .entry(uri.to_owned())
+            .or_insert_with(|| {
+                Arc::new(crate::batch::Coalescer::new(
+                    client,
+                    self.inner.config.rpc_timeout,
+                    self.inner.config.auth_token.clone(),
+                ))
+            })
+            .clone()
+    }
+
+    /// [`Client::call_traced`] of one operation in the next `Batch` call to the endpoint each
+    /// attempt goes to (`ClientConfig::batch`): `answer` picks the operation's own answer out of
+    /// its batch result. Retried, rerouted and classified as its own call would be.
+    pub(crate) async fn call_batched<Resp>(
+        &self,
+        opts: CallOpts,
+        op: pb::batch_op::Op,
+        answer: fn(pb::batch_result::Result) -> Option<Resp>,
+    ) -> Result<(Resp, Answered), Error> {
+        self.call_traced_at(opts, op, |uri, request| {
+            let batcher = self.batcher(uri);
+            async move {
+                let result = batcher.send(request.into_inner()).await?;
+                answer(result).map(tonic::Response::new).ok_or_else(|| {
+                    tonic::Status::internal(
+                        "a Batch call answered an operation with another call's result",
+                    )
+                })
+            }
+        })
+        .await
+    }
+
     /// A gRPC client on the channel for `uri`, created on first use.
     fn locks_client(&self, uri: &str) -> LocksClient<Channel> {
         let channel = {
@@ -1101,6 +1158,22 @@ impl Client {
         F: FnMut(LocksClient<Channel>, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
+        self.call_traced_at(opts, request, |uri, r| send(self.locks_client(uri), r))
+            .await
+    }
+
+    /// [`Client::call_traced`], with `send` given the endpoint URI each attempt goes to.
+    async fn call_traced_at<Req, Resp, F, Fut>(
+        &self,
+        opts: CallOpts,
+        request: Req,
+        mut send: F,
+    ) -> Result<(Resp, Answered), Error>
+    where
+        Req: Clone,
+        F: FnMut(&str, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
         let policy = &self.inner.config.retry;
         let clock = self.clock();
         let start = clock.now();
@@ -1125,9 +1198,7 @@ impl Client {
             if let Some(token) = &self.inner.config.auth_token {
                 token.apply(&mut req);
             }
-            let result =
-                tokio::time::timeout(opts.attempt_timeout, send(self.locks_client(&uri), req))
-                    .await;
+            let result = tokio::time::timeout(opts.attempt_timeout, send(&uri, req)).await;
             let failure = match result {
                 Ok(Ok(response)) => {
                     self.answered(opts.group, &uri);

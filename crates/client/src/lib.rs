@@ -67,6 +67,7 @@
 //! way). A leader hint is not followed for a while to a member that just refused the client:
 //! followers name a dead leader until the next election.
 
+mod batch;
 pub mod client;
 pub mod election;
 pub mod env;

@@ -14,6 +14,8 @@ use crate::client::CallOpts;
 use crate::env::{sleep_until, ClientClock};
 use crate::error::Error;
 use crate::session::{pb_session, wait_lost, SeqTicket, SessionShared, Taken};
+use pb::batch_op::Op;
+use pb::batch_result::Result as R;
 
 /// Header that carries the fencing token to a fenced resource (see the `latchkey-fence` crate).
 pub const TOKEN_HEADER: &str = "latchkey-token";
@@ -210,11 +212,14 @@ impl<'a> LockRequest<'a> {
                 deadline,
                 armed: true,
             };
+            // A request's first send may ride a batch (`ClientConfig::batch`); a re-send of a
+            // queued request long-polls in a call of its own.
+            let mut first = true;
             loop {
                 let now = clock.now();
                 let give_up_at = deadline.map(|d| d + UNANSWERED_AFTER_DEADLINE_MAX);
                 let answer = tokio::select! {
-                    r = acquire_once(shared, &self.name, (mode, value, lock_delay_ms), pending.seq, deadline) => r,
+                    r = acquire_once(shared, &self.name, (mode, value, lock_delay_ms), pending.seq, deadline, std::mem::take(&mut first)) => r,
                     _ = wait_lost(shared.watch_lost()) => {
                         pending.armed = false;
                         return Err(shared.lost_error().expect("lost"));
@@ -307,13 +312,15 @@ async fn sleep_until_some(clock: &dyn ClientClock, at: Option<Instant>) {
 }
 
 /// One Acquire call (with its retries) for request `seq` in `how` (its mode, a campaign's
-/// value and the lock-delay), waiting until `deadline`.
+/// value and the lock-delay), waiting until `deadline`; the request's `first` send rides a
+/// batch with `ClientConfig::batch`.
 async fn acquire_once(
     shared: &SessionShared,
     name: &str,
     how: (Mode, Option<&[u8]>, u64),
     seq: u64,
     deadline: Option<Instant>,
+    first: bool,
 ) -> Result<pb::AcquireResponse, Error> {
     let wait_timeout_ms = match deadline {
         None => WAIT_TIMEOUT_MS_MAX,
@@ -342,6 +349,23 @@ async fn acquire_once(
         value: how.1.map(<[u8]>::to_vec),
         lock_delay_ms: how.2,
     };
+    if first && shared.client.config().batch {
+        // In a batch, a request that must wait answers PENDING at once (the server does not
+        // long-poll it there): the next send of it is a call of its own.
+        let opts = CallOpts {
+            attempt_timeout: shared.client.config().rpc_timeout,
+            ..opts
+        };
+        return shared
+            .client
+            .call_batched(opts, Op::Acquire(request), |r| match r {
+                R::Acquire(r) => Some(r),
+                _ => None,
+            })
+            .await
+            .map(|(r, _)| r)
+            .map_err(|e| shared.check(e));
+    }
     shared
         .client
         .call(opts, request, |mut c, r| async move { c.acquire(r).await })
@@ -383,7 +407,7 @@ impl Drop for PendingAcquire {
                     return;
                 }
                 let how = (mode, value.as_deref(), lock_delay_ms);
-                let response = match acquire_once(&shared, &name, how, seq, deadline).await {
+                let response = match acquire_once(&shared, &name, how, seq, deadline, false).await {
                     Ok(r) => r,
                     Err(e) if is_too_old(&e) => {
                         release_orphan(&shared, &name).await;
@@ -670,11 +694,22 @@ async fn release_on_server(
         backoff_max: None,
         group: shared.group,
     };
-    let response = shared
-        .client
-        .call(opts, request, |mut c, r| async move { c.release(r).await })
-        .await
-        .map_err(|e| shared.check(e))?;
+    let response = if shared.client.config().batch {
+        shared
+            .client
+            .call_batched(opts, Op::Release(request), |r| match r {
+                R::Release(r) => Some(r),
+                _ => None,
+            })
+            .await
+            .map(|(r, _)| r)
+    } else {
+        shared
+            .client
+            .call(opts, request, |mut c, r| async move { c.release(r).await })
+            .await
+    }
+    .map_err(|e| shared.check(e))?;
     if response.released {
         Ok(())
     } else {

@@ -804,6 +804,8 @@ impl Drop for Session {
 }
 
 async fn close_on_server(shared: &SessionShared) -> Result<(), Error> {
+    use pb::batch_op::Op;
+    use pb::batch_result::Result as R;
     let opts = CallOpts {
         attempt_timeout: shared.client.config().rpc_timeout,
         backoff_max: None,
@@ -812,15 +814,26 @@ async fn close_on_server(shared: &SessionShared) -> Result<(), Error> {
     let request = pb::CloseSessionRequest {
         session: pb_session(shared.key),
     };
-    match shared
-        .client
-        .call(
-            opts,
-            request,
-            |mut c, r| async move { c.close_session(r).await },
-        )
-        .await
-    {
+    let closed = if shared.client.config().batch {
+        shared
+            .client
+            .call_batched(opts, Op::CloseSession(request), |r| match r {
+                R::CloseSession(r) => Some(r),
+                _ => None,
+            })
+            .await
+            .map(|(r, _)| r)
+    } else {
+        shared
+            .client
+            .call(
+                opts,
+                request,
+                |mut c, r| async move { c.close_session(r).await },
+            )
+            .await
+    };
+    match closed {
         // Already gone (expired, or a retry of a close that went through): closed all the same.
         Ok(_) | Err(Error::SessionNotFound { .. }) => Ok(()),
         Err(e) => Err(e),

@@ -246,6 +246,13 @@ impl Locks for Fake {
         Err(Status::unimplemented("not in the fake"))
     }
 
+    async fn batch(
+        &self,
+        _: Request<latchkey_proto::v1::BatchRequest>,
+    ) -> Result<Response<latchkey_proto::v1::BatchResponse>, Status> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
     async fn list(&self, _: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
         self.redirect()?;
         Ok(Response::new(ListResponse {

@@ -74,6 +74,7 @@ impl Members {
                     ..RetryPolicy::default()
                 },
                 auth_token: None,
+                batch: false,
             },
         )?;
         let mut members = Members {

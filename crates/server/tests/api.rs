@@ -1074,26 +1074,17 @@ async fn elections_through_grpc() {
 
 /// GET /metrics of a node's metrics listener.
 async fn scrape(metrics_addr: std::net::SocketAddr) -> String {
-    use std::io::{Read, Write};
-    tokio::task::spawn_blocking(move || {
-        let mut s = std::net::TcpStream::connect(metrics_addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-            .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    })
-    .await
-    .unwrap()
+    latchkey_testkit::scrape_metrics(metrics_addr)
+        .await
+        .expect("the metrics")
 }
 
 fn counter(body: &str, name: &str) -> u64 {
-    body.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("no {name} in:\n{body}"))
-        .parse()
-        .unwrap()
+    assert!(
+        body.contains(&format!("\n{name} ")),
+        "no {name} in:\n{body}"
+    );
+    latchkey_testkit::counter(body, name)
 }
 
 /// Issue #35: acquires and releases that arrive together from many callers are gathered by

@@ -241,6 +241,7 @@ fn config() -> ClientConfig {
             backoff_max: Duration::from_millis(500),
         },
         auth_token: None,
+        batch: false,
     }
 }
 

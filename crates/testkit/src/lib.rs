@@ -33,7 +33,7 @@ pub mod wait;
 #[path = "../../fence/examples/fenced_kv/service.rs"]
 pub mod fenced_kv;
 
-pub use node::Node;
+pub use node::{counter, scrape_metrics, Node};
 pub use ports::free_port;
 pub use resource::{Attempt, FencedResource};
 pub use wait::{wait_until, wait_until_async, TimedOut, POLL};

@@ -33,10 +33,15 @@ impl Node {
     /// Starts a node on a free loopback port with its data in a temporary directory of its own,
     /// removed when the node drops.
     pub async fn start() -> anyhow::Result<Node> {
+        Node::start_with(|_| {}).await
+    }
+
+    /// [`Node::start`], with `tweak` applied to the configuration as [`Node::start_in`] does.
+    pub async fn start_with(tweak: impl FnOnce(&mut ServerConfig)) -> anyhow::Result<Node> {
         let dir = tempfile::tempdir().context("temp dir")?;
         let data_dir = dir.path().join("data");
         std::fs::create_dir_all(&data_dir).context("creating the data dir")?;
-        let mut node = Node::start_in(&data_dir, None, |_| {}).await?;
+        let mut node = Node::start_in(&data_dir, None, tweak).await?;
         node._dir = Some(dir);
         Ok(node)
     }
@@ -118,4 +123,28 @@ impl Node {
             .with_context(|| format!("the node did not stop within {STOP_TIMEOUT:?}"))?
             .context("the node's task")?
     }
+}
+
+/// The text of a member's `/metrics` at `metrics_addr` (its `--metrics-listen`), read with a
+/// plain HTTP/1.0 GET (bounded by a 10-s read timeout).
+pub async fn scrape_metrics(metrics_addr: SocketAddr) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(metrics_addr)?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    })
+    .await?
+}
+
+/// The value of the counter line `name` (with its labels, e.g. `x_total{method="batch"}`) in
+/// a `/metrics` text; 0 when the line is absent (a labelled counter never incremented).
+pub fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .map_or(0, |v| v.trim().parse().expect("a counter's value"))
 }

@@ -117,6 +117,8 @@ pub struct Plan {
     pub clients: usize,
     /// The `Client`s (connections) the clients' sessions are spread over: 1 to `clients`.
     pub connections: usize,
+    /// The clients send their operations in `Batch` calls (`--batch`).
+    pub batch: bool,
     pub duration: Duration,
     pub warmup: Duration,
     pub ttl: Duration,
@@ -147,6 +149,10 @@ impl Plan {
         anyhow::ensure!(
             (1..=clients).contains(&connections),
             "--connections must be 1 to --clients ({clients})"
+        );
+        anyhow::ensure!(
+            !args.batch || workload != Workload::Election,
+            "--batch is not for --workload election: each candidate is a process of its own"
         );
         anyhow::ensure!(
             args.connections.is_none() || workload != Workload::Election,
@@ -226,6 +232,7 @@ impl Plan {
             workload,
             clients,
             connections,
+            batch: args.batch,
             duration: args.duration,
             warmup: args.warmup,
             ttl,
@@ -259,6 +266,11 @@ impl Target {
     /// A client of the target, connected as the bench's options say.
     pub fn client(&self) -> anyhow::Result<latchkey_client::Client> {
         Ok(self.connect.client()?)
+    }
+
+    /// A client of the target whose sessions' operations ride `Batch` calls when `batch`.
+    pub fn client_batching(&self, batch: bool) -> anyhow::Result<latchkey_client::Client> {
+        Ok(self.connect.client_batching(batch)?)
     }
 
     /// The flags that give a `latchkey` child process the target's TLS files; the auth token

@@ -122,6 +122,8 @@ pub struct Report {
     pub clients: usize,
     /// The connections (`Client`s) the clients' sessions were spread over (`--connections`).
     pub connections: usize,
+    /// The clients sent their operations in `Batch` calls (`--batch`).
+    pub batch: bool,
     /// Members the bench started, `null` for an existing cluster.
     pub cluster: Option<usize>,
     pub warmup_s: f64,
@@ -182,7 +184,7 @@ impl Report {
         row(
             "workload",
             format!(
-                "{}, {} clients{}, {}",
+                "{}, {} clients{}{}, {}",
                 self.workload,
                 self.clients,
                 if self.connections == self.clients {
@@ -190,6 +192,7 @@ impl Report {
                 } else {
                     format!(" over {} connections", self.connections)
                 },
+                if self.batch { ", batching" } else { "" },
                 match self.cluster {
                     Some(n) => format!("own cluster of {n}"),
                     None => "existing cluster".into(),

@@ -153,6 +153,7 @@ impl Stats {
             workload: plan.workload.name().to_owned(),
             clients: plan.clients,
             connections: plan.connections,
+            batch: plan.batch,
             cluster: plan.cluster,
             warmup_s: plan.warmup.as_secs_f64(),
             window_s: window.seconds(),
@@ -221,7 +222,7 @@ struct Worker {
 /// token); with one connection per client, as by default, each its own.
 async fn open_workers(plan: &Plan, target: &Target, n: usize) -> anyhow::Result<Vec<Worker>> {
     let clients = (0..plan.connections.clamp(1, n.max(1)))
-        .map(|_| target.client())
+        .map(|_| target.client_batching(plan.batch))
         .collect::<Result<Vec<_>, _>>()?;
     let mut set = JoinSet::new();
     for index in 0..n {

@@ -67,6 +67,7 @@ impl Observer {
                 backoff_max: Duration::from_millis(10),
             },
             auth_token: None,
+            batch: false,
         };
         Observer {
             client: Client::with_config([seed], config).expect("observer client"),
