@@ -32,6 +32,14 @@ pub const FAULTS_MAX: usize = 100_000;
 /// How long a worker pause waits for the worker to be inside its critical section before it
 /// pauses it anyway.
 pub const PAUSE_AIM_TIMEOUT: Duration = Duration::from_secs(5);
+/// How recently a holder must have made its first hold check for a split
+/// (`FaultKind::SplitLeaderMinority`) to be aimed at it: its whole critical section is then
+/// still ahead of it, so the majority elects a leader and expires sessions before it acts as
+/// the holder again. A fifth of a second is a few scheduler turns after its grant.
+pub const SPLIT_AIM_FRESH: Duration = Duration::from_millis(200);
+/// A worker's critical section (`--hold-ms`). The liveness phase grows with it (twice); a
+/// critical section of more than a minute tests nothing a shorter one does not.
+pub const HOLD_MAX: Duration = Duration::from_secs(60);
 /// How long a killed or stopped process gets to exit after SIGKILL before the run reports it.
 pub const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use latchkey_nemesis::members::ServerPlant;
 use latchkey_nemesis::run::{run, RunConfig};
 use latchkey_nemesis::schedule::{self, FaultKind};
 use latchkey_nemesis::worker::{self, Plant, WorkerArgs};
@@ -66,6 +67,14 @@ struct RunArgs {
     /// A bug planted in the workers, which the checks must catch.
     #[arg(long, value_enum)]
     plant: Option<Plant>,
+    /// A bug planted in the members, which the checks must catch. Only a debug build of
+    /// `latchkey` accepts it (a release build refuses to start).
+    #[arg(long, value_enum)]
+    server_plant: Option<ServerPlant>,
+    /// How long each worker's critical section lasts between its two hold checks, in
+    /// milliseconds.
+    #[arg(long, default_value_t = 300)]
+    hold_ms: u64,
     /// Keep the logs and histories here (default: a temporary directory, kept if the run fails).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -85,6 +94,7 @@ fn main() -> ExitCode {
         },
         Command::Run(args) => {
             let ttl = Duration::from_secs(args.ttl_secs);
+            let hold = Duration::from_millis(args.hold_ms);
             let kinds = if args.faults.is_empty() {
                 FaultKind::ALL.to_vec()
             } else {
@@ -115,8 +125,13 @@ fn main() -> ExitCode {
                 seed: args.seed,
                 ttl,
                 plant: args.plant,
+                server_plant: args.server_plant,
+                hold,
                 settle: ttl * 2 + Duration::from_secs(3),
-                liveness: Duration::from_secs(15),
+                // Acquires invoked in its last 11 s (a wait and a second) are not judged; the
+                // time before (at least 4 s) must see a worker invoke one even after it waited
+                // behind a holder, whose critical section may be long (`--hold-ms`).
+                liveness: Duration::from_secs(15).max(Duration::from_secs(11) + hold * 2),
                 dir: args.dir,
                 postgres: !args.no_postgres,
             };

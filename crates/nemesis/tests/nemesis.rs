@@ -1,9 +1,10 @@
 //! The nemesis's CI mode on real processes (issue #34): every fault family once with no
-//! violation, and a planted client bug caught (by the checks, and by PostgreSQL's fence under
-//! `docs/fencing.md`'s recipe). Needs root (network namespaces) and the
-//! `latchkey` binary built beside this crate's (`cargo build -p latchkey`), so these tests are
-//! `#[ignore]`d in a plain `cargo test`; `.ci/run` runs them with `--ignored`. The two share
-//! the machine's `lkn-` namespaces and take turns (the run holds a file lock).
+//! violation, a planted client bug caught (by the checks, and by PostgreSQL's fence under
+//! `docs/fencing.md`'s recipe), and a planted server bug caught. Needs root (network
+//! namespaces) and the `latchkey` binary built beside this crate's (`cargo build -p latchkey`;
+//! the server plant needs it a debug build, as `cargo build` makes it), so these tests are
+//! `#[ignore]`d in a plain `cargo test`; `.ci/run` runs them with `--ignored`. They share the
+//! machine's `lkn-` namespaces and take turns (the run holds a file lock).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -101,4 +102,43 @@ fn a_client_that_ignores_its_deadline_is_caught() {
     // PostgreSQL's log shows no fence going down.
     assert!(postgres(&out, "refused") >= 1, "{out}");
     assert!(!out.contains("[postgres_fence]"), "{out}");
+}
+
+/// A server bug: members that answer keepalives on their own belief that they lead, without
+/// the read-index round that confirms it with a quorum (`Plant::renew_without_quorum`, put in
+/// through the debug binary's `LATCHKEY_TEST_PLANT`). The leader is split from the other two
+/// members just after a worker was granted the one lock; both workers still reach both sides.
+/// The deposed leader keeps the holder's lease alive alone, the majority's new leader expires
+/// it (the holder's keepalives never reach it) and grants the lock to the other worker, and the
+/// holder, whose client deadline the deposed leader kept moving, acts as the holder through its
+/// five-second critical section: two holders at one real time. Unplanted, the deposed leader
+/// refuses the holder's renewals (its read-index round fails), the holder's deadline passes and
+/// it finds its lock lost before its second hold check, and the run finds nothing.
+#[test]
+#[ignore = "needs root and the latchkey binary; .ci/run runs it"]
+fn a_deposed_leader_that_renews_leases_alone_is_caught() {
+    let (code, out) = run(&[
+        "--ci",
+        "--faults",
+        "split-leader-minority",
+        "--server-plant",
+        "renew-without-quorum",
+        "--workers",
+        "2",
+        "--locks",
+        "1",
+        "--ttl-secs",
+        "2",
+        "--hold-ms",
+        "5000",
+        "--fault-secs",
+        "7",
+    ]);
+    assert_eq!(
+        code, 1,
+        "the planted bug was not caught (exit 2: the run could not be made; the plant needs a \
+         debug build of latchkey):\n{out}"
+    );
+    assert!(out.contains("(aimed: worker"), "{out}");
+    assert!(out.contains("[hold_overlap]"), "{out}");
 }
