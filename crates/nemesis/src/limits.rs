@@ -5,7 +5,8 @@ use std::time::Duration;
 /// Members of the cluster under test. Addresses are `10.88.0.{1..}`; more than 7 members
 /// (Raft's usual maximum) tests nothing a 5-member cluster does not.
 pub const MEMBERS_MAX: u32 = 7;
-/// Client workers, each in its own namespace at `10.88.0.{101..}`. More than 2 cores can keep
+/// Client workers (`--workers` and `--cli-workers` together), each in its own namespace at
+/// `10.88.0.{101..}`. More than 2 cores can keep
 /// busy measures the machine, not the lock service.
 pub const WORKERS_MAX: u32 = 16;
 /// Lock names the workers contend for. Few names make many handovers; one name per worker

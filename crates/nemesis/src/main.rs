@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use latchkey_nemesis::cli_worker::{self, CliWorkerArgs, HoldArgs};
 use latchkey_nemesis::members::ServerPlant;
 use latchkey_nemesis::run::{run, RunConfig};
 use latchkey_nemesis::schedule::{self, FaultKind};
@@ -29,6 +30,12 @@ enum Command {
     /// One client worker (started by `run`).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// One client worker that runs `latchkey lock` (started by `run`).
+    #[command(hide = true)]
+    CliWorker(CliWorkerArgs),
+    /// The critical section, as COMMAND of a CLI worker's `latchkey lock`.
+    #[command(hide = true)]
+    Hold(HoldArgs),
 }
 
 #[derive(clap::Args)]
@@ -56,6 +63,10 @@ struct RunArgs {
     members: u32,
     #[arg(long, default_value_t = 4)]
     workers: u32,
+    /// Client workers that are the real CLI, `latchkey lock NAME -- COMMAND` run again and
+    /// again (each in its own namespace too), besides the `--workers` of the Rust client.
+    #[arg(long, default_value_t = 0)]
+    cli_workers: u32,
     #[arg(long, default_value_t = 2)]
     locks: u32,
     /// Raft groups the members split the lock names over (`serve --groups`).
@@ -92,6 +103,20 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::CliWorker(args) => match cli_worker::main(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cli worker: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Hold(args) => match cli_worker::hold(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("hold: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Command::Run(args) => {
             let ttl = Duration::from_secs(args.ttl_secs);
             let hold = Duration::from_millis(args.hold_ms);
@@ -119,6 +144,7 @@ fn main() -> ExitCode {
                 latchkey: args.latchkey,
                 members: args.members,
                 workers: args.workers,
+                cli_workers: args.cli_workers,
                 locks: args.locks,
                 groups: args.groups,
                 faults,

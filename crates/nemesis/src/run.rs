@@ -33,6 +33,9 @@ pub struct RunConfig {
     pub latchkey: PathBuf,
     pub members: u32,
     pub workers: u32,
+    /// Workers running `latchkey lock` (`crate::cli_worker`), after the `workers` in the
+    /// client hosts; a worker pause stops only the others.
+    pub cli_workers: u32,
     pub locks: u32,
     /// Raft groups: with several, "the leader" a fault hits is the one member status names
     /// (group 0's), while the other groups' leaders fail over, or not, on their own.
@@ -69,6 +72,8 @@ pub struct Report {
     pub longest_gap: BTreeMap<FaultKind, Duration>,
     pub operations: usize,
     pub grants: usize,
+    /// Grants to the workers running `latchkey lock` (`None`: there were none).
+    pub cli_grants: Option<usize>,
     pub releases: usize,
     pub not_granted: usize,
     pub lost: usize,
@@ -104,6 +109,9 @@ impl Report {
             "operations {}, grants {}, releases {}, waits not granted {}, sessions lost {}",
             self.operations, self.grants, self.releases, self.not_granted, self.lost
         );
+        if let Some(n) = self.cli_grants {
+            let _ = writeln!(s, "grants to `latchkey lock` workers: {n}");
+        }
         let _ = writeln!(
             s,
             "resource: {} accepted, {} refused (stale tokens)",
@@ -330,7 +338,8 @@ impl Run<'_> {
     /// (see [`critical_section_entered`]), or after [`limits::PAUSE_AIM_TIMEOUT`]
     /// wherever it is.
     async fn pause_worker(&mut self) -> anyhow::Result<()> {
-        let w = self.rng.random_range(0..self.workers.len());
+        // The Rust client's workers: stopping a CLI worker's loop would stop no lock holder.
+        let w = self.rng.random_range(0..self.config.workers as usize);
         self.aim(|i| i == w, None).await;
         if let Some(child) = &self.workers[w].pid {
             kill(Pid::from_raw(child.id() as i32), Signal::SIGSTOP)?;
@@ -392,26 +401,33 @@ impl Run<'_> {
             let history = dir.join(format!("w{client}.jsonl"));
             let log = std::fs::File::create(dir.join(format!("w{client}.log")))?;
             let mut cmd = self.net.command(host, &exe);
-            cmd.args(["worker", "--client", &client.to_string()])
-                .args([
-                    "--endpoints",
-                    &endpoints,
-                    "--resource",
-                    &resource.to_string(),
-                ])
-                .args(["--locks", &locks.join(",")])
-                .arg("--history")
-                .arg(&history)
-                .args([
-                    "--seed",
-                    &(self.config.seed ^ u64::from(client)).to_string(),
-                ])
-                .args(["--ttl", &format!("{}ms", self.config.ttl.as_millis())])
-                .args(["--hold", &format!("{}ms", self.config.hold.as_millis())])
-                .args(["--wait", "10000ms"]);
-            if let Some(Plant::IgnoreDeadline) = self.config.plant {
-                cmd.args(["--plant", "ignore-deadline"]);
+            let seed = (self.config.seed ^ u64::from(client)).to_string();
+            if client <= self.config.workers {
+                cmd.args(["worker", "--client", &client.to_string()])
+                    .args(["--ttl", &format!("{}ms", self.config.ttl.as_millis())])
+                    .args(["--hold", &format!("{}ms", self.config.hold.as_millis())])
+                    .args(["--wait", "10000ms"]);
+                if let Some(Plant::IgnoreDeadline) = self.config.plant {
+                    cmd.args(["--plant", "ignore-deadline"]);
+                }
+            } else {
+                cmd.args(["cli-worker", "--client", &client.to_string()])
+                    .arg("--latchkey")
+                    .arg(&self.config.latchkey)
+                    .args(["--ttl-ms", &self.config.ttl.as_millis().to_string()])
+                    .args(["--hold-ms", &self.config.hold.as_millis().to_string()])
+                    .args(["--wait-ms", "10000"]);
             }
+            cmd.args([
+                "--endpoints",
+                &endpoints,
+                "--resource",
+                &resource.to_string(),
+            ])
+            .args(["--locks", &locks.join(",")])
+            .arg("--history")
+            .arg(&history)
+            .args(["--seed", &seed]);
             if let Some(postgres) = postgres {
                 cmd.args(["--postgres", postgres]);
             }
@@ -489,6 +505,12 @@ pub fn run(config: &RunConfig) -> anyhow::Result<Report> {
     if config.workers == 0 || config.workers > limits::WORKERS_MAX {
         bail!("--workers must be 1..={}", limits::WORKERS_MAX);
     }
+    if config.cli_workers > limits::WORKERS_MAX - config.workers {
+        bail!(
+            "--workers and --cli-workers together must be at most {}",
+            limits::WORKERS_MAX
+        );
+    }
     if config.locks == 0 || config.locks > limits::LOCKS_MAX {
         bail!("--locks must be 1..={}", limits::LOCKS_MAX);
     }
@@ -532,7 +554,7 @@ pub fn run(config: &RunConfig) -> anyhow::Result<Report> {
 
 async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
     let start = now();
-    let net = Net::create(config.members, config.workers, dir)?;
+    let net = Net::create(config.members, config.workers + config.cli_workers, dir)?;
     let members = Members::start(
         &net,
         &config.latchkey,
@@ -580,7 +602,11 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
         dir,
     )?;
     let workload = Instant::now();
-    run.note(&format!("{} workers started", config.workers));
+    run.note(&format!(
+        "{} workers started ({} of them running `latchkey lock`)",
+        config.workers + config.cli_workers,
+        config.cli_workers
+    ));
 
     let mut healed = Duration::ZERO;
     let mut windows: Vec<(FaultKind, Duration, Duration)> = Vec::new();
@@ -695,6 +721,12 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
         longest_gap,
         operations: count(&|e| matches!(e, Event::Invoke { .. })),
         grants: grants.len(),
+        cli_grants: (config.cli_workers > 0).then(|| {
+            count(&|e| {
+                matches!(e, Event::Return { id, ret: Ret::Granted { .. }, .. }
+                    if record::client_of(*id) > config.workers)
+            })
+        }),
         releases: count(&|e| {
             matches!(
                 e,

@@ -41,7 +41,8 @@ fn run(args: &[&str]) -> (i32, String) {
 #[test]
 #[ignore = "needs root and the latchkey binary; .ci/run runs it"]
 fn every_fault_family_once_leaves_no_violation() {
-    let (code, out) = run(&["--ci"]);
+    // The four workers of the Rust client and two running the real CLI, `latchkey lock`.
+    let (code, out) = run(&["--ci", "--cli-workers", "2"]);
     assert_eq!(code, 0, "the run failed or found violations:\n{out}");
     for kind in [
         "IsolateLeader",
@@ -69,6 +70,7 @@ fn every_fault_family_once_leaves_no_violation() {
     assert!(out.contains("violations: 0"), "{out}");
     // The PostgreSQL resource was written through the book's recipe all along.
     assert!(postgres(&out, "written") > 0, "{out}");
+    assert!(cli_grants(&out) > 0, "{out}");
 }
 
 /// A count from the summary's `postgres:` line: `N written`, `N refused`, ...
@@ -106,14 +108,16 @@ fn a_client_that_ignores_its_deadline_is_caught() {
 
 /// A server bug: members that answer keepalives on their own belief that they lead, without
 /// the read-index round that confirms it with a quorum (`Plant::renew_without_quorum`, put in
-/// through the debug binary's `LATCHKEY_TEST_PLANT`). The leader is split from the other two
-/// members just after a worker was granted the one lock; both workers still reach both sides.
-/// The deposed leader keeps the holder's lease alive alone, the majority's new leader expires
-/// it (the holder's keepalives never reach it) and grants the lock to the other worker, and the
-/// holder, whose client deadline the deposed leader kept moving, acts as the holder through its
-/// five-second critical section: two holders at one real time. Unplanted, the deposed leader
-/// refuses the holder's renewals (its read-index round fails), the holder's deadline passes and
-/// it finds its lock lost before its second hold check, and the run finds nothing.
+/// through the debug binary's `LATCHKEY_TEST_PLANT`). Two workers contend for one lock: one of
+/// the Rust client, one running the real CLI (`latchkey lock NAME -- COMMAND`). The leader is
+/// split from the other two members just after a worker was granted the lock; both workers
+/// still reach both sides. The deposed leader keeps the holder's lease alive alone, the
+/// majority's new leader expires it (the holder's keepalives never reach it) and grants the
+/// lock to the other worker, and the holder, whose client deadline the deposed leader kept
+/// moving, acts as the holder through its five-second critical section: two holders at one
+/// real time. Unplanted, the deposed leader refuses the holder's renewals (its read-index round
+/// fails): the holder renews at the new leader or finds its lock lost before its second hold
+/// check (the CLI stops its COMMAND), and the run finds nothing.
 #[test]
 #[ignore = "needs root and the latchkey binary; .ci/run runs it"]
 fn a_deposed_leader_that_renews_leases_alone_is_caught() {
@@ -124,7 +128,9 @@ fn a_deposed_leader_that_renews_leases_alone_is_caught() {
         "--server-plant",
         "renew-without-quorum",
         "--workers",
-        "2",
+        "1",
+        "--cli-workers",
+        "1",
         "--locks",
         "1",
         "--ttl-secs",
@@ -140,5 +146,24 @@ fn a_deposed_leader_that_renews_leases_alone_is_caught() {
          debug build of latchkey):\n{out}"
     );
     assert!(out.contains("(aimed: worker"), "{out}");
-    assert!(out.contains("[hold_overlap]"), "{out}");
+    // Between the two workers: the Rust client's (1) and the CLI's (2).
+    let overlap = out
+        .lines()
+        .find(|l| l.contains("[hold_overlap]"))
+        .unwrap_or_else(|| panic!("no hold_overlap:\n{out}"));
+    assert!(
+        overlap.contains("client: 1,") && overlap.contains("client: 2,"),
+        "{overlap}"
+    );
+    assert!(cli_grants(&out) > 0, "{out}");
+}
+
+/// The summary's count of grants to the workers running `latchkey lock`.
+fn cli_grants(out: &str) -> u64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix("grants to `latchkey lock` workers: "))
+        .unwrap_or_else(|| panic!("no count of the CLI workers' grants:\n{out}"))
+        .trim()
+        .parse()
+        .unwrap()
 }
