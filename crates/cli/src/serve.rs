@@ -174,7 +174,51 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
         config.election_timeout_min_ms,
         config.election_timeout_max_ms,
     ) = args.election_timeout_ms;
+    config.plant = test_plant(
+        std::env::var_os(TEST_PLANT_VAR).as_deref(),
+        cfg!(debug_assertions),
+    )?;
     config.validate()
+}
+
+/// The environment variable that puts a fixed server bug back in a debug build, for the
+/// nemesis (`crates/nemesis`, `run --server-plant`) to prove its checks catch it on real
+/// processes. Deliberately not a flag: no `--help`, no config-file key, no reference page.
+pub const TEST_PLANT_VAR: &str = "LATCHKEY_TEST_PLANT";
+
+/// The planted bugs [`TEST_PLANT_VAR`] may name (`latchkey_server::Plant`'s switches). Only
+/// those a nemesis test shows its checks catch are here.
+const TEST_PLANTS: &[&str] = &["renew-without-quorum"];
+
+/// The bug [`TEST_PLANT_VAR`] plants, if set: only in a debug build (`debug_build`, which
+/// [`config`] gives as `cfg!(debug_assertions)`). A release build (what users install and
+/// packages ship) refuses to start with it set, rather than ignore it, so that a leftover
+/// variable is seen at once and a lock service that breaks its own guarantee can never be
+/// started by an environment variable; `cfg!` is a constant, so the release build's planting
+/// branch is dead code. CI's nemesis runs the debug binary (`.ci/run`, stage nemesis).
+pub fn test_plant(
+    value: Option<&std::ffi::OsStr>,
+    debug_build: bool,
+) -> Result<latchkey_server::Plant, ConfigError> {
+    let Some(value) = value else {
+        return Ok(latchkey_server::Plant::default());
+    };
+    if !debug_build {
+        return Err(ConfigError::TestPlant(format!(
+            "{TEST_PLANT_VAR} is set: it puts a fixed bug back for tests, and only a debug \
+             build accepts it; unset it"
+        )));
+    }
+    match value.to_str() {
+        Some("renew-without-quorum") => Ok(latchkey_server::Plant {
+            renew_without_quorum: true,
+            ..latchkey_server::Plant::default()
+        }),
+        _ => Err(ConfigError::TestPlant(format!(
+            "{TEST_PLANT_VAR}={value:?} names no planted bug; known: {}",
+            TEST_PLANTS.join(", ")
+        ))),
+    }
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -277,6 +321,25 @@ mod tests {
         }
         let e = parse_listen("no-such-host.invalid:7420").unwrap_err();
         assert!(e.contains("give an IP address"), "{e}");
+    }
+
+    /// `LATCHKEY_TEST_PLANT` plants in a debug build only; a release build refuses to start
+    /// with it set, whatever it names.
+    #[test]
+    fn the_test_plant_is_refused_by_a_release_build() {
+        use std::ffi::OsStr;
+        let quorum = Some(OsStr::new("renew-without-quorum"));
+        assert!(test_plant(quorum, true).unwrap().renew_without_quorum);
+        assert_eq!(test_plant(None, true).unwrap(), Default::default());
+        assert_eq!(test_plant(None, false).unwrap(), Default::default());
+        for value in [quorum, Some(OsStr::new("")), Some(OsStr::new("x"))] {
+            let e = test_plant(value, false).unwrap_err().to_string();
+            assert!(e.contains("only a debug build accepts it"), "{e}");
+        }
+        let e = test_plant(Some(OsStr::new("renew")), true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("names no planted bug"), "{e}");
     }
 
     #[test]

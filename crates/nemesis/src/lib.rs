@@ -13,6 +13,7 @@
 //! - [`net`]: namespaces, bridge, and the network faults.
 //! - [`members`]: the cluster's processes.
 //! - [`worker`]: a client process (the Rust client) writing its history.
+//! - [`cli_worker`]: a client process running the real CLI, `latchkey lock NAME -- COMMAND`.
 //! - [`resource`]: the fenced counter the workers write through their locks.
 //! - [`postgres`]: a real PostgreSQL, written through `docs/fencing.md`'s SQL recipe.
 //! - [`record`]: the history's format and its reading into the simulation's history type.
@@ -23,6 +24,7 @@
 //! Needs root (namespaces). One run per machine at a time: it owns every `lkn-` namespace.
 
 pub mod check;
+pub mod cli_worker;
 pub mod limits;
 pub mod members;
 pub mod net;

@@ -5,7 +5,8 @@ use std::time::Duration;
 /// Members of the cluster under test. Addresses are `10.88.0.{1..}`; more than 7 members
 /// (Raft's usual maximum) tests nothing a 5-member cluster does not.
 pub const MEMBERS_MAX: u32 = 7;
-/// Client workers, each in its own namespace at `10.88.0.{101..}`. More than 2 cores can keep
+/// Client workers (`--workers` and `--cli-workers` together), each in its own namespace at
+/// `10.88.0.{101..}`. More than 2 cores can keep
 /// busy measures the machine, not the lock service.
 pub const WORKERS_MAX: u32 = 16;
 /// Lock names the workers contend for. Few names make many handovers; one name per worker
@@ -32,6 +33,14 @@ pub const FAULTS_MAX: usize = 100_000;
 /// How long a worker pause waits for the worker to be inside its critical section before it
 /// pauses it anyway.
 pub const PAUSE_AIM_TIMEOUT: Duration = Duration::from_secs(5);
+/// How recently a holder must have made its first hold check for a split
+/// (`FaultKind::SplitLeaderMinority`) to be aimed at it: its whole critical section is then
+/// still ahead of it, so the majority elects a leader and expires sessions before it acts as
+/// the holder again. A fifth of a second is a few scheduler turns after its grant.
+pub const SPLIT_AIM_FRESH: Duration = Duration::from_millis(200);
+/// A worker's critical section (`--hold-ms`). The liveness phase grows with it (twice); a
+/// critical section of more than a minute tests nothing a shorter one does not.
+pub const HOLD_MAX: Duration = Duration::from_secs(60);
 /// How long a killed or stopped process gets to exit after SIGKILL before the run reports it.
 pub const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use latchkey_nemesis::cli_worker::{self, CliWorkerArgs, HoldArgs};
+use latchkey_nemesis::members::ServerPlant;
 use latchkey_nemesis::run::{run, RunConfig};
 use latchkey_nemesis::schedule::{self, FaultKind};
 use latchkey_nemesis::worker::{self, Plant, WorkerArgs};
@@ -28,6 +30,12 @@ enum Command {
     /// One client worker (started by `run`).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// One client worker that runs `latchkey lock` (started by `run`).
+    #[command(hide = true)]
+    CliWorker(CliWorkerArgs),
+    /// The critical section, as COMMAND of a CLI worker's `latchkey lock`.
+    #[command(hide = true)]
+    Hold(HoldArgs),
 }
 
 #[derive(clap::Args)]
@@ -55,6 +63,10 @@ struct RunArgs {
     members: u32,
     #[arg(long, default_value_t = 4)]
     workers: u32,
+    /// Client workers that are the real CLI, `latchkey lock NAME -- COMMAND` run again and
+    /// again (each in its own namespace too), besides the `--workers` of the Rust client.
+    #[arg(long, default_value_t = 0)]
+    cli_workers: u32,
     #[arg(long, default_value_t = 2)]
     locks: u32,
     /// Raft groups the members split the lock names over (`serve --groups`).
@@ -66,6 +78,14 @@ struct RunArgs {
     /// A bug planted in the workers, which the checks must catch.
     #[arg(long, value_enum)]
     plant: Option<Plant>,
+    /// A bug planted in the members, which the checks must catch. Only a debug build of
+    /// `latchkey` accepts it (a release build refuses to start).
+    #[arg(long, value_enum)]
+    server_plant: Option<ServerPlant>,
+    /// How long each worker's critical section lasts between its two hold checks, in
+    /// milliseconds.
+    #[arg(long, default_value_t = 300)]
+    hold_ms: u64,
     /// Keep the logs and histories here (default: a temporary directory, kept if the run fails).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -83,8 +103,23 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::CliWorker(args) => match cli_worker::main(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cli worker: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Hold(args) => match cli_worker::hold(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("hold: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Command::Run(args) => {
             let ttl = Duration::from_secs(args.ttl_secs);
+            let hold = Duration::from_millis(args.hold_ms);
             let kinds = if args.faults.is_empty() {
                 FaultKind::ALL.to_vec()
             } else {
@@ -109,14 +144,20 @@ fn main() -> ExitCode {
                 latchkey: args.latchkey,
                 members: args.members,
                 workers: args.workers,
+                cli_workers: args.cli_workers,
                 locks: args.locks,
                 groups: args.groups,
                 faults,
                 seed: args.seed,
                 ttl,
                 plant: args.plant,
+                server_plant: args.server_plant,
+                hold,
                 settle: ttl * 2 + Duration::from_secs(3),
-                liveness: Duration::from_secs(15),
+                // Acquires invoked in its last 11 s (a wait and a second) are not judged; the
+                // time before (at least 4 s) must see a worker invoke one even after it waited
+                // behind a holder, whose critical section may be long (`--hold-ms`).
+                liveness: Duration::from_secs(15).max(Duration::from_secs(11) + hold * 2),
                 dir: args.dir,
                 postgres: !args.no_postgres,
             };

@@ -17,6 +17,27 @@ use crate::net::{Host, Net};
 /// The client port of every member (each has its own namespace, so they do not collide).
 pub const PORT: u16 = 7420;
 
+/// A fixed server bug put back in every member, which the run's checks must catch. Passed as
+/// `latchkey serve`'s `LATCHKEY_TEST_PLANT`, which only a debug build of `latchkey` accepts (a
+/// release build refuses to start with it set, and the run fails to start: use the debug
+/// binary, as CI does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServerPlant {
+    /// A member answers keepalives on its own belief that it leads, without the read-index
+    /// round that confirms it with a quorum (`latchkey_server::Plant::renew_without_quorum`):
+    /// a deposed leader that still reaches the clients keeps their leases alive alone.
+    RenewWithoutQuorum,
+}
+
+impl ServerPlant {
+    /// Its name in `LATCHKEY_TEST_PLANT`.
+    fn env_value(self) -> &'static str {
+        match self {
+            ServerPlant::RenewWithoutQuorum => "renew-without-quorum",
+        }
+    }
+}
+
 pub struct Member {
     pub id: u64,
     pub host: Host,
@@ -46,14 +67,21 @@ pub struct Members {
     peers: String,
     /// Raft groups the lock namespace is split over (`serve --groups`).
     groups: u32,
+    plant: Option<ServerPlant>,
     /// Asks members for their status, from the root namespace.
     probe: Client,
 }
 
 impl Members {
-    /// Starts one member per host of `net.members`, founding one cluster.
-    /// Starts one member per member host, the lock namespace split over `groups` Raft groups.
-    pub fn start(net: &Net, latchkey: &Path, dir: &Path, groups: u32) -> anyhow::Result<Members> {
+    /// Starts one member per member host, founding one cluster, the lock namespace split over
+    /// `groups` Raft groups, `plant` put back in each.
+    pub fn start(
+        net: &Net,
+        latchkey: &Path,
+        dir: &Path,
+        groups: u32,
+        plant: Option<ServerPlant>,
+    ) -> anyhow::Result<Members> {
         let peers = net
             .members
             .iter()
@@ -94,6 +122,7 @@ impl Members {
             latchkey: latchkey.to_owned(),
             peers,
             groups,
+            plant,
             probe,
         };
         for i in 0..members.list.len() {
@@ -109,8 +138,11 @@ impl Members {
             .append(true)
             .open(&m.log)
             .with_context(|| format!("opening {}", m.log.display()))?;
-        let child = net
-            .command(&m.host, &self.latchkey)
+        let mut command = net.command(&m.host, &self.latchkey);
+        if let Some(plant) = self.plant {
+            command.env("LATCHKEY_TEST_PLANT", plant.env_value());
+        }
+        let child = command
             .args([
                 "serve",
                 "--id",

@@ -73,6 +73,14 @@ pub enum WorkerRet {
     NotHolder,
 }
 
+/// Where [`read_worker`] puts the worker's number in an operation id.
+const CLIENT_SHIFT: u32 = 40;
+
+/// The worker whose history an operation id (as [`read_worker`] made it) came from.
+pub fn client_of(id: u64) -> u32 {
+    (id >> CLIENT_SHIFT) as u32
+}
+
 /// Reads worker `client`'s history file into `h`, times made relative to `start`. Operation
 /// ids are made unique across workers (`client` in the high bits). Its PostgreSQL writes are
 /// counted into `postgres` by outcome. A last line cut short (the
@@ -98,7 +106,7 @@ pub fn read_worker(
         );
     }
     let rel = |at: u64| Duration::from_nanos(at).saturating_sub(start);
-    let id = |id: u64| (u64::from(client) << 40) | id;
+    let id = |id: u64| (u64::from(client) << CLIENT_SHIFT) | id;
     let actor = |generation| Actor { client, generation };
     let last = lines.len().saturating_sub(1);
     for (i, line) in lines.iter().enumerate() {

@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::limits;
-use crate::members::Members;
+use crate::members::{Members, ServerPlant};
 use crate::net::{Net, ROOT_ADDR};
 use crate::postgres::{Postgres, Written};
 use crate::record::{self, now};
@@ -33,6 +33,9 @@ pub struct RunConfig {
     pub latchkey: PathBuf,
     pub members: u32,
     pub workers: u32,
+    /// Workers running `latchkey lock` (`crate::cli_worker`), after the `workers` in the
+    /// client hosts; a worker pause stops only the others.
+    pub cli_workers: u32,
     pub locks: u32,
     /// Raft groups: with several, "the leader" a fault hits is the one member status names
     /// (group 0's), while the other groups' leaders fail over, or not, on their own.
@@ -42,6 +45,10 @@ pub struct RunConfig {
     /// The workers' session lease.
     pub ttl: Duration,
     pub plant: Option<Plant>,
+    /// A bug planted in the members (`latchkey serve`, debug builds only).
+    pub server_plant: Option<ServerPlant>,
+    /// How long a worker's critical section lasts between its two hold checks.
+    pub hold: Duration,
     /// After the last fault heals: the cluster's time to settle (dead sessions' leases run
     /// out), then the time in which every acquire must be granted.
     pub settle: Duration,
@@ -65,6 +72,8 @@ pub struct Report {
     pub longest_gap: BTreeMap<FaultKind, Duration>,
     pub operations: usize,
     pub grants: usize,
+    /// Grants to the workers running `latchkey lock` (`None`: there were none).
+    pub cli_grants: Option<usize>,
     pub releases: usize,
     pub not_granted: usize,
     pub lost: usize,
@@ -100,6 +109,9 @@ impl Report {
             "operations {}, grants {}, releases {}, waits not granted {}, sessions lost {}",
             self.operations, self.grants, self.releases, self.not_granted, self.lost
         );
+        if let Some(n) = self.cli_grants {
+            let _ = writeln!(s, "grants to `latchkey lock` workers: {n}");
+        }
         let _ = writeln!(
             s,
             "resource: {} accepted, {} refused (stale tokens)",
@@ -248,6 +260,17 @@ impl Run<'_> {
             self.note(&format!("  (workers' clocks {secs:+}s)"));
             return Ok(());
         }
+        if kind == FaultKind::SplitLeaderMinority {
+            // Aimed like a worker pause: a split that catches a holder between its two hold
+            // checks, with its whole critical section still ahead, lets the majority elect
+            // and expire sessions before the holder acts again, which is when a deposed
+            // leader that still renews leases (`--server-plant renew-without-quorum`) shows.
+            let holder = self.aim(|_| true, Some(limits::SPLIT_AIM_FRESH)).await;
+            self.note(&match holder {
+                Some(w) => format!("  (aimed: worker {} holds a lock)", w + 1),
+                None => "  (no worker was seen holding a lock)".to_owned(),
+            });
+        }
         let Some(leader) = self.leader().await else {
             return Ok(());
         };
@@ -312,24 +335,36 @@ impl Run<'_> {
     }
 
     /// Stops a worker while it is inside its critical section, between its two hold checks
-    /// (see [`in_first_half_of_critical_section`]), or after [`limits::PAUSE_AIM_TIMEOUT`]
+    /// (see [`critical_section_entered`]), or after [`limits::PAUSE_AIM_TIMEOUT`]
     /// wherever it is.
     async fn pause_worker(&mut self) -> anyhow::Result<()> {
-        let w = self.rng.random_range(0..self.workers.len());
-        let aim = Instant::now();
-        while aim.elapsed() < limits::PAUSE_AIM_TIMEOUT {
-            let text = std::fs::read_to_string(&self.workers[w].history).unwrap_or_default();
-            if in_first_half_of_critical_section(&text) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        // The Rust client's workers: stopping a CLI worker's loop would stop no lock holder.
+        let w = self.rng.random_range(0..self.config.workers as usize);
+        self.aim(|i| i == w, None).await;
         if let Some(child) = &self.workers[w].pid {
             kill(Pid::from_raw(child.id() as i32), Signal::SIGSTOP)?;
             self.workers[w].paused = true;
         }
         self.note(&format!("  (worker {} stopped)", w + 1));
         Ok(())
+    }
+
+    /// Waits until one of the workers `which` accepts is between the two hold checks of a
+    /// critical section (see [`critical_section_entered`]), entered at most `fresh`
+    /// ago if given, for at most [`limits::PAUSE_AIM_TIMEOUT`]; that worker, or `None` when
+    /// the time ran out.
+    async fn aim(&self, which: impl Fn(usize) -> bool, fresh: Option<Duration>) -> Option<usize> {
+        let aim = Instant::now();
+        while aim.elapsed() < limits::PAUSE_AIM_TIMEOUT {
+            for (i, w) in self.workers.iter().enumerate().filter(|(i, _)| which(*i)) {
+                let entered = critical_section_entered(&history_tail(&w.history));
+                if entered.is_some_and(|at| fresh.is_none_or(|f| now().saturating_sub(at) <= f)) {
+                    return Some(i);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
     }
 
     fn heal(&mut self) -> anyhow::Result<()> {
@@ -366,25 +401,33 @@ impl Run<'_> {
             let history = dir.join(format!("w{client}.jsonl"));
             let log = std::fs::File::create(dir.join(format!("w{client}.log")))?;
             let mut cmd = self.net.command(host, &exe);
-            cmd.args(["worker", "--client", &client.to_string()])
-                .args([
-                    "--endpoints",
-                    &endpoints,
-                    "--resource",
-                    &resource.to_string(),
-                ])
-                .args(["--locks", &locks.join(",")])
-                .arg("--history")
-                .arg(&history)
-                .args([
-                    "--seed",
-                    &(self.config.seed ^ u64::from(client)).to_string(),
-                ])
-                .args(["--ttl", &format!("{}ms", self.config.ttl.as_millis())])
-                .args(["--hold", "300ms", "--wait", "10000ms"]);
-            if let Some(Plant::IgnoreDeadline) = self.config.plant {
-                cmd.args(["--plant", "ignore-deadline"]);
+            let seed = (self.config.seed ^ u64::from(client)).to_string();
+            if client <= self.config.workers {
+                cmd.args(["worker", "--client", &client.to_string()])
+                    .args(["--ttl", &format!("{}ms", self.config.ttl.as_millis())])
+                    .args(["--hold", &format!("{}ms", self.config.hold.as_millis())])
+                    .args(["--wait", "10000ms"]);
+                if let Some(Plant::IgnoreDeadline) = self.config.plant {
+                    cmd.args(["--plant", "ignore-deadline"]);
+                }
+            } else {
+                cmd.args(["cli-worker", "--client", &client.to_string()])
+                    .arg("--latchkey")
+                    .arg(&self.config.latchkey)
+                    .args(["--ttl-ms", &self.config.ttl.as_millis().to_string()])
+                    .args(["--hold-ms", &self.config.hold.as_millis().to_string()])
+                    .args(["--wait-ms", "10000"]);
             }
+            cmd.args([
+                "--endpoints",
+                &endpoints,
+                "--resource",
+                &resource.to_string(),
+            ])
+            .args(["--locks", &locks.join(",")])
+            .arg("--history")
+            .arg(&history)
+            .args(["--seed", &seed]);
             if let Some(postgres) = postgres {
                 cmd.args(["--postgres", postgres]);
             }
@@ -462,8 +505,17 @@ pub fn run(config: &RunConfig) -> anyhow::Result<Report> {
     if config.workers == 0 || config.workers > limits::WORKERS_MAX {
         bail!("--workers must be 1..={}", limits::WORKERS_MAX);
     }
+    if config.cli_workers > limits::WORKERS_MAX - config.workers {
+        bail!(
+            "--workers and --cli-workers together must be at most {}",
+            limits::WORKERS_MAX
+        );
+    }
     if config.locks == 0 || config.locks > limits::LOCKS_MAX {
         bail!("--locks must be 1..={}", limits::LOCKS_MAX);
+    }
+    if config.hold > limits::HOLD_MAX {
+        bail!("--hold-ms must be at most {}", limits::HOLD_MAX.as_millis());
     }
     let temp = match &config.dir {
         Some(d) => {
@@ -502,8 +554,14 @@ pub fn run(config: &RunConfig) -> anyhow::Result<Report> {
 
 async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
     let start = now();
-    let net = Net::create(config.members, config.workers, dir)?;
-    let members = Members::start(&net, &config.latchkey, dir, config.groups)?;
+    let net = Net::create(config.members, config.workers + config.cli_workers, dir)?;
+    let members = Members::start(
+        &net,
+        &config.latchkey,
+        dir,
+        config.groups,
+        config.server_plant,
+    )?;
     let mut run = Run {
         config,
         net,
@@ -544,7 +602,11 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
         dir,
     )?;
     let workload = Instant::now();
-    run.note(&format!("{} workers started", config.workers));
+    run.note(&format!(
+        "{} workers started ({} of them running `latchkey lock`)",
+        config.workers + config.cli_workers,
+        config.cli_workers
+    ));
 
     let mut healed = Duration::ZERO;
     let mut windows: Vec<(FaultKind, Duration, Duration)> = Vec::new();
@@ -659,6 +721,12 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
         longest_gap,
         operations: count(&|e| matches!(e, Event::Invoke { .. })),
         grants: grants.len(),
+        cli_grants: (config.cli_workers > 0).then(|| {
+            count(&|e| {
+                matches!(e, Event::Return { id, ret: Ret::Granted { .. }, .. }
+                    if record::client_of(*id) > config.workers)
+            })
+        }),
         releases: count(&|e| {
             matches!(
                 e,
@@ -687,18 +755,45 @@ async fn run_in(config: &RunConfig, dir: &Path) -> anyhow::Result<Report> {
     })
 }
 
-/// Whether a worker whose history is `text` is between the two hold checks of a critical
-/// section: its last event the first hold check, right after the grant. Stopped there, it
-/// resumes to act as the holder once more (its second hold check, its writes), which is what
-/// a pause must test; stopped after the second, it only writes (the book's PostgreSQL recipe
-/// takes a few `psql` runs there) and releases, and a client that ignores its deadline goes
-/// unseen by `hold_overlap`.
-fn in_first_half_of_critical_section(text: &str) -> bool {
+/// When the worker whose history is `text` entered the critical section it is in (its first
+/// hold check, on [`record::now`]), if it is between the two hold checks of one: its last event
+/// the first hold check, right after the grant. Stopped there, it resumes to act as the holder
+/// once more (its second hold check, its writes), which is what a pause must test; stopped
+/// after the second, it only writes (the book's PostgreSQL recipe takes a few `psql` runs
+/// there) and releases, and a client that ignores its deadline goes unseen by `hold_overlap`.
+fn critical_section_entered(text: &str) -> Option<Duration> {
     let mut last = text.lines().rev();
     let (Some(hold), Some(before)) = (last.next(), last.next()) else {
-        return false;
+        return None;
     };
-    hold.contains("\"ev\":\"hold_check\"") && before.contains("\"granted\"")
+    if !before.contains("\"granted\"") {
+        return None;
+    }
+    match serde_json::from_str(hold) {
+        Ok(record::WorkerEvent::HoldCheck { at, .. }) => Some(Duration::from_nanos(at)),
+        _ => None,
+    }
+}
+
+/// The last lines of a worker's history (at least two whole lines: each is at most
+/// [`limits::LINE_BYTES_MAX`]), read from its end: an hour's history is megabytes, and an aim
+/// reads it every 10 ms. Empty if it cannot be read yet.
+fn history_tail(path: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let want = 3 * limits::LINE_BYTES_MAX as u64;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if file
+        .seek(SeekFrom::Start(len.saturating_sub(want)))
+        .is_err()
+    {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    let _ = file.take(want).read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// The longest time within `from..to` with no grant in `grants` (sorted).
@@ -720,14 +815,16 @@ mod tests {
     fn a_pause_aims_between_the_two_hold_checks() {
         let granted = r#"{"ev":"return","id":7,"ret":{"granted":{"token":40}},"at":1}"#;
         let hold = r#"{"ev":"hold_check","generation":1,"session":3,"lock":"a","token":40,"at":2}"#;
-        assert!(in_first_half_of_critical_section(&format!(
-            "{granted}\n{hold}\n"
-        )));
-        assert!(!in_first_half_of_critical_section(&format!(
-            "{granted}\n{hold}\n{hold}\n"
-        )));
-        assert!(!in_first_half_of_critical_section(&format!("{granted}\n")));
-        assert!(!in_first_half_of_critical_section(""));
+        assert_eq!(
+            critical_section_entered(&format!("{granted}\n{hold}\n")),
+            Some(Duration::from_nanos(2))
+        );
+        assert_eq!(
+            critical_section_entered(&format!("{granted}\n{hold}\n{hold}\n")),
+            None
+        );
+        assert_eq!(critical_section_entered(&format!("{granted}\n")), None);
+        assert_eq!(critical_section_entered(""), None);
     }
 
     #[test]

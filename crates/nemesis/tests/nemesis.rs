@@ -1,9 +1,10 @@
 //! The nemesis's CI mode on real processes (issue #34): every fault family once with no
-//! violation, and a planted client bug caught (by the checks, and by PostgreSQL's fence under
-//! `docs/fencing.md`'s recipe). Needs root (network namespaces) and the
-//! `latchkey` binary built beside this crate's (`cargo build -p latchkey`), so these tests are
-//! `#[ignore]`d in a plain `cargo test`; `.ci/run` runs them with `--ignored`. The two share
-//! the machine's `lkn-` namespaces and take turns (the run holds a file lock).
+//! violation, a planted client bug caught (by the checks, and by PostgreSQL's fence under
+//! `docs/fencing.md`'s recipe), and a planted server bug caught. Needs root (network
+//! namespaces) and the `latchkey` binary built beside this crate's (`cargo build -p latchkey`;
+//! the server plant needs it a debug build, as `cargo build` makes it), so these tests are
+//! `#[ignore]`d in a plain `cargo test`; `.ci/run` runs them with `--ignored`. They share the
+//! machine's `lkn-` namespaces and take turns (the run holds a file lock).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -40,7 +41,8 @@ fn run(args: &[&str]) -> (i32, String) {
 #[test]
 #[ignore = "needs root and the latchkey binary; .ci/run runs it"]
 fn every_fault_family_once_leaves_no_violation() {
-    let (code, out) = run(&["--ci"]);
+    // The four workers of the Rust client and two running the real CLI, `latchkey lock`.
+    let (code, out) = run(&["--ci", "--cli-workers", "2"]);
     assert_eq!(code, 0, "the run failed or found violations:\n{out}");
     for kind in [
         "IsolateLeader",
@@ -68,6 +70,7 @@ fn every_fault_family_once_leaves_no_violation() {
     assert!(out.contains("violations: 0"), "{out}");
     // The PostgreSQL resource was written through the book's recipe all along.
     assert!(postgres(&out, "written") > 0, "{out}");
+    assert!(cli_grants(&out) > 0, "{out}");
 }
 
 /// A count from the summary's `postgres:` line: `N written`, `N refused`, ...
@@ -101,4 +104,66 @@ fn a_client_that_ignores_its_deadline_is_caught() {
     // PostgreSQL's log shows no fence going down.
     assert!(postgres(&out, "refused") >= 1, "{out}");
     assert!(!out.contains("[postgres_fence]"), "{out}");
+}
+
+/// A server bug: members that answer keepalives on their own belief that they lead, without
+/// the read-index round that confirms it with a quorum (`Plant::renew_without_quorum`, put in
+/// through the debug binary's `LATCHKEY_TEST_PLANT`). Two workers contend for one lock: one of
+/// the Rust client, one running the real CLI (`latchkey lock NAME -- COMMAND`). The leader is
+/// split from the other two members just after a worker was granted the lock; both workers
+/// still reach both sides. The deposed leader keeps the holder's lease alive alone, the
+/// majority's new leader expires it (the holder's keepalives never reach it) and grants the
+/// lock to the other worker, and the holder, whose client deadline the deposed leader kept
+/// moving, acts as the holder through its five-second critical section: two holders at one
+/// real time. Unplanted, the deposed leader refuses the holder's renewals (its read-index round
+/// fails): the holder renews at the new leader or finds its lock lost before its second hold
+/// check (the CLI stops its COMMAND), and the run finds nothing.
+#[test]
+#[ignore = "needs root and the latchkey binary; .ci/run runs it"]
+fn a_deposed_leader_that_renews_leases_alone_is_caught() {
+    let (code, out) = run(&[
+        "--ci",
+        "--faults",
+        "split-leader-minority",
+        "--server-plant",
+        "renew-without-quorum",
+        "--workers",
+        "1",
+        "--cli-workers",
+        "1",
+        "--locks",
+        "1",
+        "--ttl-secs",
+        "2",
+        "--hold-ms",
+        "5000",
+        "--fault-secs",
+        "7",
+    ]);
+    assert_eq!(
+        code, 1,
+        "the planted bug was not caught (exit 2: the run could not be made; the plant needs a \
+         debug build of latchkey):\n{out}"
+    );
+    assert!(out.contains("(aimed: worker"), "{out}");
+    // Between the two workers: the Rust client's (1) and the CLI's (2).
+    let overlap = out
+        .lines()
+        .find(|l| l.contains("[hold_overlap]"))
+        .unwrap_or_else(|| panic!("no hold_overlap:\n{out}"));
+    assert!(
+        overlap.contains("client: 1,") && overlap.contains("client: 2,"),
+        "{overlap}"
+    );
+    assert!(cli_grants(&out) > 0, "{out}");
+}
+
+/// The summary's count of grants to the workers running `latchkey lock`.
+fn cli_grants(out: &str) -> u64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix("grants to `latchkey lock` workers: "))
+        .unwrap_or_else(|| panic!("no count of the CLI workers' grants:\n{out}"))
+        .trim()
+        .parse()
+        .unwrap()
 }

@@ -427,6 +427,11 @@ pub enum ConfigError {
         max = limits::HTTP_ALLOW_ORIGINS_MAX
     )]
     TooManyAllowedOrigins(usize),
+    /// `LATCHKEY_TEST_PLANT` (a fixed bug put back for the nemesis, `latchkey serve`'s
+    /// `serve.rs`): set on a release build, or naming no plant.
+    #[error("{0}")]
+    #[doc(hidden)]
+    TestPlant(String),
 }
 
 /// A [`ServerConfig`] that passed [`ServerConfig::validate`]. Read it as a `ServerConfig`.
