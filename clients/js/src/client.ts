@@ -997,12 +997,16 @@ export class Client {
     const start = now();
     let attempts = 0;
     let group = opts.group ?? 0;
-    // Whether an attempt reached a server: until one has, the shorter budget applies.
+    // Whether an attempt reached a server: until one has, the shorter budget applies, once
+    // every seed was tried (one dead member whose connection times out took the whole budget
+    // in one attempt, issue #34's nemesis).
     let reached = false;
+    const untried = new Set<string>(this.seeds);
     for (;;) {
       if (signal.aborted) throw new Aborted();
       attempts++;
       const t = this.pick(group);
+      untried.delete(t);
       let failure: Failure;
       try {
         const response = await this.attempt<T>(t, method, request, opts.attemptTimeoutMs, signal);
@@ -1027,7 +1031,8 @@ export class Client {
       if (failure.kind === "unavailable") hinted = this.reroute(group, t, failure.leaderAddr);
       else this.unreachable(t);
       reached ||= failure.kind !== "transport" || failure.connected !== false;
-      const budget = reached ? policy.elapsedMaxMs : Math.min(policy.elapsedMaxMs, policy.unreachableMaxMs);
+      const budget =
+        reached || untried.size > 0 ? policy.elapsedMaxMs : Math.min(policy.elapsedMaxMs, policy.unreachableMaxMs);
       const elapsed = now() - start;
       if (attempts >= policy.attemptsMax || elapsed >= budget) {
         if (failure.kind === "unavailable") throw new Unavailable(attempts, elapsed, failure.message);

@@ -726,3 +726,50 @@ async fn a_member_that_accepts_but_does_not_answer_keeps_the_whole_retry_budget(
     assert!(*attempts >= 2, "{err}");
     drop(silent);
 }
+
+/// Regression (issue #34's nemesis, `isolate-leader`): a dead member whose connection times out
+/// (a host down, a cut link: its SYNs dropped) took the whole fail-fast budget in one attempt,
+/// and the call gave up without trying the live member ("cannot reach ...: timed out (1
+/// attempts in 2.0s)"). The fail-fast budget ends a call only once every endpoint was tried.
+#[tokio::test]
+async fn a_dead_endpoint_whose_connect_times_out_does_not_hide_the_live_one() {
+    // A listener whose accept queue is full and never drained: the kernel drops further SYNs,
+    // so a connection to it times out, as to a host that is down.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dead = socket.listen(1).unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..8 {
+        match tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(dead_addr),
+        )
+        .await
+        {
+            Ok(Ok(s)) => fillers.push(s),
+            _ => break,
+        }
+    }
+    let live = serve(Fake::default()).await;
+    let config = latchkey_client::ClientConfig {
+        // The connect times out before the attempt does, as with the defaults (2 s and 5 s).
+        connect_timeout: Duration::from_millis(500),
+        rpc_timeout: Duration::from_secs(2),
+        retry: latchkey_client::RetryPolicy {
+            attempts_max: 1_000,
+            elapsed_max: Duration::from_secs(10),
+            unreachable_max: Duration::from_millis(400),
+            backoff_initial: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(50),
+        },
+        ..Default::default()
+    };
+    // The dead one first: the client starts at the first endpoint.
+    let client = Client::with_config([dead_addr.to_string(), live.to_string()], config).unwrap();
+    client
+        .list("")
+        .await
+        .expect("the live member answers although the dead one took the fail-fast budget");
+    drop((dead, fillers));
+}

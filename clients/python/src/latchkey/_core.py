@@ -627,9 +627,14 @@ class RetryPolicy:
     backoff_initial: float = CLIENT_BACKOFF_MS_INITIAL / 1000
     backoff_max: float = CLIENT_BACKOFF_MS_MAX / 1000
 
-    def budget(self, reached: bool) -> float:
-        """The time budget of a call, given whether any of its attempts reached a server."""
-        return self.elapsed_max if reached else min(self.elapsed_max, self.unreachable_max)
+    def budget(self, reached: bool, untried: bool = False) -> float:
+        """The time budget of a call, given whether any of its attempts reached a server and
+        whether an endpoint is left that it has not tried: the fail-fast budget ends a call only
+        once every endpoint was tried (one dead member whose connection times out took the
+        whole budget in one attempt, issue #34's nemesis)."""
+        if reached or untried:
+            return self.elapsed_max
+        return min(self.elapsed_max, self.unreachable_max)
 
     def backoff(self, cap: Optional[float], rng: random.Random) -> Backoff:
         if cap is None:

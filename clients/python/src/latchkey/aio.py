@@ -559,6 +559,8 @@ class Client:
         failure = core.Failure("transport", "no attempt was made before the deadline")
         # Whether an attempt reached a server: until one has, the shorter budget applies.
         reached = False
+        # The seeds not tried yet by this call (see RetryPolicy.budget).
+        untried = set(self._route.seeds)
         while True:
             if session is not None and session._lost.is_set():
                 raise session._lost_error()
@@ -570,6 +572,7 @@ class Client:
             attempts += 1
             route_group = 0 if group is None else group
             addr = self._route.pick(route_group)
+            untried.discard(addr)
             outcome = await self._attempt(addr, method, request, timeout, session)
             if not isinstance(outcome, core.Failure):
                 self._route.answered(addr, route_group)
@@ -590,7 +593,7 @@ class Client:
                 self._route.unreachable(addr, core.now())
                 hinted = False
             reached = reached or failure.kind != "transport" or failure.connected
-            budget = policy.budget(reached)
+            budget = policy.budget(reached, bool(untried))
             elapsed = core.now() - start
             if attempts >= policy.attempts_max or elapsed >= budget:
                 raise core.give_up(failure, attempts, elapsed)

@@ -664,6 +664,8 @@ class Client:
         failure = core.Failure("transport", "no attempt was made before the deadline")
         # Whether an attempt reached a server: until one has, the shorter budget applies.
         reached = False
+        # The seeds not tried yet by this call (see RetryPolicy.budget).
+        untried = set(self._route.seeds)
         while True:
             if session is not None and session._lost.is_set():
                 raise session._lost_error()
@@ -676,6 +678,7 @@ class Client:
             route_group = 0 if group is None else group
             with self._lock:
                 addr = self._route.pick(route_group)
+                untried.discard(addr)
             outcome = self._attempt(addr, method, request, timeout, session)
             if not isinstance(outcome, core.Failure):
                 with self._lock:
@@ -700,7 +703,7 @@ class Client:
                     self._route.unreachable(addr, core.now())
                     hinted = False
             reached = reached or failure.kind != "transport" or failure.connected
-            budget = policy.budget(reached)
+            budget = policy.budget(reached, bool(untried))
             elapsed = core.now() - start
             if attempts >= policy.attempts_max or elapsed >= budget:
                 raise core.give_up(failure, attempts, elapsed)
