@@ -238,6 +238,25 @@ const _: () = assert!(BATCH_OPS_MAX * (LOCK_NAME_BYTES_MAX + 64) <= BATCH_BYTES_
 /// client gathers between two answers. As many as one batch entry holds, so that a full call's
 /// operations can go into one entry.
 pub const BATCH_CALL_OPS_MAX: usize = BATCH_OPS_MAX;
+/// Operations of `Batch` calls a member runs at once, over all its connections: a call waits
+/// for room for its operations before it runs them. Without it one connection could have
+/// `CLIENT_CONCURRENT_REQUESTS_MAX` calls of `BATCH_CALL_OPS_MAX` operations each in flight
+/// (a million), where unary calls are bounded by the per-connection limit alone.
+pub const BATCH_OPS_IN_FLIGHT_MAX: usize = CLIENT_CONCURRENT_REQUESTS_MAX;
+const _: () = assert!(BATCH_OPS_IN_FLIGHT_MAX >= BATCH_CALL_OPS_MAX);
+/// The most an answer of one operation of a `Batch` call takes, but a keepalive's and an
+/// acquire's `held_by` (which a too-large answer leaves out): a grant, a position, an error
+/// whose message quotes a name, a leader hint.
+pub const BATCH_RESULT_BYTES_SMALL_MAX: usize = LOCK_NAME_BYTES_MAX + 1_024;
+/// A `Batch` call carries at most one keepalive (one renews any number of sessions), whose
+/// answer takes at most half a message (its contended names, asserted where
+/// `CONTENDED_NAMES_PER_ANSWER_MAX` is): with every other operation's answer at most
+/// `BATCH_RESULT_BYTES_SMALL_MAX`, a batch's answer fits a message. (Four keepalives of 64
+/// contended sessions each made an answer over 8 MiB, refused after its operations applied.)
+const _: () = assert!(
+    CLIENT_MESSAGE_BYTES_MAX / 2 + BATCH_CALL_OPS_MAX * BATCH_RESULT_BYTES_SMALL_MAX
+        <= CLIENT_MESSAGE_BYTES_MAX
+);
 const _: () = assert!(64 * BATCH_BYTES_MAX <= PEER_MESSAGE_BYTES_MAX);
 
 /// Bytes of one client gRPC message (request or response). The largest is a `List` answer:

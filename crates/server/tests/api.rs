@@ -1326,6 +1326,14 @@ async fn a_batch_answers_each_operation_as_its_own_call_would() {
         let err = batch(&mut c, ops).await.expect_err("a malformed batch");
         assert_eq!(err.code(), Code::InvalidArgument, "{n} ops: {err:?}");
     }
+    // One keepalive renews any number of sessions: two in a batch are refused (their answers
+    // together could outgrow a message after the batch's other operations applied).
+    let keepalive = || Op::KeepAlive(pb::KeepAliveRequest { sessions: vec![b] });
+    let err = batch(&mut c, vec![keepalive(), keepalive()])
+        .await
+        .expect_err("two keepalives");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("at most one keepalive"), "{err:?}");
     let err = c
         .batch(pb::BatchRequest {
             ops: vec![pb::BatchOp { op: None }],

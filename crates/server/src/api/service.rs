@@ -29,11 +29,16 @@ use crate::observe::watch::WatchOut;
 
 pub struct LocksService {
     groups: Arc<Groups>,
+    /// Room for `Batch` operations running at once, member-wide (`BATCH_OPS_IN_FLIGHT_MAX`).
+    batch_ops: Arc<tokio::sync::Semaphore>,
 }
 
 impl LocksService {
     pub fn new(groups: Arc<Groups>) -> LocksService {
-        LocksService { groups }
+        LocksService {
+            groups,
+            batch_ops: Arc::new(tokio::sync::Semaphore::new(limits::BATCH_OPS_IN_FLIGHT_MAX)),
+        }
     }
 
     /// Group 0's node: the member's settings and metrics, which its groups share.
@@ -594,11 +599,42 @@ impl pb::locks_server::Locks for LocksService {
             ))
             .into());
         }
+        let keepalives = req
+            .ops
+            .iter()
+            .filter(|op| matches!(op.op, Some(pb::batch_op::Op::KeepAlive(_))))
+            .count();
+        if keepalives > 1 {
+            // Its answer's size is bounded by one keepalive's (`BATCH_RESULT_BYTES_SMALL_MAX`).
+            return Err(ApiError::Invalid(format!(
+                "a batch carries at most one keepalive, not {keepalives}: one renews any number \
+                 of sessions"
+            ))
+            .into());
+        }
+        // Room for its operations among the member's batches (waits, bounded by the call's
+        // deadline, while other batches run).
+        let _room = self
+            .batch_ops
+            .acquire_many(n as u32)
+            .await
+            .map_err(|_| ApiError::ShuttingDown)?;
         // Every operation through its own call's path (its checks, access control included),
         // all at once: as many calls sent together, which the leader may write as one entry.
         let results =
             futures::future::join_all(req.ops.into_iter().map(|op| self.batch_op(&ctx, op))).await;
-        Ok(Response::new(pb::BatchResponse { results }))
+        let mut answer = pb::BatchResponse { results };
+        if prost::Message::encoded_len(&answer) > limits::CLIENT_MESSAGE_BYTES_MAX {
+            // Their operations applied: answered without the holders a refused acquire
+            // names (as a retry's remembered answer is), never refused for their size.
+            for r in &mut answer.results {
+                if let Some(pb::batch_result::Result::Acquire(a)) = &mut r.result {
+                    a.held_by = None;
+                }
+            }
+        }
+        debug_assert!(prost::Message::encoded_len(&answer) <= limits::CLIENT_MESSAGE_BYTES_MAX);
+        Ok(Response::new(answer))
     }
 
     async fn proclaim(

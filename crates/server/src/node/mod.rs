@@ -140,44 +140,75 @@ pub struct MemberShared {
 /// Quota-counted requests checked but not yet applied, per identity (`Node::acquire`): a
 /// quota check counts them with what the tables hold, so that calls of one identity that run
 /// at once (a `Batch` call's operations, concurrent calls on its connections) cannot each
-/// pass on the same count. An identity has an entry only while it has such a request in
-/// flight: at most the member's calls in flight.
+/// pass on the same count. A request sent again while in flight (a retry racing its first
+/// attempt, same session and seq) shares its first attempt's place and is counted once. An
+/// identity has an entry only while it has such a request in flight: at most the member's
+/// calls in flight.
 #[derive(Default)]
-pub struct QuotaInFlight(Mutex<std::collections::HashMap<String, IdentityUsage>>);
+pub struct QuotaInFlight(Mutex<std::collections::HashMap<String, InFlight>>);
+
+/// One identity's requests in flight: what they add to its counts, and each request's
+/// attempts in flight (by session and seq).
+#[derive(Default)]
+struct InFlight {
+    usage: IdentityUsage,
+    requests: std::collections::HashMap<(SessionId, u64), usize>,
+}
 
 /// One request's place in [`QuotaInFlight`], given back when dropped (after its entry
-/// applied, or when the call ends without one).
+/// applied, or when the call ends without one: also when it is cancelled before its entry
+/// applied, which docs/securing.md names as an overshoot).
 pub struct QuotaReservation {
     in_flight: Arc<QuotaInFlight>,
     identity: String,
+    request: (SessionId, u64),
     waiting: usize,
     delays: usize,
 }
 
 impl QuotaInFlight {
-    /// Reserves `waiting` and `delays` for `identity` if `fits` accepts its table usage
-    /// (`usage`, read here under the reservations' lock) plus what it has in flight.
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, InFlight>> {
+        // Nothing panics while holding it; a poisoned map is still consistent.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reserves `waiting` and `delays` for request `request` of `identity` if `fits` accepts
+    /// `usage` (its tables' count, read by the caller before: the scan runs outside this
+    /// lock) plus what the identity has in flight; an attempt of a request already in flight
+    /// shares its place, unchecked.
     pub fn reserve<E>(
         self: &Arc<Self>,
         identity: &str,
-        usage: impl FnOnce() -> IdentityUsage,
+        request: (SessionId, u64),
+        usage: IdentityUsage,
         waiting: usize,
         delays: usize,
         fits: impl FnOnce(&IdentityUsage) -> Result<(), E>,
     ) -> Result<QuotaReservation, E> {
-        let mut map = self.0.lock().expect("quota reservations lock");
-        let mut total = usage();
-        if let Some(mine) = map.get(identity) {
-            total.waiting += mine.waiting;
-            total.delays += mine.delays;
-        }
-        fits(&total)?;
+        let mut map = self.map();
+        let mine = map.get(identity);
+        let (waiting, delays) = match mine.and_then(|m| m.requests.get(&request)) {
+            Some(_) => (0, 0),
+            None => {
+                let mut total = usage;
+                if let Some(mine) = mine {
+                    total.waiting += mine.usage.waiting;
+                    total.delays += mine.usage.delays;
+                }
+                fits(&total)?;
+                (waiting, delays)
+            }
+        };
         let mine = map.entry(identity.to_owned()).or_default();
-        mine.waiting += waiting;
-        mine.delays += delays;
+        mine.usage.waiting += waiting;
+        mine.usage.delays += delays;
+        *mine.requests.entry(request).or_default() += 1;
         Ok(QuotaReservation {
             in_flight: self.clone(),
             identity: identity.to_owned(),
+            request,
             waiting,
             delays,
         })
@@ -186,11 +217,17 @@ impl QuotaInFlight {
 
 impl Drop for QuotaReservation {
     fn drop(&mut self) {
-        let mut map = self.in_flight.0.lock().expect("quota reservations lock");
+        let mut map = self.in_flight.map();
         if let Some(mine) = map.get_mut(&self.identity) {
-            mine.waiting -= self.waiting;
-            mine.delays -= self.delays;
-            if mine.waiting == 0 && mine.delays == 0 {
+            mine.usage.waiting -= self.waiting;
+            mine.usage.delays -= self.delays;
+            if let Some(n) = mine.requests.get_mut(&self.request) {
+                *n -= 1;
+                if *n == 0 {
+                    mine.requests.remove(&self.request);
+                }
+            }
+            if mine.requests.is_empty() {
                 map.remove(&self.identity);
             }
         }

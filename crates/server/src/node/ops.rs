@@ -580,9 +580,14 @@ impl Node {
                 .read(|t| t.request_state(session.id, seq).is_some());
             if !known {
                 let (waits, delays) = (usize::from(wait_ms > 0), usize::from(lock_delay_ms > 0));
+                // The scan of the tables runs before the reservations' lock is taken (it
+                // reads every session of every group: under the lock it serialized the
+                // member's quota-counted acquires behind it).
+                let usage = self.identity_usage(&owner.name);
                 reservation = Some(self.quota_in_flight.reserve(
                     &owner.name,
-                    || self.identity_usage(&owner.name),
+                    (session.id, seq),
+                    usage,
                     waits,
                     delays,
                     |usage| {
@@ -598,8 +603,8 @@ impl Node {
                         }
                         if waits > 0 && usage.waiting >= owner.max_waiting {
                             return Err(owner.over_quota(format!(
-                                "identity {:?} already has {} acquires waiting, its quota \
-                                 (max_waiting) is {}",
+                                "identity {:?} already has {} acquires waiting or being \
+                                 queued, its quota (max_waiting) is {}",
                                 owner.name, usage.waiting, owner.max_waiting
                             )));
                         }
