@@ -102,4 +102,9 @@ pub struct Plant {
     /// The leader ends each lock-delay (issue #32 item 4) at half its length on its clock
     /// (`node/delays.rs`): a name lost with a delay is granted again before the delay is over.
     pub delay_ends_early: bool,
+    /// The leader hands a batch entry's answers (issue #35, `ServerConfig::coalesce`) to its
+    /// callers in reverse order (`node/gather.rs`): the batch was proposed oldest first and
+    /// answered newest first, so each caller of a batch of several gets another's outcome (a
+    /// grant of another name or session, a release it did not ask for).
+    pub batch_answers_reversed: bool,
 }

@@ -1096,7 +1096,7 @@ async fn concurrent_operations_share_entries_and_each_caller_gets_its_own_answer
     const CALLERS: usize = 32;
     let dir = tempfile::tempdir().unwrap();
     let metrics_addr: std::net::SocketAddr = ([127, 0, 0, 1], latchkey_testkit::free_port()).into();
-    // The gathering is off by default (not simulated yet): this test turns it on.
+    // The gathering is off by default: this test turns it on.
     let mut node = Node::start_in(dir.path(), None, |c| {
         c.metrics_listen = Some(metrics_addr);
         c.coalesce = true;

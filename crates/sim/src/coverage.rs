@@ -89,6 +89,16 @@ pub struct Coverage {
     /// Reads of the leader answered while a term surely lasted over their whole interval:
     /// what "a lasting term is seen" judges (a read finding no leader there is a violation).
     pub reads_in_a_lasting_term: usize,
+    /// Committed `Op::Batch` entries (issue #35: the leader's coalescing, `RunConfig::coalesce`),
+    /// each of whose operations the checkers read as an entry of its own
+    /// (`history::ops_in`).
+    pub batch_entries: usize,
+    /// Of those, the entries of two or more operations: operations of different clients that
+    /// one entry applied (the leader proposes an operation gathered alone as itself, so every
+    /// batch entry it makes has two or more; counted apart so that the requirement says so).
+    pub batch_entries_of_several: usize,
+    /// The operations in committed batch entries, summed.
+    pub batched_ops: usize,
 }
 
 impl Coverage {
@@ -133,7 +143,7 @@ impl Coverage {
                     }
                     if h.committed
                         .range(applied_index + 1..)
-                        .any(|(_, e)| e.leader.0 < *term && renewal(&e.op))
+                        .any(|(_, e)| e.leader.0 < *term && e.ops().any(renewal))
                     {
                         c.resumed_with_renewal_unapplied += 1;
                     }
@@ -154,6 +164,13 @@ impl Coverage {
             }
         }
         c.failovers = resumed_terms.saturating_sub(1);
+        for entry in h.committed.values() {
+            if let Some(Op::Batch(ops)) = &entry.op {
+                c.batch_entries += 1;
+                c.batch_entries_of_several += usize::from(ops.len() >= 2);
+                c.batched_ops += ops.len();
+            }
+        }
         c.count_primitives_across_failover(h);
         c.count_delays(h);
         c.count_elections(h);
@@ -267,28 +284,23 @@ impl Coverage {
         self.proclaims_refused += other.proclaims_refused;
         self.reads_after_a_proclaim += other.reads_after_a_proclaim;
         self.reads_in_a_lasting_term += other.reads_in_a_lasting_term;
+        self.batch_entries += other.batch_entries;
+        self.batch_entries_of_several += other.batch_entries_of_several;
+        self.batched_ops += other.batched_ops;
     }
 }
 
-fn any_lease_write(op: &Option<Op>) -> bool {
-    matches!(
-        op,
-        Some(Op::MarkLeases { .. }) | Some(Op::RenewLeases { .. })
-    )
+fn any_lease_write(op: &Op) -> bool {
+    matches!(op, Op::MarkLeases { .. } | Op::RenewLeases { .. })
 }
 
-fn renewal(op: &Option<Op>) -> bool {
-    matches!(op, Some(Op::RenewLeases { .. }))
+fn renewal(op: &Op) -> bool {
+    matches!(op, Op::RenewLeases { .. })
 }
 
 /// Whether `node`, when it began `term`, had not learned that an entry of an earlier term
 /// below its first entry, of the kind `kind` picks, committed.
-fn unapplied_at_term_start(
-    h: &HistoryData,
-    term: u64,
-    node: u64,
-    kind: fn(&Option<Op>) -> bool,
-) -> bool {
+fn unapplied_at_term_start(h: &HistoryData, term: u64, node: u64, kind: fn(&Op) -> bool) -> bool {
     let Some(start) = h
         .term_starts
         .iter()
@@ -304,7 +316,7 @@ fn unapplied_at_term_start(
     }
     h.committed
         .range(applied + 1..start.first_index)
-        .any(|(_, c)| c.leader.0 < term && kind(&c.op))
+        .any(|(_, c)| c.leader.0 < term && c.ops().any(kind))
 }
 
 impl fmt::Display for Coverage {
@@ -354,6 +366,14 @@ impl fmt::Display for Coverage {
                 self.proclaims_refused,
                 self.reads_after_a_proclaim,
                 self.reads_in_a_lasting_term
+            )?;
+        }
+        // Likewise only with batch entries in the run (coalescing, issue #35).
+        if self.batch_entries > 0 {
+            write!(
+                f,
+                ", {} batch entries committed ({} of two or more operations, {} operations)",
+                self.batch_entries, self.batch_entries_of_several, self.batched_ops
             )?;
         }
         Ok(())

@@ -381,10 +381,12 @@ impl FaultCtx<'_, '_> {
                 .committed
                 .range(from..)
                 .filter(|(_, c)| c.leader == leader)
-                .find_map(|(i, c)| match c.op {
-                    Some(latchkey_core::Op::MarkLeases { .. }) => Some((*i, "MarkLeases")),
-                    Some(latchkey_core::Op::RenewLeases { .. }) => Some((*i, "RenewLeases")),
-                    _ => None,
+                .find_map(|(i, c)| {
+                    c.ops().find_map(|op| match op {
+                        latchkey_core::Op::MarkLeases { .. } => Some((*i, "MarkLeases")),
+                        latchkey_core::Op::RenewLeases { .. } => Some((*i, "RenewLeases")),
+                        _ => None,
+                    })
                 });
             (last, write)
         });
@@ -455,9 +457,11 @@ impl FaultCtx<'_, '_> {
                 .appended
                 .range((f.renewals_seen + 1, 0, 0)..)
                 .filter(|(_, a)| a.leader == leader)
-                .find_map(|(_, a)| match &a.op {
-                    Some(latchkey_core::Op::RenewLeases { ids }) => Some((a.index, ids.clone())),
-                    _ => None,
+                .find_map(|(_, a)| {
+                    a.ops().find_map(|op| match op {
+                        latchkey_core::Op::RenewLeases { ids } => Some((a.index, ids.clone())),
+                        _ => None,
+                    })
                 })?;
             let holding = h
                 .last_appended
@@ -481,22 +485,24 @@ impl FaultCtx<'_, '_> {
                 if pending.is_empty() {
                     break;
                 }
-                match &c.op {
-                    Some(latchkey_core::Op::MarkLeases { marks }) => {
-                        for (id, unrenewed_ms) in marks {
-                            if pending.remove(id) {
-                                let stood = now.saturating_sub(c.known_at)
-                                    + Duration::from_millis(*unrenewed_ms);
-                                oldest_mark = oldest_mark.max(stood);
+                for op in c.ops() {
+                    match op {
+                        latchkey_core::Op::MarkLeases { marks } => {
+                            for (id, unrenewed_ms) in marks {
+                                if pending.remove(id) {
+                                    let stood = now.saturating_sub(c.known_at)
+                                        + Duration::from_millis(*unrenewed_ms);
+                                    oldest_mark = oldest_mark.max(stood);
+                                }
                             }
                         }
-                    }
-                    Some(latchkey_core::Op::RenewLeases { ids }) => {
-                        for id in ids {
-                            pending.remove(id);
+                        latchkey_core::Op::RenewLeases { ids } => {
+                            for id in ids {
+                                pending.remove(id);
+                            }
                         }
+                        _ => {}
                     }
-                    _ => {}
                 }
             }
             Some((
@@ -570,7 +576,8 @@ impl FaultCtx<'_, '_> {
                 let lagger = history.with(|h| {
                     let mark = h.committed.iter().find(|(i, c)| {
                         c.leader == leader
-                            && matches!(c.op, Some(latchkey_core::Op::MarkLeases { .. }))
+                            && c.ops()
+                                .any(|op| matches!(op, latchkey_core::Op::MarkLeases { .. }))
                             && h.appended
                                 .get(&(**i, leader.0, leader.1))
                                 .is_some_and(|a| a.first_at >= since)

@@ -61,6 +61,13 @@
 //! refused proclaim applied, proclaim that kept the old value and leader hidden while
 //! contended (`--plant refused-proclaim-applied|proclaim-kept-old-value|
 //! leader-hidden-while-contended`) must be caught.
+//! Batch entries (issue #35, `RunConfig::coalesce`: the leader's coalescing, on in the odd
+//! seeds by the seed's parity, drawn from no generator, so the even seeds replay as before;
+//! `latchkey-sim --coalesce|--no-coalesce`): every reader of appended or committed entries'
+//! operations (the checkers, the coverage, the fault plans) reads a batch's operations each as
+//! an entry of its own at the batch's index (`history::ops_in`); the CI seeds must commit
+//! batch entries of several operations ([`coverage`]), and the planted batch answered in
+//! reverse (`Plant::batch_answers_reversed`, `--plant batch-answers-reversed`) must be caught.
 //!
 //! Several Raft groups (`--groups G`, `RunConfig::groups`, 1 in every seed's own shape, so
 //! older seeds replay as they did): every node runs every group, each with its own log and

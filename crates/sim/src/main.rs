@@ -28,6 +28,10 @@
 //! refused-proclaim-applied` (a refused proclaim's value published), `--plant
 //! proclaim-kept-old-value` (an acknowledged proclaim that keeps the term's old value) and
 //! `--plant leader-hidden-while-contended` (a read finding no leader while candidates wait).
+//! `--coalesce` turns the leader's batch entries (issue #35, `RunConfig::coalesce`: on in the
+//! odd seeds' own shape) on for every seed, `--no-coalesce` off; `--plant
+//! batch-answers-reversed` has the leader hand a batch's answers to its callers newest first
+//! (`Plant::batch_answers_reversed`), which the checkers must catch.
 
 use std::process::ExitCode;
 
@@ -37,8 +41,8 @@ fn usage() -> ExitCode {
          [--plant stale-mark|resume-early|renew-without-quorum|permit-freed-twice|\
          reader-past-writer|writer-beside-readers|writer-token-reused|delay-ends-early|\
          proclaim-past-term|refused-proclaim-applied|proclaim-kept-old-value|\
-         leader-hidden-while-contended] [--primitives|--no-primitives] [--lock-delay] [--elections] \
-         [--show-config]"
+         leader-hidden-while-contended|batch-answers-reversed] [--primitives|--no-primitives] \
+         [--lock-delay] [--elections] [--coalesce|--no-coalesce] [--show-config]"
     );
     ExitCode::from(2)
 }
@@ -66,6 +70,7 @@ fn main() -> ExitCode {
             Some("writer-beside-readers") => plant.table.writer_beside_readers = true,
             Some("writer-token-reused") => plant.table.writer_token_reused = true,
             Some("delay-ends-early") => plant.delay_ends_early = true,
+            Some("batch-answers-reversed") => plant.batch_answers_reversed = true,
             Some("proclaim-past-term") => plant.table.proclaim_past_term = true,
             Some("refused-proclaim-applied") => plant.table.refused_proclaim_applied = true,
             Some("proclaim-kept-old-value") => plant.table.proclaim_kept_old_value = true,
@@ -122,6 +127,14 @@ fn main() -> ExitCode {
         if args.iter().any(|a| a == "--elections") {
             // The clients campaign in an election too (the election plant's hunts).
             config.elections = true;
+        }
+        if args.iter().any(|a| a == "--coalesce") {
+            // Every seed with the leader's batch entries (the batching plant's hunts).
+            config.coalesce = true;
+        }
+        if args.iter().any(|a| a == "--no-coalesce") {
+            // No batch entries, as every seed ran before issue #35's coalescing.
+            config.coalesce = false;
         }
         if replicas != 0 {
             config.nodes = 5;

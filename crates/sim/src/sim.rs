@@ -101,10 +101,10 @@ fn start_node(sim: &mut turmoil::Sim<'_>, setup: NodeSetup, config: &RunConfig, 
             server.snapshot_every_entries = config.snapshot_every_entries;
             server.log_kept_after_snapshot = config.log_kept_after_snapshot;
             server.rebalance_after_ms = config.rebalance_after_ms;
-            // The checkers read committed entries one operation each (`history.rs`,
-            // `checkers/`): batch entries (issue #35) stay off until they read batches too
-            // (off by default as well, for that reason; said here should the default change).
-            server.coalesce = false;
+            // Batch entries (issue #35) in half the seeds (`RunConfig::coalesce`): the
+            // checkers and the coverage read a batch's operations each as an entry of its own
+            // (`history::ops_in`).
+            server.coalesce = config.coalesce;
             server.plant = latchkey_server::Plant {
                 tolerate_log_reversion: config.disk.ack_before_fsync,
                 ..config.plant
@@ -603,8 +603,14 @@ fn config_line(config: &RunConfig) -> String {
     if !config.plant.delay_ends_early {
         line = line.replacen(", delay_ends_early: false", "", 1);
     }
+    if !config.plant.batch_answers_reversed {
+        line = line.replacen(", batch_answers_reversed: false", "", 1);
+    }
     if !config.elections {
         line = line.replacen(", elections: false", "", 1);
+    }
+    if !config.coalesce {
+        line = line.replacen(", coalesce: false", "", 1);
     }
     for (set, field) in ELECTION_PLANTS
         .iter()
@@ -736,11 +742,14 @@ mod tests {
     fn the_trace_names_the_lock_delay_and_election_fields_only_when_set() {
         for seed in 0..8 {
             let mut config = RunConfig::from_seed(seed);
+            config.coalesce = false;
             let line = config_line(&config);
             let fields = [
                 "lock_delay",
                 "delay_ends_early",
                 "elections",
+                "coalesce",
+                "batch_answers_reversed",
                 "proclaim_past_term",
                 "refused_proclaim_applied",
                 "proclaim_kept_old_value",
@@ -756,7 +765,9 @@ mod tests {
             assert_eq!(old, line);
             config.lock_delay = true;
             config.plant.delay_ends_early = true;
+            config.plant.batch_answers_reversed = true;
             config.elections = true;
+            config.coalesce = true;
             config.plant.table.proclaim_past_term = true;
             config.plant.table.refused_proclaim_applied = true;
             config.plant.table.proclaim_kept_old_value = true;

@@ -71,6 +71,13 @@ fn ci_seeds_pass_every_checker() {
     ] {
         assert!(count > 0, "the CI seeds never reached {state}: {reached}");
     }
+    // Seeds 1 and 3 coalesce (`RunConfig::coalesce`, on in the odd seeds): the checkers must
+    // have read batch entries of several operations, each operation as an entry of its own,
+    // or coalescing runs in production on a path the simulation did not judge.
+    assert!(
+        reached.batch_entries_of_several > 0,
+        "the CI seeds committed no batch entry of two or more operations: {reached}"
+    );
     // The seeds must exercise what the checkers judge, or passing proves little: clients that
     // checked their guard shortly before the cluster expired their session (the deadline rule
     // at its edge), and every kind of client fault actually carried out.
@@ -693,6 +700,35 @@ fn a_planted_writer_token_reused_is_caught() {
     );
 }
 
+/// The batching plant's seeds (`latchkey-sim --coalesce --plant batch-answers-reversed`):
+/// the second runs only if the first misses. Release (sweep profile), seeds 0-11 with
+/// coalescing: caught on 1 (`holders`), 3 (`unique_token`), 4 (`holders` and `unique_token`)
+/// and 5 (`unique_token`), with 4, 6, 21 and 3 batch entries; the other eight (1-10 batch
+/// entries each) were not caught. Debug, seed 1: caught by `holders`.
+const BATCH_ANSWERS_REVERSED_SEEDS: [u64; 2] = [1, 4];
+
+/// The leader hands a batch entry's answers to its callers in reverse order
+/// (`Plant::batch_answers_reversed`, issue #35's coalescing): a caller of a batch of several
+/// gets another's outcome, so a client believes it holds a lock granted to another, which the
+/// `holders` checker sees.
+#[test]
+fn a_planted_batch_answered_in_reverse_is_caught() {
+    let caught = caught_with(
+        &BATCH_ANSWERS_REVERSED_SEEDS,
+        "a batch's answers reversed",
+        "holders",
+        |config| {
+            config.coalesce = true;
+            config.plant.batch_answers_reversed = true;
+        },
+    );
+    assert!(
+        caught,
+        "the planted reversal of a batch's answers went unnoticed on seeds \
+         {BATCH_ANSWERS_REVERSED_SEEDS:?}"
+    );
+}
+
 /// The CI seeds with lock-delays (issue #32 item 4, `RunConfig::lock_delay`: half the mutex
 /// acquires ask for 1-3 s; off in every seed's own shape, so that the seeds above replay as
 /// they were chosen): every checker passes, the `lock_delay` checker included, and a delayed
@@ -707,6 +743,10 @@ const CI_SEEDS_WITH_LOCK_DELAY: [u64; 1] = [17];
 fn ci_seeds_with_lock_delay_pass_and_reach_a_waiter_granted_after_a_delay() {
     let reached = ci_seeds_pass_with(&CI_SEEDS_WITH_LOCK_DELAY, "lock-delays", |config| {
         config.lock_delay = true;
+        // Without batch entries, as the seed was chosen: seed 17 is odd, and with the leader's
+        // coalescing (`RunConfig::coalesce`) it ran no lock-delay across a failover (debug and
+        // release).
+        config.coalesce = false;
     });
     assert!(
         reached.delays_then_waiter_granted > 0,

@@ -123,10 +123,11 @@ pub struct ServerConfig {
     pub acl: Option<Arc<acl::AclPolicy>>,
     /// Gather client operations that arrive while an earlier write is in flight into one
     /// batch entry (issue #35, `node/gather.rs`). Off by default, and no command-line flag
-    /// turns it on: the simulation (whose checkers read entries one operation each) does not
-    /// cover batch entries yet, and production must not run a path the simulation has not.
-    /// Off, every operation is an entry of its own, as before; tests of the gathering turn it
-    /// on.
+    /// turns it on yet (the lead decides, from the simulation's sweeps). The simulation runs
+    /// it in the odd seeds (`latchkey_sim::RunConfig::coalesce`), its checkers reading a batch
+    /// entry's operations each as an entry of its own at the entry's index, and a planted
+    /// batching bug (`Plant::batch_answers_reversed`) is caught there. Off, every operation is
+    /// an entry of its own, as before; tests of the gathering turn it on.
     pub coalesce: bool,
     /// Fixed bugs put back on purpose (the simulation's checker tests); all off by default.
     #[doc(hidden)]

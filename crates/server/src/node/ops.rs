@@ -378,12 +378,25 @@ impl Node {
         }
         let mut answer = self.gather.push(op);
         loop {
-            if let Ok(answer) = answer.try_recv() {
-                return answer;
+            // A receiver that `try_recv` found answered or closed is done: polling it again (the
+            // `select!` below) panics, so a closed one is answered here. The simulation's
+            // coalescing seeds found that (issue #35): a writer that went away mid-write drops
+            // its batch's senders, and a caller woken by the freed writer saw `Closed` first.
+            match answer.try_recv() {
+                Ok(answer) => return answer,
+                // A sender dropped unanswered: its writer went away mid-write.
+                Err(oneshot::error::TryRecvError::Closed) => return Err(ApiError::NoQuorum),
+                Err(oneshot::error::TryRecvError::Empty) => {}
             }
             let freed = self.gather.freed();
             if let Some(turn) = self.gather.take() {
-                let written = self.write(turn.op()).await;
+                let mut written = self.write(turn.op()).await;
+                if self.config.plant.batch_answers_reversed {
+                    // Planted (`Plant::batch_answers_reversed`): answered newest first.
+                    if let Ok(applied) = &mut written {
+                        applied.ops.reverse();
+                    }
+                }
                 turn.answer(written);
                 continue;
             }

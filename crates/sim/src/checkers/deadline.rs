@@ -65,7 +65,7 @@ mod tests {
     use std::time::Duration;
 
     use super::{check, hold_checks_before_end};
-    use crate::checkers::testkit::{expire, messages, Hist};
+    use crate::checkers::testkit::{acquire, expire, messages, Hist};
 
     /// Client 1 holds `a` (token 5) and checks its deadline; the leader proposes the expiry of
     /// its session at 5 s, committed at 5.5 s.
@@ -97,6 +97,25 @@ mod tests {
             m[0].contains("end of session 1") && m[0].contains("5.000s"),
             "{m:?}"
         );
+    }
+
+    /// A close in a batch entry (issue #35) ends its session as an entry of its own would: a
+    /// hold check after the batch was proposed is judged against it.
+    #[test]
+    fn rejects_a_hold_check_after_a_batch_entry_closing_the_session_was_proposed() {
+        let mut h = Hist::default();
+        h.granted(1, "a", 100, 5, 110);
+        let close = latchkey_core::Op::CloseSession {
+            session: crate::checkers::testkit::key(1),
+        };
+        let batch = latchkey_core::Op::Batch(vec![acquire(3, "b"), close]);
+        h.commit(9, batch, 2_000, 2_100);
+        h.hold_check(1, "a", 5, 1_500);
+        assert_eq!(hold_checks_before_end(&h.h, Duration::from_secs(1)), 1);
+        h.hold_check(1, "a", 5, 2_050);
+        let m = messages(&check(&h.h), "deadline");
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].contains("(entry 9)"), "{m:?}");
     }
 
     #[test]

@@ -47,20 +47,23 @@ pub fn check(h: &HistoryData) -> Vec<Violation> {
                 if *token > e.0 {
                     *e = (*token, op.session);
                 }
-                let ok = match h.committed.get(token).and_then(|c| c.op.as_ref()) {
-                    Some(
-                        Op::Acquire { session, name, .. }
-                        | Op::AcquireDelayed { session, name, .. },
-                    ) => session.id.0 == op.session && *name == op.lock,
+                // Any operation of the entry may have made the grant (a batch entry's, issue
+                // #35, each as an entry of its own at that index).
+                let mut entry = h.committed.get(token).into_iter().flat_map(|c| c.ops());
+                let ok = entry.any(|o| match o {
+                    Op::Acquire { session, name, .. }
+                    | Op::AcquireDelayed { session, name, .. } => {
+                        session.id.0 == op.session && *name == op.lock
+                    }
                     // The end of a lock-delay hands over only the names it ends.
-                    Some(Op::EndDelays { ends }) => ends.iter().any(|e| e.name == op.lock),
+                    Op::EndDelays { ends } => ends.iter().any(|e| e.name == op.lock),
                     // A release hands over only the lock it names.
-                    Some(Op::Release { name, .. }) => *name == op.lock,
-                    Some(
-                        Op::CancelWait { .. } | Op::CloseSession { .. } | Op::ExpireSessions { .. },
-                    ) => true,
+                    Op::Release { name, .. } => *name == op.lock,
+                    Op::CancelWait { .. } | Op::CloseSession { .. } | Op::ExpireSessions { .. } => {
+                        true
+                    }
                     _ => false,
-                };
+                });
                 if !ok {
                     out.push(v(format!(
                         "grant of lock {:?} to session {} with token {token}, acknowledged at {}, \
@@ -148,6 +151,26 @@ mod tests {
         let m = messages(&check(&h.h), "durability");
         assert_eq!(m.len(), 1, "{m:?}");
         assert!(m[0].contains("token 20") && m[0].contains("None"), "{m:?}");
+    }
+
+    /// Every operation of a batch entry (issue #35) may have made a grant at its index, as an
+    /// entry of its own there would: two acquires of two sessions, both granted token 20; a
+    /// session with no operation in the batch was granted nothing by it.
+    #[test]
+    fn accepts_grants_made_by_the_operations_of_a_batch_entry() {
+        let mut h = valid();
+        let batch = latchkey_core::Op::Batch(vec![acquire(4, "c"), acquire(6, "d")]);
+        h.commit(20, batch, 1000, 1005);
+        h.granted(4, "c", 1000, 20, 1010);
+        h.granted(6, "d", 1000, 20, 1010);
+        assert!(check(&h.h).is_empty(), "{:?}", check(&h.h));
+        h.granted(7, "e", 1000, 20, 1010);
+        let m = messages(&check(&h.h), "durability");
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].contains("session 7") && m[0].contains("Batch"),
+            "{m:?}"
+        );
     }
 
     #[test]

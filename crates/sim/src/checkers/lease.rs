@@ -63,12 +63,10 @@ fn check_expiries(h: &HistoryData) -> Vec<Violation> {
     // Sessions closed so far, by the client's own request: an expiry of one is a no-op.
     let mut closed = std::collections::BTreeSet::new();
     for end in h.committed_session_ends() {
-        let Some(latchkey_core::Op::ExpireSessions { .. }) =
-            h.committed.get(&end.index).and_then(|c| c.op.as_ref())
-        else {
+        if !end.expiry {
             closed.extend(end.sessions);
             continue;
-        };
+        }
         for session in end.sessions.iter().filter(|s| !closed.contains(*s)) {
             let Some(&deadline) = h.client_deadlines.get(session) else {
                 continue;

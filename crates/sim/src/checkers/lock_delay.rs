@@ -79,10 +79,15 @@ pub fn lost_delays(h: &HistoryData) -> Vec<LostDelay> {
     }
     // Per session: the first committed entry that ended it, and whether it was an expiry.
     let mut ended: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
-    for (&index, c) in &h.committed {
-        let (ids, expired): (Vec<u64>, bool) = match &c.op {
-            Some(Op::ExpireSessions { ids }) => (ids.iter().map(|s| s.0).collect(), true),
-            Some(Op::CloseSession { session }) => (vec![session.id.0], false),
+    // A batch entry's closes (issue #35) end their sessions at its index.
+    for (&index, op) in h
+        .committed
+        .iter()
+        .flat_map(|(i, c)| c.ops().map(move |o| (i, o)))
+    {
+        let (ids, expired): (Vec<u64>, bool) = match op {
+            Op::ExpireSessions { ids } => (ids.iter().map(|s| s.0).collect(), true),
+            Op::CloseSession { session } => (vec![session.id.0], false),
             _ => continue,
         };
         for id in ids {
