@@ -318,6 +318,12 @@ pub struct ServeArgs {
     /// Dial these members at another address than their --peers one (a proxy): ID=ADDR,...
     #[arg(long, hide = true, env = "LATCHKEY_PEER_DIAL", value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peer_dial: Option<serve::MemberList>,
+    /// Gather the client operations that arrive while a write is in flight into one log entry
+    /// (the leader's coalescing, issue #35; `ServerConfig::coalesce`). Hidden and off by
+    /// default until the whole test suite runs with it on; the simulation covers it on half
+    /// its seeds. `latchkey bench --coalesce` starts its members with it.
+    #[arg(long, hide = true, env = "LATCHKEY_COALESCE")]
+    pub coalesce: bool,
     /// Raft heartbeat interval, in milliseconds.
     #[arg(long, env = "LATCHKEY_HEARTBEAT_MS", default_value_t = latchkey_core::limits::HEARTBEAT_MS_DEFAULT)]
     pub heartbeat_ms: u64,
@@ -771,6 +777,10 @@ pub struct BenchArgs {
     /// calls (the client library's `ClientConfig::batch`, issue #35). Not for election.
     #[arg(long)]
     pub batch: bool,
+    /// With --cluster: its members gather the operations that arrive while a write is in
+    /// flight into one log entry (`serve --coalesce`, the leader's coalescing, issue #35).
+    #[arg(long, requires = "cluster")]
+    pub coalesce: bool,
     /// Length of the measured window.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,

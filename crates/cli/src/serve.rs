@@ -110,6 +110,7 @@ pub fn config(args: &ServeArgs) -> Result<ValidConfig, ConfigError> {
     config.peer_listen = args.peer_listen;
     config.peer_dial = args.peer_dial.clone().unwrap_or_default().0;
     config.heartbeat_ms = args.heartbeat_ms;
+    config.coalesce = args.coalesce;
     config.table_bytes_max = args.table_bytes_max;
     config.groups = args.groups;
     config.replicas = args.replicas;

@@ -237,15 +237,17 @@ fn clients_share_the_connections_they_are_given() {
         (4.into(), 2.into())
     );
     assert_eq!(r["errors_total"], 0, "{r:#}");
-    // `--batch` (issue #35 item 2): the operations ride Batch calls, none goes alone.
+    // `--batch` (issue #35 item 2): the operations ride Batch calls, none goes alone; with
+    // `--coalesce` (item 3) the member writes a batch's operations in shared entries.
     let r = bench(&[
         "--cluster",
         "1",
         "--clients",
-        "4",
+        "8",
         "--connections",
-        "2",
+        "1",
         "--batch",
+        "--coalesce",
         "--duration",
         "1s",
         "--warmup",
@@ -261,6 +263,7 @@ fn clients_share_the_connections_they_are_given() {
     );
     assert!(by_method["acquire"].as_f64().unwrap_or(0.0) == 0.0, "{r:#}");
     assert!(by_method["release"].as_f64().unwrap_or(0.0) == 0.0, "{r:#}");
+    assert!(f(&r, &["server", "operations_per_entry"]) > 1.0, "{r:#}");
     let dir = tempfile::tempdir().expect("temp dir");
     let argv: Vec<String> = ["bench", "--clients", "2", "--connections", "3"]
         .iter()

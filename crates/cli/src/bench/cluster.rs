@@ -42,6 +42,8 @@ pub struct BenchCluster {
     groups: u32,
     /// `serve --replicas` of every member.
     replicas: u32,
+    /// `serve --coalesce` on every member (the bench's `--coalesce`).
+    coalesce: bool,
     dir: TempDir,
     exe: PathBuf,
     /// For status calls pinned to one member.
@@ -93,10 +95,15 @@ pub(super) fn die_with_the_bench(command: &mut Command) {
 
 impl BenchCluster {
     /// Starts `n` members and waits until a leader serves reads.
-    pub async fn start(n: usize, groups: u32, replicas: u32) -> anyhow::Result<BenchCluster> {
+    pub async fn start(
+        n: usize,
+        groups: u32,
+        replicas: u32,
+        coalesce: bool,
+    ) -> anyhow::Result<BenchCluster> {
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            let mut cluster = BenchCluster::spawn_all(n, groups, replicas)?;
+            let mut cluster = BenchCluster::spawn_all(n, groups, replicas, coalesce)?;
             match cluster.wait_healthy(START_TIMEOUT).await {
                 Ok(_) => return Ok(cluster),
                 Err(e) => last = Some(e.context(cluster.logs())),
@@ -107,7 +114,12 @@ impl BenchCluster {
             .context("the bench cluster did not start"))
     }
 
-    fn spawn_all(n: usize, groups: u32, replicas: u32) -> anyhow::Result<BenchCluster> {
+    fn spawn_all(
+        n: usize,
+        groups: u32,
+        replicas: u32,
+        coalesce: bool,
+    ) -> anyhow::Result<BenchCluster> {
         let dir = tempfile::Builder::new()
             .prefix("latchkey-bench-")
             .tempdir()
@@ -131,6 +143,7 @@ impl BenchCluster {
             members,
             groups,
             replicas,
+            coalesce,
             dir,
             exe: std::env::current_exe().context("locating the latchkey binary")?,
             status,
@@ -196,6 +209,7 @@ impl BenchCluster {
             .args(["--metrics-listen", &m.metrics_addr])
             .args(["--groups", &self.groups.to_string()])
             .args(["--replicas", &self.replicas.to_string()])
+            .args(self.coalesce.then_some("--coalesce"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);

@@ -590,7 +590,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 
 async fn run(plan: &Plan, args: &BenchArgs) -> anyhow::Result<()> {
     let mut cluster = match plan.cluster {
-        Some(n) => Some(BenchCluster::start(n, plan.groups, plan.replicas).await?),
+        Some(n) => Some(BenchCluster::start(n, plan.groups, plan.replicas, args.coalesce).await?),
         None => None,
     };
     let target = match &cluster {
