@@ -89,6 +89,13 @@ impl Default for ClientConfig {
     }
 }
 
+/// How a call goes in a `Batch` call (`Client::call_or_batch`): the batch operation its
+/// request makes, and the picker of its answer out of a batch result.
+pub(crate) type Batched<Req, Resp> = (
+    fn(Req) -> pb::batch_op::Op,
+    fn(pb::batch_result::Result) -> Option<Resp>,
+);
+
 /// A handle on a latchkey cluster. Cheap to clone; clones share connections and the leader
 /// hint.
 #[derive(Clone)]
@@ -1037,6 +1044,30 @@ impl Client {
             }
         })
         .await
+    }
+
+    /// [`Client::call`] of `request`, or with `ClientConfig::batch` [`Client::call_batched`] of
+    /// it as the batch operation `batched.0` makes, whose answer `batched.1` picks.
+    pub(crate) async fn call_or_batch<Req, Resp, F, Fut>(
+        &self,
+        opts: CallOpts,
+        request: Req,
+        batched: Batched<Req, Resp>,
+        send: F,
+    ) -> Result<Resp, Error>
+    where
+        Req: Clone,
+        F: FnMut(LocksClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        if self.inner.config.batch {
+            let (op, answer) = batched;
+            return self
+                .call_batched(opts, op(request), answer)
+                .await
+                .map(|(response, _)| response);
+        }
+        self.call(opts, request, send).await
     }
 
     /// A gRPC client on the channel for `uri`, created on first use.

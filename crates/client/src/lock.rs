@@ -694,22 +694,17 @@ async fn release_on_server(
         backoff_max: None,
         group: shared.group,
     };
-    let response = if shared.client.config().batch {
-        shared
-            .client
-            .call_batched(opts, Op::Release(request), |r| match r {
-                R::Release(r) => Some(r),
-                _ => None,
-            })
-            .await
-            .map(|(r, _)| r)
-    } else {
-        shared
-            .client
-            .call(opts, request, |mut c, r| async move { c.release(r).await })
-            .await
-    }
-    .map_err(|e| shared.check(e))?;
+    let batched: (fn(_) -> _, fn(_) -> _) = (Op::Release, |r| match r {
+        R::Release(r) => Some(r),
+        _ => None,
+    });
+    let response = shared
+        .client
+        .call_or_batch(opts, request, batched, |mut c, r| async move {
+            c.release(r).await
+        })
+        .await
+        .map_err(|e| shared.check(e))?;
     if response.released {
         Ok(())
     } else {

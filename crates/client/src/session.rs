@@ -814,25 +814,16 @@ async fn close_on_server(shared: &SessionShared) -> Result<(), Error> {
     let request = pb::CloseSessionRequest {
         session: pb_session(shared.key),
     };
-    let closed = if shared.client.config().batch {
-        shared
-            .client
-            .call_batched(opts, Op::CloseSession(request), |r| match r {
-                R::CloseSession(r) => Some(r),
-                _ => None,
-            })
-            .await
-            .map(|(r, _)| r)
-    } else {
-        shared
-            .client
-            .call(
-                opts,
-                request,
-                |mut c, r| async move { c.close_session(r).await },
-            )
-            .await
-    };
+    let batched: (fn(_) -> _, fn(_) -> _) = (Op::CloseSession, |r| match r {
+        R::CloseSession(r) => Some(r),
+        _ => None,
+    });
+    let closed = shared
+        .client
+        .call_or_batch(opts, request, batched, |mut c, r| async move {
+            c.close_session(r).await
+        })
+        .await;
     match closed {
         // Already gone (expired, or a retry of a close that went through): closed all the same.
         Ok(_) | Err(Error::SessionNotFound { .. }) => Ok(()),
