@@ -122,8 +122,9 @@ pub struct ServerConfig {
     /// reloaded without a restart (`reload.rs`); every client may do anything when `None`.
     pub acl: Option<Arc<acl::AclPolicy>>,
     /// Gather client operations that arrive while an earlier write is in flight into one
-    /// batch entry (issue #35, `node/gather.rs`). Off by default, and no command-line flag
-    /// turns it on yet (the lead decides, from the simulation's sweeps). The simulation runs
+    /// batch entry (issue #35, `node/gather.rs`). Off by default; the hidden `serve
+    /// --coalesce` (and `bench --coalesce`) turns it on to measure it, until the whole test
+    /// suite runs with it on and it has more than one write in flight. The simulation runs
     /// it in the odd seeds (`latchkey_sim::RunConfig::coalesce`), its checkers reading a batch
     /// entry's operations each as an entry of its own at the entry's index, and a planted
     /// batching bug (`Plant::batch_answers_reversed`) is caught there. Off, every operation is
