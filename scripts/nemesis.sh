@@ -5,5 +5,8 @@
 # Prints the summary table; exit status 1 if a check found a violation (the run's logs are kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked -p latchkey --bin latchkey -p latchkey-nemesis
+# Two commands: a `--bin` filter applies to every package named, and would leave the nemesis's
+# own binary unbuilt.
+cargo build --release --locked -p latchkey --bin latchkey
+cargo build --release --locked -p latchkey-nemesis --bin latchkey-nemesis
 exec target/release/latchkey-nemesis run --latchkey target/release/latchkey "$@"

@@ -14,14 +14,23 @@
 //! - the simulation's `liveness`: after the last fault healed and the cluster settled, every
 //!   acquire is granted within its wait.
 //!
-//! What this cannot judge without the servers' records: the linearizability of each lock's
-//! history against the lock model (it needs the times session ends were committed) and the
-//! lease checks (server-side expiries against client deadlines). The simulation checks those
-//! on every seed.
+//! - [`linearizable`]: each lock's history is linearizable against the simulation's lock
+//!   model, searched as the simulation's `linearizable` checker searches it. The simulation
+//!   knows when each session end (an expiry or a close) was appended and committed; a run
+//!   has no record of the servers' entries, so here the search may place a session's end
+//!   anywhere after its first acquire of the lock, or nowhere. It still finds a grant made
+//!   while the holder neither released nor could have been ended, a release answered as done
+//!   after the lock went to another, a try that was refused while nobody held the lock, and a
+//!   token lower than an earlier grant's.
+//!
+//! What this cannot judge without the servers' records: when the servers ended each session
+//! (so whether an end came too early against its lease), and the lease checks (server-side
+//! expiries against client deadlines). The simulation checks those on every seed.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use latchkey_sim::checkers::linearizable::EndWindow;
 use latchkey_sim::checkers::{CheckConfig, Violation};
 use latchkey_sim::history::{Actor, Event, HistoryData, OpKind, Ret};
 
@@ -33,6 +42,7 @@ fn ms(d: Duration) -> String {
 pub fn check(h: &HistoryData, config: &CheckConfig) -> Vec<Violation> {
     let mut out = hold_overlap(h);
     out.extend(token_order(h));
+    out.extend(linearizable(h));
     out.extend(latchkey_sim::checkers::check_clients_and_resource(h));
     out.extend(latchkey_sim::checkers::check_liveness(h, config));
     out
@@ -186,6 +196,107 @@ pub fn token_order(h: &HistoryData) -> Vec<Violation> {
     out
 }
 
+/// Each lock's history is linearizable against the lock model, with every session's end
+/// placed by the search (see the module's docs).
+///
+/// A session is named by its worker and generation here, not by its id: the CLI's sessions
+/// are numbered by the worker ([`crate::cli_worker`]), and with several Raft groups a session
+/// id is one group's (two groups may give one id to two workers' sessions).
+pub fn linearizable(h: &HistoryData) -> Vec<Violation> {
+    let thread = |actor: &Actor| (u64::from(actor.client) << 32) | u64::from(actor.generation);
+    // Built field by field: the history's own counters are private to the simulation.
+    let mut renamed = HistoryData::default();
+    renamed.events.extend(h.events.iter().cloned().map(|mut e| {
+        match &mut e {
+            Event::Invoke { actor, session, .. }
+            | Event::HoldCheck { actor, session, .. }
+            | Event::Lost { actor, session, .. } => *session = thread(actor),
+            Event::Return { .. } => {}
+        }
+        e
+    }));
+    renamed.modes.clone_from(&h.modes);
+    // Per (lock, session): its first acquire of the lock, and whether an end of the session
+    // could matter to the lock (it held it without an answered release, or its acquire was not
+    // answered: it may hold it still).
+    let mut first: BTreeMap<(String, u64), Duration> = BTreeMap::new();
+    let mut held: BTreeMap<(String, u64), Vec<u64>> = BTreeMap::new();
+    let mut released: std::collections::BTreeSet<(String, u64, u64)> = Default::default();
+    let mut unanswered: std::collections::BTreeSet<(String, u64)> = Default::default();
+    for op in renamed.operations() {
+        let key = (op.lock.clone(), op.session);
+        match (&op.op, &op.ret) {
+            (OpKind::Acquire, ret) => {
+                let at = first.entry(key.clone()).or_insert(op.invoked);
+                *at = (*at).min(op.invoked);
+                match ret {
+                    Some((Ret::Granted { token }, _)) => held.entry(key).or_default().push(*token),
+                    None => {
+                        unanswered.insert(key);
+                    }
+                    Some(_) => {}
+                }
+            }
+            (OpKind::Release { token }, Some((Ret::Released, _))) => {
+                released.insert((op.lock, op.session, *token));
+            }
+            (OpKind::Release { .. }, _) => {}
+        }
+    }
+    let mut ends: BTreeMap<String, Vec<EndWindow>> = BTreeMap::new();
+    for ((lock, session), from) in first {
+        let key = (lock, session);
+        let still_held = held.get(&key).is_some_and(|tokens| {
+            tokens
+                .iter()
+                .any(|&t| !released.contains(&(key.0.clone(), session, t)))
+        });
+        if still_held || unanswered.contains(&key) {
+            ends.entry(key.0).or_default().push(EndWindow {
+                id: session,
+                sessions: vec![session],
+                from,
+                by: None,
+            });
+        }
+    }
+    latchkey_sim::checkers::linearizable::check_with_ends(&renamed, |lock, _| {
+        ends.get(lock).cloned().unwrap_or_default()
+    })
+}
+
+/// The checks of the workers' histories (not the resources') again, on what a kept run left
+/// in `dir` (`w1.jsonl`, `w2.jsonl`, ...): the operations read and the violations found.
+pub fn kept_run(dir: &std::path::Path) -> anyhow::Result<(usize, Vec<Violation>)> {
+    let mut h = HistoryData::default();
+    let mut postgres = BTreeMap::new();
+    let mut read = 0;
+    // Workers of both kinds are numbered from 1 without gaps.
+    for client in 1..=2 * crate::limits::WORKERS_MAX {
+        let path = dir.join(format!("w{client}.jsonl"));
+        if !path.exists() {
+            break;
+        }
+        crate::record::read_worker(&path, client, Duration::ZERO, &mut h, &mut postgres)?;
+        read += 1;
+    }
+    anyhow::ensure!(
+        read > 0,
+        "no worker history (w1.jsonl) in {}",
+        dir.display()
+    );
+    crate::record::sort_events(&mut h);
+    let operations = h
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Invoke { .. }))
+        .count();
+    let mut out = hold_overlap(&h);
+    out.extend(token_order(&h));
+    out.extend(linearizable(&h));
+    Ok((operations, out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,5 +388,118 @@ mod tests {
         holding(&mut h, 1, 1, 0, 10, 9, &[]);
         holding(&mut h, 2, 2, 5, 400, 7, &[]);
         assert!(token_order(&sorted(h)).is_empty());
+    }
+
+    /// Client `c` (session `session`) asks to release `token` at `ask`, answered `ret` at `got`.
+    fn release(
+        h: &mut HistoryData,
+        c: u32,
+        session: u64,
+        id: u64,
+        token: u64,
+        ask: u64,
+        ret: Option<(Ret, u64)>,
+    ) {
+        h.events.push(Event::Invoke {
+            id,
+            actor: actor(c),
+            session,
+            lock: "a".into(),
+            op: OpKind::Release { token },
+            at: t(ask),
+        });
+        if let Some((ret, got)) = ret {
+            h.events.push(Event::Return {
+                id,
+                ret,
+                at: t(got),
+            });
+        }
+    }
+
+    /// Client `c` (session `session`) asks for the lock at `ask`; answered `ret` at `got`.
+    fn acquire(
+        h: &mut HistoryData,
+        c: u32,
+        session: u64,
+        id: u64,
+        ask: u64,
+        ret: Option<(Ret, u64)>,
+    ) {
+        h.events.push(Event::Invoke {
+            id,
+            actor: actor(c),
+            session,
+            lock: "a".into(),
+            op: OpKind::Acquire,
+            at: t(ask),
+        });
+        if let Some((ret, got)) = ret {
+            h.events.push(Event::Return {
+                id,
+                ret,
+                at: t(got),
+            });
+        }
+    }
+
+    #[test]
+    fn a_holder_lost_without_a_release_and_an_unanswered_acquire_may_end_before_the_next_grant() {
+        let mut h = HistoryData::default();
+        // Client 1 holds 5 and is never heard of again (its session expired).
+        acquire(&mut h, 1, 1, 1, 0, Some((Ret::Granted { token: 5 }, 10)));
+        // Client 2's acquire goes unanswered: it may have been granted (6) and then expired.
+        acquire(&mut h, 2, 2, 2, 20, None);
+        acquire(&mut h, 3, 3, 3, 30, Some((Ret::NotGranted, 2_000)));
+        acquire(
+            &mut h,
+            3,
+            3,
+            4,
+            2_100,
+            Some((Ret::Granted { token: 9 }, 4_000)),
+        );
+        release(&mut h, 3, 3, 5, 9, 4_100, Some((Ret::Released, 4_200)));
+        // A release of a lock lost long ago is refused.
+        release(&mut h, 1, 1, 6, 5, 5_000, Some((Ret::NotHolder, 5_010)));
+        let v = linearizable(&sorted(h));
+        assert!(v.is_empty(), "{v:?}");
+    }
+
+    #[test]
+    fn a_release_answered_as_done_after_the_lock_went_to_another_is_caught() {
+        let mut h = HistoryData::default();
+        acquire(&mut h, 1, 1, 1, 0, Some((Ret::Granted { token: 5 }, 10)));
+        acquire(&mut h, 2, 2, 2, 20, Some((Ret::Granted { token: 9 }, 400)));
+        // No hold check of either overlaps, so `hold_overlap` sees nothing.
+        release(&mut h, 1, 1, 3, 5, 500, Some((Ret::Released, 600)));
+        let h = sorted(h);
+        assert!(hold_overlap(&h).is_empty());
+        assert!(token_order(&h).is_empty());
+        let v = linearizable(&h);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].message.contains("not linearizable"), "{v:?}");
+    }
+
+    #[test]
+    fn a_try_refused_while_nobody_held_the_lock_is_caught() {
+        let mut h = HistoryData::default();
+        acquire(&mut h, 1, 1, 1, 0, Some((Ret::Granted { token: 5 }, 10)));
+        release(&mut h, 1, 1, 2, 5, 100, Some((Ret::Released, 110)));
+        acquire(&mut h, 2, 2, 3, 200, Some((Ret::NotGranted, 300)));
+        let v = linearizable(&sorted(h));
+        assert_eq!(v.len(), 1, "{v:?}");
+    }
+
+    #[test]
+    fn sessions_are_told_apart_by_worker_and_generation_not_by_id() {
+        // Two groups gave one id (7) to the sessions of two workers: client 2's refusal is
+        // client 1's holding, not its own.
+        let mut h = HistoryData::default();
+        acquire(&mut h, 1, 7, 1, 0, Some((Ret::Granted { token: 5 }, 10)));
+        acquire(&mut h, 2, 7, 2, 20, Some((Ret::NotGranted, 300)));
+        release(&mut h, 1, 7, 3, 5, 400, Some((Ret::Released, 410)));
+        let v = linearizable(&sorted(h));
+        assert!(v.is_empty(), "{v:?}");
     }
 }

@@ -27,6 +27,13 @@ enum Command {
     /// A run: members and workers in network namespaces, faults, then the checks. Exit status
     /// 0 with no violation, 1 with one, 2 if the run could not be made.
     Run(RunArgs),
+    /// Check the workers' histories a kept run left in DIR again (no two holders at one
+    /// time, token order, each lock's linearizability; not the resources'). Exit status 0
+    /// with no violation, 1 with one, 2 if the histories could not be read.
+    Check {
+        /// The run's directory (`run --dir`, or the one a failed run kept).
+        dir: PathBuf,
+    },
     /// One client worker (started by `run`).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -96,6 +103,24 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Check { dir } => match latchkey_nemesis::check::kept_run(&dir) {
+            Ok((operations, violations)) => {
+                println!("operations {operations}");
+                println!("violations: {}", violations.len());
+                for v in violations.iter().take(20) {
+                    println!("  {v}");
+                }
+                if violations.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                }
+            }
+            Err(e) => {
+                eprintln!("check: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Command::Worker(args) => match worker::main(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -7,7 +7,7 @@ mod fencing_order;
 mod fifo;
 mod holders;
 mod lease;
-mod linearizable;
+pub mod linearizable;
 mod liveness;
 mod lock_delay;
 mod no_overlap;
