@@ -81,6 +81,15 @@ async fn a_clients_concurrent_operations_ride_batches_and_each_gets_its_own_answ
     let ops = (SESSIONS * ROUNDS * 2) as u64;
     let (unary, batches) = (after.0 - before.0 + after.1 - before.1, after.2 - before.2);
     assert_eq!(unary, 0, "an uncontended acquire or release went alone");
+    // Each operation counted under the method it would be alone, once.
+    let text = scrape_metrics(metrics).await.expect("metrics");
+    for method in ["acquire", "release"] {
+        let batched = counter(
+            &text,
+            &format!("latchkey_batched_operations_total{{method=\"{method}\"}}"),
+        );
+        assert_eq!(batched, (SESSIONS * ROUNDS) as u64, "batched {method}s");
+    }
     assert!(
         batches > 0 && batches * 2 <= ops,
         "{ops} operations took {batches} Batch calls: not gathered"

@@ -412,13 +412,24 @@ impl LocksService {
     async fn batch_op(&self, ctx: &Request<()>, op: pb::BatchOp) -> pb::BatchResult {
         use pb::batch_op::Op;
         use pb::batch_result::Result as R;
+        let metrics = &self.node().metrics;
         let result = match op.op {
-            Some(Op::Acquire(req)) => self.acquire_op(ctx, req, Poll::None).await.map(R::Acquire),
-            Some(Op::Release(req)) => self.release_op(ctx, req).await.map(R::Release),
+            Some(Op::Acquire(req)) => {
+                metrics.batched("acquire");
+                self.acquire_op(ctx, req, Poll::None).await.map(R::Acquire)
+            }
+            Some(Op::Release(req)) => {
+                metrics.batched("release");
+                self.release_op(ctx, req).await.map(R::Release)
+            }
             Some(Op::CloseSession(req)) => {
+                metrics.batched("close_session");
                 self.close_session_op(ctx, req).await.map(R::CloseSession)
             }
-            Some(Op::KeepAlive(req)) => self.keep_alive_op(ctx, req).await.map(R::KeepAlive),
+            Some(Op::KeepAlive(req)) => {
+                metrics.batched("keep_alive");
+                self.keep_alive_op(ctx, req).await.map(R::KeepAlive)
+            }
             None => Err(Status::from(ApiError::Invalid(
                 "a batch operation names no call (acquire, release, close_session, keep_alive)"
                     .into(),

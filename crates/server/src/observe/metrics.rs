@@ -81,6 +81,9 @@ pub struct Metrics {
     /// Client calls received, gRPC and HTTP API alike, by method (`latchkey bench` divides them
     /// by operations).
     requests: Family<MethodLabel, Count>,
+    /// Operations carried by `Batch` calls, by the method each would be alone (issue #35):
+    /// a `Batch` counts once in `requests`, and its operations here.
+    batched: Family<MethodLabel, Count>,
     /// Proposal to applied outcome, on the leader that proposed (a majority's fsync included).
     pub commit_seconds: Histogram,
     /// One group commit of the log store: its write transaction and fsync.
@@ -126,6 +129,7 @@ impl Metrics {
             refusals: Arc::new(Refusals::new()),
             peer_refusals: Arc::new(Refusals::new()),
             requests: Family::default(),
+            batched: Family::default(),
             commit_seconds: Histogram::new(latency_buckets()),
             fsync_seconds: Histogram::new(latency_buckets()),
             keepalive_seconds: Histogram::new(latency_buckets()),
@@ -250,6 +254,12 @@ impl Metrics {
             m.requests.clone(),
         );
         r.register(
+            "latchkey_batched_operations",
+            "Operations carried by Batch calls received by this node, by the method each \
+             would be called alone",
+            m.batched.clone(),
+        );
+        r.register(
             "latchkey_group_last_log_index",
             "Last log index of each Raft group on this member",
             m.group_last_log_index.clone(),
@@ -283,6 +293,11 @@ impl Metrics {
     /// Count one client gRPC call of `method`.
     pub fn request(&self, method: &'static str) {
         self.requests.get_or_create(&[("method", method)]).inc();
+    }
+
+    /// Count one operation of a `Batch` call, under the method it would be alone.
+    pub fn batched(&self, method: &'static str) {
+        self.batched.get_or_create(&[("method", method)]).inc();
     }
 
     /// Count one applied entry with a command, and its operations.
