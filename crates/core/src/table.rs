@@ -144,6 +144,47 @@ pub struct LockTable {
     /// Not replicated, like the budget: the server sets the same on every member.
     #[serde(skip)]
     plant: TablePlant,
+    /// Per identity (access control): its live sessions and their queued Acquire requests,
+    /// counted as they change, so that a quota check reads them at once rather than scan
+    /// every session (it did: issue #35's review, F2). Not written; rebuilt on decode, and
+    /// held to a count made afresh by `check_invariants`.
+    #[serde(skip)]
+    identities: BTreeMap<String, IdentityCount>,
+}
+
+/// One identity's entry in `LockTable::identities`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct IdentityCount {
+    sessions: usize,
+    waiting: usize,
+}
+
+/// Adds `sessions` and `waiting` (each -1, 0 or 1) to `identity`'s count in `counts` (none: no
+/// access control, nothing counted); an identity whose counts reach zero leaves the map.
+fn count_identity(
+    counts: &mut BTreeMap<String, IdentityCount>,
+    identity: Option<&str>,
+    sessions: isize,
+    waiting: isize,
+) {
+    let Some(id) = identity else {
+        return;
+    };
+    if !counts.contains_key(id) {
+        counts.insert(id.to_owned(), IdentityCount::default());
+    }
+    let c = counts.get_mut(id).expect("inserted above");
+    c.sessions = c
+        .sessions
+        .checked_add_signed(sessions)
+        .expect("an identity's sessions are counted before they end");
+    c.waiting = c
+        .waiting
+        .checked_add_signed(waiting)
+        .expect("an identity's waits are counted before they end");
+    if *c == IdentityCount::default() {
+        counts.remove(id);
+    }
 }
 
 /// Bugs of the read-write locks, semaphores and elections (issue #32) put back on purpose, so
@@ -198,6 +239,7 @@ impl Default for LockTable {
             bytes: 0,
             bytes_max: limits::TABLE_BYTES_MAX,
             shape: GroupShape::SINGLE,
+            identities: BTreeMap::new(),
             plant: TablePlant::default(),
         }
     }
@@ -500,6 +542,7 @@ impl From<DecodedTable> for LockTable {
             ..LockTable::default()
         };
         table.delays.per_identity = table.count_delays_per_identity();
+        table.identities = table.count_identities();
         table.bytes = table.count_bytes();
         table
     }
@@ -1463,6 +1506,7 @@ impl LockTable {
             },
         );
         assert!(prev.is_none(), "session id {id} reused");
+        count_identity(&mut self.identities, identity, 1, 0);
         Outcome::SessionCreated { id, ttl_ms }
     }
 
@@ -1626,7 +1670,9 @@ impl LockTable {
                 let position = lock.waiters.len() as u32;
                 self.wait_ends.insert((until_ms, sid, seq));
                 let s = self.sessions.get_mut(&sid).expect("live");
-                s.waiting.insert(seq, name.to_owned());
+                let again = s.waiting.insert(seq, name.to_owned());
+                assert!(again.is_none(), "request {seq} queued twice");
+                count_identity(&mut self.identities, s.identity.as_deref(), 0, 1);
                 Outcome::Queued { position }
             }
         }
@@ -1797,7 +1843,9 @@ impl LockTable {
         let position = lock.waiters.len() as u32;
         self.wait_ends.insert((until_ms, sid, seq));
         let s = self.sessions.get_mut(&sid).expect("live");
-        s.waiting.insert(seq, name.to_owned());
+        let again = s.waiting.insert(seq, name.to_owned());
+        assert!(again.is_none(), "request {seq} queued twice");
+        count_identity(&mut self.identities, s.identity.as_deref(), 0, 1);
         Outcome::Queued { position }
     }
 
@@ -1824,6 +1872,7 @@ impl LockTable {
             let s = self.sessions.get_mut(&w.session).expect("live waiter");
             let waited_for = s.waiting.remove(&w.seq);
             assert_eq!(waited_for.as_deref(), Some(name));
+            count_identity(&mut self.identities, s.identity.as_deref(), 0, -1);
             if w.until_ms > now_ms {
                 s.held.insert(key.clone());
             } else {
@@ -2048,7 +2097,9 @@ impl LockTable {
         let position = d.waiters.len() as u32;
         self.wait_ends.insert((until_ms, sid, seq));
         let s = self.sessions.get_mut(&sid).expect("live");
-        s.waiting.insert(seq, name.to_owned());
+        let again = s.waiting.insert(seq, name.to_owned());
+        assert!(again.is_none(), "request {seq} queued twice");
+        count_identity(&mut self.identities, s.identity.as_deref(), 0, 1);
         Outcome::Queued { position }
     }
 
@@ -2153,6 +2204,7 @@ impl LockTable {
             self.drop_campaign(name, w.session, w.seq);
             let s = self.sessions.get_mut(&w.session).expect("live waiter");
             s.waiting.remove(&w.seq).expect("recorded wait");
+            count_identity(&mut self.identities, s.identity.as_deref(), 0, -1);
             self.record(w.session, w.seq, Outcome::NotGranted);
             fx.ended_waits.push((w.session, w.seq));
             fx.changes.push(LockChange::WaitEnded {
@@ -2174,6 +2226,7 @@ impl LockTable {
             .expect("every waiter belongs to a live session");
         let waited_for = s.waiting.remove(&next.seq);
         assert_eq!(waited_for.as_deref(), Some(name));
+        count_identity(&mut self.identities, s.identity.as_deref(), 0, -1);
         s.held.insert(key.clone());
         self.take_ask(next.session, next.seq, key.clone());
         self.record(next.session, next.seq, Outcome::Granted { token: index });
@@ -2254,6 +2307,7 @@ impl LockTable {
     fn cancel_wait(&mut self, sid: SessionId, seq: u64) -> String {
         let s = self.sessions.get_mut(&sid).expect("live");
         let name = s.waiting.remove(&seq).expect("waiting");
+        count_identity(&mut self.identities, s.identity.as_deref(), 0, -1);
         let w = if let Some(lock) = self.multi.get_mut(name.as_str()) {
             let i = lock
                 .waiters
@@ -2737,6 +2791,7 @@ impl LockTable {
             }
             let s = self.sessions.remove(id).expect("live");
             debug_assert!(s.held.is_empty() && s.waiting.is_empty());
+            count_identity(&mut self.identities, s.identity.as_deref(), -1, 0);
             self.bytes -= session_bytes(s.identity.as_deref(), s.owner.as_deref());
         }
         for name in multi {
@@ -2993,19 +3048,29 @@ impl LockTable {
     }
 
     /// How many live sessions `owner` has, how many Acquire requests they have queued, and how
-    /// many lock-delays count against it: what its quotas are checked against. A scan of the
-    /// sessions (at most `SESSIONS_MAX`), done only for calls that would add a session or a
-    /// wait; the delays are counted as they change (`Delays::per_identity`).
+    /// many lock-delays count against it: what its quotas are checked against. Counted as they
+    /// change (`LockTable::identities`, `Delays::per_identity`): a lookup, not a scan.
     pub fn identity_usage(&self, identity: &str) -> IdentityUsage {
-        let mut usage = IdentityUsage::default();
+        let c = self.identities.get(identity).copied().unwrap_or_default();
+        IdentityUsage {
+            sessions: c.sessions,
+            waiting: c.waiting,
+            delays: self.delays.per_identity.get(identity).copied().unwrap_or(0),
+        }
+    }
+
+    /// Each identity's live sessions and queued requests, counted afresh
+    /// (`LockTable::identities`).
+    fn count_identities(&self) -> BTreeMap<String, IdentityCount> {
+        let mut counts: BTreeMap<String, IdentityCount> = BTreeMap::new();
         for s in self.sessions.values() {
-            if s.identity.as_deref() == Some(identity) {
-                usage.sessions += 1;
-                usage.waiting += s.waiting.len();
+            if let Some(id) = &s.identity {
+                let c = counts.entry(id.clone()).or_default();
+                c.sessions += 1;
+                c.waiting += s.waiting.len();
             }
         }
-        usage.delays = self.delays.per_identity.get(identity).copied().unwrap_or(0);
-        usage
+        counts
     }
 
     /// Whether `key` names a live session with the right secret.
@@ -3356,6 +3421,11 @@ impl LockTable {
         }
         if d.per_identity != self.count_delays_per_identity() {
             return Err("the delays counted per identity disagree with the delays".into());
+        }
+        if self.identities != self.count_identities() {
+            return Err(
+                "the sessions and waits counted per identity disagree with the sessions".into(),
+            );
         }
         let in_range = |ms: u64| (1..=limits::LOCK_DELAY_MS_MAX).contains(&ms);
         for (name, ms) in &d.held {
@@ -3771,6 +3841,120 @@ mod tests {
             );
             assert_eq!(table.identity_usage("nobody"), IdentityUsage::default());
         }
+    }
+
+    /// An identity's sessions and queued requests are counted as they change (issue #35's
+    /// review, F2: the quota check scanned every session): a wait granted by a handover, one
+    /// ended by its time, one cancelled, one passed over by a handover after its time ran out,
+    /// a semaphore's wait admitted, a session expired with a wait queued, sessions closed.
+    #[test]
+    fn an_identitys_sessions_and_waits_are_counted_through_every_way_they_end() {
+        let mut t = LockTable::new();
+        let key = |sid: u64| SessionKey {
+            id: SessionId(sid),
+            secret: sid,
+        };
+        let at = |now_ms, op| Command { now_ms, op };
+        for secret in 1..=3 {
+            let op = Op::CreateOwnedSession {
+                ttl_ms: limits::SESSION_TTL_MS_DEFAULT,
+                secret,
+                owner: "ci".into(),
+            };
+            t.apply(secret, &at(0, op));
+        }
+        let usage = |t: &LockTable| {
+            let u = t.identity_usage("ci");
+            t.check_invariants().expect("invariants");
+            (u.sessions, u.waiting)
+        };
+        let acquire = |sid, seq, name: &str, wait_ms| Op::Acquire {
+            session: key(sid),
+            seq,
+            name: name.into(),
+            wait_ms,
+        };
+        assert_eq!(usage(&t), (3, 0));
+        t.apply(4, &at(0, acquire(1, 4, "L", 0)));
+        t.apply(5, &at(0, acquire(2, 5, "L", 60_000)));
+        t.apply(6, &at(0, acquire(3, 6, "L", 60_000)));
+        t.apply(7, &at(0, acquire(3, 7, "M", 0)));
+        t.apply(8, &at(0, acquire(1, 8, "M", 1_000)));
+        assert_eq!(usage(&t), (3, 3));
+        // Handed over: session 2's wait is granted.
+        let release = Op::Release {
+            session: key(1),
+            seq: 9,
+            name: "L".into(),
+            token: 4,
+        };
+        t.apply(9, &at(0, release));
+        assert_eq!(usage(&t), (3, 2));
+        // Session 1's wait for M ends by its time.
+        t.apply(10, &at(2_000, Op::ExpireWaits));
+        assert_eq!(usage(&t), (3, 1));
+        // Session 3's wait for L, cancelled.
+        t.apply(
+            11,
+            &at(
+                2_000,
+                Op::CancelWait {
+                    session: key(3),
+                    seq: 6,
+                },
+            ),
+        );
+        assert_eq!(usage(&t), (3, 0));
+        // A wait whose time ran out before any ExpireWaits: passed over by the handover.
+        t.apply(12, &at(2_000, acquire(1, 12, "M", 1_000)));
+        assert_eq!(usage(&t), (3, 1));
+        let release = Op::Release {
+            session: key(3),
+            seq: 13,
+            name: "M".into(),
+            token: 7,
+        };
+        t.apply(13, &at(5_000, release));
+        assert_eq!(usage(&t), (3, 0));
+        // A semaphore's wait, admitted when a permit is freed.
+        let permit = |sid, seq| Op::AcquireWith {
+            session: key(sid),
+            seq,
+            name: "S".into(),
+            wait_ms: 60_000,
+            mode: Mode::Permits(1),
+        };
+        t.apply(14, &at(5_000, permit(3, 14)));
+        t.apply(15, &at(5_000, permit(2, 15)));
+        assert_eq!(usage(&t), (3, 1));
+        let release = Op::Release {
+            session: key(3),
+            seq: 16,
+            name: "S".into(),
+            token: 14,
+        };
+        t.apply(16, &at(5_000, release));
+        assert_eq!(usage(&t), (3, 0));
+        t.apply(17, &at(5_000, acquire(1, 17, "L", 60_000)));
+        assert_eq!(usage(&t), (3, 1));
+        // Session 1 expires with its wait queued; session 3 closes.
+        t.apply(
+            18,
+            &at(
+                5_000,
+                Op::ExpireSessions {
+                    ids: vec![SessionId(1)],
+                },
+            ),
+        );
+        assert_eq!(usage(&t), (2, 0));
+        t.apply(19, &at(5_000, Op::CloseSession { session: key(3) }));
+        assert_eq!(usage(&t), (1, 0));
+        let restored = decode_table(&encode_table(&t)).expect("decodes");
+        assert_eq!(restored.identity_usage("ci"), t.identity_usage("ci"));
+        t.apply(20, &at(5_000, Op::CloseSession { session: key(2) }));
+        assert_eq!(usage(&t), (0, 0));
+        assert!(t.identities.is_empty(), "{:?}", t.identities);
     }
 
     /// The names a session records as held, as the table stores them.
