@@ -664,6 +664,10 @@ const _: () = assert!(CLUSTER_SECRET_BYTES_MIN < CLUSTER_SECRET_BYTES_MAX);
 /// acquire with an owner is under 2 KiB. A larger body is refused (413) before it is parsed.
 pub const HTTP_BODY_BYTES_MAX: usize = 256 * 1024;
 const _: () = assert!(KEEPALIVE_SESSIONS_MAX * 64 + 1024 <= HTTP_BODY_BYTES_MAX);
+/// A `POST /v1/batch` (issue #35) of `BATCH_CALL_OPS_MAX` acquires of names of
+/// `LOCK_NAME_BYTES_MAX` bytes fits one body: each is the name and at most 256 bytes of JSON
+/// beside it (a session, seq, wait, mode). Batches of campaigns with long values are split.
+const _: () = assert!(BATCH_CALL_OPS_MAX * (LOCK_NAME_BYTES_MAX + 256) <= HTTP_BODY_BYTES_MAX);
 /// HTTP API connections served at once by one node; further accepted connections wait (in the
 /// handshake channel, then the kernel's backlog) until one closes. An HTTP/1.1 connection
 /// carries one request at a time, so this also bounds the HTTP requests in flight, long-polls
