@@ -1519,3 +1519,179 @@ fn a_batch_cannot_exceed_a_wait_quota() {
     let over = distinct.iter().filter(|r| is_over(r)).count();
     assert_eq!((pending, over), (1, N as usize - 1), "{results:?}");
 }
+
+/// An ACL server that also serves the HTTP API: (server, its HTTP address).
+fn http_acl_server() -> (AclServer, String) {
+    let http = format!("127.0.0.1:{}", free_port());
+    let server = AclServer::start(&["--http-listen".to_owned(), http.clone()], "", &[]);
+    (server, http)
+}
+
+/// A session as the HTTP API's JSON spells it (the secret a decimal string).
+fn session_json(s: pb::Session) -> serde_json::Value {
+    serde_json::json!({"id": s.id, "secret": s.secret.to_string()})
+}
+
+/// `POST /v1/batch` with `ops`, as `token` (none: nobody); the batch must be answered 200,
+/// one result per operation.
+fn http_batch(
+    http: &str,
+    token: Option<&str>,
+    ops: Vec<serde_json::Value>,
+) -> Vec<serde_json::Value> {
+    let n = ops.len();
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
+    let body = serde_json::json!({ "ops": ops }).to_string();
+    let reply = common::http_call(
+        http,
+        "POST",
+        "/v1/batch",
+        &headers,
+        Some(&body),
+        CLI_TIMEOUT,
+    )
+    .expect("POST /v1/batch");
+    assert_eq!(reply.status, 200, "the batch itself is answered: {reply:?}");
+    let results = reply.json()["results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| panic!("no results: {reply:?}"));
+    assert_eq!(results.len(), n, "{reply:?}");
+    results
+}
+
+/// `POST /v1/batch` (issue #35 item 1) as an attacker uses it, as `Batch` over gRPC above:
+/// every operation is checked as its own route's request would be, with the batch's
+/// `Authorization`, and one refused operation neither fails nor lets through the others.
+#[test]
+fn an_http_batch_checks_every_operation_as_its_own_call() {
+    use serde_json::json;
+    let (server, http) = http_acl_server();
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    let victim = create(&rt, &mut client, APP).unwrap();
+    let held = rt
+        .block_on(client.acquire(as_identity(
+            APP,
+            pb::AcquireRequest {
+                session: Some(victim),
+                seq: 1,
+                name: "app/held".into(),
+                ..Default::default()
+            },
+        )))
+        .unwrap()
+        .into_inner();
+    assert_eq!(held.result, pb::AcquireResult::Granted as i32);
+    let own = session_json(create(&rt, &mut client, APP2).unwrap());
+    let theirs = session_json(victim);
+    let ops = vec![
+        json!({"acquire": {"session": own, "seq": 1, "name": "app/mine"}}),
+        json!({"acquire": {"session": theirs, "seq": 2, "name": "app/stolen"}}),
+        json!({"acquire": {"session": own, "seq": 2, "name": "other/x"}}),
+        json!({"release": {"session": theirs, "seq": 3, "name": "app/held", "token": held.token}}),
+        json!({"keepalive": {"sessions": [theirs]}}),
+        json!({"close": {"session": theirs}}),
+    ];
+    let results = http_batch(&http, Some(APP2), ops.clone());
+    assert_eq!(results[0]["acquire"]["result"], "granted", "{results:?}");
+    for (i, says) in [
+        (1, "belongs to another identity"),
+        (2, "other/x"),
+        (3, "belongs to another identity"),
+        (4, "belongs to another identity"),
+        (5, "belongs to another identity"),
+    ] {
+        let e = &results[i]["error"];
+        assert_eq!(e["code"], "permission-denied", "{i}: {results:?}");
+        assert_eq!(e["status"], 403, "{i}: {e}");
+        assert!(e["message"].as_str().unwrap().contains(says), "{i}: {e}");
+    }
+    // `reader` may not lock; nobody (no token) may do anything.
+    let results = http_batch(
+        &http,
+        Some(READER),
+        vec![json!({"acquire": {"session": own, "seq": 9, "name": "app/r"}})],
+    );
+    assert_eq!(
+        results[0]["error"]["code"], "permission-denied",
+        "{results:?}"
+    );
+    let results = http_batch(&http, None, ops);
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["error"]["code"], "unauthenticated", "{i}: {r}");
+        assert_eq!(r["error"]["status"], 401, "{i}: {r}");
+    }
+    // Nothing of the victim's changed: its lock is held under its token, its session lives.
+    let out = server.as_token(ADMIN, &["status", "app/held", "--json"]);
+    assert_ok(&out);
+    let status: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(status["token"], held.token, "{status}");
+    assert_eq!(status["session"], victim.id, "{status}");
+    let alive = rt
+        .block_on(client.clone().keep_alive(as_identity(
+            APP,
+            pb::KeepAliveRequest {
+                sessions: vec![victim],
+            },
+        )))
+        .unwrap()
+        .into_inner();
+    assert!(alive.leases.iter().all(|l| l.alive) && alive.leases.len() == 1);
+}
+
+/// Quotas hold inside one `POST /v1/batch`, as in one gRPC `Batch`: app's `max_waiting` is 1,
+/// and a batch of waiting acquires on its session queues one and refuses the others; a
+/// request sent twice in it is counted once.
+#[test]
+fn an_http_batch_cannot_exceed_a_wait_quota() {
+    let (server, http) = http_acl_server();
+    let rt = runtime();
+    let mut client = pinned(&rt, &server.addr);
+    let holder = create(&rt, &mut client, APP2).unwrap();
+    let waiter = session_json(create(&rt, &mut client, APP).unwrap());
+    const N: u64 = 8;
+    for i in 0..N {
+        let r = rt
+            .block_on(client.acquire(as_identity(
+                APP2,
+                pb::AcquireRequest {
+                    session: Some(holder),
+                    seq: 1 + i,
+                    name: format!("app/q{i}"),
+                    ..Default::default()
+                },
+            )))
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.result, pb::AcquireResult::Granted as i32);
+    }
+    // The last operation is the first sent again: counted once, answered as the first.
+    let ops = (0..N)
+        .chain([0])
+        .map(|i| {
+            serde_json::json!({"acquire": {
+                "session": waiter, "seq": 1 + i, "name": format!("app/q{i}"),
+                "wait_timeout_ms": 30_000,
+            }})
+        })
+        .collect();
+    let results = http_batch(&http, Some(APP), ops);
+    let is_pending = |r: &serde_json::Value| r["acquire"]["result"] == "pending";
+    let is_over = |r: &serde_json::Value| {
+        r["error"]["code"] == "quota-exceeded"
+            && r["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("max_waiting"))
+    };
+    let (first, again) = (&results[0], &results[N as usize]);
+    assert!(
+        (is_pending(first) && is_pending(again)) || (is_over(first) && is_over(again)),
+        "the request and its retry were answered apart: {first} {again}"
+    );
+    let distinct = &results[..N as usize];
+    let pending = distinct.iter().filter(|r| is_pending(r)).count();
+    let over = distinct.iter().filter(|r| is_over(r)).count();
+    assert_eq!((pending, over), (1, N as usize - 1), "{results:?}");
+}

@@ -109,6 +109,11 @@ fn forged_body(path: &str, session: &Value, token: u64) -> String {
             "session": session, "seq": 4, "name": "deploy/web", "token": token, "value": "csrf"
         }),
         "/v1/sessions" => json!({"ttl_ms": 10_000}),
+        // The batch call (issue #35) carrying the harm of the routes above at once.
+        "/v1/batch" => json!({"ops": [
+            {"release": {"session": session, "seq": 5, "name": "deploy/web", "token": token}},
+            {"close": {"session": session}},
+        ]}),
         other => panic!("no forged body for POST {other}: add one"),
     }
     .to_string()

@@ -357,6 +357,25 @@ fn a_follower_forwards_to_its_leader_once_and_else_names_the_leaders_address() {
     });
     let read = get_ok(&follower_http, "/v1/lock?name=x");
     assert_eq!(read["lock"]["holder"], Value::Null, "{read}");
+    // A batch (issue #35) too: the follower, refusing every operation as not the leader,
+    // answers the batch as a whole `not-leader`, which it forwards as any route's.
+    let session = new_session(&follower_http);
+    let ops = json!({"ops": [
+        {"acquire": {"session": session, "seq": 1, "name": "batched"}},
+        {"keepalive": {"sessions": [session]}},
+    ]});
+    let here = call_here(&follower_http, "POST", "/v1/batch", Some(ops.clone()));
+    assert_eq!(error_of(&here), (503, "not-leader".to_owned()), "{here:?}");
+    assert_eq!(here.json()["leader_id"], leader, "{here:?}");
+    let forwarded = post_ok(&follower_http, "/v1/batch", ops);
+    assert_eq!(
+        forwarded["results"][0]["acquire"]["result"], "granted",
+        "{forwarded}"
+    );
+    assert_eq!(
+        forwarded["results"][1]["keepalive"]["leases"][0]["alive"], true,
+        "{forwarded}"
+    );
     // The leader's HTTP API takes the call.
     let leader_http = cluster
         .members
@@ -365,6 +384,101 @@ fn a_follower_forwards_to_its_leader_once_and_else_names_the_leaders_address() {
         .and_then(|m| m.http_addr.clone())
         .expect("the leader's HTTP address");
     new_session(&leader_http);
+}
+
+/// `POST /v1/batch` (issue #35 item 1): one answer per operation, in order, each its own
+/// route's answer or an error with the fields of the API's errors; a wait answers pending at
+/// once and goes on as its own route's long-poll; a retried operation gets its first outcome;
+/// a malformed batch is refused whole with 400.
+#[test]
+fn a_batch_answers_each_operation_in_order_over_http() {
+    let (_server, http) = http_server();
+    let s = new_session(&http);
+    let other = new_session(&http);
+    let held = acquire(&http, &other, 1, "b/held", 0);
+    assert_eq!(held["result"], "granted", "{held}");
+    let batch = |ops: Value| post_ok(&http, "/v1/batch", json!({ "ops": ops }));
+    let first = batch(json!([
+        {"acquire": {"session": s, "seq": 1, "name": "b/one"}},
+        {"acquire": {"session": s, "seq": 2, "name": "b/held", "wait_timeout_ms": 60_000}},
+        {"keepalive": {"sessions": [s, other]}},
+        {"acquire": {"session": s, "seq": 3, "name": ""}},
+    ]));
+    let results = first["results"].as_array().expect("results");
+    assert_eq!(results.len(), 4, "{first}");
+    assert_eq!(results[0]["acquire"]["result"], "granted", "{first}");
+    let token = results[0]["acquire"]["token"].as_u64().expect("a token");
+    assert_eq!(results[1]["acquire"]["result"], "pending", "{first}");
+    assert_eq!(results[1]["acquire"]["position"], 1, "{first}");
+    let leases = &results[2]["keepalive"]["leases"];
+    assert_eq!(leases.as_array().map(Vec::len), Some(2), "{first}");
+    assert!(
+        leases
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["alive"] == true),
+        "{first}"
+    );
+    let e = &results[3]["error"];
+    assert_eq!(
+        (&e["status"], &e["code"]),
+        (&json!(400), &json!("name-empty")),
+        "{first}"
+    );
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{first}"
+    );
+
+    // The grant sent again: its first outcome. The lock released, the other session closed.
+    let second = batch(json!([
+        {"acquire": {"session": s, "seq": 1, "name": "b/one"}},
+        {"release": {"session": s, "seq": 4, "name": "b/one", "token": token}},
+        {"close": {"session": other}},
+    ]));
+    assert_eq!(second["results"][0]["acquire"]["token"], token, "{second}");
+    assert_eq!(
+        second["results"][1]["release"]["released"], true,
+        "{second}"
+    );
+    assert_eq!(second["results"][2]["close"], json!({}), "{second}");
+    // The wait goes on through its own route, same seq: the lock is free now.
+    let granted = acquire(&http, &s, 2, "b/held", 60_000);
+    assert_eq!(granted["result"], "granted", "{granted}");
+
+    let max = latchkey_core::limits::BATCH_CALL_OPS_MAX;
+    let ka = json!({"keepalive": {"sessions": [s]}});
+    let acq = json!({"acquire": {"session": s, "seq": 9, "name": "b/x"}});
+    for (what, body) in [
+        ("no operation", json!({"ops": []})),
+        ("too many", json!({"ops": vec![acq.clone(); max + 1]})),
+        ("two keepalives", json!({"ops": [ka, ka]})),
+        (
+            "an unknown operation",
+            json!({"ops": [{"lock": {"session": s}}]}),
+        ),
+        (
+            "two words in one operation",
+            json!({"ops": [{"close": {"session": s}, "keepalive": {"sessions": []}}]}),
+        ),
+        (
+            "a field the route does not take",
+            json!({"ops": [{"close": {"session": s, "x": 1}}]}),
+        ),
+        ("a bare list", json!([acq])),
+        ("no ops", json!({})),
+    ] {
+        let reply = call(&http, "POST", "/v1/batch", Some(body));
+        assert_eq!(
+            error_of(&reply),
+            (400, "invalid-request".to_owned()),
+            "{what}: {reply:?}"
+        );
+    }
+    // Nothing of the refused batches ran.
+    let lock = get_ok(&http, "/v1/lock?name=b/x");
+    assert_eq!(lock["lock"]["holder"], Value::Null, "{lock}");
 }
 
 /// With several Raft groups (issue #16) the HTTP API routes as the gRPC one does: a session is

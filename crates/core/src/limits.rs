@@ -664,6 +664,10 @@ const _: () = assert!(CLUSTER_SECRET_BYTES_MIN < CLUSTER_SECRET_BYTES_MAX);
 /// acquire with an owner is under 2 KiB. A larger body is refused (413) before it is parsed.
 pub const HTTP_BODY_BYTES_MAX: usize = 256 * 1024;
 const _: () = assert!(KEEPALIVE_SESSIONS_MAX * 64 + 1024 <= HTTP_BODY_BYTES_MAX);
+/// A `POST /v1/batch` (issue #35) of `BATCH_CALL_OPS_MAX` acquires of names of
+/// `LOCK_NAME_BYTES_MAX` bytes fits one body: each is the name and at most 256 bytes of JSON
+/// beside it (a session, seq, wait, mode). Batches of campaigns with long values are split.
+const _: () = assert!(BATCH_CALL_OPS_MAX * (LOCK_NAME_BYTES_MAX + 256) <= HTTP_BODY_BYTES_MAX);
 /// HTTP API connections served at once by one node; further accepted connections wait (in the
 /// handshake channel, then the kernel's backlog) until one closes. An HTTP/1.1 connection
 /// carries one request at a time, so this also bounds the HTTP requests in flight, long-polls
@@ -687,6 +691,20 @@ const _: () = assert!(HTTP_FORWARD_TIMEOUT_MS < HTTP_IDLE_TIMEOUT_MS);
 /// list of up to `LIST_RESULTS_MAX` locks with their first waiters; one larger than this
 /// is not relayed (the caller gets the follower's own `not-leader`: ask the leader).
 pub const HTTP_FORWARD_RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// A `POST /v1/batch` answer (issue #35) a follower relays fits: its one keepalive (the names
+/// of `CONTENDED_NAMES_PER_ANSWER_MAX` contended locks, each at most twice its bytes once
+/// escaped, and `KEEPALIVE_SESSIONS_MAX` leases of `REVOKED_GRANTS_PER_SESSION_MAX` tokens of
+/// at most 21 characters) and `BATCH_CALL_OPS_MAX` other results, each at most a refused
+/// acquire's holder (its owner, election value and name, at most six bytes per byte escaped)
+/// or an error quoting a name, with a kilobyte of fields. Else an answer of operations that
+/// applied would not be relayed.
+const _: () = assert!(
+    CONTENDED_NAMES_PER_ANSWER_MAX * (2 * LOCK_NAME_BYTES_MAX + 4)
+        + KEEPALIVE_SESSIONS_MAX * (256 + REVOKED_GRANTS_PER_SESSION_MAX * 21)
+        + BATCH_CALL_OPS_MAX
+            * (6 * (OWNER_BYTES_MAX + ELECTION_VALUE_BYTES_MAX + LOCK_NAME_BYTES_MAX) + 1024)
+        <= HTTP_FORWARD_RESPONSE_BYTES_MAX
+);
 /// Members whose HTTP address one member remembers for its cluster status (issue #33): more
 /// than any cluster runs; beyond, a new member's is not shown until a restart.
 pub const HTTP_ADDRS_KNOWN_MAX: usize = 1_024;

@@ -11,7 +11,8 @@
 //! change to an upper one cannot reach a lower one, and none imports another in a circle:
 //! - `api/`: the client APIs, translators only: `service` (the `Locks` gRPC service) and
 //!   [`http`] (the HTTP/JSON API, [`http::ROUTES`], the page in `ui/`; [`cross_site`], its
-//!   guard against cross-site requests). Protobuf and JSON types stop here.
+//!   guard against cross-site requests), both running acquire, release, close, keepalive and
+//!   their batch through `calls`. Protobuf and JSON types stop here.
 //! - `node/`: the domain layer. `Node`, one member of one Raft group (start-up, the data dir,
 //!   the lease task and the leader's other duties); `ops`, its operations in domain types,
 //!   with `Node::authorize`, the one access check of both APIs; `membership`, membership

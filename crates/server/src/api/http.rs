@@ -1,10 +1,12 @@
 //! The HTTP/JSON API (`--http-listen`, issue #15): the client calls of the gRPC `Locks` service
 //! (sessions, keepalive, acquire with its long-poll, release, describe, list, this node's
-//! status) and the admin force-release (`AdminRelease`, for the web page) as JSON over
+//! status, the batch of acquires, releases, closes and a keepalive: `POST /v1/batch`) and the
+//! admin force-release (`AdminRelease`, for the web page) as JSON over
 //! HTTP/1.1, for clients without gRPC. Like `service.rs` it only
 //! translates: every call is checked by `Node::authorize` and runs the same operation of
-//! `ops.rs`, so the semantics (exactly-once by session and sequence number, the long-poll bound
-//! `ACQUIRE_POLL_MS_MAX`, the leader-only answers) are the gRPC API's. Errors are
+//! `ops.rs` (acquire, release, close, keepalive and the batch through the functions gRPC's
+//! calls run, `calls.rs`), so the semantics (exactly-once by session and sequence number, the
+//! long-poll bound `ACQUIRE_POLL_MS_MAX`, the leader-only answers) are the gRPC API's. Errors are
 //! `error::ErrorBody` JSON with the gRPC reason as `code`.
 //!
 //! [`ROUTES`] is the API's one list of (method, path): the router is built from it, and a test
@@ -46,8 +48,9 @@ use tokio::sync::{mpsc, Semaphore};
 
 use crate::access::acl::{Caller, Need, Permission};
 use crate::access::tls::{self, ServerTls};
+use crate::api::calls::{self, Call, Outcome, Poll};
 use crate::error::{ApiError, ErrorBody, GroupError};
-use crate::node::groups::Groups;
+use crate::node::groups::{Groups, Renewal};
 use crate::node::membership::NodeStatus;
 use crate::node::ops::{Acquired, Credentials, Held, LockView, Waiting};
 use crate::node::Node;
@@ -92,6 +95,7 @@ fn handler(method: &str, path: &str) -> MethodRouter<Api> {
         ("POST", "/v1/locks/acquire") => post(acquire),
         ("POST", "/v1/locks/release") => post(release),
         ("POST", "/v1/locks/proclaim") => post(proclaim),
+        ("POST", "/v1/batch") => post(batch),
         ("GET", "/v1/lock") => get(describe),
         ("GET", "/v1/locks") => get(list),
         ("GET", "/v1/cluster/status") => get(status),
@@ -262,9 +266,8 @@ fn credentials<'a>(headers: &'a HeaderMap, peer: &'a HttpPeer) -> Credentials<'a
     }
 }
 
-/// Checks the call with [`Node::authorize`], the one access check of both APIs, at the node
-/// of the sessions' group (whose they are is in its table; a member outside that group sends
-/// the client to one of its replicas), or the member's first node when it names none.
+/// Checks the call with [`Node::authorize`], the one access check of both APIs
+/// (`calls::authorize`), with the credentials the request carries.
 fn authorize(
     groups: &Groups,
     headers: &HeaderMap,
@@ -272,16 +275,27 @@ fn authorize(
     need: Need<'_>,
     sessions: &[SessionId],
 ) -> Result<Option<Caller>, HttpError> {
-    let node = match sessions.first() {
-        Some(id) => groups.of_session(*id)?,
-        None => groups.first(),
-    };
-    Ok(node.authorize(credentials(headers, peer), need, sessions)?)
+    Ok(calls::authorize(
+        groups,
+        credentials(headers, peer),
+        need,
+        sessions,
+    )?)
 }
 
 /// An operation's error at `node`: of its group.
 fn in_group(node: &Node) -> impl FnOnce(ApiError) -> GroupError + '_ {
     move |e| GroupError::of(node.shape, e)
+}
+
+/// Runs `call` (`calls.rs`, as gRPC runs it) with the credentials the request carries.
+async fn run(
+    groups: &Groups,
+    headers: &HeaderMap,
+    peer: &HttpPeer,
+    call: Call,
+) -> Result<Outcome, HttpError> {
+    Ok(calls::run(groups, credentials(headers, peer), call, Poll::Long).await?)
 }
 
 /// A session as JSON: the secret is a decimal string, since a 64-bit secret is beyond the
@@ -429,27 +443,11 @@ struct KeepAliveResponse {
     refused: Vec<RefusedJson>,
 }
 
-async fn keep_alive(
-    State(groups): State<Api>,
-    ConnectInfo(peer): ConnectInfo<HttpPeer>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Answer {
-    groups.first().metrics.request("keep_alive");
-    // Parsed before the access check, which needs the sessions' ids.
-    let req: KeepAliveRequest = parse(body)?;
-    let keys: Vec<SessionKey> = req.sessions.into_iter().map(Into::into).collect();
-    let renewal = groups
-        .keep_alive(&keys, |node, ids| {
-            node.authorize(
-                credentials(&headers, &peer),
-                Need::Anywhere(Permission::Lock),
-                ids,
-            )
-            .map(|_| ())
-            .map_err(GroupError::of_cluster)
-        })
-        .await?;
+fn keep_alive_call(req: KeepAliveRequest) -> Call {
+    Call::KeepAlive(req.sessions.into_iter().map(Into::into).collect())
+}
+
+fn keep_alive_response(renewal: Renewal) -> KeepAliveResponse {
     let leases = renewal
         .leases
         .into_iter()
@@ -477,7 +475,23 @@ async fn keep_alive(
             }
         })
         .collect();
-    Ok(json(&KeepAliveResponse { leases, refused }))
+    KeepAliveResponse { leases, refused }
+}
+
+async fn keep_alive(
+    State(groups): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    groups.first().metrics.request("keep_alive");
+    // Parsed before the access check, which needs the sessions' ids.
+    let req: KeepAliveRequest = parse(body)?;
+    let Outcome::Renewed(renewal) = run(&groups, &headers, &peer, keep_alive_call(req)).await?
+    else {
+        unreachable!("a keepalive is answered with a renewal")
+    };
+    Ok(json(&keep_alive_response(renewal)))
 }
 
 #[derive(Deserialize)]
@@ -485,6 +499,10 @@ async fn keep_alive(
 struct CloseSessionRequest {
     session: SessionJson,
 }
+
+/// The answer of a close: nothing more than its success.
+#[derive(Serialize)]
+struct Closed {}
 
 async fn close_session(
     State(groups): State<Api>,
@@ -494,19 +512,9 @@ async fn close_session(
 ) -> Answer {
     groups.first().metrics.request("close_session");
     let req: CloseSessionRequest = parse(body)?;
-    let id = SessionId(req.session.id);
-    authorize(
-        &groups,
-        &headers,
-        &peer,
-        Need::Anywhere(Permission::Lock),
-        &[id],
-    )?;
-    let node = groups.of_session(id)?;
-    node.close_session(req.session.into())
-        .await
-        .map_err(in_group(node))?;
-    Ok(json(&serde_json::json!({})))
+    let call = Call::CloseSession(req.session.into());
+    run(&groups, &headers, &peer, call).await?;
+    Ok(json(&Closed {}))
 }
 
 #[derive(Deserialize)]
@@ -622,6 +630,18 @@ fn acquire_response(a: Acquired) -> AcquireResponse {
     }
 }
 
+fn acquire_call(req: AcquireRequest) -> Call {
+    Call::Acquire(calls::Acquire {
+        session: req.session.into(),
+        seq: req.seq,
+        name: req.name,
+        wait_timeout_ms: req.wait_timeout_ms,
+        mode: req.mode.into(),
+        value: req.value.map(String::into_bytes),
+        lock_delay_ms: req.lock_delay_ms,
+    })
+}
+
 async fn acquire(
     State(groups): State<Api>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
@@ -630,29 +650,10 @@ async fn acquire(
 ) -> Answer {
     groups.first().metrics.request("acquire");
     let req: AcquireRequest = parse(body)?;
-    let id = SessionId(req.session.id);
-    let who = authorize(
-        &groups,
-        &headers,
-        &peer,
-        Need::Lock(&req.name, Permission::Lock),
-        &[id],
-    )?;
-    let node = groups.of_lock_in(&req.name, id)?;
-    let acquired = node
-        .acquire(
-            req.session.into(),
-            req.seq,
-            req.name,
-            req.wait_timeout_ms,
-            req.mode.into(),
-            req.value.map(String::into_bytes),
-            req.lock_delay_ms,
-            who.as_ref(),
-            limits::ACQUIRE_POLL_MS_MAX,
-        )
-        .await
-        .map_err(in_group(node))?;
+    let Outcome::Acquired(acquired) = run(&groups, &headers, &peer, acquire_call(req)).await?
+    else {
+        unreachable!("an acquire is answered with its outcome")
+    };
     Ok(json(&acquire_response(acquired)))
 }
 
@@ -667,6 +668,20 @@ struct ReleaseRequest {
     token: u64,
 }
 
+#[derive(Serialize)]
+struct ReleaseResponse {
+    released: bool,
+}
+
+fn release_call(req: ReleaseRequest) -> Call {
+    Call::Release {
+        session: req.session.into(),
+        seq: req.seq,
+        name: req.name,
+        token: req.token,
+    }
+}
+
 async fn release(
     State(groups): State<Api>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
@@ -675,20 +690,151 @@ async fn release(
 ) -> Answer {
     groups.first().metrics.request("release");
     let req: ReleaseRequest = parse(body)?;
-    let id = SessionId(req.session.id);
-    authorize(
-        &groups,
-        &headers,
-        &peer,
-        Need::Lock(&req.name, Permission::Lock),
-        &[id],
-    )?;
-    let node = groups.of_lock_in(&req.name, id)?;
-    let released = node
-        .release(req.session.into(), req.seq, req.name, req.token)
-        .await
-        .map_err(in_group(node))?;
-    Ok(json(&serde_json::json!({ "released": released })))
+    let Outcome::Released(released) = run(&groups, &headers, &peer, release_call(req)).await?
+    else {
+        unreachable!("a release is answered with whether it released")
+    };
+    Ok(json(&ReleaseResponse { released }))
+}
+
+/// `POST /v1/batch` (issue #35 item 1): the gRPC `Batch` call. Each operation is the JSON body
+/// of its own route (`/v1/locks/acquire`, `/v1/locks/release`, `/v1/sessions/close`,
+/// `/v1/sessions/keepalive`) under the route's last word.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchRequest {
+    ops: Vec<BatchOpJson>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+enum BatchOpJson {
+    Acquire(AcquireRequest),
+    Release(ReleaseRequest),
+    Close(CloseSessionRequest),
+    Keepalive(KeepAliveRequest),
+}
+
+/// One operation's answer: its own route's answer under the same word, or `error`.
+#[derive(Serialize)]
+#[serde(rename_all = "lowercase")]
+enum BatchResultJson {
+    Acquire(AcquireResponse),
+    Release(ReleaseResponse),
+    Close(Closed),
+    Keepalive(KeepAliveResponse),
+    Error(BatchErrorJson),
+}
+
+/// An operation's error: the fields of the HTTP API's error body (`error::ErrorBody`), and
+/// the HTTP status its own call would have been answered with.
+#[derive(Serialize)]
+struct BatchErrorJson {
+    status: u16,
+    code: &'static str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader_addr: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct BatchResponse {
+    results: Vec<BatchResultJson>,
+}
+
+fn batch_result(result: Result<Outcome, GroupError>) -> BatchResultJson {
+    match result {
+        Ok(Outcome::Acquired(a)) => BatchResultJson::Acquire(acquire_response(a)),
+        Ok(Outcome::Released(released)) => BatchResultJson::Release(ReleaseResponse { released }),
+        Ok(Outcome::Closed) => BatchResultJson::Close(Closed {}),
+        Ok(Outcome::Renewed(r)) => BatchResultJson::Keepalive(keep_alive_response(r)),
+        Err(e) => {
+            let (leader_id, leader_addr) = e.error.leader_hint();
+            BatchErrorJson {
+                status: e.error.http_status().as_u16(),
+                code: e.error.reason(),
+                message: e.error.to_string(),
+                leader_id,
+                leader_addr: leader_addr.map(str::to_owned),
+                group: e.group(),
+            }
+            .into()
+        }
+    }
+}
+
+impl From<BatchErrorJson> for BatchResultJson {
+    fn from(e: BatchErrorJson) -> BatchResultJson {
+        BatchResultJson::Error(e)
+    }
+}
+
+/// The `not-leader` error a batch is answered with as a whole, so that a follower forwards
+/// it to its leader as any route's request (`forward.rs`): when every operation was refused
+/// before anything was proposed, at least one because this member does not lead, and all
+/// those name the same group and leader. Then nothing changed here, and the leader answers
+/// every operation, those refused here too (its own access check, its own table). Otherwise
+/// each operation keeps its answer, a `not-leader` one with its group's leader hint, as in
+/// the gRPC `Batch`.
+fn not_leader_for_all(results: &[Result<Outcome, GroupError>]) -> Option<GroupError> {
+    let mut not_leader: Option<&GroupError> = None;
+    for result in results {
+        let e = result.as_ref().err()?;
+        match &e.error {
+            ApiError::NotLeader { .. } => match not_leader {
+                Some(first)
+                    if first.group() != e.group()
+                        || first.error.leader_hint() != e.error.leader_hint() =>
+                {
+                    return None
+                }
+                Some(_) => {}
+                None => not_leader = Some(e),
+            },
+            // Refused before anything was proposed.
+            ApiError::Invalid(_)
+            | ApiError::PermissionDenied(_)
+            | ApiError::Unauthenticated(_)
+            | ApiError::WrongGroup { .. }
+            | ApiError::NotWithGroups { .. }
+            | ApiError::NoSuchGroup { .. } => {}
+            _ => return None,
+        }
+    }
+    not_leader.cloned()
+}
+
+async fn batch(
+    State(groups): State<Api>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    groups.first().metrics.request("batch");
+    let req: BatchRequest = parse(body)?;
+    let calls = req
+        .ops
+        .into_iter()
+        .map(|op| {
+            Ok(match op {
+                BatchOpJson::Acquire(req) => acquire_call(req),
+                BatchOpJson::Release(req) => release_call(req),
+                BatchOpJson::Close(req) => Call::CloseSession(req.session.into()),
+                BatchOpJson::Keepalive(req) => keep_alive_call(req),
+            })
+        })
+        .collect();
+    let results = calls::batch(&groups, credentials(&headers, &peer), calls).await?;
+    if let Some(e) = not_leader_for_all(&results) {
+        return Err(e.into());
+    }
+    Ok(json(&BatchResponse {
+        results: results.into_iter().map(batch_result).collect(),
+    }))
 }
 
 #[derive(Deserialize)]

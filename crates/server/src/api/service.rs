@@ -17,11 +17,13 @@ use latchkey_core::{
     limits, Actor, AuditAction, AuditRecord, Mode, SessionId, SessionKey, SessionOwner,
 };
 use latchkey_proto::v1 as pb;
+use rustls_pki_types::CertificateDer;
 use tonic::{Request, Response, Status};
 
+use super::calls::{self, Call, Outcome, Poll};
 use crate::access::acl::{Caller, Need, Permission};
 use crate::error::{ApiError, GroupError};
-use crate::node::groups::Groups;
+use crate::node::groups::{Groups, Renewal};
 use crate::node::membership::NodeStatus;
 use crate::node::ops::{Acquired, Credentials, Held, LockView};
 use crate::node::Node;
@@ -29,16 +31,11 @@ use crate::observe::watch::WatchOut;
 
 pub struct LocksService {
     groups: Arc<Groups>,
-    /// Room for `Batch` operations running at once, member-wide (`BATCH_OPS_IN_FLIGHT_MAX`).
-    batch_ops: Arc<tokio::sync::Semaphore>,
 }
 
 impl LocksService {
     pub fn new(groups: Arc<Groups>) -> LocksService {
-        LocksService {
-            groups,
-            batch_ops: Arc::new(tokio::sync::Semaphore::new(limits::BATCH_OPS_IN_FLIGHT_MAX)),
-        }
+        LocksService { groups }
     }
 
     /// Group 0's node: the member's settings and metrics, which its groups share.
@@ -83,16 +80,30 @@ impl LocksService {
             return Ok(None);
         }
         let certs = request.peer_certs();
-        let credentials = Credentials {
-            authorization: request
-                .metadata()
-                .get(AUTHORIZATION_KEY)
-                .map(|v| v.as_bytes()),
-            certs: certs.as_deref().map(Vec::as_slice),
-            from: request.remote_addr(),
-        };
-        node.authorize(credentials, need, sessions)
+        node.authorize(credentials(request, certs.as_deref()), need, sessions)
             .map_err(GroupError::of_cluster)
+    }
+
+    /// Runs `call` (`calls.rs`, as HTTP runs it) with the credentials `ctx` carries.
+    async fn run(&self, ctx: &Request<()>, call: Call, poll: Poll) -> Result<Outcome, Status> {
+        let certs = ctx.peer_certs();
+        Ok(calls::run(&self.groups, credentials(ctx, certs.as_deref()), call, poll).await?)
+    }
+}
+
+/// The credentials a gRPC request carries: the `authorization` metadata, the TLS client
+/// certificates (`certs`, the request's `peer_certs`), its peer's address.
+fn credentials<'a, T>(
+    request: &'a Request<T>,
+    certs: Option<&'a Vec<CertificateDer<'static>>>,
+) -> Credentials<'a> {
+    Credentials {
+        authorization: request
+            .metadata()
+            .get(AUTHORIZATION_KEY)
+            .map(|v| v.as_bytes()),
+        certs: certs.map(Vec::as_slice),
+        from: request.remote_addr(),
     }
 }
 
@@ -376,16 +387,6 @@ fn status_response(s: NodeStatus) -> pb::NodeStatusResponse {
     }
 }
 
-/// How long an acquire that queued waits in its call before it answers PENDING.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Poll {
-    /// A call of its own: long-polls up to `ACQUIRE_POLL_MS_MAX` of its wait.
-    Long,
-    /// In a batch: answers PENDING at once, so that a wait never holds up the batch's other
-    /// operations (the client re-sends it, same seq, to go on waiting).
-    None,
-}
-
 /// A request's credentials (metadata, TLS peer certificates) apart from its message: the one
 /// context every operation of a `Batch` call is checked with, as its own call would be.
 fn split<T>(request: Request<T>) -> (Request<()>, T) {
@@ -407,71 +408,20 @@ fn batch_error(status: Status) -> pb::BatchError {
     }
 }
 
-/// The operations a `Batch` call carries, each answered by the code its own call runs.
+/// The calls a `Batch` call carries, from protobuf to `calls.rs` and back: each runs there as
+/// its own call does, and as the HTTP API's.
 impl LocksService {
-    async fn batch_op(&self, ctx: &Request<()>, op: pb::BatchOp) -> pb::BatchResult {
-        use pb::batch_op::Op;
-        use pb::batch_result::Result as R;
-        let metrics = &self.node().metrics;
-        let result = match op.op {
-            Some(Op::Acquire(req)) => {
-                metrics.batched("acquire");
-                self.acquire_op(ctx, req, Poll::None).await.map(R::Acquire)
-            }
-            Some(Op::Release(req)) => {
-                metrics.batched("release");
-                self.release_op(ctx, req).await.map(R::Release)
-            }
-            Some(Op::CloseSession(req)) => {
-                metrics.batched("close_session");
-                self.close_session_op(ctx, req).await.map(R::CloseSession)
-            }
-            Some(Op::KeepAlive(req)) => {
-                metrics.batched("keep_alive");
-                self.keep_alive_op(ctx, req).await.map(R::KeepAlive)
-            }
-            None => Err(Status::from(ApiError::Invalid(
-                "a batch operation names no call (acquire, release, close_session, keep_alive)"
-                    .into(),
-            ))),
-        };
-        pb::BatchResult {
-            result: Some(result.unwrap_or_else(|status| R::Error(batch_error(status)))),
-        }
-    }
-
     async fn keep_alive_op(
         &self,
         ctx: &Request<()>,
         req: pb::KeepAliveRequest,
     ) -> Result<pb::KeepAliveResponse, Status> {
-        let keys: Vec<SessionKey> = req.sessions.iter().cloned().map(key).collect();
-        let renewal = self
-            .groups
-            .keep_alive(&keys, |node, ids| {
-                self.authorize_at(node, ctx, Need::Anywhere(Permission::Lock), ids)
-                    .map(|_| ())
-            })
-            .await?;
-        let leases = renewal
-            .leases
-            .into_iter()
-            .map(|l| pb::SessionLease {
-                id: l.id.0,
-                alive: l.alive,
-                ttl_ms: l.ttl_ms,
-                revoked_tokens: l.revoked_tokens,
-                revoked_through: l.revoked_through.unwrap_or(0),
-                contended: l.contended,
-                contended_truncated: l.contended_truncated,
-            })
-            .collect();
-        let refused = renewal
-            .refused
-            .iter()
-            .map(|(group, e)| group_refusal(*group, e))
-            .collect();
-        Ok(pb::KeepAliveResponse { leases, refused })
+        let keys = req.sessions.into_iter().map(key).collect();
+        let Outcome::Renewed(renewal) = self.run(ctx, Call::KeepAlive(keys), Poll::Long).await?
+        else {
+            unreachable!("a keepalive is answered with a renewal")
+        };
+        Ok(keep_alive_response(renewal))
     }
 
     async fn close_session_op(
@@ -479,11 +429,8 @@ impl LocksService {
         ctx: &Request<()>,
         req: pb::CloseSessionRequest,
     ) -> Result<pb::CloseSessionResponse, Status> {
-        let ids = session_ids(&req.session);
-        self.authorize(ctx, Need::Anywhere(Permission::Lock), &ids)?;
-        let session = session_key(req.session)?;
-        let node = self.groups.of_session(session.id)?;
-        node.close_session(session).await.map_err(in_group(node))?;
+        let call = Call::CloseSession(session_key(req.session)?);
+        self.run(ctx, call, Poll::Long).await?;
         Ok(pb::CloseSessionResponse {})
     }
 
@@ -493,30 +440,12 @@ impl LocksService {
         req: pb::AcquireRequest,
         poll: Poll,
     ) -> Result<pb::AcquireResponse, Status> {
-        let ids = session_ids(&req.session);
-        let who = self.authorize(ctx, Need::Lock(&req.name, Permission::Lock), &ids)?;
-        let session = session_key(req.session)?;
-        let mode = mode_domain(req.mode, req.permits)?;
-        let node = self.groups.of_lock_in(&req.name, session.id)?;
-        let poll_ms = match poll {
-            Poll::Long => limits::ACQUIRE_POLL_MS_MAX,
-            Poll::None => 0,
+        let name = req.name.clone();
+        let call = acquire_call(req)?;
+        let Outcome::Acquired(acquired) = self.run(ctx, call, poll).await? else {
+            unreachable!("an acquire is answered with its outcome")
         };
-        let acquired = node
-            .acquire(
-                session,
-                req.seq,
-                req.name.clone(),
-                req.wait_timeout_ms,
-                mode,
-                req.value,
-                req.lock_delay_ms,
-                who.as_ref(),
-                poll_ms,
-            )
-            .await
-            .map_err(in_group(node))?;
-        Ok(acquire_response(acquired, &req.name))
+        Ok(acquire_response(acquired, &name))
     }
 
     async fn release_op(
@@ -524,16 +453,87 @@ impl LocksService {
         ctx: &Request<()>,
         req: pb::ReleaseRequest,
     ) -> Result<pb::ReleaseResponse, Status> {
-        let ids = session_ids(&req.session);
-        self.authorize(ctx, Need::Lock(&req.name, Permission::Lock), &ids)?;
-        let session = session_key(req.session)?;
-        let node = self.groups.of_lock_in(&req.name, session.id)?;
-        let released = node
-            .release(session, req.seq, req.name, req.token)
-            .await
-            .map_err(in_group(node))?;
+        let call = Call::Release {
+            session: session_key(req.session)?,
+            seq: req.seq,
+            name: req.name,
+            token: req.token,
+        };
+        let Outcome::Released(released) = self.run(ctx, call, Poll::Long).await? else {
+            unreachable!("a release is answered with whether it released")
+        };
         Ok(pb::ReleaseResponse { released })
     }
+}
+
+fn acquire_call(req: pb::AcquireRequest) -> Result<Call, ApiError> {
+    Ok(Call::Acquire(calls::Acquire {
+        session: session_key(req.session)?,
+        seq: req.seq,
+        mode: mode_domain(req.mode, req.permits)?,
+        name: req.name,
+        wait_timeout_ms: req.wait_timeout_ms,
+        value: req.value,
+        lock_delay_ms: req.lock_delay_ms,
+    }))
+}
+
+/// A `Batch` operation as a call, or the error that is its answer.
+fn batch_call(op: pb::BatchOp) -> Result<Call, ApiError> {
+    use pb::batch_op::Op;
+    match op.op {
+        Some(Op::Acquire(req)) => acquire_call(req),
+        Some(Op::Release(req)) => Ok(Call::Release {
+            session: session_key(req.session)?,
+            seq: req.seq,
+            name: req.name,
+            token: req.token,
+        }),
+        Some(Op::CloseSession(req)) => Ok(Call::CloseSession(session_key(req.session)?)),
+        Some(Op::KeepAlive(req)) => {
+            Ok(Call::KeepAlive(req.sessions.into_iter().map(key).collect()))
+        }
+        None => Err(ApiError::Invalid(
+            "a batch operation names no call (acquire, release, close_session, keep_alive)".into(),
+        )),
+    }
+}
+
+/// A `Batch` operation's answer: what its own call answers, or its status as a `BatchError`.
+fn batch_result(name: Option<String>, result: Result<Outcome, GroupError>) -> pb::BatchResult {
+    use pb::batch_result::Result as R;
+    let result = match result {
+        Ok(Outcome::Acquired(a)) => R::Acquire(acquire_response(a, name.as_deref().unwrap_or(""))),
+        Ok(Outcome::Released(released)) => R::Release(pb::ReleaseResponse { released }),
+        Ok(Outcome::Closed) => R::CloseSession(pb::CloseSessionResponse {}),
+        Ok(Outcome::Renewed(renewal)) => R::KeepAlive(keep_alive_response(renewal)),
+        Err(e) => R::Error(batch_error(Status::from(e))),
+    };
+    pb::BatchResult {
+        result: Some(result),
+    }
+}
+
+fn keep_alive_response(renewal: Renewal) -> pb::KeepAliveResponse {
+    let leases = renewal
+        .leases
+        .into_iter()
+        .map(|l| pb::SessionLease {
+            id: l.id.0,
+            alive: l.alive,
+            ttl_ms: l.ttl_ms,
+            revoked_tokens: l.revoked_tokens,
+            revoked_through: l.revoked_through.unwrap_or(0),
+            contended: l.contended,
+            contended_truncated: l.contended_truncated,
+        })
+        .collect();
+    let refused = renewal
+        .refused
+        .iter()
+        .map(|(group, e)| group_refusal(*group, e))
+        .collect();
+    pb::KeepAliveResponse { leases, refused }
 }
 
 #[tonic::async_trait]
@@ -602,38 +602,28 @@ impl pb::locks_server::Locks for LocksService {
     ) -> Result<Response<pb::BatchResponse>, Status> {
         self.node().metrics.request("batch");
         let (ctx, req) = split(request);
-        let n = req.ops.len();
-        if n == 0 || n > limits::BATCH_CALL_OPS_MAX {
-            return Err(ApiError::Invalid(format!(
-                "a batch has 1 to {} operations, not {n}",
-                limits::BATCH_CALL_OPS_MAX
-            ))
-            .into());
-        }
-        let keepalives = req
+        // An acquire's name, for a refused acquire's `held_by`.
+        let names: Vec<Option<String>> = req
             .ops
             .iter()
-            .filter(|op| matches!(op.op, Some(pb::batch_op::Op::KeepAlive(_))))
-            .count();
-        if keepalives > 1 {
-            // Its answer's size is bounded by one keepalive's (`BATCH_RESULT_BYTES_SMALL_MAX`).
-            return Err(ApiError::Invalid(format!(
-                "a batch carries at most one keepalive, not {keepalives}: one renews any number \
-                 of sessions"
-            ))
-            .into());
-        }
-        // Room for its operations among the member's batches (waits, bounded by the call's
-        // deadline, while other batches run).
-        let _room = self
-            .batch_ops
-            .acquire_many(n as u32)
-            .await
-            .map_err(|_| ApiError::ShuttingDown)?;
-        // Every operation through its own call's path (its checks, access control included),
-        // all at once: as many calls sent together, which the leader may write as one entry.
-        let results =
-            futures::future::join_all(req.ops.into_iter().map(|op| self.batch_op(&ctx, op))).await;
+            .map(|op| match &op.op {
+                Some(pb::batch_op::Op::Acquire(a)) => Some(a.name.clone()),
+                _ => None,
+            })
+            .collect();
+        let calls = req
+            .ops
+            .into_iter()
+            .map(|op| batch_call(op).map_err(GroupError::of_cluster))
+            .collect();
+        let certs = ctx.peer_certs();
+        let outcomes =
+            calls::batch(&self.groups, credentials(&ctx, certs.as_deref()), calls).await?;
+        let results = names
+            .into_iter()
+            .zip(outcomes)
+            .map(|(name, result)| batch_result(name, result))
+            .collect();
         let mut answer = pb::BatchResponse { results };
         if prost::Message::encoded_len(&answer) > limits::CLIENT_MESSAGE_BYTES_MAX {
             // Their operations applied: answered without the holders a refused acquire

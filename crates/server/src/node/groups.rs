@@ -38,6 +38,9 @@ pub struct Groups {
     nodes: Vec<Arc<Node>>,
     /// Which replica the next client sent from a group this member is outside of goes to.
     hint_turn: AtomicUsize,
+    /// Room for batch operations running at once, member-wide (`BATCH_OPS_IN_FLIGHT_MAX`):
+    /// shared by both APIs' batch calls (`api/calls.rs`).
+    batch_room: tokio::sync::Semaphore,
 }
 
 impl Groups {
@@ -55,6 +58,7 @@ impl Groups {
         let groups = Arc::new(Groups {
             nodes,
             hint_turn: AtomicUsize::new(0),
+            batch_room: tokio::sync::Semaphore::new(limits::BATCH_OPS_IN_FLIGHT_MAX),
         });
         let others: std::sync::Weak<dyn OtherGroups> = Arc::downgrade(&groups) as _;
         groups.nodes[0]
@@ -72,6 +76,11 @@ impl Groups {
     /// group's node shares.
     pub fn first(&self) -> &Arc<Node> {
         &self.nodes[0]
+    }
+
+    /// The member's room for batch operations in flight, of either API.
+    pub(crate) fn batch_room(&self) -> &tokio::sync::Semaphore {
+        &self.batch_room
     }
 
     pub fn all(&self) -> &[Arc<Node>] {

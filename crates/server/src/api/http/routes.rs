@@ -12,6 +12,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/locks/acquire"),
     ("POST", "/v1/locks/release"),
     ("POST", "/v1/locks/proclaim"),
+    ("POST", "/v1/batch"),
     ("GET", "/v1/lock"),
     ("GET", "/v1/locks"),
     ("GET", "/v1/cluster/status"),

@@ -222,6 +222,14 @@ fn the_openapi_document_states_the_servers_limits() {
         num(&sessions["maxItems"]),
         limits::KEEPALIVE_SESSIONS_MAX as u64
     );
+    // A batch (issue #35): its operations, and its one keepalive.
+    let ops = schema(&doc, &format!("{s}/BatchRequest/properties/ops"));
+    assert_eq!(
+        (num(&ops["minItems"]), num(&ops["maxItems"])),
+        (1, limits::BATCH_CALL_OPS_MAX as u64),
+        "{ops}"
+    );
+    assert_eq!((num(&ops["minContains"]), num(&ops["maxContains"])), (0, 1));
 
     // Every integer has its type's range (or a narrower one): the server reads each into a
     // u64 or a u32.
