@@ -207,3 +207,45 @@ def test_asyncio_operations_ride_batches_with_their_own_answers_and_errors(meter
                 await s.close()
 
     run(main())
+
+
+def test_asyncio_one_call_at_a_time_goes_alone_at_once(metered_server):
+    """As test_one_call_at_a_time_goes_alone_at_once, through latchkey.aio's sender task."""
+    async def main():
+        once = latchkey.RetryPolicy(attempts_max=1)
+        async with aio.Client([metered_server.addr], batch=True, retry=once) as c:
+            s = await c.session(ttl=15)
+            before, batches = rpcs(metered_server), metered_server.requests("batch")
+            for i in range(10):
+                await (await s.lock(f"aalone/{i}", wait=T)).release()
+            assert rpcs(metered_server) - before == 20
+            assert metered_server.requests("batch") - batches == 20
+            await s.close()
+
+    run(main())
+
+
+def test_a_batch_that_fails_as_a_whole_fails_each_operation_which_retries(metered_server):
+    """The server stopped (SIGSTOP) while a batch is in flight and more operations wait: the
+    Batch call's deadline fails each of its operations as a transport error, each retries under
+    its own seq, and once the server runs again every acquire is granted exactly once."""
+    n = 8
+    with latchkey.Client([metered_server.addr], batch=True, rpc_timeout=1.0) as c:
+        sessions = [c.session(ttl=30) for _ in range(n)]
+        metered_server.pause()
+        try:
+            with ThreadPoolExecutor(n) as pool:
+                futures = [pool.submit(s.lock, f"paused/{i}", T) for i, s in enumerate(sessions)]
+                # Past one batch's deadline (rpc_timeout) with the server stopped.
+                threading.Event().wait(2.5)
+                assert not [f for f in futures if f.done()]
+                metered_server.resume()
+                guards = [f.result(T) for f in futures]
+        finally:
+            metered_server.resume()
+        assert held(c, "paused/") == {
+            f"paused/{i}": (s.id, g.token) for i, (s, g) in enumerate(zip(sessions, guards))}
+        for g in guards:
+            g.release()
+        for s in sessions:
+            s.close()
