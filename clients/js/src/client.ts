@@ -8,11 +8,14 @@ import * as protoLoader from "@grpc/proto-loader";
 import {
   classify,
   Conflict,
+  ERROR_REASON_KEY,
   errorGroup,
   Failure,
+  GROUP_KEY,
   Holder,
   InvalidArgument,
   LatchkeyError,
+  LEADER_ADDR_KEY,
   Owner,
   ProtocolError,
   TlsError,
@@ -41,6 +44,15 @@ export interface ClientOptions {
    * certificates (PEM), and a client certificate and key (PEM) for mutual TLS.
    */
   tls?: { ca: Buffer | string; cert?: Buffer | string; key?: Buffer | string };
+  /**
+   * Coalescing (issue #35; the Rust client's `ClientConfig::batch`), off by default: the
+   * acquires, releases and closes this client's sessions send to one member while an earlier
+   * batch to it is in flight wait for its answer and then go together, as one `Batch` call (at
+   * most BATCH_CALL_OPS_MAX operations). A call made alone goes at once, so one call at a time
+   * waits for nothing. Each operation keeps its own retries, leader hints and errors; an
+   * acquire that must wait is answered in its batch and then long-polls in a call of its own.
+   */
+  batch?: boolean;
 }
 
 export interface RetryPolicy {
@@ -82,6 +94,8 @@ export interface CallOpts {
    * answers.
    */
   group?: number;
+  /** Each attempt rides the next `Batch` call to its member when the client batches. */
+  batch?: boolean;
 }
 
 /** The route of calls any member answers (`NodeStatus`): kept apart from every group's, so that the member that answered is not taken for a group's leader. */
@@ -458,6 +472,10 @@ export class Client {
   private keepalives: KeepAliveWaiting[] = [];
   /** The cluster's Raft group count, once a server said it (CreateSession, NodeStatus). */
   private groupCount?: number;
+  /** `options.batch`: acquires, releases and closes ride `Batch` calls. */
+  readonly batch: boolean;
+  /** With `batch`, the operations waiting for a `Batch` call, per member (made on first use). */
+  private readonly batchQueues = new Map<string, BatchQueue>();
 
   constructor(endpoints: string[], options: ClientOptions = {}) {
     if (!Array.isArray(endpoints) || endpoints.length === 0) throw new InvalidArgument("no endpoints");
@@ -477,6 +495,7 @@ export class Client {
     this.authToken = options.authToken;
     this.rpcTimeoutMs = options.rpcTimeoutMs ?? limits.CLIENT_RPC_TIMEOUT_MS_DEFAULT;
     this.retry = { ...DEFAULT_RETRY, ...(options.retry ?? {}) };
+    this.batch = options.batch ?? false;
   }
 
   /** Opens a session (a lease, `ttl` seconds, default 15) and starts its renewal every TTL/3. */
@@ -956,6 +975,69 @@ export class Client {
     if (n > 1 && this.route.recentlyRefused(this.seeds[this.route.nextSeed % n], at)) this.route.nextSeed++;
   }
 
+  // ---- coalescing (`options.batch`; crates/client/src/batch.rs, Coalescer) ----
+
+  /**
+   * One attempt in the next `Batch` call to `t`: the answer its own call would have had, or
+   * its error (a ServiceError rebuilt from the operation's BatchError, classified as that
+   * call's). The operation that finds no batch in flight starts the sender: it goes at once.
+   * A caller that gives up (its signal, its deadline) leaves its operation in the batch and
+   * drops the answer.
+   */
+  private attemptBatched<T>(t: string, method: string, request: unknown, timeoutMs: number, signal?: AbortSignal): Promise<T> {
+    return new Promise((resolve, reject) => {
+      let q = this.batchQueues.get(t);
+      if (q === undefined) {
+        q = { sending: false, waiting: [] };
+        this.batchQueues.set(t, q);
+      }
+      let settled = false;
+      const onAbort = () => finish({ ok: false, error: new Aborted() });
+      // The batch in flight, then this one: each bounded by rpcTimeoutMs; the extra second
+      // only bounds a lost answer.
+      const timer = setTimeout(
+        () => finish({ ok: false, error: deadlineError(`${t} did not answer within ${timeoutMs} ms`) }),
+        timeoutMs + this.rpcTimeoutMs + 1_000,
+      );
+      const finish = (a: BatchAnswer) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        if (a.ok) resolve(a.value as T);
+        else reject(a.error);
+      };
+      if (signal?.aborted) return finish({ ok: false, error: new Aborted() });
+      signal?.addEventListener("abort", onAbort, { once: true });
+      q.waiting.push({ op: BATCH_OPS[method], request, settle: finish });
+      if (!q.sending) {
+        q.sending = true;
+        void this.sendBatches(t, q);
+      }
+    });
+  }
+
+  /** Sends batches to `t` while operations wait; ends when none do. */
+  private async sendBatches(t: string, q: BatchQueue): Promise<void> {
+    for (;;) {
+      const batch = q.waiting.splice(0, limits.BATCH_CALL_OPS_MAX);
+      if (batch.length === 0) {
+        q.sending = false;
+        return;
+      }
+      try {
+        const ops = batch.map((w) => ({ [w.op]: w.request }));
+        const response = await this.attempt<Wire>(t, "Batch", { ops }, this.rpcTimeoutMs, this.closed.signal);
+        const answers = batchAnswers(batch, response);
+        batch.forEach((w, i) => w.settle(answers[i]));
+      } catch (e) {
+        // The call failed as a whole (transport, deadline, the client closed): each operation
+        // fails with its status, as its own call would have.
+        for (const w of batch) w.settle({ ok: false, error: e });
+      }
+    }
+  }
+
   // ---- the retry loop ----
 
   private attempt<T>(t: string, method: string, request: unknown, timeoutMs: number, signal?: AbortSignal): Promise<T> {
@@ -1009,11 +1091,16 @@ export class Client {
       untried.delete(t);
       let failure: Failure;
       try {
-        const response = await this.attempt<T>(t, method, request, opts.attemptTimeoutMs, signal);
+        const response =
+          opts.batch && this.batch && BATCH_OPS[method] !== undefined
+            ? await this.attemptBatched<T>(t, method, request, opts.attemptTimeoutMs, signal)
+            : await this.attempt<T>(t, method, request, opts.attemptTimeoutMs, signal);
         this.answered(group, t);
         return { response, endpoint: t, failedAttempts: attempts - 1 };
       } catch (e) {
         if (e instanceof Aborted) throw e;
+        // An operation's answer this client cannot read (a Batch call's wrong result).
+        if (e instanceof LatchkeyError) throw e;
         const err = e as grpc.ServiceError;
         const mismatch = tlsMismatch(t, err);
         if (mismatch !== undefined) throw new TlsError(mismatch);
@@ -1047,6 +1134,60 @@ export class Client {
       }
     }
   }
+}
+
+/** The calls that may ride a `Batch` call, and the BatchOp/BatchResult field each one is. */
+const BATCH_OPS: Record<string, string> = { Acquire: "acquire", Release: "release", CloseSession: "close_session" };
+
+type BatchAnswer = { ok: true; value: Wire } | { ok: false; error: unknown };
+
+interface BatchWaiting {
+  op: string;
+  request: unknown;
+  settle: (a: BatchAnswer) => void;
+}
+
+interface BatchQueue {
+  /** A batch to this member is in flight (its sender runs). */
+  sending: boolean;
+  waiting: BatchWaiting[];
+}
+
+/** A status as grpc-js reports one: what `classify` reads. */
+function serviceError(code: number, message: string, metadata: grpc.Metadata): grpc.ServiceError {
+  return Object.assign(new Error(`${code} ${grpc.status[code] ?? ""}: ${message}`), { code, details: message, metadata });
+}
+
+function deadlineError(message: string): grpc.ServiceError {
+  return serviceError(grpc.status.DEADLINE_EXCEEDED, message, new grpc.Metadata());
+}
+
+/**
+ * The status the operation's own call would have failed with: its BatchError's code and
+ * message, and its reason, leader hint and group as that call's metadata.
+ */
+export function batchErrorStatus(e: Wire): grpc.ServiceError {
+  const md = new grpc.Metadata();
+  if (e.reason) md.set(ERROR_REASON_KEY, String(e.reason));
+  if (e.leader_addr) md.set(LEADER_ADDR_KEY, String(e.leader_addr));
+  // `optional uint32 group`: present when proto-loader names it in the synthetic oneof.
+  if (e._group === "group" && e.group !== undefined && e.group !== null) md.set(GROUP_KEY, String(e.group));
+  return serviceError(Number(e.code), String(e.message ?? ""), md);
+}
+
+/** Each operation's answer out of a Batch call's: its own response, or its error. */
+export function batchAnswers(batch: Array<{ op: string }>, response: Wire): BatchAnswer[] {
+  const results: Wire[] = response?.results ?? [];
+  if (results.length !== batch.length) {
+    const error = new ProtocolError(`a Batch call of ${batch.length} operations was answered with ${results.length} results`);
+    return batch.map(() => ({ ok: false, error }));
+  }
+  return batch.map((w, i) => {
+    const r = results[i];
+    if (r.result === "error") return { ok: false, error: batchErrorStatus(r.error) };
+    if (r.result === w.op && r[w.op] !== undefined && r[w.op] !== null) return { ok: true, value: r[w.op] };
+    return { ok: false, error: new ProtocolError(`a Batch call answered a ${w.op} operation with ${r.result ?? "no result"}`) };
+  });
 }
 
 /** A cluster of several Raft groups refused a call that must name its group. */

@@ -1,6 +1,7 @@
 // latchkey for Node: a client of the latchkey lock service over gRPC.
 //
-//   client.ts   endpoints, leader routing, the retry loop, keepalive batches, list, the admin calls
+//   client.ts   endpoints, leader routing, the retry loop, keepalive batches, `batch: true`'s
+//               coalescing of acquires/releases/closes into Batch calls, list, the admin calls
 //   session.ts  a session's lease, its renewal every TTL/3, the deadline rule; one per Raft group
 //   groups.ts   which Raft group a lock name or a session id belongs to (serve --groups)
 //   lock.ts     acquire (long-poll, same seq across re-sends, release of unwanted grants), LockGuard,

@@ -119,6 +119,12 @@ export const GROUPS_MAX = 64;
  * renewal is due a third of a TTL (at least 333 ms) before its deadline, so 2 ms costs nothing.
  */
 export const KEEPALIVE_GATHER_MS = 2;
+/**
+ * Operations in one `Batch` call (limits::BATCH_CALL_OPS_MAX; a server refuses more with
+ * INVALID_ARGUMENT `batch-too-large`): with `batch: true` the operations waiting for the next
+ * batch to one member go in calls of at most this many, the rest in the next one.
+ */
+export const BATCH_CALL_OPS_MAX = 256;
 
 // The relations limits.rs asserts at compile time, checked at load time.
 function assert(ok: boolean, what: string): void {

@@ -144,11 +144,16 @@ async function acquireOnce(
   seq: number,
   deadline: number | undefined,
   signal: AbortSignal,
+  first = false,
 ): Promise<Wire> {
   const waitMs =
     deadline === undefined
       ? limits.WAIT_TIMEOUT_MS_MAX
       : Math.min(Math.max(0, Math.floor(deadline - now())), limits.WAIT_TIMEOUT_MS_MAX);
+  // With `batch`, the first send rides a Batch call, where a request that must wait answers
+  // PENDING at once (the server does not long-poll it there): later sends are Acquires of
+  // their own, which long-poll.
+  const batched = first && session.client.batch;
   try {
     const { response } = await session.client.call<Wire>(
       "Acquire",
@@ -165,10 +170,11 @@ async function acquireOnce(
       {
         // The server long-polls at most ACQUIRE_POLL_MS_MAX whatever we ask, so every attempt
         // allows a full poll.
-        attemptTimeoutMs: limits.ACQUIRE_POLL_MS_MAX + session.client.rpcTimeoutMs,
+        attemptTimeoutMs: batched ? session.client.rpcTimeoutMs : limits.ACQUIRE_POLL_MS_MAX + session.client.rpcTimeoutMs,
         backoffMaxMs: limits.CLIENT_ACQUIRE_BACKOFF_MS_MAX,
         signal,
         group: session.group,
+        batch: batched,
       },
     );
     return response;
@@ -236,13 +242,15 @@ async function take(logical: Session, name: string, mode: WireMode, options: Pic
       // One logical request: its seq is fixed here and reused by every re-send.
       const seq = await session.window.begin();
       let armed = true;
+      // The first send of this seq (in a batch, with `batch`); re-sends long-poll alone.
+      let first = true;
       try {
         for (;;) {
           const sent = now();
           const giveUpAt = deadline === undefined ? undefined : deadline + limits.CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX;
           const stop = new AbortController();
           const races: Array<Promise<Race>> = [
-            acquireOnce(session, name, mode, seq, deadline, stop.signal).then(
+            acquireOnce(session, name, mode, seq, deadline, stop.signal, first).then(
               (response): Race => ({ kind: "answer", response }),
               (error): Race => ({ kind: "error", error }),
             ),
@@ -289,6 +297,7 @@ async function take(logical: Session, name: string, mode: WireMode, options: Pic
               throw e;
             }
             case "answer":
+              first = false;
               break;
           }
           const response = r.response;
@@ -393,7 +402,7 @@ export async function releaseOnServer(session: GroupSession, name: string, token
     const { response } = await session.client.call<Wire>(
       "Release",
       { session: session.wire, seq: String(seq), name, token: token.toString() },
-      session.short(),
+      { ...session.short(), batch: true },
     );
     if (!response.released) throw new NotHeld(name, token);
   } catch (e) {

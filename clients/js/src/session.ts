@@ -288,7 +288,7 @@ export class GroupSession {
   /** CloseSession at the group's leader; one already gone counts as closed. */
   async closeOnServer(): Promise<void> {
     try {
-      await this.client.call("CloseSession", { session: this.wire }, this.short());
+      await this.client.call("CloseSession", { session: this.wire }, { ...this.short(), batch: true });
     } catch (e) {
       // Already gone (expired, or a retry of a close that went through): closed all the same.
       if (!(e instanceof SessionNotFound)) throw e;

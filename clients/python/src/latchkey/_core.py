@@ -55,6 +55,10 @@ CLIENT_RPC_TIMEOUT_MS_DEFAULT = 5_000
 CLIENT_PING_INTERVAL_MS = 1_000
 CLIENT_PING_TIMEOUT_MS = 1_000
 KEEPALIVE_SESSIONS_MAX = 1_024  # sessions renewed by one KeepAlive request
+# Operations in one Batch call (limits::BATCH_CALL_OPS_MAX; a server refuses more with
+# INVALID_ARGUMENT `batch-too-large`): with `batch=True` the operations waiting for the next
+# batch to one member go in calls of at most this many, the rest in the next one.
+BATCH_CALL_OPS_MAX = 256
 # Locks returned by one List request; a list merged from several Raft groups is cut to it too,
 # so that it is no longer than one group's could be.
 LIST_RESULTS_MAX = 10_000
@@ -522,6 +526,106 @@ class KeepAliveQueue:
         batch = self._waiting[:KEEPALIVE_SESSIONS_MAX]
         del self._waiting[:KEEPALIVE_SESSIONS_MAX]
         return batch
+
+
+# --- Coalescing (`batch=True`, issue #35; the Rust client's batch.rs, Coalescer). ----------
+# The calls that may ride a Batch call, and the BatchOp/BatchResult field each one is.
+BATCH_OPS = {"Acquire": "acquire", "Release": "release", "CloseSession": "close_session"}
+
+_STATUS_OF_CODE = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class BatchWaiting:
+    """One operation waiting for its batch: `op` is its BatchOp field, `request` the request
+    its own call would send; `answer` becomes its own call's response or a Failure (that
+    call's error, rebuilt from the operation's BatchError)."""
+
+    __slots__ = ("op", "request", "answer", "reply")
+
+    def __init__(self, op: str, request: Any, reply: Any = None) -> None:
+        self.op = op
+        self.request = request
+        self.answer: Any = None
+        # Where the blocking or asyncio client wakes the caller (an Event, a Future).
+        self.reply = reply
+
+
+class BatchQueue:
+    """The operations waiting for the next Batch call to one member. Not locked: the blocking
+    client guards it with a lock, the asyncio one runs it on one event loop. A caller that
+    finds no batch in flight starts the sender (its operation goes at once, alone); the others
+    wait for the batch in flight to be answered and then go together."""
+
+    def __init__(self) -> None:
+        self._waiting: List[BatchWaiting] = []
+        self.sending = False
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def join(self, waiting: BatchWaiting) -> bool:
+        """Adds an operation; True if no batch was in flight: the caller starts the sender."""
+        self._waiting.append(waiting)
+        start = not self.sending
+        self.sending = True
+        return start
+
+    def take(self) -> List[BatchWaiting]:
+        """The oldest waiting operations, up to BATCH_CALL_OPS_MAX (one call's worth); none:
+        the sender stops (the next operation starts a new one)."""
+        batch = self._waiting[:BATCH_CALL_OPS_MAX]
+        del self._waiting[:BATCH_CALL_OPS_MAX]
+        if not batch:
+            self.sending = False
+        return batch
+
+
+def batch_request(batch: Sequence[BatchWaiting]) -> "pb.BatchRequest":
+    return pb.BatchRequest(ops=[pb.BatchOp(**{w.op: w.request}) for w in batch])
+
+
+def batch_error_failure(e: "pb.BatchError") -> Failure:
+    """What the operation's own call would have failed with: its status (code, message) and
+    metadata (reason, leader hint, group) classified as that call's would be."""
+    code = _STATUS_OF_CODE.get(e.code, grpc.StatusCode.UNKNOWN)
+    metadata = []
+    if e.reason:
+        metadata.append((ERROR_REASON_KEY, e.reason))
+    # The leader's id (`latchkey-leader-id`) is not read by this client: its address is.
+    if e.leader_addr:
+        metadata.append((LEADER_ADDR_KEY, e.leader_addr))
+    if e.HasField("group"):
+        metadata.append((GROUP_KEY, str(e.group)))
+    return classify(code, e.message, metadata)
+
+
+def batch_answers(batch: Sequence[BatchWaiting], response: "pb.BatchResponse") -> List[Any]:
+    """Each operation's answer out of a Batch call's: its own response, or a Failure."""
+    if len(response.results) != len(batch):
+        failure = Failure("fatal", "", error=errors.ProtocolError(
+            f"a Batch call of {len(batch)} operations was answered with "
+            f"{len(response.results)} results"))
+        return [failure] * len(batch)
+    out: List[Any] = []
+    for w, r in zip(batch, response.results):
+        kind = r.WhichOneof("result")
+        if kind == "error":
+            out.append(batch_error_failure(r.error))
+        elif kind == w.op:
+            out.append(getattr(r, kind))
+        else:
+            out.append(Failure("fatal", "", error=errors.ProtocolError(
+                f"a Batch call answered a {w.op} operation with {kind or 'no result'}")))
+    return out
+
+
+def batch_call_failure(code: grpc.StatusCode, details: Optional[str], metadata,
+                       addr: str) -> Failure:
+    """A Batch call that failed as a whole: each of its operations fails with its status."""
+    failure = classify(code, details, metadata)
+    if failure.kind == "transport":
+        failure.message = f"cannot reach {addr}: {failure.message}"
+    return failure
 
 
 @dataclass(frozen=True)
@@ -1230,6 +1334,7 @@ METHODS = {
     "AdminRevoke": (pb.AdminRevokeRequest, pb.AdminRevokeResponse),
     "Audit": (pb.AuditRequest, pb.AuditResponse),
     "Proclaim": (pb.ProclaimRequest, pb.ProclaimResponse),
+    "Batch": (pb.BatchRequest, pb.BatchResponse),
 }
 # Server-streaming methods.
 STREAM_METHODS = {

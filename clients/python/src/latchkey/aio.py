@@ -258,14 +258,72 @@ class _KeepAlives:
             await asyncio.wait(tasks, timeout=_JOIN_S)
 
 
+class _Coalescer:
+    """See latchkey.client._Coalescer (`batch=True`): the operation that finds no batch in
+    flight to this member starts a task that sends batches while operations wait and ends when
+    none do, so a caller that gives up does not take the others' answers with it."""
+
+    def __init__(self, client: "Client", addr: str) -> None:
+        self._client = client
+        self._addr = addr
+        self._queue = core.BatchQueue()
+
+    def send(self, waiting: core.BatchWaiting) -> None:
+        """Queues `waiting`; its `reply` (a Future) is done once `answer` is set."""
+        if self._queue.join(waiting):
+            task = asyncio.ensure_future(self._drive())
+            self._client._batch_tasks.add(task)
+            task.add_done_callback(self._client._batch_tasks.discard)
+
+    @staticmethod
+    def _answer(batch: List[core.BatchWaiting], answers: List[object]) -> None:
+        for w, a in zip(batch, answers):
+            w.answer = a
+            if not w.reply.done():
+                w.reply.set_result(None)
+
+    async def _drive(self) -> None:
+        client = self._client
+        batch: List[core.BatchWaiting] = []
+        try:
+            while True:
+                batch = self._queue.take()
+                if not batch:
+                    return
+                try:
+                    mc = client._callable(self._addr, "Batch")
+                    response = await mc(core.batch_request(batch), timeout=client._rpc_timeout,
+                                        metadata=client._metadata)
+                    answers = core.batch_answers(batch, response)
+                except grpc.aio.AioRpcError as e:
+                    answers = [core.batch_call_failure(e.code(), e.details(),
+                                                       e.trailing_metadata(), self._addr)
+                               for _ in batch]
+                except errors.LatchkeyError as e:  # the client was closed
+                    answers = [core.Failure("fatal", str(e), error=e)] * len(batch)
+                self._answer(batch, answers)
+                batch = []
+        except BaseException:
+            # Cancelled (the client closes): what this task carried fails as a cancelled call.
+            rest = batch
+            while True:
+                more = self._queue.take()
+                if not more:
+                    break
+                rest = rest + more
+            self._answer(rest, [core.Failure("transport", f"the call to {self._addr} was cancelled")
+                                for _ in rest])
+            raise
+
+
 class Client:
-    """The asyncio twin of latchkey.Client; same arguments."""
+    """The asyncio twin of latchkey.Client; same arguments (`batch=True` included)."""
 
     def __init__(self, endpoints: Sequence[str], *, ca: Optional[str] = None,
                  cert: Optional[str] = None, key: Optional[str] = None,
                  auth_token: Optional[str] = None,
                  rpc_timeout: float = core.CLIENT_RPC_TIMEOUT_MS_DEFAULT / 1000,
-                 retry: Optional[core.RetryPolicy] = None) -> None:
+                 retry: Optional[core.RetryPolicy] = None, batch: bool = False) -> None:
         if isinstance(endpoints, str):
             endpoints = [e for e in endpoints.split(",") if e.strip()]
         split = [core.split_endpoint(e) for e in endpoints]
@@ -284,6 +342,11 @@ class Client:
         self._callables: Dict[Tuple[str, str], object] = {}
         self._sessions: Set["Session"] = set()
         self._keepalives = _KeepAlives(self)
+        # With `batch`, the operations waiting for a Batch call, per member, and the tasks
+        # sending them.
+        self._batch = bool(batch)
+        self._coalescers: Dict[str, _Coalescer] = {}
+        self._batch_tasks: Set["asyncio.Future"] = set()
         # The cluster's Raft group count once an answer said it (see latchkey.Client).
         self._groups: Optional[int] = None
         self._closed = False
@@ -405,6 +468,11 @@ class Client:
             except errors.LatchkeyError as e:
                 log.debug("latchkey: closing session %s: %s", s.id, e)
         await self._keepalives.close()
+        batch_tasks = list(self._batch_tasks)
+        for t in batch_tasks:
+            t.cancel()
+        if batch_tasks:
+            await asyncio.wait(batch_tasks, timeout=_JOIN_S)
         self._closed = True
         channels = list(self._channels.values())
         self._channels.clear()
@@ -515,8 +583,35 @@ class Client:
             self._callables[(addr, method)] = mc
         return mc
 
+    async def _attempt_batched(self, addr: str, method: str, request, timeout: float,
+                               session: Optional["Session"]):
+        """See latchkey.Client._attempt_batched."""
+        waiting = core.BatchWaiting(core.BATCH_OPS[method], request,
+                                    asyncio.get_running_loop().create_future())
+        c = self._coalescers.get(addr)
+        if c is None:
+            c = self._coalescers[addr] = _Coalescer(self, addr)
+        c.send(waiting)
+        waiter = asyncio.ensure_future(session._lost.wait()) if session is not None else None
+        try:
+            waits = {waiting.reply} if waiter is None else {waiting.reply, waiter}
+            # The batch in flight, then this one: each bounded by rpc_timeout.
+            await asyncio.wait(waits, timeout=timeout + self._rpc_timeout + 1.0,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if waiter is not None:
+                waiter.cancel()
+        answer = waiting.answer
+        if answer is None:
+            if session is not None and session._lost.is_set():
+                raise session._lost_error()
+            return core.Failure("transport", f"{addr} did not answer within {timeout:.1f}s")
+        return answer
+
     async def _attempt(self, addr: str, method: str, request, timeout: float,
-                       session: Optional["Session"]):
+                       session: Optional["Session"], batch: bool = False):
+        if batch and self._batch:
+            return await self._attempt_batched(addr, method, request, timeout, session)
         call = self._callable(addr, method)(request, timeout=timeout, metadata=self._metadata)
         task = asyncio.ensure_future(call)
         waiter = asyncio.ensure_future(session._lost.wait()) if session is not None else None
@@ -549,7 +644,8 @@ class Client:
 
     async def _call(self, method: str, request, *, attempt_timeout: float,
                     backoff_max: Optional[float] = None, session: Optional["Session"] = None,
-                    not_after: Optional[float] = None, group: Optional[int] = 0):
+                    not_after: Optional[float] = None, group: Optional[int] = 0,
+                    batch: bool = False):
         """See latchkey.Client._call (to the leader of Raft group `group`). Returns (response,
         endpoint that answered, failed attempts)."""
         policy = self._retry
@@ -573,7 +669,7 @@ class Client:
             route_group = 0 if group is None else group
             addr = self._route.pick(route_group)
             untried.discard(addr)
-            outcome = await self._attempt(addr, method, request, timeout, session)
+            outcome = await self._attempt(addr, method, request, timeout, session, batch)
             if not isinstance(outcome, core.Failure):
                 self._route.answered(addr, route_group)
                 return outcome, addr, attempts - 1
@@ -780,7 +876,7 @@ class Session:
         try:
             await self._client._call("CloseSession", pb.CloseSessionRequest(session=self._key),
                                      attempt_timeout=self._client._rpc_timeout,
-                                     group=self._group)
+                                     group=self._group, batch=True)
         except errors.SessionNotFound:
             pass
 
@@ -923,12 +1019,24 @@ class Session:
                 w.set_result(None)
 
     async def _acquire_once(self, name: str, mode: core.AcquireMode, seq: int,
-                            deadline: Optional[float], not_after: Optional[float]):
+                            deadline: Optional[float], not_after: Optional[float],
+                            first: bool = False):
         if deadline is None:
             wait_ms = core.WAIT_TIMEOUT_MS_MAX
         else:
             wait_ms = min(max(int((deadline - core.now()) * 1000), 0), core.WAIT_TIMEOUT_MS_MAX)
         request = core.acquire_request(self._key, seq, name, wait_ms, mode)
+        if first and self._client._batch:
+            # In a batch a request that must wait answers PENDING at once: the next send of
+            # it is a call of its own, which long-polls.
+            try:
+                response, _, _ = await self._client._call(
+                    "Acquire", request, attempt_timeout=self._client._rpc_timeout,
+                    backoff_max=core.CLIENT_ACQUIRE_BACKOFF_MS_MAX / 1000,
+                    session=self, not_after=not_after, group=self._group, batch=True)
+            except errors.LatchkeyError as e:
+                raise self._checked(e) from None
+            return response
         try:
             response, _, _ = await self._client._call(
                 "Acquire", request,
@@ -947,10 +1055,13 @@ class Session:
         try:
             give_up_at = None if deadline is None else (
                 deadline + core.CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX / 1000)
+            first = True
             while True:
                 polled_at = core.now()
                 try:
-                    response = await self._acquire_once(name, mode, seq, deadline, give_up_at)
+                    response = await self._acquire_once(name, mode, seq, deadline, give_up_at,
+                                                        first)
+                    first = False
                 except (errors.Unavailable, errors.TransportError):
                     if give_up_at is None or core.now() < give_up_at:
                         continue
@@ -1042,7 +1153,7 @@ class Session:
                 request = pb.ReleaseRequest(session=self._key, seq=seq, name=name, token=token)
                 response, _, _ = await self._client._call(
                     "Release", request, attempt_timeout=self._client._rpc_timeout, session=self,
-                    group=self._group)
+                    group=self._group, batch=True)
             except errors.LatchkeyError as e:
                 raise self._checked(e) from None
             finally:

@@ -4,7 +4,8 @@ Layout: `Client` routes every call (leader hints, retries with backoff, one requ
 unchanged, so a sequence number survives retries); `Session` owns a lease renewed by one
 background thread every TTL/3 and its client-side deadline (`_core.ClientLease`), whose
 KeepAlive travels with those of the client's other sessions due at the same moment
-(`_KeepAlives`); a `LockGuard` is one grant and its lost signal, a `Leadership` a campaign's
+(`_KeepAlives`); with `batch=True` the acquires, releases and closes of the client's sessions
+ride `Batch` calls, one sender per member (`_Coalescer`); a `LockGuard` is one grant and its lost signal, a `Leadership` a campaign's
 grant with its published value; `Observe` follows an election's leaders on a `_Watch` of the
 name that resumes on another member (crates/client/src/election.rs). The asyncio twin is
 `latchkey.aio`.
@@ -274,6 +275,68 @@ class _KeepAlives:
             w.reply.done.set()
 
 
+class _Coalescer:
+    """The operations waiting for the next Batch call to one member (`batch=True`; the Rust
+    client's batch.rs). The call that finds no batch in flight sends its operation at once;
+    the operations that come while a batch is in flight wait for its answer and then go
+    together (at most BATCH_CALL_OPS_MAX per call). The next batch is sent from the done
+    callback of the previous one, so no thread waits for it: a caller that gives up does not
+    take the others' answers with it. Each call is bounded by the client's rpc_timeout."""
+
+    def __init__(self, client: "Client", addr: str) -> None:
+        self._client = client
+        self._addr = addr
+        self._lock = threading.Lock()
+        self._queue = core.BatchQueue()
+
+    def send(self, waiting: core.BatchWaiting) -> None:
+        """Queues `waiting`; its `reply` (an Event) is set once `answer` is."""
+        with self._lock:
+            start = self._queue.join(waiting)
+        if start:
+            self._next()
+
+    def _next(self) -> None:
+        with self._lock:
+            batch = self._queue.take()
+        if not batch:
+            return
+        client = self._client
+        try:
+            mc = client._callable(self._addr, "Batch")
+            future = mc.future(core.batch_request(batch), timeout=client._rpc_timeout,
+                               metadata=client._metadata)
+        except errors.LatchkeyError as e:  # the client was closed
+            self._answer(batch, [core.Failure("fatal", str(e), error=e)] * len(batch))
+            return
+        except Exception as e:  # a channel closed meanwhile: as a call that failed to start
+            self._answer(batch, [core.Failure("transport", f"the call to {self._addr} could "
+                                              f"not start: {e}") for _ in batch])
+            return
+        future.add_done_callback(lambda f: self._done(batch, f))
+
+    def _done(self, batch: List[core.BatchWaiting], future) -> None:
+        try:
+            answers = core.batch_answers(batch, future.result())
+        except grpc.FutureCancelledError:
+            answers = [core.Failure("transport", f"the call to {self._addr} was cancelled")
+                       for _ in batch]
+        except grpc.RpcError as e:
+            answers = [core.batch_call_failure(e.code(), e.details(), e.trailing_metadata(),
+                                               self._addr) for _ in batch]
+        except Exception as e:  # never leave the queue without a sender
+            answers = [core.Failure("transport", f"the call to {self._addr} failed: {e}")
+                       for _ in batch]
+        self._answer(batch, answers)
+
+    def _answer(self, batch: List[core.BatchWaiting], answers: List[object]) -> None:
+        for w, a in zip(batch, answers):
+            w.answer = a
+            w.reply.set()
+        # The operations that came meanwhile go now (or the sender stops).
+        self._next()
+
+
 class Client:
     """A handle on a latchkey cluster: `Client(["127.0.0.1:7420"])`. Thread-safe. Connections
     open lazily, so this does not fail when no server is up; the first call does, after its
@@ -281,7 +344,12 @@ class Client:
     Endpoints are HOST:PORT (or https://HOST:PORT); a
     node's leader hint is followed. TLS: `ca=` (PEM file of the CA that signed the servers),
     optionally `cert=`/`key=` for servers that require client certificates. `auth_token=` is
-    sent as `authorization: Bearer TOKEN` to servers with access control."""
+    sent as `authorization: Bearer TOKEN` to servers with access control.
+
+    `batch=True` (off by default, as the Rust client's `ClientConfig::batch`): the acquires,
+    releases and closes this client's sessions send to one member while an earlier batch to it
+    is in flight wait for its answer and then go together, as one `Batch` call (at most 256
+    operations); a call made alone goes at once. Each keeps its own retries and errors."""
 
     def __init__(
         self,
@@ -293,6 +361,7 @@ class Client:
         auth_token: Optional[str] = None,
         rpc_timeout: float = core.CLIENT_RPC_TIMEOUT_MS_DEFAULT / 1000,
         retry: Optional[core.RetryPolicy] = None,
+        batch: bool = False,
     ) -> None:
         if isinstance(endpoints, str):
             endpoints = [e for e in endpoints.split(",") if e.strip()]
@@ -314,6 +383,9 @@ class Client:
         self._callables: Dict[Tuple[str, str], object] = {}
         self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
         self._keepalives = _KeepAlives(self)
+        # With `batch`, the operations waiting for a Batch call, per member (made on first use).
+        self._batch = bool(batch)
+        self._coalescers: Dict[str, _Coalescer] = {}
         # The cluster's Raft group count once an answer said it (None: not yet; protocol.md,
         # 2.4). With one group no request names a group, as before groups existed.
         self._groups: Optional[int] = None
@@ -617,10 +689,42 @@ class Client:
                                                 request_serializer=req.SerializeToString,
                                                 response_deserializer=resp.FromString)
 
+    def _coalescer(self, addr: str) -> "_Coalescer":
+        with self._lock:
+            c = self._coalescers.get(addr)
+            if c is None:
+                c = self._coalescers[addr] = _Coalescer(self, addr)
+            return c
+
+    def _attempt_batched(self, addr: str, method: str, request, timeout: float,
+                         session: Optional["Session"]):
+        """One attempt in the next Batch call to `addr`: the answer its own call would have
+        had, or a Failure. Raises SessionLost if `session` is lost meanwhile (the operation
+        still goes in its batch; its answer is then dropped)."""
+        waiting = core.BatchWaiting(core.BATCH_OPS[method], request, threading.Event())
+        wake = waiting.reply
+        remove = session._lost.add(wake.set) if session is not None else None
+        try:
+            self._coalescer(addr).send(waiting)
+            # The batch in flight, then this one: each bounded by rpc_timeout; the extra
+            # second only bounds a lost callback.
+            wake.wait(timeout + self._rpc_timeout + 1.0)
+        finally:
+            if remove is not None:
+                remove()
+        answer = waiting.answer
+        if answer is None:
+            if session is not None and session._lost.is_set():
+                raise session._lost_error()
+            return core.Failure("transport", f"{addr} did not answer within {timeout:.1f}s")
+        return answer
+
     def _attempt(self, addr: str, method: str, request, timeout: float,
-                 session: Optional["Session"]):
+                 session: Optional["Session"], batch: bool = False):
         """One attempt: the response, or a Failure. Raises SessionLost if `session` is lost
-        meanwhile (the attempt is cancelled)."""
+        meanwhile (the attempt is cancelled). `batch`: in a Batch call, with `batch=True`."""
+        if batch and self._batch:
+            return self._attempt_batched(addr, method, request, timeout, session)
         mc = self._callable(addr, method)
         future = mc.future(request, timeout=timeout, metadata=self._metadata)
         wake = threading.Event()
@@ -651,12 +755,14 @@ class Client:
 
     def _call(self, method: str, request, *, attempt_timeout: float,
               backoff_max: Optional[float] = None, session: Optional["Session"] = None,
-              not_after: Optional[float] = None, group: Optional[int] = 0):
+              not_after: Optional[float] = None, group: Optional[int] = 0,
+              batch: bool = False):
         """One logical request: the same `request` (same seq, if it has one) on every attempt
         until an answer, a fatal error, the retry budget's end, or `not_after` (a clock
         instant), sent to the leader of Raft group `group` (None: not known yet, group 0's
-        route until an error names the group). Returns (response, endpoint that answered,
-        failed attempts)."""
+        route until an error names the group). `batch`: each attempt rides the next Batch
+        call to its member when the client batches. Returns (response, endpoint that
+        answered, failed attempts)."""
         policy = self._retry
         start = core.now()
         backoff = policy.backoff(backoff_max, self._rng)
@@ -679,7 +785,7 @@ class Client:
             with self._lock:
                 addr = self._route.pick(route_group)
                 untried.discard(addr)
-            outcome = self._attempt(addr, method, request, timeout, session)
+            outcome = self._attempt(addr, method, request, timeout, session, batch)
             if not isinstance(outcome, core.Failure):
                 with self._lock:
                     self._route.answered(addr, route_group)
@@ -962,7 +1068,8 @@ class Session:
     def _close_on_server(self) -> None:
         try:
             self._client._call("CloseSession", pb.CloseSessionRequest(session=self._key),
-                               attempt_timeout=self._client._rpc_timeout, group=self._group)
+                               attempt_timeout=self._client._rpc_timeout, group=self._group,
+                               batch=True)
         except errors.SessionNotFound:
             pass  # already gone (expired, or a retried close that went through)
 
@@ -1127,12 +1234,24 @@ class Session:
 
     # --- acquire ---------------------------------------------------------------------------
     def _acquire_once(self, name: str, mode: core.AcquireMode, seq: int,
-                      deadline: Optional[float], not_after: Optional[float]):
+                      deadline: Optional[float], not_after: Optional[float],
+                      first: bool = False):
         if deadline is None:
             wait_ms = core.WAIT_TIMEOUT_MS_MAX
         else:
             wait_ms = min(max(int((deadline - core.now()) * 1000), 0), core.WAIT_TIMEOUT_MS_MAX)
         request = core.acquire_request(self._key, seq, name, wait_ms, mode)
+        if first and self._client._batch:
+            # In a batch, a request that must wait answers PENDING at once (the server does
+            # not long-poll it there): the next send of it is a call of its own.
+            try:
+                response, _, _ = self._client._call(
+                    "Acquire", request, attempt_timeout=self._client._rpc_timeout,
+                    backoff_max=core.CLIENT_ACQUIRE_BACKOFF_MS_MAX / 1000,
+                    session=self, not_after=not_after, group=self._group, batch=True)
+            except errors.LatchkeyError as e:
+                raise self._checked(e) from None
+            return response
         try:
             response, _, _ = self._client._call(
                 "Acquire", request,
@@ -1153,10 +1272,12 @@ class Session:
         try:
             give_up_at = None if deadline is None else (
                 deadline + core.CLIENT_UNANSWERED_AFTER_DEADLINE_MS_MAX / 1000)
+            first = True
             while True:
                 polled_at = core.now()
                 try:
-                    response = self._acquire_once(name, mode, seq, deadline, give_up_at)
+                    response = self._acquire_once(name, mode, seq, deadline, give_up_at, first)
+                    first = False
                 except (errors.Unavailable, errors.TransportError):
                     # The retry budget of one call ran out (a long election, a partition):
                     # keep trying under the same seq while the session and the wait last.
@@ -1259,7 +1380,7 @@ class Session:
                 request = pb.ReleaseRequest(session=self._key, seq=seq, name=name, token=token)
                 response, _, _ = self._client._call(
                     "Release", request, attempt_timeout=self._client._rpc_timeout, session=self,
-                    group=self._group)
+                    group=self._group, batch=True)
             except errors.LatchkeyError as e:
                 raise self._checked(e) from None
             finally:
