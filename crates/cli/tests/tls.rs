@@ -972,30 +972,36 @@ roles = ["root"]
         .map(|(id, port)| format!("{id}=127.0.0.1:{port}"))
         .collect::<Vec<_>>()
         .join(",");
-    let members: Vec<Server> = (1..=3u64)
-        .map(|id| {
-            let i = (id - 1) as usize;
-            let (cert, key) = ca.issue(dir.path(), &format!("member-{id}"));
-            let mut flags = tls_flags(&cert, &key, Some(&ca_pem));
+    let start = |id: u64, acl: bool| {
+        let i = (id - 1) as usize;
+        let (cert, key) = ca.issue(dir.path(), &format!("member-{id}"));
+        let mut flags = tls_flags(&cert, &key, Some(&ca_pem));
+        flags.extend([
+            "--peers".to_owned(),
+            peers.clone(),
+            "--http-listen".to_owned(),
+            format!("127.0.0.1:{}", http_ports[i]),
+        ]);
+        if acl {
             flags.extend([
-                "--peers".to_owned(),
-                peers.clone(),
                 "--acl".to_owned(),
                 acl_of(id as usize).display().to_string(),
-                "--http-listen".to_owned(),
-                format!("127.0.0.1:{}", http_ports[i]),
             ]);
-            Server::start(dir.path(), id, ports[i], &flags)
-        })
-        .collect();
+        }
+        Server::start(dir.path(), id, ports[i], &flags)
+    };
+    let mut members: Vec<Server> = (1..=3u64).map(|id| start(id, true)).collect();
     let (client_cert, client_key) = ca.issue(dir.path(), "client");
     let (worker_cert, worker_key) = ca.issue(dir.path(), "worker");
+    let (stranger_cert, stranger_key) = ca.issue(dir.path(), "stranger");
     let files = paths(&[
         &ca_pem,
         &client_cert,
         &client_key,
         &worker_cert,
         &worker_key,
+        &stranger_cert,
+        &stranger_key,
     ]);
     let as_client = [
         "--cacert", &files[0], "--cert", &files[1], "--key", &files[2],
@@ -1131,6 +1137,42 @@ roles = ["root"]
     // Those refusals were the leader's, of requests the followers forwarded.
     let log = members[leader].log();
     assert!(log.contains("refused a client (unknown-token)"), "{log}");
+    // A follower without access control (a cluster part-way through turning it on) forwards
+    // a caller known only by its certificate: at the leader, the connection's certificate is
+    // the follower's (member-N, root here), and must not be taken for the caller (the
+    // attacker's review of issue #35, F1: a certificate no list names was granted a session
+    // and locks outside every prefix). The leader judges the request without a certificate:
+    // no credentials.
+    let f = followers[0];
+    let _ = members[f].child.kill();
+    let _ = members[f].child.wait();
+    members[f] = start(f as u64 + 1, false);
+    let as_stranger = [
+        "--cacert", &files[0], "--cert", &files[5], "--key", &files[6],
+    ];
+    let answered = loop {
+        let out = curl_post(
+            &as_stranger,
+            &url(f, "/v1/sessions"),
+            &[],
+            r#"{"ttl_ms":15000}"#,
+        );
+        // 503 `not-leader` until the restarted follower has heard its leader's address.
+        if !out.ends_with("\n503") {
+            break out;
+        }
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(60),
+            "member {} never forwarded: {out}\n{}",
+            f + 1,
+            members[f].log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        answered.ends_with("\n401") && answered.contains("unauthenticated"),
+        "a stranger's certificate through a follower without --acl: {answered}"
+    );
     // The grants stand: nobody released them.
     for &f in &followers {
         let out = curl(

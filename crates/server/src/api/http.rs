@@ -258,10 +258,21 @@ fn param(params: &[(&str, String)], name: &str) -> Option<String> {
         .map(|(_, v)| v.clone())
 }
 
+/// What a request says of who sends it, for [`Node::authorize`]. A request a follower
+/// forwarded (marked `forward::FORWARDED_HEADER`) came over the follower's connection: its
+/// certificate is the follower's, never the caller's, so it is left out and only the caller's
+/// bearer token can speak for it (`forward.rs`). A caller that sets the mark itself only loses
+/// its own certificate. Found by an attacker's review (issue #35): a follower running without
+/// `--acl` forwarded a certificate-only request, and the leader judged it as the follower.
 fn credentials<'a>(headers: &'a HeaderMap, peer: &'a HttpPeer) -> Credentials<'a> {
+    let forwarded = headers.contains_key(forward::FORWARDED_HEADER);
     Credentials {
         authorization: headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()),
-        certs: peer.certs.as_deref(),
+        certs: if forwarded {
+            None
+        } else {
+            peer.certs.as_deref()
+        },
         from: peer.addr,
     }
 }

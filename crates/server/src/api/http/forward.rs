@@ -18,6 +18,9 @@
 //! believe in an identity it holds no token for. A caller known only by its client certificate
 //! cannot be carried (the leader would see the follower's connection), so with access control
 //! on such a request is not forwarded: the caller gets `not-leader` and asks the leader itself.
+//! A follower without access control (a cluster part-way through turning it on) does forward
+//! it, so the leader never takes a marked request's certificate for its caller
+//! (`http::credentials` leaves it out): such a caller has no credentials there.
 //!
 //! Over TLS (with `--tls-ca`) the follower dials the leader's HTTP port as members dial each
 //! other: the leader verified against the CA, this member's certificate presented because the

@@ -320,3 +320,26 @@ fn the_openapi_document_states_the_servers_limits() {
         assert_eq!(secret.is_match(&text), taken, "the secret {text:?}");
     }
 }
+
+/// A forwarded request's connection certificate is the follower's: it never speaks for the
+/// caller (the attacker's review of issue #35, F1). Unmarked, the certificate is the caller's.
+#[test]
+fn a_forwarded_requests_certificate_is_never_the_callers() {
+    use std::sync::Arc;
+    let cert = rustls_pki_types::CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01]);
+    let peer = listener::HttpPeer {
+        certs: Some(Arc::from(vec![cert])),
+        addr: None,
+    };
+    let mut headers = HeaderMap::new();
+    assert!(credentials(&headers, &peer).certs.is_some());
+    headers.insert(forward::FORWARDED_HEADER, "2".parse().unwrap());
+    let forwarded = credentials(&headers, &peer);
+    assert!(forwarded.certs.is_none());
+    assert!(forwarded.authorization.is_none());
+    headers.insert(header::AUTHORIZATION, "Bearer t".parse().unwrap());
+    assert_eq!(
+        credentials(&headers, &peer).authorization,
+        Some(&b"Bearer t"[..])
+    );
+}
