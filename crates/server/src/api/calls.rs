@@ -161,6 +161,35 @@ pub(crate) async fn run(
     }
 }
 
+/// Refuses a batch whose sequenced operations of one session (acquires, releases) have
+/// sequence numbers `SESSION_SEQ_WINDOW_MAX` or more apart: they are all unanswered at once,
+/// which a client never does (protocol 5.2), and the server's memory of outcomes could not
+/// answer a retry of the whole batch exactly once (an attacker's review of issue #35, F3: a
+/// batch of 256 acquires of one session, retried after one more request, was answered
+/// `request-too-old`).
+fn within_seq_windows(calls: &[Result<Call, GroupError>]) -> Result<(), ApiError> {
+    let mut span: std::collections::BTreeMap<SessionId, (u64, u64)> = Default::default();
+    for call in calls.iter().flatten() {
+        let (id, seq) = match call {
+            Call::Acquire(a) => (a.session.id, a.seq),
+            Call::Release { session, seq, .. } => (session.id, *seq),
+            Call::CloseSession(_) | Call::KeepAlive(_) => continue,
+        };
+        let (low, high) = span.entry(id).or_insert((seq, seq));
+        *low = (*low).min(seq);
+        *high = (*high).max(seq);
+    }
+    let window = limits::SESSION_SEQ_WINDOW_MAX as u64;
+    match span.iter().find(|(_, (low, high))| high - low >= window) {
+        Some((id, (low, high))) => Err(ApiError::Invalid(format!(
+            "a batch's operations of session {id} have sequence numbers {low} to {high}: \
+             {window} or more apart, more than a session keeps unanswered at once (its \
+             sequence window, SESSION_SEQ_WINDOW_MAX)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// The batch call: 1 to `BATCH_CALL_OPS_MAX` operations (each already translated, or the
 /// error its translation gave, which is its answer), at most one of them a keepalive, run at
 /// once once the member has room for them; one answer per operation, in order. A refused
@@ -189,6 +218,7 @@ pub(crate) async fn batch(
              of sessions"
         )));
     }
+    within_seq_windows(&calls)?;
     // Room for its operations among the member's batches (waits, bounded by the call's
     // deadline, while other batches run).
     let _room = groups
