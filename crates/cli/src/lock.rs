@@ -46,8 +46,48 @@ pub fn shell_status(status: ExitStatus) -> u8 {
     }
 }
 
+/// A bug [`crate::serve::TEST_PLANT_VAR`] puts back in `latchkey lock`, for the nemesis
+/// (`crates/nemesis`, `run --cli-plant`) to prove its checks catch it on real processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LockPlant {
+    /// COMMAND is left running when the lock may be lost: the wrapper waits for it to end,
+    /// as a naive one would, and only then reports the loss.
+    pub ignores_deadline: bool,
+}
+
+/// The bug [`crate::serve::TEST_PLANT_VAR`] plants in `latchkey lock`, if set to one of
+/// its bugs (a server's bug, for `serve`, plants nothing here): only in a debug build
+/// (`debug_build`, given as `cfg!(debug_assertions)`). A release build refuses to run with it
+/// set, as `serve` does, so that no installed `latchkey lock` can be switched into a bug.
+pub fn test_plant(value: Option<&std::ffi::OsStr>, debug_build: bool) -> anyhow::Result<LockPlant> {
+    let Some(value) = value else {
+        return Ok(LockPlant::default());
+    };
+    anyhow::ensure!(
+        debug_build,
+        "{} is set: it puts a fixed bug back for tests, and only a debug build accepts it; \
+         unset it",
+        crate::serve::TEST_PLANT_VAR
+    );
+    match value.to_str() {
+        Some("cli-ignores-deadline") => Ok(LockPlant {
+            ignores_deadline: true,
+        }),
+        Some(server) if crate::serve::TEST_PLANTS.contains(&server) => Ok(LockPlant::default()),
+        _ => anyhow::bail!(
+            "{}={value:?} names no planted bug; known: cli-ignores-deadline, {}",
+            crate::serve::TEST_PLANT_VAR,
+            crate::serve::TEST_PLANTS.join(", ")
+        ),
+    }
+}
+
 /// Runs `latchkey lock`; `timeout` (`--timeout`) bounds the time until COMMAND starts.
 pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u8> {
+    let plant = test_plant(
+        std::env::var_os(crate::serve::TEST_PLANT_VAR).as_deref(),
+        cfg!(debug_assertions),
+    )?;
     let mut terminate = signal(SignalKind::terminate()).context("installing signal handlers")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing signal handlers")?;
     let deadline = timeout.map(|timeout| tokio::time::Instant::now() + timeout);
@@ -122,7 +162,16 @@ pub async fn lock(args: LockArgs, timeout: Option<Duration>) -> anyhow::Result<u
         }
     };
     let grace = kill_grace(session.safety_margin());
-    supervise(child, guard, session, grace, &mut terminate, &mut interrupt).await
+    supervise(
+        child,
+        guard,
+        session,
+        grace,
+        plant,
+        &mut terminate,
+        &mut interrupt,
+    )
+    .await
 }
 
 /// The lock request `args` ask for: exclusive, `--shared` or `--permits N`, or a campaign
@@ -149,6 +198,7 @@ async fn supervise(
     guard: LockGuard,
     session: Session,
     grace: Duration,
+    plant: LockPlant,
     terminate: &mut tokio::signal::unix::Signal,
     interrupt: &mut tokio::signal::unix::Signal,
 ) -> anyhow::Result<u8> {
@@ -179,7 +229,8 @@ async fn supervise(
                 close_quietly(session).await;
                 return Ok(code);
             }
-            _ = guard.lost() => break,
+            // Planted (`LockPlant::ignores_deadline`): COMMAND is not stopped.
+            _ = guard.lost(), if !plant.ignores_deadline => break,
             () = &mut contended, if !told => {
                 told = true;
                 if !guard.is_lost() {
@@ -336,6 +387,27 @@ async fn close_quietly(session: Session) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `LATCHKEY_TEST_PLANT` plants in a debug build only; a release build refuses to run
+    /// with it set, whatever it names.
+    #[test]
+    fn the_lock_test_plant_is_refused_by_a_release_build() {
+        use std::ffi::OsStr;
+        let planted = Some(OsStr::new("cli-ignores-deadline"));
+        assert!(test_plant(planted, true).unwrap().ignores_deadline);
+        assert_eq!(test_plant(None, false).unwrap(), LockPlant::default());
+        // A server's bug plants nothing in `latchkey lock`.
+        let server = Some(OsStr::new("renew-without-quorum"));
+        assert_eq!(test_plant(server, true).unwrap(), LockPlant::default());
+        let e = test_plant(Some(OsStr::new("cli-ignore-deadline")), true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("names no planted bug"), "{e}");
+        for value in [planted, server, Some(OsStr::new(""))] {
+            let e = test_plant(value, false).unwrap_err().to_string();
+            assert!(e.contains("only a debug build accepts it"), "{e}");
+        }
+    }
 
     #[test]
     fn grace_fits_inside_the_margin_for_every_ttl() {

@@ -189,7 +189,7 @@ pub const TEST_PLANT_VAR: &str = "LATCHKEY_TEST_PLANT";
 
 /// The planted bugs [`TEST_PLANT_VAR`] may name (`latchkey_server::Plant`'s switches). Only
 /// those a nemesis test shows its checks catch are here.
-const TEST_PLANTS: &[&str] = &["renew-without-quorum"];
+pub(crate) const TEST_PLANTS: &[&str] = &["renew-without-quorum"];
 
 /// The bug [`TEST_PLANT_VAR`] plants, if set: only in a debug build (`debug_build`, which
 /// [`config`] gives as `cfg!(debug_assertions)`). A release build (what users install and

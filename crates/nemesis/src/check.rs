@@ -390,13 +390,12 @@ mod tests {
         assert!(token_order(&sorted(h)).is_empty());
     }
 
-    /// Client `c` (session `session`) asks to release `token` at `ask`, answered `ret` at `got`.
-    fn release(
+    /// Client `c` (session `session`) invokes `op` on lock "a" at `ask`, answered `ret` at
+    /// `got` (or never).
+    fn op(
         h: &mut HistoryData,
-        c: u32,
-        session: u64,
-        id: u64,
-        token: u64,
+        (c, session, id): (u32, u64, u64),
+        op: OpKind,
         ask: u64,
         ret: Option<(Ret, u64)>,
     ) {
@@ -405,7 +404,7 @@ mod tests {
             actor: actor(c),
             session,
             lock: "a".into(),
-            op: OpKind::Release { token },
+            op,
             at: t(ask),
         });
         if let Some((ret, got)) = ret {
@@ -417,7 +416,6 @@ mod tests {
         }
     }
 
-    /// Client `c` (session `session`) asks for the lock at `ask`; answered `ret` at `got`.
     fn acquire(
         h: &mut HistoryData,
         c: u32,
@@ -426,21 +424,19 @@ mod tests {
         ask: u64,
         ret: Option<(Ret, u64)>,
     ) {
-        h.events.push(Event::Invoke {
-            id,
-            actor: actor(c),
-            session,
-            lock: "a".into(),
-            op: OpKind::Acquire,
-            at: t(ask),
-        });
-        if let Some((ret, got)) = ret {
-            h.events.push(Event::Return {
-                id,
-                ret,
-                at: t(got),
-            });
-        }
+        op(h, (c, session, id), OpKind::Acquire, ask, ret);
+    }
+
+    fn release(
+        h: &mut HistoryData,
+        c: u32,
+        session: u64,
+        id: u64,
+        token: u64,
+        ask: u64,
+        ret: Option<(Ret, u64)>,
+    ) {
+        op(h, (c, session, id), OpKind::Release { token }, ask, ret);
     }
 
     #[test]

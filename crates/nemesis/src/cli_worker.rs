@@ -36,6 +36,24 @@ use rand::{Rng, SeedableRng};
 use crate::record::{now, WorkerEvent, WorkerRet};
 use crate::resource::Conn;
 
+/// A bug planted in `latchkey lock` itself (a debug build reads it from
+/// `LATCHKEY_TEST_PLANT`, `crates/cli/src/lock.rs`), which the checks must catch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CliPlant {
+    /// `latchkey lock` leaves COMMAND running when its lock may be lost, and reports the
+    /// loss only when COMMAND ends.
+    IgnoreDeadline,
+}
+
+impl CliPlant {
+    /// Its name in `LATCHKEY_TEST_PLANT`.
+    pub fn env_value(self) -> &'static str {
+        match self {
+            CliPlant::IgnoreDeadline => "cli-ignores-deadline",
+        }
+    }
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct CliWorkerArgs {
     /// This worker's number (its actor in the history).

@@ -34,10 +34,11 @@ pub const FAULTS_MAX: usize = 100_000;
 /// pauses it anyway.
 pub const PAUSE_AIM_TIMEOUT: Duration = Duration::from_secs(5);
 /// How recently a holder must have made its first hold check for a split
-/// (`FaultKind::SplitLeaderMinority`) to be aimed at it: its whole critical section is then
-/// still ahead of it, so the majority elects a leader and expires sessions before it acts as
-/// the holder again. A fifth of a second is a few scheduler turns after its grant.
-pub const SPLIT_AIM_FRESH: Duration = Duration::from_millis(200);
+/// (`FaultKind::SplitLeaderMinority`) or a worker's isolation (`FaultKind::IsolateWorker`) to
+/// be aimed at it: its whole critical section is then still ahead of it, so the cluster
+/// expires its session (after an election, for a split) before it acts as the holder again.
+/// A fifth of a second is a few scheduler turns after its grant.
+pub const AIM_FRESH: Duration = Duration::from_millis(200);
 /// A worker's critical section (`--hold-ms`). The liveness phase grows with it (twice); a
 /// critical section of more than a minute tests nothing a shorter one does not.
 pub const HOLD_MAX: Duration = Duration::from_secs(60);

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use latchkey_nemesis::cli_worker::{self, CliWorkerArgs, HoldArgs};
+use latchkey_nemesis::cli_worker::{self, CliPlant, CliWorkerArgs, HoldArgs};
 use latchkey_nemesis::members::ServerPlant;
 use latchkey_nemesis::run::{run, RunConfig};
 use latchkey_nemesis::schedule::{self, FaultKind};
@@ -89,6 +89,10 @@ struct RunArgs {
     /// `latchkey` accepts it (a release build refuses to start).
     #[arg(long, value_enum)]
     server_plant: Option<ServerPlant>,
+    /// A bug planted in the CLI workers' `latchkey lock`, which the checks must catch. Only
+    /// a debug build of `latchkey` accepts it.
+    #[arg(long, value_enum)]
+    cli_plant: Option<CliPlant>,
     /// How long each worker's critical section lasts between its two hold checks, in
     /// milliseconds.
     #[arg(long, default_value_t = 300)]
@@ -177,6 +181,7 @@ fn main() -> ExitCode {
                 ttl,
                 plant: args.plant,
                 server_plant: args.server_plant,
+                cli_plant: args.cli_plant,
                 hold,
                 settle: ttl * 2 + Duration::from_secs(3),
                 // Acquires invoked in its last 11 s (a wait and a second) are not judged; the

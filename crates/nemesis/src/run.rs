@@ -47,6 +47,8 @@ pub struct RunConfig {
     pub plant: Option<Plant>,
     /// A bug planted in the members (`latchkey serve`, debug builds only).
     pub server_plant: Option<ServerPlant>,
+    /// A bug planted in the CLI workers' `latchkey lock` (a debug build's).
+    pub cli_plant: Option<crate::cli_worker::CliPlant>,
     /// How long a worker's critical section lasts between its two hold checks.
     pub hold: Duration,
     /// After the last fault heals: the cluster's time to settle (dead sessions' leases run
@@ -233,6 +235,9 @@ impl Run<'_> {
         if kind == FaultKind::PauseWorker {
             return self.pause_worker().await;
         }
+        if kind == FaultKind::IsolateWorker {
+            return self.isolate_worker().await;
+        }
         let step = |rng: &mut StdRng| {
             let secs: i64 = rng.random_range(60..=600);
             if rng.random_bool(0.5) {
@@ -265,7 +270,7 @@ impl Run<'_> {
             // checks, with its whole critical section still ahead, lets the majority elect
             // and expire sessions before the holder acts again, which is when a deposed
             // leader that still renews leases (`--server-plant renew-without-quorum`) shows.
-            let holder = self.aim(|_| true, Some(limits::SPLIT_AIM_FRESH)).await;
+            let holder = self.aim(|_| true, Some(limits::AIM_FRESH)).await;
             self.note(&match holder {
                 Some(w) => format!("  (aimed: worker {} holds a lock)", w + 1),
                 None => "  (no worker was seen holding a lock)".to_owned(),
@@ -326,7 +331,7 @@ impl Run<'_> {
                     limits::CLOCK_STROBE_FLIP.as_millis()
                 ));
             }
-            FaultKind::PauseWorker | FaultKind::ClockJumpWorkers => {
+            FaultKind::PauseWorker | FaultKind::IsolateWorker | FaultKind::ClockJumpWorkers => {
                 unreachable!("handled above")
             }
         }
@@ -339,6 +344,11 @@ impl Run<'_> {
     /// wherever it is.
     async fn pause_worker(&mut self) -> anyhow::Result<()> {
         // The Rust client's workers: stopping a CLI worker's loop would stop no lock holder.
+        if self.config.workers == 0 {
+            self.skipped
+                .push("PauseWorker: no worker of the Rust client to stop".to_owned());
+            return Ok(());
+        }
         let w = self.rng.random_range(0..self.config.workers as usize);
         self.aim(|i| i == w, None).await;
         if let Some(child) = &self.workers[w].pid {
@@ -346,6 +356,27 @@ impl Run<'_> {
             self.workers[w].paused = true;
         }
         self.note(&format!("  (worker {} stopped)", w + 1));
+        Ok(())
+    }
+
+    /// Cuts the first worker (of either kind) seen just after it entered its critical section
+    /// (see [`critical_section_entered`], [`limits::AIM_FRESH`]), or after
+    /// [`limits::PAUSE_AIM_TIMEOUT`] wherever it is: its process runs on, unable to renew.
+    async fn isolate_worker(&mut self) -> anyhow::Result<()> {
+        let any = self.rng.random_range(0..self.workers.len());
+        let aimed = self.aim(|_| true, Some(limits::AIM_FRESH)).await;
+        let w = aimed.unwrap_or(any);
+        let host = self.net.clients[w].clone();
+        self.net.link_down(&host)?;
+        self.note(&format!(
+            "  (worker {} cut off{})",
+            w + 1,
+            if aimed.is_some() {
+                ", inside its critical section"
+            } else {
+                ""
+            }
+        ));
         Ok(())
     }
 
@@ -411,6 +442,9 @@ impl Run<'_> {
                     cmd.args(["--plant", "ignore-deadline"]);
                 }
             } else {
+                if let Some(plant) = self.config.cli_plant {
+                    cmd.env("LATCHKEY_TEST_PLANT", plant.env_value());
+                }
                 cmd.args(["cli-worker", "--client", &client.to_string()])
                     .arg("--latchkey")
                     .arg(&self.config.latchkey)
@@ -502,8 +536,11 @@ pub fn run(config: &RunConfig) -> anyhow::Result<Report> {
     if config.members == 0 || config.members > limits::MEMBERS_MAX {
         bail!("--members must be 1..={}", limits::MEMBERS_MAX);
     }
-    if config.workers == 0 || config.workers > limits::WORKERS_MAX {
-        bail!("--workers must be 1..={}", limits::WORKERS_MAX);
+    if config.workers > limits::WORKERS_MAX {
+        bail!("--workers must be at most {}", limits::WORKERS_MAX);
+    }
+    if config.workers + config.cli_workers == 0 {
+        bail!("a run needs a worker: give --workers or --cli-workers");
     }
     if config.cli_workers > limits::WORKERS_MAX - config.workers {
         bail!(

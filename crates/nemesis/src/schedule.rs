@@ -28,6 +28,10 @@ pub enum FaultKind {
     PauseLeader,
     /// SIGSTOP of a worker inside its critical section, for longer than its lease.
     PauseWorker,
+    /// A worker's link goes down inside its critical section (a worker of the Rust client or
+    /// one running the CLI): it reaches no member and cannot renew, while its process runs
+    /// on; by its deadline it must stop acting as the holder (the CLI: stop COMMAND).
+    IsolateWorker,
     /// The leader's wall clock steps 1 to 10 minutes ahead or behind (libfaketime); back when
     /// the fault ends. Its monotonic clock, which leases use, does not move.
     ClockJumpLeader,
@@ -41,7 +45,7 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::IsolateLeader,
         FaultKind::SplitLeaderMinority,
         FaultKind::Bridge,
@@ -50,6 +54,7 @@ impl FaultKind {
         FaultKind::KillLeader,
         FaultKind::PauseLeader,
         FaultKind::PauseWorker,
+        FaultKind::IsolateWorker,
         FaultKind::ClockJumpLeader,
         FaultKind::ClockJumpWorkers,
         FaultKind::ClockStrobe,

@@ -53,6 +53,7 @@ fn every_fault_family_once_leaves_no_violation() {
         "KillLeader",
         "PauseLeader",
         "PauseWorker",
+        "IsolateWorker",
         "ClockJumpLeader",
         "ClockJumpWorkers",
         "ClockStrobe",
@@ -140,13 +141,19 @@ fn a_deposed_leader_that_renews_leases_alone_is_caught() {
         "--fault-secs",
         "7",
     ]);
+    assert!(out.contains("(aimed: worker"), "{out}");
+    // Between the two workers: the Rust client's (1) and the CLI's (2).
+    caught_between_workers_1_and_2(code, &out);
+    assert!(cli_grants(&out) > 0, "{out}");
+}
+
+/// A planted run's verdict: caught (exit 1), two holders at once, workers 1 and 2.
+fn caught_between_workers_1_and_2(code: i32, out: &str) {
     assert_eq!(
         code, 1,
         "the planted bug was not caught (exit 2: the run could not be made; the plant needs a \
          debug build of latchkey):\n{out}"
     );
-    assert!(out.contains("(aimed: worker"), "{out}");
-    // Between the two workers: the Rust client's (1) and the CLI's (2).
     let overlap = out
         .lines()
         .find(|l| l.contains("[hold_overlap]"))
@@ -155,7 +162,39 @@ fn a_deposed_leader_that_renews_leases_alone_is_caught() {
         overlap.contains("client: 1,") && overlap.contains("client: 2,"),
         "{overlap}"
     );
-    assert!(cli_grants(&out) > 0, "{out}");
+}
+
+/// A bug of the CLI: `latchkey lock` that leaves COMMAND running when its lock may be lost
+/// (`LockPlant::ignores_deadline`, put in through the debug binary's `LATCHKEY_TEST_PLANT`).
+/// Two CLI workers contend for one lock, TTL 2 s, 5 s critical sections; one is cut from
+/// everyone inside its critical section for 8 s. Its `latchkey lock` cannot renew; the cluster
+/// expires its session and grants the lock to the other worker, while the cut worker's
+/// COMMAND, never stopped, makes its second hold check. Unplanted, the CLI stops COMMAND at
+/// its deadline, before the cluster can expire the session, and the run finds nothing.
+#[test]
+#[ignore = "needs root and the latchkey binary; .ci/run runs it"]
+fn a_cli_that_leaves_its_command_running_past_the_deadline_is_caught() {
+    let (code, out) = run(&[
+        "--ci",
+        "--faults",
+        "isolate-worker",
+        "--cli-plant",
+        "ignore-deadline",
+        "--workers",
+        "0",
+        "--cli-workers",
+        "2",
+        "--locks",
+        "1",
+        "--ttl-secs",
+        "2",
+        "--hold-ms",
+        "5000",
+        "--fault-secs",
+        "8",
+    ]);
+    assert!(out.contains("inside its critical section)"), "{out}");
+    caught_between_workers_1_and_2(code, &out);
 }
 
 /// The summary's count of grants to the workers running `latchkey lock`.
