@@ -161,32 +161,41 @@ pub(crate) async fn run(
     }
 }
 
-/// Refuses a batch whose sequenced operations of one session (acquires, releases) have
-/// sequence numbers `SESSION_SEQ_WINDOW_MAX` or more apart: they are all unanswered at once,
-/// which a client never does (protocol 5.2), and the server's memory of outcomes could not
-/// answer a retry of the whole batch exactly once (an attacker's review of issue #35, F3: a
-/// batch of 256 acquires of one session, retried after one more request, was answered
-/// `request-too-old`).
-fn within_seq_windows(calls: &[Result<Call, GroupError>]) -> Result<(), ApiError> {
-    let mut span: std::collections::BTreeMap<SessionId, (u64, u64)> = Default::default();
-    for call in calls.iter().flatten() {
-        let (id, seq) = match call {
-            Call::Acquire(a) => (a.session.id, a.seq),
-            Call::Release { session, seq, .. } => (session.id, *seq),
-            Call::CloseSession(_) | Call::KeepAlive(_) => continue,
-        };
-        let (low, high) = span.entry(id).or_insert((seq, seq));
+/// Refuses each sequenced operation (acquire, release) of a batch whose `seq` is
+/// `SESSION_SEQ_WINDOW_MAX` or more past the lowest of its session's in the batch: they would
+/// all be unanswered at once, which a client never does (protocol 5.2), and the server's
+/// memory of outcomes could not answer a retry of the whole batch exactly once (an attacker's
+/// review of issue #35, F3: a batch of 256 acquires of one session, retried after one more
+/// request, was answered `request-too-old`). The refused operations are `invalid-request`
+/// results of their own; the others run, and a retry of the batch is answered the same.
+fn within_seq_windows(calls: &mut [Result<Call, GroupError>]) {
+    let seq_of = |call: &Call| match call {
+        Call::Acquire(a) => Some((a.session.id, a.seq)),
+        Call::Release { session, seq, .. } => Some((session.id, *seq)),
+        Call::CloseSession(_) | Call::KeepAlive(_) => None,
+    };
+    let mut lowest: std::collections::BTreeMap<SessionId, u64> = Default::default();
+    for (id, seq) in calls.iter().flatten().filter_map(seq_of) {
+        let low = lowest.entry(id).or_insert(seq);
         *low = (*low).min(seq);
-        *high = (*high).max(seq);
     }
     let window = limits::SESSION_SEQ_WINDOW_MAX as u64;
-    match span.iter().find(|(_, (low, high))| high - low >= window) {
-        Some((id, (low, high))) => Err(ApiError::Invalid(format!(
-            "a batch's operations of session {id} have sequence numbers {low} to {high}: \
-             {window} or more apart, more than a session keeps unanswered at once (its \
-             sequence window, SESSION_SEQ_WINDOW_MAX)"
-        ))),
-        None => Ok(()),
+    for call in calls.iter_mut() {
+        let Some((id, seq, low)) = call
+            .as_ref()
+            .ok()
+            .and_then(seq_of)
+            .map(|(id, seq)| (id, seq, lowest[&id]))
+        else {
+            continue;
+        };
+        if seq - low >= window {
+            *call = Err(GroupError::of_cluster(ApiError::Invalid(format!(
+                "sequence number {seq} is {window} or more past {low}, another of session \
+                 {id}'s in this batch: more than a session keeps unanswered at once (its \
+                 sequence window, SESSION_SEQ_WINDOW_MAX)"
+            ))));
+        }
     }
 }
 
@@ -218,7 +227,8 @@ pub(crate) async fn batch(
              of sessions"
         )));
     }
-    within_seq_windows(&calls)?;
+    let mut calls = calls;
+    within_seq_windows(&mut calls);
     // Room for its operations among the member's batches (waits, bounded by the call's
     // deadline, while other batches run).
     let _room = groups
