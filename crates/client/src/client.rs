@@ -1000,7 +1000,7 @@ impl Client {
     }
 
     /// The batches to `uri` (`ClientConfig::batch`), on its channel, made on first use.
-    fn batcher(&self, uri: &str) -> Arc<crate::batch::Coalescer> {
+    pub(crate) fn batcher(&self, uri: &str) -> Arc<crate::batch::Coalescer> {
         let existing = {
             let route = self.inner.route.lock().expect("route lock poisoned");
             route.batchers.get(uri).cloned()
