@@ -41,6 +41,12 @@ pub struct ClientConfig {
     /// once either way; an acquire that must wait long-polls in a call of its own after its
     /// first answer.
     pub batch: bool,
+    /// With [`ClientConfig::batch`], the `Batch` calls to one member in flight at once: 1 to
+    /// `limits::CLIENT_BATCH_CALLS_IN_FLIGHT_MAX` (a value outside is taken as the nearest
+    /// bound). The operations sent while that many are in flight go together in the next.
+    /// With 1, an operation that just missed a batch waits for its answer before its own
+    /// leaves; more overlap them, for smaller batches (docs/PERFORMANCE.md, "Batching").
+    pub batch_calls_in_flight: usize,
 }
 
 /// A bearer token. Kept out of `Debug` output, so it does not end up in logs.
@@ -85,6 +91,7 @@ impl Default for ClientConfig {
             retry: RetryPolicy::default(),
             auth_token: None,
             batch: false,
+            batch_calls_in_flight: limits::CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT,
         }
     }
 }
@@ -1000,7 +1007,7 @@ impl Client {
     }
 
     /// The batches to `uri` (`ClientConfig::batch`), on its channel, made on first use.
-    fn batcher(&self, uri: &str) -> Arc<crate::batch::Coalescer> {
+    pub(crate) fn batcher(&self, uri: &str) -> Arc<crate::batch::Coalescer> {
         let existing = {
             let route = self.inner.route.lock().expect("route lock poisoned");
             route.batchers.get(uri).cloned()
@@ -1018,6 +1025,10 @@ impl Client {
                     client,
                     self.inner.config.rpc_timeout,
                     self.inner.config.auth_token.clone(),
+                    self.inner
+                        .config
+                        .batch_calls_in_flight
+                        .clamp(1, limits::CLIENT_BATCH_CALLS_IN_FLIGHT_MAX),
                 ))
             })
             .clone()

@@ -238,6 +238,21 @@ const _: () = assert!(BATCH_OPS_MAX * (LOCK_NAME_BYTES_MAX + 64) <= BATCH_BYTES_
 /// client gathers between two answers. As many as one batch entry holds, so that a full call's
 /// operations can go into one entry.
 pub const BATCH_CALL_OPS_MAX: usize = BATCH_OPS_MAX;
+/// `Batch` calls a batching client has in flight to one member at once, at most
+/// (`ClientConfig::batch_calls_in_flight`, issue #35): each is bounded by
+/// `BATCH_CALL_OPS_MAX` operations, and a member runs `BATCH_OPS_IN_FLIGHT_MAX` operations of
+/// batches at once over all its connections.
+pub const CLIENT_BATCH_CALLS_IN_FLIGHT_MAX: usize = 16;
+/// The default of `ClientConfig::batch_calls_in_flight`. With one batch in flight, an operation
+/// that just missed it waited for its answer (a commit, with the leader coalescing: the write
+/// in flight and then its own) before its own batch left; with two, it leaves while the first
+/// is at the leader and joins the leader's next entry (docs/PERFORMANCE.md, "Batching":
+/// measured 64 users over 4 connections).
+pub const CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT: usize = 2;
+const _: () = assert!(
+    CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT >= 1
+        && CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT <= CLIENT_BATCH_CALLS_IN_FLIGHT_MAX
+);
 /// Operations of `Batch` calls a member runs at once, over all its connections: a call waits
 /// for room for its operations before it runs them. Without it one connection could have
 /// `CLIENT_CONCURRENT_REQUESTS_MAX` calls of `BATCH_CALL_OPS_MAX` operations each in flight

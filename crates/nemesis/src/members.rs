@@ -103,6 +103,7 @@ impl Members {
                 },
                 auth_token: None,
                 batch: false,
+                ..ClientConfig::default()
             },
         )?;
         let mut members = Members {

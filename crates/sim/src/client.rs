@@ -242,6 +242,7 @@ fn config() -> ClientConfig {
         },
         auth_token: None,
         batch: false,
+        batch_calls_in_flight: latchkey_core::limits::CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT,
     }
 }
 

@@ -68,6 +68,7 @@ impl Observer {
             },
             auth_token: None,
             batch: false,
+            ..ClientConfig::default()
         };
         Observer {
             client: Client::with_config([seed], config).expect("observer client"),
