@@ -45,7 +45,8 @@ export interface ClientOptions {
    */
   tls?: { ca: Buffer | string; cert?: Buffer | string; key?: Buffer | string };
   /**
-   * Coalescing (issue #35; the Rust client's `ClientConfig::batch`), off by default: the
+   * Coalescing (issue #35; the Rust client's `ClientConfig::batch`), on by default (`false`
+   * sends every operation in a call of its own): the
    * acquires, releases and closes this client's sessions send to one member while an earlier
    * batch to it is in flight wait for its answer and then go together, as one `Batch` call (at
    * most BATCH_CALL_OPS_MAX operations). A call made alone goes at once, so one call at a time
@@ -495,7 +496,7 @@ export class Client {
     this.authToken = options.authToken;
     this.rpcTimeoutMs = options.rpcTimeoutMs ?? limits.CLIENT_RPC_TIMEOUT_MS_DEFAULT;
     this.retry = { ...DEFAULT_RETRY, ...(options.retry ?? {}) };
-    this.batch = options.batch ?? false;
+    this.batch = options.batch ?? true;
   }
 
   /** Opens a session (a lease, `ttl` seconds, default 15) and starts its renewal every TTL/3. */

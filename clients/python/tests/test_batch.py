@@ -32,7 +32,8 @@ def held(c, prefix: str) -> dict:
 
 def test_concurrent_operations_of_one_client_ride_batches_each_with_its_own_answer(
         metered_server):
-    with latchkey.Client([metered_server.addr], batch=True) as c:
+    # The default batches (issue #35: clients coalesce automatically).
+    with latchkey.Client([metered_server.addr]) as c:
         sessions = [c.session(ttl=15) for _ in range(SESSIONS)]
         before, batches = rpcs(metered_server), metered_server.requests("batch")
         for _ in range(ROUNDS):
@@ -151,7 +152,8 @@ def test_an_operations_error_fails_only_its_call_as_its_own_call_would(metered_s
 
 def test_asyncio_operations_ride_batches_with_their_own_answers_and_errors(metered_server):
     async def main():
-        async with aio.Client([metered_server.addr], batch=True) as c:
+        # The default batches, as the blocking client's.
+        async with aio.Client([metered_server.addr]) as c:
             sessions = [await c.session(ttl=15) for _ in range(SESSIONS)]
             before, batches = rpcs(metered_server), metered_server.requests("batch")
             for _ in range(ROUNDS):

@@ -214,9 +214,10 @@ fn failover_measures_kill_to_grant_and_loses_no_grant() {
     assert!(per_op >= 1.5, "requests_per_op {per_op}: {r:#}");
 }
 
-/// `--connections` and `--batch` (issue #35): the clients' sessions over fewer `Client`s, their
-/// operations in Batch calls, said in the report; more connections than clients is a usage
-/// error.
+/// `--connections`, batching and `--no-batch --no-coalesce` (issue #35): the clients' sessions
+/// over fewer `Client`s, their operations in Batch calls by default and in calls of their own
+/// with `--no-batch` (the before figures), said in the report; more connections than clients is
+/// a usage error.
 #[test]
 fn clients_share_the_connections_they_are_given() {
     let r = bench(&[
@@ -226,6 +227,8 @@ fn clients_share_the_connections_they_are_given() {
         "4",
         "--connections",
         "2",
+        "--no-batch",
+        "--no-coalesce",
         "--duration",
         "1s",
         "--warmup",
@@ -237,8 +240,17 @@ fn clients_share_the_connections_they_are_given() {
         (4.into(), 2.into())
     );
     assert_eq!(r["errors_total"], 0, "{r:#}");
-    // `--batch` (issue #35 item 2): the operations ride Batch calls, none goes alone; with
-    // `--coalesce` (item 3) the member writes a batch's operations in shared entries.
+    // `--no-batch`: every operation in a call of its own; `--no-coalesce`: an entry each.
+    assert_eq!(r["batch"], false, "{r:#}");
+    assert!(
+        f(&r, &["server", "requests_by_method", "acquire"]) > 0.0,
+        "{r:#}"
+    );
+    let by_method = &r["server"]["requests_by_method"];
+    assert!(by_method["batch"].as_f64().unwrap_or(0.0) == 0.0, "{r:#}");
+    assert!(f(&r, &["server", "operations_per_entry"]) <= 1.0, "{r:#}");
+    // The defaults (issue #35 items 2 and 3): the operations ride Batch calls, none goes
+    // alone, and the member writes a batch's operations in shared entries.
     let r = bench(&[
         "--cluster",
         "1",
@@ -246,8 +258,6 @@ fn clients_share_the_connections_they_are_given() {
         "8",
         "--connections",
         "1",
-        "--batch",
-        "--coalesce",
         "--duration",
         "1s",
         "--warmup",

@@ -27,6 +27,7 @@ use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
 use crate::client::AuthToken;
+use crate::env::BatchSent;
 
 type Answer = Result<pb::batch_result::Result, tonic::Status>;
 
@@ -41,6 +42,8 @@ pub(crate) struct Coalescer {
     client: LocksClient<Channel>,
     timeout: Duration,
     auth_token: Option<AuthToken>,
+    /// Told each batch's size (`ClientEnv::batch_sent`).
+    sent: Option<BatchSent>,
     queue: Mutex<Queue>,
 }
 
@@ -49,11 +52,13 @@ impl Coalescer {
         client: LocksClient<Channel>,
         timeout: Duration,
         auth_token: Option<AuthToken>,
+        sent: Option<BatchSent>,
     ) -> Coalescer {
         Coalescer {
             client,
             timeout,
             auth_token,
+            sent,
             queue: Mutex::new(Queue {
                 sending: false,
                 waiting: Vec::new(),
@@ -96,6 +101,9 @@ impl Coalescer {
                 .into_iter()
                 .map(|(op, tx)| (pb::BatchOp { op: Some(op) }, tx))
                 .unzip();
+            if let Some(sent) = &self.sent {
+                sent(ops.len());
+            }
             let mut request = tonic::Request::new(pb::BatchRequest { ops });
             request.set_timeout(self.timeout);
             if let Some(token) = &self.auth_token {

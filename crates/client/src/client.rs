@@ -37,9 +37,9 @@ pub struct ClientConfig {
     pub auth_token: Option<AuthToken>,
     /// Gather the acquires, releases and closes this client's sessions send to one member
     /// while an earlier batch to it is in flight into one `Batch` call (issue #35; `batch.rs`).
-    /// Off by default until the simulation's clients batch too. A call made alone is sent at
-    /// once either way; an acquire that must wait long-polls in a call of its own after its
-    /// first answer.
+    /// On by default; `false` sends every operation in a call of its own. A call made alone is
+    /// sent at once either way; with batching an acquire that must wait long-polls in a call of
+    /// its own after its first answer.
     pub batch: bool,
 }
 
@@ -84,7 +84,7 @@ impl Default for ClientConfig {
             rpc_timeout: Duration::from_millis(limits::CLIENT_RPC_TIMEOUT_MS_DEFAULT),
             retry: RetryPolicy::default(),
             auth_token: None,
-            batch: false,
+            batch: true,
         }
     }
 }
@@ -1018,6 +1018,7 @@ impl Client {
                     client,
                     self.inner.config.rpc_timeout,
                     self.inner.config.auth_token.clone(),
+                    self.inner.env.batch_sent.clone(),
                 ))
             })
             .clone()

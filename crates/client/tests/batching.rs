@@ -30,14 +30,8 @@ async fn a_clients_concurrent_operations_ride_batches_and_each_gets_its_own_answ
         .await
         .expect("the node starts");
     node.ready_client(T).await.expect("the node leads");
-    let client = Client::with_config(
-        [node.endpoint()],
-        ClientConfig {
-            batch: true,
-            ..ClientConfig::default()
-        },
-    )
-    .expect("client");
+    // The default configuration batches (issue #35: clients coalesce automatically).
+    let client = Client::with_config([node.endpoint()], ClientConfig::default()).expect("client");
     let mut sessions = Vec::new();
     for _ in 0..SESSIONS {
         sessions.push(

@@ -317,13 +317,13 @@ class _Coalescer:
 
 
 class Client:
-    """The asyncio twin of latchkey.Client; same arguments (`batch=True` included)."""
+    """The asyncio twin of latchkey.Client; same arguments (`batch=True`, the default, included)."""
 
     def __init__(self, endpoints: Sequence[str], *, ca: Optional[str] = None,
                  cert: Optional[str] = None, key: Optional[str] = None,
                  auth_token: Optional[str] = None,
                  rpc_timeout: float = core.CLIENT_RPC_TIMEOUT_MS_DEFAULT / 1000,
-                 retry: Optional[core.RetryPolicy] = None, batch: bool = False) -> None:
+                 retry: Optional[core.RetryPolicy] = None, batch: bool = True) -> None:
         if isinstance(endpoints, str):
             endpoints = [e for e in endpoints.split(",") if e.strip()]
         split = [core.split_endpoint(e) for e in endpoints]

@@ -346,10 +346,11 @@ class Client:
     optionally `cert=`/`key=` for servers that require client certificates. `auth_token=` is
     sent as `authorization: Bearer TOKEN` to servers with access control.
 
-    `batch=True` (off by default, as the Rust client's `ClientConfig::batch`): the acquires,
+    `batch=True` (the default, as the Rust client's `ClientConfig::batch`): the acquires,
     releases and closes this client's sessions send to one member while an earlier batch to it
     is in flight wait for its answer and then go together, as one `Batch` call (at most 256
-    operations); a call made alone goes at once. Each keeps its own retries and errors."""
+    operations); a call made alone goes at once. Each keeps its own retries and errors.
+    `batch=False` sends every operation in a call of its own."""
 
     def __init__(
         self,
@@ -361,7 +362,7 @@ class Client:
         auth_token: Optional[str] = None,
         rpc_timeout: float = core.CLIENT_RPC_TIMEOUT_MS_DEFAULT / 1000,
         retry: Optional[core.RetryPolicy] = None,
-        batch: bool = False,
+        batch: bool = True,
     ) -> None:
         if isinstance(endpoints, str):
             endpoints = [e for e in endpoints.split(",") if e.strip()]

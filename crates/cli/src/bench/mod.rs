@@ -117,7 +117,7 @@ pub struct Plan {
     pub clients: usize,
     /// The `Client`s (connections) the clients' sessions are spread over: 1 to `clients`.
     pub connections: usize,
-    /// The clients send their operations in `Batch` calls (`--batch`).
+    /// The clients send their operations in `Batch` calls (the default; off with `--no-batch`).
     pub batch: bool,
     pub duration: Duration,
     pub warmup: Duration,
@@ -151,8 +151,8 @@ impl Plan {
             "--connections must be 1 to --clients ({clients})"
         );
         anyhow::ensure!(
-            !args.batch || workload != Workload::Election,
-            "--batch is not for --workload election: each candidate is a process of its own"
+            !args.no_batch || workload != Workload::Election,
+            "--no-batch is not for --workload election: each candidate is a process of its own"
         );
         anyhow::ensure!(
             args.connections.is_none() || workload != Workload::Election,
@@ -232,7 +232,9 @@ impl Plan {
             workload,
             clients,
             connections,
-            batch: args.batch,
+            // An election's candidates are processes (`latchkey elect`), not the bench's
+            // clients: nothing of theirs is batched.
+            batch: !args.no_batch && workload != Workload::Election,
             duration: args.duration,
             warmup: args.warmup,
             ttl,
@@ -590,7 +592,9 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 
 async fn run(plan: &Plan, args: &BenchArgs) -> anyhow::Result<()> {
     let mut cluster = match plan.cluster {
-        Some(n) => Some(BenchCluster::start(n, plan.groups, plan.replicas, args.coalesce).await?),
+        Some(n) => {
+            Some(BenchCluster::start(n, plan.groups, plan.replicas, !args.no_coalesce).await?)
+        }
         None => None,
     };
     let target = match &cluster {

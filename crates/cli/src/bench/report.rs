@@ -122,7 +122,7 @@ pub struct Report {
     pub clients: usize,
     /// The connections (`Client`s) the clients' sessions were spread over (`--connections`).
     pub connections: usize,
-    /// The clients sent their operations in `Batch` calls (`--batch`).
+    /// The clients sent their operations in `Batch` calls (the default; not with `--no-batch`).
     pub batch: bool,
     /// Members the bench started, `null` for an existing cluster.
     pub cluster: Option<usize>,
