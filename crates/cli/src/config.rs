@@ -179,6 +179,8 @@ fn as_flag_text(value: &toml::Value, arg: &Arg) -> Result<String, String> {
     match value {
         toml::Value::Boolean(b) if !takes_value => Ok(b.to_string()),
         _ if !takes_value => Err(format!("expected true or false, found {}", kind(value))),
+        // A flag that takes `true` or `false` (`coalesce`, on by default).
+        toml::Value::Boolean(b) if takes_bool(arg) => Ok(b.to_string()),
         toml::Value::String(s) => Ok(s.clone()),
         toml::Value::Integer(i) => Ok(i.to_string()),
         toml::Value::Array(items) => items
@@ -194,6 +196,16 @@ fn as_flag_text(value: &toml::Value, arg: &Arg) -> Result<String, String> {
             .map(|items| items.join(",")),
         other => Err(format!("expected a string, found {}", kind(other))),
     }
+}
+
+/// The flag's value is `true` or `false` (clap's `bool` parser).
+fn takes_bool(arg: &Arg) -> bool {
+    let names: Vec<_> = arg
+        .get_possible_values()
+        .iter()
+        .map(|v| v.get_name().to_owned())
+        .collect();
+    names == ["true", "false"]
 }
 
 fn kind(value: &toml::Value) -> &'static str {
@@ -285,7 +297,7 @@ mod tests {
     fn values_become_the_flags_text() {
         let values = parse_text(
             "id = 2\nlisten = \"127.0.0.1:7421\"\npeers = [\"1=a:1\", \"2=b:2\"]\n\
-             data-dir = \"data\"\nelection-timeout-ms = \"800..1600\"\n",
+             data-dir = \"data\"\nelection-timeout-ms = \"800..1600\"\ncoalesce = false\n",
         )
         .unwrap();
         let by_id: BTreeMap<&str, &OsString> = values
@@ -298,6 +310,8 @@ mod tests {
         // Relative to the file's directory.
         assert_eq!(by_id["data_dir"], "/etc/latchkey/data");
         assert_eq!(by_id["election_timeout_ms"], "800..1600");
+        // A flag that takes true or false takes a TOML boolean.
+        assert_eq!(by_id["coalesce"], "false");
     }
 
     #[test]

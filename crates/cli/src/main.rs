@@ -318,11 +318,12 @@ pub struct ServeArgs {
     /// Dial these members at another address than their --peers one (a proxy): ID=ADDR,...
     #[arg(long, hide = true, env = "LATCHKEY_PEER_DIAL", value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peer_dial: Option<serve::MemberList>,
-    /// Gather the client operations that arrive while a write is in flight into one log entry
-    /// (the leader's coalescing, issue #35; `ServerConfig::coalesce`). Hidden and off by
-    /// default until the whole test suite runs with it on; the simulation covers it on half
-    /// its seeds. `latchkey bench --coalesce` starts its members with it.
-    #[arg(long, hide = true, env = "LATCHKEY_COALESCE")]
+    /// As leader, gather the client operations that arrive while a write is in flight into one
+    /// log entry (the leader's coalescing, issue #35; `ServerConfig::coalesce`): `true` or
+    /// `false`. A lone operation is written at once either way. `--coalesce false` writes an
+    /// entry per operation, as before issue #35.
+    #[arg(long, env = "LATCHKEY_COALESCE", value_name = "BOOL", default_value_t = true,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub coalesce: bool,
     /// Raft heartbeat interval, in milliseconds.
     #[arg(long, env = "LATCHKEY_HEARTBEAT_MS", default_value_t = latchkey_core::limits::HEARTBEAT_MS_DEFAULT)]
@@ -552,16 +553,18 @@ pub fn parse_endpoint(text: &str) -> Result<String, String> {
 }
 
 impl Endpoints {
-    /// A client of these endpoints: with TLS for `https://` ones when --ca is given.
+    /// A client of these endpoints: with TLS for `https://` ones when --ca is given. Without
+    /// batching: a command makes one call at a time, so it would only send `Batch` calls of one.
     pub fn client(&self) -> Result<latchkey_client::Client, latchkey_client::Error> {
-        self.client_batching(false)
+        self.client_batching(None)
     }
 
-    /// [`Endpoints::client`], gathering its sessions' operations into `Batch` calls when
-    /// `batch` (`ClientConfig::batch`; the bench's `--batch`).
+    /// [`Endpoints::client`], gathering its sessions' operations into `Batch` calls with
+    /// `Some(K)`, K of them in flight to one member (`ClientConfig::batch`,
+    /// `batch_calls_in_flight`; the bench's `--batch`, `--batch-in-flight`).
     pub fn client_batching(
         &self,
-        batch: bool,
+        batch: Option<usize>,
     ) -> Result<latchkey_client::Client, latchkey_client::Error> {
         let mut env = latchkey_client::ClientEnv::default();
         match &self.ca {
@@ -586,7 +589,9 @@ impl Endpoints {
                 .as_deref()
                 .map(latchkey_client::AuthToken::new)
                 .transpose()?,
-            batch,
+            batch: batch.is_some(),
+            batch_calls_in_flight: batch
+                .unwrap_or(latchkey_core::limits::CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT),
             ..latchkey_client::ClientConfig::default()
         };
         latchkey_client::Client::with_env(self.endpoints.clone(), config, env)
@@ -773,14 +778,20 @@ pub struct BenchArgs {
     /// are processes).
     #[arg(long, value_name = "C")]
     pub connections: Option<usize>,
-    /// The clients gather the operations their sessions send at the same moment into `Batch`
-    /// calls (the client library's `ClientConfig::batch`, issue #35). Not for election.
+    /// The clients gather the operations their sessions send while a call is in flight into
+    /// `Batch` calls (the client library's `ClientConfig::batch`, off by default, issue #35).
+    /// Not for election.
     #[arg(long)]
     pub batch: bool,
-    /// With --cluster: its members gather the operations that arrive while a write is in
-    /// flight into one log entry (`serve --coalesce`, the leader's coalescing, issue #35).
+    /// With --batch: the `Batch` calls each client has in flight to one member at once
+    /// (`ClientConfig::batch_calls_in_flight`; default: the library's).
+    #[arg(long, value_name = "K", requires = "batch", value_parser = clap::value_parser!(u64).range(1..=latchkey_core::limits::CLIENT_BATCH_CALLS_IN_FLIGHT_MAX as u64))]
+    pub batch_in_flight: Option<u64>,
+    /// With --cluster: its members write an entry per operation (`serve --coalesce false`), as
+    /// before issue #35; without it they gather the operations that arrive while a write is in
+    /// flight into one log entry (the leader's coalescing, serve's default).
     #[arg(long, requires = "cluster")]
-    pub coalesce: bool,
+    pub no_coalesce: bool,
     /// Length of the measured window.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
@@ -1309,6 +1320,30 @@ mod tests {
                 server.election_timeout_max_ms
             )
         );
+        assert_eq!(flags.coalesce, server.coalesce);
+    }
+
+    /// The leader's coalescing is on by default (issue #35) and `--coalesce false` turns it
+    /// off; a bare `--coalesce` still turns it on.
+    #[test]
+    fn coalescing_is_on_unless_turned_off() {
+        let cases: [(&[&str], bool); 4] = [
+            (&[], true),
+            (&["--coalesce", "false"], false),
+            (&["--coalesce=false"], false),
+            (&["--coalesce"], true),
+        ];
+        for (flags, want) in cases {
+            let argv = ["latchkey", "serve"].iter().chain(flags);
+            let cli = Cli::try_parse_from(argv).unwrap();
+            let Command::Serve(args) = cli.command else {
+                panic!("not serve")
+            };
+            let config = serve::config(&args).expect("valid");
+            assert_eq!(config.coalesce, want, "{flags:?}");
+        }
+        let e = Cli::try_parse_from(["latchkey", "serve", "--coalesce", "sometimes"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
     }
 
     #[test]

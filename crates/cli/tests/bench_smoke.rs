@@ -73,6 +73,9 @@ fn assert_release_percentiles(r: &Value) {
 
 #[test]
 fn uncontended_reports_pairs_and_two_requests_and_entries_each() {
+    // Without coalescing (the before figures' mode, issue #35): each operation a call and an
+    // entry of its own, which is what this counts. Batching and coalescing are counted in
+    // `clients_share_the_connections_they_are_given`.
     let r = bench(&[
         "--cluster",
         "1",
@@ -80,6 +83,7 @@ fn uncontended_reports_pairs_and_two_requests_and_entries_each() {
         "uncontended",
         "--clients",
         "4",
+        "--no-coalesce",
         "--duration",
         "1500ms",
         "--warmup",
@@ -214,9 +218,10 @@ fn failover_measures_kill_to_grant_and_loses_no_grant() {
     assert!(per_op >= 1.5, "requests_per_op {per_op}: {r:#}");
 }
 
-/// `--connections` and `--batch` (issue #35): the clients' sessions over fewer `Client`s, their
-/// operations in Batch calls, said in the report; more connections than clients is a usage
-/// error.
+/// `--connections`, `--batch` and `--no-coalesce` (issue #35): the clients' sessions over fewer
+/// `Client`s, their operations in calls of their own and an entry each with `--no-coalesce`
+/// (the before figures), in Batch calls with `--batch` and in shared entries by default, said in
+/// the report; more connections than clients is a usage error.
 #[test]
 fn clients_share_the_connections_they_are_given() {
     let r = bench(&[
@@ -226,6 +231,7 @@ fn clients_share_the_connections_they_are_given() {
         "4",
         "--connections",
         "2",
+        "--no-coalesce",
         "--duration",
         "1s",
         "--warmup",
@@ -237,8 +243,17 @@ fn clients_share_the_connections_they_are_given() {
         (4.into(), 2.into())
     );
     assert_eq!(r["errors_total"], 0, "{r:#}");
-    // `--batch` (issue #35 item 2): the operations ride Batch calls, none goes alone; with
-    // `--coalesce` (item 3) the member writes a batch's operations in shared entries.
+    // Without `--batch`: every operation in a call of its own; `--no-coalesce`: an entry each.
+    assert_eq!(r["batch"], false, "{r:#}");
+    assert!(
+        f(&r, &["server", "requests_by_method", "acquire"]) > 0.0,
+        "{r:#}"
+    );
+    let by_method = &r["server"]["requests_by_method"];
+    assert!(by_method["batch"].as_f64().unwrap_or(0.0) == 0.0, "{r:#}");
+    assert!(f(&r, &["server", "operations_per_entry"]) <= 1.0, "{r:#}");
+    // `--batch` (issue #35 item 2): the operations ride Batch calls, none goes alone; the
+    // member's coalescing (item 3, the default) writes a batch's operations in shared entries.
     let r = bench(&[
         "--cluster",
         "1",
@@ -247,7 +262,6 @@ fn clients_share_the_connections_they_are_given() {
         "--connections",
         "1",
         "--batch",
-        "--coalesce",
         "--duration",
         "1s",
         "--warmup",

@@ -34,6 +34,7 @@ use tokio::task::JoinSet;
 use tonic::transport::Channel;
 
 use crate::client::AuthToken;
+use crate::env::BatchSent;
 
 type Answer = Result<pb::batch_result::Result, tonic::Status>;
 
@@ -50,6 +51,8 @@ struct Shared {
     auth_token: Option<AuthToken>,
     /// Batches in flight at once, 1 to `CLIENT_BATCH_CALLS_IN_FLIGHT_MAX`.
     in_flight: usize,
+    /// Told each batch's size (`ClientEnv::batch_sent`).
+    sent: Option<BatchSent>,
     queue: Mutex<Queue>,
 }
 
@@ -69,6 +72,7 @@ impl Coalescer {
         timeout: Duration,
         auth_token: Option<AuthToken>,
         in_flight: usize,
+        sent: Option<BatchSent>,
     ) -> Coalescer {
         assert!(
             (1..=limits::CLIENT_BATCH_CALLS_IN_FLIGHT_MAX).contains(&in_flight),
@@ -80,6 +84,7 @@ impl Coalescer {
                 timeout,
                 auth_token,
                 in_flight,
+                sent,
                 queue: Mutex::new(Queue {
                     sending: 0,
                     waiting: Vec::new(),
@@ -130,6 +135,9 @@ impl Shared {
                 .into_iter()
                 .map(|(op, tx)| (pb::BatchOp { op: Some(op) }, tx))
                 .unzip();
+            if let Some(sent) = &self.sent {
+                sent(ops.len());
+            }
             let mut request = tonic::Request::new(pb::BatchRequest { ops });
             request.set_timeout(self.timeout);
             if let Some(token) = &self.auth_token {

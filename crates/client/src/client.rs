@@ -37,9 +37,11 @@ pub struct ClientConfig {
     pub auth_token: Option<AuthToken>,
     /// Gather the acquires, releases and closes this client's sessions send to one member
     /// while an earlier batch to it is in flight into one `Batch` call (issue #35; `batch.rs`).
-    /// Off by default until the simulation's clients batch too. A call made alone is sent at
-    /// once either way; an acquire that must wait long-polls in a call of its own after its
-    /// first answer.
+    /// Off by default: measured with the leader's coalescing, it cuts the client's CPU and
+    /// calls per operation but not the latency or throughput (docs/PERFORMANCE.md,
+    /// "Batching"), and a server without the `Batch` call answers it `UNIMPLEMENTED`. A call
+    /// made alone is sent at once either way (as a `Batch` of one); with batching an acquire
+    /// that must wait long-polls in a call of its own after its first answer.
     pub batch: bool,
     /// With [`ClientConfig::batch`], the `Batch` calls to one member in flight at once: 1 to
     /// `limits::CLIENT_BATCH_CALLS_IN_FLIGHT_MAX` (a value outside is taken as the nearest
@@ -1029,6 +1031,7 @@ impl Client {
                         .config
                         .batch_calls_in_flight
                         .clamp(1, limits::CLIENT_BATCH_CALLS_IN_FLIGHT_MAX),
+                    self.inner.env.batch_sent.clone(),
                 ))
             })
             .clone()

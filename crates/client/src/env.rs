@@ -172,7 +172,14 @@ pub struct ClientEnv {
     pub connector: Arc<dyn ClientConnector>,
     /// Seed of the retry jitter; `None` draws one from the operating system.
     pub seed: Option<u64>,
+    /// Told the number of operations of every `Batch` call the client's coalescing sends
+    /// (`ClientConfig::batch`), before it is sent: the simulation counts the calls that
+    /// carried two or more. `None`: nobody is told.
+    pub batch_sent: Option<BatchSent>,
 }
+
+/// See [`ClientEnv::batch_sent`].
+pub type BatchSent = Arc<dyn Fn(usize) + Send + Sync>;
 
 impl Default for ClientEnv {
     fn default() -> Self {
@@ -180,6 +187,7 @@ impl Default for ClientEnv {
             clock: Arc::new(BootClock::new()),
             connector: Arc::new(TcpConnector),
             seed: None,
+            batch_sent: None,
         }
     }
 }

@@ -82,7 +82,9 @@ pub mod watch;
 
 pub use client::{AuthToken, Client, ClientConfig};
 pub use election::{EndedTerm, Leader, Leadership, Observe};
-pub use env::{BootClock, ClientClock, ClientConnector, ClientEnv, SystemClock, TcpConnector};
+pub use env::{
+    BatchSent, BootClock, ClientClock, ClientConnector, ClientEnv, SystemClock, TcpConnector,
+};
 pub use error::Error;
 pub use latchkey_core::{Mode, SessionOwner};
 pub use latchkey_core::{WatchEvent, WatchKind};

@@ -74,6 +74,9 @@ pub struct ClientSetup {
     pub lock_delay: bool,
     /// Whether the client campaigns in [`ELECTION`] ([`Elections`], `RunConfig::elections`).
     pub elections: bool,
+    /// Whether the client's library batches its operations (`ClientConfig::batch`,
+    /// `RunConfig::client_batch`); with it the host runs `BATCH_WORKERS` sessions at once.
+    pub batch: bool,
 }
 
 /// The lock-delays the clients ask for under `RunConfig::lock_delay` (issue #32 item 4): this
@@ -227,8 +230,9 @@ impl ClientControl {
     }
 }
 
-/// The library's settings for the simulation: short attempts, as on a fast network.
-fn config() -> ClientConfig {
+/// The library's settings for the simulation: short attempts, as on a fast network; the
+/// operations batched with `batch` (`RunConfig::client_batch`).
+fn config(batch: bool) -> ClientConfig {
     ClientConfig {
         connect_timeout: Duration::from_millis(500),
         rpc_timeout: Duration::from_secs(1),
@@ -241,9 +245,20 @@ fn config() -> ClientConfig {
             backoff_max: Duration::from_millis(500),
         },
         auth_token: None,
-        batch: false,
+        batch,
         batch_calls_in_flight: latchkey_core::limits::CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT,
     }
+}
+
+/// Counts the client's `Batch` calls of two or more operations in the history (the reach of
+/// `RunConfig::client_batch`, `HistoryData::client_batches_of_several`).
+fn batch_sent(history: &History) -> Option<latchkey_client::BatchSent> {
+    let history = history.clone();
+    Some(Arc::new(move |ops: usize| {
+        if ops >= 2 {
+            history.with(|h| h.client_batches_of_several += 1);
+        }
+    }))
 }
 
 /// What the client does after a step of a critical section.
@@ -273,52 +288,107 @@ pub async fn run(
         clock: clock.clone(),
         connector: Arc::new(SimConnector),
         seed: Some(rng.random()),
+        batch_sent: batch_sent(&history),
     };
-    let client = Client::with_env(setup.nodes.iter().cloned(), config(), env)?;
-    let mut delays = LockDelays::for_life(&setup, life);
-    let mut elections = Elections::for_life(&setup, life);
-    while true_now() < setup.stop_at {
-        let session = match client.session(setup.ttl).await {
-            Ok(s) => s,
-            Err(_) => {
-                // No leader within the budget (the safety phase): try again.
-                tokio::time::sleep(Duration::from_millis(rng.random_range(50..200))).await;
-                continue;
-            }
-        };
-        let actor = Actor {
-            client: setup.id,
-            generation: control.generation.fetch_add(1, Ordering::Relaxed) + 1,
-        };
-        let worker = Worker {
-            setup: &setup,
-            history: &history,
-            resource: &resource,
-            control: &control,
-            client: &client,
-        };
-        let mut draws = Draws {
-            rng: &mut rng,
-            delays: &mut delays,
-            elections: &mut elections,
-        };
-        let next = tokio::select! {
-            next = work(&worker, &mut draws, actor, &session) => next,
-            never = watch_deadlines(&history, &clock, std::slice::from_ref(&session)) => match never {},
-        };
-        match next {
-            Next::Keep(guard) => {
-                // Hold on to both until the simulation ends (the lease oracle still judges
-                // the session).
-                let never = watch_deadlines(&history, &clock, std::slice::from_ref(&session)).await;
-                drop((guard, session, never));
-            }
-            Next::NewSession | Next::Continue => {}
-        }
-        // Dropping the session closes it on the server, best effort; if that fails, it expires.
+    let client = Client::with_env(setup.nodes.iter().cloned(), config(setup.batch), env)?;
+    let delays = LockDelays::for_life(&setup, life);
+    let elections = Elections::for_life(&setup, life);
+    let host = Host {
+        setup: &setup,
+        history: &history,
+        resource: &resource,
+        control: &control,
+        client: &client,
+        clock: &clock,
+    };
+    let first = host.sessions(rng, delays, elections);
+    if setup.batch {
+        // The other sessions of the host (`RunConfig::client_batch`): the plain lock workload,
+        // each from a generator of its own, so that the first session draws what it would
+        // alone.
+        let others = (1..crate::config::BATCH_WORKERS as u64).map(|k| {
+            let seed = (setup.seed ^ 0xba7c_4000_0000_0000)
+                .wrapping_add(k)
+                .wrapping_add(life.wrapping_mul(0x9e37_79b9));
+            host.sessions(StdRng::seed_from_u64(seed), None, None)
+        });
+        futures::future::join(first, futures::future::join_all(others)).await;
+    } else {
+        first.await;
     }
     std::future::pending::<()>().await;
     Ok(())
+}
+
+/// What one life of a client's host shares among its sessions.
+struct Host<'a> {
+    setup: &'a ClientSetup,
+    history: &'a History,
+    resource: &'a Resource,
+    control: &'a ClientControl,
+    client: &'a Client,
+    clock: &'a Arc<DriftClock>,
+}
+
+impl Host<'_> {
+    /// Sessions one after another, each worked until it must be dropped, until the run is
+    /// over (or kept to the end: `Next::Keep`, which never returns).
+    async fn sessions(
+        &self,
+        mut rng: StdRng,
+        mut delays: Option<LockDelays>,
+        mut elections: Option<Elections>,
+    ) {
+        let Host {
+            setup,
+            history,
+            resource,
+            control,
+            client,
+            clock,
+        } = *self;
+        while true_now() < setup.stop_at {
+            let session = match client.session(setup.ttl).await {
+                Ok(s) => s,
+                Err(_) => {
+                    // No leader within the budget (the safety phase): try again.
+                    tokio::time::sleep(Duration::from_millis(rng.random_range(50..200))).await;
+                    continue;
+                }
+            };
+            let actor = Actor {
+                client: setup.id,
+                generation: control.generation.fetch_add(1, Ordering::Relaxed) + 1,
+            };
+            let worker = Worker {
+                setup,
+                history,
+                resource,
+                control,
+                client,
+            };
+            let mut draws = Draws {
+                rng: &mut rng,
+                delays: &mut delays,
+                elections: &mut elections,
+            };
+            let next = tokio::select! {
+                next = work(&worker, &mut draws, actor, &session) => next,
+                never = watch_deadlines(history, clock, std::slice::from_ref(&session)) => match never {},
+            };
+            match next {
+                Next::Keep(guard) => {
+                    // Hold on to both until the simulation ends (the lease oracle still judges
+                    // the session).
+                    let never =
+                        watch_deadlines(history, clock, std::slice::from_ref(&session)).await;
+                    drop((guard, session, never));
+                }
+                Next::NewSession | Next::Continue => {}
+            }
+            // Dropping the session closes it on the server, best effort; if that fails, it expires.
+        }
+    }
 }
 
 /// What one life of a client works with.
@@ -761,8 +831,10 @@ pub async fn run_idle(setup: IdleSetup, history: History) -> turmoil::Result {
         clock: clock.clone(),
         connector: Arc::new(SimConnector),
         seed: Some(setup.seed),
+        batch_sent: None,
     };
-    let client = Client::with_env(setup.nodes.iter().cloned(), config(), env)?;
+    // Idle sessions only renew (in KeepAlive batches): nothing of theirs rides a Batch call.
+    let client = Client::with_env(setup.nodes.iter().cloned(), config(false), env)?;
     let create = || {
         let client = client.clone();
         let ttl = setup.ttl;

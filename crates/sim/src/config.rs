@@ -91,7 +91,20 @@ pub struct RunConfig {
     /// what it was; the even seeds run exactly as before (the trace leaves the field out while
     /// it is off, `sim.rs`). `latchkey-sim --coalesce` / `--no-coalesce` set it for every seed.
     pub coalesce: bool,
+    /// The clients' coalescing of their operations into `Batch` calls (issue #35,
+    /// `ClientConfig::batch`, off by default in the library): on in the seeds whose second bit
+    /// is set (`seed / 2` odd), so that with [`Self::coalesce`]'s parity every combination of
+    /// the two occurs in any four consecutive seeds. Decided by the seed, not drawn from its
+    /// generator, like `coalesce`. With it, each client host runs [`BATCH_WORKERS`] sessions
+    /// at once over its one `Client` (a batch of two or more needs four operations at once:
+    /// `batch_calls_in_flight`'s default of two in flight, two waiting), the extra ones from a generator of their own; without it,
+    /// the run is what it was (the trace leaves the field out). `latchkey-sim --client-batch`
+    /// / `--no-client-batch` set it for every seed.
+    pub client_batch: bool,
 }
+
+/// Sessions a client host runs at once over its `Client` with [`RunConfig::client_batch`].
+pub const BATCH_WORKERS: usize = 4;
 
 /// The read-write lock and semaphore of a run (see [`RunConfig::primitives`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -160,6 +173,7 @@ impl RunConfig {
             lock_delay: false,
             elections: false,
             coalesce: seed % 2 == 1,
+            client_batch: (seed / 2) % 2 == 1,
         }
         .with_lease_shape(&mut rng)
         .with_primitives(&mut rng)

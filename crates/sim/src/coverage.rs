@@ -97,6 +97,11 @@ pub struct Coverage {
     /// one entry applied (the leader proposes an operation gathered alone as itself, so every
     /// batch entry it makes has two or more; counted apart so that the requirement says so).
     pub batch_entries_of_several: usize,
+    /// The `Batch` calls of two or more operations the clients sent (issue #35's client
+    /// coalescing, `RunConfig::client_batch`): operations of different sessions of one client
+    /// in one call, each answered as its own (`HistoryData::client_batches_of_several`; set for
+    /// the whole run, not by [`Coverage::measure`] of a group).
+    pub client_batches_of_several: usize,
     /// The operations in committed batch entries, summed.
     pub batched_ops: usize,
 }
@@ -286,6 +291,7 @@ impl Coverage {
         self.reads_in_a_lasting_term += other.reads_in_a_lasting_term;
         self.batch_entries += other.batch_entries;
         self.batch_entries_of_several += other.batch_entries_of_several;
+        self.client_batches_of_several += other.client_batches_of_several;
         self.batched_ops += other.batched_ops;
     }
 }
@@ -374,6 +380,14 @@ impl fmt::Display for Coverage {
                 f,
                 ", {} batch entries committed ({} of two or more operations, {} operations)",
                 self.batch_entries, self.batch_entries_of_several, self.batched_ops
+            )?;
+        }
+        // And with the clients' batching (issue #35).
+        if self.client_batches_of_several > 0 {
+            write!(
+                f,
+                ", {} client Batch calls of two or more operations",
+                self.client_batches_of_several
             )?;
         }
         Ok(())

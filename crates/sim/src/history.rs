@@ -293,6 +293,10 @@ pub struct HistoryData {
     pub delays: BTreeMap<u64, Duration>,
     /// Every election operation (`RunConfig::elections`), in invocation order; empty without.
     pub elections: Vec<ElectionOp>,
+    /// The `Batch` calls of two or more operations the clients' libraries sent
+    /// (`RunConfig::client_batch`; told through `ClientEnv::batch_sent`). Counted for the
+    /// whole run: a group's view ([`Self::of_group`]) has none.
+    pub client_batches_of_several: usize,
     next_id: u64,
 }
 
@@ -434,6 +438,7 @@ impl History {
             modes: h.modes.clone(),
             delays: h.delays.clone(),
             elections: h.elections.clone(),
+            client_batches_of_several: h.client_batches_of_several,
             next_id: h.next_id,
         })
     }
@@ -561,6 +566,7 @@ impl HistoryData {
                 .filter(|e| lock_in(&e.name))
                 .cloned()
                 .collect(),
+            client_batches_of_several: 0,
             next_id: self.next_id,
         }
     }

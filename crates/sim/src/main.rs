@@ -31,7 +31,9 @@
 //! `--coalesce` turns the leader's batch entries (issue #35, `RunConfig::coalesce`: on in the
 //! odd seeds' own shape) on for every seed, `--no-coalesce` off; `--plant
 //! batch-answers-reversed` has the leader hand a batch's answers to its callers newest first
-//! (`Plant::batch_answers_reversed`), which the checkers must catch.
+//! (`Plant::batch_answers_reversed`), which the checkers must catch. `--client-batch` has the
+//! clients batch their operations (issue #35, `RunConfig::client_batch`: on in the seeds whose
+//! `seed / 2` is odd) in every seed, `--no-client-batch` in none.
 
 use std::process::ExitCode;
 
@@ -42,7 +44,8 @@ fn usage() -> ExitCode {
          reader-past-writer|writer-beside-readers|writer-token-reused|delay-ends-early|\
          proclaim-past-term|refused-proclaim-applied|proclaim-kept-old-value|\
          leader-hidden-while-contended|batch-answers-reversed] [--primitives|--no-primitives] \
-         [--lock-delay] [--elections] [--coalesce|--no-coalesce] [--show-config]"
+         [--lock-delay] [--elections] [--coalesce|--no-coalesce] \
+         [--client-batch|--no-client-batch] [--show-config]"
     );
     ExitCode::from(2)
 }
@@ -135,6 +138,14 @@ fn main() -> ExitCode {
         if args.iter().any(|a| a == "--no-coalesce") {
             // No batch entries, as every seed ran before issue #35's coalescing.
             config.coalesce = false;
+        }
+        if args.iter().any(|a| a == "--client-batch") {
+            // Every seed's clients batch their operations (issue #35).
+            config.client_batch = true;
+        }
+        if args.iter().any(|a| a == "--no-client-batch") {
+            // No client batches, as every seed ran before issue #35's defaults.
+            config.client_batch = false;
         }
         if replicas != 0 {
             config.nodes = 5;

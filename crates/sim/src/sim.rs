@@ -304,6 +304,7 @@ impl<'c> Run<'c> {
                 work_ms: (5, 150),
                 lock_delay: config.lock_delay,
                 elections: config.elections,
+                batch: config.client_batch,
             };
             // A host, not a turmoil client, so that it can be crashed like a process; every
             // life runs the same software.
@@ -554,6 +555,8 @@ impl<'c> Run<'c> {
             });
             hold_checks_near_expiry += checkers::hold_checks_before_end(h, Duration::from_secs(1));
         }
+        // The clients' batches are the run's, not a group's.
+        coverage.client_batches_of_several = data.client_batches_of_several;
         // A run cut short by an error still had its safety checked up to there (liveness and
         // the final restart did not happen); liveness only runs on a safe history.
         if ended.sim_error.is_none() && violations.is_empty() {
@@ -611,6 +614,9 @@ fn config_line(config: &RunConfig) -> String {
     }
     if !config.coalesce {
         line = line.replacen(", coalesce: false", "", 1);
+    }
+    if !config.client_batch {
+        line = line.replacen(", client_batch: false", "", 1);
     }
     for (set, field) in ELECTION_PLANTS
         .iter()
@@ -743,12 +749,14 @@ mod tests {
         for seed in 0..8 {
             let mut config = RunConfig::from_seed(seed);
             config.coalesce = false;
+            config.client_batch = false;
             let line = config_line(&config);
             let fields = [
                 "lock_delay",
                 "delay_ends_early",
                 "elections",
                 "coalesce",
+                "client_batch",
                 "batch_answers_reversed",
                 "proclaim_past_term",
                 "refused_proclaim_applied",
@@ -768,6 +776,7 @@ mod tests {
             config.plant.batch_answers_reversed = true;
             config.elections = true;
             config.coalesce = true;
+            config.client_batch = true;
             config.plant.table.proclaim_past_term = true;
             config.plant.table.refused_proclaim_applied = true;
             config.plant.table.proclaim_kept_old_value = true;

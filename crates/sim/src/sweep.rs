@@ -61,12 +61,13 @@ pub fn run_config(config: &RunConfig) -> RunReport {
     let report = run(config);
     if report.ok() {
         println!(
-            "seed {seed}: ok ({} nodes, {} groups, {} clients, {} idle sessions, coalescing {}, {} ops, {} grants, {} committed entries, {} hold checks within 1s of their expiry, {} faults; {}; trace hash {:016x}) in {:.1}s",
+            "seed {seed}: ok ({} nodes, {} groups, {} clients, {} idle sessions, coalescing {}, client batching {}, {} ops, {} grants, {} committed entries, {} hold checks within 1s of their expiry, {} faults; {}; trace hash {:016x}) in {:.1}s",
             report.config.nodes,
             report.config.groups,
             report.config.clients,
             report.config.idle_sessions,
             if report.config.coalesce { "on" } else { "off" },
+            if report.config.client_batch { "on" } else { "off" },
             report.operations,
             report.grants,
             report.committed_entries,

@@ -78,6 +78,14 @@ fn ci_seeds_pass_every_checker() {
         reached.batch_entries_of_several > 0,
         "the CI seeds committed no batch entry of two or more operations: {reached}"
     );
+    // Seeds 2 and 3 have their clients batch (`RunConfig::client_batch`, on where `seed / 2`
+    // is odd; seed 3 with the leader's coalescing too): some Batch call must have carried
+    // operations of several sessions, or the library's default runs on a path the simulation
+    // did not judge.
+    assert!(
+        reached.client_batches_of_several > 0,
+        "the CI seeds' clients sent no Batch call of two or more operations: {reached}"
+    );
     // The seeds must exercise what the checkers judge, or passing proves little: clients that
     // checked their guard shortly before the cluster expired their session (the deadline rule
     // at its edge), and every kind of client fault actually carried out.

@@ -42,7 +42,7 @@ pub struct BenchCluster {
     groups: u32,
     /// `serve --replicas` of every member.
     replicas: u32,
-    /// `serve --coalesce` on every member (the bench's `--coalesce`).
+    /// `serve --coalesce` of every member (false with the bench's `--no-coalesce`).
     coalesce: bool,
     dir: TempDir,
     exe: PathBuf,
@@ -209,7 +209,7 @@ impl BenchCluster {
             .args(["--metrics-listen", &m.metrics_addr])
             .args(["--groups", &self.groups.to_string()])
             .args(["--replicas", &self.replicas.to_string()])
-            .args(self.coalesce.then_some("--coalesce"))
+            .args(["--coalesce", if self.coalesce { "true" } else { "false" }])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);

@@ -119,6 +119,9 @@ pub struct Plan {
     pub connections: usize,
     /// The clients send their operations in `Batch` calls (`--batch`).
     pub batch: bool,
+    /// With `batch`, the `Batch` calls each client has in flight to one member
+    /// (`--batch-in-flight`; the library's default unless given).
+    pub batch_in_flight: usize,
     pub duration: Duration,
     pub warmup: Duration,
     pub ttl: Duration,
@@ -233,6 +236,10 @@ impl Plan {
             clients,
             connections,
             batch: args.batch,
+            batch_in_flight: args.batch_in_flight.map_or(
+                latchkey_core::limits::CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT,
+                |k| k as usize,
+            ),
             duration: args.duration,
             warmup: args.warmup,
             ttl,
@@ -268,8 +275,9 @@ impl Target {
         Ok(self.connect.client()?)
     }
 
-    /// A client of the target whose sessions' operations ride `Batch` calls when `batch`.
-    pub fn client_batching(&self, batch: bool) -> anyhow::Result<latchkey_client::Client> {
+    /// A client of the target whose sessions' operations ride `Batch` calls with `Some(K)`, K
+    /// of them in flight to one member.
+    pub fn client_batching(&self, batch: Option<usize>) -> anyhow::Result<latchkey_client::Client> {
         Ok(self.connect.client_batching(batch)?)
     }
 
@@ -590,7 +598,9 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 
 async fn run(plan: &Plan, args: &BenchArgs) -> anyhow::Result<()> {
     let mut cluster = match plan.cluster {
-        Some(n) => Some(BenchCluster::start(n, plan.groups, plan.replicas, args.coalesce).await?),
+        Some(n) => {
+            Some(BenchCluster::start(n, plan.groups, plan.replicas, !args.no_coalesce).await?)
+        }
         None => None,
     };
     let target = match &cluster {

@@ -222,7 +222,7 @@ struct Worker {
 /// token); with one connection per client, as by default, each its own.
 async fn open_workers(plan: &Plan, target: &Target, n: usize) -> anyhow::Result<Vec<Worker>> {
     let clients = (0..plan.connections.clamp(1, n.max(1)))
-        .map(|_| target.client_batching(plan.batch))
+        .map(|_| target.client_batching(plan.batch.then_some(plan.batch_in_flight)))
         .collect::<Result<Vec<_>, _>>()?;
     let mut set = JoinSet::new();
     for index in 0..n {

@@ -122,13 +122,12 @@ pub struct ServerConfig {
     /// reloaded without a restart (`reload.rs`); every client may do anything when `None`.
     pub acl: Option<Arc<acl::AclPolicy>>,
     /// Gather client operations that arrive while an earlier write is in flight into one
-    /// batch entry (issue #35, `node/gather.rs`). Off by default; the hidden `serve
-    /// --coalesce` (and `bench --coalesce`) turns it on to measure it, until the whole test
-    /// suite runs with it on and it has more than one write in flight. The simulation runs
-    /// it in the odd seeds (`latchkey_sim::RunConfig::coalesce`), its checkers reading a batch
-    /// entry's operations each as an entry of its own at the entry's index, and a planted
-    /// batching bug (`Plant::batch_answers_reversed`) is caught there. Off, every operation is
-    /// an entry of its own, as before; tests of the gathering turn it on.
+    /// batch entry (issue #35, `node/gather.rs`). On by default, as in `serve` (`serve
+    /// --coalesce false` and `bench --no-coalesce` turn it off). The simulation runs it in the
+    /// odd seeds (`latchkey_sim::RunConfig::coalesce`), its checkers reading a batch entry's
+    /// operations each as an entry of its own at the entry's index, and a planted batching bug
+    /// (`Plant::batch_answers_reversed`) is caught there. Off, every operation is an entry of
+    /// its own, as before issue #35.
     pub coalesce: bool,
     /// Fixed bugs put back on purpose (the simulation's checker tests); all off by default.
     #[doc(hidden)]
@@ -161,8 +160,7 @@ impl ServerConfig {
             cluster_secret: None,
             tls: None,
             acl: None,
-            // Not simulated yet: see the field.
-            coalesce: false,
+            coalesce: true,
             plant: Plant::default(),
         }
     }
