@@ -296,13 +296,12 @@ fn batch_limits_and_shapes_on_one_node() {
     assert!(findings.is_empty(), "FINDINGS:\n{}", findings.join("\n"));
 }
 
-/// FINDING (fails on main, core `table.rs` `acquire_request`): an acquire whose `seq` the
-/// session used for an acquire of ANOTHER name is answered with that acquire's grant, though
-/// the name asked for is not held; in one batch (two ops, one seq) and on the single route.
-/// `protocol.md` 5 answers a seq reused across kinds `sequence-reused`, not one reused across
-/// names. Un-ignore with the fix.
+/// Regression (issue #35's attacker review, F2): an acquire whose `seq` the session used for
+/// an acquire of ANOTHER name was answered with that acquire's grant, though the name asked
+/// for was not held; in one batch (two ops, one seq) and on the single route. The table now
+/// remembers each outcome's request fingerprint and answers such a reuse `sequence-reused`
+/// (`protocol.md` 5.1).
 #[test]
-#[ignore = "a known bug, left open (issue #35's attacker review, F2): the table does not remember which lock a seq's outcome was for; fails until it does"]
 fn a_seq_reused_for_another_name_is_not_answered_granted() {
     let http = format!("127.0.0.1:{}", free_port());
     let _server = Server::start_with(&["--http-listen", &http]);
@@ -364,6 +363,21 @@ fn a_seq_reused_for_another_name_is_not_answered_granted() {
             second.body,
             holder("dup/s2")
         ));
+    }
+    // Refused as the client bug it is, in both places; the first acquire keeps its grant.
+    if results[1]["error"]["code"] != "sequence-reused" {
+        findings.push(format!("batch: dup/b answered {}", results[1]));
+    }
+    if (second.status, second.json()["code"].clone()) != (409, json!("sequence-reused")) {
+        findings.push(format!(
+            "single route: dup/s2 answered {} {}",
+            second.status, second.body
+        ));
+    }
+    if holder("dup/a") != results[0]["acquire"]["token"]
+        || holder("dup/s1") != first.json()["token"]
+    {
+        findings.push("a first acquire lost its grant".into());
     }
     assert!(findings.is_empty(), "FINDINGS:\n{}", findings.join("\n"));
 }

@@ -3,7 +3,7 @@
 //! Format: one version byte, then the table in postcard, then nothing. A reader refuses versions it does not
 //! know rather than misreading them.
 
-use crate::table::{DecodedTableV7, DecodedTableV8, DecodedTableV9};
+use crate::table::{DecodedTableV10, DecodedTableV7, DecodedTableV8, DecodedTableV9};
 use crate::versioned::{self, VersionedError};
 use crate::LockTable;
 
@@ -22,13 +22,23 @@ use crate::LockTable;
 ///    (issue #32), and sessions may remember a proclaim's answer.
 /// 10: the table carries its lock-delays (asked for by held and queued acquires, and running;
 ///    issue #32 item 4) after those, and sessions may remember a lock-delay rejection.
+/// 11: each remembered outcome, and each waiting request, carries the fingerprint of its
+///    request (issue #35's attacker review, F2: a seq reused for another request is refused
+///    `sequence-reused`, not answered with the first one's outcome).
 ///
-/// A table that uses nothing format 10 added (`LockTable::fits_format_9`) is written in format
+/// A table whose sessions remember no fingerprint (`LockTable::fits_format_10`: one decoded
+/// from an older snapshot, or whose sessions answered nothing since) is written in format 10,
+/// one that uses nothing format 10 added either (`LockTable::fits_format_9`) in format
 /// 9, one that uses nothing format 9 added either (`LockTable::fits_format_8`) in format 8, and
 /// one that uses nothing format 8 added either (`LockTable::fits_format_7`) in format 7, byte
 /// for byte what a build before each wrote, so that a member that reads only the older format
-/// can still install it during a rolling upgrade; this build reads all four.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 10;
+/// can still install it during a rolling upgrade; this build reads all five. A table whose
+/// sessions answered a request since is format 11 only: a member of a build before it cannot
+/// install that snapshot (it refuses the version, misreading nothing).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 11;
+/// The format before request fingerprints, still read, and still written for tables that fit
+/// it.
+pub const SNAPSHOT_FORMAT_VERSION_V10: u8 = 10;
 /// The format before lock-delay, still read, and still written for tables that fit it.
 pub const SNAPSHOT_FORMAT_VERSION_V9: u8 = 9;
 /// The format before elections, still read, and still written for tables that fit it.
@@ -70,6 +80,8 @@ pub fn encode_table(table: &LockTable) -> Vec<u8> {
         versioned::encode(SNAPSHOT_FORMAT_VERSION_V8, &table.as_format_8())
     } else if table.fits_format_9() {
         versioned::encode(SNAPSHOT_FORMAT_VERSION_V9, &table.as_format_9())
+    } else if table.fits_format_10() {
+        versioned::encode(SNAPSHOT_FORMAT_VERSION_V10, &table.as_format_10())
     } else {
         versioned::encode(SNAPSHOT_FORMAT_VERSION, table)
     };
@@ -92,6 +104,11 @@ pub fn decode_table(bytes: &[u8]) -> Result<LockTable, DecodeError> {
             let (v9, trailing): (DecodedTableV9, _) =
                 versioned::decode(SNAPSHOT_FORMAT_VERSION_V9, bytes)?;
             (LockTable::from(v9), trailing)
+        }
+        Some(&SNAPSHOT_FORMAT_VERSION_V10) => {
+            let (v10, trailing): (DecodedTableV10, _) =
+                versioned::decode(SNAPSHOT_FORMAT_VERSION_V10, bytes)?;
+            (LockTable::from(v10), trailing)
         }
         _ => versioned::decode(SNAPSHOT_FORMAT_VERSION, bytes)?,
     };

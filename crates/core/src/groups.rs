@@ -159,17 +159,23 @@ pub fn replicas_of(group: u32, ids: impl IntoIterator<Item = u64>, replicas: u32
     (0..r).map(|i| ids[(first + i) % n]).collect()
 }
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(FNV_OFFSET, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)
-    })
+    fnv1a64_extend(FNV_OFFSET, bytes)
+}
+
+/// FNV-1a (64-bit) of what `h` hashed, then `bytes`. Also the table's request fingerprints
+/// (`table.rs`, `RequestPrint`): stable across builds and platforms, unlike std's hashers.
+pub(crate) fn fnv1a64_extend(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME))
 }
 
 /// MurmurHash3's 64-bit finalizer.
-fn fmix64(mut k: u64) -> u64 {
+pub(crate) fn fmix64(mut k: u64) -> u64 {
     k ^= k >> 33;
     k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
     k ^= k >> 33;

@@ -376,7 +376,7 @@ struct Delayed {
 }
 
 /// A snapshot's table before the sessions' holds are rebuilt: the fields of [`LockTable`] in
-/// the same order, as written in snapshot format 9.
+/// the same order, as written in snapshot format 11.
 #[derive(Deserialize)]
 struct DecodedTable {
     last_index: u64,
@@ -390,11 +390,57 @@ struct DecodedTable {
     delays: Delays,
 }
 
+/// A table as snapshot format 10 wrote it: format 11 without request fingerprints in its
+/// sessions.
+#[derive(Deserialize)]
+pub(crate) struct DecodedTableV10 {
+    last_index: u64,
+    sessions: BTreeMap<SessionId, SessionV10>,
+    locks: BTreeMap<Name, Lock>,
+    wait_ends: BTreeSet<(u64, SessionId, u64)>,
+    audit: VecDeque<AuditRecord>,
+    multi: BTreeMap<Name, MultiLock>,
+    values: BTreeMap<Name, Published>,
+    campaigns: BTreeMap<(SessionId, u64), Vec<u8>>,
+    delays: Delays,
+}
+
+impl From<DecodedTableV10> for LockTable {
+    fn from(d: DecodedTableV10) -> LockTable {
+        LockTable::from(DecodedTable {
+            last_index: d.last_index,
+            sessions: sessions_from_v10(d.sessions),
+            locks: d.locks,
+            wait_ends: d.wait_ends,
+            audit: d.audit,
+            multi: d.multi,
+            values: d.values,
+            campaigns: d.campaigns,
+            delays: d.delays,
+        })
+    }
+}
+
+/// A table written in snapshot format 10: [`LockTable`]'s fields in order, its sessions
+/// without fingerprints, so the bytes are those a build before them wrote for the same table.
+#[derive(Serialize)]
+pub(crate) struct TableV10<'a> {
+    last_index: &'a u64,
+    sessions: SessionsV10<'a>,
+    locks: &'a BTreeMap<Name, Lock>,
+    wait_ends: &'a BTreeSet<(u64, SessionId, u64)>,
+    audit: &'a VecDeque<AuditRecord>,
+    multi: &'a BTreeMap<Name, MultiLock>,
+    values: &'a BTreeMap<Name, Published>,
+    campaigns: &'a BTreeMap<(SessionId, u64), Vec<u8>>,
+    delays: &'a Delays,
+}
+
 /// A table as snapshot format 9 wrote it: format 10 without `delays` (lock-delay).
 #[derive(Deserialize)]
 pub(crate) struct DecodedTableV9 {
     last_index: u64,
-    sessions: BTreeMap<SessionId, Session>,
+    sessions: BTreeMap<SessionId, SessionV10>,
     locks: BTreeMap<Name, Lock>,
     wait_ends: BTreeSet<(u64, SessionId, u64)>,
     audit: VecDeque<AuditRecord>,
@@ -407,7 +453,7 @@ impl From<DecodedTableV9> for LockTable {
     fn from(d: DecodedTableV9) -> LockTable {
         LockTable::from(DecodedTable {
             last_index: d.last_index,
-            sessions: d.sessions,
+            sessions: sessions_from_v10(d.sessions),
             locks: d.locks,
             wait_ends: d.wait_ends,
             audit: d.audit,
@@ -424,7 +470,7 @@ impl From<DecodedTableV9> for LockTable {
 #[derive(Serialize)]
 pub(crate) struct TableV9<'a> {
     last_index: &'a u64,
-    sessions: &'a BTreeMap<SessionId, Session>,
+    sessions: SessionsV10<'a>,
     locks: &'a BTreeMap<Name, Lock>,
     wait_ends: &'a BTreeSet<(u64, SessionId, u64)>,
     audit: &'a VecDeque<AuditRecord>,
@@ -437,7 +483,7 @@ pub(crate) struct TableV9<'a> {
 #[derive(Deserialize)]
 pub(crate) struct DecodedTableV8 {
     last_index: u64,
-    sessions: BTreeMap<SessionId, Session>,
+    sessions: BTreeMap<SessionId, SessionV10>,
     locks: BTreeMap<Name, Lock>,
     wait_ends: BTreeSet<(u64, SessionId, u64)>,
     audit: VecDeque<AuditRecord>,
@@ -448,7 +494,7 @@ impl From<DecodedTableV8> for LockTable {
     fn from(d: DecodedTableV8) -> LockTable {
         LockTable::from(DecodedTable {
             last_index: d.last_index,
-            sessions: d.sessions,
+            sessions: sessions_from_v10(d.sessions),
             locks: d.locks,
             wait_ends: d.wait_ends,
             audit: d.audit,
@@ -465,7 +511,7 @@ impl From<DecodedTableV8> for LockTable {
 #[derive(Serialize)]
 pub(crate) struct TableV8<'a> {
     last_index: &'a u64,
-    sessions: &'a BTreeMap<SessionId, Session>,
+    sessions: SessionsV10<'a>,
     locks: &'a BTreeMap<Name, Lock>,
     wait_ends: &'a BTreeSet<(u64, SessionId, u64)>,
     audit: &'a VecDeque<AuditRecord>,
@@ -477,7 +523,7 @@ pub(crate) struct TableV8<'a> {
 #[derive(Deserialize)]
 pub(crate) struct DecodedTableV7 {
     last_index: u64,
-    sessions: BTreeMap<SessionId, Session>,
+    sessions: BTreeMap<SessionId, SessionV10>,
     locks: BTreeMap<Name, Lock>,
     wait_ends: BTreeSet<(u64, SessionId, u64)>,
     audit: VecDeque<AuditRecord>,
@@ -487,7 +533,7 @@ impl From<DecodedTableV7> for LockTable {
     fn from(d: DecodedTableV7) -> LockTable {
         LockTable::from(DecodedTable {
             last_index: d.last_index,
-            sessions: d.sessions,
+            sessions: sessions_from_v10(d.sessions),
             locks: d.locks,
             wait_ends: d.wait_ends,
             audit: d.audit,
@@ -504,7 +550,7 @@ impl From<DecodedTableV7> for LockTable {
 #[derive(Serialize)]
 pub(crate) struct TableV7<'a> {
     last_index: &'a u64,
-    sessions: &'a BTreeMap<SessionId, Session>,
+    sessions: SessionsV10<'a>,
     locks: &'a BTreeMap<Name, Lock>,
     wait_ends: &'a BTreeSet<(u64, SessionId, u64)>,
     audit: &'a VecDeque<AuditRecord>,
@@ -610,8 +656,10 @@ struct Session {
     held: BTreeSet<Name>,
     /// Pending Acquire requests by sequence number, with the lock each waits for.
     waiting: BTreeMap<u64, String>,
-    /// Final outcomes of recent requests, for exactly-once retries.
-    outcomes: BTreeMap<u64, Outcome>,
+    /// Final outcomes of recent requests, for exactly-once retries, each with what the request
+    /// was (its `RequestPrint`), so that a seq reused for another request is not answered
+    /// with this one's outcome.
+    outcomes: BTreeMap<u64, Remembered>,
     /// The keys of `outcomes` in the order they were recorded. The oldest outcome is forgotten
     /// first, not the lowest seq: a long wait's grant is recorded late under a low seq, and must
     /// be remembered as long as any other fresh outcome.
@@ -632,6 +680,191 @@ struct Session {
     revoked: Vec<u64>,
     /// The highest token dropped from `revoked` to keep it bounded.
     revoked_through: Option<u64>,
+    /// What each request in `waiting` was (since snapshot format 11; a wait decoded from an
+    /// older snapshot has none): its outcome, when recorded, takes it along.
+    wait_prints: BTreeMap<u64, RequestPrint>,
+}
+
+/// A remembered outcome and the fingerprint of the request it answered (`None`: remembered
+/// before snapshot format 11, answered to any retry of the seq as before).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+struct Remembered {
+    outcome: Outcome,
+    print: Option<RequestPrint>,
+}
+
+/// A small stable fingerprint of a request that carries a sequence number (issue #35's
+/// attacker review, F2): its kind and what defines it — an acquire's name, mode, lock-delay
+/// and campaign value (not its wait, which a retry may shorten); a release's name and token;
+/// a proclaim's name, token and value. FNV-1a (64-bit, `groups.rs`) over a tagged,
+/// length-prefixed encoding, mixed by MurmurHash3's finalizer: the same on every member and
+/// build, so replicas answer alike. A seq reused with another fingerprint is refused
+/// `Rejection::SequenceReused` (like an idempotency key reused with other parameters); two
+/// requests that differ collide with odds of 2^-64, and a session can only fool itself.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+struct RequestPrint(std::num::NonZeroU64);
+
+/// The running hash of a [`RequestPrint`].
+struct Printer(u64);
+
+impl Printer {
+    fn new(kind: u8) -> Printer {
+        Printer(crate::groups::FNV_OFFSET).bytes(&[kind])
+    }
+
+    /// `bytes`, after their length, so that fields cannot run into each other.
+    fn bytes(self, bytes: &[u8]) -> Printer {
+        let h = crate::groups::fnv1a64_extend(self.0, &(bytes.len() as u64).to_le_bytes());
+        Printer(crate::groups::fnv1a64_extend(h, bytes))
+    }
+
+    fn u64(self, v: u64) -> Printer {
+        self.bytes(&v.to_le_bytes())
+    }
+
+    fn finish(self) -> RequestPrint {
+        let h = crate::groups::fmix64(self.0);
+        RequestPrint(std::num::NonZeroU64::new(h).unwrap_or(std::num::NonZeroU64::MIN))
+    }
+}
+
+impl RequestPrint {
+    const ACQUIRE: u8 = 1;
+    const RELEASE: u8 = 2;
+    const PROCLAIM: u8 = 3;
+
+    fn acquire(r: &AcquireRequest<'_>) -> RequestPrint {
+        let mode = match r.mode {
+            Mode::Exclusive => 0,
+            Mode::Shared => 1,
+            Mode::Permits(n) => 2 + u64::from(n),
+        };
+        let p = Printer::new(Self::ACQUIRE)
+            .bytes(r.name.as_bytes())
+            .u64(mode)
+            .u64(r.lock_delay_ms);
+        match r.value {
+            None => p.u64(0),
+            Some(v) => p.u64(1).bytes(v),
+        }
+        .finish()
+    }
+
+    fn release(name: &str, token: u64) -> RequestPrint {
+        Printer::new(Self::RELEASE)
+            .bytes(name.as_bytes())
+            .u64(token)
+            .finish()
+    }
+
+    fn proclaim(name: &str, token: u64, value: &[u8]) -> RequestPrint {
+        Printer::new(Self::PROCLAIM)
+            .bytes(name.as_bytes())
+            .u64(token)
+            .bytes(value)
+            .finish()
+    }
+}
+
+/// A session as snapshot formats 7 to 10 wrote it: no request fingerprints (its outcomes and
+/// waits decode with none).
+#[derive(Deserialize)]
+struct SessionV10 {
+    secret: u64,
+    ttl_ms: u64,
+    waiting: BTreeMap<u64, String>,
+    outcomes: BTreeMap<u64, Outcome>,
+    recorded: VecDeque<u64>,
+    evicted_max: Option<u64>,
+    lease_mark_ms: Option<u64>,
+    identity: Option<String>,
+    owner: Option<Box<SessionOwner>>,
+    revoked: Vec<u64>,
+    revoked_through: Option<u64>,
+}
+
+impl From<SessionV10> for Session {
+    fn from(s: SessionV10) -> Session {
+        let outcomes = (s.outcomes.into_iter())
+            .map(|(seq, outcome)| {
+                (
+                    seq,
+                    Remembered {
+                        outcome,
+                        print: None,
+                    },
+                )
+            })
+            .collect();
+        Session {
+            secret: s.secret,
+            ttl_ms: s.ttl_ms,
+            held: BTreeSet::new(),
+            waiting: s.waiting,
+            outcomes,
+            recorded: s.recorded,
+            evicted_max: s.evicted_max,
+            lease_mark_ms: s.lease_mark_ms,
+            identity: s.identity,
+            owner: s.owner,
+            revoked: s.revoked,
+            revoked_through: s.revoked_through,
+            wait_prints: BTreeMap::new(),
+        }
+    }
+}
+
+fn sessions_from_v10(sessions: BTreeMap<SessionId, SessionV10>) -> BTreeMap<SessionId, Session> {
+    sessions.into_iter().map(|(id, s)| (id, s.into())).collect()
+}
+
+/// A session written in snapshot formats 7 to 10 (one without fingerprints,
+/// `LockTable::fits_format_10`): the bytes those builds wrote for it.
+#[derive(Serialize)]
+struct SessionV10Ref<'a> {
+    secret: &'a u64,
+    ttl_ms: &'a u64,
+    waiting: &'a BTreeMap<u64, String>,
+    #[serde(serialize_with = "outcomes_v10")]
+    outcomes: &'a BTreeMap<u64, Remembered>,
+    recorded: &'a VecDeque<u64>,
+    evicted_max: &'a Option<u64>,
+    lease_mark_ms: &'a Option<u64>,
+    identity: &'a Option<String>,
+    owner: &'a Option<Box<SessionOwner>>,
+    revoked: &'a Vec<u64>,
+    revoked_through: &'a Option<u64>,
+}
+
+fn outcomes_v10<S: Serializer>(
+    outcomes: &&BTreeMap<u64, Remembered>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_map(outcomes.iter().map(|(seq, r)| (seq, &r.outcome)))
+}
+
+/// A table's sessions as snapshot formats 7 to 10 wrote them.
+struct SessionsV10<'a>(&'a BTreeMap<SessionId, Session>);
+
+impl Serialize for SessionsV10<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(id, x)| {
+            let session = SessionV10Ref {
+                secret: &x.secret,
+                ttl_ms: &x.ttl_ms,
+                waiting: &x.waiting,
+                outcomes: &x.outcomes,
+                recorded: &x.recorded,
+                evicted_max: &x.evicted_max,
+                lease_mark_ms: &x.lease_mark_ms,
+                identity: &x.identity,
+                owner: &x.owner,
+                revoked: &x.revoked,
+                revoked_through: &x.revoked_through,
+            };
+            (id, session)
+        }))
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -833,6 +1066,9 @@ enum Seen {
     Waiting,
     Done(Outcome),
     TooOld,
+    /// The seq is known for another request (another fingerprint): a client bug, never
+    /// answered with that request's outcome.
+    Reused,
 }
 
 /// Validate the lock name of a new request: non-empty UTF-8 (guaranteed by `&str`) of bounded
@@ -1287,14 +1523,21 @@ impl LockTable {
                 value,
             } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
-                Ok(()) => match self.seen(session.id, *seq) {
-                    Seen::Done(o) if is_proclaim_outcome(&o) => o.answered_for(name),
-                    Seen::Done(_) | Seen::Waiting => {
-                        Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
+                Ok(()) => {
+                    let print = RequestPrint::proclaim(name, *token, value);
+                    match self.seen(session.id, *seq, Some(print)) {
+                        Seen::Done(o) if is_proclaim_outcome(&o) => o.answered_for(name),
+                        Seen::Done(_) | Seen::Waiting | Seen::Reused => {
+                            Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
+                        }
+                        Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
+                        Seen::New => {
+                            let o = self.proclaim(session.id, *seq, name, *token, value, fx);
+                            self.stamp(session.id, *seq, print);
+                            o
+                        }
                     }
-                    Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
-                    Seen::New => self.proclaim(session.id, *seq, name, *token, value, fx),
-                },
+                }
             },
             Op::AcquireDelayed {
                 session,
@@ -1335,7 +1578,7 @@ impl LockTable {
             }
             Op::CancelWait { session, seq } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
-                Ok(()) => match self.seen(session.id, *seq) {
+                Ok(()) => match self.seen(session.id, *seq, None) {
                     Seen::Done(o) if !is_acquire_outcome(&o) => {
                         Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
                     }
@@ -1354,7 +1597,8 @@ impl LockTable {
                         }
                         Outcome::NotGranted
                     }
-                    Seen::TooOld | Seen::New => {
+                    // Reused: never, a cancel brings no fingerprint to differ.
+                    Seen::TooOld | Seen::New | Seen::Reused => {
                         Outcome::Rejected(Rejection::UnknownRequest { seq: *seq })
                     }
                 },
@@ -1366,20 +1610,26 @@ impl LockTable {
                 token,
             } => match self.authenticate(session) {
                 Err(r) => Outcome::Rejected(r),
-                Ok(()) => match self.seen(session.id, *seq) {
-                    Seen::Done(o) if is_release_outcome(&o) => o.answered_for(name),
-                    // A release never waits and never grants: a Waiting seq, or one whose outcome
-                    // is an acquire's, means the client reused an acquire's sequence number.
-                    Seen::Done(_) | Seen::Waiting => {
-                        Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
+                Ok(()) => {
+                    let print = RequestPrint::release(name, *token);
+                    match self.seen(session.id, *seq, Some(print)) {
+                        Seen::Done(o) if is_release_outcome(&o) => o.answered_for(name),
+                        // A release never waits and never grants: a Waiting seq, or one whose
+                        // outcome is an acquire's, means the client reused an acquire's
+                        // sequence number; a Reused one, another release's (another name or
+                        // token).
+                        Seen::Done(_) | Seen::Waiting | Seen::Reused => {
+                            Outcome::Rejected(Rejection::SequenceReused { seq: *seq })
+                        }
+                        Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
+                        Seen::New => {
+                            let o = self.release(session.id, name, *token, index, now_ms, fx);
+                            self.record(session.id, *seq, o.clone());
+                            self.stamp(session.id, *seq, print);
+                            o
+                        }
                     }
-                    Seen::TooOld => Outcome::Rejected(Rejection::RequestTooOld { seq: *seq }),
-                    Seen::New => {
-                        let o = self.release(session.id, name, *token, index, now_ms, fx);
-                        self.record(session.id, *seq, o.clone());
-                        o
-                    }
-                },
+                }
             },
         }
     }
@@ -1396,10 +1646,14 @@ impl LockTable {
         if let Err(e) = self.authenticate(session) {
             return Outcome::Rejected(e);
         }
-        match self.seen(session.id, seq) {
+        let print = RequestPrint::acquire(&r);
+        match self.seen(session.id, seq, Some(print)) {
             Seen::Done(o) if !is_acquire_outcome(&o) => {
                 Outcome::Rejected(Rejection::SequenceReused { seq })
             }
+            // The seq answered (or waits for) an acquire of another name, mode, delay or value:
+            // its grant is not this request's (issue #35's attacker review, F2).
+            Seen::Reused => Outcome::Rejected(Rejection::SequenceReused { seq }),
             Seen::Done(o) => o.answered_for(name),
             Seen::Waiting => Outcome::Queued {
                 position: self.position(session.id, seq),
@@ -1458,6 +1712,7 @@ impl LockTable {
                 if !matches!(o, Outcome::Queued { .. }) {
                     self.record(session.id, seq, o.clone());
                 }
+                self.stamp(session.id, seq, print);
                 o
             }
         }
@@ -1503,6 +1758,7 @@ impl LockTable {
                 owner: owner.map(|o| Box::new(o.clone())),
                 revoked: Vec::new(),
                 revoked_through: None,
+                wait_prints: BTreeMap::new(),
             },
         );
         assert!(prev.is_none(), "session id {id} reused");
@@ -1518,12 +1774,25 @@ impl LockTable {
         }
     }
 
-    fn seen(&self, sid: SessionId, seq: u64) -> Seen {
+    /// Where `seq` of session `sid` stands, for a request whose fingerprint is `print` (`None`
+    /// for a cancel, which names an acquire by its seq): a known seq used for a request with
+    /// another fingerprint is `Seen::Reused`.
+    fn seen(&self, sid: SessionId, seq: u64, print: Option<RequestPrint>) -> Seen {
         let s = &self.sessions[&sid];
+        let other =
+            |known: Option<RequestPrint>| known.is_some_and(|k| print.is_some_and(|p| p != k));
         if s.waiting.contains_key(&seq) {
-            Seen::Waiting
-        } else if let Some(o) = s.outcomes.get(&seq) {
-            Seen::Done(o.clone())
+            if other(s.wait_prints.get(&seq).copied()) {
+                Seen::Reused
+            } else {
+                Seen::Waiting
+            }
+        } else if let Some(r) = s.outcomes.get(&seq) {
+            if other(r.print) {
+                Seen::Reused
+            } else {
+                Seen::Done(r.outcome.clone())
+            }
         } else if s.evicted_max.is_some_and(|m| seq <= m) {
             Seen::TooOld
         } else {
@@ -1536,13 +1805,30 @@ impl LockTable {
             .sessions
             .get_mut(&sid)
             .expect("recording for a live session");
-        let prev = s.outcomes.insert(seq, outcome.remembered());
+        // A wait's outcome takes the fingerprint of the request that waited; a request answered
+        // at once gets its own from `stamp`.
+        let print = s.wait_prints.remove(&seq);
+        let outcome = outcome.remembered();
+        let prev = s.outcomes.insert(seq, Remembered { outcome, print });
         assert!(prev.is_none(), "outcome of {sid}/{seq} recorded twice");
         s.recorded.push_back(seq);
         while s.recorded.len() > limits::SESSION_OUTCOMES_MAX {
             let old = s.recorded.pop_front().expect("non-empty");
             s.outcomes.remove(&old);
             s.evicted_max = Some(s.evicted_max.map_or(old, |m| m.max(old)));
+        }
+    }
+
+    /// A new request `(sid, seq)` was just applied: its outcome, if recorded, or its wait
+    /// remembers its fingerprint.
+    fn stamp(&mut self, sid: SessionId, seq: u64, print: RequestPrint) {
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        if s.waiting.contains_key(&seq) {
+            s.wait_prints.insert(seq, print);
+        } else if let Some(r) = s.outcomes.get_mut(&seq) {
+            r.print = Some(print);
         }
     }
 
@@ -3098,9 +3384,8 @@ impl LockTable {
         self.multi.is_empty()
             && self.fits_format_8()
             && self.sessions.values().all(|s| {
-                s.outcomes
-                    .values()
-                    .all(|o| !matches!(o, Outcome::Rejected(r) if r.since_format_8()))
+                (s.outcomes.values())
+                    .all(|r| !matches!(&r.outcome, Outcome::Rejected(r) if r.since_format_8()))
             })
     }
 
@@ -3115,19 +3400,56 @@ impl LockTable {
             && self
                 .sessions
                 .values()
-                .all(|s| s.outcomes.values().all(|o| !o.since_format_9()))
+                .all(|s| s.outcomes.values().all(|r| !r.outcome.since_format_9()))
     }
 
     /// Whether this table can be written in snapshot format 9, which builds before lock-delay
     /// read: no delay asked for or running, and no session remembers a rejection that only
     /// format 10 has. Such a table's snapshot is byte for byte what those builds wrote.
     pub(crate) fn fits_format_9(&self) -> bool {
-        self.delays.is_empty()
+        self.fits_format_10()
+            && self.delays.is_empty()
             && self.sessions.values().all(|s| {
-                s.outcomes
-                    .values()
-                    .all(|o| !matches!(o, Outcome::Rejected(r) if r.since_format_10()))
+                (s.outcomes.values())
+                    .all(|r| !matches!(&r.outcome, Outcome::Rejected(r) if r.since_format_10()))
             })
+    }
+
+    /// Whether this table can be written in snapshot format 10, which builds before request
+    /// fingerprints read: no session remembers a fingerprint (a table decoded from an older
+    /// snapshot, or one whose sessions have answered nothing since). Such a table's snapshot is
+    /// byte for byte what those builds wrote.
+    pub(crate) fn fits_format_10(&self) -> bool {
+        self.sessions
+            .values()
+            .all(|s| s.wait_prints.is_empty() && s.outcomes.values().all(|r| r.print.is_none()))
+    }
+
+    /// Forget every request fingerprint: the table as a snapshot in format 10 or older holds
+    /// it (a retry of any remembered seq is answered its outcome, whatever it asks). For the
+    /// tests of the older formats, which compare such tables with ones built by `apply`.
+    #[doc(hidden)]
+    pub fn forget_request_prints(&mut self) {
+        for s in self.sessions.values_mut() {
+            s.wait_prints.clear();
+            s.outcomes.values_mut().for_each(|r| r.print = None);
+        }
+    }
+
+    /// The table as snapshot format 10 writes it (see `fits_format_10`).
+    pub(crate) fn as_format_10(&self) -> TableV10<'_> {
+        debug_assert!(self.fits_format_10());
+        TableV10 {
+            last_index: &self.last_index,
+            sessions: SessionsV10(&self.sessions),
+            locks: &self.locks,
+            wait_ends: &self.wait_ends,
+            audit: &self.audit,
+            multi: &self.multi,
+            values: &self.values,
+            campaigns: &self.campaigns,
+            delays: &self.delays,
+        }
     }
 
     /// The table as snapshot format 9 writes it (see `fits_format_9`).
@@ -3135,7 +3457,7 @@ impl LockTable {
         debug_assert!(self.fits_format_9());
         TableV9 {
             last_index: &self.last_index,
-            sessions: &self.sessions,
+            sessions: SessionsV10(&self.sessions),
             locks: &self.locks,
             wait_ends: &self.wait_ends,
             audit: &self.audit,
@@ -3150,7 +3472,7 @@ impl LockTable {
         debug_assert!(self.fits_format_8());
         TableV8 {
             last_index: &self.last_index,
-            sessions: &self.sessions,
+            sessions: SessionsV10(&self.sessions),
             locks: &self.locks,
             wait_ends: &self.wait_ends,
             audit: &self.audit,
@@ -3163,7 +3485,7 @@ impl LockTable {
         debug_assert!(self.fits_format_7());
         TableV7 {
             last_index: &self.last_index,
-            sessions: &self.sessions,
+            sessions: SessionsV10(&self.sessions),
             locks: &self.locks,
             wait_ends: &self.wait_ends,
             audit: &self.audit,
@@ -3180,7 +3502,7 @@ impl LockTable {
                 position: self.position(sid, seq),
             });
         }
-        s.outcomes.get(&seq).cloned().map(RequestState::Done)
+        (s.outcomes.get(&seq)).map(|r| RequestState::Done(r.outcome.clone()))
     }
 
     /// Check every structural invariant; `Err` names the first broken one. Cheap enough to run
@@ -3256,6 +3578,15 @@ impl LockTable {
                 || s.recorded.iter().any(|seq| !s.outcomes.contains_key(seq))
             {
                 return Err(format!("session {id}: outcomes and their order disagree"));
+            }
+            if let Some(seq) = s
+                .wait_prints
+                .keys()
+                .find(|seq| !s.waiting.contains_key(seq))
+            {
+                return Err(format!(
+                    "session {id}: request {seq} has a fingerprint but does not wait"
+                ));
             }
             if let Some(seq) = s.waiting.keys().find(|seq| s.outcomes.contains_key(seq)) {
                 return Err(format!(
@@ -3770,7 +4101,13 @@ mod tests {
             }),
             ("a request both waiting and done", |t| {
                 let s = t.sessions.get_mut(&SessionId(2)).unwrap();
-                s.outcomes.insert(1, Outcome::NotGranted);
+                s.outcomes.insert(
+                    1,
+                    Remembered {
+                        outcome: Outcome::NotGranted,
+                        print: None,
+                    },
+                );
                 s.recorded.push_back(1);
             }),
         ];
@@ -3958,6 +4295,21 @@ mod tests {
     }
 
     /// The names a session records as held, as the table stores them.
+    /// What a request's fingerprint (issue #35's review, F2) costs a remembered outcome: 8
+    /// bytes beside the outcome in its map slot (the niche of `NonZeroU64` keeps the `Option`
+    /// in those 8), and 8 per waiting request.
+    #[test]
+    fn a_fingerprint_costs_a_remembered_outcome_eight_bytes() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<Option<RequestPrint>>(), 8);
+        assert_eq!(size_of::<Remembered>(), size_of::<Outcome>() + 8);
+        println!(
+            "Outcome {} B, Remembered {} B",
+            size_of::<Outcome>(),
+            size_of::<Remembered>()
+        );
+    }
+
     fn held_names(s: &Session) -> Vec<&str> {
         s.held.iter().map(|n| &**n).collect()
     }

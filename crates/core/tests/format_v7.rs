@@ -90,6 +90,8 @@ fn a_snapshot_and_answers_from_before_issue_32_are_the_same_in_this_build() {
         let got = t.apply(*index, cmd);
         assert_eq!(applied_line(*index, &got), *want);
     }
+    // Compared as a build before request fingerprints (snapshot format 11) holds it.
+    t.forget_request_prints();
     let old = unhex(include_str!("fixtures/table_v7.hex").trim());
     assert_eq!(old[0], SNAPSHOT_FORMAT_VERSION_V7);
     let decoded = decode_table(&old).expect("a format 7 snapshot decodes");

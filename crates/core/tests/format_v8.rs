@@ -62,7 +62,9 @@ fn a_snapshot_from_before_elections_decodes_and_is_written_the_same() {
     // `PermitsConflict` keeps no copy of the lock's name (the retry names it again; a
     // remembered outcome is charged `TABLE_OUTCOME_BYTES`, less than a name may take). It is
     // written in format 8 too, is charged the same, and both answer alike from here on.
-    let t = table();
+    let mut t = table();
+    // Compared as a build before request fingerprints (snapshot format 11) holds it.
+    t.forget_request_prints();
     assert_eq!(encode_table(&t)[0], SNAPSHOT_FORMAT_VERSION_V8);
     assert_eq!(decode_table(&encode_table(&t)).expect("decodes"), t);
     assert_eq!(decoded.bytes(), t.bytes());

@@ -183,6 +183,9 @@ struct Model {
     /// The last token granted for each name in use.
     last_token: BTreeMap<String, u64>,
     outcomes: BTreeMap<(SessionId, u64), Outcome>,
+    /// What each answered or waiting request was (issue #35's review, F2): its kind and what
+    /// defines it, as text. A known seq used for another request is refused `SequenceReused`.
+    requests: BTreeMap<(SessionId, u64), String>,
     /// When each queued wait ends (the `now_ms` of its Acquire plus its capped `wait_ms`).
     until: BTreeMap<(SessionId, u64), u64>,
     /// Elections (issue #32): the value each name's leader published, with the leader's token.
@@ -266,8 +269,97 @@ enum MSeen {
     TooOld,
 }
 
+/// The session, seq and description of a request that carries a seq and stands for itself (a
+/// cancel names an acquire by its seq): what the model compares a reused seq by. An acquire's
+/// wait is not part of it (a retry may shorten it).
+fn request_of(op: &Op) -> Option<(&SessionKey, u64, String)> {
+    let acquire = |name: &str, mode: Mode, delay: u64, value: Option<&Vec<u8>>| {
+        format!("acquire {name:?} {mode:?} delay {delay} value {value:?}")
+    };
+    Some(match op {
+        Op::Acquire {
+            session, seq, name, ..
+        } => (session, *seq, acquire(name, Mode::Exclusive, 0, None)),
+        Op::AcquireWith {
+            session,
+            seq,
+            name,
+            mode,
+            ..
+        } => (session, *seq, acquire(name, *mode, 0, None)),
+        Op::AcquireDelayed {
+            session,
+            seq,
+            name,
+            lock_delay_ms,
+            ..
+        } => (
+            session,
+            *seq,
+            acquire(name, Mode::Exclusive, *lock_delay_ms, None),
+        ),
+        Op::Campaign {
+            session,
+            seq,
+            name,
+            value,
+            ..
+        } => (
+            session,
+            *seq,
+            acquire(name, Mode::Exclusive, 0, Some(value)),
+        ),
+        Op::Release {
+            session,
+            seq,
+            name,
+            token,
+        } => (session, *seq, format!("release {name:?} {token}")),
+        Op::Proclaim {
+            session,
+            seq,
+            name,
+            token,
+            value,
+        } => (
+            session,
+            *seq,
+            format!("proclaim {name:?} {token} {value:?}"),
+        ),
+        _ => return None,
+    })
+}
+
 impl Model {
+    /// `apply_request` with the seq-reuse rule: a seq the session knows (waiting, or
+    /// remembered) for another request is refused `SequenceReused`, changing nothing; a new
+    /// request that is answered or waits is remembered as what it was.
     fn apply(&mut self, index: u64, cmd: &Command) -> Applied {
+        let Some((key, seq, request)) = request_of(&cmd.op) else {
+            return self.apply_request(index, cmd);
+        };
+        let sid = key.id;
+        if self.auth(key).is_none() {
+            let known = matches!(self.seen(sid, seq), MSeen::Waiting(..) | MSeen::Done(_));
+            let other = self
+                .requests
+                .get(&(sid, seq))
+                .is_some_and(|r| *r != request);
+            if known && other {
+                return just(Outcome::Rejected(Rejection::SequenceReused { seq }));
+            }
+            let new = matches!(self.seen(sid, seq), MSeen::New);
+            let applied = self.apply_request(index, cmd);
+            if new && self.sessions.contains_key(&sid) && !matches!(self.seen(sid, seq), MSeen::New)
+            {
+                self.requests.insert((sid, seq), request);
+            }
+            return applied;
+        }
+        self.apply_request(index, cmd)
+    }
+
+    fn apply_request(&mut self, index: u64, cmd: &Command) -> Applied {
         let mut fx = just(Outcome::NotGranted);
         let now = cmd.now_ms;
         fx.outcome = match &cmd.op {
