@@ -404,7 +404,8 @@ pub struct ServeArgs {
     /// back to it, so that leaderships spread again after a member returns. 0: never.
     #[arg(long, env = "LATCHKEY_REBALANCE_AFTER_MS", default_value_t = latchkey_core::limits::REBALANCE_AFTER_MS_DEFAULT, value_name = "MS")]
     pub rebalance_after_ms: u64,
-    /// Entries between snapshots; the log before a snapshot is purged.
+    /// Entries between snapshots; the log before a snapshot is purged. With --coalesce, also
+    /// this many operations (a batch entry counts each of its operations).
     #[arg(long, env = "LATCHKEY_SNAPSHOT_EVERY_ENTRIES", default_value_t = latchkey_core::limits::SNAPSHOT_EVERY_ENTRIES_DEFAULT, value_name = "N")]
     pub snapshot_every_entries: u64,
     /// Entries kept in the log behind a snapshot, so that a member a little behind catches up by

@@ -243,12 +243,15 @@ pub const BATCH_CALL_OPS_MAX: usize = BATCH_OPS_MAX;
 /// `BATCH_CALL_OPS_MAX` operations, and a member runs `BATCH_OPS_IN_FLIGHT_MAX` operations of
 /// batches at once over all its connections.
 pub const CLIENT_BATCH_CALLS_IN_FLIGHT_MAX: usize = 16;
-/// The default of `ClientConfig::batch_calls_in_flight`. With one batch in flight, an operation
-/// that just missed it waited for its answer (a commit, with the leader coalescing: the write
-/// in flight and then its own) before its own batch left; with two, it leaves while the first
-/// is at the leader and joins the leader's next entry (docs/PERFORMANCE.md, "Batching":
-/// measured 64 users over 4 connections).
-pub const CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT: usize = 2;
+/// The default of `ClientConfig::batch_calls_in_flight`. One: measured in one sitting (64
+/// users over 4 connections, the leader coalescing; docs/PERFORMANCE.md, "Batching"), two in
+/// flight made smaller batches (0.42 calls per operation against 0.25) and no more pairs/s in
+/// any of three rounds (2,146 / 5,152 / 2,697 against 3,954 / 5,287 / 3,469).
+pub const CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT: usize = 1;
+/// Batches in flight in the simulation's batching clients (`RunConfig::client_batch`): more
+/// than the default, so that the seeds run the coalescer with several in flight, of which one
+/// is the case; four sessions per client host fill them (`BATCH_WORKERS`).
+pub const SIM_CLIENT_BATCH_CALLS_IN_FLIGHT: usize = 2;
 const _: () = assert!(
     CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT >= 1
         && CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT <= CLIENT_BATCH_CALLS_IN_FLIGHT_MAX

@@ -54,9 +54,20 @@ struct State {
 #[derive(Clone)]
 pub struct StateHandle {
     state: Arc<RwLock<State>>,
+    ops_since_snapshot: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl StateHandle {
+    /// Client operations applied since the last snapshot built or installed here, each
+    /// operation of a batch entry counted (issue #35): openraft's snapshot policy counts
+    /// entries, and with the leader's coalescing one entry carries up to `BATCH_OPS_MAX`
+    /// operations, so the server asks for a snapshot by this count too
+    /// (`Node::lease_duties`), lest the log and a restart's replay grow that many times over.
+    pub fn ops_since_snapshot(&self) -> u64 {
+        self.ops_since_snapshot
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Runs `f` on the table under the read lock. Keep `f` short: applying waits for it.
     pub fn read<T>(&self, f: impl FnOnce(&LockTable) -> T) -> T {
         f(&read(&self.state).table)
@@ -115,6 +126,11 @@ fn write(state: &RwLock<State>) -> RwLockWriteGuard<'_, State> {
 
 struct Inner {
     state: Arc<RwLock<State>>,
+    /// Client operations applied since the table in the snapshot file (a batch entry counts
+    /// each of its operations): set to 0 when a snapshot is built or installed. Added to under
+    /// the state's write lock when applying, so a build (under its read lock) counts exactly.
+    /// Read through [`StateHandle::ops_since_snapshot`].
+    ops_since_snapshot: Arc<std::sync::atomic::AtomicU64>,
     snapshot_dir: PathBuf,
     /// Meta of the snapshot in the file. Held while the file is replaced, so a build and an
     /// install never interleave their writes.
@@ -195,6 +211,7 @@ impl LockStateMachine {
                 state: Arc::new(RwLock::new(state)),
                 snapshot_dir: snapshot_dir.to_path_buf(),
                 current: Mutex::new(current),
+                ops_since_snapshot: Default::default(),
             }),
             observer,
         })
@@ -222,6 +239,7 @@ impl LockStateMachine {
     pub fn handle(&self) -> StateHandle {
         StateHandle {
             state: self.inner.state.clone(),
+            ops_since_snapshot: self.inner.ops_since_snapshot.clone(),
         }
     }
 
@@ -240,6 +258,13 @@ impl LockStateMachine {
                             state.table.last_index()
                         )));
                     }
+                    let ops = match &cmd.op {
+                        latchkey_core::Op::Batch(ops) => ops.len() as u64,
+                        _ => 1,
+                    };
+                    self.inner
+                        .ops_since_snapshot
+                        .fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
                     Some(state.table.apply(index, cmd))
                 }
                 EntryPayload::Membership(membership) => {
@@ -366,6 +391,10 @@ impl RaftSnapshotBuilder<TypeConfig> for LockSnapshotBuilder {
                 &state.removed,
                 &state.table,
             );
+            // Exact: applying an entry needs the write lock this read lock keeps out.
+            self.inner
+                .ops_since_snapshot
+                .store(0, std::sync::atomic::Ordering::Relaxed);
             (meta, Arc::new(bytes))
         };
         self.inner.store(meta.clone(), bytes.clone(), false).await?;
@@ -430,6 +459,9 @@ impl RaftStateMachine<TypeConfig> for LockStateMachine {
             .await?;
         {
             let mut state = write(&self.inner.state);
+            self.inner
+                .ops_since_snapshot
+                .store(0, std::sync::atomic::Ordering::Relaxed);
             let mut table = contents.table;
             table.set_bytes_max(state.table.bytes_max());
             table.set_shape(state.table.shape());

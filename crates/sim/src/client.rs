@@ -246,7 +246,7 @@ fn config(batch: bool) -> ClientConfig {
         },
         auth_token: None,
         batch,
-        batch_calls_in_flight: latchkey_core::limits::CLIENT_BATCH_CALLS_IN_FLIGHT_DEFAULT,
+        batch_calls_in_flight: latchkey_core::limits::SIM_CLIENT_BATCH_CALLS_IN_FLIGHT,
     }
 }
 

@@ -97,7 +97,7 @@ pub struct RunConfig {
     /// the two occurs in any four consecutive seeds. Decided by the seed, not drawn from its
     /// generator, like `coalesce`. With it, each client host runs [`BATCH_WORKERS`] sessions
     /// at once over its one `Client` (a batch of two or more needs four operations at once:
-    /// `batch_calls_in_flight`'s default of two in flight, two waiting), the extra ones from a generator of their own; without it,
+    /// `SIM_CLIENT_BATCH_CALLS_IN_FLIGHT`, two, in flight and two waiting), the extra ones from a generator of their own; without it,
     /// the run is what it was (the trace leaves the field out). `latchkey-sim --client-batch`
     /// / `--no-client-batch` set it for every seed.
     pub client_batch: bool,

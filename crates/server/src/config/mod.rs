@@ -79,7 +79,10 @@ pub struct ServerConfig {
     /// the group's leader hands the group back to it, so that leaderships spread over the
     /// members again after one returns (`node.rs` `rebalance_leadership`). 0: never.
     pub rebalance_after_ms: u64,
-    /// Entries between snapshots; the log before a snapshot is purged.
+    /// Entries between snapshots; the log before a snapshot is purged. With [`Self::coalesce`],
+    /// also this many client operations (a batch entry counts each of its operations,
+    /// `Node::lease_duties`), so that a log of batch entries does not grow `BATCH_OPS_MAX`
+    /// times longer between snapshots.
     pub snapshot_every_entries: u64,
     /// Entries kept in the log behind a snapshot, so that a follower a little behind catches
     /// up by entries rather than by a snapshot install.

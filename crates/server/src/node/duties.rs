@@ -213,7 +213,33 @@ impl Node {
         let mut retry_at: Option<tokio::time::Instant> = None;
         let mut leading = false;
         let mut delays = DelayTimer::new(self.config.plant.delay_ends_early);
+        // Snapshots by operations (issue #35): openraft's policy counts entries, and with the
+        // leader's coalescing one entry carries up to `BATCH_OPS_MAX` operations, so this asks
+        // for a snapshot once `--snapshot-every-entries` operations were applied since the
+        // last, on every member (each snapshots its own table). The count at which to ask
+        // next: a snapshot resets the count, and one not taken is asked for again an interval
+        // later. Without coalescing an entry is an operation and openraft's policy does it.
+        let every = self.config.snapshot_every_entries;
+        let mut snapshot_at = every;
         loop {
+            if self.config.coalesce {
+                let ops = self.state.ops_since_snapshot();
+                if ops >= snapshot_at {
+                    tracing::debug!(
+                        group = self.shape.group,
+                        ops,
+                        "snapshot: operations since the last"
+                    );
+                    if let Err(e) = self.raft.trigger().snapshot().await {
+                        // The core stopped (shutting down): the leases' work below says so too.
+                        tracing::warn!(group = self.shape.group, error = %e, "snapshot: the Raft core stopped");
+                    }
+                    snapshot_at = ops.saturating_add(every);
+                } else if ops.saturating_add(every) < snapshot_at {
+                    // A snapshot was taken since: count from it.
+                    snapshot_at = every;
+                }
+            }
             let (leader_now, term) = {
                 let m = metrics.borrow_and_update();
                 (
