@@ -4,6 +4,10 @@
 #
 #   cargo build --release && scripts/profile.sh [OUT_DIR] [CLIENTS]
 #
+# SERVE_ARGS and BENCH_ARGS add arguments to every `serve` and to the `bench`, for example
+# BENCH_ARGS="--connections 4 --batch" (issue #35's batching; the leader coalesces by default,
+# SERVE_ARGS="--coalesce false" not).
+#
 # Needs `perf` (linux-perf). Starts three `latchkey serve` processes on 127.0.0.1:7521-7523
 # (metrics on 9521-9523) with data in OUT_DIR, loads them with `latchkey bench`, records each
 # profiled process for 8 s with DWARF call graphs, and stops everything it started.
@@ -19,7 +23,7 @@ trap cleanup EXIT
 PEERS=1=127.0.0.1:7521,2=127.0.0.1:7522,3=127.0.0.1:7523
 for i in 1 2 3; do
   RUST_LOG=warn "$BIN" serve --id $i --listen 127.0.0.1:752$i --data-dir "$OUT/n$i" \
-    --peers $PEERS --metrics-listen 127.0.0.1:952$i >"$OUT/n$i.log" 2>&1 &
+    --peers $PEERS --metrics-listen 127.0.0.1:952$i ${SERVE_ARGS:-} >"$OUT/n$i.log" 2>&1 &
   PIDS+=($!)
 done
 ENDPOINTS=127.0.0.1:7521,127.0.0.1:7522,127.0.0.1:7523
@@ -34,7 +38,7 @@ done
 [ -n "$leader" ] || { echo "no leader elected" >&2; exit 1; }
 follower=$(( leader % 3 + 1 ))
 "$BIN" bench --endpoints $ENDPOINTS --metrics-endpoints 127.0.0.1:9521,127.0.0.1:9522,127.0.0.1:9523 \
-  --workload uncontended --clients "$CLIENTS" --duration 20s --warmup 2s >"$OUT/bench.txt" 2>&1 &
+  --workload uncontended --clients "$CLIENTS" --duration 20s --warmup 2s ${BENCH_ARGS:-} >"$OUT/bench.txt" 2>&1 &
 BENCH=$!
 PIDS+=($BENCH)
 sleep 4
