@@ -12,12 +12,25 @@
 //!   a missing segment number, a gap in the entries) is [`LogStoreError::Corrupt`];
 //! - after a failed write or fsync nothing more is written (`failed`): the kernel may have
 //!   dropped the data while a later fsync reports success.
+//! - zeros written ahead (preallocation, below) are not a torn write: on open they stay, and
+//!   the writer goes on at the end of the last good frame, over them; anything else after the
+//!   last good frame is cut off as before, and the zeros are written ahead again by the next
+//!   append. Only the last segment ever has zeros after its frames: a segment is rotated
+//!   only once its frames reach `segment_bytes`, which zeros are never written past, and a
+//!   rotation first cuts off any zeros left (a log opened with smaller segments than it was
+//!   written with), so a non-last segment still ends at its last frame.
 //! - a log whose last segment is of format version 1 (unsalted frames, see `format`) is never
 //!   appended to: replay is followed by a rotation to a segment of the current version, so the
 //!   frames of any one segment are all of its header's version.
 //! - after replay, every segment, the directory and its entry in its parent are fsynced before
 //!   the store answers anything: what replay read may have been only in the page cache of a
 //!   killed process.
+//!
+//! Preallocation (issue #35): an append that extends the file makes its `fdatasync` commit the
+//! filesystem's journal (the file's size changed); one that overwrites blocks already written
+//! does not. So the active segment keeps zeros written ahead of its frames: an append that
+//! would run past them writes `preallocate_bytes` more (not past `segment_bytes`) after itself,
+//! in the same `fdatasync`, and the next thousand or so appends overwrite zeros.
 //!
 //! Deletion: the front segment is deleted once every entry it holds is at or below the durable
 //! purge point of its group and a later segment exists (which starts with a checkpoint of each
@@ -157,7 +170,13 @@ pub(crate) struct Disk {
     dir: PathBuf,
     segment_bytes: u64,
     active: Arc<File>,
+    /// Where the next frame goes: the end of the active segment's last frame.
     active_len: u64,
+    /// The active segment file's length: the bytes from `active_len` to it are zeros written
+    /// ahead (preallocation, see the module comment).
+    allocated: u64,
+    /// Zeros written ahead of an append that reaches `allocated`.
+    preallocate_bytes: u64,
     /// The active segment's salt, and the sequence number of the next frame written to it.
     salt: Salt,
     next_frame_seq: u64,
@@ -245,24 +264,45 @@ impl Disk {
     }
 
     /// Appends `self.buf` (one complete frame, the `next_frame_seq`th) to the active segment and
-    /// `fdatasync`s it.
+    /// `fdatasync`s it, with zeros written ahead after it when it reaches past those already
+    /// there.
     fn write_buf_synced(&mut self) -> Result<u64, String> {
         if let Some(msg) = &self.failed {
             return Err(msg.clone());
         }
         let at = self.active_len;
+        let end = at + self.buf.len() as u64;
+        let ahead = self.zeros_ahead_of(end);
         let result = self
             .active
             .write_all_at(&self.buf, at)
+            .and_then(|()| match ahead {
+                // Rare (once per `preallocate_bytes`), so a buffer of its own each time.
+                Some(to) => self.active.write_all_at(&vec![0; (to - end) as usize], end),
+                None => Ok(()),
+            })
             .and_then(|()| self.active.sync_data());
         match result {
             Ok(()) => {
-                self.active_len += self.buf.len() as u64;
+                self.active_len = end;
+                self.allocated = self.allocated.max(ahead.unwrap_or(end));
                 self.next_frame_seq += 1;
                 Ok(at)
             }
             Err(e) => Err(self.fail(format!("log store write failed: {e}"))),
         }
+    }
+
+    /// The end of the zeros to write ahead after a frame that ends at `end`: none while
+    /// zeros already reach past it, none at or past the segment's size (it rotates there).
+    fn zeros_ahead_of(&self, end: u64) -> Option<u64> {
+        if end <= self.allocated || end >= self.segment_bytes {
+            return None;
+        }
+        Some(
+            end.saturating_add(self.preallocate_bytes)
+                .min(self.segment_bytes),
+        )
     }
 
     /// Encodes `records` as one batch frame, writes it with one write and one fsync, and
@@ -353,6 +393,16 @@ impl Disk {
             return Ok(());
         }
         let number = self.segments.back().expect("an active segment").number + 1;
+        if self.allocated > self.active_len {
+            // Zeros written ahead under a larger `segment_bytes` than this open's: a segment
+            // that is not the last must end at its last frame.
+            let path = self.dir.join(segment_name(number - 1));
+            self.active
+                .set_len(self.active_len)
+                .and_then(|()| self.active.sync_all())
+                .map_err(io_err("cut the zeros written ahead off", &path))?;
+            self.allocated = self.active_len;
+        }
         let (file, len, salt) = create_segment(&self.dir, number, &self.written)?;
         let file = Arc::new(file);
         for index in indexes.values() {
@@ -364,6 +414,7 @@ impl Disk {
         });
         self.active = file;
         self.active_len = len;
+        self.allocated = len;
         self.salt = salt;
         self.next_frame_seq = 1;
         Ok(())
@@ -448,6 +499,7 @@ pub(crate) fn load<L: Clone>(
     dir: &Path,
     groups: &[Group],
     segment_bytes: u64,
+    preallocate_bytes: u64,
     cache_bytes: usize,
     decode: &Decoders<'_, L>,
 ) -> Result<(BTreeMap<Group, Index<L>>, Disk), LogStoreError> {
@@ -594,7 +646,12 @@ pub(crate) fn load<L: Clone>(
             }
             written = state;
         }
-        if last && parsed.valid_len < buf.len() {
+        // Zeros after the frames of a segment written on are kept for it to write over; a
+        // version 1 segment is never written on (it stops being the last at once, below), so
+        // it is cut back to its frames like any torn tail.
+        let zeros_ahead = matches!(parsed.version, format::Version::V2(_))
+            && buf[parsed.valid_len..].iter().all(|&b| b == 0);
+        if last && parsed.valid_len < buf.len() && !zeros_ahead {
             tracing::warn!(
                 path = %path.display(),
                 dropped_bytes = buf.len() - parsed.valid_len,
@@ -610,9 +667,15 @@ pub(crate) fn load<L: Clone>(
         }
         segments.push_back(info);
         if last {
+            let allocated = if zeros_ahead {
+                buf.len()
+            } else {
+                parsed.valid_len
+            };
             active = Some((
                 file,
                 parsed.valid_len as u64,
+                allocated as u64,
                 parsed.version,
                 parsed.frames.len(),
             ));
@@ -641,7 +704,8 @@ pub(crate) fn load<L: Clone>(
         _ => Path::new("."),
     };
     sync_dir(parent).map_err(io_err("sync directory", parent))?;
-    let (mut active, mut active_len, version, frames) = active.expect("at least one segment");
+    let (mut active, mut active_len, mut allocated, version, frames) =
+        active.expect("at least one segment");
     let (salt, next_frame_seq) = match version {
         format::Version::V2(salt) => (salt, frames as u64),
         // A log of the build before issue #31: its frames are not salted, so nothing more is
@@ -665,7 +729,7 @@ pub(crate) fn load<L: Clone>(
                 segment = number,
                 "the last log segment is of format version 1; writing on in a new one of version 2"
             );
-            (active, active_len) = (file, len);
+            (active, active_len, allocated) = (file, len, len);
             (salt, 1)
         }
     };
@@ -683,6 +747,8 @@ pub(crate) fn load<L: Clone>(
             segment_bytes,
             active,
             active_len,
+            allocated,
+            preallocate_bytes,
             salt,
             next_frame_seq,
             segments,

@@ -145,6 +145,8 @@ impl Debug for ObserverSlot {
 /// deletion happen often) and the tail cache (so reads go to the files), and hold the writer.
 pub(crate) struct Options {
     pub(crate) segment_bytes: u64,
+    /// Zeros written ahead of the appends (`limits::LOG_PREALLOCATE_BYTES`).
+    pub(crate) preallocate_bytes: u64,
     pub(crate) cache_bytes: usize,
     pub(crate) before_commit: Option<BeforeCommit>,
     /// See [`LogStore::held_back_upto`].
@@ -155,6 +157,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             segment_bytes: limits::LOG_SEGMENT_BYTES,
+            preallocate_bytes: limits::LOG_PREALLOCATE_BYTES,
             cache_bytes: limits::LOG_TAIL_CACHE_BYTES,
             before_commit: None,
             held_back_max: limits::LOG_SEGMENTS_HELD_BACK_MAX,
@@ -325,6 +328,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
             dir,
             groups,
             options.segment_bytes,
+            options.preallocate_bytes,
             options.cache_bytes,
             &decoders,
         )?;

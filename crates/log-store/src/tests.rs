@@ -67,6 +67,20 @@ fn segment_paths(dir: &Path) -> Vec<std::path::PathBuf> {
     paths
 }
 
+/// The bytes of the segment at `path` (the last one) up to the end of its last good frame:
+/// without the zeros written ahead of the appends.
+fn segment_frames(path: &Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(path).unwrap();
+    let number = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    let parsed = format::parse_segment(&bytes, number, true).unwrap();
+    assert!(
+        bytes[parsed.valid_len..].iter().all(|&b| b == 0),
+        "only zeros after the frames"
+    );
+    bytes.truncate(parsed.valid_len);
+    bytes
+}
+
 /// Log indexes in the files, replayed from the bytes with the format layer alone (no index):
 /// what is durable.
 fn file_indexes(dir: &Path) -> Vec<u64> {
@@ -379,7 +393,7 @@ async fn meta_keys_are_durable_and_separate_from_the_log() {
 /// writer would have: the next in sequence, tagged under the segment's salt.
 fn append_frame(dir: &Path, records: &[format::Record<'_>]) {
     let last = segment_paths(dir).pop().unwrap();
-    let mut bytes = std::fs::read(&last).unwrap();
+    let mut bytes = segment_frames(&last);
     let number = last.file_stem().unwrap().to_str().unwrap().parse().unwrap();
     let parsed = format::parse_segment(&bytes, number, true).unwrap();
     let format::Version::V2(salt) = parsed.version else {
@@ -493,6 +507,7 @@ mod hostile_input {
 fn small(segment_bytes: u64, cache_bytes: usize) -> Options {
     Options {
         segment_bytes,
+        preallocate_bytes: limits::LOG_PREALLOCATE_BYTES,
         cache_bytes,
         before_commit: None,
         held_back_max: limits::LOG_SEGMENTS_HELD_BACK_MAX,
@@ -658,7 +673,7 @@ mod torn_tail {
             flushed(append(&mut store, (4..=5).map(|i| entry(1, i)).collect()).await).await;
         }
         let last = segment_paths(&path).pop().unwrap();
-        let bytes = std::fs::read(&last).unwrap();
+        let bytes = segment_frames(&last);
         let number = last.file_stem().unwrap().to_str().unwrap().parse().unwrap();
         let parsed = format::parse_segment(&bytes, number, true).unwrap();
         let last_frame = parsed.frames.last().unwrap().at;
@@ -671,8 +686,9 @@ mod torn_tail {
         }
     }
 
-    /// Opens the damaged store: the last group commit is gone, the file is cut back to the
-    /// end of the one before, and an append after it is read back after another reopen.
+    /// Opens the damaged store: the last group commit is gone, the file holds nothing after
+    /// the end of the one before (cut back to it, or zeros after it, which are kept as if
+    /// written ahead), and an append after it is read back after another reopen.
     async fn check_dropped_and_recovers(w: &Written, what: &str) {
         {
             let mut store = Store::open(&w.path).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -681,10 +697,11 @@ mod torn_tail {
                 ["t1i1", "t1i2", "t1i3"],
                 "{what}"
             );
-            assert_eq!(
-                std::fs::metadata(&w.last).unwrap().len(),
-                w.last_frame as u64,
-                "{what}: truncated"
+            let now = std::fs::read(&w.last).unwrap();
+            assert_eq!(now[..w.last_frame], w.bytes[..w.last_frame], "{what}");
+            assert!(
+                now[w.last_frame..].iter().all(|&b| b == 0),
+                "{what}: nothing but zeros after the last frame kept"
             );
             flushed(append(&mut store, vec![entry(2, 4)]).await).await;
         }
@@ -733,17 +750,15 @@ mod torn_tail {
             std::fs::write(&w.last, &bytes).unwrap();
             check_dropped_and_recovers(&w, what).await;
         }
-        // Zeros after an intact last frame (a preallocated or extended file): nothing is lost.
+        // Zeros after an intact last frame (written ahead, or an extended file): nothing is
+        // lost, and the zeros stay for the appends to overwrite.
         let w = written(1 << 20).await;
         let mut bytes = w.bytes.clone();
         bytes.extend_from_slice(&[0u8; 4096]);
         std::fs::write(&w.last, &bytes).unwrap();
         let mut store = Store::open(&w.path).unwrap();
         assert_eq!(read_all(&mut store).await.len(), 5);
-        assert_eq!(
-            std::fs::metadata(&w.last).unwrap().len(),
-            w.bytes.len() as u64
-        );
+        assert_eq!(std::fs::read(&w.last).unwrap(), bytes);
     }
 
     /// A frame in the format of segment version 1 (`len | crc | kind | body`, the CRC-32 of
@@ -870,6 +885,194 @@ mod torn_tail {
         std::fs::write(&first, &good).unwrap();
         let mut store = Store::open(&w.path).unwrap();
         assert_eq!(read_all(&mut store).await.len(), 7);
+    }
+}
+
+/// Zeros written ahead of the appends (issue #35, item 4): appends overwrite them in place, so
+/// their `fdatasync` changes no file size; a crash inside them loses nothing acknowledged; only
+/// the last segment has them.
+mod preallocation {
+    use super::*;
+
+    fn options(segment_bytes: u64, preallocate_bytes: u64) -> Options {
+        Options {
+            preallocate_bytes,
+            ..small(segment_bytes, 1 << 20)
+        }
+    }
+
+    fn file_len(path: &Path) -> u64 {
+        std::fs::metadata(path).unwrap().len()
+    }
+
+    /// An entry of about `bytes` bytes.
+    fn sized(index: u64, bytes: usize) -> Entry {
+        Entry::new_normal(log_id(1, index), format!("{index:06}{}", "x".repeat(bytes)))
+    }
+
+    #[tokio::test]
+    async fn appends_overwrite_zeros_written_ahead_up_to_the_segment_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        const SEGMENT: u64 = 256 * 1024;
+        const AHEAD: u64 = 64 * 1024;
+        let mut store = Store::open_with(&path, options(SEGMENT, AHEAD)).unwrap();
+        flushed(append(&mut store, vec![sized(1, 100)]).await).await;
+        let first = segment_paths(&path).remove(0);
+        let end = segment_frames(&first).len() as u64;
+        assert_eq!(file_len(&first), end + AHEAD, "zeros written ahead");
+        // The next appends go over them: the file's length does not change until they reach
+        // its end, and then grows by another `AHEAD` past the append that reached it.
+        let mut lengths = vec![file_len(&first)];
+        let mut index = 2;
+        while store.segment_numbers().len() == 1 {
+            flushed(append(&mut store, vec![sized(index, 1000)]).await).await;
+            index += 1;
+            if store.segment_numbers().len() == 1 {
+                let end = segment_frames(&first).len() as u64;
+                let len = file_len(&first);
+                assert!(len > end, "zeros ahead of the append at {end}");
+                assert!(len <= SEGMENT.max(end), "no zeros past the segment's size");
+                if *lengths.last().unwrap() != len {
+                    lengths.push(len);
+                }
+            }
+            assert!(index < 1000, "the segment never rotated");
+        }
+        // 100 appends of about 1 KiB into 256 KiB: 4 extensions, the last cut at the segment.
+        assert_eq!(lengths.len(), 4, "{lengths:?}");
+        assert_eq!(*lengths.last().unwrap(), SEGMENT, "{lengths:?}");
+        // The full segment ends at its last frame; the new one has zeros ahead after its first
+        // append.
+        assert_eq!(
+            file_len(&first),
+            segment_frames(&first).len() as u64,
+            "a full segment has no zeros after its frames"
+        );
+        flushed(append(&mut store, vec![sized(index, 10)]).await).await;
+        let second = segment_paths(&path).pop().unwrap();
+        assert_eq!(
+            file_len(&second),
+            segment_frames(&second).len() as u64 + AHEAD
+        );
+        drop(store);
+        let mut store = Store::open_with(&path, options(SEGMENT, AHEAD)).unwrap();
+        assert_eq!(read_all(&mut store).await.len() as u64, index);
+        // After a reopen the zeros ahead are kept and written into.
+        let before = file_len(&second);
+        flushed(append(&mut store, vec![sized(index + 1, 10)]).await).await;
+        assert_eq!(file_len(&second), before);
+        assert_eq!(read_all(&mut store).await.len() as u64, index + 1);
+    }
+
+    /// A crash while an append was overwriting zeros written ahead: any part of its pages may
+    /// have reached the disk, with zeros after them. The append was never acknowledged, so it
+    /// is dropped; the damage goes, the acknowledged appends stay, and the log goes on.
+    #[tokio::test]
+    async fn a_torn_append_into_zeros_written_ahead_is_dropped_and_the_log_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        const AHEAD: u64 = 64 * 1024;
+        {
+            let mut store = Store::open_with(&path, options(1 << 20, AHEAD)).unwrap();
+            flushed(append(&mut store, vec![sized(1, 100)]).await).await;
+            flushed(append(&mut store, vec![sized(2, 9000), sized(3, 100)]).await).await;
+        }
+        let last = segment_paths(&path).pop().unwrap();
+        let written = std::fs::read(&last).unwrap();
+        let frames = segment_frames(&last);
+        assert!(written.len() > frames.len(), "zeros ahead");
+        let number = last.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+        let parsed = format::parse_segment(&frames, number, true).unwrap();
+        let torn_at = parsed.frames.last().unwrap().at;
+        let page = |b: &mut Vec<u8>, n: usize| {
+            let start = (torn_at / 4096 + n) * 4096;
+            b[start.max(torn_at)..(start + 4096).min(frames.len())].fill(0);
+        };
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("the append's first page lost", {
+                let mut b = written.clone();
+                page(&mut b, 0);
+                b
+            }),
+            ("the append's second page lost", {
+                let mut b = written.clone();
+                page(&mut b, 1);
+                b
+            }),
+            ("the append's last bytes lost", {
+                let mut b = written.clone();
+                b[frames.len() - 7..frames.len()].fill(0);
+                b
+            }),
+            ("the append lost whole", {
+                let mut b = written.clone();
+                b[torn_at..].fill(0);
+                b
+            }),
+            ("the append's length survived, nothing after it", {
+                let mut b = written.clone();
+                b[torn_at + 4..].fill(0);
+                b
+            }),
+        ];
+        for (what, bytes) in cases {
+            std::fs::write(&last, &bytes).unwrap();
+            {
+                let mut store = Store::open_with(&path, options(1 << 20, AHEAD))
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(read_all(&mut store).await, [sized_text(1, 100)], "{what}");
+                let now = std::fs::read(&last).unwrap();
+                assert_eq!(now[..torn_at], frames[..torn_at], "{what}");
+                assert!(
+                    now[torn_at..].iter().all(|&b| b == 0),
+                    "{what}: nothing but zeros kept after the last acknowledged append"
+                );
+                flushed(append(&mut store, vec![sized(2, 50)]).await).await;
+            }
+            let mut store = Store::open_with(&path, options(1 << 20, AHEAD))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(
+                read_all(&mut store).await,
+                [sized_text(1, 100), sized_text(2, 50)],
+                "{what}"
+            );
+        }
+    }
+
+    fn sized_text(index: u64, bytes: usize) -> String {
+        format!("{index:06}{}", "x".repeat(bytes))
+    }
+
+    /// A log written with larger segments than it is opened with: its last segment has more
+    /// zeros ahead than the new size. They are cut off before it stops being the last (a
+    /// segment that is not the last must end at its last frame), and the log reads back.
+    #[tokio::test]
+    async fn a_segment_rotated_under_a_smaller_size_ends_at_its_last_frame() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        {
+            let mut store = Store::open_with(&path, options(1 << 20, 256 * 1024)).unwrap();
+            flushed(append(&mut store, vec![sized(1, 100)]).await).await;
+        }
+        {
+            let mut store = Store::open_with(&path, options(4096, 1024)).unwrap();
+            for i in 2..=4 {
+                flushed(append(&mut store, vec![sized(i, 3000)]).await).await;
+            }
+            assert!(store.segment_numbers().len() >= 2, "rotated");
+        }
+        let first = segment_paths(&path).remove(0);
+        assert_eq!(
+            file_len(&first),
+            segment_frames(&first).len() as u64,
+            "a segment that is not the last has no zeros after its frames"
+        );
+        for segment_bytes in [4096, 1 << 20] {
+            let mut store = Store::open_with(&path, options(segment_bytes, 1024))
+                .unwrap_or_else(|e| panic!("reopened with {segment_bytes}: {e}"));
+            assert_eq!(read_all(&mut store).await.len(), 4);
+        }
     }
 }
 
@@ -1644,7 +1847,7 @@ mod groups {
             assert_eq!(entered.recv().unwrap(), 2);
         }
         let last = segment_paths(&path).pop().unwrap();
-        let len = std::fs::metadata(&last).unwrap().len();
+        let len = segment_frames(&last).len() as u64;
         std::fs::OpenOptions::new()
             .write(true)
             .open(&last)
@@ -1853,6 +2056,25 @@ mod format_version_1 {
         store.purge(log_id(3, 14)).await.unwrap();
         flushed(append(&mut store, vec![entry(3, 15)]).await).await;
         assert_eq!(store.segment_numbers(), [3]);
+    }
+
+    /// Zeros after the frames of a version 1 last segment (an extended file, a crash of the
+    /// build before) are cut off as a torn tail: that segment stops being the last at once,
+    /// and one that is not the last must end at its last frame.
+    #[tokio::test]
+    async fn zeros_after_a_version_1_last_segment_are_cut_off_before_it_is_left() {
+        let (_dir, path) = fixture("one-group");
+        let last = segment_paths(&path).pop().unwrap();
+        let v1 = std::fs::read(&last).unwrap();
+        let mut padded = v1.clone();
+        padded.extend_from_slice(&[0; 4096]);
+        std::fs::write(&last, &padded).unwrap();
+        for round in 0..2 {
+            let mut store = Store::open(&path).unwrap_or_else(|e| panic!("open {round}: {e}"));
+            assert_eq!(read_all(&mut store).await.len(), 10, "open {round}");
+            assert_eq!(store.segment_numbers(), [1, 2, 3], "open {round}");
+        }
+        assert_eq!(std::fs::read(&last).unwrap(), v1);
     }
 
     #[tokio::test]
