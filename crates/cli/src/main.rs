@@ -318,9 +318,10 @@ pub struct ServeArgs {
     /// Dial these members at another address than their --peers one (a proxy): ID=ADDR,...
     #[arg(long, hide = true, env = "LATCHKEY_PEER_DIAL", value_parser = serve::parse_members, value_name = "ID=ADDR,...")]
     pub peer_dial: Option<serve::MemberList>,
-    /// As leader, gather the client operations that arrive while a write is in flight into one
-    /// log entry (the leader's coalescing, issue #35; `ServerConfig::coalesce`): `true` or
-    /// `false`. A lone operation is written at once either way. `--coalesce false` writes an
+    /// As leader, gather the client operations that arrive while its writes in flight (two)
+    /// are busy into one log entry (the leader's coalescing, issue #35;
+    /// `ServerConfig::coalesce`): `true` or `false`. A lone operation is written at once
+    /// either way. `--coalesce false` writes an
     /// entry per operation, as before issue #35.
     #[arg(long, env = "LATCHKEY_COALESCE", value_name = "BOOL", default_value_t = true,
           num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
@@ -789,8 +790,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "K", requires = "batch", value_parser = clap::value_parser!(u64).range(1..=latchkey_core::limits::CLIENT_BATCH_CALLS_IN_FLIGHT_MAX as u64))]
     pub batch_in_flight: Option<u64>,
     /// With --cluster: its members write an entry per operation (`serve --coalesce false`), as
-    /// before issue #35; without it they gather the operations that arrive while a write is in
-    /// flight into one log entry (the leader's coalescing, serve's default).
+    /// before issue #35; without it they gather the operations that arrive while their writes
+    /// in flight are busy into one log entry (the leader's coalescing, serve's default).
     #[arg(long, requires = "cluster")]
     pub no_coalesce: bool,
     /// Length of the measured window.

@@ -222,11 +222,20 @@ pub const CONTENDED_NAMES_PER_ANSWER_MAX: usize = 4_096;
 pub const TABLE_LOCK_DELAY_BYTES: usize = 64;
 
 /// Operations in one `Op::Batch` entry (issue #35). The leader gathers into one entry what
-/// arrives while its previous write is in flight: with one connection per user that is at most
+/// arrives while its writes in flight (`GATHER_WRITES_IN_FLIGHT`) are busy: with one connection per user that is at most
 /// the users in flight (64 in the benchmark's workload), with batching clients a few of their
 /// batches. Applying an entry holds the table's write lock, so this also bounds how long one
 /// entry keeps reads waiting (a few hundred small operations: well under a millisecond).
 pub const BATCH_OPS_MAX: usize = 256;
+/// The leader's writes of gathered operations in flight at once (issue #35): an operation that
+/// finds fewer in flight is proposed at once, the rest gather for the next one to end. One was
+/// measured to cost the contended workload 15-25% of its handoffs (docs/PERFORMANCE.md,
+/// "Batching"): a handoff is a chain of commits, and each release waited behind an unrelated
+/// write in flight (a waiter's acquire, a keepalive) and then its own. Two let one write pass
+/// another, while gathering still fills entries under load; four (tried on `h-pipeline`)
+/// halved the entries and cost more CPU per pair.
+pub const GATHER_WRITES_IN_FLIGHT: usize = 2;
+const _: () = assert!(GATHER_WRITES_IN_FLIGHT >= 1);
 /// Bytes of one `Op::Batch` entry's operations, as `Op::bytes_max` bounds them. Room for the
 /// largest plain acquires and releases at `BATCH_OPS_MAX`; campaigns with long values fill it
 /// sooner (and the leader then starts the next entry). An append message of many such entries

@@ -124,8 +124,9 @@ pub struct ServerConfig {
     /// Client authentication, permissions and quotas (`--acl`, or `[acl]` in the config file),
     /// reloaded without a restart (`reload.rs`); every client may do anything when `None`.
     pub acl: Option<Arc<acl::AclPolicy>>,
-    /// Gather client operations that arrive while an earlier write is in flight into one
-    /// batch entry (issue #35, `node/gather.rs`). On by default, as in `serve` (`serve
+    /// Gather client operations that arrive while the leader's earlier writes are in flight
+    /// (`limits::GATHER_WRITES_IN_FLIGHT` of them) into one batch entry (issue #35,
+    /// `node/gather.rs`). On by default, as in `serve` (`serve
     /// --coalesce false` and `bench --no-coalesce` turn it off). The simulation runs it in the
     /// odd seeds (`latchkey_sim::RunConfig::coalesce`), its checkers reading a batch entry's
     /// operations each as an entry of its own at the entry's index, and a planted batching bug

@@ -1,16 +1,21 @@
 //! The leader's coalescing of client operations into batch entries (issue #35 item 3).
 //!
 //! Each Raft entry costs the leader CPU (openraft's per-entry work, the log store's framing,
-//! replication) whatever it carries, so operations that arrive while an earlier write of this
-//! node is in flight wait for it and then go together, as one `Op::Batch` entry (at most
-//! `limits::BATCH_OPS_MAX` operations and `BATCH_BYTES_MAX` bytes). A call that finds no
-//! write in flight is proposed at once, alone, as it always was: a lone client waits for
-//! nothing.
+//! replication) whatever it carries, so operations that arrive while this node has
+//! `limits::GATHER_WRITES_IN_FLIGHT` writes of gathered operations in flight wait for one of
+//! them to end and then go together, as one `Op::Batch` entry (at most
+//! `limits::BATCH_OPS_MAX` operations and `BATCH_BYTES_MAX` bytes). A call that finds fewer
+//! writes in flight is proposed at once (alone, unless others wait with it): a lone client
+//! waits for nothing, and a chain of commits (one lock's handoffs) does not wait behind an
+//! unrelated write.
 //!
-//! There is no task of its own: the callers take turns. A caller that finds the writer free
+//! There is no task of its own: the callers take turns. A caller that finds a write free
 //! takes the head of the queue (its own operation and whatever gathered before it), writes it,
-//! hands each caller its operation's answer, and frees the writer, waking the others; one of
-//! them takes the next batch. Every caller keeps its own deadline and quorum check
+//! hands each caller its operation's answer, and frees its write, waking the others; one of
+//! them takes the next batch. Writes in flight at once are proposed in whatever order their
+//! callers reach openraft (that order is the log's): their operations were all waiting at
+//! once, concurrent calls, between which no order is owed, as between concurrent calls
+//! written without coalescing. Every caller keeps its own deadline and quorum check
 //! (`Node::propose_applied`); a caller that goes away while it writes drops its batch's answer
 //! channels, and the others answer `NoQuorum` (the client re-sends under the same sequence
 //! number, so an operation that did commit is answered once). An operation a batch refused
@@ -35,17 +40,24 @@ struct Waiting {
 
 #[derive(Default)]
 struct Queue {
-    /// A caller is writing an entry of gathered operations.
-    writing: bool,
+    /// Callers writing an entry of gathered operations (at most `writes_max`).
+    writing: usize,
     waiting: VecDeque<Waiting>,
 }
 
-/// The operations gathered for this node's next entry (see the module comment).
-#[derive(Default)]
+/// The operations gathered for this node's next entries (see the module comment).
 pub struct Gather {
     queue: Mutex<Queue>,
-    /// Notified when the writer is free again.
+    /// Notified when a write ends.
     free: Notify,
+    /// Writes in flight at once (`limits::GATHER_WRITES_IN_FLIGHT`).
+    writes_max: usize,
+}
+
+impl Default for Gather {
+    fn default() -> Gather {
+        Gather::new(limits::GATHER_WRITES_IN_FLIGHT)
+    }
 }
 
 /// What a caller takes to write: the operations of one entry, with their answers' senders.
@@ -55,6 +67,16 @@ pub struct Turn<'a> {
 }
 
 impl Gather {
+    /// A gather of at most `writes_max` writes in flight at once.
+    pub fn new(writes_max: usize) -> Gather {
+        assert!(writes_max >= 1, "a gather must be able to write");
+        Gather {
+            queue: Mutex::default(),
+            free: Notify::new(),
+            writes_max,
+        }
+    }
+
     /// Queue `op`; its answer comes on the returned receiver.
     pub fn push(&self, op: Op) -> oneshot::Receiver<Result<Applied, ApiError>> {
         let (answer, rx) = oneshot::channel();
@@ -66,7 +88,7 @@ impl Gather {
         rx
     }
 
-    /// Completes when the writer may be free (then try [`Gather::take`] again). Enabled
+    /// Completes when a write may be free (then try [`Gather::take`] again). Enabled
     /// before the caller looks, so a release between the look and the wait is not missed.
     pub fn freed(&self) -> std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>> {
         let mut notified = Box::pin(self.free.notified());
@@ -74,12 +96,12 @@ impl Gather {
         notified
     }
 
-    /// Become the writer, if it is free and something waits: the head of the queue, up to the
-    /// batch limits (an operation to be written alone, alone). Callers that went away are
-    /// dropped from the queue unwritten.
+    /// Become a writer, if fewer than `writes_max` write and something waits: the head of the
+    /// queue, up to the batch limits (an operation to be written alone, alone). Callers that
+    /// went away are dropped from the queue unwritten.
     pub fn take(&self) -> Option<Turn<'_>> {
         let mut queue = self.lock();
-        if queue.writing {
+        if queue.writing >= self.writes_max {
             return None;
         }
         queue.waiting.retain(|w| !w.answer.is_closed());
@@ -103,7 +125,7 @@ impl Gather {
         if taken.is_empty() {
             return None;
         }
-        queue.writing = true;
+        queue.writing += 1;
         Some(Turn {
             gather: self,
             taken,
@@ -167,9 +189,9 @@ impl Turn<'_> {
 
 impl Drop for Turn<'_> {
     /// However the turn ends (answered, or its caller went away mid-write, dropping the
-    /// unanswered senders), the writer is free again and the waiting callers look.
+    /// unanswered senders), its write is free again and the waiting callers look.
     fn drop(&mut self) {
-        self.gather.lock().writing = false;
+        self.gather.lock().writing -= 1;
         self.gather.free.notify_waiters();
     }
 }
@@ -191,12 +213,48 @@ mod tests {
         }
     }
 
+    /// Up to `GATHER_WRITES_IN_FLIGHT` writes at once: an operation that finds one free is
+    /// proposed at once, alone (a release in a chain of handoffs does not wait behind an
+    /// unrelated write); what arrives while all are busy gathers, and goes in one batch when
+    /// one ends.
+    #[test]
+    fn an_operation_passes_a_write_in_flight_and_the_rest_gather() {
+        assert_eq!(limits::GATHER_WRITES_IN_FLIGHT, 2);
+        let gather = Gather::default();
+        let _first = gather.push(release(1));
+        let first = gather.take().expect("a write is free");
+        assert_eq!(first.op(), release(1));
+        let mut second = gather.push(release(2));
+        let turn = gather
+            .take()
+            .expect("a second write passes the one in flight");
+        assert_eq!(turn.op(), release(2), "proposed at once, alone");
+        let _third = gather.push(release(3));
+        let _fourth = gather.push(release(4));
+        assert!(
+            gather.take().is_none(),
+            "two writes in flight: the rest wait"
+        );
+        turn.answer(Ok(Applied::just(Outcome::Released)));
+        assert_eq!(
+            second.try_recv().unwrap().unwrap().outcome,
+            Outcome::Released,
+            "answered while the first is still in flight"
+        );
+        let turn = gather.take().expect("one write ended");
+        assert_eq!(turn.op(), Op::Batch(vec![release(3), release(4)]));
+        assert!(gather.take().is_none());
+        drop(first);
+        assert!(gather.take().is_none(), "nothing left");
+        drop(turn);
+    }
+
     /// What gathered behind a write goes in one batch; an operation the batch refused
     /// `BatchConflict` is written next, alone, and its caller gets that answer; a caller
     /// that went away is not written.
     #[test]
     fn a_refused_operation_is_written_again_alone() {
-        let gather = Gather::default();
+        let gather = Gather::new(1);
         let mut first = gather.push(release(1));
         let turn = gather.take().expect("the writer is free");
         assert_eq!(turn.op(), release(1), "a lone operation is proposed alone");

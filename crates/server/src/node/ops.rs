@@ -370,8 +370,9 @@ impl Node {
         Ok(applied)
     }
 
-    /// Write `op` in an entry: at once and alone when no gathered write is in flight (or it
-    /// cannot be batched, or coalescing is off), else in the next batch entry (`gather.rs`).
+    /// Write `op` in an entry: at once and alone when fewer than
+    /// `limits::GATHER_WRITES_IN_FLIGHT` gathered writes are in flight (or it cannot be
+    /// batched, or coalescing is off), else in the next batch entry (`gather.rs`).
     async fn write_gathered(&self, op: Op) -> Result<Applied, ApiError> {
         if !self.config.coalesce || !op.batchable() {
             return self.write(op).await;
