@@ -46,6 +46,16 @@ pub enum ProbeEvent {
     /// before the node confirmed that with a quorum. Only for a probe that asks
     /// ([`Probe::wants_keepalives`]): one per keepalive request on the hot path.
     KeepAliveAtLeader { term: u64 },
+    /// This node asked openraft for a snapshot (and openraft took the request) because `ops`
+    /// client operations were applied since its last snapshot, with the leader's coalescing on
+    /// (`Node::lease_duties`, issue #35: openraft's own policy counts entries, and one entry
+    /// carries up to `BATCH_OPS_MAX` operations).
+    SnapshotAskedByOperations { ops: u64 },
+    /// After a [`ProbeEvent::SnapshotAskedByOperations`], this node saw its count of operations
+    /// since the last snapshot go back: a snapshot was built or installed here since it asked.
+    /// Once per ask at most; the observer tells a build from an install by the
+    /// [`ProbeEvent::SnapshotInstalled`] between them.
+    SnapshotTakenAfterAsk,
 }
 
 pub trait Probe: Send + Sync + 'static {

@@ -104,6 +104,17 @@ pub struct Coverage {
     pub client_batches_of_several: usize,
     /// The operations in committed batch entries, summed.
     pub batched_ops: usize,
+    /// Snapshots a member asked openraft for because the operations applied since its last
+    /// snapshot reached `snapshot_every_entries` (issue #35's snapshots by operations, with
+    /// the leader's coalescing on: `ProbeEvent::SnapshotAskedByOperations`). 0 means the
+    /// trigger in `Node::lease_duties` never ran, and the snapshots the seeds built were all
+    /// openraft's own, by entries.
+    pub snapshots_asked_by_ops: usize,
+    /// Of those asks, the ones after which the member built a snapshot itself (its count of
+    /// operations went back with no snapshot installed on it since the ask:
+    /// `ProbeEvent::SnapshotTakenAfterAsk`). A snapshot built after the ask, whether for it or
+    /// by openraft's own policy in the meantime: the ask is not told apart from that.
+    pub snapshots_built_after_ask: usize,
 }
 
 impl Coverage {
@@ -116,11 +127,25 @@ impl Coverage {
         let mut transferring: Option<(u64, u64)> = None;
         // The highest term whose leader resumed the leases so far.
         let mut resumed_term: u64 = 0;
+        // Per node: asked for a snapshot by operations, and whether one was installed since.
+        let mut asked_by_ops: BTreeMap<u64, bool> = BTreeMap::new();
         for p in &h.probed {
             match &p.event {
                 ProbeEvent::SnapshotInstalled { .. } => {
                     c.snapshot_installs += 1;
                     installed_since_led.insert(p.node, true);
+                    if let Some(installed) = asked_by_ops.get_mut(&p.node) {
+                        *installed = true;
+                    }
+                }
+                ProbeEvent::SnapshotAskedByOperations { .. } => {
+                    c.snapshots_asked_by_ops += 1;
+                    asked_by_ops.insert(p.node, false);
+                }
+                ProbeEvent::SnapshotTakenAfterAsk => {
+                    if asked_by_ops.remove(&p.node) == Some(false) {
+                        c.snapshots_built_after_ask += 1;
+                    }
                 }
                 ProbeEvent::LeasesResumed {
                     term,
@@ -293,6 +318,8 @@ impl Coverage {
         self.batch_entries_of_several += other.batch_entries_of_several;
         self.client_batches_of_several += other.client_batches_of_several;
         self.batched_ops += other.batched_ops;
+        self.snapshots_asked_by_ops += other.snapshots_asked_by_ops;
+        self.snapshots_built_after_ask += other.snapshots_built_after_ask;
     }
 }
 
@@ -390,6 +417,14 @@ impl fmt::Display for Coverage {
                 self.client_batches_of_several
             )?;
         }
+        // And with snapshots asked for by operations (coalescing, issue #35).
+        if self.snapshots_asked_by_ops > 0 {
+            write!(
+                f,
+                ", {} snapshots asked for by operations ({} built after the ask)",
+                self.snapshots_asked_by_ops, self.snapshots_built_after_ask
+            )?;
+        }
         Ok(())
     }
 }
@@ -447,6 +482,23 @@ mod tests {
         assert_eq!(
             (c.snapshot_installs, c.resumed_after_install, c.failovers),
             (2, 1, 2)
+        );
+    }
+
+    #[test]
+    fn counts_a_snapshot_after_an_ask_as_built_only_without_an_install_between() {
+        let mut h = HistoryData::default();
+        let ask = ProbeEvent::SnapshotAskedByOperations { ops: 40 };
+        probe(&mut h, 1, ask.clone());
+        probe(&mut h, 2, ask.clone());
+        probe(&mut h, 2, ProbeEvent::SnapshotInstalled { last_index: 9 });
+        probe(&mut h, 1, ProbeEvent::SnapshotTakenAfterAsk); // built by node 1
+        probe(&mut h, 2, ProbeEvent::SnapshotTakenAfterAsk); // installed on node 2
+        probe(&mut h, 3, ProbeEvent::SnapshotTakenAfterAsk); // no ask on node 3
+        let c = Coverage::measure(&h);
+        assert_eq!(
+            (c.snapshots_asked_by_ops, c.snapshots_built_after_ask),
+            (2, 1)
         );
     }
 

@@ -86,6 +86,18 @@ fn ci_seeds_pass_every_checker() {
         reached.client_batches_of_several > 0,
         "the CI seeds' clients sent no Batch call of two or more operations: {reached}"
     );
+    // With coalescing (seeds 1 and 3) a member asks for a snapshot by operations
+    // (`Node::lease_duties`, issue #35): openraft's policy counts entries, 256 operations
+    // each at most. The ask must have run, and a snapshot been built after it, or that path
+    // runs in production unjudged by the checkers.
+    assert!(
+        reached.snapshots_asked_by_ops > 0,
+        "the CI seeds never asked for a snapshot by operations: {reached}"
+    );
+    assert!(
+        reached.snapshots_built_after_ask > 0,
+        "the CI seeds built no snapshot after asking for one by operations: {reached}"
+    );
     // The seeds must exercise what the checkers judge, or passing proves little: clients that
     // checked their guard shortly before the cluster expired their session (the deadline rule
     // at its edge), and every kind of client fault actually carried out.

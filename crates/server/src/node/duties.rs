@@ -221,6 +221,9 @@ impl Node {
         // later. Without coalescing an entry is an operation and openraft's policy does it.
         let every = self.config.snapshot_every_entries;
         let mut snapshot_at = every;
+        // Whether this loop asked for a snapshot that it has not yet seen taken (the probe's
+        // `SnapshotTakenAfterAsk`: the simulation counts that the path runs under faults).
+        let mut asked = false;
         loop {
             if self.config.coalesce {
                 let ops = self.state.ops_since_snapshot();
@@ -230,14 +233,31 @@ impl Node {
                         ops,
                         "snapshot: operations since the last"
                     );
-                    if let Err(e) = self.raft.trigger().snapshot().await {
+                    match self.raft.trigger().snapshot().await {
+                        Ok(()) => {
+                            asked = true;
+                            self.probe.event(
+                                self.id,
+                                self.shape.group,
+                                ProbeEvent::SnapshotAskedByOperations { ops },
+                            );
+                        }
                         // The core stopped (shutting down): the leases' work below says so too.
-                        tracing::warn!(group = self.shape.group, error = %e, "snapshot: the Raft core stopped");
+                        Err(e) => {
+                            tracing::warn!(group = self.shape.group, error = %e, "snapshot: the Raft core stopped")
+                        }
                     }
                     snapshot_at = ops.saturating_add(every);
                 } else if ops.saturating_add(every) < snapshot_at {
                     // A snapshot was taken since: count from it.
                     snapshot_at = every;
+                    if std::mem::take(&mut asked) {
+                        self.probe.event(
+                            self.id,
+                            self.shape.group,
+                            ProbeEvent::SnapshotTakenAfterAsk,
+                        );
+                    }
                 }
             }
             let (leader_now, term) = {
