@@ -921,6 +921,15 @@ mod preallocation {
         let first = segment_paths(&path).remove(0);
         let end = segment_frames(&first).len() as u64;
         assert_eq!(file_len(&first), end + AHEAD, "zeros written ahead");
+        // Written blocks, not a hole (`set_len` alone): an append into a hole allocates
+        // blocks, a metadata change its `fdatasync` must commit.
+        use std::os::unix::fs::MetadataExt;
+        let blocks = std::fs::metadata(&first).unwrap().blocks();
+        assert!(
+            blocks * 512 >= end + AHEAD,
+            "{blocks} blocks of 512 bytes under {} bytes: the zeros are a hole",
+            end + AHEAD
+        );
         // The next appends go over them: the file's length does not change until they reach
         // its end, and then grows by another `AHEAD` past the append that reached it.
         let mut lengths = vec![file_len(&first)];

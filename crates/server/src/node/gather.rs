@@ -249,6 +249,51 @@ mod tests {
         drop(turn);
     }
 
+    /// With two writes in flight, an operation one batch refused `BatchConflict` goes back to
+    /// the head of the queue and is written next, alone, while the other write is still in
+    /// flight; the other callers of that batch get their answers.
+    #[test]
+    fn a_refused_operation_is_written_alone_while_another_write_is_in_flight() {
+        let gather = Gather::new(2);
+        let mut first = gather.push(release(1));
+        let mut second = gather.push(release(2));
+        let turn = gather.take().expect("a write is free");
+        assert_eq!(turn.op(), Op::Batch(vec![release(1), release(2)]));
+        let _third = gather.push(release(3));
+        let other = gather.take().expect("a second write");
+        assert_eq!(other.op(), release(3));
+        let mut fourth = gather.push(release(4));
+        let conflict = Outcome::Rejected(Rejection::BatchConflict { name: "n2".into() });
+        let mut batch = Applied::just(Outcome::Batch);
+        batch.ops = vec![Applied::just(Outcome::Released), Applied::just(conflict)];
+        turn.answer(Ok(batch));
+        assert_eq!(
+            first.try_recv().unwrap().unwrap().outcome,
+            Outcome::Released
+        );
+        assert!(second.try_recv().is_err(), "refused: not answered yet");
+        let again = gather.take().expect("a write freed");
+        assert_eq!(
+            again.op(),
+            release(2),
+            "the refused one, alone, ahead of the rest"
+        );
+        assert!(gather.take().is_none(), "two writes in flight again");
+        again.answer(Ok(Applied::just(Outcome::NotHolder)));
+        assert_eq!(
+            second.try_recv().unwrap().unwrap().outcome,
+            Outcome::NotHolder
+        );
+        let last = gather.take().expect("a write freed");
+        assert_eq!(last.op(), release(4));
+        last.answer(Ok(Applied::just(Outcome::Released)));
+        assert_eq!(
+            fourth.try_recv().unwrap().unwrap().outcome,
+            Outcome::Released
+        );
+        drop(other);
+    }
+
     /// What gathered behind a write goes in one batch; an operation the batch refused
     /// `BatchConflict` is written next, alone, and its caller gets that answer; a caller
     /// that went away is not written.
