@@ -30,7 +30,10 @@
 //! filesystem's journal (the file's size changed); one that overwrites blocks already written
 //! does not. So the active segment keeps zeros written ahead of its frames: an append that
 //! would run past them writes `preallocate_bytes` more (not past `segment_bytes`) after itself,
-//! in the same `fdatasync`, and the next thousand or so appends overwrite zeros.
+//! in the same `fdatasync`, and the next thousand or so appends overwrite zeros. The zeros are
+//! best-effort: when the disk has no room for them, what was written of them is cut off again
+//! (in the same `fdatasync`) and the append goes on without, so a nearly full disk stops the
+//! store only when a frame itself does not fit, not `preallocate_bytes` earlier.
 //!
 //! Deletion: the front segment is deleted once every entry it holds is at or below the durable
 //! purge point of its group and a later segment exists (which starts with a checkpoint of each
@@ -185,6 +188,9 @@ pub(crate) struct Disk {
     pub(crate) written: WrittenByGroup,
     pub(crate) failed: Option<String>,
     buf: Vec<u8>,
+    /// Tests only: the active segment's offset at which the disk is full (`fill_disk`).
+    #[cfg(test)]
+    full_at: Option<u64>,
     /// Released when the writer and every handle are gone.
     _lock: nix::fcntl::Flock<File>,
 }
@@ -250,6 +256,15 @@ fn create_segment(
     Ok((f, buf.len() as u64, salt))
 }
 
+/// A write that failed for want of room (a full filesystem, a quota, the file size limit),
+/// not of the device.
+fn is_out_of_space(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded | io::ErrorKind::FileTooLarge
+    )
+}
+
 fn open_segment(path: &Path) -> Result<File, LogStoreError> {
     OpenOptions::new()
         .read(true)
@@ -265,32 +280,57 @@ impl Disk {
 
     /// Appends `self.buf` (one complete frame, the `next_frame_seq`th) to the active segment and
     /// `fdatasync`s it, with zeros written ahead after it when it reaches past those already
-    /// there.
+    /// there. The zeros are best-effort: on a full disk (or quota, or file size limit) the
+    /// part of them written is cut off again and the frame is synced alone; only a failure of
+    /// the frame's own write, of that cut, or of the sync stops the store.
     fn write_buf_synced(&mut self) -> Result<u64, String> {
         if let Some(msg) = &self.failed {
             return Err(msg.clone());
         }
         let at = self.active_len;
         let end = at + self.buf.len() as u64;
-        let ahead = self.zeros_ahead_of(end);
         let result = self
-            .active
-            .write_all_at(&self.buf, at)
-            .and_then(|()| match ahead {
+            .write_at(&self.buf, at)
+            .and_then(|()| match self.zeros_ahead_of(end) {
                 // Rare (once per `preallocate_bytes`), so a buffer of its own each time.
-                Some(to) => self.active.write_all_at(&vec![0; (to - end) as usize], end),
-                None => Ok(()),
+                Some(to) => match self.write_at(&vec![0; (to - end) as usize], end) {
+                    Ok(()) => Ok(to),
+                    Err(e) if is_out_of_space(&e) => {
+                        tracing::warn!(
+                            "log store: no room for the zeros written ahead of the appends \
+                             ({e}); appending without them"
+                        );
+                        self.active.set_len(end).map(|()| end)
+                    }
+                    Err(e) => Err(e),
+                },
+                None => Ok(self.allocated.max(end)),
             })
-            .and_then(|()| self.active.sync_data());
+            .and_then(|allocated| self.active.sync_data().map(|()| allocated));
         match result {
-            Ok(()) => {
+            Ok(allocated) => {
                 self.active_len = end;
-                self.allocated = self.allocated.max(ahead.unwrap_or(end));
+                self.allocated = allocated;
                 self.next_frame_seq += 1;
                 Ok(at)
             }
             Err(e) => Err(self.fail(format!("log store write failed: {e}"))),
         }
+    }
+
+    /// `pwrite`s all of `buf` at `at` in the active segment.
+    fn write_at(&self, buf: &[u8], at: u64) -> io::Result<()> {
+        #[cfg(test)]
+        if let Some(full_at) = self.full_at {
+            // A full disk: the bytes before `full_at` are written, then ENOSPC.
+            let room = full_at.saturating_sub(at).min(buf.len() as u64) as usize;
+            self.active.write_all_at(&buf[..room], at)?;
+            if room < buf.len() {
+                return Err(io::Error::from_raw_os_error(nix::libc::ENOSPC));
+            }
+            return Ok(());
+        }
+        self.active.write_all_at(buf, at)
     }
 
     /// The end of the zeros to write ahead after a frame that ends at `end`: none while
@@ -463,6 +503,14 @@ impl Disk {
             .and_then(|w| w.last_purged.as_ref())
             .map(|(upto, _)| *upto);
         (purged < Some(max)).then_some(max)
+    }
+
+    /// Makes the disk full `room` bytes past the active segment's current length: a write
+    /// reaching past that writes what fits, then fails with ENOSPC (for the tests of zeros
+    /// written ahead on a full disk).
+    #[cfg(test)]
+    pub(crate) fn fill_disk(&mut self, room: u64) {
+        self.full_at = Some(self.allocated.max(self.active_len) + room);
     }
 
     /// Makes every later write fail for real: the active segment is swapped for a read-only
@@ -755,6 +803,8 @@ pub(crate) fn load<L: Clone>(
             written,
             failed: None,
             buf: Vec::new(),
+            #[cfg(test)]
+            full_at: None,
             _lock: dir_lock,
         },
     ))

@@ -502,6 +502,13 @@ impl<C: RaftTypeConfig> LogStore<C> {
         Ok(())
     }
 
+    /// Makes the disk full `room` bytes past the active segment's current length (see
+    /// `Disk::fill_disk`).
+    #[cfg(test)]
+    pub(crate) fn fill_disk(&self, room: u64) {
+        lock(&self.shared.core.disk).fill_disk(room);
+    }
+
     /// Segment numbers on disk, oldest first.
     #[cfg(test)]
     pub(crate) fn segment_numbers(&self) -> Vec<u64> {

@@ -1049,6 +1049,59 @@ mod preallocation {
         }
     }
 
+    /// A disk with room for the frames but not for the zeros written ahead of them: the zeros
+    /// are best-effort, so the appends are acknowledged, whatever part of the zeros was written
+    /// is cut off again (the file ends at its last frame), and the log reads back. A frame
+    /// that does not fit stops the store as any failed write does, keeping what was synced.
+    #[tokio::test]
+    async fn without_room_for_the_zeros_written_ahead_the_appends_go_on_without_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        const AHEAD: u64 = 64 * 1024;
+        let mut store = Store::open_with(&path, options(1 << 20, AHEAD)).unwrap();
+        flushed(append(&mut store, vec![sized(1, 100)]).await).await;
+        let last = segment_paths(&path).pop().unwrap();
+        let ahead_end = file_len(&last);
+        // Room for 20 KiB past the zeros: enough for the frames that run past them, not for
+        // another 64 KiB of zeros.
+        store.fill_disk(20 * 1024);
+        let mut index = 2;
+        while file_len(&last) <= ahead_end {
+            let rx = append(&mut store, vec![sized(index, 3000)]).await;
+            rx.await
+                .expect("callback fired")
+                .unwrap_or_else(|e| panic!("append {index} without room for zeros: {e}"));
+            index += 1;
+            assert!(index < 100, "the appends never ran past the zeros");
+        }
+        assert_eq!(
+            file_len(&last),
+            segment_frames(&last).len() as u64,
+            "no zeros kept after the frame that ran past them"
+        );
+        // Appends go on, each past the end of the file, until a frame does not fit.
+        let failed_at = loop {
+            let rx = append(&mut store, vec![sized(index, 3000)]).await;
+            if rx.await.expect("callback fired").is_err() {
+                break index;
+            }
+            assert_eq!(file_len(&last), segment_frames(&last).len() as u64);
+            index += 1;
+            assert!(index < 100, "the disk never filled up");
+        };
+        drop(store);
+        let mut store = Store::open_with(&path, options(1 << 20, AHEAD)).unwrap();
+        let read = read_all(&mut store).await;
+        assert_eq!(
+            read.len() as u64,
+            failed_at - 1,
+            "every acknowledged append kept"
+        );
+        assert_eq!(read.last().unwrap(), &sized_text(failed_at - 1, 3000));
+        flushed(append(&mut store, vec![sized(failed_at, 10)]).await).await;
+        assert_eq!(read_all(&mut store).await.len() as u64, failed_at);
+    }
+
     fn sized_text(index: u64, bytes: usize) -> String {
         format!("{index:06}{}", "x".repeat(bytes))
     }
