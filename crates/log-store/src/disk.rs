@@ -180,6 +180,9 @@ pub(crate) struct Disk {
     allocated: u64,
     /// Zeros written ahead of an append that reaches `allocated`.
     preallocate_bytes: u64,
+    /// The disk had no room for zeros ahead in the active segment: appends go on without
+    /// them until the next segment (one warning, not one per append on a nearly full disk).
+    zeros_refused: bool,
     /// The active segment's salt, and the sequence number of the next frame written to it.
     salt: Salt,
     next_frame_seq: u64,
@@ -298,8 +301,9 @@ impl Disk {
                     Err(e) if is_out_of_space(&e) => {
                         tracing::warn!(
                             "log store: no room for the zeros written ahead of the appends \
-                             ({e}); appending without them"
+                             ({e}); appending without them until the next segment"
                         );
+                        self.zeros_refused = true;
                         self.active.set_len(end).map(|()| end)
                     }
                     Err(e) => Err(e),
@@ -334,9 +338,10 @@ impl Disk {
     }
 
     /// The end of the zeros to write ahead after a frame that ends at `end`: none while
-    /// zeros already reach past it, none at or past the segment's size (it rotates there).
+    /// zeros already reach past it, none at or past the segment's size (it rotates there),
+    /// none after the disk had no room for them in this segment.
     fn zeros_ahead_of(&self, end: u64) -> Option<u64> {
-        if end <= self.allocated || end >= self.segment_bytes {
+        if self.zeros_refused || end <= self.allocated || end >= self.segment_bytes {
             return None;
         }
         Some(
@@ -455,6 +460,7 @@ impl Disk {
         self.active = file;
         self.active_len = len;
         self.allocated = len;
+        self.zeros_refused = false;
         self.salt = salt;
         self.next_frame_seq = 1;
         Ok(())
@@ -797,6 +803,7 @@ pub(crate) fn load<L: Clone>(
             active_len,
             allocated,
             preallocate_bytes,
+            zeros_refused: false,
             salt,
             next_frame_seq,
             segments,
